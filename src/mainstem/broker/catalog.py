@@ -1,0 +1,472 @@
+"""The durable catalog of the broker: namespaces, streams, users, permissions, offsets.
+
+One SQLite file in WAL mode. Metadata changes are committed with synchronous=FULL so
+a declared stream or a created user survives a power cut. Consumer offsets are
+written far more often (per chunk), through a second connection with
+synchronous=NORMAL: a commit then survives a process crash, and after a power cut
+an offset may fall back a little, which at-least-once consumers tolerate.
+
+Methods are synchronous: SQLite answers in microseconds, so the event loop calls
+them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mainstem.broker.errors import (
+    AlreadyExists,
+    BrokerError,
+    InvalidArgument,
+    NotFound,
+    PreconditionFailed,
+)
+
+DEFAULT_NAMESPACE = "/"
+MAX_NAME_BYTES = 255
+# Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
+MAX_PARTITIONS = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
+
+# Migration N (1-based) brings a catalog from user_version N-1 to N.
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE namespaces (
+        name TEXT PRIMARY KEY,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE streams (
+        namespace TEXT NOT NULL REFERENCES namespaces (name) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        partitions INTEGER NOT NULL CHECK (partitions >= 1),
+        arguments TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (namespace, name)
+    );
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        password_hash TEXT NOT NULL,
+        tags TEXT NOT NULL
+    );
+    CREATE TABLE permissions (
+        user TEXT NOT NULL REFERENCES users (name) ON DELETE CASCADE,
+        namespace TEXT NOT NULL REFERENCES namespaces (name) ON DELETE CASCADE,
+        configure TEXT NOT NULL,
+        write TEXT NOT NULL,
+        read TEXT NOT NULL,
+        PRIMARY KEY (user, namespace)
+    );
+    CREATE INDEX permissions_by_namespace ON permissions (namespace);
+    CREATE TABLE offsets (
+        namespace TEXT NOT NULL,
+        stream TEXT NOT NULL,
+        partition INTEGER NOT NULL,
+        reference TEXT NOT NULL,
+        stored_offset INTEGER NOT NULL,
+        PRIMARY KEY (namespace, stream, partition, reference),
+        FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
+    );
+    """,
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+# One statement per store: the WHERE clause both checks that the partition exists
+# and, as SQLite requires for an upsert fed by a SELECT, disambiguates ON CONFLICT.
+_STORE_OFFSET = """
+    INSERT INTO offsets (namespace, stream, partition, reference, stored_offset)
+    SELECT ?1, ?2, ?3, ?4, ?5
+    WHERE EXISTS (SELECT 1 FROM streams WHERE namespace = ?1 AND name = ?2 AND partitions > ?3)
+    ON CONFLICT (namespace, stream, partition, reference)
+    DO UPDATE SET stored_offset = excluded.stored_offset
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRecord:
+    name: str
+    created_at: float  # Unix time, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    namespace: str
+    name: str
+    partitions: int
+    arguments: dict[str, Any]  # a fresh copy per read: mutating it changes nothing stored
+    created_at: float  # Unix time, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    name: str
+    password_hash: str
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRecord:
+    user: str
+    namespace: str
+    configure: str
+    write: str
+    read: str
+
+
+def validate_name(name: str, what: str) -> None:
+    """Raise InvalidArgument unless `name` is 1..255 bytes of UTF-8 without NUL."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"{what} name must be a non-empty string")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} name {name!r} is not valid UTF-8") from None
+    if size > MAX_NAME_BYTES:
+        raise InvalidArgument(f"{what} name is {size} bytes long, the limit is {MAX_NAME_BYTES}")
+    if "\x00" in name:
+        raise InvalidArgument(f"{what} name {name!r} contains a NUL character")
+
+
+def _validate_int(value: int, what: str, low: int, high: int) -> None:
+    # bool is an int subclass, but True partitions is a caller bug, not a number.
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidArgument(f"{what} must be an integer in [{low}, {high}], got {value!r}")
+
+
+def _encode_arguments(arguments: dict[str, Any]) -> str:
+    if not isinstance(arguments, dict) or not all(isinstance(key, str) for key in arguments):
+        raise InvalidArgument("stream arguments must be a mapping with string keys")
+    try:
+        return json.dumps(arguments, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidArgument(f"stream arguments are not JSON serializable: {error}") from None
+
+
+def _stream_from_row(row: tuple[Any, ...]) -> StreamRecord:
+    namespace, name, partitions, arguments, created_at = row
+    return StreamRecord(namespace, name, partitions, json.loads(arguments), created_at)
+
+
+def _user_from_row(row: tuple[Any, ...]) -> UserRecord:
+    name, password_hash, tags = row
+    return UserRecord(name, password_hash, tuple(json.loads(tags)))
+
+
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    # isolation_level=None: autocommit, so a lone statement is its own transaction
+    # and multi-statement changes use explicit BEGIN IMMEDIATE.
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {synchronous}")
+        db.execute("PRAGMA foreign_keys = ON")
+        db.execute("PRAGMA busy_timeout = 5000")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise BrokerError(
+            f"catalog schema version {version} is newer than this broker's {SCHEMA_VERSION}"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        script = _MIGRATIONS[target - 1]
+        try:
+            db.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {target}; COMMIT;")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+
+class Catalog:
+    """Durable broker metadata in one SQLite file. Create with Catalog.open(path)."""
+
+    def __init__(self, metadata: sqlite3.Connection, offsets: sqlite3.Connection) -> None:
+        self._db = metadata
+        self._offsets_db = offsets
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, path: Path) -> Catalog:
+        """Open or create the catalog at `path`, migrating its schema to the current one."""
+        metadata = _connect(path, "FULL")
+        try:
+            _migrate(metadata)
+            metadata.execute(
+                "INSERT INTO namespaces (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                (DEFAULT_NAMESPACE, time.time()),
+            )
+            offsets = _connect(path, "NORMAL")
+        except BaseException:
+            metadata.close()
+            raise
+        return cls(metadata, offsets)
+
+    def close(self) -> None:
+        with self._lock:
+            self._offsets_db.close()
+            self._db.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _write(self, sql: str, params: Iterable[Any]) -> int:
+        """Run one autocommitted statement; return the number of rows it changed."""
+        with self._lock:
+            return self._db.execute(sql, tuple(params)).rowcount
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, tuple(params)).fetchall()
+
+    def _row(self, sql: str, params: Iterable[Any]) -> tuple[Any, ...] | None:
+        with self._lock:
+            return self._db.execute(sql, tuple(params)).fetchone()
+
+    # -- namespaces ---------------------------------------------------------------
+
+    def add_namespace(self, name: str) -> NamespaceRecord:
+        validate_name(name, "namespace")
+        record = NamespaceRecord(name, time.time())
+        added = self._write(
+            "INSERT INTO namespaces (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (record.name, record.created_at),
+        )
+        if not added:
+            raise AlreadyExists(f"namespace '{name}' already exists")
+        return record
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace with its streams, permissions and offsets."""
+        # Deleting "/" would only last until the next open recreates it, empty.
+        if name == DEFAULT_NAMESPACE:
+            raise PreconditionFailed(
+                f"the default namespace '{DEFAULT_NAMESPACE}' cannot be deleted"
+            )
+        if not self._write("DELETE FROM namespaces WHERE name = ?", (name,)):
+            raise NotFound(f"namespace '{name}' not found")
+
+    def get_namespace(self, name: str) -> NamespaceRecord | None:
+        row = self._row("SELECT name, created_at FROM namespaces WHERE name = ?", (name,))
+        return NamespaceRecord(*row) if row else None
+
+    def list_namespaces(self) -> list[NamespaceRecord]:
+        rows = self._rows("SELECT name, created_at FROM namespaces ORDER BY name")
+        return [NamespaceRecord(*row) for row in rows]
+
+    def _require_namespace(self, name: str) -> None:
+        if self._row("SELECT 1 FROM namespaces WHERE name = ?", (name,)) is None:
+            raise NotFound(f"namespace '{name}' not found")
+
+    # -- streams ------------------------------------------------------------------
+
+    def add_stream(
+        self,
+        namespace: str,
+        name: str,
+        partitions: int = 1,
+        arguments: dict[str, Any] | None = None,
+    ) -> StreamRecord:
+        validate_name(name, "stream")
+        _validate_int(partitions, "partitions", 1, MAX_PARTITIONS)
+        encoded = _encode_arguments(arguments or {})
+        record = StreamRecord(namespace, name, partitions, json.loads(encoded), time.time())
+        with self._transaction() as db:
+            self._require_namespace(namespace)
+            added = db.execute(
+                "INSERT INTO streams (namespace, name, partitions, arguments, created_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (namespace, name, partitions, encoded, record.created_at),
+            ).rowcount
+            if not added:
+                raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
+        return record
+
+    def delete_stream(self, namespace: str, name: str) -> None:
+        """Delete a stream and its consumer offsets."""
+        deleted = self._write(
+            "DELETE FROM streams WHERE namespace = ? AND name = ?", (namespace, name)
+        )
+        if not deleted:
+            raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
+
+    def get_stream(self, namespace: str, name: str) -> StreamRecord | None:
+        row = self._row(
+            "SELECT namespace, name, partitions, arguments, created_at FROM streams"
+            " WHERE namespace = ? AND name = ?",
+            (namespace, name),
+        )
+        return _stream_from_row(row) if row else None
+
+    def list_streams(self, namespace: str | None = None) -> list[StreamRecord]:
+        """Streams of one namespace, or of every namespace when `namespace` is None."""
+        select = "SELECT namespace, name, partitions, arguments, created_at FROM streams"
+        if namespace is None:
+            rows = self._rows(f"{select} ORDER BY namespace, name")
+        else:
+            with self._lock:
+                self._require_namespace(namespace)
+                rows = self._rows(f"{select} WHERE namespace = ? ORDER BY name", (namespace,))
+        return [_stream_from_row(row) for row in rows]
+
+    def set_partitions(self, namespace: str, name: str, partitions: int) -> StreamRecord:
+        """Grow a stream to `partitions`; shrinking would orphan data and is refused."""
+        _validate_int(partitions, "partitions", 1, MAX_PARTITIONS)
+        with self._transaction() as db:
+            current = self.get_stream(namespace, name)
+            if current is None:
+                raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
+            if partitions < current.partitions:
+                raise PreconditionFailed(
+                    f"stream '{name}' in namespace '{namespace}' has {current.partitions}"
+                    f" partitions and cannot shrink to {partitions}"
+                )
+            db.execute(
+                "UPDATE streams SET partitions = ? WHERE namespace = ? AND name = ?",
+                (partitions, namespace, name),
+            )
+        return StreamRecord(namespace, name, partitions, current.arguments, current.created_at)
+
+    # -- users --------------------------------------------------------------------
+
+    def put_user(self, user: UserRecord) -> None:
+        """Create the user or replace its password hash and tags."""
+        validate_name(user.name, "user")
+        if not user.password_hash:
+            raise InvalidArgument(f"user '{user.name}' needs a password hash")
+        self._write(
+            "INSERT INTO users (name, password_hash, tags) VALUES (?, ?, ?)"
+            " ON CONFLICT (name) DO UPDATE"
+            " SET password_hash = excluded.password_hash, tags = excluded.tags",
+            (user.name, user.password_hash, json.dumps(list(user.tags))),
+        )
+
+    def get_user(self, name: str) -> UserRecord | None:
+        row = self._row("SELECT name, password_hash, tags FROM users WHERE name = ?", (name,))
+        return _user_from_row(row) if row else None
+
+    def list_users(self) -> list[UserRecord]:
+        rows = self._rows("SELECT name, password_hash, tags FROM users ORDER BY name")
+        return [_user_from_row(row) for row in rows]
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user and its permissions."""
+        if not self._write("DELETE FROM users WHERE name = ?", (name,)):
+            raise NotFound(f"user '{name}' not found")
+
+    # -- permissions --------------------------------------------------------------
+
+    def set_permissions(
+        self, user: str, namespace: str, configure: str, write: str, read: str
+    ) -> PermissionRecord:
+        """Store the user's permission patterns on a namespace (Auth validates them)."""
+        record = PermissionRecord(user, namespace, configure, write, read)
+        with self._transaction() as db:
+            if self.get_user(user) is None:
+                raise NotFound(f"user '{user}' not found")
+            self._require_namespace(namespace)
+            db.execute(
+                "INSERT INTO permissions (user, namespace, configure, write, read)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (user, namespace) DO UPDATE"
+                " SET configure = excluded.configure, write = excluded.write,"
+                " read = excluded.read",
+                (user, namespace, configure, write, read),
+            )
+        return record
+
+    def clear_permissions(self, user: str, namespace: str) -> None:
+        cleared = self._write(
+            "DELETE FROM permissions WHERE user = ? AND namespace = ?", (user, namespace)
+        )
+        if not cleared:
+            raise NotFound(f"user '{user}' has no permissions in namespace '{namespace}'")
+
+    def get_permissions(self, user: str, namespace: str) -> PermissionRecord | None:
+        row = self._row(
+            "SELECT user, namespace, configure, write, read FROM permissions"
+            " WHERE user = ? AND namespace = ?",
+            (user, namespace),
+        )
+        return PermissionRecord(*row) if row else None
+
+    def list_permissions(
+        self, user: str | None = None, namespace: str | None = None
+    ) -> list[PermissionRecord]:
+        """Permission rows, optionally only those of one user and/or one namespace."""
+        rows = self._rows(
+            "SELECT user, namespace, configure, write, read FROM permissions"
+            " WHERE (?1 IS NULL OR user = ?1) AND (?2 IS NULL OR namespace = ?2)"
+            " ORDER BY user, namespace",
+            (user, namespace),
+        )
+        return [PermissionRecord(*row) for row in rows]
+
+    # -- consumer offsets ---------------------------------------------------------
+
+    def store_offset(
+        self, namespace: str, stream: str, partition: int, reference: str, offset: int
+    ) -> None:
+        """Remember `offset` for a consumer `reference` on one partition of a stream."""
+        validate_name(reference, "consumer reference")
+        _validate_int(partition, "partition", 0, MAX_PARTITIONS - 1)
+        _validate_int(offset, "offset", 0, MAX_OFFSET)
+        with self._lock:
+            stored = self._offsets_db.execute(
+                _STORE_OFFSET, (namespace, stream, partition, reference, offset)
+            ).rowcount
+        if not stored:
+            self._raise_missing_partition(namespace, stream, partition)
+
+    def _raise_missing_partition(self, namespace: str, stream: str, partition: int) -> None:
+        record = self.get_stream(namespace, stream)
+        if record is None:
+            raise NotFound(f"stream '{stream}' not found in namespace '{namespace}'")
+        raise NotFound(
+            f"partition {partition} not found in stream '{stream}' of namespace"
+            f" '{namespace}', which has {record.partitions}"
+        )
+
+    def get_offset(self, namespace: str, stream: str, partition: int, reference: str) -> int | None:
+        with self._lock:
+            row = self._offsets_db.execute(
+                "SELECT stored_offset FROM offsets"
+                " WHERE namespace = ? AND stream = ? AND partition = ? AND reference = ?",
+                (namespace, stream, partition, reference),
+            ).fetchone()
+        return row[0] if row else None
+
+    def list_offsets(self, namespace: str, stream: str) -> dict[tuple[int, str], int]:
+        """Every stored offset of a stream, keyed by (partition, reference)."""
+        with self._lock:
+            rows = self._offsets_db.execute(
+                "SELECT partition, reference, stored_offset FROM offsets"
+                " WHERE namespace = ? AND stream = ?",
+                (namespace, stream),
+            ).fetchall()
+        return {(partition, reference): offset for partition, reference, offset in rows}

@@ -1,0 +1,111 @@
+"""The broker core: the protocol-neutral model every protocol adapter calls.
+
+It owns the catalog, the users and permissions, and the streams of every
+namespace; adapters never touch files. Its lifecycle is `open` then `close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from mainstem.broker.active_consumers import ActiveConsumers
+from mainstem.broker.auth import Auth, User
+from mainstem.broker.catalog import Catalog, NamespaceRecord
+from mainstem.broker.settings import CoreSettings
+from mainstem.broker.streams import StreamStore
+
+log = logging.getLogger("mainstem.broker")
+
+
+class BrokerCore:
+    def __init__(self, data_dir: Path, settings: CoreSettings, catalog: Catalog) -> None:
+        self.data_dir = data_dir
+        self.settings = settings
+        self.catalog = catalog
+        self.auth = Auth(catalog, settings)
+        self.streams = StreamStore(
+            data_dir / "streams", catalog, settings.durability, settings.retention
+        )
+        self.active_consumers = ActiveConsumers()
+        self._retention_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, data_dir: Path, settings: CoreSettings) -> BrokerCore:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        catalog = Catalog.open(data_dir / "catalog.sqlite")
+        try:
+            core = cls(data_dir, settings, catalog)
+            core.streams.open_all()
+        except BaseException:
+            catalog.close()
+            raise
+        core._retention_task = asyncio.get_running_loop().create_task(core._retention_loop())
+        return core
+
+    async def close(self) -> None:
+        """Finish in-flight appends, fsync every partition, close all files."""
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention_task
+        await self.streams.close()
+        self.catalog.close()
+
+    # -- authentication ------------------------------------------------------
+
+    async def login(self, username: str, password: str, peer_host: str | None) -> User:
+        """Check credentials off the event loop: a cache miss costs a slow KDF, and a
+        storm of wrong passwords must not stall every other connection."""
+        return await asyncio.to_thread(self.auth.authenticate, username, password, peer_host)
+
+    # -- namespaces ----------------------------------------------------------
+
+    def add_namespace(self, name: str) -> NamespaceRecord:
+        return self.catalog.add_namespace(name)
+
+    async def delete_namespace(self, name: str) -> None:
+        """Delete a namespace with its streams, permissions and offsets."""
+        if self.catalog.get_namespace(name) is None:
+            self.catalog.delete_namespace(name)  # raises the catalog's NotFound
+        await self.streams.delete_namespace(name)
+        self.catalog.delete_namespace(name)
+
+    def open_namespace(self, user: User, namespace: str) -> None:
+        """Raise unless `user` may connect to `namespace` (a RabbitMQ vhost)."""
+        self.auth.check_namespace_access(user, namespace)
+
+    # -- consumer offsets ----------------------------------------------------
+
+    def store_offset(
+        self, namespace: str, stream: str, partition: int, reference: str, offset: int
+    ) -> None:
+        self.catalog.store_offset(namespace, stream, partition, reference, offset)
+
+    def query_offset(
+        self, namespace: str, stream: str, partition: int, reference: str
+    ) -> int | None:
+        self.streams.get(namespace, stream)  # NotFound for a missing stream
+        return self.catalog.get_offset(namespace, stream, partition, reference)
+
+    # -- publisher sequences (deduplication) ---------------------------------
+
+    def publisher_sequence(
+        self, namespace: str, stream: str, reference: str, partition: int = 0
+    ) -> int | None:
+        """The last publishing id stored for a named publisher, None when unknown.
+        It lives in the partition's chunk trailers, written atomically with the data."""
+        return self.streams.partition(namespace, stream, partition).sequences.get(reference)
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.retention_check_interval_s)
+            try:
+                deleted = self.streams.apply_retention()
+            except OSError:
+                log.exception("retention pass failed")
+                continue
+            if deleted:
+                log.info("retention deleted %d segments", deleted)

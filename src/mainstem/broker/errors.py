@@ -1,0 +1,35 @@
+"""Errors of the broker core; each protocol adapter maps them to its own codes."""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Base of every error the broker reports; the message is meant for the client."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(BrokerError):
+    """A namespace, stream, user, permission or offset does not exist."""
+
+
+class AlreadyExists(BrokerError):
+    """Creating something whose name is taken."""
+
+
+class AccessRefused(BrokerError):
+    """An authenticated user lacks the permission for an operation."""
+
+
+class AuthenticationFailed(BrokerError):
+    """Unknown user, wrong password, or a login from a refused address."""
+
+
+class PreconditionFailed(BrokerError):
+    """The request is well formed but conflicts with the current state."""
+
+
+class InvalidArgument(BrokerError):
+    """A malformed name, number or pattern."""

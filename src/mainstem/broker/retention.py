@@ -1,0 +1,57 @@
+"""Retention settings from RabbitMQ-style stream arguments and age strings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from mainstem.broker.errors import InvalidArgument
+from mainstem.log.policy import RetentionPolicy
+
+MAX_LENGTH_BYTES = "x-max-length-bytes"
+MAX_AGE = "x-max-age"
+MAX_SEGMENT_SIZE_BYTES = "x-stream-max-segment-size-bytes"
+RETENTION_ARGUMENTS = (MAX_LENGTH_BYTES, MAX_AGE, MAX_SEGMENT_SIZE_BYTES)
+
+# RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
+_AGE_UNITS_S = {"Y": 365 * 86_400, "M": 30 * 86_400, "D": 86_400, "h": 3_600, "m": 60, "s": 1}
+_AGE = re.compile(r"(\d+)([YMDhms])")
+
+
+def parse_age_ms(value: str | int | float) -> int:
+    """An age such as "7D", "12h", "30m" or "10s" (or a number of seconds) in ms."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0:
+            raise InvalidArgument(f"age must not be negative: {value}")
+        return int(value * 1000)
+    match = _AGE.fullmatch(str(value).strip())
+    if match is None:
+        if str(value).strip().isdigit():
+            return int(str(value).strip()) * 1000
+        raise InvalidArgument(
+            f"invalid age {value!r}: use a whole number and a unit of Y, M, D, h, m or s"
+        )
+    return int(match[1]) * _AGE_UNITS_S[match[2]] * 1000
+
+
+def _positive_int(arguments: Mapping[str, Any], key: str) -> int:
+    value = arguments[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgument(f"{key} must be a positive integer, not {value!r}")
+    return value
+
+
+def retention_from_arguments(
+    arguments: Mapping[str, Any], defaults: RetentionPolicy
+) -> RetentionPolicy:
+    """The defaults overridden by whichever retention arguments a stream was declared with."""
+    policy = defaults
+    if MAX_LENGTH_BYTES in arguments:
+        policy = replace(policy, max_bytes=_positive_int(arguments, MAX_LENGTH_BYTES))
+    if MAX_AGE in arguments:
+        policy = replace(policy, max_age_ms=parse_age_ms(arguments[MAX_AGE]))
+    if MAX_SEGMENT_SIZE_BYTES in arguments:
+        policy = replace(policy, max_segment_bytes=_positive_int(arguments, MAX_SEGMENT_SIZE_BYTES))
+    return policy

@@ -1,0 +1,21 @@
+"""Settings of the broker core, filled in by the server from its configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSettings:
+    durability: DurabilityPolicy = field(default_factory=DurabilityPolicy)
+    # Defaults for streams declared without their own retention arguments.
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    # Created with full permissions on "/" when the catalog has no users yet.
+    bootstrap_user: str = "guest"
+    bootstrap_password: str = "guest"
+    # Users that may only connect from a loopback address, as RabbitMQ's loopback_users.
+    loopback_users: tuple[str, ...] = ("guest",)
+    # How often retention runs over every partition, besides on segment roll.
+    retention_check_interval_s: float = 60.0

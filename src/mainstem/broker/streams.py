@@ -1,0 +1,256 @@
+"""The streams of every namespace, each open as partitions of the log engine.
+
+The catalog says which streams exist; this store opens their partitions under
+`<data>/streams/<namespace>/<stream>/<partition>` and keeps them open, so a
+stream written by one protocol is read by every other through the same objects.
+
+A stream of N > 1 partitions is what RabbitMQ calls a super stream: each
+partition also answers to a name of its own (`<stream>-<i>` unless the stream
+was created with explicit names) and has a binding key for routing. Stream
+names and partition names share one name space per namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from mainstem.broker.catalog import Catalog, StreamRecord
+from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
+from mainstem.broker.retention import retention_from_arguments
+from mainstem.log.partition import Partition
+from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
+
+_MAX_DIR_NAME = 120
+_TRASH = ".deleted"
+# Arguments recording a super stream's partition names and binding keys.
+PARTITION_NAMES = "x-partition-names"
+BINDING_KEYS = "x-binding-keys"
+
+DeletionWatcher = Callable[["Stream"], None]
+
+
+def directory_name(name: str) -> str:
+    """A file-system-safe, readable and unique directory name for any catalog name."""
+    quoted = quote(name, safe="-_").replace(".", "%2E")
+    if len(quoted) <= _MAX_DIR_NAME:
+        return quoted
+    digest = hashlib.sha256(name.encode()).hexdigest()[:24]
+    return f"{quoted[: _MAX_DIR_NAME - 25]}~{digest}"
+
+
+@dataclass(slots=True)
+class Stream:
+    record: StreamRecord
+    directory: Path
+    retention: RetentionPolicy
+    partitions: list[Partition]
+
+    @property
+    def namespace(self) -> str:
+        return self.record.namespace
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def partition_names(self) -> list[str]:
+        """The name each partition answers to: the stream's own for a single one."""
+        names = self.record.arguments.get(PARTITION_NAMES)
+        if names:
+            return list(names)
+        if len(self.partitions) == 1:
+            return [self.name]
+        return [f"{self.name}-{i}" for i in range(len(self.partitions))]
+
+    @property
+    def binding_keys(self) -> list[str]:
+        keys = self.record.arguments.get(BINDING_KEYS)
+        return list(keys) if keys else [str(i) for i in range(len(self.partitions))]
+
+
+class StreamStore:
+    def __init__(
+        self, root: Path, catalog: Catalog, durability: DurabilityPolicy, retention: RetentionPolicy
+    ) -> None:
+        self.root = root
+        self._catalog = catalog
+        self._durability = durability
+        self._default_retention = retention
+        self._open: dict[tuple[str, str], Stream] = {}
+        # (namespace, partition name) -> (stream, partition index), for super streams.
+        self._partition_names: dict[tuple[str, str], tuple[Stream, int]] = {}
+        self._watchers: set[DeletionWatcher] = set()
+
+    def open_all(self) -> None:
+        """Open every stream of the catalog and clear out leftovers of deletions."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.root / _TRASH, ignore_errors=True)
+        for record in self._catalog.list_streams():
+            self._open_stream(record)
+
+    async def close(self) -> None:
+        streams, self._open = list(self._open.values()), {}
+        for stream in streams:
+            for partition in stream.partitions:
+                await partition.aclose()
+
+    # -- lookups -------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> Stream:
+        stream = self._open.get((namespace, name))
+        if stream is None:
+            raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
+        return stream
+
+    def find(self, namespace: str, name: str) -> Stream | None:
+        return self._open.get((namespace, name))
+
+    def resolve(self, namespace: str, name: str) -> tuple[Stream, int]:
+        """The stream and partition a name denotes: a single-partition stream by its
+        own name, or one partition of a super stream by its partition name."""
+        found = self._partition_names.get((namespace, name))
+        if found is None:
+            raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
+        return found
+
+    def watch(self, watcher: DeletionWatcher) -> Callable[[], None]:
+        """Call `watcher` whenever a stream is deleted; returns the unwatch function."""
+        self._watchers.add(watcher)
+        return lambda: self._watchers.discard(watcher)
+
+    def partition(self, namespace: str, name: str, index: int = 0) -> Partition:
+        stream = self.get(namespace, name)
+        if not 0 <= index < len(stream.partitions):
+            raise NotFound(
+                f"stream '{name}' in namespace '{namespace}' has no partition "
+                f"{index} (it has {len(stream.partitions)})"
+            )
+        return stream.partitions[index]
+
+    def list(self, namespace: str | None = None) -> list[Stream]:
+        return [
+            stream
+            for (ns, _), stream in sorted(self._open.items())
+            if namespace is None or ns == namespace
+        ]
+
+    # -- changes -------------------------------------------------------------
+
+    def create(
+        self,
+        namespace: str,
+        name: str,
+        partitions: int = 1,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Stream:
+        """Create a stream; AlreadyExists if the name is taken (callers that
+        declare idempotently compare the existing stream's arguments)."""
+        arguments = dict(arguments or {})
+        retention_from_arguments(arguments, self._default_retention)  # validate first
+        self._check_names_free(namespace, name, partitions, arguments)
+        record = self._catalog.add_stream(namespace, name, partitions, arguments)
+        # A crash during an earlier delete of this name may have left its files.
+        self._discard(self._directory(record))
+        return self._open_stream(record)
+
+    def add_partitions(self, namespace: str, name: str, partitions: int) -> Stream:
+        """Grow a stream to `partitions` partitions (named `<stream>-<i>`)."""
+        stream = self.get(namespace, name)
+        if PARTITION_NAMES in stream.record.arguments:
+            raise InvalidArgument(f"stream '{name}' has named partitions and cannot grow")
+        for index in range(len(stream.partitions), partitions):
+            if (namespace, f"{name}-{index}") in self._partition_names:
+                raise AlreadyExists(f"a stream named '{name}-{index}' already exists")
+        self._forget_names(stream)
+        stream.record = self._catalog.set_partitions(namespace, name, partitions)
+        for index in range(len(stream.partitions), partitions):
+            stream.partitions.append(self._open_partition(stream, index))
+        self._remember_names(stream)
+        return stream
+
+    async def delete(self, namespace: str, name: str) -> None:
+        """Delete a stream's catalog entry, then its files. Readers waiting on it
+        are woken with PartitionClosed."""
+        stream = self.get(namespace, name)
+        self._catalog.delete_stream(namespace, name)
+        del self._open[(namespace, name)]
+        self._forget_names(stream)
+        for watcher in list(self._watchers):
+            watcher(stream)
+        for partition in stream.partitions:
+            await partition.aclose()
+        trash = self._discard(stream.directory)
+        if trash is not None:
+            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
+
+    async def delete_namespace(self, namespace: str) -> None:
+        for stream in self.list(namespace):
+            await self.delete(namespace, stream.name)
+
+    def apply_retention(self) -> int:
+        """Run retention over every partition; return how many segments went."""
+        return sum(
+            partition.apply_retention()
+            for stream in self._open.values()
+            for partition in stream.partitions
+        )
+
+    def _discard(self, directory: Path) -> Path | None:
+        """Move a directory into the trash (emptied on open): a rename is atomic, so
+        no half-deleted stream is ever found under a name that can be reused."""
+        if not directory.exists():
+            return None
+        trash = self.root / _TRASH / uuid.uuid4().hex
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        directory.rename(trash)
+        return trash
+
+    def _directory(self, record: StreamRecord) -> Path:
+        return self.root / directory_name(record.namespace) / directory_name(record.name)
+
+    def _open_stream(self, record: StreamRecord) -> Stream:
+        directory = self._directory(record)
+        retention = retention_from_arguments(record.arguments, self._default_retention)
+        stream = Stream(record, directory, retention, [])
+        stream.partitions = [self._open_partition(stream, i) for i in range(record.partitions)]
+        self._open[(record.namespace, record.name)] = stream
+        self._remember_names(stream)
+        return stream
+
+    def _check_names_free(self, namespace: str, name: str, partitions: int,
+                          arguments: Mapping[str, Any]) -> None:
+        names = arguments.get(PARTITION_NAMES)
+        keys = arguments.get(BINDING_KEYS)
+        for given, what in ((names, "partition names"), (keys, "binding keys")):
+            if given is not None and (len(given) != partitions or len(set(given)) != partitions):
+                raise InvalidArgument(f"{what} must be {partitions} distinct names")
+        if partitions == 1 and not names:
+            wanted = [name]
+        else:
+            wanted = [name, *(names or (f"{name}-{i}" for i in range(partitions)))]
+        for wanted_name in wanted:
+            if (namespace, wanted_name) in self._partition_names:
+                raise AlreadyExists(
+                    f"stream '{wanted_name}' already exists in namespace '{namespace}'")
+
+    def _remember_names(self, stream: Stream) -> None:
+        for index, partition_name in enumerate(stream.partition_names):
+            self._partition_names[(stream.namespace, partition_name)] = (stream, index)
+
+    def _forget_names(self, stream: Stream) -> None:
+        for partition_name in stream.partition_names:
+            self._partition_names.pop((stream.namespace, partition_name), None)
+
+    def _open_partition(self, stream: Stream, index: int) -> Partition:
+        return Partition.open(
+            stream.directory / str(index), durability=self._durability, retention=stream.retention
+        )

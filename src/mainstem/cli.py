@@ -1,0 +1,72 @@
+"""The `mainstem` command: `mainstem serve [flags]` runs the broker until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from mainstem import __version__
+from mainstem.config import ConfigError, add_config_arguments, load_config
+from mainstem.logs import configure_logging
+from mainstem.server import Broker, DataDirLocked, ListenerBindError
+
+# Exit codes: 0 after a clean shutdown, 2 when the server cannot start.
+EXIT_OK = 0
+EXIT_CANNOT_START = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mainstem", description="A persistent message streaming broker."
+    )
+    parser.add_argument("--version", action="version", version=f"mainstem {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="run the broker",
+        description="Run the broker until SIGTERM or SIGINT. Precedence: defaults < TOML file"
+        " < MAINSTEM_* environment variables < these flags.",
+    )
+    add_config_arguments(serve)
+    serve.set_defaults(run=_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_CANNOT_START
+    return args.run(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args)
+    except ConfigError as exc:
+        return _fail(exc)
+    configure_logging(config.log.level, config.log.format)
+    try:
+        _run(Broker(config=config).serve_forever())
+    except (DataDirLocked, ListenerBindError) as exc:
+        return _fail(exc)
+    return EXIT_OK
+
+
+def _fail(error: Exception) -> int:
+    print(f"mainstem: {error}", file=sys.stderr)
+    return EXIT_CANNOT_START
+
+
+def _run(main_coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop when it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main_coroutine)
+    else:
+        uvloop.run(main_coroutine)

@@ -1,0 +1,464 @@
+"""Server configuration: defaults < TOML file < environment variables < command-line flags.
+
+Every source is flattened to dotted keys ("storage.fsync", "listeners.stream.port") that
+remember where each value came from, merged in precedence order, then validated once, so
+an error always names the key and its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.retention import parse_age_ms
+from mainstem.broker.settings import CoreSettings
+from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
+from mainstem.protocols import all_protocols
+from mainstem.protocols.base import ConnectionLimits, ProtocolSpec
+
+# All interfaces, as RabbitMQ does; an embedded Broker binds 127.0.0.1 instead.
+DEFAULT_HOST = "0.0.0.0"
+UNLIMITED = "unlimited"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("json", "text")
+MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit its handshake
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the key and where it came from."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    host: str = DEFAULT_HOST
+    port: int = 0
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    fsync: FsyncMode = FsyncMode.BATCH
+    fsync_interval_ms: int = 200  # only used by FsyncMode.INTERVAL
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """Defaults for streams declared without their own retention; None means unlimited."""
+
+    max_bytes: int | None = None
+    max_age_ms: int | None = None
+    max_segment_bytes: int = 500_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    loopback_users: tuple[str, ...] = ("guest",)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: str = "info"
+    format: str = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    data_dir: Path = Path("data")
+    listeners: Mapping[str, ListenerConfig] = field(default_factory=dict)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    # The [limits] section, kept flat so that limits() can build the handlers' view.
+    max_frame_size: int = 1_048_576
+    heartbeat_s: int = 60
+
+    @classmethod
+    def defaults(
+        cls,
+        protocols: Sequence[ProtocolSpec] | None = None,
+        *,
+        data_dir: Path | str = Path("data"),
+        host: str = DEFAULT_HOST,
+        port: int | None = None,
+    ) -> ServerConfig:
+        """Every protocol listening on `host`, on its default port unless `port` (0: ephemeral)."""
+        specs = all_protocols() if protocols is None else protocols
+        listeners = {
+            spec.name: ListenerConfig(host, spec.default_port if port is None else port)
+            for spec in specs
+        }
+        return cls(data_dir=Path(data_dir), listeners=listeners)
+
+    def listener(self, spec: ProtocolSpec) -> ListenerConfig:
+        """This protocol's listener; one missing from the configuration gets its default port."""
+        return self.listeners.get(spec.name) or ListenerConfig(port=spec.default_port)
+
+    def core_settings(self) -> CoreSettings:
+        return CoreSettings(
+            durability=DurabilityPolicy(self.storage.fsync, self.storage.fsync_interval_ms),
+            retention=RetentionPolicy(
+                max_bytes=self.retention.max_bytes,
+                max_age_ms=self.retention.max_age_ms,
+                max_segment_bytes=self.retention.max_segment_bytes,
+            ),
+            bootstrap_user=self.auth.default_user,
+            bootstrap_password=self.auth.default_pass,
+            loopback_users=self.auth.loopback_users,
+        )
+
+    def limits(self) -> ConnectionLimits:
+        return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s)
+
+
+# --- value parsers: accept TOML's typed values and the strings of env vars and flags ---
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"(\d+)\s*([a-zA-Z]*)")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def parse_age(value: object) -> int | None:
+    """A retention age in milliseconds, written as streams' x-max-age is.
+
+    7D, 12h, 30m, 10s, 1Y, 2M (M is months, m minutes) or plain seconds; "unlimited" gives
+    None.
+    """
+    if value == UNLIMITED:
+        return None
+    if not isinstance(value, int | str) or isinstance(value, bool):
+        raise ValueError("expected a number of seconds or a string such as 7D")
+    try:
+        age_ms = parse_age_ms(value)
+    except InvalidArgument as exc:
+        raise ValueError(str(exc)) from None
+    if age_ms <= 0:
+        raise ValueError(f"must be positive (use {UNLIMITED!r} for no limit)")
+    return age_ms
+
+
+def parse_size(value: object) -> int:
+    """A byte count: 1048576, "1MiB", "500MB", "2GiB"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        match = _SIZE.fullmatch(str(value).strip())
+        unit = match[2].lower() if match else None
+        if unit not in _SIZE_UNITS:
+            raise ValueError("expected bytes with an optional unit kB, MB, GB, TB, KiB, MiB, GiB")
+        size = int(match[1]) * _SIZE_UNITS[unit]
+    if size <= 0:
+        raise ValueError("must be positive")
+    return size
+
+
+def _optional_size(value: object) -> int | None:
+    return None if value == UNLIMITED else parse_size(value)
+
+
+def _frame_size(value: object) -> int:
+    size = parse_size(value)
+    if size < MIN_FRAME_SIZE:
+        raise ValueError(f"must be at least {MIN_FRAME_SIZE}")
+    return size
+
+
+def _int_at_least(minimum: int) -> Callable[[object], int]:
+    def parse(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError("expected an integer")
+        number = int(value)
+        if number < minimum:
+            raise ValueError(f"must be at least {minimum}")
+        return number
+
+    return parse
+
+
+def _port(value: object) -> int:
+    port = _int_at_least(0)(value)
+    if port > 65535:
+        raise ValueError("must be at most 65535")
+    return port
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in _TRUE | _FALSE:
+        raise ValueError("expected true or false")
+    return text in _TRUE
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("expected a non-empty string")
+    return value
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """A TOML list of strings, or a comma-separated string from env/flags."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError("expected a list of names")
+    return tuple(name.strip() for name in items if name.strip())
+
+
+def _choice(choices: Sequence[str]) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _fsync_mode(value: object) -> FsyncMode:
+    return FsyncMode(_choice([mode.value for mode in FsyncMode])(value))
+
+
+_SETTINGS: dict[str, Callable[[object], object]] = {
+    "data_dir": lambda value: Path(_text(value)),
+    "host": _text,
+    "storage.fsync": _fsync_mode,
+    "storage.fsync_interval_ms": _int_at_least(1),
+    "retention.max_bytes": _optional_size,
+    "retention.max_age": parse_age,
+    "retention.max_segment_bytes": parse_size,
+    "limits.max_frame_size": _frame_size,
+    "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
+    "auth.default_user": _text,
+    "auth.default_pass": _text,
+    "auth.loopback_users": _names,
+    "log.level": _choice(LOG_LEVELS),
+    "log.format": _choice(LOG_FORMATS),
+}
+_LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
+    "host": _text,
+    "port": _port,
+    "enabled": _bool,
+}
+
+_ENV_VARS = {
+    "MAINSTEM_DATA_DIR": "data_dir",
+    "MAINSTEM_HOST": "host",
+    "MAINSTEM_FSYNC": "storage.fsync",
+    "MAINSTEM_FSYNC_INTERVAL_MS": "storage.fsync_interval_ms",
+    "MAINSTEM_RETENTION_MAX_BYTES": "retention.max_bytes",
+    "MAINSTEM_RETENTION_MAX_AGE": "retention.max_age",
+    "MAINSTEM_RETENTION_MAX_SEGMENT_BYTES": "retention.max_segment_bytes",
+    "MAINSTEM_MAX_FRAME_SIZE": "limits.max_frame_size",
+    "MAINSTEM_HEARTBEAT": "limits.heartbeat",
+    "MAINSTEM_DEFAULT_USER": "auth.default_user",
+    "MAINSTEM_DEFAULT_PASS": "auth.default_pass",
+    "MAINSTEM_LOOPBACK_USERS": "auth.loopback_users",
+    "MAINSTEM_LOG_LEVEL": "log.level",
+    "MAINSTEM_LOG_FORMAT": "log.format",
+}
+_LISTENER_ENV_VAR = re.compile(r"MAINSTEM_(\w+)_(HOST|PORT|ENABLED)")
+
+# (flag, key, metavar, help); --listener and --disable are handled separately.
+_FLAGS = (
+    ("--data-dir", "data_dir", "DIR", "where streams and the catalog live (default: ./data)"),
+    ("--host", "host", "HOST", f"bind address of every listener (default: {DEFAULT_HOST})"),
+    ("--fsync", "storage.fsync", "MODE", "batch | interval | never (default: batch)"),
+    ("--fsync-interval-ms", "storage.fsync_interval_ms", "MS", "period of --fsync interval"),
+    ("--retention-max-bytes", "retention.max_bytes", "SIZE", "default per-stream size limit"),
+    ("--retention-max-age", "retention.max_age", "AGE", "default per-stream age limit: 7D, 12h"),
+    ("--retention-max-segment-bytes", "retention.max_segment_bytes", "SIZE", "segment roll size"),
+    ("--max-frame-size", "limits.max_frame_size", "SIZE", "largest frame a client may send"),
+    ("--heartbeat", "limits.heartbeat", "SECONDS", "heartbeat proposed to clients (0: off)"),
+    ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
+    ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
+    ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
+    ("--log-level", "log.level", "LEVEL", "debug | info | warning | error"),
+    ("--log-format", "log.format", "FORMAT", "json (one object per line) | text (key=value)"),
+)
+
+# dotted key -> (raw value, where it came from)
+_Layer = dict[str, tuple[object, str]]
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The configuration flags of `mainstem serve`."""
+    parser.add_argument("--config", metavar="PATH", help="TOML file (default: $MAINSTEM_CONFIG)")
+    for flag, _key, metavar, help_text in _FLAGS:
+        parser.add_argument(flag, metavar=metavar, help=help_text)
+    parser.add_argument(
+        "--listener", action="append", default=[], metavar="NAME=[HOST:]PORT",
+        help="enable listener NAME on HOST:PORT (port 0: ephemeral); repeatable",
+    )
+    parser.add_argument(
+        "--disable", action="append", default=[], metavar="NAME", help="disable a listener"
+    )
+
+
+def load_config(
+    args: argparse.Namespace | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    protocols: Sequence[ProtocolSpec] | None = None,
+) -> ServerConfig:
+    """Merge defaults, the TOML file, the environment (default os.environ) and parsed flags."""
+    environ = os.environ if environ is None else environ
+    specs = all_protocols() if protocols is None else protocols
+    names = [spec.name for spec in specs]
+    config_path = getattr(args, "config", None) or environ.get("MAINSTEM_CONFIG")
+    merged: _Layer = {}
+    if config_path:
+        merged.update(_toml_layer(Path(config_path), names))
+    merged.update(_env_layer(environ, names))
+    if args is not None:
+        merged.update(_flag_layer(args, names))
+    return _build(merged, specs)
+
+
+def _toml_layer(path: Path, names: Sequence[str]) -> _Layer:
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML in {path}: {exc}") from None
+    layer: _Layer = {}
+    for key, value in _flatten(document):
+        _check_known(key, names, origin=str(path))
+        layer[key] = (value, str(path))
+    return layer
+
+
+def _flatten(table: Mapping[str, object], prefix: str = "") -> list[tuple[str, object]]:
+    items: list[tuple[str, object]] = []
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict):
+            items.extend(_flatten(value, f"{key}."))
+        else:
+            items.append((key, value))
+    return items
+
+
+def _check_known(key: str, names: Sequence[str], origin: str) -> None:
+    if key in _SETTINGS:
+        return
+    section, _, rest = key.partition(".")
+    if section == "listeners":
+        name, _, setting = rest.partition(".")
+        if name not in names:
+            raise ConfigError(f"{origin}: unknown listener {name!r} in {key!r}{_known(names)}")
+        if setting in _LISTENER_SETTINGS:
+            return
+    raise ConfigError(f"{origin}: unknown key {key!r}")
+
+
+def _known(names: Sequence[str]) -> str:
+    return f" (known: {', '.join(names)})" if names else " (no protocol is implemented yet)"
+
+
+def _env_layer(environ: Mapping[str, str], names: Sequence[str]) -> _Layer:
+    by_env_name = {_env_token(name): name for name in names}
+    layer: _Layer = {}
+    for var, value in environ.items():
+        if not value:
+            continue  # an empty variable counts as unset, as container tooling often sets them
+        if var in _ENV_VARS:
+            layer[_ENV_VARS[var]] = (value, var)
+        elif match := _LISTENER_ENV_VAR.fullmatch(var):
+            name = by_env_name.get(match[1])
+            if name is None:
+                raise ConfigError(f"{var}: unknown listener {match[1].lower()!r}{_known(names)}")
+            layer[f"listeners.{name}.{match[2].lower()}"] = (value, var)
+    return layer
+
+
+def _env_token(listener_name: str) -> str:
+    return re.sub(r"\W", "_", listener_name).upper()
+
+
+def _flag_layer(args: argparse.Namespace, names: Sequence[str]) -> _Layer:
+    layer: _Layer = {}
+    for flag, key, _metavar, _help in _FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None:
+            layer[key] = (value, flag)
+    for spec in getattr(args, "listener", []):
+        layer.update(_listener_flag(spec, names))
+    for name in getattr(args, "disable", []):
+        _check_listener_name(name, names, "--disable")
+        layer[f"listeners.{name}.enabled"] = (False, "--disable")
+    return layer
+
+
+def _listener_flag(spec: str, names: Sequence[str]) -> _Layer:
+    """NAME=HOST:PORT or NAME=PORT; an IPv6 host goes in brackets: NAME=[::1]:5552."""
+    name, equals, address = spec.partition("=")
+    if not equals:
+        raise ConfigError(f"--listener {spec!r}: expected NAME=[HOST:]PORT")
+    _check_listener_name(name, names, "--listener")
+    host, _, port = address.rpartition(":")
+    layer: _Layer = {
+        f"listeners.{name}.port": (port, "--listener"),
+        f"listeners.{name}.enabled": (True, "--listener"),
+    }
+    if host:
+        layer[f"listeners.{name}.host"] = (host.strip("[]"), "--listener")
+    return layer
+
+
+def _check_listener_name(name: str, names: Sequence[str], origin: str) -> None:
+    if name not in names:
+        raise ConfigError(f"{origin}: unknown listener {name!r}{_known(names)}")
+
+
+def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
+    values = {key: _parse(key, raw, origin) for key, (raw, origin) in layer.items()}
+    default = ServerConfig()
+    host = values.get("host", DEFAULT_HOST)
+    listeners = {
+        spec.name: ListenerConfig(
+            host=values.get(f"listeners.{spec.name}.host", host),
+            port=values.get(f"listeners.{spec.name}.port", spec.default_port),
+            enabled=values.get(f"listeners.{spec.name}.enabled", True),
+        )
+        for spec in specs
+    }
+
+    def section(cls: type, prefix: str, **renamed: str) -> object:
+        fields = {renamed.get(key, key): value for key, value in _section(values, prefix).items()}
+        return cls(**fields)
+
+    return ServerConfig(
+        data_dir=values.get("data_dir", default.data_dir),
+        listeners=listeners,
+        storage=section(StorageConfig, "storage"),
+        retention=section(RetentionConfig, "retention", max_age="max_age_ms"),
+        auth=section(AuthConfig, "auth"),
+        log=section(LogConfig, "log"),
+        max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
+        heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
+    )
+
+
+def _section(values: Mapping[str, object], prefix: str) -> dict[str, object]:
+    start = f"{prefix}."
+    return {key[len(start):]: value for key, value in values.items() if key.startswith(start)}
+
+
+def _parse(key: str, raw: object, origin: str) -> object:
+    parser = _SETTINGS.get(key) or _LISTENER_SETTINGS[key.rpartition(".")[2]]
+    try:
+        return parser(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: invalid value {raw!r} for {key}: {exc}") from None

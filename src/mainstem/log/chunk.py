@@ -1,0 +1,294 @@
+"""The Osiris chunk: a batch of records behind one 48-byte header.
+
+The layout is the one the RabbitMQ Stream protocol's Deliver frame carries, so
+a chunk can go from the segment file to a stream consumer's socket unchanged:
+
+    magic/version u8 (0x50) | chunk type u8 | entries u16 | records u32 |
+    timestamp i64 (ms) | epoch u64 | chunk id u64 (= first offset) |
+    CRC-32 of the data i32 | data length u32 | trailer length u32 |
+    bloom filter size u8 | 3 reserved bytes
+    then: bloom filter, data entries, trailer entries.
+
+Data entries are either simple (top bit 0, 31-bit length, body) or sub-batches
+(top bit 1, 3-bit compression, 4 reserved bits, records u16, uncompressed
+length u32, length u32, body) holding several records, stored opaquely.
+The trailer carries tracking entries; mainstem keeps publisher sequences there
+so that deduplication state is written atomically with the data it covers.
+Every chunk's trailer ends with a CRC-32 of the header and the tracking
+entries, because the header's CRC covers only the data: a damaged timestamp or
+record count must be caught too. The trailer never goes on the wire.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from isal.isal_zlib import crc32
+
+MAGIC_VERSION = 0x50
+HEADER = struct.Struct(">BBHIqQQiIIB3x")
+HEADER_SIZE = HEADER.size  # 48
+assert HEADER_SIZE == 48
+
+SIMPLE_ENTRY = struct.Struct(">I")
+SUB_BATCH_ENTRY = struct.Struct(">BHII")  # flags, records, uncompressed length, length
+SUB_BATCH_FLAG = 0x80
+MAX_ENTRY_LENGTH = 0x7FFF_FFFF
+
+TRACKING_ENTRY = struct.Struct(">BB")  # type, id size
+TRACKING_SEQUENCE = 0
+SEQUENCE_VALUE = struct.Struct(">QQ")  # chunk id, sequence
+TRAILER_CRC = struct.Struct(">I")
+
+
+class ChunkType(enum.IntEnum):
+    USER = 0
+    TRACKING_DELTA = 1
+    TRACKING_SNAPSHOT = 2
+
+
+class CorruptChunk(Exception):
+    """A chunk failed validation: bad magic, impossible sizes or a CRC mismatch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkHeader:
+    chunk_type: int
+    num_entries: int
+    num_records: int
+    timestamp: int
+    epoch: int
+    chunk_id: int
+    crc: int
+    data_length: int
+    trailer_length: int
+    bloom_size: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole chunk occupies on disk."""
+        return HEADER_SIZE + self.bloom_size + self.data_length + self.trailer_length
+
+    @property
+    def next_offset(self) -> int:
+        return self.chunk_id + self.num_records
+
+    @property
+    def data_start(self) -> int:
+        """Position of the data entries relative to the start of the chunk."""
+        return HEADER_SIZE + self.bloom_size
+
+
+def parse_header(buf: bytes | memoryview) -> ChunkHeader:
+    """Decode and sanity-check a 48-byte header (the CRC is checked with the data)."""
+    if len(buf) < HEADER_SIZE:
+        raise CorruptChunk(f"short chunk header: {len(buf)} bytes")
+    fields = HEADER.unpack_from(buf)
+    if fields[0] != MAGIC_VERSION:
+        raise CorruptChunk(f"bad chunk magic 0x{fields[0]:02x}")
+    header = ChunkHeader(*fields[1:])
+    if header.chunk_type not in ChunkType.__members__.values():
+        raise CorruptChunk(f"unknown chunk type {header.chunk_type}")
+    if header.num_records < header.num_entries:
+        raise CorruptChunk("chunk has fewer records than entries")
+    return header
+
+
+def data_crc(data: bytes | memoryview) -> int:
+    """CRC-32 of the data section as the signed 32-bit integer the header stores."""
+    crc = crc32(data)
+    return crc - 0x1_0000_0000 if crc & 0x8000_0000 else crc
+
+
+def check_data(header: ChunkHeader, data: bytes | memoryview) -> None:
+    if len(data) != header.data_length:
+        raise CorruptChunk(f"chunk {header.chunk_id}: data is {len(data)} bytes, "
+                           f"header says {header.data_length}")
+    if data_crc(data) != header.crc:
+        raise CorruptChunk(f"chunk {header.chunk_id}: CRC mismatch")
+
+
+def encode_simple_entries(records: Sequence[bytes | memoryview]) -> bytes:
+    """Data section of simple entries, one per record."""
+    pack = SIMPLE_ENTRY.pack
+    parts: list[bytes | memoryview] = []
+    append = parts.append
+    for record in records:
+        append(pack(len(record)))
+        append(record)
+    return b"".join(parts)
+
+
+def encode_header(
+    *,
+    chunk_id: int,
+    data: bytes | memoryview,
+    num_entries: int,
+    num_records: int,
+    timestamp: int,
+    epoch: int = 0,
+    chunk_type: int = ChunkType.USER,
+    trailer_length: int = 0,
+) -> bytes:
+    return HEADER.pack(
+        MAGIC_VERSION, chunk_type, num_entries, num_records, timestamp, epoch, chunk_id,
+        data_crc(data), len(data), trailer_length, 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One data entry: a record, or a sub-batch of `num_records` records."""
+
+    body: memoryview
+    num_records: int = 1
+    compression: int = 0
+    uncompressed_length: int = 0
+
+    @property
+    def is_sub_batch(self) -> bool:
+        return self.num_records != 1 or self.compression != 0 or self.uncompressed_length != 0
+
+
+def iter_entries(data: bytes | memoryview, num_entries: int) -> Iterator[Entry]:
+    """Walk the data section; raise CorruptChunk if it does not hold `num_entries`."""
+    view = memoryview(data)
+    pos = 0
+    end = len(view)
+    for _ in range(num_entries):
+        if pos + 4 > end:
+            raise CorruptChunk("data section ends inside an entry header")
+        first = view[pos]
+        if first & SUB_BATCH_FLAG:
+            if pos + SUB_BATCH_ENTRY.size > end:
+                raise CorruptChunk("data section ends inside a sub-batch header")
+            flags, records, uncompressed, length = SUB_BATCH_ENTRY.unpack_from(view, pos)
+            pos += SUB_BATCH_ENTRY.size
+            entry_body = view[pos:pos + length]
+            pos += length
+            entry = Entry(entry_body, records, (flags >> 4) & 0x7, uncompressed)
+        else:
+            (length,) = SIMPLE_ENTRY.unpack_from(view, pos)
+            pos += 4
+            entry = Entry(view[pos:pos + length])
+            pos += length
+        if pos > end:
+            raise CorruptChunk("entry runs past the data section")
+        yield entry
+    if pos != end:
+        raise CorruptChunk("data section has bytes after its last entry")
+
+
+def payload_size(data: bytes | memoryview, num_entries: int) -> int:
+    """Sum of entry body lengths: how far the chunk advances the partition's byte position."""
+    if num_entries == 0:
+        return 0
+    # Fast path: all-simple data carries exactly one 4-byte header per entry.
+    simple_total = len(data) - 4 * num_entries
+    if not _has_sub_batch(data, num_entries):
+        return simple_total
+    return sum(len(entry.body) for entry in iter_entries(data, num_entries))
+
+
+def _has_sub_batch(data: bytes | memoryview, num_entries: int) -> bool:
+    view = memoryview(data)
+    pos = 0
+    for _ in range(num_entries):
+        if view[pos] & SUB_BATCH_FLAG:
+            return True
+        pos += 4 + SIMPLE_ENTRY.unpack_from(view, pos)[0]
+    return False
+
+
+def encode_sequences(chunk_id: int, sequences: Mapping[str, int]) -> bytes:
+    """Tracking entries holding publisher sequences (writer -> last publishing id)."""
+    parts = []
+    for writer, sequence in sequences.items():
+        name = writer.encode()
+        parts.append(TRACKING_ENTRY.pack(TRACKING_SEQUENCE, len(name)))
+        parts.append(name)
+        parts.append(SEQUENCE_VALUE.pack(chunk_id, sequence))
+    return b"".join(parts)
+
+
+def seal_trailer(header: bytes, tracking: bytes) -> bytes:
+    """The trailer: tracking entries, then a CRC-32 of the header and those entries."""
+    return tracking + TRAILER_CRC.pack(crc32(tracking, crc32(header)))
+
+
+def open_trailer(header: bytes | memoryview, trailer: bytes | memoryview) -> memoryview:
+    """Check a trailer against its chunk's header; return its tracking entries."""
+    whole = memoryview(trailer)
+    if len(whole) < TRAILER_CRC.size:
+        raise CorruptChunk("trailer too short for its CRC")
+    tracking = whole[:-TRAILER_CRC.size]
+    (expected,) = TRAILER_CRC.unpack_from(whole, len(tracking))
+    if crc32(tracking, crc32(header[:HEADER_SIZE])) != expected:
+        raise CorruptChunk("header or trailer CRC mismatch")
+    return tracking
+
+
+def decode_sequences(tracking: bytes | memoryview) -> dict[str, int]:
+    view = memoryview(tracking)
+    sequences: dict[str, int] = {}
+    pos = 0
+    while pos < len(view):
+        if pos + TRACKING_ENTRY.size > len(view):
+            raise CorruptChunk("trailer ends inside a tracking entry")
+        kind, id_size = TRACKING_ENTRY.unpack_from(view, pos)
+        pos += TRACKING_ENTRY.size
+        if kind != TRACKING_SEQUENCE or pos + id_size + SEQUENCE_VALUE.size > len(view):
+            raise CorruptChunk(f"bad tracking entry of type {kind}")
+        writer = bytes(view[pos:pos + id_size]).decode()
+        pos += id_size
+        _, sequence = SEQUENCE_VALUE.unpack_from(view, pos)
+        pos += SEQUENCE_VALUE.size
+        sequences[writer] = sequence
+    return sequences
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A chunk read back from a segment, validated."""
+
+    header: ChunkHeader
+    data: memoryview
+    tracking: memoryview  # the trailer's tracking entries, CRC-checked
+
+    @property
+    def chunk_id(self) -> int:
+        return self.header.chunk_id
+
+    @property
+    def next_offset(self) -> int:
+        return self.header.next_offset
+
+    def entries(self) -> Iterator[Entry]:
+        return iter_entries(self.data, self.header.num_entries)
+
+    def records(self) -> Iterator[tuple[int, memoryview]]:
+        """(offset, body) of every simple record; a sub-batch yields its raw body
+        at its first offset (its records are opaque to the log)."""
+        view = self.data
+        unpack = SIMPLE_ENTRY.unpack_from
+        offset = self.header.chunk_id
+        pos = 0
+        for _ in range(self.header.num_entries):  # the hot loop of every non-stream reader
+            (length,) = unpack(view, pos)
+            if length & 0x8000_0000:
+                _, records, _, length = SUB_BATCH_ENTRY.unpack_from(view, pos)
+                pos += SUB_BATCH_ENTRY.size
+            else:
+                records = 1
+                pos += 4
+            yield offset, view[pos:pos + length]
+            pos += length
+            offset += records
+        if pos != len(view):
+            raise CorruptChunk(f"chunk {self.header.chunk_id}: entries do not fill its data")
+
+    def sequences(self) -> dict[str, int]:
+        return decode_sequences(self.tracking) if self.tracking else {}

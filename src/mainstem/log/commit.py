@@ -1,0 +1,97 @@
+"""Group commit: move a partition's durability point forward by its fsync policy.
+
+Marks are monotonically increasing integers (the partition uses its next
+offset). `written(mark)` says data up to `mark` is in the page cache;
+`wait(mark)` returns once the policy's durability point has reached it. Under
+the batch policy every write made while an fsync runs shares the next one, so
+concurrent appenders pay for one fsync per round, not one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from mainstem.log.policy import DurabilityPolicy, FsyncMode
+
+
+class GroupCommit:
+    def __init__(self, policy: DurabilityPolicy, sync: Callable[[], None],
+                 on_durable: Callable[[int], None], durable: int = 0) -> None:
+        self.policy = policy
+        self._sync = sync  # blocking: runs in a worker thread
+        self._on_durable = on_durable
+        self._written = durable
+        self._durable = durable
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def durable(self) -> int:
+        return self._durable
+
+    def written(self, mark: int) -> None:
+        self._written = mark
+        if self.policy.mode is FsyncMode.NEVER:
+            self._advance(mark)
+        elif self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def wait(self, mark: int) -> None:
+        if self._error is not None:
+            raise self._error
+        if mark <= self._durable:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((mark, future))
+        await future
+
+    def sync_now(self) -> None:
+        """Blocking flush of everything written, for close and synchronous callers."""
+        if self.policy.mode is not FsyncMode.NEVER:
+            self._sync()
+        self._advance(self._written)
+
+    async def drain(self) -> None:
+        """Wait for the running flush round, if any, to finish."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._durable < self._written:
+                if self.policy.mode is FsyncMode.INTERVAL:
+                    await asyncio.sleep(self.policy.interval_ms / 1000)
+                target = self._written
+                await loop.run_in_executor(None, self._sync)
+                self._advance(target)
+        except BaseException as error:  # a failed fsync must fail every waiter, not hang it
+            self._fail(error)
+            raise
+        finally:
+            self._task = None
+
+    def _advance(self, mark: int) -> None:
+        if mark <= self._durable:
+            return
+        self._durable = mark
+        self._on_durable(mark)
+        if not self._waiters:
+            return
+        still_waiting = []
+        for waiter_mark, future in self._waiters:
+            if waiter_mark <= mark:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still_waiting.append((waiter_mark, future))
+        self._waiters = still_waiting
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error if isinstance(error, Exception) else RuntimeError("flush cancelled")
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(self._error)
+        self._waiters = []

@@ -1,0 +1,127 @@
+"""Per-segment index: one record per chunk, kept in memory as arrays for bisection.
+
+The file is a cache of what the segment holds: it is not fsynced, and recovery
+rebuilds it from the segment whenever it is missing, short or ahead of the data.
+
+    header: b"MSIX" | version u32
+    record: chunk id u64 | timestamp i64 | file position u64 | byte position u64 |
+            records u32 | trailer length u32
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_HEADER = b"MSIX" + struct.pack(">I", 1)
+RECORD = struct.Struct(">QqQQII")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    chunk_id: int
+    timestamp: int
+    file_pos: int
+    byte_pos: int  # partition byte position of the chunk's first payload byte
+    num_records: int
+    trailer_length: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.chunk_id + self.num_records
+
+
+class SegmentIndex:
+    """Chunk positions of one segment, searchable by offset, timestamp and byte position."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.chunk_ids = array("Q")
+        self.timestamps = array("q")
+        self.file_positions = array("Q")
+        self.byte_positions = array("Q")
+        self.record_counts = array("I")
+        self.trailer_lengths = array("I")
+        self._fd = -1
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
+
+    @classmethod
+    def load(cls, path: Path) -> SegmentIndex:
+        """Read what the file holds; a bad header or partial last record is dropped."""
+        index = cls(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return index
+        if not raw.startswith(FILE_HEADER):
+            return index
+        body = memoryview(raw)[len(FILE_HEADER):]
+        whole = len(body) - len(body) % RECORD.size
+        for record in RECORD.iter_unpack(body[:whole]):
+            index._add(IndexEntry(*record))
+        return index
+
+    def open_for_append(self) -> None:
+        """Rewrite the file from memory, then keep it open for appends."""
+        tmp = self.path.with_suffix(".index.tmp")
+        with open(tmp, "wb") as out:
+            out.write(FILE_HEADER)
+            out.write(b"".join(RECORD.pack(*self._fields(i)) for i in range(len(self))))
+        os.replace(tmp, self.path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def append(self, entry: IndexEntry) -> None:
+        self._add(entry)
+        if self._fd >= 0:
+            os.write(self._fd, RECORD.pack(*self._fields(len(self) - 1)))
+
+    def truncate(self, count: int) -> None:
+        """Keep the first `count` entries (the file is rewritten on open_for_append)."""
+        for column in self._columns():
+            del column[count:]
+
+    def entry(self, i: int) -> IndexEntry:
+        return IndexEntry(*self._fields(i))
+
+    def last(self) -> IndexEntry | None:
+        return self.entry(len(self) - 1) if len(self) else None
+
+    def find_offset(self, offset: int) -> int:
+        """Index of the chunk holding `offset` (-1 when it precedes the segment)."""
+        return bisect_right(self.chunk_ids, offset) - 1
+
+    def find_timestamp(self, timestamp: int) -> int:
+        """Index of the first chunk at or after `timestamp` (len when none)."""
+        return bisect_left(self.timestamps, timestamp)
+
+    def find_byte(self, byte_pos: int) -> int:
+        """Index of the chunk whose payload holds byte `byte_pos` (-1 when before)."""
+        return bisect_right(self.byte_positions, byte_pos) - 1
+
+    def _fields(self, i: int) -> tuple[int, int, int, int, int, int]:
+        return (self.chunk_ids[i], self.timestamps[i], self.file_positions[i],
+                self.byte_positions[i], self.record_counts[i], self.trailer_lengths[i])
+
+    def _columns(self) -> tuple[array, ...]:
+        return (self.chunk_ids, self.timestamps, self.file_positions, self.byte_positions,
+                self.record_counts, self.trailer_lengths)
+
+    def _add(self, entry: IndexEntry) -> None:
+        for column, value in zip(self._columns(), entry_fields(entry), strict=True):
+            column.append(value)
+
+
+def entry_fields(entry: IndexEntry) -> tuple[int, int, int, int, int, int]:
+    return (entry.chunk_id, entry.timestamp, entry.file_pos, entry.byte_pos,
+            entry.num_records, entry.trailer_length)

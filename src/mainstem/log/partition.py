@@ -1,0 +1,474 @@
+"""A partition: one ordered log of records, stored as a run of segment files.
+
+Offsets count records from 0. A record becomes visible to readers once its
+chunk reaches the durability point (`committed_offset`), so nothing a reader
+sees can vanish in a crash. Besides offsets, every payload byte has a position
+in the partition's byte stream, for protocols that address data by bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mainstem.log.chunk import (
+    HEADER_SIZE,
+    TRAILER_CRC,
+    Chunk,
+    ChunkType,
+    encode_header,
+    encode_sequences,
+    encode_simple_entries,
+    payload_size,
+    seal_trailer,
+)
+from mainstem.log.commit import GroupCommit
+from mainstem.log.index import IndexEntry
+from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
+from mainstem.log.segment import SEGMENT_SUFFIX, Segment
+
+MAX_WRITERS = 4096  # publisher sequences kept per partition; the oldest go first
+
+
+class PartitionClosed(Exception):
+    """The partition was closed while a caller waited on it."""
+
+
+class DataRemoved(Exception):
+    """The requested position was deleted by retention or truncation."""
+
+    def __init__(self, message: str, first_available: int) -> None:
+        super().__init__(message)
+        self.first_available = first_available
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    chunk_id: int  # offset of the chunk's first record
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkLocation:
+    """Where a committed chunk lies on disk, for sending it without reading it.
+
+    `send_size` covers the 48-byte header and the data entries, the part the
+    stream protocol's Deliver carries (the trailer is left out).
+    """
+
+    segment: Segment  # holds the file descriptor open while the caller sends
+    file_pos: int
+    send_size: int
+    chunk_id: int
+    next_offset: int
+
+
+@dataclass(slots=True)
+class _Committed:
+    offset: int = 0  # every record below it is durable and visible
+    chunk_id: int = -1  # first offset of the last visible chunk, -1 when none
+    byte: int = 0
+
+
+class Partition:
+    def __init__(self, directory: Path, segments: list[Segment], durability: DurabilityPolicy,
+                 retention: RetentionPolicy, epoch: int) -> None:
+        self.directory = directory
+        self.retention = retention
+        self.epoch = epoch
+        self._segments = segments
+        self._segment_starts = [s.first_chunk_id for s in segments]
+        active = segments[-1]
+        self.next_offset = active.next_offset
+        self.next_byte = active.next_byte
+        self._last_chunk_id, self._last_timestamp = _last_chunk_of(segments)
+        self.sequences = _recover_sequences(segments)
+        self._snapshot_due = True  # the next chunk restates every sequence
+        self._pending: deque[tuple[int, int, int]] = deque()  # next offset, chunk id, next byte
+        self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
+        self._dirty: dict[int, Segment] = {}
+        self._commit = GroupCommit(durability, self._sync_dirty, self._on_durable,
+                                   durable=self.next_offset)
+        self._tail: asyncio.Future[None] | None = None
+        self._closed = False
+
+    # -- opening and closing -------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, *, durability: DurabilityPolicy | None = None,
+             retention: RetentionPolicy | None = None, epoch: int = 0) -> Partition:
+        """Open (creating if needed) and recover the partition stored in `directory`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = sorted(directory.glob("*" + SEGMENT_SUFFIX))
+        segments = [Segment.open(path) for path in paths]
+        if not segments:
+            segments = [Segment.create(directory, 0, 0)]
+        _fsync_directory(directory)
+        return cls(directory, segments, durability or DurabilityPolicy(),
+                   retention or RetentionPolicy(), epoch)
+
+    def close(self) -> None:
+        """Flush and close; blocking. Use `aclose` from a running event loop."""
+        if self._closed:
+            return
+        self._commit.sync_now()
+        self._closed = True
+        if self._tail is not None and not self._tail.done():
+            self._tail.set_exception(PartitionClosed(f"{self.directory} closed"))
+        for segment in self._segments:
+            segment.close()
+
+    async def aclose(self) -> None:
+        await self._commit.drain()
+        self.close()
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def first_offset(self) -> int:
+        return self._segments[0].first_chunk_id
+
+    @property
+    def first_byte(self) -> int:
+        return self._segments[0].first_byte
+
+    @property
+    def committed_offset(self) -> int:
+        return self._committed.offset
+
+    @property
+    def committed_chunk_id(self) -> int:
+        return self._committed.chunk_id
+
+    @property
+    def committed_byte(self) -> int:
+        return self._committed.byte
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    # -- appending -----------------------------------------------------------
+
+    def write(self, data: bytes | memoryview, num_entries: int, num_records: int, *,
+              payload_bytes: int | None = None, sequences: Mapping[str, int] | None = None,
+              timestamp: int | None = None) -> Appended:
+        """Append one chunk of already-encoded data entries, not yet durable.
+
+        `sequences` are publisher sequences (writer reference -> last publishing
+        id) stored in the chunk's trailer, so deduplication state can never get
+        ahead of or fall behind the data it describes.
+        """
+        if self._closed:
+            raise PartitionClosed(f"{self.directory} is closed")
+        if num_records < 1 or num_entries < 1 or num_entries > 0xFFFF:
+            raise ValueError("a chunk holds 1 to 65535 entries and at least one record")
+        if payload_bytes is None:
+            payload_bytes = payload_size(data, num_entries)
+        segment = self._segment_for(HEADER_SIZE + len(data))
+        tracking = self._tracking(sequences)  # after a roll, it restates every sequence
+        chunk_id = self.next_offset
+        timestamp = max(timestamp if timestamp is not None else _now_ms(), self._last_timestamp)
+        header = encode_header(chunk_id=chunk_id, data=data, num_entries=num_entries,
+                               num_records=num_records, timestamp=timestamp, epoch=self.epoch,
+                               chunk_type=ChunkType.USER,
+                               trailer_length=len(tracking) + TRAILER_CRC.size)
+        trailer = seal_trailer(header, tracking)
+        entry = IndexEntry(chunk_id, timestamp, segment.size, self.next_byte, num_records,
+                           len(trailer))
+        segment.append((header, data, trailer), entry, payload_bytes)
+        if sequences:
+            self._remember(sequences)
+        self._snapshot_due = False
+        self.next_offset = chunk_id + num_records
+        self.next_byte += payload_bytes
+        self._last_chunk_id, self._last_timestamp = chunk_id, timestamp
+        self._dirty[id(segment)] = segment
+        self._pending.append((self.next_offset, chunk_id, self.next_byte))
+        self._commit.written(self.next_offset)
+        return Appended(chunk_id, self.next_offset)
+
+    def write_records(self, records: Sequence[bytes | memoryview], **options: object) -> Appended:
+        """Append records as simple entries in one chunk, not yet durable."""
+        data = encode_simple_entries(records)
+        payload = len(data) - 4 * len(records)
+        return self.write(data, len(records), len(records), payload_bytes=payload,
+                          **options)  # type: ignore[arg-type]
+
+    async def commit(self, appended: Appended) -> None:
+        """Return once the chunk reached the durability policy's point."""
+        await self._commit.wait(appended.next_offset)
+
+    async def append(self, records: Sequence[bytes | memoryview], *,
+                     sequences: Mapping[str, int] | None = None) -> Appended:
+        appended = self.write_records(records, sequences=sequences)
+        await self.commit(appended)
+        return appended
+
+    async def durable_point(self) -> None:
+        """Return once everything written so far is durable: a publish that was
+        dropped as a duplicate is confirmed only when the original it repeats is."""
+        await self._commit.wait(self.next_offset)
+
+    def flush(self) -> None:
+        """Blocking fsync of everything written, making it visible."""
+        self._commit.sync_now()
+
+    def _tracking(self, sequences: Mapping[str, int] | None) -> bytes:
+        if self._snapshot_due and self.sequences:
+            merged = {**self.sequences, **(sequences or {})}
+            return encode_sequences(self.next_offset, merged)
+        return encode_sequences(self.next_offset, sequences) if sequences else b""
+
+    def _remember(self, sequences: Mapping[str, int]) -> None:
+        for writer, sequence in sequences.items():
+            self.sequences.pop(writer, None)  # re-insert: dict order is recency
+            self.sequences[writer] = sequence
+        while len(self.sequences) > MAX_WRITERS:
+            del self.sequences[next(iter(self.sequences))]
+
+    def _segment_for(self, chunk_size: int) -> Segment:
+        active = self._segments[-1]
+        full = (active.size + chunk_size > self.retention.max_segment_bytes
+                or active.num_chunks >= self.retention.max_segment_chunks)
+        if active.num_chunks and full:
+            active.index.close()
+            active = Segment.create(self.directory, self.next_offset, self.next_byte)
+            _fsync_directory(self.directory)
+            self._segments.append(active)
+            self._segment_starts.append(active.first_chunk_id)
+            self._snapshot_due = True
+            self.apply_retention()
+        return active
+
+    def _sync_dirty(self) -> None:
+        # Runs in a worker thread; appends made meanwhile land in the new dict.
+        dirty, self._dirty = self._dirty, {}
+        for segment in dirty.values():
+            if not segment.deleted:
+                segment.sync()
+
+    def _on_durable(self, mark: int) -> None:
+        committed = self._committed
+        while self._pending and self._pending[0][0] <= mark:
+            committed.offset, committed.chunk_id, committed.byte = self._pending.popleft()
+        if self._tail is not None and not self._tail.done():
+            self._tail.set_result(None)
+        self._tail = None
+
+    # -- reading -------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> int:
+        """First offset of the first committed chunk at or after `timestamp` (ms)."""
+        for segment in self._segments:
+            last = segment.last_timestamp
+            if last is not None and last >= timestamp:
+                i = segment.index.find_timestamp(timestamp)
+                return min(segment.index.chunk_ids[i], self.committed_offset)
+        return self.committed_offset
+
+    def locate(self, offset: int) -> ChunkLocation | None:
+        """The committed chunk holding `offset`, or the first one after it when
+        `offset` fell into a gap; None when nothing is committed there yet."""
+        found = self.find_committed(offset)
+        return None if found is None else self.location(*found)
+
+    def read_chunk(self, offset: int) -> Chunk | None:
+        """The committed chunk holding `offset` (see `locate`), read into memory."""
+        found = self.find_committed(offset)
+        return None if found is None else found[0].read_chunk(found[1])
+
+    def find_committed(self, offset: int, after: tuple[Segment, int] | None = None
+                       ) -> tuple[Segment, int] | None:
+        """(segment, chunk index) of the committed chunk for `offset`. `after` is
+        the chunk a sequential reader read last: its successor is found without a
+        search when it starts exactly at `offset`."""
+        found = None
+        if after is not None and not after[0].deleted:
+            segment, i = after
+            if i + 1 < segment.num_chunks and segment.index.chunk_ids[i + 1] == offset:
+                found = segment, i + 1
+        if found is None:
+            found = self._find(max(offset, self.first_offset))
+        if found is None:
+            return None
+        segment, i = found
+        if segment.index.chunk_ids[i] + segment.index.record_counts[i] > self.committed_offset:
+            return None
+        return found
+
+    def location(self, segment: Segment, i: int) -> ChunkLocation:
+        index = segment.index
+        file_pos, span = segment.chunk_span(i)
+        return ChunkLocation(segment, file_pos, span - index.trailer_lengths[i],
+                             index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i])
+
+    def reader(self, offset: int) -> PartitionReader:
+        return PartitionReader(self, offset)
+
+    async def wait_for(self, offset: int) -> None:
+        """Return once a record at or past `offset` is committed."""
+        while self.committed_offset <= offset:
+            if self._closed:
+                raise PartitionClosed(f"{self.directory} is closed")
+            if self._tail is None:
+                self._tail = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._tail)
+
+    def read_bytes(self, byte_pos: int, max_bytes: int) -> bytes:
+        """Up to `max_bytes` committed payload bytes starting at `byte_pos`, across
+        record and chunk boundaries; b"" at the committed end."""
+        if byte_pos < self.first_byte:
+            raise DataRemoved(f"byte {byte_pos} was removed", self.first_byte)
+        parts: list[memoryview] = []
+        wanted = max_bytes
+        k = bisect_right([s.first_byte for s in self._segments], byte_pos) - 1
+        while wanted > 0 and byte_pos < self.committed_byte and k < len(self._segments):
+            segment = self._segments[k]
+            i = segment.index.find_byte(byte_pos)
+            if i < 0 or byte_pos >= segment.next_byte:
+                k += 1
+                continue
+            chunk = segment.read_chunk(i)
+            skip = byte_pos - segment.index.byte_positions[i]
+            for entry in chunk.entries():
+                body = entry.body
+                if skip >= len(body):
+                    skip -= len(body)
+                    continue
+                piece = body[skip:skip + wanted]
+                skip = 0
+                parts.append(piece)
+                wanted -= len(piece)
+                byte_pos += len(piece)
+                if wanted == 0:
+                    break
+        return b"".join(parts)
+
+    def _find(self, offset: int) -> tuple[Segment, int] | None:
+        k = bisect_right(self._segment_starts, offset) - 1
+        while k < len(self._segments):
+            segment = self._segments[k]
+            i = segment.index.find_offset(offset)
+            if i >= 0 and offset < segment.index.chunk_ids[i] + segment.index.record_counts[i]:
+                return segment, i
+            if i + 1 < segment.num_chunks:  # offset lies in a gap before chunk i + 1
+                return segment, i + 1
+            k += 1
+            if k < len(self._segments):
+                offset = max(offset, self._segments[k].first_chunk_id)
+        return None
+
+    # -- retention -----------------------------------------------------------
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole old segments over the size or age limit; the active
+        segment always stays. Returns how many segments were deleted."""
+        policy = self.retention
+        now_ms = _now_ms() if now_ms is None else now_ms
+        total = self.size_bytes
+        deleted = 0
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            if oldest.next_offset > self.committed_offset:
+                break  # never drop data that is not durable yet
+            too_big = policy.max_bytes is not None and total > policy.max_bytes
+            last_ts = oldest.last_timestamp
+            too_old = (policy.max_age_ms is not None and last_ts is not None
+                       and last_ts < now_ms - policy.max_age_ms)
+            if not (too_big or too_old):
+                break
+            total -= oldest.size
+            oldest.delete()
+            del self._segments[0]
+            del self._segment_starts[0]
+            deleted += 1
+        if deleted:
+            _fsync_directory(self.directory)
+        return deleted
+
+
+class PartitionReader:
+    """A cursor over committed chunks. A reader left behind by retention moves to
+    the new first offset and counts the records it missed in `lost`."""
+
+    def __init__(self, partition: Partition, offset: int) -> None:
+        self.partition = partition
+        self.position = offset
+        self.lost = 0
+        self._last: tuple[Segment, int] | None = None
+
+    def _next(self) -> tuple[Segment, int] | None:
+        first = self.partition.first_offset
+        if self.position < first:
+            self.lost += first - self.position
+            self.position = first
+        found = self.partition.find_committed(self.position, self._last)
+        if found is not None:
+            segment, i = found
+            self._last = found
+            self.position = segment.index.chunk_ids[i] + segment.index.record_counts[i]
+        return found
+
+    def next_location(self) -> ChunkLocation | None:
+        """The next committed chunk's place on disk (for sendfile), advancing."""
+        found = self._next()
+        return None if found is None else self.partition.location(*found)
+
+    def next_chunk_nowait(self) -> Chunk | None:
+        found = self._next()
+        return None if found is None else found[0].read_chunk(found[1])
+
+    async def next_chunk(self) -> Chunk:
+        while True:
+            chunk = self.next_chunk_nowait()
+            if chunk is not None:
+                return chunk
+            await self.partition.wait_for(self.position)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make file creations and deletions in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _last_chunk_of(segments: list[Segment]) -> tuple[int, int]:
+    for segment in reversed(segments):
+        if segment.num_chunks:
+            return segment.index.chunk_ids[-1], segment.index.timestamps[-1]
+    return -1, 0
+
+
+def _recover_sequences(segments: list[Segment]) -> dict[str, int]:
+    """Publisher sequences as of the tail: the first chunk of a segment restates
+    all of them, later chunks add their own."""
+    for k in range(len(segments) - 1, -1, -1):
+        if segments[k].num_chunks:
+            break
+    else:
+        return {}
+    sequences: dict[str, int] = {}
+    for segment in segments[k:]:
+        for i in range(segment.num_chunks):
+            for writer, sequence in segment.read_sequences(i).items():
+                sequences.pop(writer, None)
+                sequences[writer] = sequence
+    return sequences

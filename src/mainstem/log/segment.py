@@ -1,0 +1,237 @@
+"""A segment file: a header, then chunks back to back, plus its index.
+
+    header: b"MSSG" | version u32 | partition byte position of the first payload byte u64
+
+Files are named by the first chunk id they hold, zero-padded to 20 digits as
+Osiris does, so a directory listing sorts in offset order.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+from mainstem.log.chunk import (
+    HEADER_SIZE,
+    TRAILER_CRC,
+    Chunk,
+    CorruptChunk,
+    check_data,
+    decode_sequences,
+    open_trailer,
+    parse_header,
+    payload_size,
+)
+from mainstem.log.index import IndexEntry, SegmentIndex
+
+FILE_HEADER = struct.Struct(">4sIQ")
+FILE_MAGIC = b"MSSG"
+FILE_HEADER_SIZE = FILE_HEADER.size  # 16
+SEGMENT_SUFFIX = ".segment"
+INDEX_SUFFIX = ".index"
+
+
+class CorruptSegment(Exception):
+    """A segment's file header is unreadable: nothing in it can be trusted."""
+
+
+def segment_name(chunk_id: int) -> str:
+    return f"{chunk_id:020d}{SEGMENT_SUFFIX}"
+
+
+class Segment:
+    """One segment file. Appends go to its end; reads use pread at indexed positions."""
+
+    def __init__(self, path: Path, file_fd: int, first_byte: int, size: int,
+                 index: SegmentIndex) -> None:
+        self.path = path
+        self.first_chunk_id = int(path.name.removesuffix(SEGMENT_SUFFIX))
+        self.first_byte = first_byte
+        self.size = size
+        self.index = index
+        self.next_byte = first_byte  # partition byte position after the last chunk
+        self._fd = file_fd
+        self.deleted = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, chunk_id: int, byte_pos: int) -> Segment:
+        path = directory / segment_name(chunk_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, FILE_HEADER.pack(FILE_MAGIC, 1, byte_pos))
+        index = SegmentIndex(path.with_suffix(INDEX_SUFFIX))
+        index.open_for_append()
+        return cls(path, fd, byte_pos, FILE_HEADER_SIZE, index)
+
+    @classmethod
+    def open(cls, path: Path) -> Segment:
+        """Open and recover: rebuild the index where it is missing or stale, and
+        truncate the file at the first chunk that is torn or fails its CRC."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            raw = os.pread(fd, FILE_HEADER_SIZE, 0)
+            if len(raw) < FILE_HEADER_SIZE:
+                raise CorruptSegment(f"{path}: torn segment header")
+            magic, _version, first_byte = FILE_HEADER.unpack(raw)
+            if magic != FILE_MAGIC:
+                raise CorruptSegment(f"{path}: not a mainstem segment")
+            segment = cls(path, fd, first_byte, os.fstat(fd).st_size,
+                          SegmentIndex.load(path.with_suffix(INDEX_SUFFIX)))
+        except BaseException:
+            os.close(fd)
+            raise
+        segment._recover()
+        segment.index.open_for_append()
+        return segment
+
+    def close(self) -> None:
+        self.index.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """Unlink both files now; the descriptor closes with the last reference, so a
+        reader in the middle of a sendfile finishes undisturbed."""
+        self.deleted = True
+        self.index.close()
+        self.path.unlink(missing_ok=True)
+        self.index.path.unlink(missing_ok=True)
+
+    def __del__(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.index)
+
+    @property
+    def next_offset(self) -> int:
+        last = self.index.last()
+        return last.next_offset if last else self.first_chunk_id
+
+    @property
+    def last_timestamp(self) -> int | None:
+        return self.index.timestamps[-1] if self.index else None
+
+    # -- appending ---------------------------------------------------------
+
+    def append(self, parts: Sequence[bytes | memoryview], entry: IndexEntry, payload: int) -> None:
+        """Write one encoded chunk at the end of the file and index it. On failure
+        the file is cut back so no partial chunk is left behind."""
+        total = sum(len(part) for part in parts)
+        try:
+            written = os.pwritev(self._fd, parts, self.size)
+            if written != total:  # regular files only write short on ENOSPC-like trouble
+                raise OSError(f"short write to {self.path}: {written} of {total} bytes")
+        except BaseException:
+            os.ftruncate(self._fd, self.size)
+            raise
+        self.size += total
+        self.next_byte += payload
+        self.index.append(entry)
+
+    # -- reading -----------------------------------------------------------
+
+    def chunk_span(self, i: int) -> tuple[int, int]:
+        """(file position, size) of chunk i."""
+        start = self.index.file_positions[i]
+        end = self.index.file_positions[i + 1] if i + 1 < len(self.index) else self.size
+        return start, end - start
+
+    def read_chunk(self, i: int) -> Chunk:
+        """Chunk i, CRC-checked: a chunk damaged after recovery is never served."""
+        start, size = self.chunk_span(i)
+        raw = memoryview(os.pread(self._fd, size, start))
+        if len(raw) != size:
+            raise CorruptChunk(f"{self.path}: chunk at {start} is short")
+        return _chunk_from(raw)
+
+    def read_sequences(self, i: int) -> dict[str, int]:
+        """Publisher sequences stored in chunk i's trailer."""
+        trailer_length = self.index.trailer_lengths[i]
+        if trailer_length <= TRAILER_CRC.size:
+            return {}
+        start, size = self.chunk_span(i)
+        header = os.pread(self._fd, HEADER_SIZE, start)
+        trailer = os.pread(self._fd, trailer_length, start + size - trailer_length)
+        return decode_sequences(open_trailer(header, trailer))
+
+    # -- recovery ----------------------------------------------------------
+
+    def _recover(self) -> None:
+        index = self.index
+        kept = self._consistent_prefix()
+        # Re-validate from the last kept chunk on: the index may have got ahead
+        # of the data, or the chunk it points at may be torn.
+        if kept:
+            restart = index.entry(kept - 1)
+            pos, expected_offset, byte_pos = restart.file_pos, restart.chunk_id, restart.byte_pos
+            index.truncate(kept - 1)
+        else:
+            pos, expected_offset, byte_pos = FILE_HEADER_SIZE, self.first_chunk_id, self.first_byte
+            index.truncate(0)
+        while pos < self.size:
+            scanned = self._scan_chunk(pos, expected_offset, byte_pos)
+            if scanned is None:
+                os.ftruncate(self._fd, pos)
+                self.size = pos
+                break
+            entry, chunk_size, payload = scanned
+            index.append(entry)
+            pos += chunk_size
+            expected_offset = entry.next_offset
+            byte_pos += payload
+        self.next_byte = byte_pos
+
+    def _consistent_prefix(self) -> int:
+        """How many leading index entries point inside the file in increasing order."""
+        index = self.index
+        previous = FILE_HEADER_SIZE - 1
+        for i in range(len(index)):
+            pos = index.file_positions[i]
+            if pos <= previous or pos + HEADER_SIZE > self.size:
+                return i
+            previous = pos
+        return len(index)
+
+    def _scan_chunk(
+        self, pos: int, expected_offset: int, byte_pos: int
+    ) -> tuple[IndexEntry, int, int] | None:
+        """Validate the chunk at `pos` and return its index entry, size and payload
+        bytes; None when it is torn, corrupt or out of sequence."""
+        head = os.pread(self._fd, HEADER_SIZE, pos)
+        try:
+            header = parse_header(head)
+            if header.chunk_id != expected_offset or pos + header.size > self.size:
+                return None
+            raw = memoryview(os.pread(self._fd, header.size, pos))
+            chunk = _chunk_from(raw)
+            payload = payload_size(chunk.data, header.num_entries)
+            chunk.sequences()  # the tracking entries must parse, not only match their CRC
+        except CorruptChunk:
+            return None
+        entry = IndexEntry(header.chunk_id, header.timestamp, pos, byte_pos,
+                           header.num_records, header.trailer_length)
+        return entry, header.size, payload
+
+
+def _chunk_from(raw: memoryview) -> Chunk:
+    """Decode a whole chunk, checking both of its CRCs."""
+    header = parse_header(raw)
+    data_end = header.data_start + header.data_length
+    data = raw[header.data_start:data_end]
+    check_data(header, data)
+    return Chunk(header, data, open_trailer(raw, raw[data_end:data_end + header.trailer_length]))

@@ -1,0 +1,10 @@
+"""Wire protocols: each subpackage holds a sans-IO codec and an asyncio connection."""
+
+from mainstem.protocols.base import ProtocolSpec
+
+
+def all_protocols() -> list[ProtocolSpec]:
+    """Every implemented protocol, in listener start order."""
+    from mainstem.protocols.rabbit_stream.connection import handle as stream
+
+    return [ProtocolSpec("stream", 5552, stream)]

@@ -1,0 +1,38 @@
+"""The codec's one exception type: it carries what Connection.Close needs."""
+
+from __future__ import annotations
+
+from mainstem.protocols.amqp091.methods import ConnectionClose, ReplyCode
+
+
+class AmqpCodecError(Exception):
+    """A protocol violation; the connection answers with Connection.Close and closes.
+
+    ``class_id``/``method_id`` name the offending method when it is known (0 otherwise), as
+    Connection.Close wants. ``events`` holds what was parsed from the same buffer before the
+    violation, so the connection may still act on it (for example acks) before closing.
+    """
+
+    def __init__(
+        self, reply_code: ReplyCode, reply_text: str, *, class_id: int = 0, method_id: int = 0
+    ) -> None:
+        super().__init__(f"{reply_code.name} - {reply_text}")
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.class_id = class_id
+        self.method_id = method_id
+        self.events: list = []
+
+    def close_method(self) -> ConnectionClose:
+        # RabbitMQ's reply texts look like "FRAME_ERROR - ..."; a shortstr holds 255 bytes.
+        text = str(self).encode("utf-8")[:255].decode("utf-8", "ignore")
+        return ConnectionClose(self.reply_code, text, self.class_id, self.method_id)
+
+
+class ProtocolHeaderMismatch(AmqpCodecError):
+    """The peer did not open with AMQP 0-9-1's header: send ``PROTOCOL_HEADER`` and close,
+    without Connection.Close (the spec's answer to an unsupported protocol)."""
+
+    def __init__(self, received: bytes) -> None:
+        super().__init__(ReplyCode.FRAME_ERROR, f"bad protocol header {received!r}")
+        self.received = received

@@ -1,0 +1,2275 @@
+"""AMQP 0-9-1 constants, methods and content properties.
+
+GENERATED from amqp0-9-1.xml by ``python -m mainstem.protocols.amqp091.generate``;
+do not edit by hand.
+"""
+
+# fmt: off
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from struct import Struct
+from typing import Any
+
+from mainstem.protocols.amqp091.wire import (
+    U16,
+    MalformedData,
+    Method,
+    expect_end,
+    read_longstr,
+    read_shortstr,
+    read_table,
+    write_longstr,
+    write_shortstr,
+    write_table,
+)
+
+VERSION = (0, 9, 1)
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_MIN_SIZE = 4096
+FRAME_END = 206
+
+
+class ReplyCode(enum.IntEnum):
+    REPLY_SUCCESS = 200
+    CONTENT_TOO_LARGE = 311
+    NO_CONSUMERS = 313
+    CONNECTION_FORCED = 320
+    INVALID_PATH = 402
+    ACCESS_REFUSED = 403
+    NOT_FOUND = 404
+    RESOURCE_LOCKED = 405
+    PRECONDITION_FAILED = 406
+    FRAME_ERROR = 501
+    SYNTAX_ERROR = 502
+    COMMAND_INVALID = 503
+    CHANNEL_ERROR = 504
+    UNEXPECTED_FRAME = 505
+    RESOURCE_ERROR = 506
+    NOT_ALLOWED = 530
+    NOT_IMPLEMENTED = 540
+    INTERNAL_ERROR = 541
+
+
+HARD_ERRORS = frozenset({
+    ReplyCode.CONNECTION_FORCED,
+    ReplyCode.INVALID_PATH,
+    ReplyCode.FRAME_ERROR,
+    ReplyCode.SYNTAX_ERROR,
+    ReplyCode.COMMAND_INVALID,
+    ReplyCode.CHANNEL_ERROR,
+    ReplyCode.UNEXPECTED_FRAME,
+    ReplyCode.RESOURCE_ERROR,
+    ReplyCode.NOT_ALLOWED,
+    ReplyCode.NOT_IMPLEMENTED,
+    ReplyCode.INTERNAL_ERROR,
+})
+
+_S_B = Struct(">B")
+_S_BB = Struct(">BB")
+_S_H = Struct(">H")
+_S_HH = Struct(">HH")
+_S_HIH = Struct(">HIH")
+_S_I = Struct(">I")
+_S_IHB = Struct(">IHB")
+_S_II = Struct(">II")
+_S_Q = Struct(">Q")
+_S_QB = Struct(">QB")
+
+
+@dataclass(slots=True)
+class ConnectionStart(Method):
+    """connection.start (10, 10)"""
+
+    NAME = "connection.start"
+    CLASS_ID = 10
+    METHOD_ID = 10
+    INDEX = 655370
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("version_major", "octet"),
+        ("version_minor", "octet"),
+        ("server_properties", "table"),
+        ("mechanisms", "longstr"),
+        ("locales", "longstr"),
+    )
+
+    version_major: int = 0
+    version_minor: int = 0
+    server_properties: dict[str, Any] = field(default_factory=dict)
+    mechanisms: bytes = b""
+    locales: bytes = b""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionStart:
+        offset = 0
+        version_major, version_minor, = _S_BB.unpack_from(buf, offset)
+        offset += _S_BB.size
+        server_properties, offset = read_table(buf, offset)
+        mechanisms, offset = read_longstr(buf, offset)
+        locales, offset = read_longstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(version_major, version_minor, server_properties, mechanisms, locales)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x0a"
+        out += _S_BB.pack(self.version_major, self.version_minor)
+        write_table(out, self.server_properties)
+        write_longstr(out, self.mechanisms)
+        write_longstr(out, self.locales)
+
+
+@dataclass(slots=True)
+class ConnectionStartOk(Method):
+    """connection.start-ok (10, 11)"""
+
+    NAME = "connection.start-ok"
+    CLASS_ID = 10
+    METHOD_ID = 11
+    INDEX = 655371
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("client_properties", "table"),
+        ("mechanism", "shortstr"),
+        ("response", "longstr"),
+        ("locale", "shortstr"),
+    )
+
+    client_properties: dict[str, Any] = field(default_factory=dict)
+    mechanism: str = ""
+    response: bytes = b""
+    locale: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionStartOk:
+        offset = 0
+        client_properties, offset = read_table(buf, offset)
+        mechanism, offset = read_shortstr(buf, offset)
+        response, offset = read_longstr(buf, offset)
+        locale, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(client_properties, mechanism, response, locale)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x0b"
+        write_table(out, self.client_properties)
+        write_shortstr(out, self.mechanism)
+        write_longstr(out, self.response)
+        write_shortstr(out, self.locale)
+
+
+@dataclass(slots=True)
+class ConnectionSecure(Method):
+    """connection.secure (10, 20)"""
+
+    NAME = "connection.secure"
+    CLASS_ID = 10
+    METHOD_ID = 20
+    INDEX = 655380
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("challenge", "longstr"),)
+
+    challenge: bytes = b""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionSecure:
+        offset = 0
+        challenge, offset = read_longstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(challenge)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x14"
+        write_longstr(out, self.challenge)
+
+
+@dataclass(slots=True)
+class ConnectionSecureOk(Method):
+    """connection.secure-ok (10, 21)"""
+
+    NAME = "connection.secure-ok"
+    CLASS_ID = 10
+    METHOD_ID = 21
+    INDEX = 655381
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("response", "longstr"),)
+
+    response: bytes = b""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionSecureOk:
+        offset = 0
+        response, offset = read_longstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(response)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x15"
+        write_longstr(out, self.response)
+
+
+@dataclass(slots=True)
+class ConnectionTune(Method):
+    """connection.tune (10, 30)"""
+
+    NAME = "connection.tune"
+    CLASS_ID = 10
+    METHOD_ID = 30
+    INDEX = 655390
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("channel_max", "short"), ("frame_max", "long"), ("heartbeat", "short"))
+
+    channel_max: int = 0
+    frame_max: int = 0
+    heartbeat: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionTune:
+        channel_max, frame_max, heartbeat, = _S_HIH.unpack(buf)
+        return cls(channel_max, frame_max, heartbeat)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x1e"
+        out += _S_HIH.pack(self.channel_max, self.frame_max, self.heartbeat)
+
+
+@dataclass(slots=True)
+class ConnectionTuneOk(Method):
+    """connection.tune-ok (10, 31)"""
+
+    NAME = "connection.tune-ok"
+    CLASS_ID = 10
+    METHOD_ID = 31
+    INDEX = 655391
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("channel_max", "short"), ("frame_max", "long"), ("heartbeat", "short"))
+
+    channel_max: int = 0
+    frame_max: int = 0
+    heartbeat: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionTuneOk:
+        channel_max, frame_max, heartbeat, = _S_HIH.unpack(buf)
+        return cls(channel_max, frame_max, heartbeat)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x1f"
+        out += _S_HIH.pack(self.channel_max, self.frame_max, self.heartbeat)
+
+
+@dataclass(slots=True)
+class ConnectionOpen(Method):
+    """connection.open (10, 40)"""
+
+    NAME = "connection.open"
+    CLASS_ID = 10
+    METHOD_ID = 40
+    INDEX = 655400
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("virtual_host", "shortstr"), ("reserved_1", "shortstr"), ("reserved_2", "bit"))
+
+    virtual_host: str = ""
+    reserved_1: str = ""
+    reserved_2: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionOpen:
+        offset = 0
+        virtual_host, offset = read_shortstr(buf, offset)
+        reserved_1, offset = read_shortstr(buf, offset)
+        bits_2_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        expect_end(buf, offset)
+        return cls(virtual_host, reserved_1, bool(bits_2_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x28"
+        write_shortstr(out, self.virtual_host)
+        write_shortstr(out, self.reserved_1)
+        out += _S_B.pack(bool(self.reserved_2))
+
+
+@dataclass(slots=True)
+class ConnectionOpenOk(Method):
+    """connection.open-ok (10, 41)"""
+
+    NAME = "connection.open-ok"
+    CLASS_ID = 10
+    METHOD_ID = 41
+    INDEX = 655401
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("reserved_1", "shortstr"),)
+
+    reserved_1: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionOpenOk:
+        offset = 0
+        reserved_1, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x29"
+        write_shortstr(out, self.reserved_1)
+
+
+@dataclass(slots=True)
+class ConnectionClose(Method):
+    """connection.close (10, 50)"""
+
+    NAME = "connection.close"
+    CLASS_ID = 10
+    METHOD_ID = 50
+    INDEX = 655410
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("class_id", "short"),
+        ("method_id", "short"),
+    )
+
+    reply_code: int = 0
+    reply_text: str = ""
+    class_id: int = 0
+    method_id: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionClose:
+        offset = 0
+        reply_code, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        reply_text, offset = read_shortstr(buf, offset)
+        class_id, method_id, = _S_HH.unpack_from(buf, offset)
+        offset += _S_HH.size
+        expect_end(buf, offset)
+        return cls(reply_code, reply_text, class_id, method_id)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x32"
+        out += _S_H.pack(self.reply_code)
+        write_shortstr(out, self.reply_text)
+        out += _S_HH.pack(self.class_id, self.method_id)
+
+
+@dataclass(slots=True)
+class ConnectionCloseOk(Method):
+    """connection.close-ok (10, 51)"""
+
+    NAME = "connection.close-ok"
+    CLASS_ID = 10
+    METHOD_ID = 51
+    INDEX = 655411
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionCloseOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x33"
+
+
+@dataclass(slots=True)
+class ConnectionBlocked(Method):
+    """connection.blocked (10, 60)"""
+
+    NAME = "connection.blocked"
+    CLASS_ID = 10
+    METHOD_ID = 60
+    INDEX = 655420
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = (("reason", "shortstr"),)
+
+    reason: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionBlocked:
+        offset = 0
+        reason, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(reason)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x3c"
+        write_shortstr(out, self.reason)
+
+
+@dataclass(slots=True)
+class ConnectionUnblocked(Method):
+    """connection.unblocked (10, 61)"""
+
+    NAME = "connection.unblocked"
+    CLASS_ID = 10
+    METHOD_ID = 61
+    INDEX = 655421
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionUnblocked:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x3d"
+
+
+@dataclass(slots=True)
+class ConnectionUpdateSecret(Method):
+    """connection.update-secret (10, 70)"""
+
+    NAME = "connection.update-secret"
+    CLASS_ID = 10
+    METHOD_ID = 70
+    INDEX = 655430
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("new_secret", "longstr"), ("reason", "shortstr"))
+
+    new_secret: bytes = b""
+    reason: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionUpdateSecret:
+        offset = 0
+        new_secret, offset = read_longstr(buf, offset)
+        reason, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(new_secret, reason)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x46"
+        write_longstr(out, self.new_secret)
+        write_shortstr(out, self.reason)
+
+
+@dataclass(slots=True)
+class ConnectionUpdateSecretOk(Method):
+    """connection.update-secret-ok (10, 71)"""
+
+    NAME = "connection.update-secret-ok"
+    CLASS_ID = 10
+    METHOD_ID = 71
+    INDEX = 655431
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConnectionUpdateSecretOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x0a\x00\x47"
+
+
+@dataclass(slots=True)
+class ChannelOpen(Method):
+    """channel.open (20, 10)"""
+
+    NAME = "channel.open"
+    CLASS_ID = 20
+    METHOD_ID = 10
+    INDEX = 1310730
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("reserved_1", "shortstr"),)
+
+    reserved_1: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ChannelOpen:
+        offset = 0
+        reserved_1, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x14\x00\x0a"
+        write_shortstr(out, self.reserved_1)
+
+
+@dataclass(slots=True)
+class ChannelOpenOk(Method):
+    """channel.open-ok (20, 11)"""
+
+    NAME = "channel.open-ok"
+    CLASS_ID = 20
+    METHOD_ID = 11
+    INDEX = 1310731
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("reserved_1", "longstr"),)
+
+    reserved_1: bytes = b""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ChannelOpenOk:
+        offset = 0
+        reserved_1, offset = read_longstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x14\x00\x0b"
+        write_longstr(out, self.reserved_1)
+
+
+@dataclass(slots=True)
+class ChannelFlow(Method):
+    """channel.flow (20, 20)"""
+
+    NAME = "channel.flow"
+    CLASS_ID = 20
+    METHOD_ID = 20
+    INDEX = 1310740
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("active", "bit"),)
+
+    active: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ChannelFlow:
+        bits_0_0, = _S_B.unpack(buf)
+        return cls(bool(bits_0_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x14\x00\x14"
+        out += _S_B.pack(bool(self.active))
+
+
+@dataclass(slots=True)
+class ChannelFlowOk(Method):
+    """channel.flow-ok (20, 21)"""
+
+    NAME = "channel.flow-ok"
+    CLASS_ID = 20
+    METHOD_ID = 21
+    INDEX = 1310741
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = (("active", "bit"),)
+
+    active: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ChannelFlowOk:
+        bits_0_0, = _S_B.unpack(buf)
+        return cls(bool(bits_0_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x14\x00\x15"
+        out += _S_B.pack(bool(self.active))
+
+
+@dataclass(slots=True)
+class ChannelClose(Method):
+    """channel.close (20, 40)"""
+
+    NAME = "channel.close"
+    CLASS_ID = 20
+    METHOD_ID = 40
+    INDEX = 1310760
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("class_id", "short"),
+        ("method_id", "short"),
+    )
+
+    reply_code: int = 0
+    reply_text: str = ""
+    class_id: int = 0
+    method_id: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ChannelClose:
+        offset = 0
+        reply_code, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        reply_text, offset = read_shortstr(buf, offset)
+        class_id, method_id, = _S_HH.unpack_from(buf, offset)
+        offset += _S_HH.size
+        expect_end(buf, offset)
+        return cls(reply_code, reply_text, class_id, method_id)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x14\x00\x28"
+        out += _S_H.pack(self.reply_code)
+        write_shortstr(out, self.reply_text)
+        out += _S_HH.pack(self.class_id, self.method_id)
+
+
+@dataclass(slots=True)
+class ChannelCloseOk(Method):
+    """channel.close-ok (20, 41)"""
+
+    NAME = "channel.close-ok"
+    CLASS_ID = 20
+    METHOD_ID = 41
+    INDEX = 1310761
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ChannelCloseOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x14\x00\x29"
+
+
+@dataclass(slots=True)
+class ExchangeDeclare(Method):
+    """exchange.declare (40, 10)"""
+
+    NAME = "exchange.declare"
+    CLASS_ID = 40
+    METHOD_ID = 10
+    INDEX = 2621450
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("exchange", "shortstr"),
+        ("type", "shortstr"),
+        ("passive", "bit"),
+        ("durable", "bit"),
+        ("auto_delete", "bit"),
+        ("internal", "bit"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
+
+    reserved_1: int = 0
+    exchange: str = ""
+    type: str = ""
+    passive: bool = False
+    durable: bool = False
+    auto_delete: bool = False
+    internal: bool = False
+    no_wait: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeDeclare:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        exchange, offset = read_shortstr(buf, offset)
+        type, offset = read_shortstr(buf, offset)
+        bits_3_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        arguments, offset = read_table(buf, offset)
+        expect_end(buf, offset)
+        return cls(
+            reserved_1,
+            exchange,
+            type,
+            bool(bits_3_0 & 1),
+            bool(bits_3_0 & 2),
+            bool(bits_3_0 & 4),
+            bool(bits_3_0 & 8),
+            bool(bits_3_0 & 16),
+            arguments,
+        )
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x0a"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.exchange)
+        write_shortstr(out, self.type)
+        out += _S_B.pack(
+            bool(self.passive)
+            | bool(self.durable) << 1
+            | bool(self.auto_delete) << 2
+            | bool(self.internal) << 3
+            | bool(self.no_wait) << 4,
+        )
+        write_table(out, self.arguments)
+
+
+@dataclass(slots=True)
+class ExchangeDeclareOk(Method):
+    """exchange.declare-ok (40, 11)"""
+
+    NAME = "exchange.declare-ok"
+    CLASS_ID = 40
+    METHOD_ID = 11
+    INDEX = 2621451
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeDeclareOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x0b"
+
+
+@dataclass(slots=True)
+class ExchangeDelete(Method):
+    """exchange.delete (40, 20)"""
+
+    NAME = "exchange.delete"
+    CLASS_ID = 40
+    METHOD_ID = 20
+    INDEX = 2621460
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("exchange", "shortstr"),
+        ("if_unused", "bit"),
+        ("no_wait", "bit"),
+    )
+
+    reserved_1: int = 0
+    exchange: str = ""
+    if_unused: bool = False
+    no_wait: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeDelete:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        exchange, offset = read_shortstr(buf, offset)
+        bits_2_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        expect_end(buf, offset)
+        return cls(reserved_1, exchange, bool(bits_2_0 & 1), bool(bits_2_0 & 2))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x14"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.exchange)
+        out += _S_B.pack(bool(self.if_unused) | bool(self.no_wait) << 1)
+
+
+@dataclass(slots=True)
+class ExchangeDeleteOk(Method):
+    """exchange.delete-ok (40, 21)"""
+
+    NAME = "exchange.delete-ok"
+    CLASS_ID = 40
+    METHOD_ID = 21
+    INDEX = 2621461
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeDeleteOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x15"
+
+
+@dataclass(slots=True)
+class ExchangeBind(Method):
+    """exchange.bind (40, 30)"""
+
+    NAME = "exchange.bind"
+    CLASS_ID = 40
+    METHOD_ID = 30
+    INDEX = 2621470
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("destination", "shortstr"),
+        ("source", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
+
+    reserved_1: int = 0
+    destination: str = ""
+    source: str = ""
+    routing_key: str = ""
+    no_wait: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeBind:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        destination, offset = read_shortstr(buf, offset)
+        source, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        bits_4_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        arguments, offset = read_table(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1, destination, source, routing_key, bool(bits_4_0 & 1), arguments)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x1e"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.destination)
+        write_shortstr(out, self.source)
+        write_shortstr(out, self.routing_key)
+        out += _S_B.pack(bool(self.no_wait))
+        write_table(out, self.arguments)
+
+
+@dataclass(slots=True)
+class ExchangeBindOk(Method):
+    """exchange.bind-ok (40, 31)"""
+
+    NAME = "exchange.bind-ok"
+    CLASS_ID = 40
+    METHOD_ID = 31
+    INDEX = 2621471
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeBindOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x1f"
+
+
+@dataclass(slots=True)
+class ExchangeUnbind(Method):
+    """exchange.unbind (40, 40)"""
+
+    NAME = "exchange.unbind"
+    CLASS_ID = 40
+    METHOD_ID = 40
+    INDEX = 2621480
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("destination", "shortstr"),
+        ("source", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
+
+    reserved_1: int = 0
+    destination: str = ""
+    source: str = ""
+    routing_key: str = ""
+    no_wait: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeUnbind:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        destination, offset = read_shortstr(buf, offset)
+        source, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        bits_4_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        arguments, offset = read_table(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1, destination, source, routing_key, bool(bits_4_0 & 1), arguments)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x28"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.destination)
+        write_shortstr(out, self.source)
+        write_shortstr(out, self.routing_key)
+        out += _S_B.pack(bool(self.no_wait))
+        write_table(out, self.arguments)
+
+
+@dataclass(slots=True)
+class ExchangeUnbindOk(Method):
+    """exchange.unbind-ok (40, 51)"""
+
+    NAME = "exchange.unbind-ok"
+    CLASS_ID = 40
+    METHOD_ID = 51
+    INDEX = 2621491
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ExchangeUnbindOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x28\x00\x33"
+
+
+@dataclass(slots=True)
+class QueueDeclare(Method):
+    """queue.declare (50, 10)"""
+
+    NAME = "queue.declare"
+    CLASS_ID = 50
+    METHOD_ID = 10
+    INDEX = 3276810
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("passive", "bit"),
+        ("durable", "bit"),
+        ("exclusive", "bit"),
+        ("auto_delete", "bit"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
+
+    reserved_1: int = 0
+    queue: str = ""
+    passive: bool = False
+    durable: bool = False
+    exclusive: bool = False
+    auto_delete: bool = False
+    no_wait: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueDeclare:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        queue, offset = read_shortstr(buf, offset)
+        bits_2_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        arguments, offset = read_table(buf, offset)
+        expect_end(buf, offset)
+        return cls(
+            reserved_1,
+            queue,
+            bool(bits_2_0 & 1),
+            bool(bits_2_0 & 2),
+            bool(bits_2_0 & 4),
+            bool(bits_2_0 & 8),
+            bool(bits_2_0 & 16),
+            arguments,
+        )
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x0a"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.queue)
+        out += _S_B.pack(
+            bool(self.passive)
+            | bool(self.durable) << 1
+            | bool(self.exclusive) << 2
+            | bool(self.auto_delete) << 3
+            | bool(self.no_wait) << 4,
+        )
+        write_table(out, self.arguments)
+
+
+@dataclass(slots=True)
+class QueueDeclareOk(Method):
+    """queue.declare-ok (50, 11)"""
+
+    NAME = "queue.declare-ok"
+    CLASS_ID = 50
+    METHOD_ID = 11
+    INDEX = 3276811
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("queue", "shortstr"), ("message_count", "long"), ("consumer_count", "long"))
+
+    queue: str = ""
+    message_count: int = 0
+    consumer_count: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueDeclareOk:
+        offset = 0
+        queue, offset = read_shortstr(buf, offset)
+        message_count, consumer_count, = _S_II.unpack_from(buf, offset)
+        offset += _S_II.size
+        expect_end(buf, offset)
+        return cls(queue, message_count, consumer_count)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x0b"
+        write_shortstr(out, self.queue)
+        out += _S_II.pack(self.message_count, self.consumer_count)
+
+
+@dataclass(slots=True)
+class QueueBind(Method):
+    """queue.bind (50, 20)"""
+
+    NAME = "queue.bind"
+    CLASS_ID = 50
+    METHOD_ID = 20
+    INDEX = 3276820
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
+
+    reserved_1: int = 0
+    queue: str = ""
+    exchange: str = ""
+    routing_key: str = ""
+    no_wait: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueBind:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        queue, offset = read_shortstr(buf, offset)
+        exchange, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        bits_4_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        arguments, offset = read_table(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1, queue, exchange, routing_key, bool(bits_4_0 & 1), arguments)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x14"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.queue)
+        write_shortstr(out, self.exchange)
+        write_shortstr(out, self.routing_key)
+        out += _S_B.pack(bool(self.no_wait))
+        write_table(out, self.arguments)
+
+
+@dataclass(slots=True)
+class QueueBindOk(Method):
+    """queue.bind-ok (50, 21)"""
+
+    NAME = "queue.bind-ok"
+    CLASS_ID = 50
+    METHOD_ID = 21
+    INDEX = 3276821
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueBindOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x15"
+
+
+@dataclass(slots=True)
+class QueueUnbind(Method):
+    """queue.unbind (50, 50)"""
+
+    NAME = "queue.unbind"
+    CLASS_ID = 50
+    METHOD_ID = 50
+    INDEX = 3276850
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("arguments", "table"),
+    )
+
+    reserved_1: int = 0
+    queue: str = ""
+    exchange: str = ""
+    routing_key: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueUnbind:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        queue, offset = read_shortstr(buf, offset)
+        exchange, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        arguments, offset = read_table(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1, queue, exchange, routing_key, arguments)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x32"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.queue)
+        write_shortstr(out, self.exchange)
+        write_shortstr(out, self.routing_key)
+        write_table(out, self.arguments)
+
+
+@dataclass(slots=True)
+class QueueUnbindOk(Method):
+    """queue.unbind-ok (50, 51)"""
+
+    NAME = "queue.unbind-ok"
+    CLASS_ID = 50
+    METHOD_ID = 51
+    INDEX = 3276851
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueUnbindOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x33"
+
+
+@dataclass(slots=True)
+class QueuePurge(Method):
+    """queue.purge (50, 30)"""
+
+    NAME = "queue.purge"
+    CLASS_ID = 50
+    METHOD_ID = 30
+    INDEX = 3276830
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("reserved_1", "short"), ("queue", "shortstr"), ("no_wait", "bit"))
+
+    reserved_1: int = 0
+    queue: str = ""
+    no_wait: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueuePurge:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        queue, offset = read_shortstr(buf, offset)
+        bits_2_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        expect_end(buf, offset)
+        return cls(reserved_1, queue, bool(bits_2_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x1e"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.queue)
+        out += _S_B.pack(bool(self.no_wait))
+
+
+@dataclass(slots=True)
+class QueuePurgeOk(Method):
+    """queue.purge-ok (50, 31)"""
+
+    NAME = "queue.purge-ok"
+    CLASS_ID = 50
+    METHOD_ID = 31
+    INDEX = 3276831
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("message_count", "long"),)
+
+    message_count: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueuePurgeOk:
+        message_count, = _S_I.unpack(buf)
+        return cls(message_count)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x1f"
+        out += _S_I.pack(self.message_count)
+
+
+@dataclass(slots=True)
+class QueueDelete(Method):
+    """queue.delete (50, 40)"""
+
+    NAME = "queue.delete"
+    CLASS_ID = 50
+    METHOD_ID = 40
+    INDEX = 3276840
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("if_unused", "bit"),
+        ("if_empty", "bit"),
+        ("no_wait", "bit"),
+    )
+
+    reserved_1: int = 0
+    queue: str = ""
+    if_unused: bool = False
+    if_empty: bool = False
+    no_wait: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueDelete:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        queue, offset = read_shortstr(buf, offset)
+        bits_2_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        expect_end(buf, offset)
+        return cls(reserved_1, queue, bool(bits_2_0 & 1), bool(bits_2_0 & 2), bool(bits_2_0 & 4))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x28"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.queue)
+        out += _S_B.pack(bool(self.if_unused) | bool(self.if_empty) << 1 | bool(self.no_wait) << 2)
+
+
+@dataclass(slots=True)
+class QueueDeleteOk(Method):
+    """queue.delete-ok (50, 41)"""
+
+    NAME = "queue.delete-ok"
+    CLASS_ID = 50
+    METHOD_ID = 41
+    INDEX = 3276841
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("message_count", "long"),)
+
+    message_count: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> QueueDeleteOk:
+        message_count, = _S_I.unpack(buf)
+        return cls(message_count)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x32\x00\x29"
+        out += _S_I.pack(self.message_count)
+
+
+@dataclass(slots=True)
+class BasicQos(Method):
+    """basic.qos (60, 10)"""
+
+    NAME = "basic.qos"
+    CLASS_ID = 60
+    METHOD_ID = 10
+    INDEX = 3932170
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("prefetch_size", "long"), ("prefetch_count", "short"), ("global_", "bit"))
+
+    prefetch_size: int = 0
+    prefetch_count: int = 0
+    global_: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicQos:
+        prefetch_size, prefetch_count, bits_0_2, = _S_IHB.unpack(buf)
+        return cls(prefetch_size, prefetch_count, bool(bits_0_2 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x0a"
+        out += _S_IHB.pack(self.prefetch_size, self.prefetch_count, bool(self.global_))
+
+
+@dataclass(slots=True)
+class BasicQosOk(Method):
+    """basic.qos-ok (60, 11)"""
+
+    NAME = "basic.qos-ok"
+    CLASS_ID = 60
+    METHOD_ID = 11
+    INDEX = 3932171
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicQosOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x0b"
+
+
+@dataclass(slots=True)
+class BasicConsume(Method):
+    """basic.consume (60, 20)"""
+
+    NAME = "basic.consume"
+    CLASS_ID = 60
+    METHOD_ID = 20
+    INDEX = 3932180
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("consumer_tag", "shortstr"),
+        ("no_local", "bit"),
+        ("no_ack", "bit"),
+        ("exclusive", "bit"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
+
+    reserved_1: int = 0
+    queue: str = ""
+    consumer_tag: str = ""
+    no_local: bool = False
+    no_ack: bool = False
+    exclusive: bool = False
+    no_wait: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicConsume:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        queue, offset = read_shortstr(buf, offset)
+        consumer_tag, offset = read_shortstr(buf, offset)
+        bits_3_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        arguments, offset = read_table(buf, offset)
+        expect_end(buf, offset)
+        return cls(
+            reserved_1,
+            queue,
+            consumer_tag,
+            bool(bits_3_0 & 1),
+            bool(bits_3_0 & 2),
+            bool(bits_3_0 & 4),
+            bool(bits_3_0 & 8),
+            arguments,
+        )
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x14"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.queue)
+        write_shortstr(out, self.consumer_tag)
+        out += _S_B.pack(
+            bool(self.no_local)
+            | bool(self.no_ack) << 1
+            | bool(self.exclusive) << 2
+            | bool(self.no_wait) << 3,
+        )
+        write_table(out, self.arguments)
+
+
+@dataclass(slots=True)
+class BasicConsumeOk(Method):
+    """basic.consume-ok (60, 21)"""
+
+    NAME = "basic.consume-ok"
+    CLASS_ID = 60
+    METHOD_ID = 21
+    INDEX = 3932181
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("consumer_tag", "shortstr"),)
+
+    consumer_tag: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicConsumeOk:
+        offset = 0
+        consumer_tag, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(consumer_tag)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x15"
+        write_shortstr(out, self.consumer_tag)
+
+
+@dataclass(slots=True)
+class BasicCancel(Method):
+    """basic.cancel (60, 30)"""
+
+    NAME = "basic.cancel"
+    CLASS_ID = 60
+    METHOD_ID = 30
+    INDEX = 3932190
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("consumer_tag", "shortstr"), ("no_wait", "bit"))
+
+    consumer_tag: str = ""
+    no_wait: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicCancel:
+        offset = 0
+        consumer_tag, offset = read_shortstr(buf, offset)
+        bits_1_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        expect_end(buf, offset)
+        return cls(consumer_tag, bool(bits_1_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x1e"
+        write_shortstr(out, self.consumer_tag)
+        out += _S_B.pack(bool(self.no_wait))
+
+
+@dataclass(slots=True)
+class BasicCancelOk(Method):
+    """basic.cancel-ok (60, 31)"""
+
+    NAME = "basic.cancel-ok"
+    CLASS_ID = 60
+    METHOD_ID = 31
+    INDEX = 3932191
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("consumer_tag", "shortstr"),)
+
+    consumer_tag: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicCancelOk:
+        offset = 0
+        consumer_tag, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(consumer_tag)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x1f"
+        write_shortstr(out, self.consumer_tag)
+
+
+@dataclass(slots=True)
+class BasicPublish(Method):
+    """basic.publish (60, 40)"""
+
+    NAME = "basic.publish"
+    CLASS_ID = 60
+    METHOD_ID = 40
+    INDEX = 3932200
+    SYNCHRONOUS = False
+    HAS_CONTENT = True
+    FIELDS = (
+        ("reserved_1", "short"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("mandatory", "bit"),
+        ("immediate", "bit"),
+    )
+
+    reserved_1: int = 0
+    exchange: str = ""
+    routing_key: str = ""
+    mandatory: bool = False
+    immediate: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicPublish:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        exchange, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        bits_3_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        expect_end(buf, offset)
+        return cls(reserved_1, exchange, routing_key, bool(bits_3_0 & 1), bool(bits_3_0 & 2))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x28"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.exchange)
+        write_shortstr(out, self.routing_key)
+        out += _S_B.pack(bool(self.mandatory) | bool(self.immediate) << 1)
+
+
+@dataclass(slots=True)
+class BasicReturn(Method):
+    """basic.return (60, 50)"""
+
+    NAME = "basic.return"
+    CLASS_ID = 60
+    METHOD_ID = 50
+    INDEX = 3932210
+    SYNCHRONOUS = False
+    HAS_CONTENT = True
+    FIELDS = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+    )
+
+    reply_code: int = 0
+    reply_text: str = ""
+    exchange: str = ""
+    routing_key: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicReturn:
+        offset = 0
+        reply_code, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        reply_text, offset = read_shortstr(buf, offset)
+        exchange, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(reply_code, reply_text, exchange, routing_key)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x32"
+        out += _S_H.pack(self.reply_code)
+        write_shortstr(out, self.reply_text)
+        write_shortstr(out, self.exchange)
+        write_shortstr(out, self.routing_key)
+
+
+@dataclass(slots=True)
+class BasicDeliver(Method):
+    """basic.deliver (60, 60)"""
+
+    NAME = "basic.deliver"
+    CLASS_ID = 60
+    METHOD_ID = 60
+    INDEX = 3932220
+    SYNCHRONOUS = False
+    HAS_CONTENT = True
+    FIELDS = (
+        ("consumer_tag", "shortstr"),
+        ("delivery_tag", "longlong"),
+        ("redelivered", "bit"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+    )
+
+    consumer_tag: str = ""
+    delivery_tag: int = 0
+    redelivered: bool = False
+    exchange: str = ""
+    routing_key: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicDeliver:
+        offset = 0
+        consumer_tag, offset = read_shortstr(buf, offset)
+        delivery_tag, bits_1_1, = _S_QB.unpack_from(buf, offset)
+        offset += _S_QB.size
+        exchange, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(consumer_tag, delivery_tag, bool(bits_1_1 & 1), exchange, routing_key)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x3c"
+        write_shortstr(out, self.consumer_tag)
+        out += _S_QB.pack(self.delivery_tag, bool(self.redelivered))
+        write_shortstr(out, self.exchange)
+        write_shortstr(out, self.routing_key)
+
+
+@dataclass(slots=True)
+class BasicGet(Method):
+    """basic.get (60, 70)"""
+
+    NAME = "basic.get"
+    CLASS_ID = 60
+    METHOD_ID = 70
+    INDEX = 3932230
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("reserved_1", "short"), ("queue", "shortstr"), ("no_ack", "bit"))
+
+    reserved_1: int = 0
+    queue: str = ""
+    no_ack: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicGet:
+        offset = 0
+        reserved_1, = _S_H.unpack_from(buf, offset)
+        offset += _S_H.size
+        queue, offset = read_shortstr(buf, offset)
+        bits_2_0, = _S_B.unpack_from(buf, offset)
+        offset += _S_B.size
+        expect_end(buf, offset)
+        return cls(reserved_1, queue, bool(bits_2_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x46"
+        out += _S_H.pack(self.reserved_1)
+        write_shortstr(out, self.queue)
+        out += _S_B.pack(bool(self.no_ack))
+
+
+@dataclass(slots=True)
+class BasicGetOk(Method):
+    """basic.get-ok (60, 71)"""
+
+    NAME = "basic.get-ok"
+    CLASS_ID = 60
+    METHOD_ID = 71
+    INDEX = 3932231
+    SYNCHRONOUS = True
+    HAS_CONTENT = True
+    FIELDS = (
+        ("delivery_tag", "longlong"),
+        ("redelivered", "bit"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("message_count", "long"),
+    )
+
+    delivery_tag: int = 0
+    redelivered: bool = False
+    exchange: str = ""
+    routing_key: str = ""
+    message_count: int = 0
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicGetOk:
+        offset = 0
+        delivery_tag, bits_0_1, = _S_QB.unpack_from(buf, offset)
+        offset += _S_QB.size
+        exchange, offset = read_shortstr(buf, offset)
+        routing_key, offset = read_shortstr(buf, offset)
+        message_count, = _S_I.unpack_from(buf, offset)
+        offset += _S_I.size
+        expect_end(buf, offset)
+        return cls(delivery_tag, bool(bits_0_1 & 1), exchange, routing_key, message_count)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x47"
+        out += _S_QB.pack(self.delivery_tag, bool(self.redelivered))
+        write_shortstr(out, self.exchange)
+        write_shortstr(out, self.routing_key)
+        out += _S_I.pack(self.message_count)
+
+
+@dataclass(slots=True)
+class BasicGetEmpty(Method):
+    """basic.get-empty (60, 72)"""
+
+    NAME = "basic.get-empty"
+    CLASS_ID = 60
+    METHOD_ID = 72
+    INDEX = 3932232
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("reserved_1", "shortstr"),)
+
+    reserved_1: str = ""
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicGetEmpty:
+        offset = 0
+        reserved_1, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(reserved_1)
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x48"
+        write_shortstr(out, self.reserved_1)
+
+
+@dataclass(slots=True)
+class BasicAck(Method):
+    """basic.ack (60, 80)"""
+
+    NAME = "basic.ack"
+    CLASS_ID = 60
+    METHOD_ID = 80
+    INDEX = 3932240
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = (("delivery_tag", "longlong"), ("multiple", "bit"))
+
+    delivery_tag: int = 0
+    multiple: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicAck:
+        delivery_tag, bits_0_1, = _S_QB.unpack(buf)
+        return cls(delivery_tag, bool(bits_0_1 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x50"
+        out += _S_QB.pack(self.delivery_tag, bool(self.multiple))
+
+
+@dataclass(slots=True)
+class BasicReject(Method):
+    """basic.reject (60, 90)"""
+
+    NAME = "basic.reject"
+    CLASS_ID = 60
+    METHOD_ID = 90
+    INDEX = 3932250
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = (("delivery_tag", "longlong"), ("requeue", "bit"))
+
+    delivery_tag: int = 0
+    requeue: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicReject:
+        delivery_tag, bits_0_1, = _S_QB.unpack(buf)
+        return cls(delivery_tag, bool(bits_0_1 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x5a"
+        out += _S_QB.pack(self.delivery_tag, bool(self.requeue))
+
+
+@dataclass(slots=True)
+class BasicRecoverAsync(Method):
+    """basic.recover-async (60, 100)"""
+
+    NAME = "basic.recover-async"
+    CLASS_ID = 60
+    METHOD_ID = 100
+    INDEX = 3932260
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = (("requeue", "bit"),)
+
+    requeue: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicRecoverAsync:
+        bits_0_0, = _S_B.unpack(buf)
+        return cls(bool(bits_0_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x64"
+        out += _S_B.pack(bool(self.requeue))
+
+
+@dataclass(slots=True)
+class BasicRecover(Method):
+    """basic.recover (60, 110)"""
+
+    NAME = "basic.recover"
+    CLASS_ID = 60
+    METHOD_ID = 110
+    INDEX = 3932270
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = (("requeue", "bit"),)
+
+    requeue: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicRecover:
+        bits_0_0, = _S_B.unpack(buf)
+        return cls(bool(bits_0_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x6e"
+        out += _S_B.pack(bool(self.requeue))
+
+
+@dataclass(slots=True)
+class BasicRecoverOk(Method):
+    """basic.recover-ok (60, 111)"""
+
+    NAME = "basic.recover-ok"
+    CLASS_ID = 60
+    METHOD_ID = 111
+    INDEX = 3932271
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicRecoverOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x6f"
+
+
+@dataclass(slots=True)
+class BasicNack(Method):
+    """basic.nack (60, 120)"""
+
+    NAME = "basic.nack"
+    CLASS_ID = 60
+    METHOD_ID = 120
+    INDEX = 3932280
+    SYNCHRONOUS = False
+    HAS_CONTENT = False
+    FIELDS = (("delivery_tag", "longlong"), ("multiple", "bit"), ("requeue", "bit"))
+
+    delivery_tag: int = 0
+    multiple: bool = False
+    requeue: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicNack:
+        delivery_tag, bits_0_1, = _S_QB.unpack(buf)
+        return cls(delivery_tag, bool(bits_0_1 & 1), bool(bits_0_1 & 2))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x3c\x00\x78"
+        out += _S_QB.pack(self.delivery_tag, bool(self.multiple) | bool(self.requeue) << 1)
+
+
+@dataclass(slots=True)
+class TxSelect(Method):
+    """tx.select (90, 10)"""
+
+    NAME = "tx.select"
+    CLASS_ID = 90
+    METHOD_ID = 10
+    INDEX = 5898250
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> TxSelect:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x5a\x00\x0a"
+
+
+@dataclass(slots=True)
+class TxSelectOk(Method):
+    """tx.select-ok (90, 11)"""
+
+    NAME = "tx.select-ok"
+    CLASS_ID = 90
+    METHOD_ID = 11
+    INDEX = 5898251
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> TxSelectOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x5a\x00\x0b"
+
+
+@dataclass(slots=True)
+class TxCommit(Method):
+    """tx.commit (90, 20)"""
+
+    NAME = "tx.commit"
+    CLASS_ID = 90
+    METHOD_ID = 20
+    INDEX = 5898260
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> TxCommit:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x5a\x00\x14"
+
+
+@dataclass(slots=True)
+class TxCommitOk(Method):
+    """tx.commit-ok (90, 21)"""
+
+    NAME = "tx.commit-ok"
+    CLASS_ID = 90
+    METHOD_ID = 21
+    INDEX = 5898261
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> TxCommitOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x5a\x00\x15"
+
+
+@dataclass(slots=True)
+class TxRollback(Method):
+    """tx.rollback (90, 30)"""
+
+    NAME = "tx.rollback"
+    CLASS_ID = 90
+    METHOD_ID = 30
+    INDEX = 5898270
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> TxRollback:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x5a\x00\x1e"
+
+
+@dataclass(slots=True)
+class TxRollbackOk(Method):
+    """tx.rollback-ok (90, 31)"""
+
+    NAME = "tx.rollback-ok"
+    CLASS_ID = 90
+    METHOD_ID = 31
+    INDEX = 5898271
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> TxRollbackOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x5a\x00\x1f"
+
+
+@dataclass(slots=True)
+class ConfirmSelect(Method):
+    """confirm.select (85, 10)"""
+
+    NAME = "confirm.select"
+    CLASS_ID = 85
+    METHOD_ID = 10
+    INDEX = 5570570
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = (("nowait", "bit"),)
+
+    nowait: bool = False
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConfirmSelect:
+        bits_0_0, = _S_B.unpack(buf)
+        return cls(bool(bits_0_0 & 1))
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x55\x00\x0a"
+        out += _S_B.pack(bool(self.nowait))
+
+
+@dataclass(slots=True)
+class ConfirmSelectOk(Method):
+    """confirm.select-ok (85, 11)"""
+
+    NAME = "confirm.select-ok"
+    CLASS_ID = 85
+    METHOD_ID = 11
+    INDEX = 5570571
+    SYNCHRONOUS = True
+    HAS_CONTENT = False
+    FIELDS = ()
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> ConfirmSelectOk:
+        offset = 0
+        expect_end(buf, offset)
+        return cls()
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x55\x00\x0b"
+
+
+@dataclass(slots=True)
+class BasicProperties:
+    """Content header properties of class basic; None means absent."""
+
+    CLASS_ID = 60
+
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: dict[str, Any] | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: int | None = None
+    type: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
+    cluster_id: str | None = None
+
+    @classmethod
+    def decode(cls, buf: memoryview) -> BasicProperties:
+        """Decode property flags and the property list (the header after body size)."""
+        (flags,) = U16.unpack_from(buf, 0)
+        if flags & 0x0003:
+            raise MalformedData(f"unknown property flags {flags:#06x}")
+        offset = 2
+        content_type = None
+        if flags & 0x8000:
+            content_type, offset = read_shortstr(buf, offset)
+        content_encoding = None
+        if flags & 0x4000:
+            content_encoding, offset = read_shortstr(buf, offset)
+        headers = None
+        if flags & 0x2000:
+            headers, offset = read_table(buf, offset)
+        delivery_mode = None
+        if flags & 0x1000:
+            (delivery_mode,) = _S_B.unpack_from(buf, offset)
+            offset += _S_B.size
+        priority = None
+        if flags & 0x0800:
+            (priority,) = _S_B.unpack_from(buf, offset)
+            offset += _S_B.size
+        correlation_id = None
+        if flags & 0x0400:
+            correlation_id, offset = read_shortstr(buf, offset)
+        reply_to = None
+        if flags & 0x0200:
+            reply_to, offset = read_shortstr(buf, offset)
+        expiration = None
+        if flags & 0x0100:
+            expiration, offset = read_shortstr(buf, offset)
+        message_id = None
+        if flags & 0x0080:
+            message_id, offset = read_shortstr(buf, offset)
+        timestamp = None
+        if flags & 0x0040:
+            (timestamp,) = _S_Q.unpack_from(buf, offset)
+            offset += _S_Q.size
+        type = None
+        if flags & 0x0020:
+            type, offset = read_shortstr(buf, offset)
+        user_id = None
+        if flags & 0x0010:
+            user_id, offset = read_shortstr(buf, offset)
+        app_id = None
+        if flags & 0x0008:
+            app_id, offset = read_shortstr(buf, offset)
+        cluster_id = None
+        if flags & 0x0004:
+            cluster_id, offset = read_shortstr(buf, offset)
+        expect_end(buf, offset)
+        return cls(
+            content_type,
+            content_encoding,
+            headers,
+            delivery_mode,
+            priority,
+            correlation_id,
+            reply_to,
+            expiration,
+            message_id,
+            timestamp,
+            type,
+            user_id,
+            app_id,
+            cluster_id,
+        )
+
+    def encode_into(self, out: bytearray) -> None:
+        flags_at = len(out)
+        out += b"\0\0"  # flags, patched once we know which properties are present
+        flags = 0
+        if self.content_type is not None:
+            flags |= 0x8000
+            write_shortstr(out, self.content_type)
+        if self.content_encoding is not None:
+            flags |= 0x4000
+            write_shortstr(out, self.content_encoding)
+        if self.headers is not None:
+            flags |= 0x2000
+            write_table(out, self.headers)
+        if self.delivery_mode is not None:
+            flags |= 0x1000
+            out += _S_B.pack(self.delivery_mode)
+        if self.priority is not None:
+            flags |= 0x0800
+            out += _S_B.pack(self.priority)
+        if self.correlation_id is not None:
+            flags |= 0x0400
+            write_shortstr(out, self.correlation_id)
+        if self.reply_to is not None:
+            flags |= 0x0200
+            write_shortstr(out, self.reply_to)
+        if self.expiration is not None:
+            flags |= 0x0100
+            write_shortstr(out, self.expiration)
+        if self.message_id is not None:
+            flags |= 0x0080
+            write_shortstr(out, self.message_id)
+        if self.timestamp is not None:
+            flags |= 0x0040
+            out += _S_Q.pack(self.timestamp)
+        if self.type is not None:
+            flags |= 0x0020
+            write_shortstr(out, self.type)
+        if self.user_id is not None:
+            flags |= 0x0010
+            write_shortstr(out, self.user_id)
+        if self.app_id is not None:
+            flags |= 0x0008
+            write_shortstr(out, self.app_id)
+        if self.cluster_id is not None:
+            flags |= 0x0004
+            write_shortstr(out, self.cluster_id)
+        U16.pack_into(out, flags_at, flags)
+
+    def encode(self) -> bytes:
+        out = bytearray()
+        self.encode_into(out)
+        return bytes(out)
+
+
+METHODS: tuple[type[Method], ...] = (
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionSecure,
+    ConnectionSecureOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+    ConnectionOpen,
+    ConnectionOpenOk,
+    ConnectionClose,
+    ConnectionCloseOk,
+    ConnectionBlocked,
+    ConnectionUnblocked,
+    ConnectionUpdateSecret,
+    ConnectionUpdateSecretOk,
+    ChannelOpen,
+    ChannelOpenOk,
+    ChannelFlow,
+    ChannelFlowOk,
+    ChannelClose,
+    ChannelCloseOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    ExchangeDelete,
+    ExchangeDeleteOk,
+    ExchangeBind,
+    ExchangeBindOk,
+    ExchangeUnbind,
+    ExchangeUnbindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueBind,
+    QueueBindOk,
+    QueueUnbind,
+    QueueUnbindOk,
+    QueuePurge,
+    QueuePurgeOk,
+    QueueDelete,
+    QueueDeleteOk,
+    BasicQos,
+    BasicQosOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicCancel,
+    BasicCancelOk,
+    BasicPublish,
+    BasicReturn,
+    BasicDeliver,
+    BasicGet,
+    BasicGetOk,
+    BasicGetEmpty,
+    BasicAck,
+    BasicReject,
+    BasicRecoverAsync,
+    BasicRecover,
+    BasicRecoverOk,
+    BasicNack,
+    TxSelect,
+    TxSelectOk,
+    TxCommit,
+    TxCommitOk,
+    TxRollback,
+    TxRollbackOk,
+    ConfirmSelect,
+    ConfirmSelectOk,
+)
+METHODS_BY_INDEX: dict[int, type[Method]] = {m.INDEX: m for m in METHODS}
+PROPERTIES_BY_CLASS_ID = {60: BasicProperties}

@@ -1,0 +1,1 @@
+"""RabbitMQ Stream protocol: sans-IO codec (`codec`, `frames`, `wire`, `constants`)."""

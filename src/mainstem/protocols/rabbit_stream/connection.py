@@ -1,0 +1,805 @@
+"""One RabbitMQ Stream protocol connection over asyncio, driving the broker core.
+
+The codec turns bytes into frames; this class runs the connection's state
+machine (peer properties, SASL, tune, open, then commands) and maps each
+command onto the broker. Publishing appends one chunk per Publish frame and
+confirms it once durable; consuming ships committed chunks from the segment
+files to the socket as they are, paced by credit (one credit = one chunk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mainstem import __version__
+from mainstem.broker.active_consumers import ActiveConsumer
+from mainstem.broker.auth import User
+from mainstem.broker.errors import (
+    AccessRefused,
+    AlreadyExists,
+    AuthenticationFailed,
+    BrokerError,
+    NotFound,
+)
+from mainstem.broker.streams import BINDING_KEYS, PARTITION_NAMES, Stream
+from mainstem.log.partition import Appended, ChunkLocation, Partition, PartitionClosed
+from mainstem.protocols.base import ConnectionContext
+from mainstem.protocols.rabbit_stream import frames as f
+from mainstem.protocols.rabbit_stream import responses as r
+from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode, encode_deliver_prefix
+from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.sasl import MECHANISMS, SaslError, plain_credentials
+from mainstem.protocols.rabbit_stream.wire import FrameError
+
+READ_SIZE = 256 * 1024
+# Stop shipping chunks to a connection whose socket buffer holds this much.
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+MAX_ENTRIES_PER_CHUNK = 0xFFFF
+# Stream-protocol argument names (no "x-" prefix) -> the broker's stream arguments.
+STREAM_ARGUMENTS = {
+    "max-length-bytes": "x-max-length-bytes",
+    "max-age": "x-max-age",
+    "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
+}
+INTEGER_ARGUMENTS = {"x-max-length-bytes", "x-stream-max-segment-size-bytes"}
+SUB_BATCH_RECORDS = struct.Struct(">H")  # after the sub-batch entry's type byte
+
+
+class State(enum.Enum):
+    PEER_PROPERTIES = 1
+    AUTHENTICATING = 2
+    TUNING = 3
+    OPENING = 4
+    OPEN = 5
+    CLOSED = 6
+
+
+class CloseConnection(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+def response_code(error: BrokerError) -> ResponseCode:
+    """The stream protocol's code for a broker error."""
+    if isinstance(error, NotFound):
+        return ResponseCode.STREAM_DOES_NOT_EXIST
+    if isinstance(error, AccessRefused):
+        return ResponseCode.ACCESS_REFUSED
+    if isinstance(error, AlreadyExists):
+        return ResponseCode.STREAM_ALREADY_EXISTS
+    return ResponseCode.PRECONDITION_FAILED
+
+
+def stream_arguments(arguments: dict[str, str]) -> dict[str, Any]:
+    """Retention arguments in broker form; others are accepted and ignored, as RabbitMQ does."""
+    converted: dict[str, Any] = {}
+    for name, value in arguments.items():
+        key = STREAM_ARGUMENTS.get(name, name if name.startswith("x-") else None)
+        if key is None:
+            continue
+        if key in INTEGER_ARGUMENTS:
+            try:
+                converted[key] = int(value)
+            except ValueError:
+                raise CommandFailed(ResponseCode.PRECONDITION_FAILED) from None
+        else:
+            converted[key] = value
+    return converted
+
+
+class CommandFailed(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass(slots=True)
+class Publisher:
+    publisher_id: int
+    name: str
+    partition: Partition
+    reference: str
+
+
+@dataclass(slots=True, eq=False)
+class Subscription:
+    subscription_id: int
+    name: str
+    partition: Partition
+    start: f.OffsetSpec
+    credit: int
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    active: bool = True
+    membership: ActiveConsumer | None = None
+
+
+class StreamConnection:
+    def __init__(self, ctx: ConnectionContext) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+        self.log = ctx.log
+        self.codec = StreamCodec()
+        self.state = State.PEER_PROPERTIES
+        self.user: User | None = None
+        self.namespace = "/"
+        self.frame_max = ctx.limits.max_frame_size
+        self.heartbeat = ctx.limits.heartbeat_s
+        self.deliver_version = 1
+        self.publishers: dict[int, Publisher] = {}
+        self.subscriptions: dict[int, Subscription] = {}
+        self._confirms: deque[tuple[Partition, int, Publisher, list[int]]] = deque()
+        self._confirm_ready = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._correlation = 0
+        self._consumer_updates: dict[int, Subscription] = {}
+        self._last_read = 0.0
+        self._unwatch: Callable[[], None] | None = None
+        transport = ctx.writer.transport
+        self._transport = transport
+        self._socket_fd = _sendfile_socket(transport)
+        self._handlers: dict[type, Callable[[Any], Any]] = {
+            f.PeerProperties: self.on_peer_properties,
+            f.SaslHandshake: self.on_sasl_handshake,
+            f.SaslAuthenticate: self.on_sasl_authenticate,
+            f.Tune: self.on_tune,
+            f.Open: self.on_open,
+            f.Close: self.on_close,
+            f.Heartbeat: lambda frame: None,
+            f.Response: self.on_response,
+            f.UnknownCommand: self.on_unknown,
+            f.DeclarePublisher: self.on_declare_publisher,
+            f.Publish: self.on_publish,
+            f.QueryPublisherSequence: self.on_query_publisher_sequence,
+            f.DeletePublisher: self.on_delete_publisher,
+            f.Subscribe: self.on_subscribe,
+            f.Credit: self.on_credit,
+            f.StoreOffset: self.on_store_offset,
+            f.QueryOffset: self.on_query_offset,
+            f.Unsubscribe: self.on_unsubscribe,
+            f.CreateStream: self.on_create_stream,
+            f.DeleteStream: self.on_delete_stream,
+            f.Metadata: self.on_metadata,
+            f.Route: self.on_route,
+            f.Partitions: self.on_partitions,
+            f.ConsumerUpdateReply: self.on_consumer_update_reply,
+            f.ExchangeCommandVersions: self.on_exchange_command_versions,
+            f.StreamStats: self.on_stream_stats,
+            f.CreateSuperStream: self.on_create_super_stream,
+            f.DeleteSuperStream: self.on_delete_super_stream,
+            f.ResolveOffsetSpec: self.on_resolve_offset_spec,
+        }
+        self._handshake = {f.PeerProperties, f.SaslHandshake, f.SaslAuthenticate, f.Tune,
+                           f.Open, f.Close, f.Heartbeat, f.Response}
+
+    # -- the connection's life ----------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last_read = loop.time()
+        self._tasks.append(loop.create_task(self._confirm_loop()))
+        self._tasks.append(loop.create_task(self._heartbeat_loop()))
+        self._unwatch = self.core.streams.watch(self._on_stream_deleted)
+        try:
+            await self._read_loop()
+        except CloseConnection as close:
+            await self._close_from_server(close.code, close.reason)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            await self._release()
+
+    async def _read_loop(self) -> None:
+        reader = self.ctx.reader
+        loop = asyncio.get_running_loop()
+        while self.state is not State.CLOSED:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                return
+            self._last_read = loop.time()
+            self.codec.receive_data(data)
+            try:
+                frames = self.codec.next_frames()
+            except FrameError as error:
+                raise CloseConnection(error.code, error.message) from None
+            for frame in frames:
+                await self._dispatch(frame)
+            if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                await self.ctx.writer.drain()
+
+    async def _dispatch(self, frame: f.Frame) -> None:
+        kind = type(frame)
+        if self.state is not State.OPEN and kind not in self._handshake:
+            raise CloseConnection(ResponseCode.UNKNOWN_FRAME,
+                                  f"{kind.__name__} before the connection was opened")
+        result = self._handlers[kind](frame)
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def _release(self) -> None:
+        self.state = State.CLOSED
+        if self._unwatch is not None:
+            self._unwatch()
+        for subscription in list(self.subscriptions.values()):
+            self._end_subscription(subscription)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _close_from_server(self, code: int, reason: str) -> None:
+        self.log.info("closing stream connection: %s", reason)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            self.send(f.Close(self._next_correlation(), code, reason))
+            await asyncio.wait_for(self.ctx.writer.drain(), 2)
+        self.state = State.CLOSED
+
+    async def _heartbeat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            interval = self.heartbeat or 60
+            await asyncio.sleep(interval)
+            if self.heartbeat and loop.time() - self._last_read > 2 * self.heartbeat:
+                self.log.info("stream peer silent for two heartbeats, dropping it")
+                self._transport.abort()
+                return
+            if self.heartbeat and self.state is State.OPEN:
+                self.send(f.Heartbeat())
+
+    # -- output --------------------------------------------------------------
+
+    def send(self, frame: f.Frame) -> None:
+        if not self._transport.is_closing():
+            self._transport.write(encode(frame))
+
+    def respond(self, key: int, correlation_id: int, code: int = ResponseCode.OK) -> None:
+        self.send(f.Response(key, correlation_id, code))
+
+    def _next_correlation(self) -> int:
+        self._correlation = (self._correlation + 1) & 0xFFFF_FFFF
+        return self._correlation
+
+    # -- handshake -----------------------------------------------------------
+
+    def on_peer_properties(self, frame: f.PeerProperties) -> None:
+        self.send(r.PeerPropertiesResponse(frame.correlation_id, ResponseCode.OK, {
+            "product": "mainstem", "version": __version__, "platform": "Python",
+            "copyright": "mainstem developers", "information": "https://github.com/mainstem",
+        }))
+        self.state = State.AUTHENTICATING
+
+    def on_sasl_handshake(self, frame: f.SaslHandshake) -> None:
+        self.send(r.SaslHandshakeResponse(frame.correlation_id, ResponseCode.OK, MECHANISMS))
+
+    async def on_sasl_authenticate(self, frame: f.SaslAuthenticate) -> None:
+        if frame.mechanism not in MECHANISMS:
+            self.send(r.SaslAuthenticateResponse(frame.correlation_id,
+                                                 ResponseCode.SASL_MECHANISM_NOT_SUPPORTED))
+            return
+        try:
+            username, password = plain_credentials(frame.data)
+            self.user = await self.core.login(username, password, self._peer_host())
+        except SaslError:
+            self.send(r.SaslAuthenticateResponse(frame.correlation_id, ResponseCode.SASL_ERROR))
+            raise CloseConnection(ResponseCode.SASL_ERROR, "malformed SASL response") from None
+        except AuthenticationFailed as error:
+            code = (ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK
+                    if "localhost" in error.message else ResponseCode.AUTHENTICATION_FAILURE)
+            self.log.warning("stream authentication failed: %s", error.message)
+            self.send(r.SaslAuthenticateResponse(frame.correlation_id, code))
+            raise CloseConnection(code, error.message) from None
+        self.send(r.SaslAuthenticateResponse(frame.correlation_id, ResponseCode.OK))
+        self.state = State.TUNING
+        self.send(f.Tune(self.frame_max, self.heartbeat))
+
+    def on_tune(self, frame: f.Tune) -> None:
+        # The client may lower what the server proposed, never raise it.
+        if frame.frame_max:
+            self.frame_max = min(self.frame_max, frame.frame_max)
+        self.heartbeat = min(self.heartbeat, frame.heartbeat) if frame.heartbeat else 0
+        self.codec.max_frame_size = self.frame_max
+        self.state = State.OPENING
+
+    def on_open(self, frame: f.Open) -> None:
+        if self.user is None:
+            raise CloseConnection(ResponseCode.AUTHENTICATION_FAILURE, "open before login")
+        try:
+            self.core.open_namespace(self.user, frame.virtual_host)
+        except BrokerError as error:
+            self.send(r.OpenResponse(frame.correlation_id,
+                                     ResponseCode.VIRTUAL_HOST_ACCESS_FAILURE))
+            raise CloseConnection(ResponseCode.VIRTUAL_HOST_ACCESS_FAILURE,
+                                  error.message) from None
+        self.namespace = frame.virtual_host
+        host, port = self._advertised()
+        self.send(r.OpenResponse(frame.correlation_id, ResponseCode.OK, {
+            "advertised_host": host, "advertised_port": str(port)}))
+        self.state = State.OPEN
+        self.ctx.log.info("stream connection opened", extra={
+            "user": self.user.name, "namespace": self.namespace})
+
+    def on_close(self, frame: f.Close) -> None:
+        self.respond(Key.CLOSE, frame.correlation_id)
+        self.state = State.CLOSED
+
+    def on_response(self, frame: f.Response) -> None:
+        if frame.key == Key.CLOSE:  # the client acknowledged our Close
+            self.state = State.CLOSED
+
+    def on_unknown(self, frame: f.UnknownCommand) -> None:
+        if frame.correlation_id is not None:
+            self.respond(frame.key, frame.correlation_id, ResponseCode.UNKNOWN_FRAME)
+        else:
+            raise CloseConnection(ResponseCode.UNKNOWN_FRAME,
+                                  f"unknown command 0x{frame.key:04x} v{frame.version}")
+
+    def on_exchange_command_versions(self, frame: f.ExchangeCommandVersions) -> None:
+        for version in frame.versions:
+            if version.key == Key.DELIVER:
+                self.deliver_version = min(2, version.max_version)
+        self.send(r.ExchangeCommandVersionsResponse(frame.correlation_id, ResponseCode.OK,
+                                                    r.SERVER_COMMAND_VERSIONS))
+
+    # -- streams -------------------------------------------------------------
+
+    def _resolve(self, name: str) -> tuple[Stream, Partition]:
+        stream, index = self.core.streams.resolve(self.namespace, name)
+        return stream, stream.partitions[index]
+
+    def _check(self, kind: str, name: str) -> None:
+        assert self.user is not None
+        self.core.auth.check(self.user, self.namespace, kind, name)  # type: ignore[arg-type]
+
+    def on_create_stream(self, frame: f.CreateStream) -> None:
+        try:
+            self._check("configure", frame.stream)
+            self.core.streams.create(self.namespace, frame.stream,
+                                     arguments=stream_arguments(frame.arguments))
+        except BrokerError as error:
+            self.respond(Key.CREATE_STREAM, frame.correlation_id, response_code(error))
+        except CommandFailed as failed:
+            self.respond(Key.CREATE_STREAM, frame.correlation_id, failed.code)
+        else:
+            self.respond(Key.CREATE_STREAM, frame.correlation_id)
+
+    async def on_delete_stream(self, frame: f.DeleteStream) -> None:
+        code = await self._delete(frame.stream, single_partition=True)
+        self.respond(Key.DELETE_STREAM, frame.correlation_id, code)
+
+    async def _delete(self, name: str, *, single_partition: bool) -> int:
+        try:
+            self._check("configure", name)
+            stream = self.core.streams.get(self.namespace, name)
+            if (len(stream.partitions) == 1) != single_partition:
+                kind = "stream" if single_partition else "super stream"
+                raise NotFound(f"'{name}' is not a {kind}")
+            await self.core.streams.delete(self.namespace, name)
+        except BrokerError as error:
+            return response_code(error)
+        return ResponseCode.OK
+
+    def on_create_super_stream(self, frame: f.CreateSuperStream) -> None:
+        try:
+            self._check("configure", frame.name)
+            arguments = stream_arguments(frame.arguments)
+            arguments[PARTITION_NAMES] = frame.partitions
+            arguments[BINDING_KEYS] = frame.binding_keys
+            for partition_name in frame.partitions:
+                self._check("configure", partition_name)
+            if not frame.partitions:
+                raise CommandFailed(ResponseCode.PRECONDITION_FAILED)
+            self.core.streams.create(self.namespace, frame.name, len(frame.partitions), arguments)
+        except BrokerError as error:
+            self.respond(Key.CREATE_SUPER_STREAM, frame.correlation_id, response_code(error))
+        except CommandFailed as failed:
+            self.respond(Key.CREATE_SUPER_STREAM, frame.correlation_id, failed.code)
+        else:
+            self.respond(Key.CREATE_SUPER_STREAM, frame.correlation_id)
+
+    async def on_delete_super_stream(self, frame: f.DeleteSuperStream) -> None:
+        code = await self._delete(frame.name, single_partition=False)
+        self.respond(Key.DELETE_SUPER_STREAM, frame.correlation_id, code)
+
+    def on_metadata(self, frame: f.Metadata) -> None:
+        host, port = self._advertised()
+        streams = []
+        for name in frame.streams:
+            try:
+                self._resolve(name)
+            except NotFound:
+                streams.append(r.StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST, None))
+            else:
+                streams.append(r.StreamMetadata(name, ResponseCode.OK, 0))
+        self.send(r.MetadataResponse(frame.correlation_id, [r.Broker(0, host, port)], streams))
+
+    def on_route(self, frame: f.Route) -> None:
+        stream = self.core.streams.find(self.namespace, frame.super_stream)
+        if stream is None:
+            self.send(r.RouteResponse(frame.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST, []))
+            return
+        routed = [name for name, key in zip(stream.partition_names, stream.binding_keys,
+                                            strict=True) if key == frame.routing_key]
+        self.send(r.RouteResponse(frame.correlation_id, ResponseCode.OK, routed))
+
+    def on_partitions(self, frame: f.Partitions) -> None:
+        stream = self.core.streams.find(self.namespace, frame.super_stream)
+        if stream is None:
+            self.send(r.PartitionsResponse(frame.correlation_id,
+                                           ResponseCode.STREAM_DOES_NOT_EXIST, []))
+            return
+        self.send(r.PartitionsResponse(frame.correlation_id, ResponseCode.OK,
+                                       stream.partition_names))
+
+    def on_stream_stats(self, frame: f.StreamStats) -> None:
+        try:
+            _, partition = self._resolve(frame.stream)
+        except NotFound:
+            self.send(r.StreamStatsResponse(frame.correlation_id,
+                                            ResponseCode.STREAM_DOES_NOT_EXIST, {}))
+            return
+        empty = partition.committed_chunk_id < 0
+        self.send(r.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, {
+            "first_chunk_id": -1 if empty else partition.first_offset,
+            "committed_chunk_id": partition.committed_chunk_id,
+        }))
+
+    def _on_stream_deleted(self, stream: Stream) -> None:
+        """Tell this connection's publishers and subscribers their stream is gone."""
+        if stream.namespace != self.namespace or self.state is not State.OPEN:
+            return
+        gone = {id(partition) for partition in stream.partitions}
+        notified: set[str] = set()
+        for publisher_id, publisher in list(self.publishers.items()):
+            if id(publisher.partition) in gone:
+                notified.add(publisher.name)
+                del self.publishers[publisher_id]
+        for subscription in list(self.subscriptions.values()):
+            if id(subscription.partition) in gone:
+                notified.add(subscription.name)
+                self._end_subscription(subscription)
+        for partition_name in sorted(notified):
+            self.send(r.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, partition_name))
+
+    # -- publishing ----------------------------------------------------------
+
+    def on_declare_publisher(self, frame: f.DeclarePublisher) -> None:
+        code = ResponseCode.OK
+        try:
+            self._check("write", frame.stream)
+            _, partition = self._resolve(frame.stream)
+            if frame.publisher_id in self.publishers:
+                code = ResponseCode.PRECONDITION_FAILED
+            else:
+                self.publishers[frame.publisher_id] = Publisher(
+                    frame.publisher_id, frame.stream, partition, frame.reference)
+        except BrokerError as error:
+            code = response_code(error)
+        self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, code)
+
+    def on_publish(self, frame: f.Publish) -> None:
+        publisher = self.publishers.get(frame.publisher_id)
+        if publisher is None:
+            self._publish_error(frame, ResponseCode.PUBLISHER_DOES_NOT_EXIST)
+            return
+        partition = publisher.partition
+        ids, entries = frame.publishing_ids, frame.entries
+        all_simple = frame.num_records == len(entries)
+        if publisher.reference:
+            ids, entries = self._not_yet_stored(publisher, ids, entries)
+        try:
+            for start in range(0, len(entries), MAX_ENTRIES_PER_CHUNK):
+                end = start + MAX_ENTRIES_PER_CHUNK
+                self._append(publisher, ids[start:end], entries[start:end], all_simple)
+        except PartitionClosed:
+            self._publish_error(frame, ResponseCode.STREAM_DOES_NOT_EXIST)
+            return
+        # Duplicates are confirmed only once everything written before them is durable.
+        self._confirms.append((partition, partition.next_offset, publisher,
+                               frame.publishing_ids))
+        self._confirm_ready.set()
+
+    @staticmethod
+    def _not_yet_stored(publisher: Publisher, ids: list[int], entries: list[memoryview]
+                        ) -> tuple[list[int], list[memoryview]]:
+        """The messages whose publishing id is above the last one stored for the
+        publisher's reference; the others are confirmed without being stored again."""
+        last = publisher.partition.sequences.get(publisher.reference, -1)
+        if not ids or ids[0] > last:
+            return ids, entries  # the common case: nothing here was seen before
+        kept = [(pid, entry) for pid, entry in zip(ids, entries, strict=True) if pid > last]
+        return [pid for pid, _ in kept], [entry for _, entry in kept]
+
+    @staticmethod
+    def _append(publisher: Publisher, ids: list[int], entries: list[memoryview],
+                all_simple: bool) -> None:
+        if not entries:
+            return
+        blob = b"".join(entries)
+        if all_simple:
+            records, payload = len(entries), len(blob) - 4 * len(entries)
+        else:
+            records, payload = _record_count(entries), None
+        sequences = {publisher.reference: max(ids)} if publisher.reference else None
+        publisher.partition.write(blob, len(entries), records, payload_bytes=payload,
+                                  sequences=sequences)
+
+    def _publish_error(self, frame: f.Publish, code: int) -> None:
+        self.send(r.PublishError(frame.publisher_id,
+                                 [(pid, code) for pid in frame.publishing_ids]))
+
+    async def _confirm_loop(self) -> None:
+        """Confirm publishes in order, each once its chunk is durable; confirms for
+        the same publisher that are ready together go out in one frame."""
+        while True:
+            await self._confirm_ready.wait()
+            self._confirm_ready.clear()
+            while self._confirms:
+                partition, mark, publisher, ids = self._confirms.popleft()
+                try:
+                    await partition.commit(Appended(-1, mark))
+                except (PartitionClosed, OSError):
+                    self.send(r.PublishError(publisher.publisher_id, [
+                        (pid, ResponseCode.STREAM_NOT_AVAILABLE) for pid in ids]))
+                    continue
+                while (self._confirms and self._confirms[0][2] is publisher
+                       and self._confirms[0][1] <= partition.committed_offset):
+                    ids = ids + self._confirms.popleft()[3]
+                self.send(r.PublishConfirm(publisher.publisher_id, ids))
+
+    def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
+        try:
+            self._check("read", frame.stream)
+            _, partition = self._resolve(frame.stream)
+        except BrokerError as error:
+            self.send(r.QueryPublisherSequenceResponse(frame.correlation_id,
+                                                       response_code(error), 0))
+            return
+        sequence = partition.sequences.get(frame.reference, 0)
+        self.send(r.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK,
+                                                   sequence))
+
+    def on_delete_publisher(self, frame: f.DeletePublisher) -> None:
+        code = ResponseCode.OK
+        if self.publishers.pop(frame.publisher_id, None) is None:
+            code = ResponseCode.PUBLISHER_DOES_NOT_EXIST
+        self.respond(Key.DELETE_PUBLISHER, frame.correlation_id, code)
+
+    # -- consuming -----------------------------------------------------------
+
+    def on_subscribe(self, frame: f.Subscribe) -> None:
+        code = ResponseCode.OK
+        try:
+            self._check("read", frame.stream)
+            stream, partition = self._resolve(frame.stream)
+            if frame.subscription_id in self.subscriptions:
+                code = ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS
+        except BrokerError as error:
+            code = response_code(error)
+        self.respond(Key.SUBSCRIBE, frame.correlation_id, code)
+        if code != ResponseCode.OK:
+            return
+        subscription = Subscription(frame.subscription_id, frame.stream, partition,
+                                    frame.offset_spec, frame.credit)
+        self.subscriptions[frame.subscription_id] = subscription
+        if frame.properties.get("single-active-consumer") == "true":
+            self._join_group(subscription, stream, frame.properties)
+        else:
+            self._start_delivery(subscription, frame.offset_spec)
+
+    def _start_delivery(self, subscription: Subscription, spec: f.OffsetSpec) -> None:
+        offset = self._resolve_offset(subscription.partition, spec)
+        subscription.task = asyncio.get_running_loop().create_task(
+            self._deliver_loop(subscription, offset))
+        self._tasks.append(subscription.task)
+
+    def _resolve_offset(self, partition: Partition, spec: f.OffsetSpec) -> int:
+        kind = spec.type
+        if kind == OffsetType.FIRST:
+            return partition.first_offset
+        if kind == OffsetType.LAST:
+            last = partition.committed_chunk_id
+            return last if last >= 0 else partition.committed_offset
+        if kind == OffsetType.OFFSET:
+            return spec.value
+        if kind == OffsetType.TIMESTAMP:
+            return partition.offset_for_timestamp(spec.value)
+        return partition.committed_offset  # NEXT, and NONE as "no preference"
+
+    async def _deliver_loop(self, subscription: Subscription, offset: int) -> None:
+        reader = subscription.partition.reader(offset)
+        writer = self.ctx.writer
+        try:
+            while True:
+                while subscription.credit <= 0 or not subscription.active:
+                    subscription.wake.clear()
+                    await subscription.wake.wait()
+                location = reader.next_location()
+                if location is None:
+                    await subscription.partition.wait_for(reader.position)
+                    continue
+                self._deliver(subscription, location)
+                subscription.credit -= 1
+                if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await writer.drain()  # a slow consumer holds one buffer, not the log
+        except (PartitionClosed, ConnectionError):
+            return
+
+    def _deliver(self, subscription: Subscription, location: ChunkLocation) -> None:
+        prefix = encode_deliver_prefix(subscription.subscription_id, self.deliver_version,
+                                       location.send_size,
+                                       subscription.partition.committed_chunk_id)
+        segment_fd = location.segment.fileno()
+        if self._socket_fd is not None and self._transport.get_write_buffer_size() == 0:
+            sent = _send_now(self._socket_fd, prefix, segment_fd, location)
+        else:
+            sent = 0
+        self._write_rest(prefix, segment_fd, location, sent)
+
+    def _write_rest(self, prefix: bytes, segment_fd: int, location: ChunkLocation,
+                    sent: int) -> None:
+        """Queue whatever the kernel did not take at once: the prefix's remainder and
+        the chunk bytes from where sendfile stopped."""
+        if sent < len(prefix):
+            self._transport.write(prefix[sent:])
+            sent = len(prefix)
+        done = sent - len(prefix)
+        if done < location.send_size:
+            self._transport.write(os.pread(segment_fd, location.send_size - done,
+                                           location.file_pos + done))
+
+    def on_credit(self, frame: f.Credit) -> None:
+        subscription = self.subscriptions.get(frame.subscription_id)
+        if subscription is None:
+            self.send(r.CreditResponse(ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                                       frame.subscription_id))
+            return
+        subscription.credit += frame.credit
+        subscription.wake.set()
+
+    def on_unsubscribe(self, frame: f.Unsubscribe) -> None:
+        subscription = self.subscriptions.get(frame.subscription_id)
+        if subscription is None:
+            self.respond(Key.UNSUBSCRIBE, frame.correlation_id,
+                         ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST)
+            return
+        self._end_subscription(subscription)
+        self.respond(Key.UNSUBSCRIBE, frame.correlation_id)
+
+    def _end_subscription(self, subscription: Subscription) -> None:
+        self.subscriptions.pop(subscription.subscription_id, None)
+        if subscription.task is not None:
+            subscription.task.cancel()
+        if subscription.membership is not None:
+            subscription.membership.leave()
+
+    def on_store_offset(self, frame: f.StoreOffset) -> None:
+        # StoreOffset has no response: a failure can only be logged.
+        try:
+            self._check("read", frame.stream)
+            stream, index = self.core.streams.resolve(self.namespace, frame.stream)
+            self.core.store_offset(self.namespace, stream.name, index, frame.reference,
+                                   frame.offset)
+        except BrokerError as error:
+            self.log.info("store offset refused: %s", error.message)
+
+    def on_query_offset(self, frame: f.QueryOffset) -> None:
+        try:
+            self._check("read", frame.stream)
+            stream, index = self.core.streams.resolve(self.namespace, frame.stream)
+            offset = self.core.query_offset(self.namespace, stream.name, index, frame.reference)
+        except BrokerError as error:
+            self.send(r.QueryOffsetResponse(frame.correlation_id, response_code(error), 0))
+            return
+        if offset is None:
+            self.send(r.QueryOffsetResponse(frame.correlation_id, ResponseCode.NO_OFFSET, 0))
+        else:
+            self.send(r.QueryOffsetResponse(frame.correlation_id, ResponseCode.OK, offset))
+
+    def on_resolve_offset_spec(self, frame: f.ResolveOffsetSpec) -> None:
+        try:
+            self._check("read", frame.stream)
+            _, partition = self._resolve(frame.stream)
+        except BrokerError as error:
+            self.send(r.ResolveOffsetSpecResponse(frame.correlation_id, response_code(error),
+                                                  OffsetType.OFFSET, 0))
+            return
+        offset = self._resolve_offset(partition, frame.offset_spec)
+        self.send(r.ResolveOffsetSpecResponse(frame.correlation_id, ResponseCode.OK,
+                                              OffsetType.OFFSET, offset))
+
+    # -- single active consumer ----------------------------------------------
+
+    def _join_group(self, subscription: Subscription, stream: Stream,
+                    properties: dict[str, str]) -> None:
+        name = properties.get("name", "")
+        super_stream = properties.get("super-stream")
+        index = stream.partition_names.index(subscription.name)
+        group = self.core.active_consumers.group(
+            self.namespace, subscription.name, name,
+            position=index if super_stream else None)
+        subscription.active = False
+        subscription.membership = group.join(
+            activate=lambda: self._ask_consumer_update(subscription, True),
+            deactivate=lambda: self._ask_consumer_update(subscription, False))
+
+    def _ask_consumer_update(self, subscription: Subscription, active: bool) -> None:
+        if subscription.subscription_id not in self.subscriptions:
+            return
+        if not active:
+            subscription.active = False
+            if subscription.task is not None:
+                subscription.task.cancel()
+                subscription.task = None
+        correlation_id = self._next_correlation()
+        self._consumer_updates[correlation_id] = subscription
+        self.send(r.ConsumerUpdate(correlation_id, subscription.subscription_id, active))
+
+    def on_consumer_update_reply(self, frame: f.ConsumerUpdateReply) -> None:
+        subscription = self._consumer_updates.pop(frame.correlation_id, None)
+        if subscription is None or subscription.membership is None:
+            return
+        if not subscription.membership.is_active or subscription.task is not None:
+            return
+        subscription.active = True
+        spec = frame.offset_spec
+        if spec.type == OffsetType.NONE:
+            spec = subscription.start
+        self._start_delivery(subscription, spec)
+
+    # -- helpers -------------------------------------------------------------
+
+    def _peer_host(self) -> str | None:
+        peer = self.ctx.writer.get_extra_info("peername")
+        return peer[0] if isinstance(peer, tuple) else None
+
+    def _advertised(self) -> tuple[str, int]:
+        sockname = self.ctx.writer.get_extra_info("sockname")
+        return str(sockname[0]), int(sockname[1])
+
+
+def _record_count(entries: list[memoryview]) -> int:
+    """Records in a list of Osiris entries: one per simple entry, a sub-batch's own count."""
+    return sum(SUB_BATCH_RECORDS.unpack_from(entry, 1)[0] if entry[0] & 0x80 else 1
+               for entry in entries)
+
+
+def _sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
+    """The raw socket to sendfile into, or None where bytes must go through the
+    transport (TLS, or anything that is not a plain TCP socket)."""
+    if transport.get_extra_info("sslcontext") is not None:
+        return None
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return sock.fileno()
+
+
+def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, location: ChunkLocation) -> int:
+    """Send the Deliver prefix, then the chunk straight from the segment file, for as
+    long as the kernel takes them without blocking; return how many bytes went."""
+    try:
+        sent = os.write(socket_fd, prefix)
+    except (BlockingIOError, InterruptedError):
+        return 0
+    if sent < len(prefix):
+        return sent
+    try:
+        return sent + os.sendfile(socket_fd, segment_fd, location.file_pos, location.send_size)
+    except (BlockingIOError, InterruptedError):
+        return sent
+
+
+async def handle(ctx: ConnectionContext) -> None:
+    await StreamConnection(ctx).run()

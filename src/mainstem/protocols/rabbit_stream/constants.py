@@ -1,0 +1,82 @@
+"""Numbers of the RabbitMQ Stream protocol: command keys, response codes, offset types."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+# Responses carry the request's key with the top bit set.
+RESPONSE_FLAG = 0x8000
+
+# Until the connection is tuned, RabbitMQ caps frames at 8 KiB (stream.initial_frame_max).
+INITIAL_FRAME_MAX = 8192
+
+# Osiris chunk header length: the part of a chunk a Deliver frame carries before the entries.
+CHUNK_HEADER_SIZE = 48
+
+
+class Key(IntEnum):
+    DECLARE_PUBLISHER = 0x0001
+    PUBLISH = 0x0002
+    PUBLISH_CONFIRM = 0x0003
+    PUBLISH_ERROR = 0x0004
+    QUERY_PUBLISHER_SEQUENCE = 0x0005
+    DELETE_PUBLISHER = 0x0006
+    SUBSCRIBE = 0x0007
+    DELIVER = 0x0008
+    CREDIT = 0x0009
+    STORE_OFFSET = 0x000A
+    QUERY_OFFSET = 0x000B
+    UNSUBSCRIBE = 0x000C
+    CREATE_STREAM = 0x000D
+    DELETE_STREAM = 0x000E
+    METADATA = 0x000F
+    METADATA_UPDATE = 0x0010
+    PEER_PROPERTIES = 0x0011
+    SASL_HANDSHAKE = 0x0012
+    SASL_AUTHENTICATE = 0x0013
+    TUNE = 0x0014
+    OPEN = 0x0015
+    CLOSE = 0x0016
+    HEARTBEAT = 0x0017
+    ROUTE = 0x0018
+    PARTITIONS = 0x0019
+    CONSUMER_UPDATE = 0x001A
+    EXCHANGE_COMMAND_VERSIONS = 0x001B
+    STREAM_STATS = 0x001C
+    CREATE_SUPER_STREAM = 0x001D
+    DELETE_SUPER_STREAM = 0x001E
+    RESOLVE_OFFSET_SPEC = 0x001F
+
+
+class ResponseCode(IntEnum):
+    OK = 0x01
+    STREAM_DOES_NOT_EXIST = 0x02
+    SUBSCRIPTION_ID_ALREADY_EXISTS = 0x03
+    SUBSCRIPTION_ID_DOES_NOT_EXIST = 0x04
+    STREAM_ALREADY_EXISTS = 0x05
+    STREAM_NOT_AVAILABLE = 0x06
+    SASL_MECHANISM_NOT_SUPPORTED = 0x07
+    AUTHENTICATION_FAILURE = 0x08
+    SASL_ERROR = 0x09
+    SASL_CHALLENGE = 0x0A
+    SASL_AUTHENTICATION_FAILURE_LOOPBACK = 0x0B
+    VIRTUAL_HOST_ACCESS_FAILURE = 0x0C
+    UNKNOWN_FRAME = 0x0D
+    FRAME_TOO_LARGE = 0x0E
+    INTERNAL_ERROR = 0x0F
+    ACCESS_REFUSED = 0x10
+    PRECONDITION_FAILED = 0x11
+    PUBLISHER_DOES_NOT_EXIST = 0x12
+    NO_OFFSET = 0x13
+    # Defined in rabbit_stream.hrl, absent from PROTOCOL.adoc.
+    SASL_CANNOT_CHANGE_MECHANISM = 0x14
+    SASL_CANNOT_CHANGE_USERNAME = 0x15
+
+
+class OffsetType(IntEnum):
+    NONE = 0  # only in a client's ConsumerUpdate reply: "keep the offset you have"
+    FIRST = 1
+    LAST = 2
+    NEXT = 3
+    OFFSET = 4
+    TIMESTAMP = 5

@@ -1,0 +1,728 @@
+"""Frames a stream-protocol server receives, one dataclass per command, plus the shared
+structures (offset specification, command versions) and the plain code-only Response.
+
+Each inbound frame has a `parse(reader)` classmethod (see PARSERS) and `body()` so tools and
+tests can encode it too. Frames only the server sends live in `responses`. The frame header
+(size, key, version) is handled by `codec`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from mainstem.protocols.rabbit_stream import wire
+from mainstem.protocols.rabbit_stream.constants import (
+    RESPONSE_FLAG,
+    Key,
+    OffsetType,
+)
+from mainstem.protocols.rabbit_stream.wire import (
+    CORR_CODE,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    MalformedFrame,
+    Reader,
+)
+
+_COMMAND_VERSION = struct.Struct(">HHH")
+
+# Publish hot path: publishing id + first 4 bytes of the entry, read in one call.
+_ID_AND_ENTRY_HEAD = struct.Struct(">QI")
+# Sub-batch entry header after its type byte: record count, uncompressed size, body size.
+_SUB_BATCH_HEAD = struct.Struct(">BHII")
+_SUB_BATCH_FLAG = 0x80000000
+_SIMPLE_HEAD_SIZE = 4
+
+
+class Frame:
+    """Base of all frames: the command key and version written in the header."""
+
+    __slots__ = ()
+    KEY: ClassVar[int]
+
+    def wire_key(self) -> int:
+        return self.KEY
+
+    def wire_version(self) -> int:
+        return 1
+
+    def body(self) -> bytes:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- shared structures
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """Where a subscription starts: type 4 carries an offset, type 5 a timestamp (ms)."""
+
+    type: OffsetType
+    value: int = 0
+
+    @classmethod
+    def parse(cls, r: Reader, *, allow_none: bool = False) -> OffsetSpec:
+        raw = r.u16()
+        if raw == OffsetType.OFFSET:
+            return cls(OffsetType.OFFSET, r.u64())
+        if raw == OffsetType.TIMESTAMP:
+            return cls(OffsetType.TIMESTAMP, r.i64())
+        if OffsetType.FIRST <= raw <= OffsetType.NEXT or (allow_none and raw == OffsetType.NONE):
+            return cls(OffsetType(raw))
+        raise MalformedFrame(f"unknown offset type {raw}")
+
+    def encode(self) -> bytes:
+        head = U16.pack(self.type)
+        if self.type == OffsetType.OFFSET:
+            return head + U64.pack(self.value)
+        if self.type == OffsetType.TIMESTAMP:
+            return head + I64.pack(self.value)
+        return head
+
+
+@dataclass(frozen=True, slots=True)
+class CommandVersion:
+    key: int
+    min_version: int
+    max_version: int
+
+
+def _command_versions(r: Reader) -> list[CommandVersion]:
+    return [CommandVersion(r.u16(), r.u16(), r.u16()) for _ in range(r.count(6))]
+
+
+def encode_command_versions(versions: list[CommandVersion]) -> bytes:
+    return U32.pack(len(versions)) + b"".join(
+        _COMMAND_VERSION.pack(v.key, v.min_version, v.max_version) for v in versions
+    )
+
+
+def _optional_properties(r: Reader) -> dict[str, str]:
+    # RabbitMQ's own client omits the properties array entirely when it is empty.
+    return r.string_map() if r.remaining() else {}
+
+
+# ---------------------------------------------------------------- client -> server
+
+
+@dataclass(slots=True)
+class DeclarePublisher(Frame):
+    KEY = Key.DECLARE_PUBLISHER
+    correlation_id: int
+    publisher_id: int
+    reference: str  # "" when the publisher does not deduplicate
+    stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> DeclarePublisher:
+        return cls(r.u32(), r.u8(), r.nullable_string() or "", r.string())
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id)
+            + U8.pack(self.publisher_id)
+            + wire.string(self.reference)
+            + wire.string(self.stream)
+        )
+
+
+@dataclass(slots=True)
+class DataEntries:
+    """A Publish frame's messages as the Osiris data section of one chunk."""
+
+    blob: bytes
+    num_entries: int
+    num_records: int
+    payload_bytes: int
+    last_publishing_id: int | None
+
+
+@dataclass(slots=True)
+class Publish(Frame):
+    """A batch of messages. Each entry is already an Osiris data entry: a simple entry is a
+    u32 length (top bit 0) and the body; a sub-batch entry (top bit 1) is kept opaque.
+
+    `entries` are memoryviews into the bytes the codec received: parsing copies no payload.
+    `filter_values` is None for version 1 frames, one value (or None) per entry for version 2.
+    """
+
+    KEY = Key.PUBLISH
+    publisher_id: int
+    publishing_ids: list[int]
+    entries: list[memoryview]
+    num_records: int
+    payload_bytes: int  # sum of record body lengths (sub-batches: uncompressed, minus headers)
+    filter_values: list[str | None] | None = None
+
+    def wire_version(self) -> int:
+        return 1 if self.filter_values is None else 2
+
+    @classmethod
+    def parse_v1(cls, r: Reader) -> Publish:
+        return cls._parse(r, with_filter=False)
+
+    @classmethod
+    def parse_v2(cls, r: Reader) -> Publish:
+        return cls._parse(r, with_filter=True)
+
+    @classmethod
+    def _parse(cls, r: Reader, *, with_filter: bool) -> Publish:
+        publisher_id = r.u8()
+        count = r.count(14 if with_filter else 12)
+        view, pos, end = r.view, r.pos, len(r.view)
+        ids: list[int] = []
+        entries: list[memoryview] = []
+        filters: list[str | None] | None = [] if with_filter else None
+        records = payload = 0
+        for _ in range(count):
+            if filters is None:
+                publishing_id, head = _ID_AND_ENTRY_HEAD.unpack_from(view, pos)
+                pos += 8
+            else:
+                (publishing_id,) = U64.unpack_from(view, pos)
+                r.pos = pos + 8  # v2: the filter value sits between the id and the entry
+                filters.append(r.nullable_string())
+                pos = r.pos
+                (head,) = U32.unpack_from(view, pos)
+            if head & _SUB_BATCH_FLAG:
+                _, n_records, uncompressed, size = _SUB_BATCH_HEAD.unpack_from(view, pos)
+                entry_end = pos + _SUB_BATCH_HEAD.size + size
+                records += n_records
+                payload += max(uncompressed - _SIMPLE_HEAD_SIZE * n_records, 0)
+            else:
+                entry_end = pos + _SIMPLE_HEAD_SIZE + head
+                records += 1
+                payload += head
+            if entry_end > end:
+                raise MalformedFrame("published message runs past the end of the frame")
+            ids.append(publishing_id)
+            entries.append(view[pos:entry_end])
+            pos = entry_end
+        r.pos = pos
+        return cls(publisher_id, ids, entries, records, payload, filters)
+
+    def data_entries(self) -> DataEntries:
+        """The bytes to append to the log as one chunk (the one copy of the payload)."""
+        return DataEntries(
+            blob=b"".join(self.entries),
+            num_entries=len(self.entries),
+            num_records=self.num_records,
+            payload_bytes=self.payload_bytes,
+            last_publishing_id=self.publishing_ids[-1] if self.publishing_ids else None,
+        )
+
+    def body(self) -> bytes:
+        parts = [U8.pack(self.publisher_id), U32.pack(len(self.entries))]
+        for i, (publishing_id, entry) in enumerate(
+            zip(self.publishing_ids, self.entries, strict=True)
+        ):
+            parts.append(U64.pack(publishing_id))
+            if self.filter_values is not None:
+                parts.append(wire.string(self.filter_values[i]))
+            parts.append(bytes(entry))
+        return b"".join(parts)
+
+
+@dataclass(slots=True)
+class QueryPublisherSequence(Frame):
+    KEY = Key.QUERY_PUBLISHER_SEQUENCE
+    correlation_id: int
+    reference: str
+    stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> QueryPublisherSequence:
+        return cls(r.u32(), r.string(), r.string())
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id) + wire.string(self.reference) + wire.string(self.stream)
+        )
+
+
+@dataclass(slots=True)
+class DeletePublisher(Frame):
+    KEY = Key.DELETE_PUBLISHER
+    correlation_id: int
+    publisher_id: int
+
+    @classmethod
+    def parse(cls, r: Reader) -> DeletePublisher:
+        return cls(r.u32(), r.u8())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + U8.pack(self.publisher_id)
+
+
+@dataclass(slots=True)
+class Subscribe(Frame):
+    """Properties used by clients: single-active-consumer ("true"), name, super-stream,
+    filter.N, match-unfiltered."""
+
+    KEY = Key.SUBSCRIBE
+    correlation_id: int
+    subscription_id: int
+    stream: str
+    offset_spec: OffsetSpec
+    credit: int
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, r: Reader) -> Subscribe:
+        return cls(
+            r.u32(), r.u8(), r.string(), OffsetSpec.parse(r), r.u16(), _optional_properties(r)
+        )
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id)
+            + U8.pack(self.subscription_id)
+            + wire.string(self.stream)
+            + self.offset_spec.encode()
+            + U16.pack(self.credit)
+            + wire.string_map(self.properties)
+        )
+
+
+@dataclass(slots=True)
+class Credit(Frame):
+    KEY = Key.CREDIT
+    subscription_id: int
+    credit: int  # in chunks
+
+    @classmethod
+    def parse(cls, r: Reader) -> Credit:
+        return cls(r.u8(), r.u16())
+
+    def body(self) -> bytes:
+        return U8.pack(self.subscription_id) + U16.pack(self.credit)
+
+
+@dataclass(slots=True)
+class StoreOffset(Frame):
+    KEY = Key.STORE_OFFSET
+    reference: str
+    stream: str
+    offset: int
+
+    @classmethod
+    def parse(cls, r: Reader) -> StoreOffset:
+        return cls(r.string(), r.string(), r.u64())
+
+    def body(self) -> bytes:
+        return wire.string(self.reference) + wire.string(self.stream) + U64.pack(self.offset)
+
+
+@dataclass(slots=True)
+class QueryOffset(Frame):
+    KEY = Key.QUERY_OFFSET
+    correlation_id: int
+    reference: str
+    stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> QueryOffset:
+        return cls(r.u32(), r.string(), r.string())
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id) + wire.string(self.reference) + wire.string(self.stream)
+        )
+
+
+@dataclass(slots=True)
+class Unsubscribe(Frame):
+    KEY = Key.UNSUBSCRIBE
+    correlation_id: int
+    subscription_id: int
+
+    @classmethod
+    def parse(cls, r: Reader) -> Unsubscribe:
+        return cls(r.u32(), r.u8())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + U8.pack(self.subscription_id)
+
+
+@dataclass(slots=True)
+class CreateStream(Frame):
+    KEY = Key.CREATE_STREAM
+    correlation_id: int
+    stream: str
+    arguments: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, r: Reader) -> CreateStream:
+        return cls(r.u32(), r.string(), r.string_map())
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id)
+            + wire.string(self.stream)
+            + wire.string_map(self.arguments)
+        )
+
+
+@dataclass(slots=True)
+class DeleteStream(Frame):
+    KEY = Key.DELETE_STREAM
+    correlation_id: int
+    stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> DeleteStream:
+        return cls(r.u32(), r.string())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.string(self.stream)
+
+
+@dataclass(slots=True)
+class Metadata(Frame):
+    KEY = Key.METADATA
+    correlation_id: int
+    streams: list[str]
+
+    @classmethod
+    def parse(cls, r: Reader) -> Metadata:
+        return cls(r.u32(), r.strings())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.strings(self.streams)
+
+
+@dataclass(slots=True)
+class PeerProperties(Frame):
+    KEY = Key.PEER_PROPERTIES
+    correlation_id: int
+    properties: dict[str, str]
+
+    @classmethod
+    def parse(cls, r: Reader) -> PeerProperties:
+        return cls(r.u32(), r.string_map())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.string_map(self.properties)
+
+
+@dataclass(slots=True)
+class SaslHandshake(Frame):
+    KEY = Key.SASL_HANDSHAKE
+    correlation_id: int
+
+    @classmethod
+    def parse(cls, r: Reader) -> SaslHandshake:
+        return cls(r.u32())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id)
+
+
+@dataclass(slots=True)
+class SaslAuthenticate(Frame):
+    KEY = Key.SASL_AUTHENTICATE
+    correlation_id: int
+    mechanism: str
+    data: bytes  # a null SASL payload (length -1) reads as b""
+
+    @classmethod
+    def parse(cls, r: Reader) -> SaslAuthenticate:
+        return cls(r.u32(), r.string(), r.nullable_bytes() or b"")
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id)
+            + wire.string(self.mechanism)
+            + wire.nullable_bytes(self.data)
+        )
+
+
+@dataclass(slots=True)
+class Tune(Frame):
+    """Sent by the server first; the client answers with its own Tune, keyed 0x0014 by some
+    clients (rstream) and 0x8014 by others (the Java client). Both parse to this frame."""
+
+    KEY = Key.TUNE
+    frame_max: int  # 0 = no limit
+    heartbeat: int  # seconds, 0 = none
+
+    @classmethod
+    def parse(cls, r: Reader) -> Tune:
+        return cls(r.u32(), r.u32())
+
+    def body(self) -> bytes:
+        return U32.pack(self.frame_max) + U32.pack(self.heartbeat)
+
+
+@dataclass(slots=True)
+class Open(Frame):
+    KEY = Key.OPEN
+    correlation_id: int
+    virtual_host: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> Open:
+        return cls(r.u32(), r.string())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.string(self.virtual_host)
+
+
+@dataclass(slots=True)
+class Close(Frame):
+    """Either side may close; the other answers with Response(Key.CLOSE, ...). A Close always
+    has a reason string (at least its 2-byte length), so a body that ends after the code is
+    a reply."""
+
+    KEY = Key.CLOSE
+    correlation_id: int
+    code: int
+    reason: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> Close | Response:
+        correlation_id, code = r.u32(), r.u16()
+        if not r.remaining():
+            # rstream never sets the response bit: its reply to our Close is key 0x0016
+            # with a code and no reason.
+            return Response(Key.CLOSE, correlation_id, code)
+        return cls(correlation_id, code, r.string())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + U16.pack(self.code) + wire.string(self.reason)
+
+
+@dataclass(slots=True)
+class Heartbeat(Frame):
+    KEY = Key.HEARTBEAT
+
+    @classmethod
+    def parse(cls, r: Reader) -> Heartbeat:
+        return cls()
+
+    def body(self) -> bytes:
+        return b""
+
+
+@dataclass(slots=True)
+class Route(Frame):
+    KEY = Key.ROUTE
+    correlation_id: int
+    routing_key: str
+    super_stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> Route:
+        return cls(r.u32(), r.string(), r.string())
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id)
+            + wire.string(self.routing_key)
+            + wire.string(self.super_stream)
+        )
+
+
+@dataclass(slots=True)
+class Partitions(Frame):
+    KEY = Key.PARTITIONS
+    correlation_id: int
+    super_stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> Partitions:
+        return cls(r.u32(), r.string())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.string(self.super_stream)
+
+
+@dataclass(slots=True)
+class ConsumerUpdateReply(Frame):
+    """The client's answer (key 0x801a) to the server's ConsumerUpdate: where the newly active
+    consumer starts; OffsetType.NONE keeps the subscription's own offset."""
+
+    KEY = Key.CONSUMER_UPDATE | RESPONSE_FLAG
+    correlation_id: int
+    response_code: int
+    offset_spec: OffsetSpec
+
+    @classmethod
+    def parse(cls, r: Reader) -> ConsumerUpdateReply:
+        correlation_id, code = r.u32(), r.u16()
+        spec = OffsetSpec.parse(r, allow_none=True)
+        if r.remaining() == 8 and spec.type not in (OffsetType.OFFSET, OffsetType.TIMESTAMP):
+            # rstream always appends a u64 offset, even for types that carry none.
+            r.u64()
+        return cls(correlation_id, code, spec)
+
+    def body(self) -> bytes:
+        return CORR_CODE.pack(self.correlation_id, self.response_code) + self.offset_spec.encode()
+
+
+@dataclass(slots=True)
+class ExchangeCommandVersions(Frame):
+    KEY = Key.EXCHANGE_COMMAND_VERSIONS
+    correlation_id: int
+    versions: list[CommandVersion]
+
+    @classmethod
+    def parse(cls, r: Reader) -> ExchangeCommandVersions:
+        return cls(r.u32(), _command_versions(r))
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + encode_command_versions(self.versions)
+
+
+@dataclass(slots=True)
+class StreamStats(Frame):
+    KEY = Key.STREAM_STATS
+    correlation_id: int
+    stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> StreamStats:
+        return cls(r.u32(), r.string())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.string(self.stream)
+
+
+@dataclass(slots=True)
+class CreateSuperStream(Frame):
+    KEY = Key.CREATE_SUPER_STREAM
+    correlation_id: int
+    name: str
+    partitions: list[str]
+    binding_keys: list[str]
+    arguments: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, r: Reader) -> CreateSuperStream:
+        return cls(r.u32(), r.string(), r.strings(), r.strings(), r.string_map())
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id)
+            + wire.string(self.name)
+            + wire.strings(self.partitions)
+            + wire.strings(self.binding_keys)
+            + wire.string_map(self.arguments)
+        )
+
+
+@dataclass(slots=True)
+class DeleteSuperStream(Frame):
+    KEY = Key.DELETE_SUPER_STREAM
+    correlation_id: int
+    name: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> DeleteSuperStream:
+        return cls(r.u32(), r.string())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.string(self.name)
+
+
+@dataclass(slots=True)
+class ResolveOffsetSpec(Frame):
+    """Added in 2026 (RabbitMQ 4.3); layout taken from client implementations."""
+
+    KEY = Key.RESOLVE_OFFSET_SPEC
+    correlation_id: int
+    stream: str
+    offset_spec: OffsetSpec
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, r: Reader) -> ResolveOffsetSpec:
+        return cls(r.u32(), r.string(), OffsetSpec.parse(r), _optional_properties(r))
+
+    def body(self) -> bytes:
+        return (
+            U32.pack(self.correlation_id)
+            + wire.string(self.stream)
+            + self.offset_spec.encode()
+            + wire.string_map(self.properties)
+        )
+
+
+@dataclass(slots=True)
+class UnknownCommand(Frame):
+    """A well-framed command this codec does not know (key or version). The connection can
+    answer Response(key, correlation_id, UNKNOWN_FRAME) when a correlation id was readable."""
+
+    key: int
+    version: int
+    correlation_id: int | None
+
+
+# ---------------------------------------------------------------- server -> client
+
+
+@dataclass(slots=True)
+class Response(Frame):
+    """A response made of a correlation id and a code only: DeclarePublisher, DeletePublisher,
+    Subscribe, Unsubscribe, Create, Delete, Close, CreateSuperStream, DeleteSuperStream, and
+    the reply to an unknown command. `key` is the request's key (the flag is added here)."""
+
+    key: int
+    correlation_id: int
+    response_code: int
+
+    @classmethod
+    def parse_close(cls, r: Reader) -> Response:
+        return cls(Key.CLOSE, r.u32(), r.u16())
+
+    def wire_key(self) -> int:
+        return self.key | RESPONSE_FLAG
+
+    def body(self) -> bytes:
+        return CORR_CODE.pack(self.correlation_id, self.response_code)
+
+
+# ---------------------------------------------------------------- parser table
+
+Parser = Callable[[Reader], Frame]
+
+# (wire key, version) -> parser for every frame a client may send. Anything else is an
+# UnknownCommand; RabbitMQ likewise only matches the versions it implements.
+PARSERS: dict[tuple[int, int], Parser] = {
+    (Key.DECLARE_PUBLISHER, 1): DeclarePublisher.parse,
+    (Key.PUBLISH, 1): Publish.parse_v1,
+    (Key.PUBLISH, 2): Publish.parse_v2,
+    (Key.QUERY_PUBLISHER_SEQUENCE, 1): QueryPublisherSequence.parse,
+    (Key.DELETE_PUBLISHER, 1): DeletePublisher.parse,
+    (Key.SUBSCRIBE, 1): Subscribe.parse,
+    (Key.CREDIT, 1): Credit.parse,
+    (Key.STORE_OFFSET, 1): StoreOffset.parse,
+    (Key.QUERY_OFFSET, 1): QueryOffset.parse,
+    (Key.UNSUBSCRIBE, 1): Unsubscribe.parse,
+    (Key.CREATE_STREAM, 1): CreateStream.parse,
+    (Key.DELETE_STREAM, 1): DeleteStream.parse,
+    (Key.METADATA, 1): Metadata.parse,
+    (Key.PEER_PROPERTIES, 1): PeerProperties.parse,
+    (Key.SASL_HANDSHAKE, 1): SaslHandshake.parse,
+    (Key.SASL_AUTHENTICATE, 1): SaslAuthenticate.parse,
+    (Key.TUNE, 1): Tune.parse,
+    (Key.TUNE | RESPONSE_FLAG, 1): Tune.parse,
+    (Key.OPEN, 1): Open.parse,
+    (Key.CLOSE, 1): Close.parse,
+    (Key.CLOSE | RESPONSE_FLAG, 1): Response.parse_close,
+    (Key.HEARTBEAT, 1): Heartbeat.parse,
+    (Key.ROUTE, 1): Route.parse,
+    (Key.PARTITIONS, 1): Partitions.parse,
+    (Key.CONSUMER_UPDATE | RESPONSE_FLAG, 1): ConsumerUpdateReply.parse,
+    (Key.EXCHANGE_COMMAND_VERSIONS, 1): ExchangeCommandVersions.parse,
+    (Key.STREAM_STATS, 1): StreamStats.parse,
+    (Key.CREATE_SUPER_STREAM, 1): CreateSuperStream.parse,
+    (Key.DELETE_SUPER_STREAM, 1): DeleteSuperStream.parse,
+    (Key.RESOLVE_OFFSET_SPEC, 1): ResolveOffsetSpec.parse,
+}

@@ -1,0 +1,238 @@
+"""Configuration: defaults < TOML < environment < flags, validation and unit parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mainstem.cli import build_parser
+from mainstem.config import (
+    DEFAULT_HOST,
+    ConfigError,
+    ListenerConfig,
+    ServerConfig,
+    load_config,
+    parse_age,
+    parse_size,
+)
+from mainstem.log.policy import FsyncMode
+from mainstem.protocols.base import ConnectionLimits, ProtocolSpec
+
+
+async def _unused_handler(ctx) -> None:
+    raise AssertionError("no connection in config tests")
+
+
+PROTOCOLS = [
+    ProtocolSpec("stream", 5552, _unused_handler),
+    ProtocolSpec("amqp", 5672, _unused_handler),
+    ProtocolSpec("stream-tls", 5551, _unused_handler),
+]
+
+
+def serve_flags(*argv: str):
+    return build_parser().parse_args(["serve", *argv])
+
+
+def load(tmp_path: Path, toml: str | None = None, env: dict | None = None, flags=()):
+    environ = dict(env or {})
+    if toml is not None:
+        path = tmp_path / "mainstem.toml"
+        path.write_text(toml)
+        environ["MAINSTEM_CONFIG"] = str(path)
+    return load_config(serve_flags(*flags), environ, protocols=PROTOCOLS)
+
+
+def test_defaults(tmp_path):
+    config = load(tmp_path)
+    assert config.data_dir == Path("data")
+    assert config.listeners == {
+        "stream": ListenerConfig(DEFAULT_HOST, 5552, True),
+        "amqp": ListenerConfig(DEFAULT_HOST, 5672, True),
+        "stream-tls": ListenerConfig(DEFAULT_HOST, 5551, True),
+    }
+    assert config.storage.fsync is FsyncMode.BATCH
+    assert config.retention.max_bytes is None and config.retention.max_age_ms is None
+    assert config.limits() == ConnectionLimits(max_frame_size=1_048_576, heartbeat_s=60)
+    assert (config.auth.default_user, config.auth.default_pass) == ("guest", "guest")
+    assert (config.log.level, config.log.format) == ("info", "json")
+
+
+def test_core_settings_follow_the_config(tmp_path):
+    toml = """
+[storage]
+fsync = "interval"
+fsync_interval_ms = 50
+[retention]
+max_bytes = "20GB"
+max_age = "7D"
+max_segment_bytes = "100MiB"
+[auth]
+default_user = "admin"
+default_pass = "s3cret"
+loopback_users = []
+"""
+    settings = load(tmp_path, toml).core_settings()
+    assert settings.durability.mode is FsyncMode.INTERVAL
+    assert settings.durability.interval_ms == 50
+    assert settings.retention.max_bytes == 20 * 10**9
+    assert settings.retention.max_age_ms == 7 * 86400 * 1000
+    assert settings.retention.max_segment_bytes == 100 * 2**20
+    assert (settings.bootstrap_user, settings.bootstrap_password) == ("admin", "s3cret")
+    assert settings.loopback_users == ()
+
+
+def test_toml_overrides_defaults(tmp_path):
+    toml = """
+data_dir = "/var/lib/mainstem"
+host = "10.0.0.1"
+[listeners.stream]
+port = 6000
+[listeners.amqp]
+host = "127.0.0.1"
+enabled = false
+[limits]
+max_frame_size = 131072
+heartbeat = 0
+[log]
+level = "debug"
+format = "text"
+"""
+    config = load(tmp_path, toml)
+    assert config.data_dir == Path("/var/lib/mainstem")
+    assert config.listeners["stream"] == ListenerConfig("10.0.0.1", 6000, True)
+    assert config.listeners["amqp"] == ListenerConfig("127.0.0.1", 5672, False)
+    assert config.limits() == ConnectionLimits(max_frame_size=131072, heartbeat_s=0)
+    assert (config.log.level, config.log.format) == ("debug", "text")
+
+
+def test_env_overrides_toml(tmp_path):
+    toml = '[storage]\nfsync = "never"\n[listeners.stream]\nport = 6000\n'
+    env = {
+        "MAINSTEM_FSYNC": "batch",
+        "MAINSTEM_STREAM_PORT": "7000",
+        "MAINSTEM_STREAM_TLS_ENABLED": "false",
+        "MAINSTEM_AMQP_HOST": "::1",
+        "MAINSTEM_DATA_DIR": "/srv/data",
+        "MAINSTEM_MAX_FRAME_SIZE": "1MiB",
+        "MAINSTEM_LOOPBACK_USERS": "guest, ops",
+        "MAINSTEM_DEFAULT_PASS": "",  # empty counts as unset
+    }
+    config = load(tmp_path, toml, env)
+    assert config.storage.fsync is FsyncMode.BATCH
+    assert config.listeners["stream"].port == 7000
+    assert config.listeners["stream-tls"].enabled is False
+    assert config.listeners["amqp"].host == "::1"
+    assert config.data_dir == Path("/srv/data")
+    assert config.max_frame_size == 2**20
+    assert config.auth.loopback_users == ("guest", "ops")
+    assert config.auth.default_pass == "guest"
+
+
+def test_flags_override_env(tmp_path):
+    env = {"MAINSTEM_FSYNC": "never", "MAINSTEM_STREAM_PORT": "7000", "MAINSTEM_HEARTBEAT": "5"}
+    flags = ["--fsync", "interval", "--fsync-interval-ms", "20", "--listener", "stream=127.0.0.1:0",
+             "--heartbeat", "30", "--retention-max-age", "12h", "--retention-max-bytes", "1000",
+             "--default-user", "u", "--default-pass", "p", "--log-format", "text"]
+    config = load(tmp_path, env=env, flags=flags)
+    assert config.storage.fsync is FsyncMode.INTERVAL
+    assert config.storage.fsync_interval_ms == 20
+    assert config.listeners["stream"] == ListenerConfig("127.0.0.1", 0, True)
+    assert config.heartbeat_s == 30
+    assert config.retention.max_age_ms == 12 * 3600 * 1000
+    assert config.retention.max_bytes == 1000
+    assert (config.auth.default_user, config.auth.default_pass) == ("u", "p")
+    assert config.log.format == "text"
+
+
+def test_listener_flags(tmp_path):
+    toml = '[listeners.amqp]\nenabled = false\n'
+    flags = ["--host", "127.0.0.1", "--listener", "amqp=5673", "--listener", "stream=[::1]:0",
+             "--disable", "stream-tls"]
+    config = load(tmp_path, toml, flags=flags)
+    assert config.listeners["amqp"] == ListenerConfig("127.0.0.1", 5673, True)
+    assert config.listeners["stream"] == ListenerConfig("::1", 0, True)
+    assert config.listeners["stream-tls"].enabled is False
+
+
+def test_retention_can_be_reset_to_unlimited(tmp_path):
+    toml = '[retention]\nmax_age = "7D"\nmax_bytes = 1000\n'
+    flags = ["--retention-max-age", "unlimited", "--retention-max-bytes", "unlimited"]
+    config = load(tmp_path, toml, flags=flags)
+    assert config.retention.max_age_ms is None and config.retention.max_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("colour = 1\n", "unknown key 'colour'"),
+        ("[storage]\nfsinc = 'batch'\n", "unknown key 'storage.fsinc'"),
+        ("[listeners.strem]\nport = 1\n", "unknown listener 'strem'"),
+        ("[listeners.stream]\nprt = 1\n", "unknown key 'listeners.stream.prt'"),
+        ("[storage]\nfsync = 'fast'\n", "invalid value 'fast' for storage.fsync"),
+        ("[listeners.stream]\nport = 70000\n", "listeners.stream.port"),
+        ("[limits]\nmax_frame_size = 100\n", "must be at least 4096"),
+        ("[retention]\nmax_age = '3w'\n", "retention.max_age"),
+        ("[limits\n", "invalid TOML"),
+    ],
+)
+def test_bad_toml_is_named(tmp_path, toml, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        load(tmp_path, toml)
+    assert "mainstem.toml" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        ({"MAINSTEM_STREEM_PORT": "1"}, [], "MAINSTEM_STREEM_PORT: unknown listener 'streem'"),
+        ({"MAINSTEM_STREAM_PORT": "x"}, [], "MAINSTEM_STREAM_PORT: invalid value 'x'"),
+        ({"MAINSTEM_AMQP_ENABLED": "maybe"}, [], "expected true or false"),
+        ({}, ["--listener", "nope=1"], "--listener: unknown listener 'nope'"),
+        ({}, ["--listener", "stream"], "expected NAME=\\[HOST:\\]PORT"),
+        ({}, ["--disable", "nope"], "--disable: unknown listener 'nope'"),
+        ({}, ["--log-level", "loud"], "--log-level: invalid value 'loud'"),
+    ],
+)
+def test_bad_env_and_flags_are_named(tmp_path, env, flags, message):
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, env=env, flags=flags)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(serve_flags("--config", str(tmp_path / "absent.toml")), {}, protocols=[])
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("7D", 7 * 86400), ("12h", 43200), ("30m", 1800), ("10s", 10), ("1Y", 365 * 86400),
+     ("2M", 60 * 86400), ("3600", 3600), (90, 90)],
+)
+def test_parse_age(value, seconds):
+    assert parse_age(value) == seconds * 1000
+
+
+def test_parse_age_unlimited():
+    assert parse_age("unlimited") is None
+
+
+@pytest.mark.parametrize("value", ["", "7x", "h", "-5s", 0, "0s", True, "1.5h", 1.5])
+def test_parse_age_rejects(value):
+    with pytest.raises(ValueError):
+        parse_age(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [(4096, 4096), ("4096", 4096), ("1MiB", 2**20), ("500MB", 500 * 10**6), ("2gib", 2 * 2**30)],
+)
+def test_parse_size(value, size):
+    assert parse_size(value) == size
+
+
+def test_embedded_defaults_bind_every_protocol():
+    config = ServerConfig.defaults(PROTOCOLS, host="127.0.0.1", port=0)
+    assert {listener.port for listener in config.listeners.values()} == {0}
+    assert ServerConfig().listener(PROTOCOLS[0]) == ListenerConfig(DEFAULT_HOST, 5552, True)
