@@ -18,6 +18,13 @@ from mainstem.log.partition import Partition
 HERE = Path(__file__).parent
 
 
+def parse_ack(line: str) -> tuple[int, int, int]:
+    fields = line.split()
+    assert len(fields) == 3, f"malformed acknowledgement line {line!r}"
+    batch, chunk_id, count = map(int, fields)
+    return batch, chunk_id, count
+
+
 def run_writer_until(directory: Path, acks_wanted: int) -> list[tuple[int, int, int]]:
     """Start the writer, SIGKILL it after `acks_wanted` acknowledgements (plus whatever
     it printed before dying), and return every acknowledged (batch, chunk_id, count)."""
@@ -32,12 +39,13 @@ def run_writer_until(directory: Path, acks_wanted: int) -> list[tuple[int, int, 
             line = child.stdout.readline()
             if not line:
                 break
-            acks.append(tuple(map(int, line.split())))
+            acks.append(parse_ack(line))
     finally:
         child.send_signal(signal.SIGKILL)
         remaining, _ = child.communicate(timeout=30)
-    acks.extend(tuple(map(int, line.split())) for line in remaining.splitlines()
-                if line.strip())
+    # A line cut short by the kill has no newline yet: that ack was never given.
+    acks.extend(parse_ack(line) for line in remaining.splitlines(keepends=True)
+                if line.endswith("\n"))
     assert len(acks) >= acks_wanted, "the writer died or stalled before the kill"
     return acks
 

@@ -25,9 +25,15 @@ from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
 from mainstem.server import Broker, DataDirLocked, ListenerBindError
 from mainstem.testing import ThreadedBroker
-
-TIMEOUT_S = 10.0
-MAINSTEM = Path(sys.executable).with_name("mainstem")
+from server_process import (
+    MAINSTEM,
+    TIMEOUT_S,
+    clean_env,
+    kill,
+    loopback_listener_flags,
+    start_server,
+    wait_for_event,
+)
 
 
 async def echo_lines(ctx: ConnectionContext) -> None:
@@ -298,45 +304,6 @@ def test_threaded_broker_reports_startup_errors(tmp_path):
 
 
 # --- the command line, as a subprocess ---
-
-
-def clean_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if not key.startswith("MAINSTEM_")}
-
-
-def loopback_listener_flags() -> list[str]:
-    """Every protocol on 127.0.0.1 with an ephemeral port: tests never bind 0.0.0.0."""
-    flags = []
-    for spec in all_protocols():
-        flags += ["--listener", f"{spec.name}=127.0.0.1:0"]
-    return flags
-
-
-def start_server(data_dir: Path, log_path: Path) -> subprocess.Popen:
-    with open(log_path, "wb") as log_file:
-        return subprocess.Popen(
-            [str(MAINSTEM), "serve", "--data-dir", str(data_dir), *loopback_listener_flags()],
-            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(),
-        )
-
-
-def wait_for_event(process: subprocess.Popen, log_path: Path, event: str) -> dict:
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        for line in log_path.read_text().splitlines():
-            entry = json.loads(line)
-            if entry["event"] == event:
-                return entry
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise AssertionError(f"no {event!r} line; server log:\n{log_path.read_text()}")
-
-
-def kill(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(TIMEOUT_S)
 
 
 def test_cli_serves_until_sigterm(tmp_path):

@@ -120,7 +120,7 @@ class Partition:
         self._commit.sync_now()
         self._closed = True
         if self._tail is not None and not self._tail.done():
-            self._tail.set_exception(PartitionClosed(f"{self.directory} closed"))
+            self._tail.set_result(None)  # waiters wake, see the partition closed, and raise
         for segment in self._segments:
             segment.close()
 

@@ -1,0 +1,63 @@
+"""A real `mainstem serve` process for tests: start it on loopback ports, read its
+JSON log, and stop it by pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mainstem.protocols import all_protocols
+
+TIMEOUT_S = 10.0
+MAINSTEM = Path(sys.executable).with_name("mainstem")
+
+
+def clean_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if not key.startswith("MAINSTEM_")}
+
+
+def loopback_listener_flags() -> list[str]:
+    """Every protocol on 127.0.0.1 with an ephemeral port: tests never bind 0.0.0.0."""
+    flags = []
+    for spec in all_protocols():
+        flags += ["--listener", f"{spec.name}=127.0.0.1:0"]
+    return flags
+
+
+def start_server(data_dir: Path, log_path: Path, *extra: str) -> subprocess.Popen:
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            [str(MAINSTEM), "serve", "--data-dir", str(data_dir), *loopback_listener_flags(),
+             *extra],
+            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(),
+        )
+
+
+def wait_for_event(process: subprocess.Popen, log_path: Path, event: str,
+                   after_pid: int | None = None) -> dict:
+    """The first log line of `event` (written by process `after_pid`, if given)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        for line in log_path.read_text().splitlines():
+            entry = json.loads(line)
+            if entry["event"] == event and after_pid in (None, entry.get("pid")):
+                return entry
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"no {event!r} line; server log:\n{log_path.read_text()}")
+
+
+def started_ports(process: subprocess.Popen, log_path: Path) -> dict[str, int]:
+    return wait_for_event(process, log_path, "broker started", after_pid=process.pid)["ports"]
+
+
+def kill(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, sig)
+        process.wait(TIMEOUT_S)
