@@ -44,6 +44,10 @@ READ_SIZE = 256 * 1024
 # Stop shipping chunks to a connection whose socket buffer holds this much.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 MAX_ENTRIES_PER_CHUNK = 0xFFFF
+# RabbitMQ's handshake_timeout: from accept to Open.
+HANDSHAKE_TIMEOUT_S = 10.0
+# On shutdown, how long confirms of what was already appended may take to go out.
+SHUTDOWN_CONFIRM_WAIT_S = 2.0
 # Stream-protocol argument names (no "x-" prefix) -> the broker's stream arguments.
 STREAM_ARGUMENTS = {
     "max-length-bytes": "x-max-length-bytes",
@@ -189,16 +193,34 @@ class StreamConnection:
         loop = asyncio.get_running_loop()
         self._last_read = loop.time()
         self._tasks.append(loop.create_task(self._confirm_loop()))
-        self._tasks.append(loop.create_task(self._heartbeat_loop()))
+        self._tasks.append(loop.create_task(self._handshake_deadline()))
         self._unwatch = self.core.streams.watch(self._on_stream_deleted)
+        reading = loop.create_task(self._read_loop())
+        shutdown = loop.create_task(self.ctx.closing.wait())
         try:
-            await self._read_loop()
+            await asyncio.wait({reading, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                reading.result()
+            else:
+                await self._stop_for_shutdown(reading)
         except CloseConnection as close:
             await self._close_from_server(close.code, close.reason)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            shutdown.cancel()
+            reading.cancel()
             await self._release()
+
+    async def _stop_for_shutdown(self, reading: asyncio.Task[None]) -> None:
+        """The server is stopping: read no more, let pending confirms go out, say Close."""
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError, CloseConnection, ConnectionError):
+            await reading
+        deadline = asyncio.get_running_loop().time() + SHUTDOWN_CONFIRM_WAIT_S
+        while self._confirms and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        await self._close_from_server(ResponseCode.OK, "broker shutting down")
 
     async def _read_loop(self) -> None:
         reader = self.ctx.reader
@@ -246,17 +268,24 @@ class StreamConnection:
             await asyncio.wait_for(self.ctx.writer.drain(), 2)
         self.state = State.CLOSED
 
+    async def _handshake_deadline(self) -> None:
+        """A peer that does not finish opening in time holds no connection slot."""
+        await asyncio.sleep(HANDSHAKE_TIMEOUT_S)
+        if self.state is not State.OPEN:
+            self.log.info("stream peer did not open the connection in time, dropping it")
+            self._transport.abort()
+
     async def _heartbeat_loop(self) -> None:
+        """Started once Tune settled a non-zero interval: heartbeat the peer when we
+        have been quiet, and drop it when it has been silent for two intervals."""
         loop = asyncio.get_running_loop()
         while True:
-            interval = self.heartbeat or 60
-            await asyncio.sleep(interval)
-            if self.heartbeat and loop.time() - self._last_read > 2 * self.heartbeat:
+            await asyncio.sleep(self.heartbeat)
+            if loop.time() - self._last_read > 2 * self.heartbeat:
                 self.log.info("stream peer silent for two heartbeats, dropping it")
                 self._transport.abort()
                 return
-            if self.heartbeat and self.state is State.OPEN:
-                self.send(f.Heartbeat())
+            self.send(f.Heartbeat())
 
     # -- output --------------------------------------------------------------
 
@@ -305,12 +334,16 @@ class StreamConnection:
         self.send(f.Tune(self.frame_max, self.heartbeat))
 
     def on_tune(self, frame: f.Tune) -> None:
+        if self.state is not State.TUNING:
+            raise CloseConnection(ResponseCode.PRECONDITION_FAILED, "Tune out of sequence")
         # The client may lower what the server proposed, never raise it.
         if frame.frame_max:
             self.frame_max = min(self.frame_max, frame.frame_max)
         self.heartbeat = min(self.heartbeat, frame.heartbeat) if frame.heartbeat else 0
         self.codec.max_frame_size = self.frame_max
         self.state = State.OPENING
+        if self.heartbeat:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._heartbeat_loop()))
 
     def on_open(self, frame: f.Open) -> None:
         if self.user is None:
