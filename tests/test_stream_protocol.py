@@ -14,6 +14,7 @@ from rstream import (
     AMQPMessage,
     Consumer,
     ConsumerOffsetSpecification,
+    FilterConfiguration,
     OffsetSpecification,
     OffsetType,
     Producer,
@@ -105,7 +106,9 @@ async def test_every_offset_specification(broker: Broker) -> None:
     at = await consume(broker, "s", ConsumerOffsetSpecification(OffsetType.OFFSET, 15), 3)
     assert at[0][0] == 15  # the client skips the chunk's records before the offset
     last = await consume(broker, "s", ConsumerOffsetSpecification(OffsetType.LAST), 1)
-    assert last == [(partition.committed_chunk_id, b"end2")]
+    # LAST is the start of the last chunk (frames that arrive together share one chunk).
+    assert last[0] == (partition.committed_chunk_id, dict(first)[partition.committed_chunk_id])
+    assert partition.committed_chunk_id > 0
     stamped = await consume(broker, "s",
                             ConsumerOffsetSpecification(OffsetType.TIMESTAMP, middle_ts), 1)
     assert stamped[0][0] == partition._segments[0].index.chunk_ids[2]
@@ -141,6 +144,23 @@ async def test_deduplication_survives_reconnect_and_restart(tmp_path: Path) -> N
         await send(broker, range(1, 21))
         got = await consume(broker, "d", ConsumerOffsetSpecification(OffsetType.FIRST), 20)
     assert [body for _, body in got] == [f"id{i}".encode() for i in range(1, 21)]
+
+
+async def test_duplicates_within_one_batch_of_frames_are_stored_once(broker: Broker) -> None:
+    """A resend that arrives in the same read as the original (staged, not yet written)
+    is still recognised as a duplicate."""
+    async with Producer(**connect_args(broker)) as producer:
+        await producer.create_stream("dd")
+        batch = []
+        for publishing_id in [1, 2, 3, 2, 3, 4, 5]:
+            message = AMQPMessage(body=f"id{publishing_id}".encode())
+            message.publishing_id = publishing_id
+            batch.append(message)
+        await producer.send_batch("dd", batch[:3], publisher_name="dup")
+        await producer.send_batch("dd", batch[3:6], publisher_name="dup")
+        await producer.send_wait("dd", batch[6], publisher_name="dup")
+    got = await consume(broker, "dd", ConsumerOffsetSpecification(OffsetType.FIRST), 5)
+    assert [body for _, body in got] == [b"id1", b"id2", b"id3", b"id4", b"id5"]
 
 
 async def test_credit_bounds_the_chunks_in_flight(broker: Broker) -> None:
@@ -346,3 +366,35 @@ async def test_tail_subscriber_is_woken_by_a_publish(broker: Broker) -> None:
     await task
     assert got[0][1] == b"second"
     assert time.monotonic() - started < 5
+
+
+async def test_filtered_publish_and_subscribe(broker: Broker) -> None:
+    """Publish v2 carries filter values; a filtered subscription gets the matching ones."""
+
+    async def region(message: AMQPMessage) -> str:
+        return message.application_properties["region"]
+
+    async with Producer(**connect_args(broker), filter_value_extractor=region) as producer:
+        await producer.create_stream("filtered")
+        for i in range(20):
+            message = AMQPMessage(body=f"f{i}".encode(),
+                                  application_properties={"region": "eu" if i % 2 else "us"})
+            await producer.send_wait("filtered", message)
+    received: list[bytes] = []
+    done = asyncio.Event()
+
+    async def on_message(message: AMQPMessage, context) -> None:
+        received.append(bytes(message.body))
+        if len(received) == 10:
+            done.set()
+
+    only_eu = FilterConfiguration(
+        values_to_filter=["eu"],
+        predicate=lambda m: m.application_properties[b"region"] == b"eu")
+    async with Consumer(**connect_args(broker)) as consumer:
+        await consumer.start()
+        await consumer.subscribe("filtered", on_message, decoder=amqp_decoder,
+                                 offset_specification=ConsumerOffsetSpecification(
+                                     OffsetType.FIRST), filter_input=only_eu)
+        await asyncio.wait_for(done.wait(), 10)
+    assert received == [f"f{i}".encode() for i in range(1, 20, 2)]

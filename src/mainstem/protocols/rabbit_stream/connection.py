@@ -116,6 +116,37 @@ class Publisher:
     reference: str
 
 
+@dataclass(slots=True)
+class PendingChunk:
+    """Messages of one partition staged from the frames of one read, and the
+    confirms owed for them."""
+
+    entries: list[memoryview] = field(default_factory=list)
+    all_simple: bool = True
+    sequences: dict[str, int] = field(default_factory=dict)
+    confirms: list[tuple[Publisher, list[int]]] = field(default_factory=list)
+
+    def add(self, publisher: Publisher, ids: list[int], entries: list[memoryview],
+            all_simple: bool) -> None:
+        if not entries:
+            return
+        self.entries += entries
+        self.all_simple = self.all_simple and all_simple
+        if publisher.reference:
+            self.sequences[publisher.reference] = max(ids)
+
+    def write(self, partition: Partition) -> None:
+        if not self.entries:
+            return
+        blob = b"".join(self.entries)
+        if self.all_simple:
+            records, payload = len(self.entries), len(blob) - 4 * len(self.entries)
+        else:
+            records, payload = _record_count(self.entries), None
+        partition.write(blob, len(self.entries), records, payload_bytes=payload,
+                        sequences=self.sequences or None)
+
+
 @dataclass(slots=True, eq=False)
 class Subscription:
     subscription_id: int
@@ -145,6 +176,7 @@ class StreamConnection:
         self.subscriptions: dict[int, Subscription] = {}
         self._confirms: deque[tuple[Partition, int, Publisher, list[int]]] = deque()
         self._confirm_ready = asyncio.Event()
+        self._pending: dict[Partition, PendingChunk] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._correlation = 0
         self._consumer_updates: dict[int, Subscription] = {}
@@ -237,6 +269,7 @@ class StreamConnection:
                 raise CloseConnection(error.code, error.message) from None
             for frame in frames:
                 await self._dispatch(frame)
+            self._write_pending()
             if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                 await self.ctx.writer.drain()
 
@@ -245,6 +278,8 @@ class StreamConnection:
         if self.state is not State.OPEN and kind not in self._handshake:
             raise CloseConnection(ResponseCode.UNKNOWN_FRAME,
                                   f"{kind.__name__} before the connection was opened")
+        if self._pending and kind is not f.Publish:
+            self._write_pending()  # whatever follows a publish sees it written
         result = self._handlers[kind](frame)
         if asyncio.iscoroutine(result):
             await result
@@ -522,51 +557,45 @@ class StreamConnection:
         self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, code)
 
     def on_publish(self, frame: f.Publish) -> None:
+        """Stage the frame's messages in its partition's pending chunk; the chunk is
+        written once every frame of this read is parsed (see `_write_pending`)."""
         publisher = self.publishers.get(frame.publisher_id)
         if publisher is None:
             self._publish_error(frame, ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
         partition = publisher.partition
+        pending = self._pending.get(partition)
+        if pending is None:
+            pending = self._pending[partition] = PendingChunk()
         ids, entries = frame.publishing_ids, frame.entries
-        all_simple = frame.num_records == len(entries)
         if publisher.reference:
-            ids, entries = self._not_yet_stored(publisher, ids, entries)
-        try:
-            for start in range(0, len(entries), MAX_ENTRIES_PER_CHUNK):
-                end = start + MAX_ENTRIES_PER_CHUNK
-                self._append(publisher, ids[start:end], entries[start:end], all_simple)
-        except PartitionClosed:
-            self._publish_error(frame, ResponseCode.STREAM_DOES_NOT_EXIST)
-            return
-        # Duplicates are confirmed only once everything written before them is durable.
-        self._confirms.append((partition, partition.next_offset, publisher,
-                               frame.publishing_ids))
-        self._confirm_ready.set()
+            last = max(partition.sequences.get(publisher.reference, -1),
+                       pending.sequences.get(publisher.reference, -1))
+            ids, entries = _above(last, ids, entries)
+        if len(pending.entries) + len(entries) > MAX_ENTRIES_PER_CHUNK:
+            self._write_pending()
+            pending = self._pending[partition] = PendingChunk()
+        pending.add(publisher, ids, entries, frame.num_records == len(frame.entries))
+        # Duplicates are confirmed too, once everything written before them is durable.
+        pending.confirms.append((publisher, frame.publishing_ids))
 
-    @staticmethod
-    def _not_yet_stored(publisher: Publisher, ids: list[int], entries: list[memoryview]
-                        ) -> tuple[list[int], list[memoryview]]:
-        """The messages whose publishing id is above the last one stored for the
-        publisher's reference; the others are confirmed without being stored again."""
-        last = publisher.partition.sequences.get(publisher.reference, -1)
-        if not ids or ids[0] > last:
-            return ids, entries  # the common case: nothing here was seen before
-        kept = [(pid, entry) for pid, entry in zip(ids, entries, strict=True) if pid > last]
-        return [pid for pid, _ in kept], [entry for _, entry in kept]
-
-    @staticmethod
-    def _append(publisher: Publisher, ids: list[int], entries: list[memoryview],
-                all_simple: bool) -> None:
-        if not entries:
-            return
-        blob = b"".join(entries)
-        if all_simple:
-            records, payload = len(entries), len(blob) - 4 * len(entries)
-        else:
-            records, payload = _record_count(entries), None
-        sequences = {publisher.reference: max(ids)} if publisher.reference else None
-        publisher.partition.write(blob, len(entries), records, payload_bytes=payload,
-                                  sequences=sequences)
+    def _write_pending(self) -> None:
+        """Append each partition's staged messages as one chunk and queue the confirms:
+        frames that arrived together share one write, one index entry, one fsync and
+        one Deliver, as Osiris batches its pending writes."""
+        for partition, pending in self._pending.items():
+            try:
+                pending.write(partition)
+            except PartitionClosed:
+                for publisher, ids in pending.confirms:
+                    self.send(r.PublishError(publisher.publisher_id, [
+                        (pid, ResponseCode.STREAM_DOES_NOT_EXIST) for pid in ids]))
+                continue
+            for publisher, ids in pending.confirms:
+                self._confirms.append((partition, partition.next_offset, publisher, ids))
+        if self._pending:
+            self._pending.clear()
+            self._confirm_ready.set()
 
     def _publish_error(self, frame: f.Publish, code: int) -> None:
         self.send(r.PublishError(frame.publisher_id,
@@ -800,6 +829,16 @@ class StreamConnection:
     def _advertised(self) -> tuple[str, int]:
         sockname = self.ctx.writer.get_extra_info("sockname")
         return str(sockname[0]), int(sockname[1])
+
+
+def _above(last: int, ids: list[int], entries: list[memoryview]
+           ) -> tuple[list[int], list[memoryview]]:
+    """The messages whose publishing id is above `last`, the highest one stored (or
+    staged) for the publisher's reference; the others are not stored again."""
+    if not ids or ids[0] > last:
+        return ids, entries  # the common case: nothing here was seen before
+    kept = [(pid, entry) for pid, entry in zip(ids, entries, strict=True) if pid > last]
+    return [pid for pid, _ in kept], [entry for _, entry in kept]
 
 
 def _record_count(entries: list[memoryview]) -> int:
