@@ -226,19 +226,20 @@ CONSUMER_GROUP = 2
 def read_consumer(reader: Reader, tail: int) -> Consumer:
     """The seed's consumer is kind u8 + id u32; the real client sends kind u8 +
     identifier. Told apart by the exact body length: `tail` is the byte count
-    that follows the consumer (after stream and topic identifiers)."""
+    that follows the consumer (after stream and topic identifiers). When both
+    forms fit, the identifier (what real clients send) wins."""
     kind = reader.u8()
     if kind not in (CONSUMER, CONSUMER_GROUP):
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad consumer kind {kind}")
-    if _seed_consumer_fits(reader, tail):
+    buf, pos = reader.buf, reader.pos
+    as_identifier = pos + 2 <= len(buf) and _fits(buf, pos + 2 + buf[pos + 1], tail)
+    if not as_identifier and _fits(buf, pos + 4, tail):
         return Consumer(kind, reader.u32())
     return Consumer(kind, reader.identifier())
 
 
-def _seed_consumer_fits(reader: Reader, tail: int) -> bool:
-    """True when reading a u32 id leaves exactly two identifiers and `tail` bytes."""
-    pos = reader.pos + 4
-    buf = reader.buf
+def _fits(buf: memoryview, pos: int, tail: int) -> bool:
+    """True when exactly two identifiers and `tail` bytes follow `pos`."""
     for _ in range(2):
         if pos + 2 > len(buf):
             return False
