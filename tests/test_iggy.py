@@ -230,3 +230,21 @@ async def test_topic_created_over_iggy_is_read_by_rstream(broker: Broker) -> Non
         await asyncio.wait_for(done.wait(), 10)
     assert [bytes(m.body) for m in received] == [b"hello", b"world"]
     assert received[0].application_properties[b"iggy-id"] == (7).to_bytes(16, "big")
+
+
+async def test_permissions_are_per_namespace(broker: Broker) -> None:
+    admin = await own_client(broker)
+    await admin.create_stream("private", 0)
+    await admin.create_topic("private", "t", partitions=1)
+    await asyncio.to_thread(broker.core.auth.add_user, "bob", "secret")
+    bob = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await bob.login("bob", "secret")
+    for attempt in (bob.send("private", "t", [Message(b"x")], partition=1),
+                    bob.poll("private", "t", 1, Polling.FIRST),
+                    bob.create_stream("mine", 0)):
+        with pytest.raises(IggyClientError) as refused:
+            await attempt
+        assert refused.value.code == ErrorCode.UNAUTHORIZED
+    assert await bob.streams() == []
+    await bob.close()
+    await admin.close()

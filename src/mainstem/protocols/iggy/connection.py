@@ -16,6 +16,8 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 
+from isal.isal_zlib import crc32
+
 from mainstem.broker.auth import User
 from mainstem.broker.errors import (
     AccessRefused,
@@ -35,6 +37,8 @@ from mainstem.protocols.iggy.records import decode_record, encode_record
 
 READ_SIZE = 256 * 1024
 MAX_CHUNK_RECORDS = 0xFFFF
+# A poll reply stops growing past this many payload bytes (the count is a wish).
+MAX_POLL_BYTES = 8 * 1024 * 1024
 EXPIRY_ARG = "x-iggy-message-expiry-us"
 NEVER = 2**64 - 1
 STREAM_INFO = struct.Struct("<IQIQQ")  # id, created at, topics, size, messages
@@ -469,8 +473,8 @@ class IggyConnection:
         oldest_ms = time.time() * 1000 - expiry_us / 1000 if expiry_us else 0
         reader = partition.reader(max(start, partition.first_offset))
         out: list[bytes] = []
-        n = last = 0
-        while n < count:
+        n = last = size = 0
+        while n < count and size < MAX_POLL_BYTES:
             chunk = reader.next_chunk_nowait()
             if chunk is None:
                 break
@@ -483,11 +487,11 @@ class IggyConnection:
                 message_id, headers, payload = decode_record(record)
                 out.append(c.POLLED_HEADER.pack(offset, 1, timestamp * 1000,
                                                 message_id.to_bytes(16, "little"),
-                                                zlib.crc32(payload)))
+                                                crc32(payload)))
                 out.append(c.U32.pack(len(headers)) + headers + c.U32.pack(len(payload)))
                 out.append(payload)
-                n, last = n + 1, offset
-                if n == count:
+                n, last, size = n + 1, offset, size + len(payload)
+                if n == count or size >= MAX_POLL_BYTES:
                     break
         return b"".join(out), n, last
 
