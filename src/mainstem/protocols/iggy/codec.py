@@ -262,14 +262,31 @@ class SentMessage:
 
 
 def read_messages(reader: Reader) -> list[SentMessage]:
+    """The rest of a SEND_MESSAGES body: id u128, headers length u32 + headers,
+    payload length u32 + payload, repeated. One tight loop: this is the hot path."""
+    buf, pos, end = reader.buf, reader.pos, len(reader.buf)
     messages = []
-    while reader.remaining:
-        message_id = reader.u128()
-        headers = bytes(reader.take(reader.u32()))
-        if headers:
+    unpack_head, unpack_u32 = SEND_MESSAGE_HEADER.unpack_from, U32.unpack_from
+    while pos < end:
+        if pos + 20 > end:
+            raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message")
+        raw_id, headers_length = unpack_head(buf, pos)
+        pos += 20
+        headers = b""
+        if headers_length:
+            headers = bytes(buf[pos:pos + headers_length])
+            pos += headers_length
             validate_headers(headers)
-        payload = reader.take(reader.u32())
-        messages.append(SentMessage(message_id, headers, payload))
+        if pos + 4 > end:
+            raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message")
+        (length,) = unpack_u32(buf, pos)
+        pos += 4
+        if pos + length > end:
+            raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message payload")
+        messages.append(SentMessage(int.from_bytes(raw_id, "little"), headers,
+                                    buf[pos:pos + length]))
+        pos += length
+    reader.pos = pos
     return messages
 
 

@@ -7,6 +7,7 @@ request in the read buffer is handled before the next read.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import resource
@@ -65,6 +66,7 @@ class IggyConnection:
         self.model = ctx.core.iggy
         self.user: User | None = None
         self.client_id = next(_client_ids)
+        self._group_turn = -1
         peer = ctx.writer.get_extra_info("peername")
         self.peer_host = peer[0] if isinstance(peer, tuple) else None
         self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -99,24 +101,40 @@ class IggyConnection:
             self.model.disconnect(self.client_id, counts)
 
     async def _serve(self) -> None:
-        reader, writer = self.ctx.reader, self.ctx.writer
-        rest = b""
-        while not self.ctx.closing.is_set():
-            data = await reader.read(READ_SIZE)
-            if not data:
-                return
-            # Requests are views into this immutable buffer: payloads are never copied.
-            buf = rest + data if rest else data
-            try:
-                requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
-            except c.FramingError as exc:
-                self.ctx.log.info("iggy framing error: %s", exc)
-                writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
-                return
-            rest = buf[used:]
-            for request in requests:
-                writer.write(await self.dispatch(request))
-            await writer.drain()
+        reader = self.ctx.reader
+        rest: bytes | None = b""
+        closing = asyncio.ensure_future(self.ctx.closing.wait())
+        try:
+            while True:
+                read = asyncio.ensure_future(reader.read(READ_SIZE))
+                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():  # the server shuts down: stop between requests
+                    read.cancel()
+                    return
+                data = read.result()
+                if not data:
+                    return
+                rest = await self._handle(rest + data if rest else data)
+                if rest is None:
+                    return
+        finally:
+            closing.cancel()
+
+    async def _handle(self, buf: bytes) -> bytes | None:
+        """Answer every complete request in `buf`; return the incomplete rest, or
+        None when the connection must close."""
+        writer = self.ctx.writer
+        # Requests are views into this immutable buffer: payloads are never copied.
+        try:
+            requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
+        except c.FramingError as exc:
+            self.ctx.log.info("iggy framing error: %s", exc)
+            writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
+            return None
+        for request in requests:
+            writer.write(await self.dispatch(request))
+        await writer.drain()
+        return buf[used:]
 
     async def dispatch(self, request: c.Request) -> bytes:
         handler = self.handlers.get(request.code)
@@ -445,10 +463,8 @@ class IggyConnection:
         if not assigned:
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition assigned")
         if partition_id not in [p + 1 for p in assigned]:
-            key = (stream.namespace, stream.name, group.id, self.client_id)
-            turn = _round_robin.get(key, -1) + 1  # type: ignore[arg-type]
-            _round_robin[key] = turn  # type: ignore[index]
-            partition_id = assigned[turn % len(assigned)] + 1
+            self._group_turn += 1  # a member's polls take its partitions in turn
+            partition_id = assigned[self._group_turn % len(assigned)] + 1
         return f"iggy-group:{group.id}", partition_id
 
     def _start(self, stream: Stream, partition: Partition, partition_id: int, reference: str,
