@@ -277,13 +277,21 @@ def encode_messages(messages: list[Message]) -> bytes:
 
 def decode_polled(body: bytes) -> Polled:
     partition_id, current, count = c.POLL_REPLY_HEADER.unpack_from(body)
-    r = c.Reader(memoryview(body)[c.POLL_REPLY_HEADER.size:])
+    pos = c.POLL_REPLY_HEADER.size
+    unpack_head, unpack_u32 = c.POLLED_HEADER.unpack_from, c.U32.unpack_from
     messages = []
     for _ in range(count):
-        offset, _state, timestamp, raw_id, checksum = c.POLLED_HEADER.unpack(
-            r.take(c.POLLED_HEADER.size))
-        headers = {k: (kind, v) for k, kind, v in c.iter_headers(bytes(r.take(r.u32())))}
-        payload = bytes(r.take(r.u32()))
+        offset, _state, timestamp, raw_id, checksum = unpack_head(body, pos)
+        pos += c.POLLED_HEADER.size
+        (length,) = unpack_u32(body, pos)
+        headers = {}
+        if length:
+            raw = body[pos + 4:pos + 4 + length]
+            headers = {key: (kind, value) for key, kind, value in c.iter_headers(raw)}
+        pos += 4 + length
+        (length,) = unpack_u32(body, pos)
+        payload = body[pos + 4:pos + 4 + length]
+        pos += 4 + length
         messages.append(PolledMessage(offset, timestamp, int.from_bytes(raw_id, "little"),
                                       checksum, headers, payload))
     return Polled(partition_id, current, messages)
