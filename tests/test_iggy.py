@@ -141,9 +141,17 @@ async def test_stats_clients_offsets_and_partitions(broker: Broker) -> None:
     assert [m.offset for m in polled.messages] == [2]
     await client.create_partitions("s", "t", 2)
     assert await client.topic_partitions("s", "t") == 3
-    with pytest.raises(IggyClientError) as refused:
-        await client.delete_partitions("s", "t", 1)
-    assert refused.value.code == ErrorCode.FEATURE_UNAVAILABLE
+    await client.send("s", "t", [Message(b"gone")], partition=3)
+    await client.delete_partitions("s", "t", 2)
+    assert await client.topic_partitions("s", "t") == 1
+    with pytest.raises(IggyClientError) as removed:
+        await client.poll("s", "t", 3, Polling.FIRST)
+    assert removed.value.code == ErrorCode.PARTITION_NOT_FOUND
+    assert await client.get_offset("s", "t", 1, consumer=5) == 1
+    await client.create_partitions("s", "t", 2)  # a new partition 3 starts empty
+    assert (await client.poll("s", "t", 3, Polling.FIRST)).messages == []
+    with pytest.raises(IggyClientError):
+        await client.delete_partitions("s", "t", 3)
     await client.delete_topic("s", "t")
     with pytest.raises(IggyClientError) as gone:
         await client.poll("s", "t", 1, Polling.FIRST)

@@ -390,11 +390,15 @@ class IggyConnection:
 
     async def on_delete_partitions(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        r.u32()
+        count = r.u32()
         r.end()
         self._check("configure", stream)
-        # The log engine's catalog refuses to shrink a stream (it would orphan data).
-        raise IggyError(ErrorCode.FEATURE_UNAVAILABLE, "partitions cannot be removed")
+        if not 1 <= count < len(stream.partitions):
+            raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "a topic keeps at least one partition")
+        await self.core.streams.remove_partitions(stream.namespace, stream.name,
+                                                  len(stream.partitions) - count)
+        self._rebalance_topic(stream)
+        return b""
 
     def _rebalance_topic(self, stream: Stream) -> None:
         for group in self.model.list_groups(stream.namespace, stream.name):
