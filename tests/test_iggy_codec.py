@@ -109,3 +109,20 @@ async def test_fuzzed_frames_never_hurt_the_server(tmp_path: Path) -> None:
         await bystander.ping()
         await bystander.close()
         await fuzzer.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_parser_on_random_bytes_frames_or_refuses(raw: bytes) -> None:
+    try:
+        requests, used = c.parse_requests(raw, 4096)
+    except c.FramingError:
+        return
+    assert used <= len(raw)
+    for request in requests:
+        reader = c.Reader(request.payload)
+        try:
+            reader.identifier()
+            c.read_messages(reader)
+        except c.IggyError:
+            pass
