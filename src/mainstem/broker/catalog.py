@@ -353,6 +353,25 @@ class Catalog:
             )
         return StreamRecord(namespace, name, partitions, current.arguments, current.created_at)
 
+    def remove_partitions(self, namespace: str, name: str, partitions: int) -> StreamRecord:
+        """Shrink a stream to its first `partitions` partitions, dropping the offsets
+        stored for the removed ones (Iggy's DELETE_PARTITIONS)."""
+        _validate_int(partitions, "partitions", 1, MAX_PARTITIONS)
+        with self._transaction() as db:
+            current = self.get_stream(namespace, name)
+            if current is None:
+                raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
+            if partitions > current.partitions:
+                raise PreconditionFailed(f"stream '{name}' has only {current.partitions}"
+                                         " partitions")
+            db.execute("UPDATE streams SET partitions = ? WHERE namespace = ? AND name = ?",
+                       (partitions, namespace, name))
+        with self._lock:
+            self._offsets_db.execute(
+                "DELETE FROM offsets WHERE namespace = ? AND stream = ? AND partition >= ?",
+                (namespace, name, partitions))
+        return StreamRecord(namespace, name, partitions, current.arguments, current.created_at)
+
     # -- users --------------------------------------------------------------------
 
     def put_user(self, user: UserRecord) -> None:

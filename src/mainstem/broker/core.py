@@ -14,6 +14,7 @@ from pathlib import Path
 from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
+from mainstem.broker.iggy_model import IggyModel
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import StreamStore
 
@@ -30,6 +31,7 @@ class BrokerCore:
             data_dir / "streams", catalog, settings.durability, settings.retention
         )
         self.active_consumers = ActiveConsumers()
+        self.iggy = IggyModel(data_dir / "iggy.sqlite")
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -52,6 +54,7 @@ class BrokerCore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
         await self.streams.close()
+        self.iggy.close()
         self.catalog.close()
 
     # -- authentication ------------------------------------------------------

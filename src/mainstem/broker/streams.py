@@ -177,6 +177,23 @@ class StreamStore:
         self._remember_names(stream)
         return stream
 
+    async def remove_partitions(self, namespace: str, name: str, partitions: int) -> Stream:
+        """Shrink a stream to its first `partitions` partitions; the others' data goes."""
+        stream = self.get(namespace, name)
+        if PARTITION_NAMES in stream.record.arguments:
+            raise InvalidArgument(f"stream '{name}' has named partitions and cannot shrink")
+        record = self._catalog.remove_partitions(namespace, name, partitions)
+        self._forget_names(stream)
+        stream.record = record
+        doomed, stream.partitions = stream.partitions[partitions:], stream.partitions[:partitions]
+        self._remember_names(stream)
+        for index, partition in enumerate(doomed, start=partitions):
+            await partition.aclose()
+            trash = self._discard(stream.directory / str(index))
+            if trash is not None:
+                await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
+        return stream
+
     async def delete(self, namespace: str, name: str) -> None:
         """Delete a stream's catalog entry, then its files. Readers waiting on it
         are woken with PartitionClosed."""

@@ -5,6 +5,7 @@ from mainstem.protocols.base import ProtocolSpec
 
 def all_protocols() -> list[ProtocolSpec]:
     """Every implemented protocol, in listener start order."""
+    from mainstem.protocols.iggy.connection import handle as iggy
     from mainstem.protocols.rabbit_stream.connection import handle as stream
 
-    return [ProtocolSpec("stream", 5552, stream)]
+    return [ProtocolSpec("stream", 5552, stream), ProtocolSpec("iggy", 8090, iggy)]

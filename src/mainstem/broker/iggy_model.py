@@ -1,0 +1,166 @@
+"""Iggy's view of the broker model: numeric ids and consumer groups.
+
+An Iggy stream is a namespace and an Iggy topic is a stream of the log engine.
+Iggy also names them by number, so the ids live in a small SQLite file of their
+own (`<data>/iggy.sqlite`) and survive restarts. Consumer groups are durable
+(id, name); their members are connections, rebalanced on join, leave and
+disconnect: partitions are dealt round robin over the members in join order.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mainstem.broker.errors import AlreadyExists, NotFound
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ids (
+    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, id INTEGER NOT NULL,
+    PRIMARY KEY (kind, namespace, name), UNIQUE (kind, namespace, id));
+CREATE TABLE IF NOT EXISTS groups (
+    namespace TEXT NOT NULL, topic TEXT NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL,
+    PRIMARY KEY (namespace, topic, id));
+"""
+STREAM = "stream"
+TOPIC = "topic"
+
+
+@dataclass(slots=True)
+class Group:
+    namespace: str
+    topic: str
+    id: int
+    name: str
+    members: dict[int, list[int]] = field(default_factory=dict)  # client id -> partitions
+
+
+class IggyModel:
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self.groups: dict[tuple[str, str, int], Group] = {}
+        # Live Iggy connections: client id -> (address, user name or None).
+        self.clients: dict[int, tuple[str, str | None]] = {}
+        for namespace, topic, gid, name in self._db.execute("SELECT * FROM groups"):
+            self.groups[(namespace, topic, gid)] = Group(namespace, topic, gid, name)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- ids ---------------------------------------------------------------------
+
+    def id_of(self, kind: str, namespace: str, name: str) -> int:
+        """The id of a stream or topic, assigned on first sight when it has none
+        (namespaces and streams made by other protocols get one when listed)."""
+        with self._lock:
+            row = self._db.execute("SELECT id FROM ids WHERE kind=? AND namespace=? AND name=?",
+                                   (kind, namespace, name)).fetchone()
+            if row:
+                return row[0]
+            return self._assign(kind, namespace, name, None)
+
+    def assign(self, kind: str, namespace: str, name: str, wanted: int | None) -> int:
+        """Record a new stream or topic under `wanted` (or the next free id)."""
+        with self._lock:
+            self._db.execute("DELETE FROM ids WHERE kind=? AND namespace=? AND name=?",
+                             (kind, namespace, name))
+            return self._assign(kind, namespace, name, wanted)
+
+    def _assign(self, kind: str, namespace: str, name: str, wanted: int | None) -> int:
+        if wanted is None:
+            row = self._db.execute("SELECT MAX(id) FROM ids WHERE kind=? AND namespace=?",
+                                   (kind, namespace)).fetchone()
+            wanted = (row[0] or 0) + 1
+        try:
+            self._db.execute("INSERT INTO ids VALUES (?, ?, ?, ?)", (kind, namespace, name, wanted))
+        except sqlite3.IntegrityError:
+            raise AlreadyExists(f"{kind} id {wanted} already exists") from None
+        return wanted
+
+    def taken(self, kind: str, namespace: str, wanted: int) -> bool:
+        row = self._db.execute("SELECT 1 FROM ids WHERE kind=? AND namespace=? AND id=?",
+                               (kind, namespace, wanted)).fetchone()
+        return row is not None
+
+    def name_of(self, kind: str, namespace: str, wanted: int) -> str | None:
+        row = self._db.execute("SELECT name FROM ids WHERE kind=? AND namespace=? AND id=?",
+                               (kind, namespace, wanted)).fetchone()
+        return row[0] if row else None
+
+    def forget(self, kind: str, namespace: str, name: str | None = None) -> None:
+        """Drop an id (a whole namespace's topics when `name` is None)."""
+        with self._lock:
+            if name is None:
+                self._db.execute("DELETE FROM ids WHERE kind=? AND namespace=?", (kind, namespace))
+                self._db.execute("DELETE FROM groups WHERE namespace=?", (namespace,))
+                doomed = [k for k in self.groups if k[0] == namespace]
+            else:
+                self._db.execute("DELETE FROM ids WHERE kind=? AND namespace=? AND name=?",
+                                 (kind, namespace, name))
+                if kind == TOPIC:
+                    self._db.execute("DELETE FROM groups WHERE namespace=? AND topic=?",
+                                     (namespace, name))
+                doomed = [k for k in self.groups if k[:2] == (namespace, name)]
+        for key in doomed:
+            del self.groups[key]
+
+    # -- consumer groups ---------------------------------------------------------
+
+    def group(self, namespace: str, topic: str, gid: int | str) -> Group:
+        for key, group in self.groups.items():
+            if key[:2] == (namespace, topic) and gid in (group.id, group.name):
+                return group
+        raise NotFound(f"consumer group {gid} not found")
+
+    def list_groups(self, namespace: str, topic: str) -> list[Group]:
+        return [g for k, g in sorted(self.groups.items()) if k[:2] == (namespace, topic)]
+
+    def create_group(self, namespace: str, topic: str, gid: int | None, name: str) -> Group:
+        existing = self.list_groups(namespace, topic)
+        if gid is None:
+            gid = max((g.id for g in existing), default=0) + 1
+        if any(g.id == gid or g.name == name for g in existing):
+            raise AlreadyExists(f"consumer group {gid} already exists")
+        with self._lock:
+            self._db.execute("INSERT INTO groups VALUES (?, ?, ?, ?)",
+                             (namespace, topic, gid, name))
+        group = self.groups[(namespace, topic, gid)] = Group(namespace, topic, gid, name)
+        return group
+
+    def delete_group(self, group: Group) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM groups WHERE namespace=? AND topic=? AND id=?",
+                             (group.namespace, group.topic, group.id))
+        self.groups.pop((group.namespace, group.topic, group.id), None)
+
+    def join(self, group: Group, client_id: int, partitions: int) -> None:
+        group.members.setdefault(client_id, [])
+        rebalance(group, partitions)
+
+    def leave(self, group: Group, client_id: int, partitions: int) -> None:
+        if group.members.pop(client_id, None) is None:
+            raise NotFound(f"client {client_id} is not a member of consumer group {group.id}")
+        rebalance(group, partitions)
+
+    def disconnect(self, client_id: int, partition_counts: dict[tuple[str, str], int]) -> None:
+        """A member's connection closed: it leaves every group it was in."""
+        for group in self.groups.values():
+            if group.members.pop(client_id, None) is not None:
+                rebalance(group, partition_counts.get((group.namespace, group.topic), 0))
+
+    def groups_of(self, client_id: int) -> list[Group]:
+        return [g for g in self.groups.values() if client_id in g.members]
+
+
+def rebalance(group: Group, partitions: int) -> None:
+    """Deal partitions 0..n-1 round robin over the members in join order."""
+    members = list(group.members)
+    for assigned in group.members.values():
+        assigned.clear()
+    for partition in range(partitions):
+        if members:
+            group.members[members[partition % len(members)]].append(partition)

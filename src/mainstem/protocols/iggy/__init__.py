@@ -1,0 +1,1 @@
+"""Apache Iggy binary protocol: sans-IO codec and asyncio connection."""

@@ -1,0 +1,648 @@
+"""One Iggy TCP connection: login, then commands mapped onto the broker model.
+
+An Iggy stream is a namespace, an Iggy topic a stream of the log engine whose
+partitions Iggy numbers from 1. Requests are answered in order; every complete
+request in the read buffer is handled before the next read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import resource
+import socket
+import struct
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+
+from isal.isal_zlib import crc32
+
+from mainstem.broker.auth import User
+from mainstem.broker.errors import (
+    AccessRefused,
+    AlreadyExists,
+    AuthenticationFailed,
+    BrokerError,
+    NotFound,
+)
+from mainstem.broker.iggy_model import STREAM, TOPIC, Group, rebalance
+from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
+from mainstem.broker.streams import Stream
+from mainstem.log.partition import Partition
+from mainstem.protocols.base import ConnectionContext
+from mainstem.protocols.iggy import codec as c
+from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
+from mainstem.protocols.iggy.records import decode_record, encode_record
+
+READ_SIZE = 256 * 1024
+MAX_CHUNK_RECORDS = 0xFFFF
+# A poll reply stops growing past this many payload bytes (the count is a wish).
+MAX_POLL_BYTES = 8 * 1024 * 1024
+EXPIRY_ARG = "x-iggy-message-expiry-us"
+NEVER = 2**64 - 1
+STREAM_INFO = struct.Struct("<IQIQQ")  # id, created at, topics, size, messages
+TOPIC_INFO = struct.Struct("<IQIQBQBQQ")  # id, created, partitions, expiry, codec, max, rf,
+#                                           size, messages
+PARTITION_INFO = struct.Struct("<IQIQQQ")  # id, created, segments, current offset, size, msgs
+OFFSET_INFO = struct.Struct("<IQQ")
+GROUP_INFO = struct.Struct("<III")
+CLIENT_INFO = struct.Struct("<IIB")
+_client_ids = itertools.count(1)
+_round_robin: dict[tuple[str, str], int] = {}
+
+Handler = Callable[[c.Reader], Awaitable[bytes]]
+
+
+def user_id(user: User) -> int:
+    return zlib.crc32(user.name.encode()) & 0x7FFF_FFFF or 1
+
+
+class IggyConnection:
+    def __init__(self, ctx: ConnectionContext) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+        self.model = ctx.core.iggy
+        self.user: User | None = None
+        self.client_id = next(_client_ids)
+        self._group_turn = -1
+        peer = ctx.writer.get_extra_info("peername")
+        self.peer_host = peer[0] if isinstance(peer, tuple) else None
+        self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.handlers: dict[int, Handler] = {
+            Code.PING: self.on_ping, Code.GET_STATS: self.on_get_stats,
+            Code.GET_ME: self.on_get_me, Code.GET_CLIENT: self.on_get_client,
+            Code.GET_CLIENTS: self.on_get_clients, Code.LOGIN_USER: self.on_login,
+            Code.LOGOUT_USER: self.on_logout, Code.POLL_MESSAGES: self.on_poll,
+            Code.SEND_MESSAGES: self.on_send, Code.GET_CONSUMER_OFFSET: self.on_get_offset,
+            Code.STORE_CONSUMER_OFFSET: self.on_store_offset, Code.GET_STREAM: self.on_get_stream,
+            Code.GET_STREAMS: self.on_get_streams, Code.CREATE_STREAM: self.on_create_stream,
+            Code.DELETE_STREAM: self.on_delete_stream, Code.GET_TOPIC: self.on_get_topic,
+            Code.GET_TOPICS: self.on_get_topics, Code.CREATE_TOPIC: self.on_create_topic,
+            Code.DELETE_TOPIC: self.on_delete_topic,
+            Code.CREATE_PARTITIONS: self.on_create_partitions,
+            Code.DELETE_PARTITIONS: self.on_delete_partitions,
+            Code.GET_CONSUMER_GROUP: self.on_get_group,
+            Code.GET_CONSUMER_GROUPS: self.on_get_groups,
+            Code.CREATE_CONSUMER_GROUP: self.on_create_group,
+            Code.DELETE_CONSUMER_GROUP: self.on_delete_group,
+            Code.JOIN_CONSUMER_GROUP: self.on_join_group,
+            Code.LEAVE_CONSUMER_GROUP: self.on_leave_group,
+        }
+
+    async def run(self) -> None:
+        self.model.clients[self.client_id] = (self.address, None)
+        try:
+            await self._serve()
+        finally:
+            del self.model.clients[self.client_id]
+            counts = {(s.namespace, s.name): len(s.partitions) for s in self.core.streams.list()}
+            self.model.disconnect(self.client_id, counts)
+
+    async def _serve(self) -> None:
+        reader = self.ctx.reader
+        rest: bytes | None = b""
+        closing = asyncio.ensure_future(self.ctx.closing.wait())
+        try:
+            while True:
+                read = asyncio.ensure_future(reader.read(READ_SIZE))
+                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():  # the server shuts down: stop between requests
+                    read.cancel()
+                    return
+                data = read.result()
+                if not data:
+                    return
+                rest = await self._handle(rest + data if rest else data)
+                if rest is None:
+                    return
+        finally:
+            closing.cancel()
+
+    async def _handle(self, buf: bytes) -> bytes | None:
+        """Answer every complete request in `buf`; return the incomplete rest, or
+        None when the connection must close."""
+        writer = self.ctx.writer
+        # Requests are views into this immutable buffer: payloads are never copied.
+        try:
+            requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
+        except c.FramingError as exc:
+            self.ctx.log.info("iggy framing error: %s", exc)
+            writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
+            return None
+        for request in requests:
+            writer.write(await self.dispatch(request))
+        await writer.drain()
+        return buf[used:]
+
+    async def dispatch(self, request: c.Request) -> bytes:
+        handler = self.handlers.get(request.code)
+        try:
+            if handler is None:
+                raise IggyError(ErrorCode.INVALID_COMMAND, f"unknown command {request.code}")
+            if self.user is None and request.code not in (Code.PING, Code.LOGIN_USER):
+                raise IggyError(ErrorCode.UNAUTHENTICATED, "log in first")
+            return c.encode_response(await handler(c.Reader(request.payload)))
+        except IggyError as exc:
+            return c.encode_error(exc.code)
+        except AuthenticationFailed:
+            return c.encode_error(ErrorCode.INVALID_CREDENTIALS)
+        except AccessRefused:
+            return c.encode_error(ErrorCode.UNAUTHORIZED)
+        except NotFound:
+            return c.encode_error(ErrorCode.ERROR)
+        except (AlreadyExists, BrokerError, ValueError):
+            return c.encode_error(ErrorCode.ERROR)
+
+    # -- system --------------------------------------------------------------------
+
+    async def on_ping(self, r: c.Reader) -> bytes:
+        return b""
+
+    async def on_login(self, r: c.Reader) -> bytes:
+        username, password = r.name("username"), r.name("password")
+        if r.remaining:  # version and context, u32-length strings, informative only
+            r.long_string()
+            r.long_string()
+        r.end()
+        self.user = await self.core.login(username, password, self.peer_host)
+        self.model.clients[self.client_id] = (self.address, username)
+        return c.U32.pack(user_id(self.user))
+
+    async def on_logout(self, r: c.Reader) -> bytes:
+        r.end()
+        self.user = None
+        self.model.clients[self.client_id] = (self.address, None)
+        return b""
+
+    async def on_get_stats(self, r: c.Reader) -> bytes:
+        r.end()
+        streams = self.core.streams.list()
+        partitions = [p for s in streams for p in s.partitions]
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        page = os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * page
+        free = os.sysconf("SC_AVPHYS_PAGES") * page
+        uname = os.uname()
+        head = struct.pack(
+            "<IffQQQQQQQQIIIIQII", os.getpid(), 0.0, 0.0, usage.ru_maxrss * 1024, total, free,
+            int(time.monotonic() * 1e6), int(time.time() * 1e6), 0, 0,
+            sum(p.size_bytes for p in partitions), len(self.core.catalog.list_namespaces()),
+            len(streams), len(partitions), sum(p.segment_count for p in partitions),
+            sum(p.committed_offset - p.first_offset for p in partitions),
+            len(self.model.clients), len(self.model.groups))
+        return head + b"".join(c.encode_long_string(s) for s in (
+            socket.gethostname(), uname.sysname, uname.release, uname.version))
+
+    async def on_get_me(self, r: c.Reader) -> bytes:
+        r.end()
+        return self._client_info(self.client_id, details=True)
+
+    async def on_get_client(self, r: c.Reader) -> bytes:
+        client_id = r.u32()
+        r.end()
+        if client_id not in self.model.clients:
+            raise IggyError(ErrorCode.CLIENT_NOT_FOUND, f"client {client_id} not found")
+        return self._client_info(client_id, details=True)
+
+    async def on_get_clients(self, r: c.Reader) -> bytes:
+        r.end()
+        return b"".join(self._client_info(i, details=False) for i in sorted(self.model.clients))
+
+    def _client_info(self, client_id: int, details: bool) -> bytes:
+        address, name = self.model.clients[client_id]
+        uid = user_id(User(name)) if name else 0
+        groups = self.model.groups_of(client_id)
+        out = CLIENT_INFO.pack(client_id, uid, 1) + c.encode_long_string(address)
+        out += c.U32.pack(len(groups))
+        if details:
+            for g in groups:
+                out += struct.pack("<III", self.model.id_of(STREAM, "", g.namespace),
+                                   self.model.id_of(TOPIC, g.namespace, g.topic), g.id)
+        return out
+
+    # -- resolving identifiers -------------------------------------------------------
+
+    def _namespace(self, ident: int | str) -> str:
+        name = self.model.name_of(STREAM, "", ident) if isinstance(ident, int) else ident
+        if name is None or self.core.catalog.get_namespace(name) is None:
+            code = ErrorCode.STREAM_ID_NOT_FOUND if isinstance(ident, int) else \
+                ErrorCode.STREAM_NAME_NOT_FOUND
+            raise IggyError(code, f"stream {ident} not found")
+        assert self.user is not None
+        self.core.open_namespace(self.user, name)
+        return name
+
+    def _topic(self, namespace: str, ident: int | str) -> Stream:
+        name = self.model.name_of(TOPIC, namespace, ident) if isinstance(ident, int) else ident
+        stream = None if name is None else self.core.streams.find(namespace, name)
+        if stream is None:
+            code = ErrorCode.TOPIC_ID_NOT_FOUND if isinstance(ident, int) else \
+                ErrorCode.TOPIC_NAME_NOT_FOUND
+            raise IggyError(code, f"topic {ident} not found")
+        return stream
+
+    def _stream_and_topic(self, r: c.Reader) -> Stream:
+        namespace = self._namespace(r.identifier())
+        return self._topic(namespace, r.identifier())
+
+    def _check(self, kind: str, stream: Stream) -> None:
+        assert self.user is not None
+        self.core.auth.check(self.user, stream.namespace, kind, stream.name)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _partition(stream: Stream, partition_id: int) -> Partition:
+        if not 1 <= partition_id <= len(stream.partitions):
+            raise IggyError(ErrorCode.PARTITION_NOT_FOUND, f"partition {partition_id} not found")
+        return stream.partitions[partition_id - 1]
+
+    # -- streams ----------------------------------------------------------------------
+
+    def _stream_info(self, namespace: str) -> tuple[bytes, list[Stream]]:
+        topics = self.core.streams.list(namespace)
+        parts = [p for t in topics for p in t.partitions]
+        record = self.core.catalog.get_namespace(namespace)
+        created = _micros(getattr(record, "created_at", 0))
+        info = STREAM_INFO.pack(self.model.id_of(STREAM, "", namespace), created, len(topics),
+                                sum(p.size_bytes for p in parts), sum(_count(p) for p in parts))
+        return info + c.encode_name(namespace), topics
+
+    async def on_get_stream(self, r: c.Reader) -> bytes:
+        namespace = self._namespace(r.identifier())
+        r.end()
+        info, topics = self._stream_info(namespace)
+        return info + b"".join(self._topic_info(t) for t in topics)
+
+    async def on_get_streams(self, r: c.Reader) -> bytes:
+        r.end()
+        assert self.user is not None
+        out = []
+        for record in self.core.catalog.list_namespaces():
+            if self.core.catalog.get_permissions(self.user.name, record.name) is not None:
+                out.append(self._stream_info(record.name)[0])
+        return b"".join(out)
+
+    async def on_create_stream(self, r: c.Reader) -> bytes:
+        wanted, name = r.u32(), r.name("stream name")
+        r.end()
+        self._require_admin()
+        if wanted and self.model.taken(STREAM, "", wanted):
+            raise IggyError(ErrorCode.STREAM_ID_ALREADY_EXISTS, f"stream {wanted} exists")
+        if self.core.catalog.get_namespace(name) is not None:
+            raise IggyError(ErrorCode.STREAM_NAME_ALREADY_EXISTS, f"stream {name} exists")
+        self.core.add_namespace(name)
+        self.model.assign(STREAM, "", name, wanted or None)
+        assert self.user is not None
+        self.core.auth.set_permissions(self.user.name, name)
+        return self._stream_info(name)[0]
+
+    async def on_delete_stream(self, r: c.Reader) -> bytes:
+        namespace = self._namespace(r.identifier())
+        r.end()
+        self._require_admin()
+        await self.core.delete_namespace(namespace)
+        self.model.forget(TOPIC, namespace)
+        self.model.forget(STREAM, "", namespace)
+        return b""
+
+    def _require_admin(self) -> None:
+        assert self.user is not None
+        if not self.user.is_administrator:
+            raise IggyError(ErrorCode.UNAUTHORIZED, "only administrators manage streams")
+
+    # -- topics -----------------------------------------------------------------------
+
+    def _topic_info(self, stream: Stream) -> bytes:
+        args = stream.record.arguments
+        parts = stream.partitions
+        info = TOPIC_INFO.pack(
+            self.model.id_of(TOPIC, stream.namespace, stream.name),
+            _micros(stream.record.created_at), len(parts), args.get(EXPIRY_ARG, 0), 1,
+            args.get(MAX_LENGTH_BYTES, 0), 1, sum(p.size_bytes for p in parts),
+            sum(_count(p) for p in parts))
+        return info + c.encode_name(stream.name)
+
+    def _topic_details(self, stream: Stream) -> bytes:
+        created = _micros(stream.record.created_at)
+        return self._topic_info(stream) + b"".join(
+            PARTITION_INFO.pack(i + 1, created, p.segment_count, max(p.committed_offset - 1, 0),
+                                p.size_bytes, _count(p))
+            for i, p in enumerate(stream.partitions))
+
+    async def on_get_topic(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        r.end()
+        return self._topic_details(stream)
+
+    async def on_get_topics(self, r: c.Reader) -> bytes:
+        namespace = self._namespace(r.identifier())
+        r.end()
+        return b"".join(self._topic_info(t) for t in self.core.streams.list(namespace))
+
+    async def on_create_topic(self, r: c.Reader) -> bytes:
+        namespace = self._namespace(r.identifier())
+        wanted, partitions = r.u32(), r.u32()
+        expiry_us, max_size = 0, 0
+        if not _seed_topic_tail(r):  # the 0.6 client adds codec, expiry, size, replicas
+            r.u8()  # compression algorithm: stored uncompressed
+            expiry_us, max_size = r.u64(), r.u64()
+            r.u8()  # replication factor: one node
+        name = r.name("topic name")
+        r.end()
+        assert self.user is not None
+        self.core.auth.check(self.user, namespace, "configure", name)
+        if not 1 <= partitions <= 1000:
+            raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "1 to 1000 partitions")
+        if wanted and self.model.taken(TOPIC, namespace, wanted):
+            raise IggyError(ErrorCode.TOPIC_ID_ALREADY_EXISTS, f"topic {wanted} exists")
+        if self.core.streams.find(namespace, name) is not None:
+            raise IggyError(ErrorCode.TOPIC_NAME_ALREADY_EXISTS, f"topic {name} exists")
+        arguments: dict[str, object] = {}
+        if expiry_us not in (0, NEVER):
+            arguments[EXPIRY_ARG] = expiry_us
+            arguments[MAX_AGE] = f"{max(1, expiry_us // 1_000_000)}s"
+        if max_size not in (0, NEVER):
+            arguments[MAX_LENGTH_BYTES] = max_size
+        stream = self.core.streams.create(namespace, name, partitions, arguments)
+        self.model.assign(TOPIC, namespace, name, wanted or None)
+        return self._topic_details(stream)
+
+    async def on_delete_topic(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        r.end()
+        self._check("configure", stream)
+        await self.core.streams.delete(stream.namespace, stream.name)
+        self.model.forget(TOPIC, stream.namespace, stream.name)
+        return b""
+
+    async def on_create_partitions(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        count = r.u32()
+        r.end()
+        self._check("configure", stream)
+        if not 1 <= count <= 1000:
+            raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "1 to 1000 partitions")
+        self.core.streams.add_partitions(stream.namespace, stream.name,
+                                         len(stream.partitions) + count)
+        self._rebalance_topic(stream)
+        return b""
+
+    async def on_delete_partitions(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        count = r.u32()
+        r.end()
+        self._check("configure", stream)
+        if not 1 <= count < len(stream.partitions):
+            raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "a topic keeps at least one partition")
+        await self.core.streams.remove_partitions(stream.namespace, stream.name,
+                                                  len(stream.partitions) - count)
+        self._rebalance_topic(stream)
+        return b""
+
+    def _rebalance_topic(self, stream: Stream) -> None:
+        for group in self.model.list_groups(stream.namespace, stream.name):
+            rebalance(group, len(stream.partitions))
+
+    # -- messages ---------------------------------------------------------------------
+
+    async def on_send(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        kind, length = r.u8(), r.u8()
+        value = r.take(length)
+        messages = c.read_messages(r)
+        if not messages:
+            raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
+        self._check("write", stream)
+        partition = stream.partitions[self._choose(stream, kind, value)]
+        records = [encode_record(m.id or _unique_id(), m.headers, m.payload) for m in messages]
+        appended = None
+        for start in range(0, len(records), MAX_CHUNK_RECORDS):
+            appended = partition.write_records(records[start:start + MAX_CHUNK_RECORDS])
+        assert appended is not None
+        await partition.commit(appended)
+        return b""
+
+    def _choose(self, stream: Stream, kind: int, value: memoryview) -> int:
+        count = len(stream.partitions)
+        if kind == 1:
+            key = (stream.namespace, stream.name)
+            turn = _round_robin.get(key, -1) + 1
+            _round_robin[key] = turn
+            return turn % count
+        if kind == 2 and len(value) == 4:
+            partition_id = c.U32.unpack(value)[0]
+            self._partition(stream, partition_id)
+            return partition_id - 1
+        if kind == 3 and value:
+            return zlib.crc32(value) % count
+        raise IggyError(ErrorCode.INVALID_FORMAT, f"bad partitioning kind {kind}")
+
+    async def on_poll(self, r: c.Reader) -> bytes:
+        consumer = c.read_consumer(r, 18)
+        stream = self._stream_and_topic(r)
+        partition_id, kind, value = r.u32(), r.u8(), r.u64()
+        count, auto_commit = r.u32(), r.u8()
+        r.end()
+        self._check("read", stream)
+        reference, partition_id = self._consumer(stream, consumer, partition_id)
+        partition = self._partition(stream, partition_id)
+        start = self._start(stream, partition, partition_id, reference, kind, value, count)
+        body, n, last = self._read(stream, partition, start, count)
+        if auto_commit and n:
+            self.core.store_offset(stream.namespace, stream.name, partition_id - 1, reference,
+                                   last)
+        head = c.POLL_REPLY_HEADER.pack(partition_id, max(partition.committed_offset - 1, 0), n)
+        return head + body
+
+    def _consumer(self, stream: Stream, consumer: c.Consumer, partition_id: int
+                  ) -> tuple[str, int]:
+        """The offset reference and the partition a poll reads."""
+        if consumer.kind == c.CONSUMER:
+            return f"iggy-consumer:{consumer.id}", partition_id
+        group = self._group(stream, consumer.id)
+        assigned = group.members.get(self.client_id)
+        if assigned is None:
+            raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "join the group first")
+        if not assigned:
+            raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition assigned")
+        if partition_id not in [p + 1 for p in assigned]:
+            self._group_turn += 1  # a member's polls take its partitions in turn
+            partition_id = assigned[self._group_turn % len(assigned)] + 1
+        return f"iggy-group:{group.id}", partition_id
+
+    def _start(self, stream: Stream, partition: Partition, partition_id: int, reference: str,
+               kind: int, value: int, count: int) -> int:
+        if kind == 1:
+            return value
+        if kind == 2:
+            return partition.offset_for_timestamp(value // 1000)
+        if kind == 3:
+            return partition.first_offset
+        if kind == 4:
+            return max(partition.first_offset, partition.committed_offset - count)
+        if kind == 5:
+            stored = self.core.query_offset(stream.namespace, stream.name, partition_id - 1,
+                                            reference)
+            return partition.first_offset if stored is None else stored + 1
+        raise IggyError(ErrorCode.INVALID_FORMAT, f"bad polling kind {kind}")
+
+    def _read(self, stream: Stream, partition: Partition, start: int, count: int
+              ) -> tuple[bytes, int, int]:
+        expiry_us = stream.record.arguments.get(EXPIRY_ARG)
+        oldest_ms = time.time() * 1000 - expiry_us / 1000 if expiry_us else 0
+        reader = partition.reader(max(start, partition.first_offset))
+        out: list[bytes] = []
+        n = last = size = 0
+        while n < count and size < MAX_POLL_BYTES:
+            chunk = reader.next_chunk_nowait()
+            if chunk is None:
+                break
+            timestamp = chunk.header.timestamp
+            if timestamp < oldest_ms:
+                continue
+            for offset, record in chunk.records():
+                if offset < start:
+                    continue
+                message_id, headers, payload = decode_record(record)
+                out.append(c.POLLED_HEADER.pack(offset, 1, timestamp * 1000,
+                                                message_id.to_bytes(16, "little"),
+                                                crc32(payload)))
+                out.append(c.U32.pack(len(headers)) + headers + c.U32.pack(len(payload)))
+                out.append(payload)
+                n, last, size = n + 1, offset, size + len(payload)
+                if n == count or size >= MAX_POLL_BYTES:
+                    break
+        return b"".join(out), n, last
+
+    # -- consumer offsets -------------------------------------------------------------
+
+    async def on_get_offset(self, r: c.Reader) -> bytes:
+        consumer = c.read_consumer(r, 4)
+        stream = self._stream_and_topic(r)
+        partition_id = r.u32()
+        r.end()
+        self._check("read", stream)
+        reference, partition_id = self._offset_target(stream, consumer, partition_id)
+        partition = self._partition(stream, partition_id)
+        stored = self.core.query_offset(stream.namespace, stream.name, partition_id - 1,
+                                        reference)
+        if stored is None:
+            return b""
+        return OFFSET_INFO.pack(partition_id, max(partition.committed_offset - 1, 0), stored)
+
+    async def on_store_offset(self, r: c.Reader) -> bytes:
+        consumer = c.read_consumer(r, 12)
+        stream = self._stream_and_topic(r)
+        partition_id, offset = r.u32(), r.u64()
+        r.end()
+        self._check("read", stream)
+        reference, partition_id = self._offset_target(stream, consumer, partition_id)
+        self._partition(stream, partition_id)
+        self.core.store_offset(stream.namespace, stream.name, partition_id - 1, reference, offset)
+        return b""
+
+    def _offset_target(self, stream: Stream, consumer: c.Consumer, partition_id: int
+                       ) -> tuple[str, int]:
+        if consumer.kind == c.CONSUMER:
+            return f"iggy-consumer:{consumer.id}", partition_id
+        return f"iggy-group:{self._group(stream, consumer.id).id}", partition_id
+
+    # -- consumer groups --------------------------------------------------------------
+
+    def _group(self, stream: Stream, ident: int | str) -> Group:
+        try:
+            return self.model.group(stream.namespace, stream.name, ident)
+        except NotFound:
+            raise IggyError(ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND,
+                            f"consumer group {ident} not found") from None
+
+    def _group_ident(self, r: c.Reader) -> int | str:
+        """The seed sends a u32 group id, the real client an identifier."""
+        return r.u32() if r.remaining == 4 else r.identifier()
+
+    def _group_info(self, group: Group, stream: Stream, details: bool) -> bytes:
+        out = GROUP_INFO.pack(group.id, len(stream.partitions), len(group.members))
+        out += c.encode_name(group.name)
+        if details:
+            for member, partitions in group.members.items():
+                out += struct.pack(f"<II{len(partitions)}I", member, len(partitions),
+                                   *(p + 1 for p in partitions))
+        return out
+
+    async def on_get_group(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        group = self._group(stream, self._group_ident(r))
+        r.end()
+        self._check("read", stream)
+        return self._group_info(group, stream, details=True)
+
+    async def on_get_groups(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        r.end()
+        self._check("read", stream)
+        return b"".join(self._group_info(g, stream, details=False)
+                        for g in self.model.list_groups(stream.namespace, stream.name))
+
+    async def on_create_group(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        wanted = r.u32()
+        name = r.name("consumer group name") if r.remaining else str(wanted)
+        r.end()
+        self._check("configure", stream)
+        try:
+            group = self.model.create_group(stream.namespace, stream.name, wanted or None, name)
+        except AlreadyExists:
+            raise IggyError(ErrorCode.CONSUMER_GROUP_ID_ALREADY_EXISTS, "group exists") from None
+        return self._group_info(group, stream, details=True)
+
+    async def on_delete_group(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        group = self._group(stream, self._group_ident(r))
+        r.end()
+        self._check("configure", stream)
+        self.model.delete_group(group)
+        return b""
+
+    async def on_join_group(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        group = self._group(stream, self._group_ident(r))
+        r.end()
+        self._check("read", stream)
+        self.model.join(group, self.client_id, len(stream.partitions))
+        return b""
+
+    async def on_leave_group(self, r: c.Reader) -> bytes:
+        stream = self._stream_and_topic(r)
+        group = self._group(stream, self._group_ident(r))
+        r.end()
+        try:
+            self.model.leave(group, self.client_id, len(stream.partitions))
+        except NotFound:
+            raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "not a member") from None
+        return b""
+
+
+def _seed_topic_tail(r: c.Reader) -> bool:
+    """True when only the seed's name_length + name follow."""
+    return r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]
+
+
+def _count(partition: Partition) -> int:
+    return partition.committed_offset - partition.first_offset
+
+
+def _micros(created_at: object) -> int:
+    return int(float(created_at or 0) * 1e6) if isinstance(created_at, int | float) else 0
+
+
+_ids = itertools.count(time.time_ns() << 32)
+
+
+def _unique_id() -> int:
+    """Server-assigned message id: unique within this process and across restarts."""
+    return next(_ids)
+
+
+async def handle(ctx: ConnectionContext) -> None:
+    await IggyConnection(ctx).run()

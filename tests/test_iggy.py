@@ -1,0 +1,258 @@
+"""The Iggy binary protocol, driven by the real iggy-py client and by mainstem's
+own Iggy client, against a real mainstem server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from iggy_py import IggyClient as PyIggy
+from iggy_py import PollingStrategy, SendMessage
+from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
+
+from mainstem import Broker
+from mainstem.client.iggy import (
+    CONSUMER_GROUP,
+    IggyClient,
+    IggyClientError,
+    Message,
+    Polling,
+)
+from mainstem.protocols.iggy.codec import ErrorCode
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    async with Broker(data_dir=tmp_path / "data") as running:
+        yield running
+
+
+async def py_client(broker: Broker) -> PyIggy:
+    client = PyIggy(f"127.0.0.1:{broker.ports['iggy']}")
+    await client.connect()
+    await client.login_user("guest", "guest")
+    return client
+
+
+async def own_client(broker: Broker) -> IggyClient:
+    client = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await client.login("guest", "guest")
+    return client
+
+
+async def test_iggy_py_streams_topics_and_every_polling_kind(broker: Broker) -> None:
+    client = await py_client(broker)
+    await client.ping()
+    await client.create_stream("shop", 7)
+    await client.create_topic("shop", "orders", partitions_count=2, topic_id=3)
+    stream = await client.get_stream(7)
+    assert (stream.id, stream.name, stream.topics_count) == (7, "shop", 1)
+    topic = await client.get_topic("shop", 3)
+    assert (topic.id, topic.name) == (3, "orders")
+    before = int(time.time() * 1e6)
+    await client.send_messages("shop", "orders", 2, [SendMessage(f"m{i}") for i in range(5)])
+    await asyncio.sleep(0.01)
+    await client.send_messages(7, 3, 2, [SendMessage("late")])
+
+    async def payloads(strategy: PollingStrategy, count: int = 10, commit: bool = False
+                       ) -> list[bytes]:
+        polled = await client.poll_messages("shop", "orders", 2, strategy, count, commit)
+        return [m.payload() for m in polled]
+
+    everything = [b"m0", b"m1", b"m2", b"m3", b"m4", b"late"]
+    assert await payloads(PollingStrategy.First()) == everything
+    assert await payloads(PollingStrategy.Offset(value=4)) == [b"m4", b"late"]
+    assert await payloads(PollingStrategy.Last(), count=2) == [b"m4", b"late"]
+    assert await payloads(PollingStrategy.Timestamp(value=before)) == everything
+    assert await payloads(PollingStrategy.Timestamp(value=int(time.time() * 1e6) + 10**7)) == []
+    # auto-commit stores the last polled offset; Next continues after it
+    assert await payloads(PollingStrategy.Next(), count=2, commit=True) == [b"m0", b"m1"]
+    assert await payloads(PollingStrategy.Next(), count=2, commit=True) == [b"m2", b"m3"]
+    assert await payloads(PollingStrategy.Next(), count=10) == [b"m4", b"late"]
+    assert await payloads(PollingStrategy.First(), count=10) == everything
+    assert (await client.get_topic(7, 3)).messages_count == 6
+    polled = await client.poll_messages(7, 3, 1, PollingStrategy.First(), 10, False)
+    assert polled == []
+
+
+async def test_wrong_password_is_refused(broker: Broker) -> None:
+    client = PyIggy(f"127.0.0.1:{broker.ports['iggy']}")
+    await client.connect()
+    with pytest.raises(RuntimeError):
+        await client.login_user("guest", "wrong")
+    own = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    with pytest.raises(IggyClientError) as refused:
+        await own.login("guest", "wrong")
+    assert refused.value.code == ErrorCode.INVALID_CREDENTIALS
+    await own.ping()  # allowed before login
+    with pytest.raises(IggyClientError) as unauthenticated:
+        await own.streams()
+    assert unauthenticated.value.code == ErrorCode.UNAUTHENTICATED
+    await own.close()
+
+
+async def test_headers_ids_and_partitioning_kinds(broker: Broker) -> None:
+    client = await own_client(broker)
+    await client.create_stream("s", 1)
+    await client.create_topic(1, "t", partitions=3)
+    headers = {"trace": (2, b"abc"), "n": (6, (42).to_bytes(4, "little", signed=True))}
+    await client.send("s", "t", [Message(b"one", id=99, headers=headers)], partition=2)
+    polled = await client.poll("s", "t", 2, Polling.FIRST)
+    [message] = polled.messages
+    assert (message.id, message.headers, message.payload) == (99, headers, b"one")
+    # balanced: round robin over the three partitions
+    for i in range(3):
+        await client.send("s", "t", [Message(f"b{i}".encode())])
+    counts = [len((await client.poll("s", "t", p, Polling.FIRST)).messages) for p in (1, 2, 3)]
+    assert counts == [1, 2, 1]
+    # messages key: the same key always lands in the same partition
+    for _ in range(4):
+        await client.send("s", "t", [Message(b"k")], key=b"customer-7")
+    keyed = [[m.payload for m in (await client.poll("s", "t", p, Polling.FIRST)).messages]
+             for p in (1, 2, 3)]
+    assert sorted(p.count(b"k") for p in keyed) == [0, 0, 4]
+    server_ids = [m.id for p in (1, 3) for m in (await client.poll("s", "t", p, Polling.FIRST))
+                  .messages]
+    assert len(set(server_ids)) == len(server_ids) and 0 not in server_ids
+    with pytest.raises(IggyClientError) as missing:
+        await client.send("s", "t", [Message(b"x")], partition=9)
+    assert missing.value.code == ErrorCode.PARTITION_NOT_FOUND
+    await client.close()
+
+
+async def test_stats_clients_offsets_and_partitions(broker: Broker) -> None:
+    client = await own_client(broker)
+    other = await own_client(broker)
+    await client.create_stream("s", 0)
+    await client.create_topic("s", "t", partitions=1)
+    await client.send("s", "t", [Message(b"x")] * 3, partition=1)
+    stats = await client.stats()
+    assert stats["messages_count"] == 3 and stats["clients_count"] == 2
+    me = await client.me()
+    assert me["client_id"] in {c["client_id"] for c in await client.clients()}
+    assert (await other.client(int(me["client_id"])))["address"] == me["address"]
+    assert await client.get_offset("s", "t", 1, consumer=5) is None
+    await client.store_offset("s", "t", 1, 1, consumer=5)
+    assert await client.get_offset("s", "t", 1, consumer=5) == 1
+    polled = await client.poll("s", "t", 1, Polling.NEXT, consumer=5)
+    assert [m.offset for m in polled.messages] == [2]
+    await client.create_partitions("s", "t", 2)
+    assert await client.topic_partitions("s", "t") == 3
+    await client.send("s", "t", [Message(b"gone")], partition=3)
+    await client.delete_partitions("s", "t", 2)
+    assert await client.topic_partitions("s", "t") == 1
+    with pytest.raises(IggyClientError) as removed:
+        await client.poll("s", "t", 3, Polling.FIRST)
+    assert removed.value.code == ErrorCode.PARTITION_NOT_FOUND
+    assert await client.get_offset("s", "t", 1, consumer=5) == 1
+    await client.create_partitions("s", "t", 2)  # a new partition 3 starts empty
+    assert (await client.poll("s", "t", 3, Polling.FIRST)).messages == []
+    with pytest.raises(IggyClientError):
+        await client.delete_partitions("s", "t", 3)
+    await client.delete_topic("s", "t")
+    with pytest.raises(IggyClientError) as gone:
+        await client.poll("s", "t", 1, Polling.FIRST)
+    assert gone.value.code == ErrorCode.TOPIC_NAME_NOT_FOUND
+    await client.delete_stream("s")
+    assert "s" not in [name for _, name in await client.streams()]
+    await client.close()
+    await other.close()
+
+
+async def test_consumer_group_rebalances_on_join_leave_and_disconnect(broker: Broker) -> None:
+    a, b, c = [await own_client(broker) for _ in range(3)]
+    await a.create_stream("s", 0)
+    await a.create_topic("s", "t", partitions=4)
+    await a.create_group("s", "t", 1, "workers")
+    for p in range(1, 5):
+        await a.send("s", "t", [Message(f"p{p}".encode())], partition=p)
+    await a.join_group("s", "t", 1)
+    group = await a.group("s", "t", "workers")
+    assert sorted(p for ps in group.members.values() for p in ps) == [1, 2, 3, 4]
+    await b.join_group("s", "t", 1)
+    await c.join_group("s", "t", 1)
+    group = await a.group("s", "t", 1)
+    assert sorted(len(ps) for ps in group.members.values()) == [1, 1, 2]
+    a_id = int((await a.me())["client_id"])
+    # a member polls only its own partitions, with the group's stored offsets
+    seen = set()
+    for _ in range(len(group.members[a_id])):
+        polled = await a.poll("s", "t", 0, Polling.NEXT, consumer=1, kind=CONSUMER_GROUP,
+                              auto_commit=True)
+        seen.add(polled.partition_id)
+        assert polled.messages
+    assert seen == set(group.members[a_id])
+    await b.leave_group("s", "t", 1)
+    group = await a.group("s", "t", 1)
+    assert len(group.members) == 2 and sorted(len(p) for p in group.members.values()) == [2, 2]
+    await c.close()
+    for _ in range(50):
+        group = await a.group("s", "t", 1)
+        if len(group.members) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert group.members == {a_id: [1, 2, 3, 4]}
+    await a.close()
+    await b.close()
+
+
+async def test_message_expiry(broker: Broker) -> None:
+    client = await own_client(broker)
+    await client.create_stream("s", 0)
+    await client.create_topic("s", "t", partitions=1, expiry_s=1)
+    await client.send("s", "t", [Message(b"old")], partition=1)
+    assert len((await client.poll("s", "t", 1, Polling.FIRST)).messages) == 1
+    await asyncio.sleep(1.2)
+    await client.send("s", "t", [Message(b"new")], partition=1)
+    polled = await client.poll("s", "t", 1, Polling.FIRST)
+    assert [m.payload for m in polled.messages] == [b"new"]
+    await client.close()
+
+
+async def test_topic_created_over_iggy_is_read_by_rstream(broker: Broker) -> None:
+    # The Spark part of this acceptance item belongs to the Spark data source.
+    client = await own_client(broker)
+    await client.create_stream("/iggy", 0)
+    await client.create_topic("/iggy", "events", partitions=1)
+    await client.send("/iggy", "events",
+                      [Message(b"hello", id=7, headers={"k": (2, b"v")}), Message(b"world")],
+                      partition=1)
+    await client.close()
+    received: list[AMQPMessage] = []
+    done = asyncio.Event()
+
+    async def on_message(message: AMQPMessage, context: object) -> None:
+        received.append(message)
+        if len(received) == 2:
+            done.set()
+
+    async with Consumer("127.0.0.1", port=broker.ports["stream"], vhost="/iggy",
+                        username="guest", password="guest") as consumer:
+        await consumer.start()
+        await consumer.subscribe("events", on_message, decoder=amqp_decoder,
+                                 offset_specification=ConsumerOffsetSpecification(
+                                     OffsetType.FIRST, None))
+        await asyncio.wait_for(done.wait(), 10)
+    assert [bytes(m.body) for m in received] == [b"hello", b"world"]
+    assert received[0].application_properties[b"iggy-id"] == (7).to_bytes(16, "big")
+
+
+async def test_permissions_are_per_namespace(broker: Broker) -> None:
+    admin = await own_client(broker)
+    await admin.create_stream("private", 0)
+    await admin.create_topic("private", "t", partitions=1)
+    await asyncio.to_thread(broker.core.auth.add_user, "bob", "secret")
+    bob = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await bob.login("bob", "secret")
+    for attempt in (bob.send("private", "t", [Message(b"x")], partition=1),
+                    bob.poll("private", "t", 1, Polling.FIRST),
+                    bob.create_stream("mine", 0)):
+        with pytest.raises(IggyClientError) as refused:
+            await attempt
+        assert refused.value.code == ErrorCode.UNAUTHORIZED
+    assert await bob.streams() == []
+    await bob.close()
+    await admin.close()
