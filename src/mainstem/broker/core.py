@@ -14,6 +14,7 @@ from pathlib import Path
 from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
+from mainstem.broker.segments import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import StreamStore
 
@@ -30,6 +31,7 @@ class BrokerCore:
             data_dir / "streams", catalog, settings.durability, settings.retention
         )
         self.active_consumers = ActiveConsumers()
+        self.segments = SegmentStore(self.streams, data_dir / "segments.json")
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod

@@ -6,5 +6,6 @@ from mainstem.protocols.base import ProtocolSpec
 def all_protocols() -> list[ProtocolSpec]:
     """Every implemented protocol, in listener start order."""
     from mainstem.protocols.rabbit_stream.connection import handle as stream
+    from mainstem.protocols.segment.connection import handle as segment
 
-    return [ProtocolSpec("stream", 5552, stream)]
+    return [ProtocolSpec("stream", 5552, stream), ProtocolSpec("segment", 12345, segment)]
