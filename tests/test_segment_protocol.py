@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
 
 from mainstem import Broker
 from mainstem.client.segment import SegmentClient, SegmentClientError
@@ -192,3 +193,27 @@ async def test_bad_input_is_an_error_not_a_crash(broker: Broker, client: Segment
         assert isinstance(replies[-1][0], c.ProtocolError), replies
         writer.close()
     await client.create(NS_SEGMENT)  # another connection is unaffected
+
+
+async def test_rstream_reads_a_segments_events(client: SegmentClient, broker: Broker) -> None:
+    await client.create("/shared/0")
+    appender = await client.appender("/shared/0")
+    events = [b"ev%d" % i for i in range(10)]
+    appender.append_block(events)
+    await appender.flush()
+    received: list[bytes] = []
+    done = asyncio.Event()
+
+    async def on_message(message: bytes, context: object) -> None:
+        received.append(bytes(message))
+        if len(received) == len(events):
+            done.set()
+
+    async with Consumer("127.0.0.1", port=broker.ports["stream"], username="guest",
+                        password="guest") as consumer:
+        await consumer.start()
+        await consumer.subscribe("shared", on_message,
+                                 offset_specification=ConsumerOffsetSpecification(
+                                     OffsetType.FIRST, None))
+        await asyncio.wait_for(done.wait(), 10)
+    assert received == events
