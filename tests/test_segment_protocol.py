@@ -4,6 +4,7 @@ mainstem's own client (there is none on PyPI)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
 
 from mainstem import Broker
 from mainstem.client.segment import SegmentClient, SegmentClientError
+from mainstem.config import ServerConfig
 from mainstem.protocols.segment import codec as c
 
 SEGMENT = "%2F/orders/0"
@@ -217,3 +219,61 @@ async def test_rstream_reads_a_segments_events(client: SegmentClient, broker: Br
                                      OffsetType.FIRST, None))
         await asyncio.wait_for(done.wait(), 10)
     assert received == events
+
+
+async def test_block_length_mismatch_closes_only_that_connection(
+        client: SegmentClient, broker: Broker) -> None:
+    await client.create(NS_SEGMENT)
+    other = await SegmentClient.connect("127.0.0.1", broker.ports["segment"])
+    appender = await other.appender(NS_SEGMENT)
+    cid = appender.connection_id
+    body = frames_of([b"abc"])
+    other.writer.write(c.BeginAppendBlock(cid, 0, len(body)).encode() + body
+                       + c.EndAppendBlock(cid, len(body) + 1, len(body) + 1).encode())
+    with pytest.raises(SegmentClientError, match=r"ProtocolError.*disagrees"):
+        await other.expect(c.DataAppended)
+    await other.close()
+    good = await client.appender(NS_SEGMENT)
+    good.append_block([b"fine"])
+    await good.flush()
+    assert events_of(await client.read_all(NS_SEGMENT)) == [b"fine"]  # nothing of "abc"
+
+
+async def test_permissions_per_namespace(client: SegmentClient, broker: Broker) -> None:
+    await client.create(NS_SEGMENT)
+    auth = broker.core.auth
+    auth.add_user("reader", "pw")
+    auth.set_permissions("reader", "/", configure="", write="", read=".*")
+    limited = await SegmentClient.connect("127.0.0.1", broker.ports["segment"], "reader", "pw")
+    with pytest.raises(SegmentClientError, match=r"AuthenticationFailed.*write access"):
+        await limited.appender(NS_SEGMENT)
+    with pytest.raises(SegmentClientError, match=r"AuthenticationFailed.*configure access"):
+        await limited.seal(NS_SEGMENT)
+    got = await limited.read(NS_SEGMENT, 0)
+    assert got.at_tail
+    await limited.close()
+
+
+async def test_large_reply_split_into_partials_and_idle_peer_dropped(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        ServerConfig.defaults(data_dir=tmp_path / "data", host="127.0.0.1", port=0),
+        max_frame_size=64 * 1024, heartbeat_s=1)
+    async with Broker(config=config) as running:
+        client = await SegmentClient.connect("127.0.0.1", running.ports["segment"])
+        await client.create(NS_SEGMENT)
+        appender = await client.appender(NS_SEGMENT)
+        events = [bytes([i]) * 50_000 for i in range(6)]
+        appender.append_block(events[:1])  # frames up to the limit: one event per block
+        for event in events[1:]:
+            appender.append_block([event])
+        await appender.flush()
+        got = await client.read(NS_SEGMENT, 0, 1 << 20)  # > the frame limit: sent as partials
+        assert events_of(bytes(got.data)) == events
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.ports["segment"])
+        writer.write(c.Authenticate("guest", "guest").encode())
+        started = asyncio.get_running_loop().time()
+        while await asyncio.wait_for(reader.read(1000), 5):
+            pass  # KeepAlives arrive until the server drops the silent peer
+        assert asyncio.get_running_loop().time() - started < 4
+        writer.close()
+        await client.close()

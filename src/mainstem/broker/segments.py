@@ -95,6 +95,9 @@ class SegmentStore:
 
     def _save(self, name: SegmentName, **changes: int | bool) -> None:
         self._state.setdefault(str(name), {}).update(changes)
+        self._write_state()
+
+    def _write_state(self) -> None:
         temporary = self._path.with_suffix(".tmp")
         with open(temporary, "w") as file:
             json.dump(self._state, file)
@@ -116,7 +119,6 @@ class SegmentStore:
     def create(self, name: SegmentName) -> None:
         """A new stream of `number + 1` partitions; AlreadyExists when it exists."""
         self.streams.create(name.namespace, name.stream, name.number + 1)
-        self._state.pop(str(name), None)
 
     async def seal(self, name: SegmentName) -> None:
         partition = self.partition(name)
@@ -134,10 +136,10 @@ class SegmentStore:
             raise PreconditionFailed("only the single segment of a one-partition stream "
                                      "can be deleted")
         await self.streams.delete(name.namespace, name.stream)
-        for key in [k for k in self._state if k.startswith(f"{name.namespace}/{name.stream}/")]:
+        stream_prefix = str(name).rsplit("/", 1)[0] + "/"
+        for key in [k for k in self._state if k.startswith(stream_prefix)]:
             del self._state[key]
-        self._save(name)
-        del self._state[str(name)]
+        self._write_state()
 
     # -- appending ---------------------------------------------------------------
 
