@@ -151,16 +151,14 @@ class SegmentStore:
 
     def write(self, name: SegmentName, connection_id: uuid.UUID,
               events: Sequence[bytes | memoryview], level: int) -> Partition:
-        """Append events (not yet durable) with the appender's new connection offset."""
+        """Append events as one chunk (not yet durable) with the appender's new
+        connection offset in its trailer, so the level never runs ahead of the data."""
         if self.is_sealed(name):
             raise SegmentSealed(f"segment {name} is sealed")
+        if len(events) > MAX_EVENTS_PER_CHUNK:
+            raise ValueError("a chunk holds at most 65535 events")
         partition = self.partition(name)
-        key = writer_key(connection_id)
-        for start in range(0, len(events), MAX_EVENTS_PER_CHUNK):
-            batch = events[start:start + MAX_EVENTS_PER_CHUNK]
-            end = start + len(batch) >= len(events)
-            sequence = level if end else partition.sequences.get(key, 0)
-            partition.write_records(batch, sequences={key: sequence})
+        partition.write_records(events, sequences={writer_key(connection_id): level})
         return partition
 
     # -- reading -----------------------------------------------------------------

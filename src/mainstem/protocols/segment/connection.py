@@ -23,6 +23,7 @@ from mainstem.broker.errors import (
     PreconditionFailed,
 )
 from mainstem.broker.segments import (
+    MAX_EVENTS_PER_CHUNK,
     SegmentName,
     SegmentSealed,
     SegmentTruncated,
@@ -225,21 +226,25 @@ class SegmentConnection:
         if end > appender.level:  # at or below the stored level: a resend, dropped
             appender.events.append(event.data)
             appender.level = end
+            if len(appender.events) == MAX_EVENTS_PER_CHUNK:
+                self.flush_appender(appender)
 
     def flush(self) -> None:
         """Append each appender's buffered events as one chunk and ack once durable."""
         for appender in self.appenders.values():
-            if not appender.events:
-                continue
-            events, appender.events = appender.events, []
-            try:
-                partition = self.segments.write(appender.name, appender.connection_id, events,
-                                                appender.level)
-            except BrokerError as error:
-                raise Close(_error_reply(str(appender.name), error)) from None
-            appender.flushed = appender.level
-            if appender.ack_task is None:
-                appender.ack_task = self.spawn(self._ack(appender, partition))
+            if appender.events:
+                self.flush_appender(appender)
+
+    def flush_appender(self, appender: Appender) -> None:
+        events, appender.events = appender.events, []
+        try:
+            partition = self.segments.write(appender.name, appender.connection_id, events,
+                                            appender.level)
+        except BrokerError as error:
+            raise Close(_error_reply(str(appender.name), error)) from None
+        appender.flushed = appender.level
+        if appender.ack_task is None:
+            appender.ack_task = self.spawn(self._ack(appender, partition))
 
     async def _ack(self, appender: Appender, partition: Partition) -> None:
         acked = -1
