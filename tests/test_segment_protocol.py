@@ -4,7 +4,9 @@ mainstem's own client (there is none on PyPI)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import random
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -277,3 +279,23 @@ async def test_large_reply_split_into_partials_and_idle_peer_dropped(tmp_path: P
         assert asyncio.get_running_loop().time() - started < 4
         writer.close()
         await client.close()
+
+
+async def test_fuzz_over_the_socket(broker: Broker, client: SegmentClient) -> None:
+    rng = random.Random(8)
+    port = broker.ports["segment"]
+    types = sorted(c.MESSAGES)
+    for _ in range(60):
+        body = rng.randbytes(rng.randrange(40))
+        frame = c.HEADER.pack(rng.choice(types), len(body)) + body
+        if rng.random() < 0.3:
+            frame = rng.randbytes(rng.randrange(1, 30))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(c.Authenticate("guest", "guest").encode() + frame)
+        writer.write_eof()
+        with contextlib.suppress(ConnectionError):
+            while await asyncio.wait_for(reader.read(65536), 5):
+                pass  # the server answers and closes, or waits for the rest, then sees EOF
+        writer.close()
+    await client.create(NS_SEGMENT)  # the server and other connections are unaffected
+    assert (await client.info(NS_SEGMENT)).exists
