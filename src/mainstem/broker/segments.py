@@ -66,7 +66,7 @@ class Chunklet:
     end_of_segment: bool
 
 
-def segment_byte(partition: Partition, offset: int, payload_byte: int) -> int:
+def segment_byte(offset: int, payload_byte: int) -> int:
     return payload_byte + EVENT_HEADER.size * offset
 
 
@@ -107,12 +107,12 @@ class SegmentStore:
 
     def start_offset(self, name: SegmentName) -> int:
         partition = self.partition(name)
-        physical = segment_byte(partition, partition.first_offset, partition.first_byte)
+        physical = segment_byte(partition.first_offset, partition.first_byte)
         return max(physical, self.truncated_at(name))
 
     def write_offset(self, name: SegmentName) -> int:
         partition = self.partition(name)
-        return segment_byte(partition, partition.committed_offset, partition.committed_byte)
+        return segment_byte(partition.committed_offset, partition.committed_byte)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -193,7 +193,7 @@ def _chunk_for(partition: Partition, pos: int) -> tuple[object, int] | None:
         segment, i = found
         index = segment.index
         chunk_id = index.chunk_ids[i]
-        if segment_byte(partition, chunk_id, index.byte_positions[i]) <= pos:
+        if segment_byte(chunk_id, index.byte_positions[i]) <= pos:
             best = found
             lo = chunk_id + index.record_counts[i]
         else:
@@ -202,7 +202,7 @@ def _chunk_for(partition: Partition, pos: int) -> tuple[object, int] | None:
 
 
 def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes:
-    if pos < segment_byte(partition, partition.first_offset, partition.first_byte):
+    if pos < segment_byte(partition.first_offset, partition.first_byte):
         raise DataRemoved(f"byte {pos} was removed", partition.first_byte)
     found = _chunk_for(partition, pos)
     parts: list[bytes] = []
@@ -210,7 +210,7 @@ def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes:
     while found is not None and wanted > 0:
         segment, i = found
         chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
-        at = segment_byte(partition, chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
+        at = segment_byte(chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
         for _, body in chunk.records():
             size = EVENT_HEADER.size + len(body)
             if at + size > pos and wanted > 0:
