@@ -15,6 +15,7 @@ from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
 from mainstem.broker.iggy_model import IggyModel
+from mainstem.broker.segments import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import StreamStore
 
@@ -32,6 +33,7 @@ class BrokerCore:
         )
         self.active_consumers = ActiveConsumers()
         self.iggy = IggyModel(data_dir / "iggy.sqlite")
+        self.segments = SegmentStore(self.streams, data_dir / "segments.json")
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod

@@ -7,5 +7,10 @@ def all_protocols() -> list[ProtocolSpec]:
     """Every implemented protocol, in listener start order."""
     from mainstem.protocols.iggy.connection import handle as iggy
     from mainstem.protocols.rabbit_stream.connection import handle as stream
+    from mainstem.protocols.segment.connection import handle as segment
 
-    return [ProtocolSpec("stream", 5552, stream), ProtocolSpec("iggy", 8090, iggy)]
+    return [
+        ProtocolSpec("stream", 5552, stream),
+        ProtocolSpec("iggy", 8090, iggy),
+        ProtocolSpec("segment", 12345, segment),
+    ]

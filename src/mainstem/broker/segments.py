@@ -1,0 +1,231 @@
+"""Segments: the byte-addressed view of a partition that the segment store protocol uses.
+
+A segment `scope/stream/number` is partition `number` of stream `stream` in
+namespace `scope`. Its bytes are its events as Event frames (8-byte header and
+data) in append order; each event is one log record, so a record at offset N
+whose payload starts at payload byte B starts at segment byte B + 8 * N.
+Appenders are deduplicated by connection id: the highest connection offset
+stored is a publisher sequence in the chunk trailer, written with the data.
+Sealing and logical truncation are kept in a small JSON file, replaced atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
+from mainstem.broker.streams import StreamStore
+from mainstem.log.partition import DataRemoved, Partition
+
+EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
+MAX_EVENTS_PER_CHUNK = 0xFFFF
+DEFAULT_SCOPE = "/"  # an empty scope names the default namespace
+
+
+class SegmentSealed(PreconditionFailed):
+    """Appending to a sealed segment."""
+
+
+class SegmentTruncated(PreconditionFailed):
+    """Reading below a segment's truncation point."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentName:
+    namespace: str
+    stream: str
+    number: int
+
+    @classmethod
+    def parse(cls, name: str) -> SegmentName:
+        parts = name.rsplit("/", 2)
+        if len(parts) != 3 or not parts[1] or not parts[2].isdigit():
+            raise InvalidArgument(f"segment name '{name}' is not scope/stream/number")
+        return cls(parts[0] or DEFAULT_SCOPE, parts[1], int(parts[2]))
+
+    def __str__(self) -> str:
+        scope = "" if self.namespace == DEFAULT_SCOPE else self.namespace
+        return f"{scope}/{self.stream}/{self.number}"
+
+
+@dataclass(frozen=True, slots=True)
+class Chunklet:
+    """Bytes read from a segment."""
+
+    offset: int
+    data: bytes
+    at_tail: bool
+    end_of_segment: bool
+
+
+def segment_byte(offset: int, payload_byte: int) -> int:
+    return payload_byte + EVENT_HEADER.size * offset
+
+
+def writer_key(connection_id: uuid.UUID) -> str:
+    return "segment:" + connection_id.hex
+
+
+class SegmentStore:
+    def __init__(self, streams: StreamStore, state_path: Path, tail_wait_s: float = 30.0) -> None:
+        self.streams = streams
+        self.tail_wait_s = tail_wait_s
+        self._path = state_path
+        self._state: dict[str, dict[str, int | bool]] = (
+            json.loads(state_path.read_text()) if state_path.exists() else {})
+
+    # -- names and state -------------------------------------------------------
+
+    def partition(self, name: SegmentName) -> Partition:
+        return self.streams.partition(name.namespace, name.stream, name.number)
+
+    def is_sealed(self, name: SegmentName) -> bool:
+        return bool(self._state.get(str(name), {}).get("sealed", False))
+
+    def truncated_at(self, name: SegmentName) -> int:
+        return int(self._state.get(str(name), {}).get("truncated", 0))
+
+    def _save(self, name: SegmentName, **changes: int | bool) -> None:
+        self._state.setdefault(str(name), {}).update(changes)
+        self._write_state()
+
+    def _write_state(self) -> None:
+        temporary = self._path.with_suffix(".tmp")
+        with open(temporary, "w") as file:
+            json.dump(self._state, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self._path)
+
+    def start_offset(self, name: SegmentName) -> int:
+        partition = self.partition(name)
+        physical = segment_byte(partition.first_offset, partition.first_byte)
+        return max(physical, self.truncated_at(name))
+
+    def write_offset(self, name: SegmentName) -> int:
+        partition = self.partition(name)
+        return segment_byte(partition.committed_offset, partition.committed_byte)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def create(self, name: SegmentName) -> None:
+        """A new stream of `number + 1` partitions; AlreadyExists when it exists."""
+        self.streams.create(name.namespace, name.stream, name.number + 1)
+
+    async def seal(self, name: SegmentName) -> None:
+        partition = self.partition(name)
+        await partition.durable_point()
+        self._save(name, sealed=True)
+
+    def truncate(self, name: SegmentName, offset: int) -> None:
+        if not self.start_offset(name) <= offset <= self.write_offset(name):
+            raise InvalidArgument(f"truncation offset {offset} is outside segment {name}")
+        self._save(name, truncated=offset)
+
+    async def delete(self, name: SegmentName) -> None:
+        stream = self.streams.get(name.namespace, name.stream)
+        if len(stream.partitions) != 1 or name.number != 0:
+            raise PreconditionFailed("only the single segment of a one-partition stream "
+                                     "can be deleted")
+        await self.streams.delete(name.namespace, name.stream)
+        stream_prefix = str(name).rsplit("/", 1)[0] + "/"
+        for key in [k for k in self._state if k.startswith(stream_prefix)]:
+            del self._state[key]
+        self._write_state()
+
+    # -- appending ---------------------------------------------------------------
+
+    async def ack_level(self, name: SegmentName, connection_id: uuid.UUID) -> int:
+        """The highest connection offset durably stored for this appender."""
+        partition = self.partition(name)
+        await partition.durable_point()
+        return partition.sequences.get(writer_key(connection_id), 0)
+
+    def write(self, name: SegmentName, connection_id: uuid.UUID,
+              events: Sequence[bytes | memoryview], level: int) -> Partition:
+        """Append events as one chunk (not yet durable) with the appender's new
+        connection offset in its trailer, so the level never runs ahead of the data."""
+        if self.is_sealed(name):
+            raise SegmentSealed(f"segment {name} is sealed")
+        if len(events) > MAX_EVENTS_PER_CHUNK:
+            raise ValueError("a chunk holds at most 65535 events")
+        partition = self.partition(name)
+        partition.write_records(events, sequences={writer_key(connection_id): level})
+        return partition
+
+    # -- reading -----------------------------------------------------------------
+
+    async def read(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
+        """Event-frame bytes from `offset`; at the tail, waits up to `tail_wait_s`."""
+        partition = self.partition(name)
+        if offset < self.start_offset(name):
+            raise SegmentTruncated(f"offset {offset} of {name} was truncated")
+        if offset >= self.write_offset(name) and not self.is_sealed(name):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(partition.wait_for(partition.committed_offset),
+                                       self.tail_wait_s)
+        try:
+            data = _read_frames(partition, offset, max_bytes)
+        except DataRemoved as error:
+            raise SegmentTruncated(f"offset {offset} of {name} was removed") from error
+        end = self.write_offset(name)
+        at_tail = offset + len(data) >= end
+        return Chunklet(offset, data, at_tail, at_tail and self.is_sealed(name))
+
+
+def _chunk_for(partition: Partition, pos: int) -> tuple[object, int] | None:
+    """The last committed chunk starting at or before segment byte `pos`."""
+    lo, hi = partition.first_offset, partition.committed_offset
+    best = None
+    while lo < hi:
+        found = partition.find_committed((lo + hi) // 2)
+        if found is None:
+            hi = (lo + hi) // 2
+            continue
+        segment, i = found
+        index = segment.index
+        chunk_id = index.chunk_ids[i]
+        if segment_byte(chunk_id, index.byte_positions[i]) <= pos:
+            best = found
+            lo = chunk_id + index.record_counts[i]
+        else:
+            hi = chunk_id
+    return best
+
+
+def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes:
+    if pos < segment_byte(partition.first_offset, partition.first_byte):
+        raise DataRemoved(f"byte {pos} was removed", partition.first_byte)
+    found = _chunk_for(partition, pos)
+    parts: list[bytes] = []
+    wanted = max_bytes
+    while found is not None and wanted > 0:
+        segment, i = found
+        chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
+        at = segment_byte(chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
+        for _, body in chunk.records():
+            size = EVENT_HEADER.size + len(body)
+            if at + size > pos and wanted > 0:
+                frame = EVENT_HEADER.pack(0, len(body)) + body
+                piece = frame[pos - at:pos - at + wanted]
+                parts.append(piece)
+                wanted -= len(piece)
+                pos += len(piece)
+            at += size
+        found = partition.find_committed(chunk.next_offset, found)  # type: ignore[arg-type]
+    return b"".join(parts)
+
+
+def check_found(name: SegmentName, streams: StreamStore) -> None:
+    """NotFound unless the segment exists."""
+    stream = streams.find(name.namespace, name.stream)
+    if stream is None or name.number >= len(stream.partitions):
+        raise NotFound(f"segment {name} does not exist")

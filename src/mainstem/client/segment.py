@@ -1,0 +1,180 @@
+"""A small asyncio client for mainstem's segment store protocol.
+
+It authenticates, creates/seals/truncates/deletes segments, reads byte ranges,
+and appends events in blocks; an appender keeps every unacked event so that,
+after a reconnect, `resend` replays exactly the events past the stored level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import deque
+
+from mainstem.protocols.segment import codec as c
+
+
+class SegmentClientError(Exception):
+    def __init__(self, reply: c.Message) -> None:
+        super().__init__(f"{type(reply).__name__}: {getattr(reply, 'message', '')}")
+        self.reply = reply
+
+
+class SegmentClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = c.Decoder()
+        self.reassembler = c.Reassembler(1 << 30)
+        self.replies: asyncio.Queue[c.Message] = asyncio.Queue()
+        self.acks: dict[uuid.UUID, int] = {}
+        self.ack_event = asyncio.Event()
+        self._pump = asyncio.get_running_loop().create_task(self._read_loop())
+        self._request_id = 0
+
+    @classmethod
+    async def connect(cls, host: str, port: int, username: str = "guest",
+                      password: str = "guest") -> SegmentClient:
+        reader, writer = await asyncio.open_connection(host, port)
+        client = cls(reader, writer)
+        client.send(c.Authenticate(username, password))
+        await client.expect(c.Authenticated)
+        return client
+
+    async def close(self) -> None:
+        self._pump.cancel()
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()
+
+    def send(self, message: c.Message) -> None:
+        self.writer.write(message.encode())
+
+    async def _read_loop(self) -> None:
+        while True:
+            data = await self.reader.read(1 << 20)
+            if not data:
+                await self.replies.put(c.ProtocolError("", "connection closed"))
+                return
+            for message, _ in self.decoder.feed(data):
+                if isinstance(message, c.Partial):
+                    message = self.reassembler.add(message)
+                    if message is None:
+                        continue
+                if isinstance(message, c.DataAppended):
+                    self.acks[message.connection_id] = message.ack_level
+                    self.ack_event.set()
+                elif not isinstance(message, c.KeepAlive):
+                    await self.replies.put(message)
+
+    async def expect(self, kind: type[c.Message], timeout: float = 10) -> c.Message:
+        reply = await asyncio.wait_for(self.replies.get(), timeout)
+        if not isinstance(reply, kind):
+            raise SegmentClientError(reply)
+        return reply
+
+    def _next_id(self) -> int:
+        self._request_id += 1
+        return self._request_id
+
+    async def create(self, segment: str) -> None:
+        self.send(c.CreateSegment(self._next_id(), segment))
+        await self.expect(c.SegmentCreated)
+
+    async def seal(self, segment: str) -> None:
+        self.send(c.SealSegment(self._next_id(), segment))
+        await self.expect(c.SegmentSealed)
+
+    async def truncate(self, segment: str, offset: int) -> None:
+        self.send(c.TruncateSegment(self._next_id(), segment, offset))
+        await self.expect(c.SegmentTruncated)
+
+    async def delete(self, segment: str) -> None:
+        self.send(c.DeleteSegment(self._next_id(), segment))
+        await self.expect(c.SegmentDeleted)
+
+    async def info(self, segment: str) -> c.StreamSegmentInfo:
+        self.send(c.GetStreamSegmentInfo(self._next_id(), segment))
+        return await self.expect(c.StreamSegmentInfo)  # type: ignore[return-value]
+
+    async def read(self, segment: str, offset: int, length: int = 1 << 20) -> c.SegmentRead:
+        self.send(c.ReadSegment(segment, offset, length))
+        return await self.expect(c.SegmentRead, timeout=60)  # type: ignore[return-value]
+
+    async def read_all(self, segment: str, offset: int = 0) -> bytes:
+        """Every byte from `offset` to the current tail."""
+        parts = []
+        while True:
+            got = await self.read(segment, offset)
+            parts.append(bytes(got.data))
+            offset += len(got.data)
+            if got.at_tail:
+                return b"".join(parts)
+
+    async def appender(self, segment: str, connection_id: uuid.UUID | None = None
+                       ) -> Appender:
+        appender = Appender(self, segment, connection_id or uuid.uuid4())
+        await appender.setup()
+        return appender
+
+
+class Appender:
+    """Appends events in blocks; remembers unacked events for `resend`."""
+
+    def __init__(self, client: SegmentClient, segment: str, connection_id: uuid.UUID) -> None:
+        self.client = client
+        self.segment = segment
+        self.connection_id = connection_id
+        self.offset = 0  # connection offset after the last event sent
+        self.unacked: deque[tuple[int, bytes]] = deque()  # (end offset, event data)
+
+    async def setup(self) -> int:
+        self.client.send(c.SetupAppend(self.connection_id, self.segment))
+        reply = await self.client.expect(c.AppendSetup)
+        level = reply.ack_level  # type: ignore[attr-defined]
+        self.client.acks[self.connection_id] = level
+        self._forget(level)
+        if not self.unacked:
+            self.offset = max(self.offset, level)
+        return level
+
+    def _forget(self, level: int) -> None:
+        while self.unacked and self.unacked[0][0] <= level:
+            self.unacked.popleft()
+
+    def block_frames(self, events: list[bytes], start: int) -> tuple[bytes, int]:
+        body = b"".join(c.Event(e).encode() for e in events)
+        begin = c.BeginAppendBlock(self.connection_id, start, len(body)).encode()
+        end = c.EndAppendBlock(self.connection_id, start + len(body), len(body)).encode()
+        return begin + body + end, start + len(body)
+
+    def append_block(self, events: list[bytes]) -> None:
+        """Send one block of events (acks arrive later; see `flush`)."""
+        frames, end = self.block_frames(events, self.offset)
+        at = self.offset
+        for event in events:
+            at += c.HEADER.size + len(event)
+            self.unacked.append((at, event))
+        self.offset = end
+        self.client.writer.write(frames)
+
+    async def resend(self) -> None:
+        """After `setup` on a new connection: send every event past the stored level."""
+        pending = list(self.unacked)
+        if not pending:
+            return
+        start = pending[0][0] - c.HEADER.size - len(pending[0][1])
+        frames, _ = self.block_frames([e for _, e in pending], start)
+        self.client.writer.write(frames)
+
+    async def flush(self, timeout: float = 30) -> int:
+        """Wait until everything sent is acked; return the ack level."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.client.acks.get(self.connection_id, 0) < self.offset:
+            self.client.ack_event.clear()
+            await asyncio.wait_for(self.client.ack_event.wait(), deadline - loop.time())
+        level = self.client.acks[self.connection_id]
+        self._forget(level)
+        return level

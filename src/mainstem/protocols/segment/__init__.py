@@ -1,0 +1,1 @@
+"""Segment store wire protocol (Pravega-style appends in blocks, byte-offset reads)."""

@@ -1,0 +1,384 @@
+"""Sans-IO codec of the segment store protocol: frames in, bytes out.
+
+Every frame is a type (int32) and a length (int32, big-endian) followed by the
+fields. Strings are a u16 length and Java's modified UTF-8; UUIDs 16 bytes;
+booleans one byte. A message too big for one frame travels as Partial pieces
+(Begin, Middle..., End) whose data joined is the whole message, header included.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import ClassVar
+
+HEADER = struct.Struct(">iI")
+LONG = struct.Struct(">q")
+INT = struct.Struct(">i")
+U16 = struct.Struct(">H")
+BLOCK = struct.Struct(">16sqi")  # connection id, connection offset, length
+DEFAULT_MAX_FRAME = (1 << 24) - 1
+
+
+class FrameError(Exception):
+    """Input that breaks the framing or a message's layout."""
+
+
+# -- Java's modified UTF-8 ----------------------------------------------------
+
+_SUPPLEMENTARY = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _as_surrogates(match: re.Match[str]) -> str:
+    code = ord(match.group()) - 0x10000
+    return chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF))
+
+
+def encode_mutf8(text: str) -> bytes:
+    """NUL as C0 80, characters past U+FFFF as two 3-byte surrogates."""
+    raw = _SUPPLEMENTARY.sub(_as_surrogates, text).encode("utf-8", "surrogatepass")
+    return raw.replace(b"\x00", b"\xc0\x80")
+
+
+def decode_mutf8(raw: bytes | memoryview) -> str:
+    data = bytes(raw)
+    if any(b >= 0xF0 for b in data):
+        raise FrameError("4-byte sequences are not modified UTF-8")
+    try:
+        text = data.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
+        # join surrogate pairs; a lone surrogate fails here
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeError as error:
+        raise FrameError(f"malformed modified UTF-8: {error.reason}") from None
+
+
+# -- field readers ---------------------------------------------------------------
+
+
+class _Fields:
+    """Reads fields from one frame's body, raising FrameError past its end."""
+
+    __slots__ = ("pos", "view")
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if end > len(self.view):
+            raise FrameError("a field runs past the frame's end")
+        piece = self.view[self.pos:end]
+        self.pos = end
+        return piece
+
+    def unpack(self, fmt: struct.Struct) -> tuple:
+        return fmt.unpack(self.take(fmt.size))
+
+    def long(self) -> int:
+        return self.unpack(LONG)[0]
+
+    def int(self) -> int:
+        return self.unpack(INT)[0]
+
+    def bool(self) -> bool:
+        return self.take(1)[0] != 0
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=bytes(self.take(16)))
+
+    def string(self) -> str:
+        (n,) = self.unpack(U16)
+        return decode_mutf8(self.take(n))
+
+    def rest(self) -> memoryview:
+        return self.take(len(self.view) - self.pos)
+
+    def done(self) -> None:
+        if self.pos != len(self.view):
+            raise FrameError("trailing bytes after the last field")
+
+
+def _string(text: str) -> bytes:
+    raw = encode_mutf8(text)
+    if len(raw) > 0xFFFF:
+        raise FrameError("string longer than 65535 bytes")
+    return U16.pack(len(raw)) + raw
+
+
+# -- messages --------------------------------------------------------------------
+
+
+class Message:
+    TYPE: ClassVar[int]
+    FIELDS: ClassVar[str]  # per field: s string, u uuid, q long, i int, ? bool, b rest
+
+    def body(self) -> bytes:
+        parts: list[bytes] = []
+        for kind, value in zip(self.FIELDS, _values(self), strict=True):
+            parts.append(_ENCODERS[kind](value))
+        return b"".join(parts)
+
+    def encode(self) -> bytes:
+        body = self.body()
+        return HEADER.pack(self.TYPE, len(body)) + body
+
+
+def _values(message: Message) -> list[object]:
+    return [getattr(message, name) for name in message.__dataclass_fields__]  # type: ignore[attr-defined]
+
+
+_ENCODERS = {
+    "s": _string,
+    "u": lambda v: v.bytes,
+    "q": LONG.pack,
+    "i": INT.pack,
+    "?": lambda v: b"\x01" if v else b"\x00",
+    "b": bytes,
+}
+_READERS = {"s": _Fields.string, "u": _Fields.uuid, "q": _Fields.long, "i": _Fields.int,
+            "?": _Fields.bool, "b": _Fields.rest}
+
+
+def _message(type_code: int, fields: str):
+    def wrap(cls: type) -> type:
+        cls = dataclass(slots=True)(cls)
+        cls.TYPE, cls.FIELDS = type_code, fields
+        MESSAGES[type_code] = cls
+        return cls
+    return wrap
+
+
+MESSAGES: dict[int, type[Message]] = {}
+
+
+@_message(-2, "?b")
+class Partial(Message):
+    kind: int  # 0 begin, 1 middle, 2 end (one byte)
+    data: bytes | memoryview
+
+    def body(self) -> bytes:
+        return bytes([self.kind]) + bytes(self.data)
+
+
+PARTIAL_BEGIN, PARTIAL_MIDDLE, PARTIAL_END = 0, 1, 2
+
+
+@_message(0, "b")
+class Event(Message):
+    data: bytes | memoryview
+
+
+@_message(1, "us")
+class SetupAppend(Message):
+    connection_id: uuid.UUID
+    segment: str
+
+
+@_message(2, "suq")
+class AppendSetup(Message):
+    segment: str
+    connection_id: uuid.UUID
+    ack_level: int
+
+
+@_message(3, "uqi")
+class BeginAppendBlock(Message):
+    connection_id: uuid.UUID
+    connection_offset: int
+    length: int
+
+
+@_message(4, "uqi")
+class EndAppendBlock(Message):
+    connection_id: uuid.UUID
+    connection_offset: int
+    block_length: int
+
+
+@_message(7, "uq")
+class DataAppended(Message):
+    connection_id: uuid.UUID
+    ack_level: int
+
+
+@_message(9, "sqi")
+class ReadSegment(Message):
+    segment: str
+    offset: int
+    suggested_length: int
+
+
+@_message(10, "sq??b")
+class SegmentRead(Message):
+    segment: str
+    offset: int
+    at_tail: bool
+    end_of_segment: bool
+    data: bytes | memoryview
+
+
+@_message(11, "qs")
+class GetStreamSegmentInfo(Message):
+    request_id: int
+    segment: str
+
+
+@_message(12, "qs??qq")
+class StreamSegmentInfo(Message):
+    request_id: int
+    segment: str
+    exists: bool
+    sealed: bool
+    start_offset: int
+    write_offset: int
+
+
+def _request(type_code: int, name: str, extra: str = "") -> type[Message]:
+    fields = {"request_id": int, "segment": str}
+    if extra:
+        fields["offset"] = int
+    cls = type(name, (Message,), {"__annotations__": fields})
+    return _message(type_code, "qs" + extra)(cls)
+
+
+CreateSegment = _request(20, "CreateSegment")
+SegmentCreated = _request(21, "SegmentCreated")
+SealSegment = _request(28, "SealSegment")
+SegmentSealed = _request(29, "SegmentSealed")
+DeleteSegment = _request(30, "DeleteSegment")
+SegmentDeleted = _request(31, "SegmentDeleted")
+TruncateSegment = _request(38, "TruncateSegment", "q")
+SegmentTruncated = _request(39, "SegmentTruncated")
+
+
+class SegmentError(Message):
+    """An error reply about one segment (or "" for the connection)."""
+
+    segment: str
+    message: str
+
+
+def _error(type_code: int, name: str) -> type[SegmentError]:
+    cls = type(name, (SegmentError,), {"__annotations__": {"segment": str, "message": str}})
+    return _message(type_code, "ss")(cls)
+
+
+AuthenticationFailed = _error(60, "AuthenticationFailed")
+WrongHost = _error(50, "WrongHost")
+SegmentIsSealed = _error(51, "SegmentIsSealed")
+SegmentAlreadyExists = _error(52, "SegmentAlreadyExists")
+NoSuchSegment = _error(53, "NoSuchSegment")
+InvalidEventNumber = _error(55, "InvalidEventNumber")
+SegmentIsTruncated = _error(56, "SegmentIsTruncated")
+OperationUnsupported = _error(57, "OperationUnsupported")
+ProtocolError = _error(58, "ProtocolError")  # mainstem's: bad input, before a close
+
+
+@_message(100, "b")
+class KeepAlive(Message):
+    data: bytes | memoryview = b""
+
+
+@_message(200, "ss")
+class Authenticate(Message):
+    """mainstem's login step: the first frame of every connection."""
+
+    username: str
+    password: str
+
+
+@_message(201, "")
+class Authenticated(Message):
+    pass
+
+
+# -- decoding --------------------------------------------------------------------
+
+
+def decode_body(type_code: int, body: memoryview) -> Message:
+    cls = MESSAGES.get(type_code)
+    if cls is None:
+        raise FrameError(f"unknown message type {type_code}")
+    if cls is Event:
+        return Event(body)  # the hot path: no field parsing
+    if cls is Partial:
+        if not body:
+            raise FrameError("a partial message needs its kind byte")
+        if body[0] > PARTIAL_END:
+            raise FrameError(f"unknown partial kind {body[0]}")
+        return Partial(body[0], body[1:])
+    fields = _Fields(body)
+    values = [_READERS[kind](fields) for kind in cls.FIELDS]
+    fields.done()
+    return cls(*values)
+
+
+class Decoder:
+    """Splits a byte stream into messages; lengths are checked before buffering."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame_size = max_frame_size
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[Message, int]]:
+        """Every complete message in the buffer, with its size on the wire."""
+        self._buffer += data
+        view = memoryview(bytes(self._buffer))  # one copy per read: messages keep slices
+        out: list[tuple[Message, int]] = []
+        pos = 0
+        while len(view) - pos >= HEADER.size:
+            type_code, length = HEADER.unpack_from(view, pos)
+            if length > self.max_frame_size:
+                raise FrameError(f"frame length {length} exceeds {self.max_frame_size}")
+            end = pos + HEADER.size + length
+            if end > len(view):
+                break
+            out.append((decode_body(type_code, view[pos + HEADER.size:end]), end - pos))
+            pos = end
+        del self._buffer[:pos]
+        return out
+
+
+class Reassembler:
+    """Joins Partial pieces into one message; bounded by `max_message_size`."""
+
+    def __init__(self, max_message_size: int) -> None:
+        self.max_message_size = max_message_size
+        self._parts: bytearray | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self._parts is not None
+
+    def add(self, piece: Partial) -> Message | None:
+        if piece.kind == PARTIAL_BEGIN:
+            if self._parts is not None:
+                raise FrameError("a partial message began before the previous one ended")
+            self._parts = bytearray()
+        elif self._parts is None:
+            raise FrameError("a partial message continued without a beginning")
+        self._parts += piece.data
+        if len(self._parts) > self.max_message_size:
+            raise FrameError("a partial message exceeds the message size limit")
+        if piece.kind != PARTIAL_END:
+            return None
+        whole, self._parts = memoryview(bytes(self._parts)), None
+        if len(whole) < HEADER.size:
+            raise FrameError("a joined partial message is shorter than a header")
+        type_code, length = HEADER.unpack_from(whole)
+        if length != len(whole) - HEADER.size or type_code == Partial.TYPE:
+            raise FrameError("a joined partial message has a wrong length or type")
+        return decode_body(type_code, whole[HEADER.size:])
+
+
+def split_partial(frame: bytes, max_frame_size: int) -> list[bytes]:
+    """`frame` as is when it fits, else as Partial frames that each fit."""
+    if len(frame) - HEADER.size <= max_frame_size:
+        return [frame]
+    step = max_frame_size - 1
+    pieces = [frame[i:i + step] for i in range(0, len(frame), step)]
+    kinds = [PARTIAL_BEGIN] + [PARTIAL_MIDDLE] * (len(pieces) - 2) + [PARTIAL_END]
+    return [Partial(kind, piece).encode() for kind, piece in zip(kinds, pieces, strict=True)]
