@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from mainstem.broker.active_consumers import ActiveConsumers
+from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
 from mainstem.broker.settings import CoreSettings
@@ -30,6 +31,7 @@ class BrokerCore:
             data_dir / "streams", catalog, settings.durability, settings.retention
         )
         self.active_consumers = ActiveConsumers()
+        self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod

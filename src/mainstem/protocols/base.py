@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,6 +29,24 @@ class ConnectionContext:
     log: logging.LoggerAdapter
     # The server sets this when it shuts down: handlers finish in-flight work and return.
     closing: asyncio.Event
+    # What the management API lists for this connection; the server fills the first three,
+    # the handler calls identify() once the client has logged in.
+    listener: str = ""
+    peer: str = ""
+    tls: bool = False
+    user: str | None = None
+    namespace: str | None = None
+    client_properties: dict[str, object] = field(default_factory=dict)
+    # Set by a handler that can close politely (AMQP connection.close, stream Close):
+    # called with the reason when an operator closes the connection; else it is cancelled.
+    on_close_request: Callable[[str], Awaitable[None]] | None = None
+
+    def identify(self, user: str, namespace: str | None = None, **client_properties: object
+                 ) -> None:
+        """Record who is connected, for the connection registry and the log lines."""
+        self.user = user
+        self.namespace = namespace
+        self.client_properties.update(client_properties)
 
 
 ConnectionHandler = Callable[[ConnectionContext], Awaitable[None]]
