@@ -93,15 +93,17 @@ def add_ctl_arguments(parser: argparse.ArgumentParser) -> None:
             dest="action", metavar="ACTION", required=True)
     vhost = (("--vhost",), {"default": "/"})
     name = (("name",), {})
+    # not "user": that is the login of --user
+    user = (("target_user",), {"metavar": "USER"})
     action("users", "list", lambda c, a: c.call("GET", "/api/users"))
-    action("users", "add", _add_user, name, (("password",), {}),
+    action("users", "add", _add_user, name, (("new_password",), {"metavar": "PASSWORD"}),
            (("--tags",), {"default": ""}))
     action("users", "delete", lambda c, a: c.call("DELETE", f"/api/users/{_q(a.name)}"), name)
     action("permissions", "list", lambda c, a: c.call("GET", "/api/permissions"))
-    action("permissions", "set", _set_permissions, (("user",), {}), vhost,
+    action("permissions", "set", _set_permissions, user, vhost,
            *((("--" + kind,), {"default": ".*"}) for kind in ("configure", "write", "read")))
     action("permissions", "clear", lambda c, a: c.call(
-        "DELETE", f"/api/permissions/{_q(a.vhost)}/{_q(a.user)}"), (("user",), {}), vhost)
+        "DELETE", f"/api/permissions/{_q(a.vhost)}/{_q(a.target_user)}"), user, vhost)
     action("vhosts", "list", lambda c, a: c.call("GET", "/api/vhosts"))
     action("vhosts", "add", lambda c, a: c.call("PUT", f"/api/vhosts/{_q(a.name)}", {}), name)
     action("vhosts", "delete", lambda c, a: c.call("DELETE", f"/api/vhosts/{_q(a.name)}"), name)
@@ -125,11 +127,11 @@ def add_ctl_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_user(client: Client, args: argparse.Namespace) -> None:
     client.call("PUT", f"/api/users/{_q(args.name)}",
-                {"password": args.password, "tags": args.tags})
+                {"password": args.new_password, "tags": args.tags})
 
 
 def _set_permissions(client: Client, args: argparse.Namespace) -> None:
-    client.call("PUT", f"/api/permissions/{_q(args.vhost)}/{_q(args.user)}",
+    client.call("PUT", f"/api/permissions/{_q(args.vhost)}/{_q(args.target_user)}",
                 {"configure": args.configure, "write": args.write, "read": args.read})
 
 
