@@ -33,7 +33,7 @@ async def test_users_vhosts_and_permissions(broker, capsys):
     assert (await ctl(broker, capsys, "vhosts", "add", "staging"))[0] == 0
     code, _, err = await ctl(broker, capsys, "users", "add", "alice", "pw", "--tags", "monitoring")
     assert code == 0, err
-    code, out, _ = await ctl(broker, capsys, "permissions", "set", "alice", "--vhost", "staging",
+    code, _, _ = await ctl(broker, capsys, "permissions", "set", "alice", "--vhost", "staging",
                              "--write", "^$")
     assert code == 0
     code, rows, _ = await ctl(broker, capsys, "permissions", "list", json_output=True)
