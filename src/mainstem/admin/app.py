@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 CONSOLE_DIR = Path(__file__).parent / "console"
 _REALM = 'Basic realm="mainstem management"'
+CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -106,14 +107,16 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith("/api/"):
         return await handler(request)
+    # The console asks for no challenge: a browser would answer it with its own dialog.
+    challenge = {} if CONSOLE_HEADER in request.headers else {"WWW-Authenticate": _REALM}
     credentials = _basic_credentials(request.headers.get("Authorization", ""))
     if credentials is None:
-        return _error(401, "not_authorised", "Login failed", **{"WWW-Authenticate": _REALM})
+        return _error(401, "not_authorised", "Login failed", **challenge)
     core = request.app[api.STATE].core
     try:
         user = await core.login(*credentials, request.remote)
     except AuthenticationFailed as exc:
-        return _error(401, "not_authorised", str(exc), **{"WWW-Authenticate": _REALM})
+        return _error(401, "not_authorised", str(exc), **challenge)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")
     return await handler(request)

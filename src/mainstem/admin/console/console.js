@@ -10,7 +10,7 @@ function credentials() { return sessionStorage.getItem("mainstem-auth"); }
 
 async function api(method, path) {
   const response = await fetch(path, {
-    method, headers: { Authorization: "Basic " + credentials() },
+    method, headers: { Authorization: "Basic " + credentials(), "X-Mainstem-Console": "1" },
   });
   if (response.status === 401) { logout("Login failed: " + (await reason(response))); return null; }
   if (!response.ok) throw new Error(method + " " + path + ": " + (await reason(response)));
