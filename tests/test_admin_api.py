@@ -212,3 +212,36 @@ async def test_alarms_set_and_clear_by_themselves(tmp_path):
         await asyncio.wait_for(waiter, TIMEOUT_S)
         assert not alarms.blocked and changes[-1] == frozenset()
         assert not (await get(http, "/api/overview"))["mem_alarm"]
+
+
+async def test_connection_limit(tmp_path):
+    config = dataclasses.replace(
+        ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=tmp_path / "data"),
+        max_connections=2,
+    )
+    async with Broker(config=config) as broker:
+        port = broker.ports["stream"]
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        await until(lambda: asyncio.sleep(0, len(broker.connections) == 2))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), TIMEOUT_S) == b""  # closed at once
+        writer.close()
+        for _, held_writer in held:
+            held_writer.close()
+        await until(lambda: asyncio.sleep(0, len(broker.connections) == 0))
+        await publish(broker, "limited", 1)  # room again for a real client
+
+
+def test_admin_listener_flags_and_limits():
+    from mainstem.cli import build_parser
+    from mainstem.config import load_config
+
+    args = build_parser().parse_args(["serve", "--listener", "admin=127.0.0.1:0",
+                                      "--max-connections", "5", "--channel-max", "64"])
+    config = load_config(args, {"MAINSTEM_MEMORY_HIGH_WATERMARK": "0.6",
+                                "MAINSTEM_DISK_FREE_LIMIT": "1GB"})
+    assert (config.admin.host, config.admin.port, config.admin.enabled) == ("127.0.0.1", 0, True)
+    assert config.max_connections == 5 and config.limits().channel_max == 64
+    assert config.alarms == AlarmConfig(0.6, 10**9, 1000)
+    disabled = load_config(build_parser().parse_args(["serve", "--disable", "admin"]), {})
+    assert disabled.admin.enabled is False

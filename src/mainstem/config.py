@@ -28,6 +28,7 @@ UNLIMITED = "unlimited"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "text")
 MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit its handshake
+ADMIN = "admin"  # the management API's listener name in flags, ports and URLs
 ADMIN_PORT = 15672
 # The TLS twin of each listener, where RabbitMQ or the protocol's project has a convention
 # (AMQP 5671, stream 5551, management 15671); the others take the next port up.
@@ -115,6 +116,9 @@ class ServerConfig:
     # The [limits] section, kept flat so that limits() can build the handlers' view.
     max_frame_size: int = 1_048_576
     heartbeat_s: int = 60
+    max_connections: int = 0  # 0: unlimited; the server closes connections beyond it
+    channel_max: int = 2047
+    max_consumers_per_queue: int = 0
 
     @classmethod
     def defaults(
@@ -164,7 +168,9 @@ class ServerConfig:
         )
 
     def limits(self) -> ConnectionLimits:
-        return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s)
+        return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s,
+                                channel_max=self.channel_max,
+                                max_consumers_per_queue=self.max_consumers_per_queue)
 
 
 def default_tls_port(name: str, port: int) -> int:
@@ -312,6 +318,9 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "retention.max_segment_bytes": parse_size,
     "limits.max_frame_size": _frame_size,
     "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
+    "limits.max_connections": _int_at_least(0),
+    "limits.channel_max": _int_at_least(1),
+    "limits.max_consumers_per_queue": _int_at_least(0),
     "auth.default_user": _text,
     "auth.default_pass": _text,
     "auth.loopback_users": _names,
@@ -346,6 +355,9 @@ _ENV_VARS = {
     "MAINSTEM_RETENTION_MAX_SEGMENT_BYTES": "retention.max_segment_bytes",
     "MAINSTEM_MAX_FRAME_SIZE": "limits.max_frame_size",
     "MAINSTEM_HEARTBEAT": "limits.heartbeat",
+    "MAINSTEM_MAX_CONNECTIONS": "limits.max_connections",
+    "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
+    "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
     "MAINSTEM_DEFAULT_USER": "auth.default_user",
     "MAINSTEM_DEFAULT_PASS": "auth.default_pass",
     "MAINSTEM_LOOPBACK_USERS": "auth.loopback_users",
@@ -377,12 +389,14 @@ _FLAGS = (
     ("--retention-max-segment-bytes", "retention.max_segment_bytes", "SIZE", "segment roll size"),
     ("--max-frame-size", "limits.max_frame_size", "SIZE", "largest frame a client may send"),
     ("--heartbeat", "limits.heartbeat", "SECONDS", "heartbeat proposed to clients (0: off)"),
+    ("--max-connections", "limits.max_connections", "N", "open connections (0: unlimited)"),
+    ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
+    ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
     ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
     ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
     ("--log-level", "log.level", "LEVEL", "debug | info | warning | error"),
     ("--log-format", "log.format", "FORMAT", "json (one object per line) | text (key=value)"),
-    ("--admin-port", "admin.port", "PORT", f"management API port (default: {ADMIN_PORT})"),
     ("--tls-certfile", "tls.certfile", "PATH", "PEM certificate chain; enables TLS listeners"),
     ("--tls-keyfile", "tls.keyfile", "PATH", "PEM private key (default: in --tls-certfile)"),
     ("--tls-cafile", "tls.cafile", "PATH", "CA bundle for client certificates"),
@@ -512,15 +526,13 @@ def _flag_layer(args: argparse.Namespace, names: Sequence[str]) -> _Layer:
         layer.update(_listener_flag(spec, names))
     for name in getattr(args, "disable", []):
         _check_listener_name(name, names, "--disable")
-        layer[f"listeners.{name}.enabled"] = (False, "--disable")
+        layer[f"{_listener_prefix(name)}.enabled"] = (False, "--disable")
     for spec in getattr(args, "tls_listener", []):
         name, equals, port = spec.partition("=")
         if not equals:
             raise ConfigError(f"--tls-listener {spec!r}: expected NAME=PORT")
-        key = "admin.tls_port" if name == "admin" else f"listeners.{name}.tls_port"
-        if name != "admin":
-            _check_listener_name(name, names, "--tls-listener")
-        layer[key] = (port, "--tls-listener")
+        _check_listener_name(name, names, "--tls-listener")
+        layer[f"{_listener_prefix(name)}.tls_port"] = (port, "--tls-listener")
     return layer
 
 
@@ -531,17 +543,23 @@ def _listener_flag(spec: str, names: Sequence[str]) -> _Layer:
         raise ConfigError(f"--listener {spec!r}: expected NAME=[HOST:]PORT")
     _check_listener_name(name, names, "--listener")
     host, _, port = address.rpartition(":")
+    prefix = _listener_prefix(name)
     layer: _Layer = {
-        f"listeners.{name}.port": (port, "--listener"),
-        f"listeners.{name}.enabled": (True, "--listener"),
+        f"{prefix}.port": (port, "--listener"),
+        f"{prefix}.enabled": (True, "--listener"),
     }
     if host:
-        layer[f"listeners.{name}.host"] = (host.strip("[]"), "--listener")
+        layer[f"{prefix}.host"] = (host.strip("[]"), "--listener")
     return layer
 
 
+def _listener_prefix(name: str) -> str:
+    """Where a listener's keys live: the HTTP admin listener has a section of its own."""
+    return ADMIN if name == ADMIN else f"listeners.{name}"
+
+
 def _check_listener_name(name: str, names: Sequence[str], origin: str) -> None:
-    if name not in names:
+    if name not in names and name != ADMIN:
         raise ConfigError(f"{origin}: unknown listener {name!r}{_known(names)}")
 
 
@@ -585,6 +603,10 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         log=section(LogConfig, "log"),
         max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
         heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
+        max_connections=values.get("limits.max_connections", default.max_connections),
+        channel_max=values.get("limits.channel_max", default.channel_max),
+        max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
+                                           default.max_consumers_per_queue),
     )
 
 

@@ -270,8 +270,15 @@ class Broker:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
         peer = _format_address(writer.get_extra_info("peername"))
+        limit = self.config.max_connections
+        if limit and len(self.connections) >= limit:
+            # Refused before any protocol byte, as RabbitMQ does past its connection_max.
+            log.warning("connection refused: connection limit reached",
+                        extra={"listener": listener, "peer": peer, "max_connections": limit})
+            await _close_writer(writer)
+            return
+        self._connections.add(task)
         conn_id = next(self._conn_ids)
         fields = {"listener": listener, "conn_id": conn_id, "peer": peer}
         ctx = ConnectionContext(

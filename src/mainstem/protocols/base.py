@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 class ConnectionLimits:
     max_frame_size: int = 1_048_576
     heartbeat_s: int = 60
+    # For the protocols that have them, with the protocol's error when exceeded:
+    channel_max: int = 2047  # channels per connection (AMQP channel-max; RabbitMQ's default)
+    max_consumers_per_queue: int = 0  # 0: unlimited
 
 
 @dataclass(slots=True)
