@@ -14,6 +14,7 @@ from mainstem.admin.ctl import add_ctl_arguments, run_ctl
 from mainstem.config import ConfigError, add_config_arguments, load_config
 from mainstem.logs import configure_logging
 from mainstem.server import Broker, DataDirLocked, ListenerBindError
+from mainstem.tls import TlsSetupError
 
 # Exit codes: 0 after a clean shutdown, 2 when the server cannot start.
 EXIT_OK = 0
@@ -61,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(config.log.level, config.log.format)
     try:
         _run(Broker(config=config).serve_forever())
-    except (DataDirLocked, ListenerBindError) as exc:
+    except (DataDirLocked, ListenerBindError, TlsSetupError) as exc:
         return _fail(exc)
     return EXIT_OK
 
