@@ -103,7 +103,7 @@ async def overview(request: web.Request) -> web.Response:
             "channels": 0,
             "queues": len(queues),
             "exchanges": sum(len(p.exchanges(None)) for p in state.providers),
-            "consumers": 0,
+            "consumers": len(consumer_rows(state.connections)),
             "streams": len(state.core.streams.list()),
         },
         "queue_totals": {"messages": messages, "messages_ready": messages,
@@ -324,6 +324,34 @@ async def close_connection(request: web.Request) -> web.Response:
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     await _state(request).connections.close(connection, reason)
     return _no_content()
+
+
+def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
+    """Every consumer that a handler recorded with ctx.add_consumer, as RabbitMQ shows one."""
+    rows = []
+    for connection in connections.list():
+        ctx = connection.ctx
+        for tag, details in ctx.consumers.items():
+            queue = str(details.get("queue", ""))
+            rows.append({
+                "consumer_tag": tag,
+                "queue": {"name": queue, "vhost": ctx.namespace},
+                "channel_details": {"connection_name": connection.name, "peer_host": ctx.peer,
+                                    "user": ctx.user},
+                "ack_required": details.get("ack_required", False),
+                "prefetch_count": details.get("prefetch_count", 0),
+                "active": details.get("active", True),
+                "arguments": details.get("arguments", {}),
+            })
+    return rows
+
+
+@routes.get("/api/consumers")
+@routes.get("/api/consumers/{vhost}")
+async def list_consumers(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    return web.json_response([row for row in consumer_rows(_state(request).connections)
+                              if vhost is None or row["queue"]["vhost"] == vhost])
 
 
 # -- queues, exchanges, bindings (from every provider) ----------------------------

@@ -44,12 +44,22 @@ class ConnectionContext:
     # called with the reason when an operator closes the connection; else it is cancelled.
     on_close_request: Callable[[str], Awaitable[None]] | None = None
 
+    # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
+    consumers: dict[str, dict[str, object]] = field(default_factory=dict)
+
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:
         """Record who is connected, for the connection registry and the log lines."""
         self.user = user
         self.namespace = namespace
         self.client_properties.update(client_properties)
+
+    def add_consumer(self, tag: str, queue: str, **details: object) -> None:
+        """Record a subscription (AMQP consumer, stream subscription, ...) for the API."""
+        self.consumers[tag] = {"queue": queue, **details}
+
+    def remove_consumer(self, tag: str) -> None:
+        self.consumers.pop(tag, None)
 
 
 ConnectionHandler = Callable[[ConnectionContext], Awaitable[None]]
