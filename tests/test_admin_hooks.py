@@ -44,6 +44,8 @@ async def login_handler(ctx: ConnectionContext) -> None:
             ctx.add_consumer(words[1], words[2], prefetch_count=10)
         elif words[0] == "pub":
             await ctx.core.alarms.wait_clear()
+        elif words[0] == "deliver":  # as a handler does once per chunk sent
+            ctx.core.delivery_stats.delivered("/", words[1], int(words[2]), int(words[3]))
         ctx.writer.write(b"ok\n")
         await ctx.writer.drain()
 
@@ -70,6 +72,13 @@ async def test_identify_consumers_and_polite_close(tmp_path):
         assert consumer["prefetch_count"] == 10
         async with http.get("/api/overview") as response:
             assert (await response.json())["object_totals"]["consumers"] == 1
+        for line in (b"deliver orders 10 1000\n", b"deliver orders 5 500\n"):
+            writer.write(line)
+            assert await asyncio.wait_for(reader.readline(), TIMEOUT_S) == b"ok\n"
+        async with http.get("/metrics") as response:
+            text = await response.text()
+        assert 'mainstem_messages_out_total{queue="orders",vhost="/"} 15.0' in text
+        assert 'mainstem_bytes_out_total{queue="orders",vhost="/"} 1500.0' in text
 
         async with http.delete(f"/api/connections/{row['id']}",
                                headers={"X-Reason": "maintenance"}) as response:

@@ -97,6 +97,19 @@ class _BrokerCollector:
             for row in consumer_offsets(core, stream):
                 lag.add_metric([*key, str(row["partition"]), row["reference"]], row["lag"])
         yield from (messages, written, size, segments, lag)
+        yield from self._deliveries()
+
+    def _deliveries(self) -> Iterator[Metric]:
+        labels = ["vhost", "queue"]
+        messages = CounterMetricFamily("mainstem_messages_out",
+                                       "Messages delivered to consumers", labels=labels)
+        sent = CounterMetricFamily("mainstem_bytes_out",
+                                   "Message bytes delivered to consumers", labels=labels)
+        for (namespace, name), (count, size) in sorted(
+                self._state.core.delivery_stats.snapshot().items()):
+            messages.add_metric([namespace, name], count)
+            sent.add_metric([namespace, name], size)
+        yield from (messages, sent)
 
     def _alarms(self) -> Iterator[Metric]:
         active = self._state.core.alarms.active

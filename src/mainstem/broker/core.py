@@ -15,6 +15,7 @@ from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
+from mainstem.broker.delivery_stats import DeliveryStats
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import StreamStore
 
@@ -32,6 +33,7 @@ class BrokerCore:
         )
         self.active_consumers = ActiveConsumers()
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
+        self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod
