@@ -125,6 +125,11 @@ class Broker:
         return self._core
 
     @property
+    def hosts(self) -> dict[str, str]:
+        """The bind address of each running listener (a live view, as `ports` is)."""
+        return self._hosts
+
+    @property
     def urls(self) -> dict[str, str]:
         """A client URL per running listener, with the bootstrap user's credentials."""
         user = quote(self.config.auth.default_user, safe="")

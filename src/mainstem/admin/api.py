@@ -34,7 +34,7 @@ class AdminState:
     providers: list[ResourceProvider]
     monitor: AlarmMonitor | None
     listeners: dict[str, int]  # listener name -> port, as bound
-    host: str
+    hosts: dict[str, str]  # listener name -> bind address
     # (monotonic time, messages stored, bytes stored) once a second, for rates
     samples: list[tuple[float, int, int]] = field(default_factory=list)
 
@@ -95,7 +95,7 @@ async def overview(request: web.Request) -> web.Response:
         "product_version": __version__,
         "node": NODE,
         "listeners": [
-            {"node": NODE, "protocol": name, "ip_address": state.host, "port": port}
+            {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}
             for name, port in state.listeners.items()
         ],
         "object_totals": {

@@ -44,7 +44,7 @@ def create_app(broker: Broker) -> web.Application:
     core = broker.core
     state = api.AdminState(
         core=core, connections=broker.connections, providers=providers_for(core),
-        monitor=broker.alarm_monitor, listeners=broker.ports, host=broker.config.admin.host,
+        monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
     app[api.STATE] = state
