@@ -79,6 +79,10 @@ async def test_identify_consumers_and_polite_close(tmp_path):
             text = await response.text()
         assert 'mainstem_messages_out_total{queue="orders",vhost="/"} 15.0' in text
         assert 'mainstem_bytes_out_total{queue="orders",vhost="/"} 1500.0' in text
+        broker.core.streams.create("/", "orders")
+        await broker.core.streams.delete("/", "orders")
+        async with http.get("/metrics") as response:
+            assert 'queue="orders"' not in await response.text()
 
         async with http.delete(f"/api/connections/{row['id']}",
                                headers={"X-Reason": "maintenance"}) as response:

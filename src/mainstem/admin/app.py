@@ -55,6 +55,7 @@ def create_app(broker: Broker) -> web.Application:
     app.router.add_get("/", _console_index)
     app.router.add_static("/console/", CONSOLE_DIR)
     app.cleanup_ctx.append(_sampling(state))
+    app.cleanup_ctx.append(_forgetting_deleted_streams(state))
     app.cleanup_ctx.append(metrics.lifetime)
     return app
 
@@ -79,6 +80,18 @@ def _sampling(state: api.AdminState):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+    return lifetime
+
+
+def _forgetting_deleted_streams(state: api.AdminState):
+    """A deleted stream's delivery counters go with it, so /metrics lists live streams."""
+    async def lifetime(app: web.Application):
+        stats = state.core.delivery_stats
+        unwatch = state.core.streams.watch(lambda stream: stats.forget(stream.namespace,
+                                                                       stream.name))
+        yield
+        unwatch()
 
     return lifetime
 
