@@ -23,7 +23,9 @@ def _timed(sync: Callable[[], None]) -> None:
     started = time.perf_counter()
     sync()
     elapsed = time.perf_counter() - started
-    for observe in fsync_observers:
+    # A copy: this runs in a worker thread while the loop may add or drop an observer
+    # (tuple() of a set is one step under the GIL).
+    for observe in tuple(fsync_observers):
         observe(elapsed)
 
 
