@@ -19,6 +19,7 @@ import pytest
 
 import mainstem
 from mainstem import server as server_module
+from mainstem.broker.alarms import ResourceAlarms
 from mainstem.config import ListenerConfig, ServerConfig
 from mainstem.logs import ContextLog, JsonFormatter, TextFormatter, configure_logging
 from mainstem.protocols import all_protocols
@@ -196,10 +197,12 @@ class RecordingCore:
     """Stands in for BrokerCore to observe when the server closes it."""
 
     events: list[str]
+    alarms: ResourceAlarms
 
     @classmethod
     async def open(cls, data_dir: Path, settings) -> RecordingCore:
         core = cls()
+        core.alarms = ResourceAlarms()
         core.events = ["open"]
         return core
 
@@ -280,12 +283,12 @@ def test_configure_logging_json_to_a_stream():
 
 async def test_plugin_async_fixture(mainstem_broker):
     assert isinstance(mainstem_broker, Broker)
-    assert set(mainstem_broker.ports) == {spec.name for spec in all_protocols()}
+    assert set(mainstem_broker.ports) == {spec.name for spec in all_protocols()} | {"admin"}
     assert lock_is_held(mainstem_broker.data_dir)
 
 
 def test_plugin_sync_fixture(mainstem_server):
-    assert set(mainstem_server.ports) == {spec.name for spec in all_protocols()}
+    assert set(mainstem_server.ports) == {spec.name for spec in all_protocols()} | {"admin"}
     assert lock_is_held(mainstem_server.data_dir)
 
 
@@ -312,7 +315,7 @@ def test_cli_serves_until_sigterm(tmp_path):
     try:
         started = wait_for_event(process, log_path, "broker started")
         assert started["pid"] == process.pid
-        assert set(started["ports"]) == {spec.name for spec in all_protocols()}
+        assert set(started["ports"]) == {spec.name for spec in all_protocols()} | {"admin"}
         os.kill(process.pid, signal.SIGTERM)
         assert process.wait(TIMEOUT_S) == 0
         wait_for_event(process, log_path, "broker stopped")

@@ -1,4 +1,5 @@
-"""The `mainstem` command: `mainstem serve [flags]` runs the broker until SIGTERM/SIGINT."""
+"""The `mainstem` command: `mainstem serve [flags]` runs the broker until SIGTERM/SIGINT;
+`mainstem ctl GROUP ACTION` operates a running one over its management API."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from mainstem import __version__
+from mainstem.admin.ctl import add_ctl_arguments, run_ctl
 from mainstem.config import ConfigError, add_config_arguments, load_config
 from mainstem.logs import configure_logging
 from mainstem.server import Broker, DataDirLocked, ListenerBindError
+from mainstem.tls import TlsSetupError
 
 # Exit codes: 0 after a clean shutdown, 2 when the server cannot start.
 EXIT_OK = 0
@@ -32,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_arguments(serve)
     serve.set_defaults(run=_serve)
+    ctl = commands.add_parser(
+        "ctl", help="operate a running broker over its management API",
+        description="Users, permissions, virtual hosts, streams, queues, connections and"
+        " consumer lag, over the HTTP management API.",
+    )
+    add_ctl_arguments(ctl)
+    ctl.set_defaults(run=run_ctl)
     return parser
 
 
@@ -52,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(config.log.level, config.log.format)
     try:
         _run(Broker(config=config).serve_forever())
-    except (DataDirLocked, ListenerBindError) as exc:
+    except (DataDirLocked, ListenerBindError, TlsSetupError) as exc:
         return _fail(exc)
     return EXIT_OK
 

@@ -28,6 +28,13 @@ UNLIMITED = "unlimited"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "text")
 MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit its handshake
+ADMIN = "admin"  # the management API's listener name in flags, ports and URLs
+ADMIN_PORT = 15672
+# The TLS twin of each listener, where RabbitMQ or the protocol's project has a convention
+# (AMQP 5671, stream 5551, management 15671); the others take the next port up.
+DEFAULT_TLS_PORTS = {"amqp": 5671, "stream": 5551, "iggy": 8091, "bson": 7452,
+                     "segment": 12346, "admin": 15671}
+TLS_VERIFY = ("none", "optional", "required")
 
 
 class ConfigError(ValueError):
@@ -64,6 +71,29 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """Certificates of every TLS listener; TLS listeners start only when certfile is set."""
+
+    certfile: Path | None = None
+    keyfile: Path | None = None  # None: the key is in certfile
+    cafile: Path | None = None  # CAs that client certificates must chain to
+    verify: str = "none"  # client certificates: none | optional | required
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmConfig:
+    """Resource alarms: publishers are held back while either watermark is crossed."""
+
+    memory_high_watermark: float = 0.4  # fraction of RAM the process may use, as RabbitMQ
+    disk_free_limit: int = 50_000_000  # bytes free on the data directory's file system
+    check_interval_ms: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: str = "info"
     format: str = "json"
@@ -77,9 +107,18 @@ class ServerConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    # The management API's listener, outside `listeners` as it is HTTP, not a protocol.
+    admin: ListenerConfig = field(default_factory=lambda: ListenerConfig(port=ADMIN_PORT))
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    # listener name -> port of its TLS twin (0: ephemeral); "admin" included.
+    tls_ports: Mapping[str, int] = field(default_factory=dict)
+    alarms: AlarmConfig = field(default_factory=AlarmConfig)
     # The [limits] section, kept flat so that limits() can build the handlers' view.
     max_frame_size: int = 1_048_576
     heartbeat_s: int = 60
+    max_connections: int = 0  # 0: unlimited; the server closes connections beyond it
+    channel_max: int = 2047
+    max_consumers_per_queue: int = 0
 
     @classmethod
     def defaults(
@@ -96,11 +135,24 @@ class ServerConfig:
             spec.name: ListenerConfig(host, spec.default_port if port is None else port)
             for spec in specs
         }
-        return cls(data_dir=Path(data_dir), listeners=listeners)
+        admin = ListenerConfig(host, ADMIN_PORT if port is None else port)
+        tls_ports = {
+            name: default_tls_port(name, listener.port) if port is None else port
+            for name, listener in {**listeners, "admin": admin}.items()
+        }
+        return cls(data_dir=Path(data_dir), listeners=listeners, admin=admin,
+                   tls_ports=tls_ports)
 
     def listener(self, spec: ProtocolSpec) -> ListenerConfig:
         """This protocol's listener; one missing from the configuration gets its default port."""
         return self.listeners.get(spec.name) or ListenerConfig(port=spec.default_port)
+
+    def tls_port(self, name: str) -> int:
+        """The port of a listener's TLS twin (its own listener port decides the default)."""
+        if name in self.tls_ports:
+            return self.tls_ports[name]
+        listener = self.admin if name == "admin" else self.listeners[name]
+        return default_tls_port(name, listener.port)
 
     def core_settings(self) -> CoreSettings:
         return CoreSettings(
@@ -116,7 +168,16 @@ class ServerConfig:
         )
 
     def limits(self) -> ConnectionLimits:
-        return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s)
+        return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s,
+                                channel_max=self.channel_max,
+                                max_consumers_per_queue=self.max_consumers_per_queue)
+
+
+def default_tls_port(name: str, port: int) -> int:
+    """The conventional TLS port, or plain port + 1; an ephemeral listener gets ephemeral TLS."""
+    if port == 0:
+        return 0
+    return DEFAULT_TLS_PORTS.get(name, port + 1)
 
 
 # --- value parsers: accept TOML's typed values and the strings of env vars and flags ---
@@ -225,6 +286,24 @@ def _choice(choices: Sequence[str]) -> Callable[[object], str]:
     return parse
 
 
+def _fraction(value: object) -> float:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError("expected a number between 0 and 1") from None
+    if not 0 < number <= 1:
+        raise ValueError("expected a number between 0 (exclusive) and 1")
+    return number
+
+
+def _disk_limit(value: object) -> int:
+    return 0 if value in (0, "0") else parse_size(value)
+
+
+def _path(value: object) -> Path:
+    return Path(_text(value))
+
+
 def _fsync_mode(value: object) -> FsyncMode:
     return FsyncMode(_choice([mode.value for mode in FsyncMode])(value))
 
@@ -239,16 +318,31 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "retention.max_segment_bytes": parse_size,
     "limits.max_frame_size": _frame_size,
     "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
+    "limits.max_connections": _int_at_least(0),
+    "limits.channel_max": _int_at_least(1),
+    "limits.max_consumers_per_queue": _int_at_least(0),
     "auth.default_user": _text,
     "auth.default_pass": _text,
     "auth.loopback_users": _names,
     "log.level": _choice(LOG_LEVELS),
     "log.format": _choice(LOG_FORMATS),
+    "admin.host": _text,
+    "admin.port": _port,
+    "admin.enabled": _bool,
+    "admin.tls_port": _port,
+    "tls.certfile": _path,
+    "tls.keyfile": _path,
+    "tls.cafile": _path,
+    "tls.verify": _choice(TLS_VERIFY),
+    "alarms.memory_high_watermark": _fraction,
+    "alarms.disk_free_limit": _disk_limit,
+    "alarms.check_interval_ms": _int_at_least(10),
 }
 _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "host": _text,
     "port": _port,
     "enabled": _bool,
+    "tls_port": _port,
 }
 
 _ENV_VARS = {
@@ -261,13 +355,28 @@ _ENV_VARS = {
     "MAINSTEM_RETENTION_MAX_SEGMENT_BYTES": "retention.max_segment_bytes",
     "MAINSTEM_MAX_FRAME_SIZE": "limits.max_frame_size",
     "MAINSTEM_HEARTBEAT": "limits.heartbeat",
+    "MAINSTEM_MAX_CONNECTIONS": "limits.max_connections",
+    "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
+    "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
     "MAINSTEM_DEFAULT_USER": "auth.default_user",
     "MAINSTEM_DEFAULT_PASS": "auth.default_pass",
     "MAINSTEM_LOOPBACK_USERS": "auth.loopback_users",
     "MAINSTEM_LOG_LEVEL": "log.level",
     "MAINSTEM_LOG_FORMAT": "log.format",
+    "MAINSTEM_ADMIN_HOST": "admin.host",
+    "MAINSTEM_ADMIN_PORT": "admin.port",
+    "MAINSTEM_ADMIN_ENABLED": "admin.enabled",
+    "MAINSTEM_ADMIN_TLS_PORT": "admin.tls_port",
+    "MAINSTEM_TLS_CERTFILE": "tls.certfile",
+    "MAINSTEM_TLS_KEYFILE": "tls.keyfile",
+    "MAINSTEM_TLS_CAFILE": "tls.cafile",
+    "MAINSTEM_TLS_VERIFY": "tls.verify",
+    "MAINSTEM_MEMORY_HIGH_WATERMARK": "alarms.memory_high_watermark",
+    "MAINSTEM_DISK_FREE_LIMIT": "alarms.disk_free_limit",
+    "MAINSTEM_ALARM_CHECK_INTERVAL_MS": "alarms.check_interval_ms",
 }
 _LISTENER_ENV_VAR = re.compile(r"MAINSTEM_(\w+)_(HOST|PORT|ENABLED)")
+_TLS_PORT_ENV_VAR = re.compile(r"MAINSTEM_(\w+)_TLS_PORT")
 
 # (flag, key, metavar, help); --listener and --disable are handled separately.
 _FLAGS = (
@@ -280,11 +389,22 @@ _FLAGS = (
     ("--retention-max-segment-bytes", "retention.max_segment_bytes", "SIZE", "segment roll size"),
     ("--max-frame-size", "limits.max_frame_size", "SIZE", "largest frame a client may send"),
     ("--heartbeat", "limits.heartbeat", "SECONDS", "heartbeat proposed to clients (0: off)"),
+    ("--max-connections", "limits.max_connections", "N", "open connections (0: unlimited)"),
+    ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
+    ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
     ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
     ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
     ("--log-level", "log.level", "LEVEL", "debug | info | warning | error"),
     ("--log-format", "log.format", "FORMAT", "json (one object per line) | text (key=value)"),
+    ("--tls-certfile", "tls.certfile", "PATH", "PEM certificate chain; enables TLS listeners"),
+    ("--tls-keyfile", "tls.keyfile", "PATH", "PEM private key (default: in --tls-certfile)"),
+    ("--tls-cafile", "tls.cafile", "PATH", "CA bundle for client certificates"),
+    ("--tls-verify", "tls.verify", "MODE", "client certificates: none | optional | required"),
+    ("--memory-high-watermark", "alarms.memory_high_watermark", "FRACTION",
+     "memory alarm above this fraction of RAM (default: 0.4)"),
+    ("--disk-free-limit", "alarms.disk_free_limit", "SIZE",
+     "disk alarm below this much free space (default: 50MB)"),
 )
 
 # dotted key -> (raw value, where it came from)
@@ -302,6 +422,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--disable", action="append", default=[], metavar="NAME", help="disable a listener"
+    )
+    parser.add_argument(
+        "--tls-listener", action="append", default=[], metavar="NAME=PORT",
+        help="port of listener NAME's TLS twin (needs --tls-certfile); repeatable",
     )
 
 
@@ -373,9 +497,14 @@ def _env_layer(environ: Mapping[str, str], names: Sequence[str]) -> _Layer:
     for var, value in environ.items():
         if not value:
             continue  # an empty variable counts as unset, as container tooling often sets them
+        tls_match = _TLS_PORT_ENV_VAR.fullmatch(var)
+        match = _LISTENER_ENV_VAR.fullmatch(var)
         if var in _ENV_VARS:
             layer[_ENV_VARS[var]] = (value, var)
-        elif match := _LISTENER_ENV_VAR.fullmatch(var):
+        elif tls_match and tls_match[1] in by_env_name and match[1] not in by_env_name:
+            # MAINSTEM_STREAM_TLS_PORT, unless a listener is itself named "stream-tls"
+            layer[f"listeners.{by_env_name[tls_match[1]]}.tls_port"] = (value, var)
+        elif match:
             name = by_env_name.get(match[1])
             if name is None:
                 raise ConfigError(f"{var}: unknown listener {match[1].lower()!r}{_known(names)}")
@@ -397,7 +526,13 @@ def _flag_layer(args: argparse.Namespace, names: Sequence[str]) -> _Layer:
         layer.update(_listener_flag(spec, names))
     for name in getattr(args, "disable", []):
         _check_listener_name(name, names, "--disable")
-        layer[f"listeners.{name}.enabled"] = (False, "--disable")
+        layer[f"{_listener_prefix(name)}.enabled"] = (False, "--disable")
+    for spec in getattr(args, "tls_listener", []):
+        name, equals, port = spec.partition("=")
+        if not equals:
+            raise ConfigError(f"--tls-listener {spec!r}: expected NAME=PORT")
+        _check_listener_name(name, names, "--tls-listener")
+        layer[f"{_listener_prefix(name)}.tls_port"] = (port, "--tls-listener")
     return layer
 
 
@@ -408,17 +543,23 @@ def _listener_flag(spec: str, names: Sequence[str]) -> _Layer:
         raise ConfigError(f"--listener {spec!r}: expected NAME=[HOST:]PORT")
     _check_listener_name(name, names, "--listener")
     host, _, port = address.rpartition(":")
+    prefix = _listener_prefix(name)
     layer: _Layer = {
-        f"listeners.{name}.port": (port, "--listener"),
-        f"listeners.{name}.enabled": (True, "--listener"),
+        f"{prefix}.port": (port, "--listener"),
+        f"{prefix}.enabled": (True, "--listener"),
     }
     if host:
-        layer[f"listeners.{name}.host"] = (host.strip("[]"), "--listener")
+        layer[f"{prefix}.host"] = (host.strip("[]"), "--listener")
     return layer
 
 
+def _listener_prefix(name: str) -> str:
+    """Where a listener's keys live: the HTTP admin listener has a section of its own."""
+    return ADMIN if name == ADMIN else f"listeners.{name}"
+
+
 def _check_listener_name(name: str, names: Sequence[str], origin: str) -> None:
-    if name not in names:
+    if name not in names and name != ADMIN:
         raise ConfigError(f"{origin}: unknown listener {name!r}{_known(names)}")
 
 
@@ -439,15 +580,33 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         fields = {renamed.get(key, key): value for key, value in _section(values, prefix).items()}
         return cls(**fields)
 
+    admin = ListenerConfig(
+        host=values.get("admin.host", host),
+        port=values.get("admin.port", ADMIN_PORT),
+        enabled=values.get("admin.enabled", True),
+    )
+    tls_ports = {
+        name: values.get(f"listeners.{name}.tls_port", default_tls_port(name, listener.port))
+        for name, listener in listeners.items()
+    }
+    tls_ports["admin"] = values.get("admin.tls_port", default_tls_port("admin", admin.port))
     return ServerConfig(
         data_dir=values.get("data_dir", default.data_dir),
         listeners=listeners,
+        admin=admin,
+        tls=section(TlsConfig, "tls"),
+        tls_ports=tls_ports,
+        alarms=section(AlarmConfig, "alarms"),
         storage=section(StorageConfig, "storage"),
         retention=section(RetentionConfig, "retention", max_age="max_age_ms"),
         auth=section(AuthConfig, "auth"),
         log=section(LogConfig, "log"),
         max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
         heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
+        max_connections=values.get("limits.max_connections", default.max_connections),
+        channel_max=values.get("limits.channel_max", default.channel_max),
+        max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
+                                           default.max_consumers_per_queue),
     )
 
 

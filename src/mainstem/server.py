@@ -15,18 +15,20 @@ import itertools
 import logging
 import os
 import signal
-import socket
-import struct
+import ssl
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote
 
+from mainstem.admin.registry import ConnectionRegistry, socket_traffic
+from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.config import ServerConfig
 from mainstem.logs import ContextLog, describe_error
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
+from mainstem.tls import server_context
 
 log = logging.getLogger("mainstem.server")
 connection_log = logging.getLogger("mainstem.connection")
@@ -44,7 +46,11 @@ _URL_TEMPLATES = {
     "amqp": "amqp://{user}:{password}@{host}:{port}/%2F",
     "iggy": "iggy://{user}:{password}@{host}:{port}",
     "admin": "http://{host}:{port}/",
+    "stream/tls": "rabbitmq-stream+tls://{user}:{password}@{host}:{port}/%2F",
+    "amqp/tls": "amqps://{user}:{password}@{host}:{port}/%2F",
+    "admin/tls": "https://{host}:{port}/",
 }
+TLS_SUFFIX = "/tls"  # a listener's TLS twin is named "stream/tls", "amqp/tls", ...
 
 
 class DataDirLocked(Exception):
@@ -83,12 +89,19 @@ class Broker:
         port_overrides: Mapping[str, int] | None = None,
         protocols: Sequence[ProtocolSpec] | None = None,
         shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+        admin: bool | None = None,
     ) -> None:
         self._protocols = list(all_protocols() if protocols is None else protocols)
         if config is None:
             if data_dir is None:
                 raise TypeError("Broker needs a data_dir or a config")
             config = ServerConfig.defaults(self._protocols, host=EMBEDDED_HOST, port=0)
+        if admin is None and protocols is not None:
+            admin = False  # hand-picked protocols make a test harness: no HTTP unless asked
+        if admin is not None:
+            config = dataclasses.replace(
+                config, admin=dataclasses.replace(config.admin, enabled=admin)
+            )
         self.config = _with_overrides(config, self._protocols, data_dir, host, port_overrides)
         self.data_dir = Path(self.config.data_dir).absolute()
         self._grace_s = shutdown_grace_s
@@ -98,6 +111,10 @@ class Broker:
         self._connections: set[asyncio.Task] = set()
         self._conn_ids = itertools.count(1)
         self._closing = asyncio.Event()  # renewed by start(); handed to every connection
+        self.connections = ConnectionRegistry()  # what the management API lists and closes
+        self.alarm_monitor: AlarmMonitor | None = None
+        self._background: list[asyncio.Task] = []
+        self._admin_runners: list = []  # the aiohttp AppRunner of the admin sites
         self.ports: dict[str, int] = {}
         self._hosts: dict[str, str] = {}
 
@@ -106,6 +123,11 @@ class Broker:
         if self._core is None:
             raise RuntimeError("the broker is not running")
         return self._core
+
+    @property
+    def hosts(self) -> dict[str, str]:
+        """The bind address of each running listener (a live view, as `ports` is)."""
+        return self._hosts
 
     @property
     def urls(self) -> dict[str, str]:
@@ -134,10 +156,17 @@ class Broker:
         self._closing = asyncio.Event()
         try:
             self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
+            tls = server_context(self.config.tls) if self.config.tls.enabled else None
             for spec in self._protocols:
                 listener = self.config.listener(spec)
                 if listener.enabled:
                     await self._listen(spec, listener.host, listener.port)
+                    if tls is not None:
+                        tls_port = self.config.tls_port(spec.name)
+                        await self._listen(spec, listener.host, tls_port, tls)
+            self._start_alarm_monitor()
+            if self.config.admin.enabled:
+                await self._start_admin(tls)
         except BaseException:
             await self._release()
             raise
@@ -151,6 +180,7 @@ class Broker:
             return
         for server in self._servers:
             server.close()
+        await self._stop_admin()
         self._closing.set()
         await self._end_connections()
         await self._release()
@@ -171,22 +201,68 @@ class Broker:
                 loop.remove_signal_handler(signum)
             await self.stop()
 
-    async def _listen(self, spec: ProtocolSpec, host: str, port: int) -> None:
+    async def _listen(self, spec: ProtocolSpec, host: str, port: int,
+                      tls: ssl.SSLContext | None = None) -> None:
+        """Serve `spec` on host:port; with `tls`, as its TLS twin "NAME/tls". The handler
+        sees plain streams either way: asyncio runs the TLS layer."""
+        name = spec.name + TLS_SUFFIX if tls is not None else spec.name
+
         async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-            await self._serve_connection(spec, reader, writer)
+            await self._serve_connection(spec, reader, writer, name)
 
         try:
             server = await asyncio.start_server(
-                on_connection, host, port, limit=self._read_buffer_limit(), backlog=LISTEN_BACKLOG
+                on_connection, host, port, limit=self._read_buffer_limit(), backlog=LISTEN_BACKLOG,
+                ssl=tls,
             )
         except OSError as exc:
-            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-            raise ListenerBindError(spec.name, host, port, reason) from exc
+            raise ListenerBindError(name, host, port, _bind_reason(exc)) from exc
         self._servers.append(server)
-        self.ports[spec.name] = server.sockets[0].getsockname()[1]
-        self._hosts[spec.name] = host
-        log.info("listener started",
-                 extra={"listener": spec.name, "host": host, "port": self.ports[spec.name]})
+        self._bound(name, host, server.sockets[0].getsockname()[1])
+
+    def _bound(self, name: str, host: str, port: int) -> None:
+        self.ports[name] = port
+        self._hosts[name] = host
+        log.info("listener started", extra={"listener": name, "host": host, "port": port})
+
+    async def _start_admin(self, tls: ssl.SSLContext | None) -> None:
+        """The management API, metrics and console: HTTP on its port, HTTPS on its twin."""
+        from aiohttp import web
+
+        from mainstem.admin.app import create_app
+
+        app = create_app(self)
+        listener = self.config.admin
+        sites = [("admin", listener.port, None)]
+        if tls is not None:
+            sites.append(("admin" + TLS_SUFFIX, self.config.tls_port("admin"), tls))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        self._admin_runners.append(runner)
+        for name, port, context in sites:
+            site = web.TCPSite(runner, listener.host, port, ssl_context=context,
+                               backlog=LISTEN_BACKLOG)
+            try:
+                await site.start()
+            except OSError as exc:
+                raise ListenerBindError(name, listener.host, port, _bind_reason(exc)) from exc
+            self._bound(name, listener.host, runner.addresses[-1][1])
+
+    async def _stop_admin(self) -> None:
+        runners, self._admin_runners = self._admin_runners, []
+        for runner in runners:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+    def _start_alarm_monitor(self) -> None:
+        alarms = self.config.alarms
+        self.alarm_monitor = AlarmMonitor(
+            self.core.alarms, self.data_dir,
+            Watermarks(alarms.memory_high_watermark, alarms.disk_free_limit),
+            interval_s=alarms.check_interval_ms / 1000,
+        )
+        self.alarm_monitor.check()  # alarms hold from the first connection on
+        self._background.append(asyncio.get_running_loop().create_task(self.alarm_monitor.run()))
 
     def _read_buffer_limit(self) -> int:
         # Buffer up to one maximum frame (within 64 KiB..4 MiB) so a handler parses every
@@ -194,16 +270,29 @@ class Broker:
         return min(max(self.config.max_frame_size, 64 * 1024), 4 * 1024 * 1024)
 
     async def _serve_connection(
-        self, spec: ProtocolSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, spec: ProtocolSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        listener: str,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
         peer = _format_address(writer.get_extra_info("peername"))
-        fields = {"listener": spec.name, "conn_id": next(self._conn_ids), "peer": peer}
+        limit = self.config.max_connections
+        if limit and len(self.connections) >= limit:
+            # Refused before any protocol byte, as RabbitMQ does past its connection_max.
+            log.warning("connection refused: connection limit reached",
+                        extra={"listener": listener, "peer": peer, "max_connections": limit})
+            await _close_writer(writer)
+            return
+        self._connections.add(task)
+        conn_id = next(self._conn_ids)
+        fields = {"listener": listener, "conn_id": conn_id, "peer": peer}
         ctx = ConnectionContext(
             core=self.core, reader=reader, writer=writer, limits=self.config.limits(),
             log=ContextLog(connection_log, fields), closing=self._closing,
+            listener=listener, peer=peer, tls=listener.endswith(TLS_SUFFIX),
+        )
+        self.connections.add(
+            conn_id, ctx, task, _format_address(writer.get_extra_info("sockname"))
         )
         loop = asyncio.get_running_loop()
         opened_at = loop.time()
@@ -222,7 +311,8 @@ class Broker:
             ctx.log.exception("connection failed", extra={"error": describe_error(exc)})
         finally:
             self._connections.discard(task)
-            traffic = _socket_traffic(writer)
+            self.connections.remove(conn_id)
+            traffic = socket_traffic(writer)
             await _close_writer(writer)
             # ctx.log, not the local fields: the handler may have bound user and namespace.
             ctx.log.info("connection closed", extra={
@@ -247,6 +337,11 @@ class Broker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), _CLOSE_TIMEOUT_S)
         self._servers.clear()
+        await self._stop_admin()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
         self.ports.clear()
         core, self._core = self._core, None
         try:
@@ -264,7 +359,7 @@ def _with_overrides(
     port_overrides: Mapping[str, int] | None,
 ) -> ServerConfig:
     ports = dict(port_overrides or {})
-    unknown = ports.keys() - {spec.name for spec in protocols}
+    unknown = ports.keys() - {spec.name for spec in protocols} - {"admin"}
     if unknown:
         raise ValueError(f"port_overrides for unknown listeners: {', '.join(sorted(unknown))}")
     listeners = {}
@@ -273,8 +368,11 @@ def _with_overrides(
         listeners[spec.name] = dataclasses.replace(
             listener, host=host or listener.host, port=ports.get(spec.name, listener.port)
         )
+    admin = dataclasses.replace(
+        config.admin, host=host or config.admin.host, port=ports.get("admin", config.admin.port)
+    )
     return dataclasses.replace(
-        config, data_dir=Path(data_dir or config.data_dir), listeners=listeners
+        config, data_dir=Path(data_dir or config.data_dir), listeners=listeners, admin=admin
     )
 
 
@@ -323,28 +421,8 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
         pass  # the peer reset the connection: it is closed either way
 
 
-# struct tcp_info (linux/tcp.h): tcpi_bytes_acked and tcpi_bytes_received, both u64.
-_TCP_INFO_TRAFFIC = struct.Struct("=120xQQ")
-
-
-def _socket_traffic(writer: asyncio.StreamWriter) -> dict[str, int]:
-    """Bytes out and in, from the kernel's TCP counters (Linux; empty elsewhere).
-
-    One syscall per connection, and unlike counting in Python it includes sendfile().
-    The counts are TCP sequence space, so they may include one for each side's FIN.
-    """
-    sock = writer.get_extra_info("socket")
-    tcp_info = getattr(socket, "TCP_INFO", None)
-    if sock is None or tcp_info is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return {}
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, _TCP_INFO_TRAFFIC.size)
-    except OSError:
-        return {}
-    if len(info) < _TCP_INFO_TRAFFIC.size:
-        return {}  # a kernel older than 4.2 has no byte counters
-    bytes_out, bytes_in = _TCP_INFO_TRAFFIC.unpack(info)
-    return {"bytes_in": bytes_in, "bytes_out": bytes_out}
+def _bind_reason(exc: OSError) -> str:
+    return os.strerror(exc.errno).lower() if exc.errno else str(exc)
 
 
 def _format_address(address: object) -> str:

@@ -12,8 +12,10 @@ import logging
 from pathlib import Path
 
 from mainstem.broker.active_consumers import ActiveConsumers
+from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
+from mainstem.broker.delivery_stats import DeliveryStats
 from mainstem.broker.iggy_model import IggyModel
 from mainstem.broker.segments import SegmentStore
 from mainstem.broker.settings import CoreSettings
@@ -34,6 +36,8 @@ class BrokerCore:
         self.active_consumers = ActiveConsumers()
         self.iggy = IggyModel(data_dir / "iggy.sqlite")
         self.segments = SegmentStore(self.streams, data_dir / "segments.json")
+        self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
+        self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod

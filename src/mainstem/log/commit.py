@@ -10,9 +10,23 @@ concurrent appenders pay for one fsync per round, not one each.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
+
+# Called with each fsync round's duration in seconds (the metrics histogram registers here).
+fsync_observers: set[Callable[[float], None]] = set()
+
+
+def _timed(sync: Callable[[], None]) -> None:
+    started = time.perf_counter()
+    sync()
+    elapsed = time.perf_counter() - started
+    # A copy: this runs in a worker thread while the loop may add or drop an observer
+    # (tuple() of a set is one step under the GIL).
+    for observe in tuple(fsync_observers):
+        observe(elapsed)
 
 
 class GroupCommit:
@@ -65,7 +79,7 @@ class GroupCommit:
                 if self.policy.mode is FsyncMode.INTERVAL:
                     await asyncio.sleep(self.policy.interval_ms / 1000)
                 target = self._written
-                await loop.run_in_executor(None, self._sync)
+                await loop.run_in_executor(None, _timed, self._sync)
                 self._advance(target)
         except BaseException as error:  # a failed fsync must fail every waiter, not hang it
             self._fail(error)

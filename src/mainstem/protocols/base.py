@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 class ConnectionLimits:
     max_frame_size: int = 1_048_576
     heartbeat_s: int = 60
+    # For the protocols that have them, with the protocol's error when exceeded:
+    channel_max: int = 2047  # channels per connection (AMQP channel-max; RabbitMQ's default)
+    max_consumers_per_queue: int = 0  # 0: unlimited
 
 
 @dataclass(slots=True)
@@ -29,6 +32,34 @@ class ConnectionContext:
     log: logging.LoggerAdapter
     # The server sets this when it shuts down: handlers finish in-flight work and return.
     closing: asyncio.Event
+    # What the management API lists for this connection; the server fills the first three,
+    # the handler calls identify() once the client has logged in.
+    listener: str = ""
+    peer: str = ""
+    tls: bool = False
+    user: str | None = None
+    namespace: str | None = None
+    client_properties: dict[str, object] = field(default_factory=dict)
+    # Set by a handler that can close politely (AMQP connection.close, stream Close):
+    # called with the reason when an operator closes the connection; else it is cancelled.
+    on_close_request: Callable[[str], Awaitable[None]] | None = None
+
+    # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
+    consumers: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    def identify(self, user: str, namespace: str | None = None, **client_properties: object
+                 ) -> None:
+        """Record who is connected, for the connection registry and the log lines."""
+        self.user = user
+        self.namespace = namespace
+        self.client_properties.update(client_properties)
+
+    def add_consumer(self, tag: str, queue: str, **details: object) -> None:
+        """Record a subscription (AMQP consumer, stream subscription, ...) for the API."""
+        self.consumers[tag] = {"queue": queue, **details}
+
+    def remove_consumer(self, tag: str) -> None:
+        self.consumers.pop(tag, None)
 
 
 ConnectionHandler = Callable[[ConnectionContext], Awaitable[None]]

@@ -1,0 +1,483 @@
+"""The HTTP management API: RabbitMQ's paths and JSON shapes, plus mainstem's streams.
+
+Every handler reads `request.app[STATE]`; authentication happens in the app's middleware.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from mainstem import __version__
+from mainstem.admin.registry import ConnectionRegistry
+from mainstem.admin.resources import NODE, ResourceProvider
+from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
+from mainstem.broker.auth import PERMISSION_KINDS
+from mainstem.broker.catalog import UserRecord
+from mainstem.broker.errors import InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from mainstem.broker.core import BrokerCore
+    from mainstem.broker.streams import Stream
+
+routes = web.RouteTableDef()
+_RATE_WINDOW = 10  # samples (one a second) behind the rates of /api/overview
+
+
+@dataclass
+class AdminState:
+    core: BrokerCore
+    connections: ConnectionRegistry
+    providers: list[ResourceProvider]
+    monitor: AlarmMonitor | None
+    listeners: dict[str, int]  # listener name -> port, as bound
+    hosts: dict[str, str]  # listener name -> bind address
+    # (monotonic time, messages stored, bytes stored) once a second, for rates
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def sample(self) -> None:
+        partitions = [p for s in self.core.streams.list() for p in s.partitions]
+        self.samples.append((time.monotonic(), sum(p.committed_offset for p in partitions),
+                             sum(p.committed_byte for p in partitions)))
+        del self.samples[:-_RATE_WINDOW]
+
+    def rates(self) -> tuple[float, float]:
+        """Messages and bytes published per second over the sample window."""
+        if len(self.samples) < 2:
+            return 0.0, 0.0
+        (t0, m0, b0), (t1, m1, b1) = self.samples[0], self.samples[-1]
+        elapsed = max(t1 - t0, 1e-3)
+        return max(m1 - m0, 0) / elapsed, max(b1 - b0, 0) / elapsed
+
+
+STATE = web.AppKey("state", AdminState)
+
+
+def _state(request: web.Request) -> AdminState:
+    return request.app[STATE]
+
+
+def _vhost(request: web.Request) -> str | None:
+    return request.match_info.get("vhost")
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        raise InvalidArgument("the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return body
+
+
+def _no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+# -- overview ------------------------------------------------------------------
+
+
+@routes.get("/api/overview")
+async def overview(request: web.Request) -> web.Response:
+    state = _state(request)
+    queues = [q for provider in state.providers for q in provider.queues(None)]
+    published_rate, bytes_rate = state.rates()
+    messages = sum(q.get("messages", 0) for q in queues)
+    return web.json_response({
+        "management_version": __version__,
+        "product_name": "mainstem",
+        "product_version": __version__,
+        "node": NODE,
+        "listeners": [
+            {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}
+            for name, port in state.listeners.items()
+        ],
+        "object_totals": {
+            "connections": len(state.connections),
+            "channels": 0,
+            "queues": len(queues),
+            "exchanges": sum(len(p.exchanges(None)) for p in state.providers),
+            "consumers": len(consumer_rows(state.connections)),
+            "streams": len(state.core.streams.list()),
+        },
+        "queue_totals": {"messages": messages, "messages_ready": messages,
+                         "messages_unacknowledged": 0},
+        "message_stats": {
+            "publish": state.samples[-1][1] if state.samples else 0,
+            "publish_details": {"rate": round(published_rate, 1)},
+            "publish_bytes_details": {"rate": round(bytes_rate, 1)},
+        },
+        **_alarm_fields(state),
+    })
+
+
+def _alarm_fields(state: AdminState) -> dict[str, Any]:
+    alarms = state.core.alarms.active
+    fields: dict[str, Any] = {"alarms": sorted(alarms), "mem_alarm": MEMORY in alarms,
+                              "disk_free_alarm": DISK in alarms}
+    if state.monitor is not None and state.monitor.usage is not None:
+        usage, marks = state.monitor.usage, state.monitor.watermarks
+        fields.update(
+            mem_used=usage.memory_used,
+            mem_limit=int(marks.memory_high_watermark * usage.memory_total),
+            disk_free=usage.disk_free,
+            disk_free_limit=marks.disk_free_limit,
+        )
+    return fields
+
+
+@routes.get("/api/nodes")
+async def nodes(request: web.Request) -> web.Response:
+    return web.json_response([{"name": NODE, "running": True, **_alarm_fields(_state(request))}])
+
+
+# -- virtual hosts ---------------------------------------------------------------
+
+
+@routes.get("/api/vhosts")
+async def list_vhosts(request: web.Request) -> web.Response:
+    return web.json_response([_vhost_row(ns.name) for ns in _state(request).core.catalog
+                              .list_namespaces()])
+
+
+def _vhost_row(name: str) -> dict[str, Any]:
+    return {"name": name, "description": "", "tags": [], "tracing": False,
+            "default_queue_type": "stream"}
+
+
+@routes.get("/api/vhosts/{vhost}")
+async def get_vhost(request: web.Request) -> web.Response:
+    name = request.match_info["vhost"]
+    if _state(request).core.catalog.get_namespace(name) is None:
+        raise NotFound(f"virtual host '{name}' not found")
+    return web.json_response(_vhost_row(name))
+
+
+@routes.put("/api/vhosts/{vhost}")
+async def put_vhost(request: web.Request) -> web.Response:
+    name = request.match_info["vhost"]
+    core = _state(request).core
+    if core.catalog.get_namespace(name) is not None:
+        return _no_content()  # PUT is idempotent, as in RabbitMQ
+    core.add_namespace(name)
+    return web.Response(status=201)
+
+
+@routes.delete("/api/vhosts/{vhost}")
+async def delete_vhost(request: web.Request) -> web.Response:
+    await _state(request).core.delete_namespace(request.match_info["vhost"])
+    return _no_content()
+
+
+# -- users and permissions -------------------------------------------------------
+
+
+def _user_row(record: UserRecord) -> dict[str, Any]:
+    # The password hash stays inside the broker: the API never needs to show it.
+    return {"name": record.name, "tags": list(record.tags), "limits": {}}
+
+
+@routes.get("/api/users")
+async def list_users(request: web.Request) -> web.Response:
+    return web.json_response([_user_row(u) for u in _state(request).core.catalog.list_users()])
+
+
+@routes.get("/api/users/{user}")
+async def get_user(request: web.Request) -> web.Response:
+    name = request.match_info["user"]
+    record = _state(request).core.catalog.get_user(name)
+    if record is None:
+        raise NotFound(f"user '{name}' not found")
+    return web.json_response(_user_row(record))
+
+
+@routes.put("/api/users/{user}")
+async def put_user(request: web.Request) -> web.Response:
+    """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}."""
+    name = request.match_info["user"]
+    body = await _body(request)
+    tags = _tags(body.get("tags", ""))
+    core = _state(request).core
+    existing = core.catalog.get_user(name)
+    password = body.get("password")
+    if password is not None and not isinstance(password, str):
+        raise InvalidArgument("password must be a string")
+    if existing is None:
+        if not password:
+            raise InvalidArgument("a new user needs a password")
+        core.auth.add_user(name, password, tags)
+        return web.Response(status=201)
+    if password:
+        core.auth.change_password(name, password)
+        existing = core.catalog.get_user(name)
+        assert existing is not None
+    core.catalog.put_user(UserRecord(name, existing.password_hash, tags))
+    return _no_content()
+
+
+def _tags(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(t, str) for t in items):
+        raise InvalidArgument("tags must be a comma-separated string or a list of strings")
+    return tuple(tag.strip() for tag in items if tag.strip())
+
+
+@routes.delete("/api/users/{user}")
+async def delete_user(request: web.Request) -> web.Response:
+    name = request.match_info["user"]
+    core = _state(request).core
+    if core.catalog.get_user(name) is None:
+        raise NotFound(f"user '{name}' not found")
+    core.auth.delete_user(name)
+    return _no_content()
+
+
+@routes.get("/api/permissions")
+async def list_permissions(request: web.Request) -> web.Response:
+    return web.json_response(_permission_rows(_state(request).core))
+
+
+@routes.get("/api/users/{user}/permissions")
+async def user_permissions(request: web.Request) -> web.Response:
+    return web.json_response(_permission_rows(_state(request).core,
+                                              user=request.match_info["user"]))
+
+
+@routes.get("/api/vhosts/{vhost}/permissions")
+async def vhost_permissions(request: web.Request) -> web.Response:
+    return web.json_response(_permission_rows(_state(request).core, namespace=_vhost(request)))
+
+
+def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, str]]:
+    return [{"user": p.user, "vhost": p.namespace, "configure": p.configure, "write": p.write,
+             "read": p.read} for p in core.catalog.list_permissions(**where)]
+
+
+@routes.get("/api/permissions/{vhost}/{user}")
+async def get_permission(request: web.Request) -> web.Response:
+    user, vhost = request.match_info["user"], request.match_info["vhost"]
+    rows = _permission_rows(_state(request).core, user=user, namespace=vhost)
+    if not rows:
+        raise NotFound(f"no permissions for user '{user}' in virtual host '{vhost}'")
+    return web.json_response(rows[0])
+
+
+@routes.put("/api/permissions/{vhost}/{user}")
+async def put_permission(request: web.Request) -> web.Response:
+    user, vhost = request.match_info["user"], request.match_info["vhost"]
+    body = await _body(request)
+    core = _state(request).core
+    for what, missing in (("user", core.catalog.get_user(user) is None),
+                          ("virtual host", core.catalog.get_namespace(vhost) is None)):
+        if missing:
+            raise NotFound(f"{what} '{user if what == 'user' else vhost}' not found")
+    patterns = {kind: body.get(kind, "") for kind in PERMISSION_KINDS}
+    core.auth.set_permissions(user, vhost, **patterns)
+    return _no_content()
+
+
+@routes.delete("/api/permissions/{vhost}/{user}")
+async def delete_permission(request: web.Request) -> web.Response:
+    _state(request).core.auth.clear_permissions(request.match_info["user"],
+                                                request.match_info["vhost"])
+    return _no_content()
+
+
+# -- connections -----------------------------------------------------------------
+
+
+@routes.get("/api/connections")
+async def list_connections(request: web.Request) -> web.Response:
+    return web.json_response([c.describe() for c in _state(request).connections.list()])
+
+
+@routes.get("/api/vhosts/{vhost}/connections")
+async def vhost_connections(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    return web.json_response([c.describe() for c in _state(request).connections.list()
+                              if c.ctx.namespace == vhost])
+
+
+def _connection(request: web.Request):
+    name = request.match_info["name"]
+    connection = _state(request).connections.find(name)
+    if connection is None:
+        raise NotFound(f"connection '{name}' not found")
+    return connection
+
+
+@routes.get("/api/connections/{name}")
+async def get_connection(request: web.Request) -> web.Response:
+    return web.json_response(_connection(request).describe())
+
+
+@routes.delete("/api/connections/{name}")
+async def close_connection(request: web.Request) -> web.Response:
+    connection = _connection(request)
+    # RabbitMQ passes the reason in the X-Reason header.
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    await _state(request).connections.close(connection, reason)
+    return _no_content()
+
+
+def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
+    """Every consumer that a handler recorded with ctx.add_consumer, as RabbitMQ shows one."""
+    rows = []
+    for connection in connections.list():
+        ctx = connection.ctx
+        for tag, details in ctx.consumers.items():
+            queue = str(details.get("queue", ""))
+            rows.append({
+                "consumer_tag": tag,
+                "queue": {"name": queue, "vhost": ctx.namespace},
+                "channel_details": {"connection_name": connection.name, "peer_host": ctx.peer,
+                                    "user": ctx.user},
+                "ack_required": details.get("ack_required", False),
+                "prefetch_count": details.get("prefetch_count", 0),
+                "active": details.get("active", True),
+                "arguments": details.get("arguments", {}),
+            })
+    return rows
+
+
+@routes.get("/api/consumers")
+@routes.get("/api/consumers/{vhost}")
+async def list_consumers(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    return web.json_response([row for row in consumer_rows(_state(request).connections)
+                              if vhost is None or row["queue"]["vhost"] == vhost])
+
+
+# -- queues, exchanges, bindings (from every provider) ----------------------------
+
+
+def _merged(request: web.Request, kind: str) -> list[dict]:
+    state, vhost = _state(request), _vhost(request)
+    return [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+
+
+@routes.get("/api/queues")
+@routes.get("/api/queues/{vhost}")
+async def list_queues(request: web.Request) -> web.Response:
+    return web.json_response(_merged(request, "queues"))
+
+
+@routes.get("/api/queues/{vhost}/{name}")
+async def get_queue(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    for row in _merged(request, "queues"):
+        if row["name"] == name:
+            return web.json_response(row)
+    raise NotFound(f"queue '{name}' not found in virtual host '{_vhost(request)}'")
+
+
+@routes.delete("/api/queues/{vhost}/{name}")
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost, name = request.match_info["vhost"], request.match_info["name"]
+    for provider in _state(request).providers:
+        if await provider.delete_queue(vhost, name):
+            return _no_content()
+    raise NotFound(f"queue '{name}' not found in virtual host '{vhost}'")
+
+
+@routes.get("/api/exchanges")
+@routes.get("/api/exchanges/{vhost}")
+async def list_exchanges(request: web.Request) -> web.Response:
+    return web.json_response(_merged(request, "exchanges"))
+
+
+@routes.get("/api/bindings")
+@routes.get("/api/bindings/{vhost}")
+async def list_bindings(request: web.Request) -> web.Response:
+    return web.json_response(_merged(request, "bindings"))
+
+
+# -- streams (mainstem's own) -----------------------------------------------------
+
+
+def stream_row(stream: Stream) -> dict[str, Any]:
+    partitions = [
+        {"index": i, "name": name, "first_offset": p.first_offset,
+         "last_offset": p.committed_offset - 1, "committed_offset": p.committed_offset,
+         "size_bytes": p.size_bytes, "segments": p.segment_count}
+        for i, (name, p) in enumerate(zip(stream.partition_names, stream.partitions,
+                                          strict=True))
+    ]
+    return {
+        "name": stream.name, "vhost": stream.namespace, "arguments": stream.record.arguments,
+        "partitions": partitions,
+        "messages": sum(p["committed_offset"] - p["first_offset"] for p in partitions),
+        "size_bytes": sum(p["size_bytes"] for p in partitions),
+        "created_at": stream.record.created_at,
+    }
+
+
+def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
+    """Stored consumer offsets with their lag: committed messages not yet processed."""
+    rows = []
+    for (index, reference), offset in sorted(core.catalog.list_offsets(stream.namespace,
+                                                                       stream.name).items()):
+        committed = stream.partitions[index].committed_offset
+        rows.append({"vhost": stream.namespace, "stream": stream.name, "partition": index,
+                     "reference": reference, "offset": offset,
+                     "lag": max(committed - offset - 1, 0)})
+    return rows
+
+
+@routes.get("/api/streams")
+@routes.get("/api/streams/{vhost}")
+async def list_streams(request: web.Request) -> web.Response:
+    return web.json_response([stream_row(s) for s in _state(request).core.streams
+                              .list(_vhost(request))])
+
+
+def _stream(request: web.Request) -> Stream:
+    return _state(request).core.streams.get(request.match_info["vhost"],
+                                            request.match_info["name"])
+
+
+@routes.get("/api/streams/{vhost}/{name}")
+async def get_stream(request: web.Request) -> web.Response:
+    return web.json_response(stream_row(_stream(request)))
+
+
+@routes.put("/api/streams/{vhost}/{name}")
+async def put_stream(request: web.Request) -> web.Response:
+    """Create a stream: {"partitions": 1, "arguments": {"x-max-age": "7D"}}."""
+    body = await _body(request)
+    partitions, arguments = body.get("partitions", 1), body.get("arguments", {})
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise InvalidArgument("partitions must be a positive integer")
+    if not isinstance(arguments, dict):
+        raise InvalidArgument("arguments must be a JSON object")
+    vhost, name = request.match_info["vhost"], request.match_info["name"]
+    core = _state(request).core
+    if core.streams.find(vhost, name) is not None:
+        return _no_content()
+    core.streams.create(vhost, name, partitions, arguments)
+    return web.Response(status=201)
+
+
+@routes.delete("/api/streams/{vhost}/{name}")
+async def delete_stream(request: web.Request) -> web.Response:
+    await _state(request).core.streams.delete(request.match_info["vhost"],
+                                              request.match_info["name"])
+    return _no_content()
+
+
+@routes.get("/api/streams/{vhost}/{name}/offsets")
+async def stream_offsets(request: web.Request) -> web.Response:
+    return web.json_response(consumer_offsets(_state(request).core, _stream(request)))
+
+
+@routes.get("/api/consumer-offsets")
+async def all_offsets(request: web.Request) -> web.Response:
+    core = _state(request).core
+    return web.json_response([row for stream in core.streams.list()
+                              for row in consumer_offsets(core, stream)])

@@ -1,0 +1,147 @@
+"""The management HTTP server: API, Prometheus metrics and web console in one aiohttp app.
+
+Everything under /api needs HTTP basic auth by a user tagged `administrator`, checked by
+the same Auth as every protocol (loopback-only users stay loopback-only). /metrics is
+open, as RabbitMQ's Prometheus endpoint is; the console's static files carry no data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from mainstem.admin import api
+from mainstem.admin.metrics import Metrics
+from mainstem.admin.openapi import openapi_document
+from mainstem.admin.resources import providers_for
+from mainstem.broker.errors import (
+    AccessRefused,
+    AlreadyExists,
+    AuthenticationFailed,
+    BrokerError,
+    NotFound,
+)
+
+if TYPE_CHECKING:
+    from mainstem.server import Broker
+
+CONSOLE_DIR = Path(__file__).parent / "console"
+_REALM = 'Basic realm="mainstem management"'
+CONSOLE_HEADER = "X-Mainstem-Console"
+_SAMPLE_INTERVAL_S = 1.0
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(broker: Broker) -> web.Application:
+    core = broker.core
+    state = api.AdminState(
+        core=core, connections=broker.connections, providers=providers_for(core),
+        monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
+    )
+    app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
+    app[api.STATE] = state
+    app.add_routes(api.routes)
+    app.router.add_get("/api/openapi.json", _openapi)
+    metrics = Metrics(state)
+    app.router.add_get("/metrics", metrics.handle)
+    app.router.add_get("/", _console_index)
+    app.router.add_static("/console/", CONSOLE_DIR)
+    app.cleanup_ctx.append(_sampling(state))
+    app.cleanup_ctx.append(_forgetting_deleted_streams(state))
+    app.cleanup_ctx.append(metrics.lifetime)
+    return app
+
+
+async def _openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document(api.routes))
+
+
+async def _console_index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(CONSOLE_DIR / "index.html")
+
+
+def _sampling(state: api.AdminState):
+    async def lifetime(app: web.Application):
+        async def run() -> None:
+            while True:
+                state.sample()
+                await asyncio.sleep(_SAMPLE_INTERVAL_S)
+
+        task = asyncio.get_running_loop().create_task(run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return lifetime
+
+
+def _forgetting_deleted_streams(state: api.AdminState):
+    """A deleted stream's delivery counters go with it, so /metrics lists live streams."""
+    async def lifetime(app: web.Application):
+        stats = state.core.delivery_stats
+        unwatch = state.core.streams.watch(lambda stream: stats.forget(stream.namespace,
+                                                                       stream.name))
+        yield
+        unwatch()
+
+    return lifetime
+
+
+def _error(status: int, error: str, reason: str, **headers: str) -> web.Response:
+    # RabbitMQ's error body: {"error": ..., "reason": ...}
+    return web.Response(status=status, headers=headers, content_type="application/json",
+                        text=json.dumps({"error": error, "reason": reason}))
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except NotFound as exc:
+        return _error(404, "Object Not Found", str(exc))
+    except AlreadyExists as exc:
+        return _error(409, "conflict", str(exc))
+    except AccessRefused as exc:
+        return _error(403, "access_refused", str(exc))
+    except BrokerError as exc:
+        return _error(400, "bad_request", str(exc))
+
+
+@web.middleware
+async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not request.path.startswith("/api/"):
+        return await handler(request)
+    # The console asks for no challenge: a browser would answer it with its own dialog.
+    challenge = {} if CONSOLE_HEADER in request.headers else {"WWW-Authenticate": _REALM}
+    credentials = _basic_credentials(request.headers.get("Authorization", ""))
+    if credentials is None:
+        return _error(401, "not_authorised", "Login failed", **challenge)
+    core = request.app[api.STATE].core
+    try:
+        user = await core.login(*credentials, request.remote)
+    except AuthenticationFailed as exc:
+        return _error(401, "not_authorised", str(exc), **challenge)
+    if not user.is_administrator:
+        return _error(401, "not_authorised", "Not management user: needs the administrator tag")
+    return await handler(request)
+
+
+def _basic_credentials(header: str) -> tuple[str, str] | None:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, colon, password = decoded.partition(":")
+    return (user, password) if colon else None

@@ -1,0 +1,88 @@
+"""Where /api/queues, /api/exchanges and /api/bindings get their rows.
+
+Each subsystem that owns such objects contributes a ResourceProvider; the API merges the
+rows of every provider. Streams are queues of type "stream" today; the AMQP subsystem adds
+its classic queues, exchanges and bindings by registering its own provider:
+
+    from mainstem.admin.resources import register_provider
+    register_provider(lambda core: AmqpResources(core))
+
+Rows use the JSON shapes of RabbitMQ's management API.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from mainstem.broker.core import BrokerCore
+
+NODE = f"mainstem@{socket.gethostname()}"
+
+
+class ResourceProvider(Protocol):
+    def queues(self, vhost: str | None) -> list[dict]: ...
+    def exchanges(self, vhost: str | None) -> list[dict]: ...
+    def bindings(self, vhost: str | None) -> list[dict]: ...
+
+    async def delete_queue(self, vhost: str, name: str) -> bool:
+        """Delete the queue if this provider owns it; False if it does not."""
+        ...
+
+
+ProviderFactory = Callable[["BrokerCore"], ResourceProvider]
+_factories: list[ProviderFactory] = []
+
+
+def register_provider(factory: ProviderFactory) -> None:
+    """Add a provider for every management API created from now on (idempotent)."""
+    if factory not in _factories:
+        _factories.append(factory)
+
+
+def providers_for(core: BrokerCore) -> list[ResourceProvider]:
+    return [StreamQueues(core), *(factory(core) for factory in _factories)]
+
+
+class StreamQueues:
+    """Every stream as a queue of type stream, as RabbitMQ lists stream queues."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self._core = core
+
+    def queues(self, vhost: str | None) -> list[dict]:
+        rows = []
+        for stream in self._core.streams.list(vhost):
+            messages = sum(p.committed_offset - p.first_offset for p in stream.partitions)
+            rows.append({
+                "name": stream.name,
+                "vhost": stream.namespace,
+                "type": "stream",
+                "durable": True,
+                "auto_delete": False,
+                "exclusive": False,
+                "arguments": {"x-queue-type": "stream", **stream.record.arguments},
+                "node": NODE,
+                "state": "running",
+                "messages": messages,
+                "messages_ready": messages,
+                "messages_unacknowledged": 0,
+                "memory": 0,
+                "partitions": len(stream.partitions),
+                "size_bytes": sum(p.size_bytes for p in stream.partitions),
+            })
+        return rows
+
+    def exchanges(self, vhost: str | None) -> list[dict]:
+        return []
+
+    def bindings(self, vhost: str | None) -> list[dict]:
+        return []
+
+    async def delete_queue(self, vhost: str, name: str) -> bool:
+        if self._core.streams.find(vhost, name) is None:
+            return False
+        await self._core.streams.delete(vhost, name)
+        return True
