@@ -17,6 +17,7 @@ from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
 from mainstem.broker.delivery_stats import DeliveryStats
 from mainstem.broker.iggy_model import IggyModel
+from mainstem.broker.queues import QueueManager
 from mainstem.broker.segments import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import StreamStore
@@ -38,6 +39,7 @@ class BrokerCore:
         self.segments = SegmentStore(self.streams, data_dir / "segments.json")
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
+        self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability)
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -47,6 +49,7 @@ class BrokerCore:
         try:
             core = cls(data_dir, settings, catalog)
             core.streams.open_all()
+            core.queues.open()
         except BaseException:
             catalog.close()
             raise
@@ -59,6 +62,7 @@ class BrokerCore:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
+        await self.queues.close()
         await self.streams.close()
         self.iggy.close()
         self.catalog.close()

@@ -389,13 +389,28 @@ class Partition:
             if not (too_big or too_old):
                 break
             total -= oldest.size
-            oldest.delete()
-            del self._segments[0]
-            del self._segment_starts[0]
+            self._drop_oldest()
             deleted += 1
         if deleted:
             _fsync_directory(self.directory)
         return deleted
+
+    def truncate_before(self, offset: int) -> int:
+        """Delete the whole segments that hold only offsets below `offset` (a queue's
+        settled messages); the active segment stays. Returns how many were deleted."""
+        deleted = 0
+        while len(self._segments) > 1 and self._segments[0].next_offset <= min(
+                offset, self.committed_offset):
+            self._drop_oldest()
+            deleted += 1
+        if deleted:
+            _fsync_directory(self.directory)
+        return deleted
+
+    def _drop_oldest(self) -> None:
+        self._segments[0].delete()
+        del self._segments[0]
+        del self._segment_starts[0]
 
 
 class PartitionReader:

@@ -1,0 +1,143 @@
+"""A durable queue's persistent messages, kept in a log partition of its own.
+
+The journal holds two kinds of record: an *enqueue* (the message: exchange, routing key,
+encoded properties, body) and a *settle* (the journal offsets of messages acknowledged or
+dropped). Replaying it gives the queue's contents after a restart or a crash. Writes of one
+event-loop turn become one chunk, so a burst of publishes or acks costs one write and one
+fsync. Whole segments below the oldest live message are deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from struct import Struct
+
+from mainstem.broker.queues.message import QueueMessage
+from mainstem.broker.queues.stream_appender import resolve_when_durable, write_in_chunks
+from mainstem.log.partition import Partition
+from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
+
+ENQUEUE, SETTLE = 0x45, 0x53  # "E", "S"
+_ENQUEUE_HEAD = Struct(">BBBI")  # kind, exchange length, routing key length, properties length
+_OFFSET = Struct(">Q")
+SEGMENT_BYTES = 64 * 1024 * 1024
+COMPACT_EVERY = 4096  # settles between attempts to delete old segments
+
+
+def encode_enqueue(message: QueueMessage) -> bytes:
+    exchange = message.exchange.encode("utf-8", "surrogateescape")
+    routing_key = message.routing_key.encode("utf-8", "surrogateescape")
+    head = _ENQUEUE_HEAD.pack(ENQUEUE, len(exchange), len(routing_key), len(message.properties))
+    return b"".join((head, exchange, routing_key, message.properties, message.body))
+
+
+def decode_enqueue(record: memoryview) -> QueueMessage:
+    _, exchange_len, key_len, properties_len = _ENQUEUE_HEAD.unpack_from(record)
+    pos = _ENQUEUE_HEAD.size
+    exchange = bytes(record[pos:pos + exchange_len]).decode("utf-8", "surrogateescape")
+    pos += exchange_len
+    routing_key = bytes(record[pos:pos + key_len]).decode("utf-8", "surrogateescape")
+    pos += key_len
+    properties = bytes(record[pos:pos + properties_len])
+    body = bytes(record[pos + properties_len:])
+    return QueueMessage(exchange, routing_key, properties, body, persistent=True)
+
+
+def encode_settle(offsets: list[int]) -> bytes:
+    return bytes([SETTLE]) + Struct(f">{len(offsets)}Q").pack(*offsets)
+
+
+class QueueJournal:
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self._pending: list[QueueMessage] = []
+        self._settles: list[int] = []
+        self._batch: asyncio.Future[None] | None = None
+        self._live: dict[int, None] = {}  # journal offsets of unsettled messages, in order
+        self._since_compaction = 0
+
+    @classmethod
+    def open(cls, directory: Path, durability: DurabilityPolicy
+             ) -> tuple[QueueJournal, list[QueueMessage]]:
+        """Open the journal and replay it: the unsettled messages, oldest first."""
+        partition = Partition.open(directory, durability=durability,
+                                   retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES))
+        journal = cls(partition)
+        messages: dict[int, QueueMessage] = {}
+        reader = partition.reader(partition.first_offset)
+        while (chunk := reader.next_chunk_nowait()) is not None:
+            for offset, record in chunk.records():
+                if record[0] == ENQUEUE:
+                    message = decode_enqueue(record)
+                    message.log_offset = offset
+                    messages[offset] = message
+                else:
+                    for (settled,) in _OFFSET.iter_unpack(record[1:]):
+                        messages.pop(settled, None)
+        journal._live = dict.fromkeys(messages)
+        return journal, list(messages.values())
+
+    def enqueue(self, message: QueueMessage) -> asyncio.Future[None]:
+        """Write the message with this turn's batch; the future is done once it is durable."""
+        self._pending.append(message)
+        return self._schedule()
+
+    def settle(self, message: QueueMessage) -> None:
+        """The message left the queue for good (acked, dropped, expired, purged)."""
+        message.settled = True
+        if message.log_offset is None:
+            return  # still pending: it is simply not written
+        self._live.pop(message.log_offset, None)
+        self._settles.append(message.log_offset)
+        self._schedule()
+
+    def _schedule(self) -> asyncio.Future[None]:
+        if self._batch is None:
+            loop = asyncio.get_running_loop()
+            self._batch = loop.create_future()
+            loop.call_soon(self._flush)
+        return self._batch
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, None
+        assert batch is not None
+        live = [m for m in self._pending if not m.settled]
+        records = [encode_enqueue(m) for m in live]
+        if self._settles:
+            records.append(encode_settle(self._settles))
+        self._since_compaction += len(self._settles)
+        self._pending, self._settles = [], []
+        if not records:
+            batch.set_result(None)
+            return
+        try:
+            appended = write_in_chunks(self.partition, records)
+        except Exception as exc:  # a full disk: the publishers get a nack
+            batch.set_exception(exc)
+            return
+        first = appended.next_offset - len(records)
+        for offset, message in enumerate(live, first):
+            message.log_offset = offset
+            self._live[offset] = None
+        resolve_when_durable(self.partition, appended, batch)
+        if self._since_compaction >= COMPACT_EVERY:
+            self._compact()
+
+    def _compact(self) -> None:
+        self._since_compaction = 0
+        floor = next(iter(self._live), self.partition.next_offset)
+        self.partition.truncate_before(floor)
+
+    async def close(self) -> None:
+        if self._batch is not None:
+            self._flush()
+        await self.partition.aclose()
+
+    def delete(self) -> None:
+        """Close and remove the journal's files (the queue was deleted)."""
+        self._pending, self._settles = [], []
+        self.partition.close()
+        for path in self.partition.directory.iterdir():
+            path.unlink()
+        self.partition.directory.rmdir()

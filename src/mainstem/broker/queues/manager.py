@@ -1,0 +1,87 @@
+"""Every namespace's AMQP 0-9-1 objects, and their durable metadata.
+
+Durable exchanges, bindings and queue definitions of all virtual hosts are one small file,
+rewritten atomically on each change (declarations are rare); each durable queue's messages
+are in its own journal under ``<data>/queues``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from mainstem.broker.catalog import Catalog
+from mainstem.broker.errors import NotFound
+from mainstem.broker.queues.journal import QueueJournal
+from mainstem.broker.queues.message import QueueMessage
+from mainstem.broker.queues.virtual_host import VirtualHost
+from mainstem.broker.routing import ExchangeGraph
+from mainstem.broker.streams import StreamStore
+from mainstem.log.policy import DurabilityPolicy
+
+METADATA_FILE = "amqp-metadata.pickle"
+
+
+class QueueManager:
+    def __init__(self, data_dir: Path, catalog: Catalog, streams: StreamStore,
+                 durability: DurabilityPolicy) -> None:
+        self.directory = data_dir / "queues"
+        self.catalog = catalog
+        self.streams = streams
+        self.durability = durability
+        self.vhosts: dict[str, VirtualHost] = {}
+        self._metadata = data_dir / METADATA_FILE
+
+    def open(self) -> None:
+        """Recover durable exchanges, queues (with their messages) and bindings."""
+        if not self._metadata.exists():
+            return
+        records: dict[str, dict[str, Any]] = pickle.loads(self._metadata.read_bytes())
+        for name, record in records.items():
+            if self.catalog.get_namespace(name) is None:
+                continue
+            vhost = VirtualHost(name, self)
+            for queue in record["queues"]:
+                vhost.restore_queue(queue)
+            streams = [s.name for s in self.streams.list(name)]
+            vhost.graph = ExchangeGraph.from_records(
+                record, namespace=name, durable_queues=[*vhost.queues, *streams])
+            self.vhosts[name] = vhost
+
+    def vhost(self, name: str) -> VirtualHost:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            if self.catalog.get_namespace(name) is None:
+                raise NotFound(f"no vhost '{name}'")
+            vhost = self.vhosts[name] = VirtualHost(name, self)
+            for stream in self.streams.list(name):
+                vhost.graph.add_queue(stream.name)
+        return vhost
+
+    def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, list[QueueMessage]]:
+        directory = self.directory / quote(vhost, safe="") / quote(queue, safe="")
+        return QueueJournal.open(directory, self.durability)
+
+    def save(self) -> None:
+        records = {name: vhost.records() for name, vhost in self.vhosts.items()}
+        temporary = self._metadata.with_suffix(".tmp")
+        with open(temporary, "wb") as file:
+            file.write(pickle.dumps(records))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self._metadata)
+        directory = os.open(self._metadata.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    async def close(self) -> None:
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                queue.stop_timers()
+                if queue.journal is not None:
+                    await queue.journal.close()

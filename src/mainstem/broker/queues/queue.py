@@ -1,0 +1,306 @@
+"""A classic queue: ready messages in order (per priority), consumers served round robin
+within their credit, TTL, length limits, dead-lettering and single active consumer.
+
+Messages waiting for an ack belong to the channel that received them; the queue only counts
+them. A durable queue writes its persistent messages to a ``QueueJournal``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from mainstem.broker.errors import AccessRefused
+from mainstem.broker.queues.arguments import QueueArguments
+from mainstem.broker.queues.journal import QueueJournal
+from mainstem.broker.queues.message import QueueMessage
+
+DeadLetter = Callable[["ClassicQueue", QueueMessage, str], None]
+
+
+class Consumer(Protocol):
+    tag: str
+    no_ack: bool
+    exclusive: bool
+
+    def has_credit(self) -> bool: ...
+
+    def deliver(self, queue: ClassicQueue, message: QueueMessage) -> None: ...
+
+    def cancelled_by_server(self) -> None: ...
+
+
+class ClassicQueue:
+    kind = "classic"
+
+    def __init__(self, name: str, *, durable: bool, auto_delete: bool, owner: object | None,
+                 arguments: dict[str, Any], settings: QueueArguments,
+                 journal: QueueJournal | None, dead_letter: DeadLetter,
+                 on_unused: Callable[[ClassicQueue], None]) -> None:
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.owner = owner  # the connection of an exclusive queue
+        self.arguments = arguments
+        self.settings = settings
+        self.journal = journal
+        self._dead_letter = dead_letter
+        self._on_unused = on_unused  # x-expires elapsed or the last auto-delete consumer left
+        levels = settings.max_priority + 1
+        self._levels: list[deque[QueueMessage]] = [deque() for _ in range(levels)]
+        self._seq = 0
+        self.ready_count = 0
+        self.ready_bytes = 0
+        self.unacked_count = 0
+        self.consumers: list[Consumer] = []
+        self._next_consumer = 0
+        self._had_consumers = False
+        self._dispatching = False
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._unused_timer: asyncio.TimerHandle | None = None
+        self.deleted = False
+        self.touch()
+
+    # -- publishing ----------------------------------------------------------
+
+    def publish(self, message: QueueMessage) -> asyncio.Future[None] | bool | None:
+        """Enqueue; returns False when refused (x-overflow reject-publish), else the
+        durability future of a journaled message or None."""
+        settings = self.settings
+        if self._is_full(message) and settings.overflow != "drop-head":
+            if settings.overflow == "reject-publish-dlx":
+                self._dead_letter(self, message, "maxlen")
+            return False
+        ttl = settings.message_ttl_ms
+        if ttl is not None:
+            expires = time.monotonic() + ttl / 1000
+            if message.expires_at is None or expires < message.expires_at:
+                message.expires_at = expires
+        self._seq += 1
+        message.seq = self._seq
+        durable_write = None
+        if self.journal is not None and message.persistent:
+            durable_write = self.journal.enqueue(message)
+        self._push(message)
+        self._enforce_drop_head()
+        if self.consumers:
+            self.dispatch()
+        if message.expires_at is not None:
+            self._arm_expiry()
+        return durable_write
+
+    def _is_full(self, message: QueueMessage) -> bool:
+        limit, limit_bytes = self.settings.max_length, self.settings.max_length_bytes
+        return ((limit is not None and self.ready_count >= limit)
+                or (limit_bytes is not None
+                    and self.ready_bytes + len(message.body) > limit_bytes))
+
+    def _enforce_drop_head(self) -> None:
+        limit, limit_bytes = self.settings.max_length, self.settings.max_length_bytes
+        while self.ready_count and (
+                (limit is not None and self.ready_count > limit)
+                or (limit_bytes is not None and self.ready_bytes > limit_bytes)):
+            self._discard(self._pop(), "maxlen")
+
+    # -- ready messages ------------------------------------------------------
+
+    def _level(self, message: QueueMessage) -> deque[QueueMessage]:
+        return self._levels[min(message.priority, len(self._levels) - 1)]
+
+    def _push(self, message: QueueMessage) -> None:
+        self._level(message).append(message)
+        self.ready_count += 1
+        self.ready_bytes += len(message.body)
+
+    def _head_level(self) -> deque[QueueMessage] | None:
+        for level in reversed(self._levels):
+            if level:
+                return level
+        return None
+
+    def _pop(self) -> QueueMessage:
+        level = self._head_level()
+        assert level is not None
+        message = level.popleft()
+        self.ready_count -= 1
+        self.ready_bytes -= len(message.body)
+        return message
+
+    def _take(self) -> QueueMessage | None:
+        """The next live ready message; expired ones at the head are dead-lettered."""
+        now = time.monotonic()
+        while self.ready_count:
+            message = self._pop()
+            if message.expires_at is not None and message.expires_at <= now:
+                self._discard(message, "expired")
+                continue
+            return message
+        return None
+
+    def _discard(self, message: QueueMessage, reason: str) -> None:
+        self.settle(message)
+        self._dead_letter(self, message, reason)
+
+    def requeue(self, messages: Iterable[QueueMessage]) -> None:
+        """Put delivered messages back where they were (by publish order)."""
+        for message in sorted(messages, key=lambda m: m.seq, reverse=True):
+            self.unacked_count -= 1
+            level = self._level(message)
+            if not level or message.seq < level[0].seq:
+                level.appendleft(message)
+            else:
+                index = next((i for i, m in enumerate(level) if m.seq > message.seq),
+                             len(level))
+                level.insert(index, message)
+            self.ready_count += 1
+            self.ready_bytes += len(message.body)
+        self._arm_expiry()
+        self.dispatch()
+
+    # -- settling ------------------------------------------------------------
+
+    def settle(self, message: QueueMessage) -> None:
+        if self.journal is not None and message.persistent:
+            self.journal.settle(message)
+
+    def ack(self, message: QueueMessage) -> None:
+        self.unacked_count -= 1
+        self.settle(message)
+
+    def reject(self, message: QueueMessage) -> None:
+        """Negatively acknowledged without requeue: dead-lettered if configured."""
+        self.unacked_count -= 1
+        self._discard(message, "rejected")
+
+    def purge(self) -> int:
+        count = self.ready_count
+        for level in self._levels:
+            for message in level:
+                self.settle(message)
+            level.clear()
+        self.ready_count = self.ready_bytes = 0
+        return count
+
+    # -- consumers -----------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        if consumer.exclusive and self.consumers:
+            raise AccessRefused(f"queue '{self.name}' in vhost has consumers; "
+                                "cannot consume exclusively")
+        if any(c.exclusive for c in self.consumers):
+            raise AccessRefused(f"queue '{self.name}' in exclusive use")
+        self.consumers.append(consumer)
+        self._had_consumers = True
+        self._cancel_unused_timer()
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if not self.consumers:
+            if self.auto_delete and self._had_consumers:
+                self._on_unused(self)
+                return
+            self.touch()
+        else:
+            self.dispatch()
+
+    def active_consumers(self) -> list[Consumer]:
+        if self.settings.single_active_consumer:
+            return self.consumers[:1]
+        return self.consumers
+
+    def dispatch(self) -> None:
+        """Hand ready messages to consumers with credit, round robin."""
+        if self._dispatching or self.deleted:
+            return
+        self._dispatching = True
+        try:
+            consumers = self.active_consumers()
+            while self.ready_count and consumers:
+                consumer = self._next_with_credit(consumers)
+                if consumer is None:
+                    break
+                message = self._take()
+                if message is None:
+                    break
+                message.delivery_count += 1
+                consumer.deliver(self, message)
+                if consumer.no_ack:
+                    self.settle(message)
+                else:
+                    self.unacked_count += 1
+        finally:
+            self._dispatching = False
+
+    def _next_with_credit(self, consumers: list[Consumer]) -> Consumer | None:
+        count = len(consumers)
+        for i in range(count):
+            consumer = consumers[(self._next_consumer + i) % count]
+            if consumer.has_credit():
+                self._next_consumer = (self._next_consumer + i + 1) % count
+                return consumer
+        return None
+
+    def get(self) -> QueueMessage | None:
+        """basic.get: the next ready message, delivery counted."""
+        self.touch()
+        message = self._take()
+        if message is not None:
+            message.delivery_count += 1
+        return message
+
+    # -- timers: per-message expiry and x-expires ----------------------------
+
+    def _arm_expiry(self) -> None:
+        if self._expiry_timer is not None or self.deleted:
+            return
+        heads = [level[0].expires_at for level in self._levels
+                 if level and level[0].expires_at is not None]
+        if heads:
+            loop = asyncio.get_running_loop()
+            when = min(heads) - time.monotonic() + loop.time()
+            self._expiry_timer = loop.call_at(when, self._expire_heads)
+
+    def _expire_heads(self) -> None:
+        self._expiry_timer = None
+        now = time.monotonic()
+        for level in self._levels:
+            while level and level[0].expires_at is not None and level[0].expires_at <= now:
+                message = level.popleft()
+                self.ready_count -= 1
+                self.ready_bytes -= len(message.body)
+                self._discard(message, "expired")
+        self._arm_expiry()
+
+    def touch(self) -> None:
+        """The queue was used (declared, consumed from, polled): restart x-expires."""
+        self._cancel_unused_timer()
+        expires = self.settings.expires_ms
+        if expires is not None and not self.consumers and not self.deleted:
+            loop = asyncio.get_running_loop()
+            self._unused_timer = loop.call_later(expires / 1000, self._on_unused, self)
+
+    def _cancel_unused_timer(self) -> None:
+        if self._unused_timer is not None:
+            self._unused_timer.cancel()
+            self._unused_timer = None
+
+    def stop_timers(self) -> None:
+        self._cancel_unused_timer()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+
+    def restore(self, messages: list[QueueMessage]) -> None:
+        """Messages replayed from the journal after a restart (TTL counts again)."""
+        ttl = self.settings.message_ttl_ms
+        expires = None if ttl is None else time.monotonic() + ttl / 1000
+        for message in messages:
+            message.expires_at = expires
+            self._seq += 1
+            message.seq = self._seq
+            self._push(message)

@@ -1,0 +1,327 @@
+"""One namespace seen as an AMQP 0-9-1 virtual host: exchanges, bindings and queues.
+
+Classic queues live here; a stream queue is a stream of the namespace (so one declared by
+the stream protocol is a queue here too, and one declared here is a stream there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mainstem.broker.errors import (
+    AccessRefused,
+    AlreadyExists,
+    NotFound,
+    PreconditionFailed,
+)
+from mainstem.broker.queues.arguments import (
+    STREAM,
+    QueueArguments,
+    assert_equivalent_arguments,
+    parse_queue_arguments,
+)
+from mainstem.broker.queues.journal import QueueJournal
+from mainstem.broker.queues.message import QueueMessage, properties_codec
+from mainstem.broker.queues.queue import ClassicQueue
+from mainstem.broker.queues.stream_appender import StreamAppender
+from mainstem.broker.routing import Binding, ExchangeGraph
+from mainstem.broker.streams import Stream
+
+if TYPE_CHECKING:
+    from mainstem.broker.queues.manager import QueueManager
+
+log = logging.getLogger("mainstem.amqp")
+
+# What 0-9-1 -> stream conversion needs: (message) -> AMQP 1.0 record bytes.
+StreamEncoder = Callable[[QueueMessage], bytes]
+
+
+class ResourceLocked(AccessRefused):
+    """An exclusive queue of another connection (AMQP 405)."""
+
+
+@dataclass
+class PublishOutcome:
+    routed: bool = False
+    rejected: bool = False  # a queue refused it (x-overflow reject-publish)
+    waits: list[asyncio.Future[None]] = field(default_factory=list)
+
+
+class VirtualHost:
+    def __init__(self, name: str, manager: QueueManager) -> None:
+        self.name = name
+        self.manager = manager
+        self.graph = ExchangeGraph(name)
+        self.queues: dict[str, ClassicQueue] = {}
+        self._appenders: dict[str, StreamAppender] = {}
+
+    def describe(self, kind: str, name: str) -> str:
+        return f"{kind} '{name}' in vhost '{self.name}'"
+
+    # -- queues ----------------------------------------------------------------
+
+    def stream(self, name: str) -> Stream | None:
+        stream = self.manager.streams.find(self.name, name)
+        if stream is not None and not self.graph.has_queue(name):
+            self.graph.add_queue(name)  # made by another protocol since we last looked
+        return stream
+
+    def lookup(self, name: str, owner: object | None) -> ClassicQueue | Stream:
+        """The queue called `name`, checked for exclusive ownership."""
+        queue = self.queues.get(name)
+        if queue is not None:
+            if queue.owner is not None and queue.owner is not owner:
+                raise ResourceLocked(
+                    f"cannot obtain exclusive access to locked {self.describe('queue', name)}."
+                    " It could be originally declared on another connection or the exclusive"
+                    " property value does not match that of the original declaration.")
+            return queue
+        stream = self.stream(name)
+        if stream is None:
+            raise NotFound(f"no {self.describe('queue', name)}")
+        return stream
+
+    def declare_queue(self, name: str, *, durable: bool, exclusive: bool, auto_delete: bool,
+                      arguments: Mapping[str, Any], owner: object) -> ClassicQueue | Stream:
+        settings = parse_queue_arguments(name, self.name, arguments)
+        existing = self.queues.get(name) or self.stream(name)
+        if existing is not None:
+            found = self.lookup(name, owner)
+            self._assert_equivalent(found, durable, exclusive, auto_delete, arguments)
+            if isinstance(found, ClassicQueue):
+                found.touch()
+            return found
+        if settings.queue_type == STREAM:
+            return self._declare_stream(name, durable, exclusive, auto_delete, arguments)
+        queue = self._new_queue(name, durable, auto_delete, owner if exclusive else None,
+                                dict(arguments), settings)
+        if durable:
+            self.manager.save()
+        return queue
+
+    def _declare_stream(self, name: str, durable: bool, exclusive: bool, auto_delete: bool,
+                        arguments: Mapping[str, Any]) -> Stream:
+        refused = "exclusive" if exclusive else "auto-delete" if auto_delete else \
+            None if durable else "non-durable"
+        if refused is not None:
+            raise PreconditionFailed(
+                f"invalid property '{refused}' for {self.describe('queue', name)}")
+        stream_args = {k: v for k, v in arguments.items() if k != "x-queue-type"}
+        try:
+            stream = self.manager.streams.create(self.name, name, 1, stream_args)
+        except AlreadyExists as exc:
+            raise PreconditionFailed(exc.message) from None
+        self.graph.add_queue(name)
+        return stream
+
+    def _new_queue(self, name: str, durable: bool, auto_delete: bool, owner: object | None,
+                   arguments: dict[str, Any], settings: QueueArguments,
+                   journal: QueueJournal | None = None) -> ClassicQueue:
+        if durable and journal is None:
+            journal, _ = self.manager.open_journal(self.name, name)
+        queue = ClassicQueue(name, durable=durable, auto_delete=auto_delete, owner=owner,
+                             arguments=arguments, settings=settings, journal=journal,
+                             dead_letter=self.dead_letter, on_unused=self._unused)
+        self.queues[name] = queue
+        self.graph.add_queue(name, durable=durable)
+        return queue
+
+    def restore_queue(self, record: dict[str, Any]) -> None:
+        name = record["name"]
+        settings = parse_queue_arguments(name, self.name, record["arguments"])
+        journal, messages = self.manager.open_journal(self.name, name)
+        queue = self._new_queue(name, True, record["auto_delete"], None, record["arguments"],
+                                settings, journal)
+        queue.restore(messages)
+
+    def _assert_equivalent(self, found: ClassicQueue | Stream, durable: bool, exclusive: bool,
+                           auto_delete: bool, arguments: Mapping[str, Any]) -> None:
+        if isinstance(found, ClassicQueue):
+            current = {"durable": found.durable, "exclusive": found.owner is not None,
+                       "auto_delete": found.auto_delete}
+            current_args = found.arguments
+        else:
+            current = {"durable": True, "exclusive": False, "auto_delete": False}
+            current_args = {"x-queue-type": STREAM}
+            arguments = {k: v for k, v in arguments.items() if k == "x-queue-type"}
+        requested = {"durable": durable, "exclusive": exclusive, "auto_delete": auto_delete}
+        for key, value in requested.items():
+            if current[key] != value:
+                raise PreconditionFailed(
+                    f"inequivalent arg '{key}' for {self.describe('queue', found.name)}: "
+                    f"received '{str(value).lower()}' but current is "
+                    f"'{str(current[key]).lower()}'")
+        assert_equivalent_arguments(found.name, self.name, current_args, arguments)
+
+    async def delete_queue(self, name: str, *, owner: object | None, if_unused: bool = False,
+                           if_empty: bool = False) -> int:
+        """Delete a queue; returns how many ready messages it held. A missing one is fine."""
+        try:
+            queue = self.lookup(name, owner)
+        except NotFound:
+            return 0
+        if isinstance(queue, Stream):
+            await self.manager.streams.delete(self.name, name)
+            self.graph.remove_queue(name)
+            self._appenders.pop(name, None)
+            return 0
+        if if_unused and queue.consumers:
+            raise PreconditionFailed(f"{self.describe('queue', name)} in use")
+        if if_empty and queue.ready_count:
+            raise PreconditionFailed(f"{self.describe('queue', name)} not empty")
+        return self.remove_queue(queue)
+
+    def remove_queue(self, queue: ClassicQueue) -> int:
+        count = queue.ready_count
+        queue.deleted = True
+        queue.stop_timers()
+        self.queues.pop(queue.name, None)
+        self.graph.remove_queue(queue.name)
+        for consumer in list(queue.consumers):
+            consumer.cancelled_by_server()
+        queue.consumers.clear()
+        if queue.journal is not None:
+            queue.journal.delete()
+            self.manager.save()
+        return count
+
+    def _unused(self, queue: ClassicQueue) -> None:
+        if not queue.deleted and not queue.consumers:
+            self.remove_queue(queue)
+
+    def connection_closed(self, owner: object) -> None:
+        """Exclusive queues go with the connection that declared them."""
+        for queue in [q for q in self.queues.values() if q.owner is owner]:
+            self.remove_queue(queue)
+
+    # -- exchanges and bindings ----------------------------------------------------
+
+    def bind(self, binding: Binding) -> None:
+        if binding.destination_kind == "queue":
+            self.lookup_for_binding(binding.destination)
+        self.graph.bind(binding)
+        self.manager.save()
+
+    def unbind(self, binding: Binding) -> None:
+        if binding.destination_kind == "queue":
+            self.lookup_for_binding(binding.destination)
+        self.graph.unbind(binding)
+        self.manager.save()
+
+    def lookup_for_binding(self, name: str) -> None:
+        if name not in self.queues and self.stream(name) is None:
+            raise NotFound(f"no {self.describe('queue', name)}")
+
+    # -- publishing -------------------------------------------------------------
+
+    def publish(self, exchange: str, routing_key: str, message: QueueMessage,
+                headers: Mapping[str, Any] | None, cc: tuple[str, ...],
+                to_stream: StreamEncoder) -> PublishOutcome:
+        """Route a message and enqueue it in every queue it reaches."""
+        if exchange == "" and not cc:  # the default exchange: the key names the queue
+            names: set[str] | tuple[str, ...] = (routing_key,)
+        else:
+            names = self.graph.route(exchange, routing_key, headers, cc=cc)
+        outcome = PublishOutcome()
+        first = True
+        for name in names:
+            queue = self.queues.get(name)
+            if queue is not None:
+                copy = message if first else message.copy()
+                first = False
+                result = queue.publish(copy)
+                outcome.routed = True
+                if result is False:
+                    outcome.rejected = True
+                elif result is not None and result is not True:
+                    outcome.waits.append(result)
+                continue
+            stream = self.stream(name)
+            if stream is not None:
+                outcome.routed = True
+                outcome.waits.append(self._appender(stream).append(to_stream(message)))
+        return outcome
+
+    def _appender(self, stream: Stream) -> StreamAppender:
+        appender = self._appenders.get(stream.name)
+        if appender is None or appender.partition is not stream.partitions[0]:
+            appender = self._appenders[stream.name] = StreamAppender(stream.partitions[0])
+        return appender
+
+    def dead_letter(self, queue: ClassicQueue, message: QueueMessage, reason: str) -> None:
+        """Republish a dead message to the queue's dead-letter exchange with an x-death
+        entry, as RabbitMQ does (at most once: no confirm waits on it)."""
+        settings = queue.settings
+        exchange = settings.dead_letter_exchange
+        if exchange is None or not self.graph.has_exchange(exchange):
+            return
+        codec = properties_codec()
+        headers = dict(codec.headers(message.properties))
+        routing_keys = [message.routing_key]
+        _record_death(headers, queue.name, reason, message.exchange, routing_keys,
+                      codec.expiration(message.properties))
+        key = settings.dead_letter_routing_key or message.routing_key
+        names = self.graph.route(exchange, key, headers)
+        if _is_cycle(headers, names, queue.name):
+            log.debug("dead-letter cycle dropped a message from %s", queue.name)
+            return
+        dead = QueueMessage(exchange, key,
+                            codec.with_headers(message.properties, headers, drop_expiration=True),
+                            message.body, persistent=message.persistent,
+                            priority=message.priority)
+        for name in names:
+            target = self.queues.get(name)
+            if target is not None:
+                target.publish(dead.copy())
+
+    # -- persistence ------------------------------------------------------------
+
+    def records(self) -> dict[str, Any]:
+        records: dict[str, Any] = dict(self.graph.to_records())
+        records["queues"] = [
+            {"name": q.name, "auto_delete": q.auto_delete, "arguments": q.arguments}
+            for q in self.queues.values() if q.durable and q.owner is None
+        ]
+        return records
+
+
+def _record_death(headers: dict[str, Any], queue: str, reason: str, exchange: str,
+                  routing_keys: list[str], expiration: str | None) -> None:
+    deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, Mapping)]
+    for i, death in enumerate(deaths):
+        if death.get("queue") == queue and death.get("reason") == reason:
+            death["count"] = int(death.get("count", 0)) + 1
+            death["time"] = _now()
+            deaths.insert(0, deaths.pop(i))
+            break
+    else:
+        death = {"count": 1, "reason": reason, "queue": queue, "time": _now(),
+                 "exchange": exchange, "routing-keys": routing_keys}
+        if expiration is not None:
+            death["original-expiration"] = expiration
+        deaths.insert(0, death)
+    headers["x-death"] = deaths
+    headers.setdefault("x-first-death-reason", reason)
+    headers.setdefault("x-first-death-queue", queue)
+    headers.setdefault("x-first-death-exchange", exchange)
+    headers["x-last-death-reason"] = reason
+    headers["x-last-death-queue"] = queue
+    headers["x-last-death-exchange"] = exchange
+
+
+def _is_cycle(headers: Mapping[str, Any], targets: set[str], queue: str) -> bool:
+    """RabbitMQ drops a message that would loop back to a queue it already died in, unless
+    a rejection (a client's decision) is part of the loop."""
+    if queue not in targets:
+        return False
+    deaths = headers.get("x-death") or []
+    return not any(d.get("reason") == "rejected" for d in deaths)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)

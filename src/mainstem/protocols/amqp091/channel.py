@@ -1,0 +1,598 @@
+"""One AMQP 0-9-1 channel: exchange, queue, basic, confirm and tx methods over the broker's
+virtual host. Channel exceptions raise ``ChannelError`` (the connection answers with
+channel.close); connection exceptions raise ``AmqpCodecError``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mainstem.broker.errors import (
+    AccessRefused,
+    BrokerError,
+    InvalidArgument,
+    NotFound,
+    PreconditionFailed,
+)
+from mainstem.broker.queues import ClassicQueue, PublishOutcome, QueueMessage, ResourceLocked
+from mainstem.broker.routing import Binding
+from mainstem.broker.streams import Stream
+from mainstem.protocols.amqp091 import methods as m
+from mainstem.protocols.amqp091.consumers import QueueConsumer, StreamConsumer
+from mainstem.protocols.amqp091.encode import encode_content
+from mainstem.protocols.amqp091.errors import AmqpCodecError
+from mainstem.protocols.amqp091.events import ContentMessage
+from mainstem.protocols.amqp091.methods import ReplyCode
+from mainstem.protocols.amqp091.properties import essentials, headers_of, to_stream_record
+from mainstem.protocols.amqp091.wire import Method
+
+if TYPE_CHECKING:
+    from mainstem.protocols.amqp091.connection import AmqpConnection
+
+Consumer = QueueConsumer | StreamConsumer
+NO_ROUTE = 312  # basic.return's reply code for an unroutable mandatory message
+
+
+class ChannelError(Exception):
+    def __init__(self, code: ReplyCode, text: str, method: Method | None = None) -> None:
+        super().__init__(f"{code.name} - {text}")
+        self.code = code
+        self.method = method
+
+    def close_method(self) -> m.ChannelClose:
+        text = str(self).encode()[:255].decode("utf-8", "ignore")
+        method = self.method
+        return m.ChannelClose(self.code, text, method.CLASS_ID if method else 0,
+                              method.METHOD_ID if method else 0)
+
+
+def broker_error(exc: BrokerError, method: Method) -> Exception:
+    """The AMQP exception for a broker error, with RabbitMQ's codes."""
+    if isinstance(exc, ResourceLocked):
+        return ChannelError(ReplyCode.RESOURCE_LOCKED, exc.message, method)
+    if isinstance(exc, AccessRefused):
+        return ChannelError(ReplyCode.ACCESS_REFUSED, exc.message, method)
+    if isinstance(exc, NotFound):
+        return ChannelError(ReplyCode.NOT_FOUND, exc.message, method)
+    if isinstance(exc, InvalidArgument) and "exchange type" in exc.message:
+        return AmqpCodecError(ReplyCode.COMMAND_INVALID, exc.message,
+                              class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+    return ChannelError(ReplyCode.PRECONDITION_FAILED, exc.message, method)
+
+
+class _Delivery:
+    __slots__ = ("consumer", "message", "queue")
+
+    def __init__(self, consumer: Consumer | None, queue: ClassicQueue | None,
+                 message: QueueMessage | None) -> None:
+        self.consumer = consumer  # None for basic.get
+        self.queue = queue  # None for a stream delivery
+        self.message = message
+
+
+class Channel:
+    def __init__(self, connection: AmqpConnection, number: int) -> None:
+        self.connection = connection
+        self.number = number
+        self.vhost = connection.vhost
+        self.closing = False  # we sent channel.close and wait for close-ok
+        self.flow_active = True
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: dict[int, _Delivery] = {}
+        self._delivery_tag = 0
+        self.prefetch_count = 0  # for consumers created from now on (global=false)
+        self.global_prefetch = 0  # shared by the channel's consumers (global=true)
+        self.confirming = False
+        self._publish_seq = 0
+        self._confirms: list[tuple[int, list[asyncio.Future[None]], bool]] = []
+        self._confirm_chain: asyncio.Future[None] | None = None
+        self.transactional = False
+        self._tx_publishes: list[ContentMessage] = []
+        self._tx_settles: list[tuple[Method, list[int]]] = []
+        self._last_queue = ""
+        self._write_allowed: set[str] = set()
+        self._handlers: dict[type[Method], Callable[[Any], Any]] = {
+            m.ChannelFlow: self.on_flow,
+            m.ExchangeDeclare: self.on_exchange_declare,
+            m.ExchangeDelete: self.on_exchange_delete,
+            m.ExchangeBind: self.on_exchange_bind,
+            m.ExchangeUnbind: self.on_exchange_unbind,
+            m.QueueDeclare: self.on_queue_declare,
+            m.QueueBind: self.on_queue_bind,
+            m.QueueUnbind: self.on_queue_unbind,
+            m.QueuePurge: self.on_queue_purge,
+            m.QueueDelete: self.on_queue_delete,
+            m.BasicQos: self.on_qos,
+            m.BasicConsume: self.on_consume,
+            m.BasicCancel: self.on_cancel,
+            m.BasicGet: self.on_get,
+            m.BasicAck: self.on_settle,
+            m.BasicNack: self.on_settle,
+            m.BasicReject: self.on_settle,
+            m.BasicRecover: self.on_recover,
+            m.BasicRecoverAsync: self.on_recover,
+            m.ConfirmSelect: self.on_confirm_select,
+            m.TxSelect: self.on_tx_select,
+            m.TxCommit: self.on_tx_commit,
+            m.TxRollback: self.on_tx_rollback,
+        }
+
+    # -- plumbing ------------------------------------------------------------
+
+    def reply(self, method: Method) -> None:
+        self.connection.send_method(self.number, method)
+
+    async def handle(self, method: Method) -> None:
+        handler = self._handlers.get(type(method))
+        if handler is None:
+            raise AmqpCodecError(ReplyCode.COMMAND_INVALID,
+                                 f"method {method.NAME} not allowed on a channel",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        try:
+            result = handler(method)
+            if asyncio.iscoroutine(result):
+                await result
+        except BrokerError as exc:
+            raise broker_error(exc, method) from None
+
+    def check(self, kind: str, resource: str, resource_type: str) -> None:
+        self.connection.core.auth.check(self.connection.user, self.vhost.name, kind, resource,
+                                        resource_type)  # type: ignore[arg-type]
+
+    def can_deliver(self) -> bool:
+        if not self.flow_active or self.closing:
+            return False
+        if self.global_prefetch and len(self.unacked) >= self.global_prefetch:
+            return False
+        return self.connection.can_write()
+
+    def next_delivery_tag(self, consumer: Consumer | None, message: QueueMessage | None) -> int:
+        self._delivery_tag += 1
+        if consumer is None or not consumer.no_ack:
+            queue = consumer.queue if consumer is not None else None
+            self.unacked[self._delivery_tag] = _Delivery(
+                consumer, queue if isinstance(queue, ClassicQueue) else None, message)
+        return self._delivery_tag
+
+    def counted(self, queue: str, size: int) -> None:
+        self.connection.core.delivery_stats.delivered(self.vhost.name, queue, 1, size)
+
+    def resume(self) -> None:
+        """Credit may be back (acks, flow, a drained socket): deliver again."""
+        for consumer in list(self.consumers.values()):
+            if isinstance(consumer, StreamConsumer):
+                consumer.resume()
+            else:
+                consumer.queue.dispatch()
+
+    def _queue_name(self, name: str, method: Method) -> str:
+        if name:
+            return name
+        if not self._last_queue:
+            raise ChannelError(ReplyCode.NOT_FOUND, "no previously declared queue", method)
+        return self._last_queue
+
+    # -- channel ---------------------------------------------------------------
+
+    def on_flow(self, method: m.ChannelFlow) -> None:
+        self.flow_active = method.active
+        self.reply(m.ChannelFlowOk(method.active))
+        if method.active:
+            self.resume()
+
+    def close(self) -> None:
+        """The channel ends: consumers stop, unacked messages go back to their queues."""
+        for consumer in list(self.consumers.values()):
+            consumer.stop()
+            self.connection.ctx.remove_consumer(consumer.tag)
+        self.consumers.clear()
+        self._requeue(list(self.unacked.values()))
+        self.unacked.clear()
+
+    # -- exchanges -------------------------------------------------------------
+
+    def on_exchange_declare(self, method: m.ExchangeDeclare) -> None:
+        graph = self.vhost.graph
+        if method.passive:
+            graph.passive_declare_exchange(method.exchange)
+        else:
+            self.check("configure", method.exchange, "exchange")
+            exchange = graph.declare_exchange(
+                method.exchange, method.type, durable=method.durable,
+                auto_delete=method.auto_delete, internal=method.internal,
+                arguments=method.arguments)
+            if exchange.durable:
+                self.vhost.manager.save()
+        if not method.no_wait:
+            self.reply(m.ExchangeDeclareOk())
+
+    def on_exchange_delete(self, method: m.ExchangeDelete) -> None:
+        self.check("configure", method.exchange, "exchange")
+        self.vhost.graph.delete_exchange(method.exchange, if_unused=method.if_unused)
+        self.vhost.manager.save()
+        if not method.no_wait:
+            self.reply(m.ExchangeDeleteOk())
+
+    def _exchange_binding(self, method: m.ExchangeBind | m.ExchangeUnbind) -> Binding:
+        self.check("write", method.destination, "exchange")
+        self.check("read", method.source, "exchange")
+        return Binding(method.source, method.destination, "exchange", method.routing_key,
+                       method.arguments)
+
+    def on_exchange_bind(self, method: m.ExchangeBind) -> None:
+        self.vhost.bind(self._exchange_binding(method))
+        if not method.no_wait:
+            self.reply(m.ExchangeBindOk())
+
+    def on_exchange_unbind(self, method: m.ExchangeUnbind) -> None:
+        self.vhost.unbind(self._exchange_binding(method))
+        if not method.no_wait:
+            self.reply(m.ExchangeUnbindOk())
+
+    # -- queues ----------------------------------------------------------------
+
+    def on_queue_declare(self, method: m.QueueDeclare) -> None:
+        name = method.queue
+        owner = self.connection
+        if method.passive:
+            queue = self.vhost.lookup(self._queue_name(name, method), owner)
+        else:
+            if not name:
+                name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
+            elif name.startswith("amq."):
+                raise ChannelError(ReplyCode.ACCESS_REFUSED,
+                                   f"queue name '{name}' contains reserved prefix 'amq.*'",
+                                   method)
+            self.check("configure", name, "queue")
+            queue = self.vhost.declare_queue(
+                name, durable=method.durable, exclusive=method.exclusive,
+                auto_delete=method.auto_delete, arguments=method.arguments, owner=owner)
+        self._last_queue = queue.name
+        if not method.no_wait:
+            self.reply(m.QueueDeclareOk(queue.name, *_counts(queue)))
+
+    def _queue_binding(self, method: m.QueueBind | m.QueueUnbind) -> Binding:
+        queue = self._queue_name(method.queue, method)
+        self.vhost.lookup(queue, self.connection)
+        self.check("write", queue, "queue")
+        self.check("read", method.exchange, "exchange")
+        key = method.routing_key if method.queue or method.routing_key else queue
+        return Binding(method.exchange, queue, "queue", key, method.arguments)
+
+    def on_queue_bind(self, method: m.QueueBind) -> None:
+        self.vhost.bind(self._queue_binding(method))
+        if not method.no_wait:
+            self.reply(m.QueueBindOk())
+
+    def on_queue_unbind(self, method: m.QueueUnbind) -> None:
+        self.vhost.unbind(self._queue_binding(method))
+        self.reply(m.QueueUnbindOk())
+
+    def on_queue_purge(self, method: m.QueuePurge) -> None:
+        name = self._queue_name(method.queue, method)
+        queue = self.vhost.lookup(name, self.connection)
+        self.check("read", name, "queue")
+        count = queue.purge() if isinstance(queue, ClassicQueue) else 0
+        if not method.no_wait:
+            self.reply(m.QueuePurgeOk(count))
+
+    async def on_queue_delete(self, method: m.QueueDelete) -> None:
+        name = self._queue_name(method.queue, method)
+        self.check("configure", name, "queue")
+        count = await self.vhost.delete_queue(name, owner=self.connection,
+                                              if_unused=method.if_unused,
+                                              if_empty=method.if_empty)
+        self.connection.core.delivery_stats.forget(self.vhost.name, name)
+        if not method.no_wait:
+            self.reply(m.QueueDeleteOk(count))
+
+    # -- consuming -------------------------------------------------------------
+
+    def on_qos(self, method: m.BasicQos) -> None:
+        if method.prefetch_size:
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED,
+                                 f"prefetch_size!=0 ({method.prefetch_size})",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        if method.global_:
+            self.global_prefetch = method.prefetch_count
+        else:
+            self.prefetch_count = method.prefetch_count
+        self.reply(m.BasicQosOk())
+        self.resume()
+
+    def on_consume(self, method: m.BasicConsume) -> None:
+        name = self._queue_name(method.queue, method)
+        queue = self.vhost.lookup(name, self.connection)
+        self.check("read", name, "queue")
+        tag = method.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
+            os.urandom(16)).decode()[:22]
+        if tag in self.consumers:
+            raise AmqpCodecError(ReplyCode.NOT_ALLOWED,
+                                 f"attempt to reuse consumer tag '{tag}'",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        limit = self.connection.ctx.limits.max_consumers_per_queue
+        consumer: Consumer
+        if isinstance(queue, Stream):
+            if method.no_ack:
+                raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' does "
+                                         "not support no-ack consumers (stream queue)")
+            prefetch = self.prefetch_count or self.global_prefetch
+            consumer = StreamConsumer(self, queue, tag, prefetch,
+                                      method.arguments.get("x-stream-offset"))
+        else:
+            if limit and len(queue.consumers) >= limit:
+                raise PreconditionFailed(f"consumer limit of {limit} reached for queue '{name}'")
+            consumer = QueueConsumer(self, queue, tag, no_ack=method.no_ack,
+                                     exclusive=method.exclusive,
+                                     prefetch=self.prefetch_count)
+        self.consumers[tag] = consumer
+        if not method.no_wait:
+            self.reply(m.BasicConsumeOk(tag))
+        self.connection.ctx.add_consumer(tag, name, prefetch_count=consumer.prefetch,
+                                         ack_required=not consumer.no_ack, channel=self.number)
+        if isinstance(consumer, QueueConsumer):
+            try:
+                queue.add_consumer(consumer)  # may deliver at once: after consume-ok
+            except BrokerError:
+                del self.consumers[tag]
+                self.connection.ctx.remove_consumer(tag)
+                raise
+
+    def on_cancel(self, method: m.BasicCancel) -> None:
+        consumer = self.consumers.pop(method.consumer_tag, None)
+        if consumer is not None:
+            consumer.stop()
+            self.connection.ctx.remove_consumer(method.consumer_tag)
+        if not method.no_wait:
+            self.reply(m.BasicCancelOk(method.consumer_tag))
+
+    def consumer_cancelled(self, tag: str) -> None:
+        """The queue went away: tell the client (consumer_cancel_notify)."""
+        if self.consumers.pop(tag, None) is None:
+            return
+        self.connection.ctx.remove_consumer(tag)
+        if self.connection.cancel_notify and not self.closing:
+            self.reply(m.BasicCancel(tag, True))
+
+    def on_get(self, method: m.BasicGet) -> None:
+        name = self._queue_name(method.queue, method)
+        queue = self.vhost.lookup(name, self.connection)
+        self.check("read", name, "queue")
+        if isinstance(queue, Stream):
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED,
+                                 f"basic.get not supported by stream queues queue '{name}' in "
+                                 f"vhost '{self.vhost.name}'",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        message = queue.get()
+        if message is None:
+            self.reply(m.BasicGetEmpty())
+            return
+        if method.no_ack:
+            queue.settle(message)
+            self._delivery_tag += 1
+            tag = self._delivery_tag
+        else:
+            queue.unacked_count += 1
+            self._delivery_tag += 1
+            tag = self._delivery_tag
+            self.unacked[tag] = _Delivery(None, queue, message)
+        get_ok = m.BasicGetOk(tag, message.redelivered, message.exchange, message.routing_key,
+                              queue.ready_count)
+        self.connection.send(encode_content(self.number, get_ok, message.properties,
+                                            message.body, self.connection.frame_max))
+        self.counted(name, len(message.body))
+
+    # -- acknowledgements --------------------------------------------------------
+
+    def on_settle(self, method: m.BasicAck | m.BasicNack | m.BasicReject) -> None:
+        tags = self._tags_of(method)
+        if self.transactional:
+            self._tx_settles.append((method, tags))
+        else:
+            self._settle(method, [self.unacked.pop(t) for t in tags])
+
+    def _tags_of(self, method: m.BasicAck | m.BasicNack | m.BasicReject) -> list[int]:
+        tag = method.delivery_tag
+        if getattr(method, "multiple", False):
+            return [t for t in self.unacked if t <= tag] if tag else list(self.unacked)
+        if tag not in self.unacked:
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}",
+                               method)
+        return [tag]
+
+    def _settle(self, method: Method, deliveries: list[_Delivery]) -> None:
+        if isinstance(method, m.BasicAck):
+            for delivery in deliveries:
+                if delivery.queue is not None and delivery.message is not None:
+                    delivery.queue.ack(delivery.message)
+        elif method.requeue:  # type: ignore[attr-defined]
+            self._requeue(deliveries)
+        else:
+            for delivery in deliveries:
+                if delivery.queue is not None and delivery.message is not None:
+                    delivery.queue.reject(delivery.message)
+        self._release(deliveries)
+
+    def _release(self, deliveries: list[_Delivery]) -> None:
+        for delivery in deliveries:
+            if delivery.consumer is not None:
+                delivery.consumer.settled()
+        self.resume()
+
+    def _requeue(self, deliveries: list[_Delivery]) -> None:
+        by_queue: dict[ClassicQueue, list[QueueMessage]] = {}
+        for delivery in deliveries:
+            if delivery.queue is not None and delivery.message is not None:
+                by_queue.setdefault(delivery.queue, []).append(delivery.message)
+        for queue, messages in by_queue.items():
+            if not queue.deleted:
+                queue.requeue(messages)
+
+    def on_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
+        if not method.requeue:
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "requeue=false",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        deliveries = list(self.unacked.values())
+        self.unacked.clear()
+        self._requeue(deliveries)
+        self._release(deliveries)
+        if isinstance(method, m.BasicRecover):
+            self.reply(m.BasicRecoverOk())
+
+    # -- publishing ------------------------------------------------------------
+
+    def on_publish(self, content: ContentMessage) -> None:
+        method: m.BasicPublish = content.method  # type: ignore[assignment]
+        if method.immediate:
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "immediate=true",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        exchange = method.exchange
+        if exchange not in self._write_allowed:
+            try:
+                self.check("write", exchange or "amq.default", "exchange")
+            except BrokerError as exc:
+                raise broker_error(exc, method) from None
+            self._write_allowed.add(exchange)
+        if self.transactional:
+            self._tx_publishes.append(content)
+            return
+        try:
+            outcome = self._publish(content, method)
+        except BrokerError as exc:
+            raise broker_error(exc, method) from None
+        if self.confirming:
+            self._publish_seq += 1
+            self._confirms.append((self._publish_seq, outcome.waits, outcome.rejected))
+
+    def _publish(self, content: ContentMessage, method: m.BasicPublish) -> PublishOutcome:
+        raw = content.properties_raw
+        try:
+            facts = essentials(raw)
+            headers = headers_of(raw) if facts.has_headers else None
+        except (IndexError, ValueError) as exc:
+            raise AmqpCodecError(ReplyCode.SYNTAX_ERROR,
+                                 f"malformed content properties: {exc}") from None
+        if raw[1] & 0x10:  # user-id present: it must be the authenticated user
+            user_id = content.properties.user_id
+            if user_id != self.connection.user.name:
+                raise ChannelError(ReplyCode.PRECONDITION_FAILED,
+                                   f"user_id property set to '{user_id}' but authenticated "
+                                   f"user was '{self.connection.user.name}'", method)
+        expires_at = None
+        if facts.expiration is not None:
+            if not facts.expiration.isdigit():
+                raise ChannelError(ReplyCode.PRECONDITION_FAILED,
+                                   f"invalid expiration '{facts.expiration}'", method)
+            expires_at = time.monotonic() + int(facts.expiration) / 1000
+        message = QueueMessage(method.exchange, method.routing_key, raw, content.body,
+                               persistent=facts.persistent, priority=facts.priority,
+                               expires_at=expires_at)
+        cc = _cc(headers) if headers else ()
+        outcome = self.vhost.publish(method.exchange, method.routing_key, message, headers,
+                                     cc, to_stream_record)
+        if not outcome.routed and method.mandatory:
+            returned = m.BasicReturn(NO_ROUTE, "NO_ROUTE", method.exchange, method.routing_key)
+            self.connection.send(encode_content(self.number, returned, raw, content.body,
+                                                self.connection.frame_max))
+        return outcome
+
+    # -- publisher confirms ------------------------------------------------------
+
+    def on_confirm_select(self, method: m.ConfirmSelect) -> None:
+        if self.transactional:
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED,
+                               "cannot switch from tx to confirm mode", method)
+        self.confirming = True
+        if not method.nowait:
+            self.reply(m.ConfirmSelectOk())
+
+    def flush_confirms(self) -> None:
+        """Send this read's confirms once their messages are durable, in publish order."""
+        if not self._confirms:
+            return
+        confirms, self._confirms = self._confirms, []
+        previous = self._confirm_chain
+        self._confirm_chain = asyncio.ensure_future(self._confirm(confirms, previous))
+
+    async def _confirm(self, confirms: list[tuple[int, list[asyncio.Future[None]], bool]],
+                       previous: asyncio.Future[None] | None) -> None:
+        if previous is not None:
+            await previous
+        waits = {wait for _, futures, _ in confirms for wait in futures}
+        failed: set[asyncio.Future[None]] = set()
+        if waits:
+            await asyncio.wait(waits)
+            failed = {wait for wait in waits if wait.exception() is not None}
+        run_end = 0
+        for seq, futures, rejected in confirms:
+            if rejected or failed.intersection(futures):
+                if run_end and not self.connection.closed:
+                    self.reply(m.BasicAck(run_end, True))
+                    run_end = 0
+                if not self.connection.closed:
+                    self.reply(m.BasicNack(seq, False, False))
+            else:
+                run_end = seq
+        if run_end and not self.connection.closed:
+            self.reply(m.BasicAck(run_end, True))  # everything before is confirmed already
+
+    async def confirms_sent(self) -> None:
+        if self._confirm_chain is not None:
+            await self._confirm_chain
+
+    # -- transactions ------------------------------------------------------------
+
+    def on_tx_select(self, method: m.TxSelect) -> None:
+        if self.confirming:
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED,
+                               "cannot switch from confirm to tx mode", method)
+        self.transactional = True
+        self.reply(m.TxSelectOk())
+
+    def _require_tx(self, method: Method) -> None:
+        if not self.transactional:
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional",
+                               method)
+
+    async def on_tx_commit(self, method: m.TxCommit) -> None:
+        """Apply the transaction's publishes and acks; commit-ok once they are durable."""
+        self._require_tx(method)
+        publishes, self._tx_publishes = self._tx_publishes, []
+        settles, self._tx_settles = self._tx_settles, []
+        waits: list[asyncio.Future[None]] = []
+        try:
+            for content in publishes:
+                waits += self._publish(content, content.method).waits  # type: ignore[arg-type]
+        except BrokerError as exc:
+            raise broker_error(exc, method) from None
+        for settle, tags in settles:
+            self._settle(settle, [self.unacked.pop(t) for t in tags if t in self.unacked])
+        if waits:
+            await asyncio.wait(waits)
+        self.reply(m.TxCommitOk())
+
+    def on_tx_rollback(self, method: m.TxRollback) -> None:
+        self._require_tx(method)
+        self._tx_publishes, self._tx_settles = [], []
+        self.reply(m.TxRollbackOk())
+
+
+def _counts(queue: ClassicQueue | Stream) -> tuple[int, int]:
+    if isinstance(queue, ClassicQueue):
+        return queue.ready_count, len(queue.consumers)
+    return 0, 0
+
+
+def _cc(headers: dict[str, Any]) -> tuple[str, ...]:
+    """Sender-selected distribution: extra routing keys in the CC and BCC headers."""
+    keys: list[str] = []
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if isinstance(value, list):
+            keys += [k if isinstance(k, str) else bytes(k).decode() for k in value
+                     if isinstance(k, str | bytes)]
+    return tuple(keys)

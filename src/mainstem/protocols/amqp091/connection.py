@@ -1,0 +1,428 @@
+"""One AMQP 0-9-1 connection over asyncio: handshake, channels, heartbeats, flow.
+
+Every complete frame in a read is handled before the next read (the codec hands them over
+as a batch); publishes of a read share their durable writes, and their confirms go out
+together once those writes are durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+import platform
+import time
+from typing import Any
+
+import mainstem
+from mainstem.broker.auth import User
+from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
+from mainstem.protocols.amqp091 import methods as m
+from mainstem.protocols.amqp091.channel import Channel, ChannelError
+from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec
+from mainstem.protocols.amqp091.encode import HEARTBEAT_FRAME, encode_method
+from mainstem.protocols.amqp091.errors import AmqpCodecError, ProtocolHeaderMismatch
+from mainstem.protocols.amqp091.events import ContentMessage, Heartbeat, MethodFrame
+from mainstem.protocols.amqp091.methods import FRAME_MIN_SIZE, ReplyCode
+from mainstem.protocols.amqp091.wire import Method, read_table
+from mainstem.protocols.base import ConnectionContext
+
+READ_SIZE = 256 * 1024
+HANDSHAKE_TIMEOUT_S = 10.0
+CLOSE_OK_TIMEOUT_S = 2.0
+# Deliveries pause while the socket holds this much unsent data (a slow consumer).
+WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": False,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+ALARM_REASONS = {"memory": "low on memory", "disk": "low on disk"}
+
+
+class ConnectionClosed(Exception):
+    """The peer went away or the connection was closed: stop serving."""
+
+
+class AmqpConnection:
+    def __init__(self, ctx: ConnectionContext) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+        self.codec = AmqpCodec(frame_max=ctx.limits.max_frame_size)
+        self.transport = ctx.writer.transport
+        self.frame_max = FRAME_MIN_SIZE
+        self.channel_max = ctx.limits.channel_max
+        self.heartbeat = 0
+        self.user: User = None  # type: ignore[assignment]  # set by start-ok
+        self.vhost: Any = None
+        self.channels: dict[int, Channel] = {}
+        self.cancel_notify = False
+        self.blocked_capable = False
+        self.closed = False
+        self._last_read = time.monotonic()
+        self._resuming: asyncio.Task[None] | None = None
+        self._unsubscribe_alarms = None
+        self._handshake_events: deque = deque()
+
+    # -- output --------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        if not self.closed:
+            self.transport.write(data)
+
+    def send_method(self, channel: int, method: Method) -> None:
+        self.send(encode_method(channel, method))
+
+    def can_write(self) -> bool:
+        if self.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT:
+            return True
+        if self._resuming is None and not self.closed:
+            self._resuming = asyncio.ensure_future(self._resume_after_drain())
+        return False
+
+    async def _resume_after_drain(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            await self.ctx.writer.drain()
+        self._resuming = None
+        for channel in list(self.channels.values()):
+            channel.resume()
+
+    async def drain(self) -> None:
+        await self.ctx.writer.drain()
+
+    # -- the connection's life -------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            await asyncio.wait_for(self._handshake(), HANDSHAKE_TIMEOUT_S)
+        except (TimeoutError, ConnectionClosed, ConnectionError):
+            return
+        except AmqpCodecError as exc:
+            await self._close_with(exc)
+            return
+        heartbeats = asyncio.ensure_future(self._heartbeats()) if self.heartbeat else None
+        self.ctx.on_close_request = self._close_requested
+        self._unsubscribe_alarms = self.core.alarms.subscribe(self._alarms_changed)
+        if self.core.alarms.blocked:
+            self._alarms_changed(self.core.alarms.active)
+        try:
+            if await self._handle_events(list(self._handshake_events)):
+                return
+            await self._serve()
+        finally:
+            if heartbeats is not None:
+                heartbeats.cancel()
+            self._unsubscribe_alarms()
+            self._release_all()
+
+    def _release_all(self) -> None:
+        self.closed = True
+        for channel in self.channels.values():
+            channel.close()
+        self.channels.clear()
+        if self.vhost is not None:
+            self.vhost.connection_closed(self)
+
+    async def _read_events(self) -> list:
+        data = await self.ctx.reader.read(READ_SIZE)
+        if not data:
+            raise ConnectionClosed()
+        self._last_read = time.monotonic()
+        self.codec.receive_data(data)
+        return self.codec.next_frames()
+
+    async def _next_method(self, expected: type[Method]) -> Method:
+        """The next handshake method; frames of one read are taken one at a time."""
+        while True:
+            if not self._handshake_events:
+                self._handshake_events.extend(await self._read_events())
+                continue
+            event = self._handshake_events.popleft()
+            if not isinstance(event, MethodFrame):
+                continue
+            if event.channel != 0 or not isinstance(event.method, expected):
+                raise AmqpCodecError(
+                    ReplyCode.COMMAND_INVALID,
+                    f"expected {expected.NAME}, got {event.method.NAME}",
+                    class_id=event.method.CLASS_ID, method_id=event.method.METHOD_ID)
+            return event.method
+
+    async def _handshake(self) -> None:
+        try:
+            while not self._handshake_events:
+                self._handshake_events.extend(await self._read_events())
+            self._handshake_events.popleft()  # the protocol header
+        except ProtocolHeaderMismatch:
+            self.transport.write(PROTOCOL_HEADER)
+            self.transport.close()
+            raise ConnectionClosed() from None
+        self.send_method(0, m.ConnectionStart(0, 9, _server_properties(), b"PLAIN AMQPLAIN",
+                                              b"en_US"))
+        start_ok: m.ConnectionStartOk = await self._next_method(m.ConnectionStartOk)
+        await self._authenticate(start_ok)
+        self.send_method(0, m.ConnectionTune(self.channel_max, self.ctx.limits.max_frame_size,
+                                             self.ctx.limits.heartbeat_s))
+        tune_ok: m.ConnectionTuneOk = await self._next_method(m.ConnectionTuneOk)
+        self._tune(tune_ok)
+        open_: m.ConnectionOpen = await self._next_method(m.ConnectionOpen)
+        try:
+            self.core.open_namespace(self.user, open_.virtual_host)
+            self.vhost = self.core.queues.vhost(open_.virtual_host)
+        except (AccessRefused, NotFound) as exc:
+            raise AmqpCodecError(ReplyCode.NOT_ALLOWED, exc.message, class_id=10,
+                                 method_id=40) from None
+        self.ctx.identify(self.user.name, open_.virtual_host,
+                          **{k: v for k, v in start_ok.client_properties.items()
+                             if isinstance(v, str)})
+        self.send_method(0, m.ConnectionOpenOk())
+
+    async def _authenticate(self, start_ok: m.ConnectionStartOk) -> None:
+        capabilities = start_ok.client_properties.get("capabilities") or {}
+        self.cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
+        self.blocked_capable = bool(capabilities.get("connection.blocked"))
+        username, password = _credentials(start_ok.mechanism, start_ok.response)
+        peer = self.ctx.writer.get_extra_info("peername")
+        try:
+            self.user = await self.core.login(username, password,
+                                              peer[0] if isinstance(peer, tuple) else None)
+        except AuthenticationFailed:
+            self.ctx.log.info("amqp login refused for user %r", username)
+            raise AmqpCodecError(
+                ReplyCode.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {start_ok.mechanism}. "
+                "For details see the broker logfile.") from None
+
+    def _tune(self, tune_ok: m.ConnectionTuneOk) -> None:
+        ours = self.ctx.limits.max_frame_size
+        frame_max = tune_ok.frame_max or ours
+        if frame_max < FRAME_MIN_SIZE or frame_max > ours:
+            raise AmqpCodecError(ReplyCode.NOT_ALLOWED,
+                                 f"frame_max={frame_max} outside {FRAME_MIN_SIZE}..{ours}",
+                                 class_id=10, method_id=31)
+        self.frame_max = frame_max
+        self.codec.frame_max = frame_max
+        self.channel_max = min(tune_ok.channel_max or self.channel_max, self.channel_max)
+        self.heartbeat = tune_ok.heartbeat
+
+    async def _serve(self) -> None:
+        closing = asyncio.ensure_future(self.ctx.closing.wait())
+        try:
+            while True:
+                read = asyncio.ensure_future(self._read_events())
+                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    await self._close_with(AmqpCodecError(
+                        ReplyCode.CONNECTION_FORCED,
+                        "broker forced connection closure with reason 'shutdown'"))
+                    return
+                try:
+                    events = read.result()
+                except AmqpCodecError as exc:
+                    await self._handle_events(exc.events)
+                    await self._close_with(exc)
+                    return
+                except (ConnectionClosed, ConnectionError):
+                    return
+                try:
+                    if await self._handle_events(events):
+                        return
+                except AmqpCodecError as exc:
+                    await self._close_with(exc)
+                    return
+                await self.drain()
+        finally:
+            closing.cancel()
+
+    async def _handle_events(self, events: list) -> bool:
+        """Handle a read's frames; True once the connection is closed."""
+        touched: set[Channel] = set()
+        try:
+            for event in events:
+                if isinstance(event, ContentMessage):
+                    channel = self._channel(event.channel, event.method)
+                    if channel is None:
+                        continue
+                    if self.core.alarms.blocked:
+                        await self.core.alarms.wait_clear()
+                    await self._guarded(channel, channel.on_publish, event)
+                    touched.add(channel)
+                elif isinstance(event, MethodFrame):
+                    if event.channel == 0:
+                        if await self._connection_method(event.method):
+                            return True
+                    else:
+                        await self._channel_method(event.channel, event.method, touched)
+        finally:
+            for channel in touched:
+                channel.flush_confirms()
+        return False
+
+    async def _guarded(self, channel: Channel, handler: Any, argument: Any) -> None:
+        try:
+            result = handler(argument)
+            if asyncio.iscoroutine(result):
+                await result
+        except ChannelError as exc:
+            self._close_channel(channel, exc)
+
+    def _channel(self, number: int, method: Method) -> Channel | None:
+        channel = self.channels.get(number)
+        if channel is None:
+            raise AmqpCodecError(ReplyCode.CHANNEL_ERROR,
+                                 f"expected 'channel.open' on channel {number}",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        return None if channel.closing else channel
+
+    async def _channel_method(self, number: int, method: Method, touched: set[Channel]) -> None:
+        if isinstance(method, m.ChannelOpen):
+            if number in self.channels:
+                raise AmqpCodecError(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen",
+                                     class_id=20, method_id=10)
+            if number > self.channel_max:
+                raise AmqpCodecError(ReplyCode.NOT_ALLOWED,
+                                     f"channel number {number} > channel_max",
+                                     class_id=20, method_id=10)
+            self.channels[number] = Channel(self, number)
+            self.send_method(number, m.ChannelOpenOk())
+            return
+        channel = self.channels.get(number)
+        if channel is not None and channel.closing:
+            if isinstance(method, m.ChannelCloseOk | m.ChannelClose):
+                del self.channels[number]
+                if isinstance(method, m.ChannelClose):
+                    self.send_method(number, m.ChannelCloseOk())
+            return  # everything else on a closing channel is dropped, as the spec says
+        channel = self._channel(number, method)
+        assert channel is not None
+        if isinstance(method, m.ChannelClose):
+            channel.close()
+            await channel.confirms_sent()
+            del self.channels[number]
+            self.send_method(number, m.ChannelCloseOk())
+            return
+        if isinstance(method, m.ChannelCloseOk):
+            return
+        await self._guarded(channel, channel.handle, method)
+        touched.add(channel)
+
+    def _close_channel(self, channel: Channel, error: ChannelError) -> None:
+        self.ctx.log.info("amqp channel %d closed: %s", channel.number, error)
+        channel.close()
+        channel.closing = True
+        self.send_method(channel.number, error.close_method())
+
+    async def _connection_method(self, method: Method) -> bool:
+        if isinstance(method, m.ConnectionClose):
+            for channel in self.channels.values():
+                await channel.confirms_sent()
+            self._release_all()
+            self.transport.write(encode_method(0, m.ConnectionCloseOk()))
+            self.transport.close()
+            return True
+        if isinstance(method, m.ConnectionCloseOk):
+            self.transport.close()
+            return True
+        if isinstance(method, m.ConnectionUpdateSecret):
+            self.send_method(0, m.ConnectionUpdateSecretOk())
+            return False
+        raise AmqpCodecError(ReplyCode.COMMAND_INVALID,
+                             f"method {method.NAME} not allowed on channel 0",
+                             class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+
+    async def _close_with(self, error: AmqpCodecError) -> None:
+        """Connection.Close with the error, wait briefly for Close-Ok, then hang up."""
+        self.ctx.log.info("amqp connection closed: %s", error)
+        for channel in list(self.channels.values()):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(channel.confirms_sent(), CLOSE_OK_TIMEOUT_S)
+        self._release_all()
+        self.transport.write(encode_method(0, error.close_method()))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._await_close_ok(), CLOSE_OK_TIMEOUT_S)
+        self.transport.close()
+
+    async def _await_close_ok(self) -> None:
+        codec = AmqpCodec(frame_max=1 << 31, expect_protocol_header=False)
+        while True:
+            data = await self.ctx.reader.read(READ_SIZE)
+            if not data:
+                return
+            codec.receive_data(data)
+            with contextlib.suppress(AmqpCodecError):
+                for event in codec.next_frames():
+                    if isinstance(event, MethodFrame) and isinstance(
+                            event.method, m.ConnectionCloseOk | m.ConnectionClose):
+                        return
+
+    async def _close_requested(self, reason: str) -> None:
+        await self._close_with(AmqpCodecError(ReplyCode.CONNECTION_FORCED, reason))
+
+    # -- heartbeats and alarms -------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        interval = self.heartbeat
+        while not self.closed:
+            await asyncio.sleep(interval / 2)
+            self.send(HEARTBEAT_FRAME)
+            if time.monotonic() - self._last_read > 2 * interval:
+                self.ctx.log.info("missed heartbeats from client, timeout: %ds", interval)
+                self.closed = True
+                self.transport.abort()
+                return
+
+    def _alarms_changed(self, active: frozenset[str]) -> None:
+        if not self.blocked_capable or self.closed:
+            return
+        if active:
+            reason = ALARM_REASONS.get(next(iter(sorted(active))), "resource alarm")
+            self.send_method(0, m.ConnectionBlocked(reason))
+        else:
+            self.send_method(0, m.ConnectionUnblocked())
+
+
+def _credentials(mechanism: str, response: bytes) -> tuple[str, str]:
+    if mechanism == "PLAIN":
+        parts = response.split(b"\0")
+        if len(parts) != 3:
+            raise AmqpCodecError(ReplyCode.ACCESS_REFUSED, "malformed PLAIN response")
+        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+    if mechanism == "AMQPLAIN":
+        prefixed = len(response).to_bytes(4, "big") + response
+        try:
+            table, _ = read_table(memoryview(prefixed), 0)
+        except Exception:
+            raise AmqpCodecError(ReplyCode.ACCESS_REFUSED, "malformed AMQPLAIN response"
+                                 ) from None
+        login, password = table.get("LOGIN"), table.get("PASSWORD")
+        return _text(login), _text(password)
+    raise AmqpCodecError(ReplyCode.ACCESS_REFUSED,
+                         f"unsupported authentication mechanism '{mechanism}'")
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""
+
+
+def _server_properties() -> dict[str, Any]:
+    return {
+        "product": "mainstem",
+        "version": mainstem.__version__,
+        "platform": f"Python {platform.python_version()}",
+        "capabilities": CAPABILITIES,
+        "cluster_name": "mainstem",
+        "copyright": "mainstem contributors",
+        "information": "A persistent message streaming broker",
+    }
+
+
+async def handle(ctx: ConnectionContext) -> None:
+    await AmqpConnection(ctx).run()

@@ -1,0 +1,150 @@
+"""basic.consume subscriptions: on a classic queue (the queue pushes within our credit) and
+on a stream queue (we read the stream from an offset, one credit per unacked message)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from mainstem.broker.errors import PreconditionFailed
+from mainstem.broker.queues import ClassicQueue, QueueMessage
+from mainstem.broker.streams import Stream
+from mainstem.log.partition import Partition, PartitionClosed
+from mainstem.protocols.amqp091.encode import DeliverEncoder
+from mainstem.protocols.amqp091.properties import from_stream_record
+
+if TYPE_CHECKING:
+    from mainstem.protocols.amqp091.channel import Channel
+
+_INTERVAL = re.compile(r"(\d+)([YMDhms])")
+_INTERVAL_S = {"Y": 365 * 86_400, "M": 30 * 86_400, "D": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+class QueueConsumer:
+    """A consumer of a classic queue. Credit: its own prefetch, the channel's global
+    prefetch, channel flow, and the socket's write buffer."""
+
+    def __init__(self, channel: Channel, queue: ClassicQueue, tag: str, *, no_ack: bool,
+                 exclusive: bool, prefetch: int) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.encoder = DeliverEncoder(channel.number, tag, channel.connection.frame_max)
+
+    def has_credit(self) -> bool:
+        if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:
+            return False
+        return self.channel.can_deliver()
+
+    def deliver(self, queue: ClassicQueue, message: QueueMessage) -> None:
+        tag = self.channel.next_delivery_tag(self, message)
+        if not self.no_ack:
+            self.unacked += 1
+        self.channel.connection.send(self.encoder.encode(
+            tag, message.redelivered, message.exchange, message.routing_key,
+            message.properties, message.body))
+        self.channel.counted(queue.name, len(message.body))
+
+    def settled(self, count: int = 1) -> None:
+        self.unacked -= count
+
+    def cancelled_by_server(self) -> None:
+        self.channel.consumer_cancelled(self.tag)
+
+    def stop(self) -> None:
+        self.queue.remove_consumer(self)
+
+
+class StreamConsumer:
+    """Reads a stream queue from the offset in ``x-stream-offset``; each unacked delivery
+    holds one credit of the prefetch, as RabbitMQ's stream queues do."""
+
+    no_ack = False
+    exclusive = False
+
+    def __init__(self, channel: Channel, stream: Stream, tag: str, prefetch: int,
+                 start: Any) -> None:
+        if prefetch <= 0:
+            raise PreconditionFailed("consumer prefetch count is not set for stream queue "
+                                     f"'{stream.name}'")
+        self.channel = channel
+        self.stream = stream
+        self.queue = stream
+        self.tag = tag
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.encoder = DeliverEncoder(channel.number, tag, channel.connection.frame_max)
+        self._credit = asyncio.Event()
+        self._credit.set()
+        partition = stream.partitions[0]
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(partition, resolve_offset(partition, start)))
+
+    async def _run(self, partition: Partition, start: int) -> None:
+        reader = partition.reader(start)
+        try:
+            while True:
+                chunk = await reader.next_chunk()
+                for offset, record in chunk.records():
+                    if offset < start:
+                        continue  # "last" and explicit offsets start inside a chunk
+                    while not (self.unacked < self.prefetch and self.channel.can_deliver()):
+                        self._credit.clear()
+                        await self._credit.wait()
+                    self._deliver(offset, record)
+                await self.channel.connection.drain()
+        except PartitionClosed:
+            self.channel.consumer_cancelled(self.tag)
+
+    def _deliver(self, offset: int, record: memoryview) -> None:
+        properties, body, exchange, routing_key = from_stream_record(record, offset)
+        tag = self.channel.next_delivery_tag(self, None)
+        self.unacked += 1
+        self.channel.connection.send(self.encoder.encode(
+            tag, False, exchange, routing_key, properties, body))
+        self.channel.counted(self.stream.name, len(body))
+
+    def settled(self, count: int = 1) -> None:
+        self.unacked -= count
+        self._credit.set()
+
+    def resume(self) -> None:
+        self._credit.set()
+
+    def cancelled_by_server(self) -> None:
+        self.channel.consumer_cancelled(self.tag)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+def resolve_offset(partition: Partition, spec: Any) -> int:
+    """Where ``x-stream-offset`` says to start: first, last, next (the default), an offset,
+    a timestamp, or an interval back from now such as "1h" or "30m"."""
+    if spec is None or spec == "next":
+        return partition.committed_offset
+    if spec == "first":
+        return partition.first_offset
+    if spec == "last":  # the start of the last chunk, if there is one
+        if partition.committed_offset == partition.first_offset:
+            return partition.committed_offset
+        return max(partition.committed_chunk_id, partition.first_offset)
+    if isinstance(spec, bool):
+        raise PreconditionFailed(f"invalid x-stream-offset {spec!r}")
+    if isinstance(spec, int):
+        return max(spec, partition.first_offset)
+    if isinstance(spec, datetime.datetime):
+        return partition.offset_for_timestamp(int(spec.timestamp() * 1000))
+    if isinstance(spec, str):
+        match = _INTERVAL.fullmatch(spec)
+        if match is not None:
+            seconds = int(match[1]) * _INTERVAL_S[match[2]]
+            return partition.offset_for_timestamp(int((time.time() - seconds) * 1000))
+    raise PreconditionFailed(f"invalid x-stream-offset {spec!r}")
