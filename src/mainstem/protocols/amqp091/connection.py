@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 import platform
 import time
+from collections import deque
 from typing import Any
 
 import mainstem
@@ -22,7 +22,7 @@ from mainstem.protocols.amqp091.channel import Channel, ChannelError
 from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec
 from mainstem.protocols.amqp091.encode import HEARTBEAT_FRAME, encode_method
 from mainstem.protocols.amqp091.errors import AmqpCodecError, ProtocolHeaderMismatch
-from mainstem.protocols.amqp091.events import ContentMessage, Heartbeat, MethodFrame
+from mainstem.protocols.amqp091.events import ContentMessage, MethodFrame
 from mainstem.protocols.amqp091.methods import FRAME_MIN_SIZE, ReplyCode
 from mainstem.protocols.amqp091.wire import Method, read_table
 from mainstem.protocols.base import ConnectionContext
