@@ -4,6 +4,7 @@ stream queues shared with rstream, durable queues across a restart, and a parser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import socket
@@ -48,7 +49,7 @@ def test_pika_blocking_confirms_get_and_large_bodies(mainstem_server: ThreadedBr
                                       "t": {"n": None}}))
     got = []
     for _ in bodies:
-        method, properties, body = channel.basic_get("big", auto_ack=True)
+        _, properties, body = channel.basic_get("big", auto_ack=True)
         got.append(body)
     assert got == bodies
     assert properties.headers == {"i": 1, "s": "x", "b": True, "l": [1, "a"],
@@ -163,33 +164,33 @@ async def test_stream_queue_needs_prefetch(broker: Broker) -> None:
 
 async def test_durable_queue_survives_restart_transient_does_not(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    async with Broker(data_dir=data) as broker:
-        async with await aio_pika.connect(broker.urls["amqp"]) as connection:
-            channel = await connection.channel()
-            await channel.declare_exchange("ex", aio_pika.ExchangeType.TOPIC, durable=True)
-            durable = await channel.declare_queue("keep", durable=True,
-                                                  arguments={"x-max-priority": 3})
-            await durable.bind("ex", "a.#")
-            await channel.declare_queue("gone", durable=False)
-            ex = await channel.get_exchange("ex")
-            for i in range(5):
-                await ex.publish(aio_pika.Message(
-                    f"p{i}".encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT), "a.b")
-            await ex.publish(aio_pika.Message(b"transient"), "a.b")
-            acked = await durable.get()
-            await acked.ack()
-    async with Broker(data_dir=data) as broker:
-        async with await aio_pika.connect(broker.urls["amqp"]) as connection:
-            channel = await connection.channel()
-            queue = await channel.declare_queue("keep", passive=True)
-            ex = await channel.get_exchange("ex")
-            await ex.publish(aio_pika.Message(b"after"), "a.x")  # the binding came back
-            bodies = []
-            while (m := await queue.get(no_ack=True, fail=False)) is not None:
-                bodies.append(m.body)
-            assert bodies == [b"p1", b"p2", b"p3", b"p4", b"after"]
-            with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
-                await (await connection.channel()).declare_queue("gone", passive=True)
+    async with Broker(data_dir=data) as broker, \
+            await aio_pika.connect(broker.urls["amqp"]) as connection:
+        channel = await connection.channel()
+        await channel.declare_exchange("ex", aio_pika.ExchangeType.TOPIC, durable=True)
+        durable = await channel.declare_queue("keep", durable=True,
+                                              arguments={"x-max-priority": 3})
+        await durable.bind("ex", "a.#")
+        await channel.declare_queue("gone", durable=False)
+        ex = await channel.get_exchange("ex")
+        for i in range(5):
+            await ex.publish(aio_pika.Message(
+                f"p{i}".encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT), "a.b")
+        await ex.publish(aio_pika.Message(b"transient"), "a.b")
+        acked = await durable.get()
+        await acked.ack()
+    async with Broker(data_dir=data) as broker, \
+            await aio_pika.connect(broker.urls["amqp"]) as connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue("keep", passive=True)
+        ex = await channel.get_exchange("ex")
+        await ex.publish(aio_pika.Message(b"after"), "a.x")  # the binding came back
+        bodies = []
+        while (m := await queue.get(no_ack=True, fail=False)) is not None:
+            bodies.append(m.body)
+        assert bodies == [b"p1", b"p2", b"p3", b"p4", b"after"]
+        with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
+            await (await connection.channel()).declare_queue("gone", passive=True)
 
 
 def _handshake(port: int) -> socket.socket:
@@ -226,10 +227,8 @@ def test_frame_parser_fuzz_never_harms_the_server(mainstem_server: ThreadedBroke
             data = bytearray(rng.randbytes(rng.randint(1, 200)))
         sock.sendall(bytes(data))
         sock.settimeout(0.5)
-        try:
+        with contextlib.suppress(TimeoutError, ConnectionError):
             sock.recv(65536)
-        except (TimeoutError, ConnectionError):
-            pass
         sock.close()
     connection = pika.BlockingConnection(pika.URLParameters(mainstem_server.urls["amqp"]))
     channel = connection.channel()
