@@ -21,6 +21,7 @@ from aiormq.exceptions import (
 )
 
 from mainstem import Broker
+from mainstem.admin.resources import ClassicQueues
 
 
 @pytest.fixture
@@ -323,3 +324,20 @@ async def test_permissions_refused_per_resource(broker: Broker) -> None:
         channel = await connection.channel()
         with pytest.raises(ChannelAccessRefused, match="write access"):
             await channel.default_exchange.publish(Message(b"x"), "bob-q")
+
+
+async def test_management_rows_list_classic_queues_exchanges_bindings(
+        broker: Broker, channel: AbstractChannel) -> None:
+    queue = await channel.declare_queue("listed", durable=True)
+    await channel.declare_exchange("listed-x", aio_pika.ExchangeType.TOPIC)
+    await queue.bind("listed-x", "a.*")
+    await publish(channel, "listed", b"1", b"2")
+    provider = ClassicQueues(broker.core)
+    rows = {row["name"]: row for row in provider.queues("/")}
+    assert (rows["listed"]["messages_ready"], rows["listed"]["durable"]) == (2, True)
+    assert {"name": "listed-x", "type": "topic"}.items() <= {
+        row["name"]: row for row in provider.exchanges("/")}["listed-x"].items()
+    assert [(b["source"], b["destination"], b["routing_key"])
+            for b in provider.bindings("/")] == [("listed-x", "listed", "a.*")]
+    assert await provider.delete_queue("/", "listed")
+    assert "listed" not in {row["name"] for row in provider.queues("/")}

@@ -43,7 +43,8 @@ def register_provider(factory: ProviderFactory) -> None:
 
 
 def providers_for(core: BrokerCore) -> list[ResourceProvider]:
-    return [StreamQueues(core), *(factory(core) for factory in _factories)]
+    return [StreamQueues(core), ClassicQueues(core),
+            *(factory(core) for factory in _factories)]
 
 
 class StreamQueues:
@@ -85,4 +86,63 @@ class StreamQueues:
         if self._core.streams.find(vhost, name) is None:
             return False
         await self._core.streams.delete(vhost, name)
+        return True
+
+
+class ClassicQueues:
+    """AMQP 0-9-1 classic queues, every exchange and binding of each virtual host."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self._core = core
+
+    def _vhosts(self, vhost: str | None) -> list:
+        hosts = self._core.queues.vhosts
+        return [hosts[vhost]] if vhost in hosts else [] if vhost else list(hosts.values())
+
+    def queues(self, vhost: str | None) -> list[dict]:
+        return [{
+            "name": queue.name,
+            "vhost": host.name,
+            "type": "classic",
+            "durable": queue.durable,
+            "auto_delete": queue.auto_delete,
+            "exclusive": queue.owner is not None,
+            "arguments": queue.arguments,
+            "node": NODE,
+            "state": "running",
+            "messages": queue.ready_count + queue.unacked_count,
+            "messages_ready": queue.ready_count,
+            "messages_unacknowledged": queue.unacked_count,
+            "message_bytes_ready": queue.ready_bytes,
+            "consumers": len(queue.consumers),
+            "memory": queue.ready_bytes,
+        } for host in self._vhosts(vhost) for queue in host.queues.values()]
+
+    def exchanges(self, vhost: str | None) -> list[dict]:
+        return [{
+            "name": exchange.name,
+            "vhost": host.name,
+            "type": exchange.type.value,
+            "durable": exchange.durable,
+            "auto_delete": exchange.auto_delete,
+            "internal": exchange.internal,
+            "arguments": dict(exchange.arguments),
+        } for host in self._vhosts(vhost) for exchange in host.graph.exchanges()]
+
+    def bindings(self, vhost: str | None) -> list[dict]:
+        return [{
+            "source": binding.source,
+            "vhost": host.name,
+            "destination": binding.destination,
+            "destination_type": binding.destination_kind,
+            "routing_key": binding.routing_key,
+            "arguments": dict(binding.arguments),
+        } for host in self._vhosts(vhost) for binding in host.graph.bindings()]
+
+    async def delete_queue(self, vhost: str, name: str) -> bool:
+        host = self._core.queues.vhosts.get(vhost)
+        queue = None if host is None else host.queues.get(name)
+        if queue is None:
+            return False
+        host.remove_queue(queue)
         return True
