@@ -341,3 +341,18 @@ async def test_management_rows_list_classic_queues_exchanges_bindings(
             for b in provider.bindings("/")] == [("listed-x", "listed", "a.*")]
     assert await provider.delete_queue("/", "listed")
     assert "listed" not in {row["name"] for row in provider.queues("/")}
+
+
+async def test_memory_alarm_blocks_publishers_until_it_clears(
+        broker: Broker, channel: AbstractChannel, caplog: pytest.LogCaptureFixture) -> None:
+    queue = await channel.declare_queue("held")
+    broker.core.alarms.set("memory", True)
+    await asyncio.sleep(0.05)
+    assert "blocked by: 'low on memory'" in caplog.text  # aiormq logs connection.blocked
+    publishing = asyncio.ensure_future(publish(channel, "held", b"waits"))
+    await asyncio.sleep(0.2)
+    assert not publishing.done()
+    broker.core.alarms.set("memory", False)
+    await asyncio.wait_for(publishing, 5)
+    assert "was unblocked" in caplog.text
+    assert await drain(queue) == [b"waits"]
