@@ -1,5 +1,6 @@
 """A celery task round trip through mainstem's AMQP listener (py-amqp transport, RPC results
-over AMQP too), with a real in-process worker. (The worker takes ~10 s to stop, against RabbitMQ too.)"""
+over AMQP too), with a real in-process worker. The worker takes ~10 s to stop, against
+RabbitMQ too."""
 
 from __future__ import annotations
 
