@@ -297,3 +297,29 @@ async def test_write_rejects_empty_chunks(tmp_path: Path) -> None:
     partition.close()
     with pytest.raises(PartitionClosed):
         partition.write_records([b"x"])
+
+
+async def test_fsync_on_demand_waits_for_a_committer(tmp_path: Path) -> None:
+    partition = Partition.open(tmp_path / "journal", fsync_on_demand=True)
+    appended = partition.write_records([b"a", b"b"])
+    await asyncio.sleep(0.05)
+    assert partition.committed_offset == 0  # written, no fsync asked for yet
+    await partition.commit(appended)
+    assert partition.committed_offset == 2
+    partition.write_records([b"c"])
+    await partition.aclose()  # a clean close makes everything durable
+    reopened = Partition.open(tmp_path / "journal")
+    assert reopened.committed_offset == 3
+    reopened.close()
+
+
+async def test_truncate_before_drops_only_whole_settled_segments(tmp_path: Path) -> None:
+    partition = Partition.open(tmp_path / "p", retention=RetentionPolicy(max_segment_chunks=2))
+    for i in range(6):
+        await partition.append([str(i).encode()])
+    assert partition.segment_count == 3
+    assert partition.truncate_before(3) == 1  # offsets 0-1; offset 2 shares a segment with 3
+    assert partition.first_offset == 2
+    assert partition.truncate_before(100) == 1  # the active segment always stays
+    assert partition.first_offset == 4
+    partition.close()

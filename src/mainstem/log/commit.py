@@ -31,8 +31,12 @@ def _timed(sync: Callable[[], None]) -> None:
 
 class GroupCommit:
     def __init__(self, policy: DurabilityPolicy, sync: Callable[[], None],
-                 on_durable: Callable[[int], None], durable: int = 0) -> None:
+                 on_durable: Callable[[int], None], durable: int = 0, *,
+                 on_demand: bool = False) -> None:
         self.policy = policy
+        # on_demand: fsync only when someone waits (a queue journal: an unconfirmed publish
+        # needs the page cache, not the disk; its readers do not wait for durability).
+        self.on_demand = on_demand
         self._sync = sync  # blocking: runs in a worker thread
         self._on_durable = on_durable
         self._written = durable
@@ -49,7 +53,11 @@ class GroupCommit:
         self._written = mark
         if self.policy.mode is FsyncMode.NEVER:
             self._advance(mark)
-        elif self._task is None:
+        elif not self.on_demand:
+            self._start()
+
+    def _start(self) -> None:
+        if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._flush_loop())
 
     async def wait(self, mark: int) -> None:
@@ -59,6 +67,8 @@ class GroupCommit:
             return
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((mark, future))
+        if self.on_demand:
+            self._start()
         await future
 
     def sync_now(self) -> None:

@@ -78,7 +78,7 @@ class _Committed:
 
 class Partition:
     def __init__(self, directory: Path, segments: list[Segment], durability: DurabilityPolicy,
-                 retention: RetentionPolicy, epoch: int) -> None:
+                 retention: RetentionPolicy, epoch: int, fsync_on_demand: bool = False) -> None:
         self.directory = directory
         self.retention = retention
         self.epoch = epoch
@@ -94,7 +94,7 @@ class Partition:
         self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
         self._dirty: dict[int, Segment] = {}
         self._commit = GroupCommit(durability, self._sync_dirty, self._on_durable,
-                                   durable=self.next_offset)
+                                   durable=self.next_offset, on_demand=fsync_on_demand)
         self._tail: asyncio.Future[None] | None = None
         self._closed = False
 
@@ -102,8 +102,11 @@ class Partition:
 
     @classmethod
     def open(cls, directory: Path, *, durability: DurabilityPolicy | None = None,
-             retention: RetentionPolicy | None = None, epoch: int = 0) -> Partition:
-        """Open (creating if needed) and recover the partition stored in `directory`."""
+             retention: RetentionPolicy | None = None, epoch: int = 0,
+             fsync_on_demand: bool = False) -> Partition:
+        """Open (creating if needed) and recover the partition stored in `directory`.
+        With `fsync_on_demand`, appends are fsynced only once someone waits on `commit`
+        (and written data is visible to readers only then)."""
         directory.mkdir(parents=True, exist_ok=True)
         paths = sorted(directory.glob("*" + SEGMENT_SUFFIX))
         segments = [Segment.open(path) for path in paths]
@@ -111,7 +114,7 @@ class Partition:
             segments = [Segment.create(directory, 0, 0)]
         _fsync_directory(directory)
         return cls(directory, segments, durability or DurabilityPolicy(),
-                   retention or RetentionPolicy(), epoch)
+                   retention or RetentionPolicy(), epoch, fsync_on_demand)
 
     def close(self) -> None:
         """Flush and close; blocking. Use `aclose` from a running event loop."""

@@ -54,6 +54,7 @@ class QueueJournal:
         self._pending: list[QueueMessage] = []
         self._settles: list[int] = []
         self._batch: asyncio.Future[None] | None = None
+        self._batch_confirms = False  # someone waits for this batch's fsync
         self._live: dict[int, None] = {}  # journal offsets of unsettled messages, in order
         self._since_compaction = 0
 
@@ -62,7 +63,8 @@ class QueueJournal:
              ) -> tuple[QueueJournal, list[QueueMessage]]:
         """Open the journal and replay it: the unsettled messages, oldest first."""
         partition = Partition.open(directory, durability=durability,
-                                   retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES))
+                                   retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES),
+                                   fsync_on_demand=True)
         journal = cls(partition)
         messages: dict[int, QueueMessage] = {}
         reader = partition.reader(partition.first_offset)
@@ -78,10 +80,13 @@ class QueueJournal:
         journal._live = dict.fromkeys(messages)
         return journal, list(messages.values())
 
-    def enqueue(self, message: QueueMessage) -> asyncio.Future[None]:
-        """Write the message with this turn's batch; the future is done once it is durable."""
+    def enqueue(self, message: QueueMessage, confirm: bool) -> asyncio.Future[None]:
+        """Write the message with this turn's batch; the future is done once it is durable
+        (with `confirm`: fsynced; else written, which survives a crash of the process)."""
         self._pending.append(message)
-        return self._schedule()
+        batch = self._schedule()
+        self._batch_confirms |= confirm
+        return batch
 
     def settle(self, message: QueueMessage) -> None:
         """The message left the queue for good (acked, dropped, expired, purged)."""
@@ -101,6 +106,7 @@ class QueueJournal:
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, None
+        confirm, self._batch_confirms = self._batch_confirms, False
         assert batch is not None
         live = [m for m in self._pending if not m.settled]
         records = [encode_enqueue(m) for m in live]
@@ -120,13 +126,17 @@ class QueueJournal:
         for offset, message in enumerate(live, first):
             message.log_offset = offset
             self._live[offset] = None
-        resolve_when_durable(self.partition, appended, batch)
+        if confirm:
+            resolve_when_durable(self.partition, appended, batch)
+        else:
+            batch.set_result(None)
         if self._since_compaction >= COMPACT_EVERY:
             self._compact()
 
     def _compact(self) -> None:
         self._since_compaction = 0
         floor = next(iter(self._live), self.partition.next_offset)
+        self.partition.flush()  # only durable segments can go; rare: every COMPACT_EVERY
         self.partition.truncate_before(floor)
 
     async def close(self) -> None:

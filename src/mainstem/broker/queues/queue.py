@@ -66,9 +66,10 @@ class ClassicQueue:
 
     # -- publishing ----------------------------------------------------------
 
-    def publish(self, message: QueueMessage) -> asyncio.Future[None] | bool | None:
+    def publish(self, message: QueueMessage, confirm: bool = False
+                ) -> asyncio.Future[None] | bool | None:
         """Enqueue; returns False when refused (x-overflow reject-publish), else the
-        durability future of a journaled message or None."""
+        durability future of a journaled message (fsynced if `confirm`) or None."""
         settings = self.settings
         if self._is_full(message) and settings.overflow != "drop-head":
             if settings.overflow == "reject-publish-dlx":
@@ -83,7 +84,7 @@ class ClassicQueue:
         message.seq = self._seq
         durable_write = None
         if self.journal is not None and message.persistent:
-            durable_write = self.journal.enqueue(message)
+            durable_write = self.journal.enqueue(message, confirm)
         self._push(message)
         self._enforce_drop_head()
         if self.consumers:

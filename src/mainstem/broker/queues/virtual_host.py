@@ -221,8 +221,9 @@ class VirtualHost:
 
     def publish(self, exchange: str, routing_key: str, message: QueueMessage,
                 headers: Mapping[str, Any] | None, cc: tuple[str, ...],
-                to_stream: StreamEncoder) -> PublishOutcome:
-        """Route a message and enqueue it in every queue it reaches."""
+                to_stream: StreamEncoder, confirm: bool = False) -> PublishOutcome:
+        """Route a message and enqueue it in every queue it reaches; with `confirm`, the
+        outcome's waits end once it is durable (fsynced) everywhere."""
         if exchange == "" and not cc:  # the default exchange: the key names the queue
             names: set[str] | tuple[str, ...] = (routing_key,)
         else:
@@ -234,7 +235,7 @@ class VirtualHost:
             if queue is not None:
                 copy = message if first else message.copy()
                 first = False
-                result = queue.publish(copy)
+                result = queue.publish(copy, confirm)
                 outcome.routed = True
                 if result is False:
                     outcome.rejected = True

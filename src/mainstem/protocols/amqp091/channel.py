@@ -493,7 +493,8 @@ class Channel:
                                expires_at=expires_at)
         cc = _cc(headers) if headers else ()
         outcome = self.vhost.publish(method.exchange, method.routing_key, message, headers,
-                                     cc, to_stream_record)
+                                     cc, to_stream_record,
+                                     confirm=self.confirming or self.transactional)
         if not outcome.routed and method.mandatory:
             returned = m.BasicReturn(NO_ROUTE, "NO_ROUTE", method.exchange, method.routing_key)
             self.connection.send(encode_content(self.number, returned, raw, content.body,
