@@ -6,6 +6,7 @@ response code, a Close, or a dropped socket), and the server keeps serving other
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import struct
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rstream import AMQPMessage, Producer
 
+from mainstem import Broker
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream.codec import encode
 from mainstem.protocols.rabbit_stream.constants import RESPONSE_FLAG, Key, ResponseCode
@@ -207,3 +210,19 @@ def test_fuzzed_frames_never_break_the_server(port: int, data: list[bytes],
     assert_still_serving(port)
     failures = [r for r in caplog.records if "connection failed" in r.getMessage()]
     assert not failures, failures[0].__dict__.get("traceback", failures[0].getMessage())
+
+
+async def test_disk_alarm_holds_a_publishing_connection(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path / "data") as broker, \
+            Producer("127.0.0.1", port=broker.ports["stream"], username="guest",
+                     password="guest") as producer:
+        await producer.create_stream("held")
+        await producer.send_wait("held", AMQPMessage(body=b"before"))
+        broker.core.alarms.set("disk", True)
+        sending = asyncio.ensure_future(producer.send_wait("held", AMQPMessage(body=b"during")))
+        await asyncio.sleep(0.3)
+        assert not sending.done()  # its publish is held, not stored
+        assert broker.core.streams.partition("/", "held").committed_offset == 1
+        broker.core.alarms.set("disk", False)
+        await asyncio.wait_for(sending, 5)
+        assert broker.core.streams.partition("/", "held").committed_offset == 2

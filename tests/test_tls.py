@@ -9,6 +9,7 @@ import ssl
 from pathlib import Path
 
 import aiohttp
+import pika
 import pytest
 from rstream import (
     AMQPMessage,
@@ -130,3 +131,23 @@ async def test_unreadable_certificate_stops_the_start(tmp_path, certs):
     with pytest.raises(TlsSetupError, match="cannot load TLS certificates"):
         async with Broker(config=config):
             pass
+
+
+async def test_pika_over_tls(tmp_path, certs):
+    async with tls_broker(tmp_path, certs) as broker:
+        port = broker.ports["amqp/tls"]
+        assert broker.urls["amqp/tls"].startswith("amqps://")
+
+        def publish_and_get() -> bytes:
+            parameters = pika.ConnectionParameters(
+                "127.0.0.1", port, ssl_options=pika.SSLOptions(client_context(certs),
+                                                               "localhost"))
+            connection = pika.BlockingConnection(parameters)
+            channel = connection.channel()
+            channel.queue_declare("tls-q")
+            channel.basic_publish("", "tls-q", b"encrypted")
+            body = channel.basic_get("tls-q", auto_ack=True)[2]
+            connection.close()
+            return body
+
+        assert await asyncio.to_thread(publish_and_get) == b"encrypted"

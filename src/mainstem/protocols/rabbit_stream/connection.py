@@ -258,6 +258,9 @@ class StreamConnection:
         reader = self.ctx.reader
         loop = asyncio.get_running_loop()
         while self.state is not State.CLOSED:
+            if self.publishers and self.core.alarms.blocked:
+                await self.core.alarms.wait_clear()  # a publisher is held: read nothing
+                self._last_read = loop.time()
             data = await reader.read(READ_SIZE)
             if not data:
                 return
@@ -280,6 +283,9 @@ class StreamConnection:
                                   f"{kind.__name__} before the connection was opened")
         if self._pending and kind is not f.Publish:
             self._write_pending()  # whatever follows a publish sees it written
+        if kind is f.Publish and self.core.alarms.blocked:
+            self._write_pending()
+            await self.core.alarms.wait_clear()  # held, as RabbitMQ blocks publishers
         result = self._handlers[kind](frame)
         if asyncio.iscoroutine(result):
             await result
@@ -303,6 +309,11 @@ class StreamConnection:
             await asyncio.wait_for(self.ctx.writer.drain(), 2)
         self.state = State.CLOSED
 
+    async def _close_requested(self, reason: str) -> None:
+        """An operator closed the connection (management API): say Close, hang up."""
+        await self._close_from_server(ResponseCode.OK, reason)
+        self._transport.close()
+
     async def _handshake_deadline(self) -> None:
         """A peer that does not finish opening in time holds no connection slot."""
         await asyncio.sleep(HANDSHAKE_TIMEOUT_S)
@@ -316,7 +327,8 @@ class StreamConnection:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.heartbeat)
-            if loop.time() - self._last_read > 2 * self.heartbeat:
+            held = self.publishers and self.core.alarms.blocked  # we stopped reading it
+            if not held and loop.time() - self._last_read > 2 * self.heartbeat:
                 self.log.info("stream peer silent for two heartbeats, dropping it")
                 self._transport.abort()
                 return
@@ -395,6 +407,8 @@ class StreamConnection:
         self.send(r.OpenResponse(frame.correlation_id, ResponseCode.OK, {
             "advertised_host": host, "advertised_port": str(port)}))
         self.state = State.OPEN
+        self.ctx.identify(self.user.name, self.namespace)
+        self.ctx.on_close_request = self._close_requested
         self.ctx.log.info("stream connection opened", extra={
             "user": self.user.name, "namespace": self.namespace})
 
@@ -655,6 +669,8 @@ class StreamConnection:
         subscription = Subscription(frame.subscription_id, frame.stream, partition,
                                     frame.offset_spec, frame.credit)
         self.subscriptions[frame.subscription_id] = subscription
+        self.ctx.add_consumer(str(frame.subscription_id), frame.stream,
+                              prefetch_count=frame.credit, ack_required=False)
         if frame.properties.get("single-active-consumer") == "true":
             self._join_group(subscription, stream, frame.properties)
         else:
@@ -693,6 +709,9 @@ class StreamConnection:
                     continue
                 self._deliver(subscription, location)
                 subscription.credit -= 1
+                self.core.delivery_stats.delivered(
+                    self.namespace, subscription.name, location.next_offset -
+                    location.chunk_id, location.send_size)
                 if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                     await writer.drain()  # a slow consumer holds one buffer, not the log
         except (PartitionClosed, ConnectionError):
@@ -741,6 +760,7 @@ class StreamConnection:
 
     def _end_subscription(self, subscription: Subscription) -> None:
         self.subscriptions.pop(subscription.subscription_id, None)
+        self.ctx.remove_consumer(str(subscription.subscription_id))
         if subscription.task is not None:
             subscription.task.cancel()
         if subscription.membership is not None:
