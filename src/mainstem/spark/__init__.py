@@ -1,0 +1,1 @@
+"""Spark side: the ``mainstem`` PySpark data source and the pipelines built on it."""

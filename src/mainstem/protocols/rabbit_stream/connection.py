@@ -535,6 +535,10 @@ class StreamConnection:
         self.send(r.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, {
             "first_chunk_id": -1 if empty else partition.first_offset,
             "committed_chunk_id": partition.committed_chunk_id,
+            # The last committed offset (-1: empty), as osiris names it: readers that want an
+            # exact end (Spark's offset ranges) need it, the chunk id alone does not give it.
+            "committed_offset": partition.committed_offset - 1,
+            "first_offset": partition.first_offset,
         }))
 
     def _on_stream_deleted(self, stream: Stream) -> None:

@@ -1,0 +1,355 @@
+"""The ``mainstem`` data source on PySpark's Python Data Source API: batch and streaming,
+read and write. Every task talks to the broker over the stream protocol, so executors on
+other machines work unchanged.
+
+Reads yield Arrow batches (see ``records``). Writes publish with deduplication: the
+publisher reference is derived from the sink (the checkpoint location of a streaming query,
+a per-job id of a batch write) and the task's partition, and the publishing id from the
+micro-batch id and the row's index, so a retried task or a replayed micro-batch is not
+stored twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from mainstem.client.stream import StreamClient
+from mainstem.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetMap,
+    SourceError,
+    SourceOptions,
+    TopicPartition,
+    from_offset_map,
+    parse_offsets,
+    to_offset_map,
+    topic_partitions,
+)
+from mainstem.spark.records import SCHEMA_DDL, encode_row, record_batches
+
+ROWS_PER_PUBLISH = 2000
+ROW_BITS = 32  # publishing id = batch id << 32 | row index + 1
+
+
+@dataclass
+class OffsetRange(InputPartition):
+    stream: str
+    index: int
+    physical: str
+    start: int
+    end: int  # exclusive
+    url: str
+
+
+class MainstemDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "mainstem"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(SourceOptions.parse(self.options), self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(SourceOptions.parse(self.options), self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        options = SourceOptions.parse(self.options, need_stream=False)
+        return BatchWriter(options, f"spark-batch-{uuid.uuid4().hex}")
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        options = SourceOptions.parse(self.options, need_stream=False)
+        checkpoint = self.options.get("checkpointLocation")  # options ignore case
+        if not checkpoint:
+            raise SourceError("a streaming write needs a checkpointLocation")
+        digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+        return StreamWriter(options, f"spark-sink-{digest}")
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def _ends(client: StreamClient, partitions: list[TopicPartition]
+          ) -> dict[TopicPartition, tuple[int, int]]:
+    """(first, end) offsets of each partition now."""
+    result = {}
+    for tp in partitions:
+        offsets = client.offsets(tp.physical)
+        result[tp] = (offsets.first, offsets.end)
+    return result
+
+
+def _checked_start(tp: TopicPartition, start: int, first: int, fail_on_data_loss: bool) -> int:
+    """Where reading really starts when retention removed offsets below `first`."""
+    if start >= first:
+        return start
+    if fail_on_data_loss:
+        raise SourceError(
+            f"offsets {start}..{first - 1} of stream {tp.stream!r} partition {tp.index} were "
+            "removed by retention; set failOnDataLoss=false to continue from the first "
+            "offset still stored")
+    return first
+
+
+def _split(tp: TopicPartition, start: int, end: int, url: str, limit: int | None
+           ) -> list[OffsetRange]:
+    step = limit or max(end - start, 1)
+    return [OffsetRange(tp.stream, tp.index, tp.physical, lo, min(lo + step, end), url)
+            for lo in range(start, end, step)]
+
+
+def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(part, OffsetRange):
+        return  # Spark's placeholder partition when there is nothing to read
+    with StreamClient.connect(part.url) as client:
+        yield from record_batches(client.chunks(part.physical, part.start, part.end),
+                                  part.stream, part.index, part.start, part.end)
+
+
+def _timestamp_offsets(client: StreamClient, partitions: list[TopicPartition],
+                       timestamp_ms: int) -> dict[TopicPartition, int]:
+    """The first offset at or after a time, per partition (the end if none)."""
+    return {tp: client.offset_for_timestamp(tp.physical, timestamp_ms) for tp in partitions}
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions, raw: Mapping[str, str]) -> None:
+        self.options = options
+        self.starting = raw.get("startingOffsets")
+        self.ending = raw.get("endingOffsets")
+        self.starting_timestamp = raw.get("startingTimestamp")
+
+    def partitions(self) -> list[OffsetRange]:
+        opts = self.options
+        with opts.connect() as client:
+            tps = topic_partitions(client, opts.streams)
+            bounds = _ends(client, tps)
+            if self.starting_timestamp is not None:
+                starts = _timestamp_offsets(client, tps, int(self.starting_timestamp))
+            else:
+                starts = parse_offsets(self.starting, EARLIEST, tps)
+            ends = parse_offsets(self.ending, LATEST, tps)
+        ranges: list[OffsetRange] = []
+        for tp in tps:
+            first, end_now = bounds[tp]
+            start = first if starts[tp] == EARLIEST else end_now if starts[tp] == LATEST \
+                else starts[tp]
+            end = end_now if ends[tp] in (LATEST, EARLIEST) else min(ends[tp], end_now)
+            start = _checked_start(tp, start, first, opts.fail_on_data_loss)
+            if end > start:
+                ranges += _split(tp, start, end, opts.url, opts.max_records_per_partition)
+        return ranges
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are checkpointed by Spark; ``maxOffsetsPerTrigger`` is admission control
+    (``ReadMaxRows``), spread over partitions by their lag."""
+
+    def __init__(self, options: SourceOptions, raw: Mapping[str, str]) -> None:
+        self.options = options
+        self.starting = raw.get("startingOffsets")
+        self.starting_timestamp = raw.get("startingTimestamp")
+        self._client: StreamClient | None = None
+        self._target: OffsetMap | None = None  # availableNow: what existed at the start
+
+    @property
+    def client(self) -> StreamClient:
+        if self._client is None:
+            self._client = self.options.connect()  # one long-lived process per query
+        return self._client
+
+    def _partitions(self) -> list[TopicPartition]:
+        return topic_partitions(self.client, self.options.streams)
+
+    def _now(self) -> OffsetMap:
+        return to_offset_map({tp: end for tp, (_, end) in
+                              _ends(self.client, self._partitions()).items()})
+
+    def initialOffset(self) -> OffsetMap:
+        tps = self._partitions()
+        bounds = _ends(self.client, tps)
+        if self.starting_timestamp is not None:
+            return to_offset_map(_timestamp_offsets(self.client, tps,
+                                                    int(self.starting_timestamp)))
+        starts = parse_offsets(self.starting, LATEST, tps)
+        return to_offset_map({tp: bounds[tp][0] if v == EARLIEST else bounds[tp][1]
+                              if v == LATEST else v for tp, v in starts.items()})
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._now()
+
+    def latestOffset(self, start: OffsetMap, limit: ReadLimit) -> OffsetMap:
+        latest = self._target or self._now()
+        for stream, parts in start.items():  # a partition never goes backwards
+            for key, offset in parts.items():
+                latest.setdefault(stream, {})[key] = max(latest.get(stream, {}).get(key, 0),
+                                                         offset)
+        if isinstance(limit, ReadMaxRows):
+            latest = _spread(start, latest, limit.max_rows)
+        return latest
+
+    def partitions(self, start: OffsetMap, end: OffsetMap) -> list[OffsetRange]:
+        tps = self._partitions()
+        bounds = _ends(self.client, tps)
+        starts = from_offset_map(start, tps)
+        ranges: list[OffsetRange] = []
+        for tp, end_offset in from_offset_map(end, tps).items():
+            first = bounds[tp][0]
+            begin = _checked_start(tp, starts.get(tp, first), first,
+                                   self.options.fail_on_data_loss)
+            if end_offset > begin:
+                ranges += _split(tp, begin, end_offset, self.options.url,
+                                 self.options.max_records_per_partition)
+        return ranges
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+    def commit(self, end: OffsetMap) -> None:
+        """Spark's checkpoint is the source of truth; nothing to do on the broker."""
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _spread(start: OffsetMap, latest: OffsetMap, budget: int) -> OffsetMap:
+    """Cap a micro-batch at `budget` records, shared by partitions in proportion to lag."""
+    lags = {(s, k): max(e - start.get(s, {}).get(k, e), 0)
+            for s, parts in latest.items() for k, e in parts.items()}
+    total = sum(lags.values())
+    if total <= budget:
+        return latest
+    capped: OffsetMap = {}
+    given = 0
+    for (stream, key), lag in sorted(lags.items()):
+        share = min(lag, budget * lag // total)
+        given += share
+        capped.setdefault(stream, {})[key] = start.get(stream, {}).get(key, 0) + share
+    for (stream, key), lag in sorted(lags.items()):  # rounding leftovers, in order
+        extra = min(budget - given, lag - (capped[stream][key] - start.get(stream, {}).get(
+            key, 0)))
+        if extra > 0:
+            capped[stream][key] += extra
+            given += extra
+    return capped
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    rows: int
+    skipped: int  # rows a retried task found already stored
+
+
+def publish_rows(options: SourceOptions, reference: str, batch_id: int,
+             batches: Iterator[pa.RecordBatch]) -> Written:
+    """Publish the rows of one task with publishing ids (batch id, row index)."""
+    context = TaskContext.get()
+    task = context.partitionId() if context is not None else 0
+    writer = f"{reference}-{task}"
+    default_stream = options.streams[0] if options.streams else None
+    publishers: dict[str, tuple[int, int]] = {}  # stream -> (publisher id, last stored id)
+    pending: dict[str, list[tuple[int, bytes]]] = {}
+    rows = skipped = 0
+    with StreamClient.connect(options.url) as client:
+        for batch in batches:
+            columns = batch.to_pydict()
+            values = columns.get("value") or [None] * batch.num_rows
+            keys = columns.get("key") or [None] * batch.num_rows
+            headers = columns.get("headers") or [None] * batch.num_rows
+            targets = columns.get("stream") or [default_stream] * batch.num_rows
+            for value, key, header, stream in zip(values, keys, headers, targets, strict=True):
+                rows += 1
+                if stream is None:
+                    raise SourceError("no target stream: give option 'stream' or a "
+                                      "'stream' column")
+                if stream not in publishers:
+                    last = client.declare_publisher(len(publishers), writer, stream)
+                    publishers[stream] = (len(publishers), last)
+                publishing_id = (batch_id << ROW_BITS) | rows
+                if publishing_id <= publishers[stream][1]:
+                    skipped += 1  # stored by an earlier attempt of this task
+                    continue
+                queue = pending.setdefault(stream, [])
+                queue.append((publishing_id, encode_row(_bytes(value), _bytes(key), header)))
+                if len(queue) >= ROWS_PER_PUBLISH:
+                    _flush(client, publishers, stream, queue)
+            for stream, queue in pending.items():  # each Arrow batch is stored as it comes
+                _flush(client, publishers, stream, queue)
+    return Written(rows, skipped)
+
+
+def _flush(client: StreamClient, publishers: dict[str, tuple[int, int]], stream: str,
+           queue: list[tuple[int, bytes]]) -> None:
+    if queue:
+        client.publish(publishers[stream][0], queue)
+        queue.clear()
+
+
+def _bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: SourceOptions, reference: str) -> None:
+        self.options = options
+        self.reference = reference  # made on the driver: the same for every task attempt
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return publish_rows(self.options, self.reference, 0, iterator)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: SourceOptions, reference: str) -> None:
+        self.options = options
+        self.reference = reference
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        context = TaskContext.get()
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or 0) \
+            if context is not None else 0
+        return publish_rows(self.options, self.reference, batch_id + 1, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Rows are stored (and deduplicated) by the tasks themselves."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """A failed micro-batch is replayed with the same ids, so nothing to undo."""

@@ -1,0 +1,232 @@
+"""The mainstem PySpark data source against a real broker, with one real local SparkSession
+for the module: batch reads with every offset option, streaming with checkpoints, writes
+that survive task retries without duplicates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import udf
+from rstream import (
+    AMQPMessage,
+    Producer,
+    RouteType,
+    SuperStreamCreationOption,
+    SuperStreamProducer,
+)
+from rstream._pyamqp.message import Properties
+
+from mainstem.client.stream import StreamClient
+from mainstem.spark.options import SourceOptions
+from mainstem.spark.source import StreamWriter, publish_rows
+from mainstem.testing import ThreadedBroker
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory) -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (SparkSession.builder.master("local[2,3]")  # 3 attempts: a task may be retried
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Iterator[ThreadedBroker]:
+    with ThreadedBroker(tmp_path_factory.mktemp("broker")) as running:
+        yield running
+
+
+def publish(broker: ThreadedBroker, stream: str, bodies: list[bytes], **arguments) -> None:
+    async def run() -> None:
+        async with Producer("127.0.0.1", port=broker.ports["stream"], username="guest",
+                            password="guest") as producer:
+            await producer.create_stream(stream, exists_ok=True, arguments=arguments or None)
+            for start in range(0, len(bodies), 20):  # a chunk per 20: segments can roll
+                await producer.send_batch(stream, [AMQPMessage(
+                    body=body, application_properties={"n": body.decode("latin-1")},
+                    properties=Properties(message_id=body.decode("latin-1"),
+                                          content_type="text/plain"))
+                    for body in bodies[start:start + 20]])
+            await producer.send_wait(stream, AMQPMessage(body=b"last"))
+    asyncio.run(run())
+
+
+def read(spark: SparkSession, broker: ThreadedBroker, **options: str):
+    return (spark.read.format("mainstem").option("url", broker.urls["stream"])
+            .options(**options).load())
+
+
+def test_batch_read_every_offset_option(spark, broker) -> None:
+    bodies = [f"m{i}".encode() for i in range(20)]
+    before = int(time.time() * 1000)
+    publish(broker, "batch", bodies)
+    df = read(spark, broker, stream="batch")
+    rows = df.orderBy("offset").collect()
+    assert [r.value for r in rows] == [*bodies, b"last"]
+    assert {(r.stream, r.partition) for r in rows} == {("batch", 0)}
+    assert [r.offset for r in rows] == list(range(21))
+    assert rows[0].headers == [{"key": "n", "value": b"m0"}] or \
+        [h.asDict() for h in rows[0].headers] == [{"key": "n", "value": b"m0"}]
+    assert rows[0].properties["message_id"] == "m0"
+    assert rows[0].properties["content_type"] == "text/plain"
+    assert rows[0].timestamp.timestamp() * 1000 >= before - 1000
+    ranged = read(spark, broker, stream="batch", startingOffsets=json.dumps({"batch": {"0": 5}}),
+                  endingOffsets=json.dumps({"batch": {"0": 8}}))
+    assert sorted(r.offset for r in ranged.collect()) == [5, 6, 7]
+    assert read(spark, broker, stream="batch", startingOffsets="latest").count() == 0
+    split = read(spark, broker, stream="batch", maxRecordsPerPartition="4")
+    assert split.rdd.getNumPartitions() == 6 and split.count() == 21
+    future = read(spark, broker, stream="batch", startingTimestamp=str(int(time.time() * 1e3)
+                                                                       + 60_000))
+    assert future.count() == 0
+    past = read(spark, broker, stream="batch", startingTimestamp=str(before - 60_000))
+    assert past.count() == 21
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,stream:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,headers:array<struct<key:string,value:binary>>,"
+        "properties:map<string,string>>")
+
+
+def test_super_stream_and_comma_list(spark, broker) -> None:
+    async def routing_key(message: AMQPMessage) -> str:
+        return message.application_properties["id"]
+
+    async def run() -> None:
+        async with SuperStreamProducer(
+                "127.0.0.1", port=broker.ports["stream"], username="guest", password="guest",
+                super_stream="orders", routing=RouteType.Hash, routing_extractor=routing_key,
+                super_stream_creation_option=SuperStreamCreationOption(3)) as producer:
+            for i in range(30):
+                await producer.send(AMQPMessage(body=f"o{i}".encode(),
+                                                application_properties={"id": str(i)}))
+            await asyncio.sleep(0.5)
+    asyncio.run(run())
+    publish(broker, "plain", [b"p"])
+    time.sleep(0.3)
+    rows = read(spark, broker, stream="orders,plain").collect()
+    by_stream = {(r.stream, r.partition) for r in rows}
+    assert {p for s, p in by_stream if s == "orders"} == {0, 1, 2}
+    assert sorted(r.value for r in rows if r.stream == "orders") == sorted(
+        f"o{i}".encode() for i in range(30))
+    assert sorted(r.value for r in rows if r.stream == "plain") == [b"last", b"p"]
+
+
+def test_fail_on_data_loss(spark, broker) -> None:
+    publish(broker, "short", [os.urandom(400) for _ in range(200)],
+            **{"max-length-bytes": "20000", "stream-max-segment-size-bytes": "4000"})
+    with StreamClient.connect(broker.urls["stream"]) as client:
+        assert client.offsets("short").first > 0  # retention removed the head
+    with pytest.raises(Exception, match="removed by retention"):
+        read(spark, broker, stream="short", startingOffsets=json.dumps(
+            {"short": {"0": 0}})).collect()
+    rows = read(spark, broker, stream="short", failOnDataLoss="false",
+                startingOffsets=json.dumps({"short": {"0": 0}})).collect()
+    assert 0 < len(rows) < 201 and min(r.offset for r in rows) > 0
+    assert max(r.offset for r in rows) == 200
+
+
+def test_streaming_query_restarts_exactly_where_it_stopped(spark, broker, tmp_path) -> None:
+    publish(broker, "flow", [f"a{i}".encode() for i in range(50)])
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run_once() -> None:
+        query = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
+                 .option("stream", "flow").option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", "20").load()
+                 .selectExpr("CAST(value AS STRING) AS value", "offset")
+                 .writeStream.format("parquet").option("path", out)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        progress = query.recentProgress
+        assert progress and all(p["numInputRows"] <= 20 for p in progress)
+
+    run_once()
+    assert spark.read.parquet(out).count() == 51
+    publish(broker, "flow", [f"b{i}".encode() for i in range(30)])
+    run_once()
+    offsets = [r.offset for r in spark.read.parquet(out).collect()]
+    assert sorted(offsets) == list(range(82))  # no loss, no duplicate
+
+
+def test_batch_write_then_read(spark, broker) -> None:
+    publish(broker, "sink", [b"seed"])
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(100)], "key STRING, value STRING")
+    (df.selectExpr("CAST(key AS BINARY) AS key", "CAST(value AS BINARY) AS value",
+                   "array(named_struct('key', 'origin', 'value', CAST('spark' AS BINARY))) "
+                   "AS headers")
+     .write.format("mainstem").option("url", broker.urls["stream"]).option("stream", "sink")
+     .mode("append").save())
+    rows = read(spark, broker, stream="sink", startingOffsets=json.dumps(
+        {"sink": {"0": 2}})).collect()
+    assert sorted(r.value for r in rows) == sorted(f"v{i}".encode() for i in range(100))
+    assert {r.key for r in rows} == {f"k{i}".encode() for i in range(100)}
+    assert all(r.headers[0]["value"] == b"spark" for r in rows)
+
+
+def test_streaming_write_survives_a_task_retry(spark, broker, tmp_path) -> None:
+    """Spark retries a write task whose first attempt failed; the output has every row once.
+    (Spark hands the writer its input only once the failing upstream task is done, so the
+    failed attempt stores nothing here; the replay test below covers a partial attempt.)"""
+    publish(broker, "upstream", [f"u{i}".encode() for i in range(300)])
+    publish(broker, "downstream", [b"seed"])
+    url, marker = broker.urls["stream"], tmp_path / "failed"
+
+    def fail_first_attempt(value: bytes) -> bytes:
+        if value == b"u150" and TaskContext.get().attemptNumber() == 0:
+            marker.touch()
+            raise RuntimeError("injected task failure")
+        return value
+
+    source = (spark.readStream.format("mainstem").option("url", url)
+              .option("stream", "upstream").option("startingOffsets", "earliest").load()
+              .select(udf(fail_first_attempt, "binary")("value").alias("value")))
+    query = (source.writeStream.format("mainstem").option("url", url)
+             .option("stream", "downstream")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None and marker.exists()
+    values = [r.value for r in read(spark, broker, stream="downstream",
+                                    startingOffsets=json.dumps({"downstream": {"0": 2}})
+                                    ).collect()]
+    assert sorted(values) == sorted([f"u{i}".encode() for i in range(300)] + [b"last"])
+
+
+def test_a_replayed_task_stores_nothing_twice(broker) -> None:
+    """The same task of the same micro-batch, run again after it stored part of its rows
+    (a retry or a replay after a crash), adds only what is missing."""
+    publish(broker, "replayed", [b"seed"])
+    options = SourceOptions.parse({"url": broker.urls["stream"], "stream": "replayed"})
+    writer = StreamWriter(options, "spark-sink-test")
+    rows = pa.RecordBatch.from_pydict({"value": [f"r{i}".encode() for i in range(100)]})
+    first = publish_rows(options, writer.reference, 7, iter([rows.slice(0, 40)]))
+    again = publish_rows(options, writer.reference, 7, iter([rows]))
+    assert (first.rows, first.skipped) == (40, 0)
+    assert (again.rows, again.skipped) == (100, 40)
+    with StreamClient.connect(broker.urls["stream"]) as client:
+        stored = [bytes(record) for chunk in client.chunks("replayed", 2, 102)
+                  for _, record in chunk.records()]
+    assert len(stored) == 100
