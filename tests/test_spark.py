@@ -25,6 +25,7 @@ from rstream import (
 )
 from rstream._pyamqp.message import Properties
 
+from mainstem.cli import main as cli_main
 from mainstem.client.stream import StreamClient
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.source import StreamWriter, publish_rows
@@ -230,3 +231,19 @@ def test_a_replayed_task_stores_nothing_twice(broker) -> None:
         stored = [bytes(record) for chunk in client.chunks("replayed", 2, 102)
                   for _, record in chunk.records()]
     assert len(stored) == 100
+
+
+def test_archive_pipeline_adds_only_new_data(spark, broker, tmp_path, capsys) -> None:
+    publish(broker, "archived", [f"a{i}".encode() for i in range(40)])
+    arguments = ["pipeline", "archive", "--url", broker.urls["stream"], "--stream", "archived",
+                 "--output", str(tmp_path / "lake"), "--checkpoint", str(tmp_path / "cp"),
+                 "--max-records-per-batch", "25"]
+    assert cli_main(arguments) == 0
+    assert "41 records added" in capsys.readouterr().err
+    publish(broker, "archived", [f"b{i}".encode() for i in range(9)])
+    assert cli_main(arguments) == 0
+    assert "10 records added" in capsys.readouterr().err
+    lake = spark.read.parquet(str(tmp_path / "lake"))
+    assert sorted(r.offset for r in lake.collect()) == list(range(51))
+    assert {r.stream for r in lake.select("stream").collect()} == {"archived"}
+    assert (tmp_path / "lake" / "stream=archived").is_dir()

@@ -1,5 +1,6 @@
 """The `mainstem` command: `mainstem serve [flags]` runs the broker until SIGTERM/SIGINT;
-`mainstem ctl GROUP ACTION` operates a running one over its management API."""
+`mainstem ctl GROUP ACTION` operates a running one over its management API;
+`mainstem pipeline NAME` runs a Spark job over streams."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from mainstem.admin.ctl import add_ctl_arguments, run_ctl
 from mainstem.config import ConfigError, add_config_arguments, load_config
 from mainstem.logs import configure_logging
 from mainstem.server import Broker, DataDirLocked, ListenerBindError
+from mainstem.spark.pipelines import add_pipeline_arguments
 from mainstem.tls import TlsSetupError
 
 # Exit codes: 0 after a clean shutdown, 2 when the server cannot start.
@@ -42,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_ctl_arguments(ctl)
     ctl.set_defaults(run=run_ctl)
+    pipeline = commands.add_parser(
+        "pipeline", help="run a Spark pipeline over streams (needs mainstem[spark])",
+        description="Spark jobs: archive streams to Parquet.")
+    add_pipeline_arguments(pipeline)
     return parser
 
 

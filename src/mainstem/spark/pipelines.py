@@ -1,0 +1,100 @@
+"""``mainstem pipeline ...``: Spark jobs over streams, each a real Spark application.
+
+    mainstem pipeline archive --stream orders --output /lake/orders --checkpoint /lake/_cp
+
+runs locally (``--master local[*]`` by default) or, given to ``spark-submit``, on a cluster:
+
+    spark-submit --master spark://host:7077 "$(python -c 'import mainstem.spark.pipelines
+    as p; print(p.__file__)')" archive --stream orders --output hdfs:///lake/orders ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from mainstem.spark.options import DEFAULT_URL
+
+PROGRESS_INTERVAL_S = 1.0
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    jobs = parser.add_subparsers(dest="pipeline", metavar="PIPELINE", required=True)
+    archive = jobs.add_parser(
+        "archive", help="copy streams into partitioned Parquet, incrementally",
+        description="Append every record not archived yet to Parquet files partitioned by "
+        "stream and date. The checkpoint remembers where the last run stopped: running it "
+        "again adds only new records.")
+    archive.add_argument("--url", default=os.environ.get("MAINSTEM_STREAM_URL", DEFAULT_URL),
+                         help="the broker's stream-protocol URL with credentials")
+    archive.add_argument("--stream", required=True, help="a stream, or a comma list")
+    archive.add_argument("--output", required=True, help="the Parquet directory")
+    archive.add_argument("--checkpoint", required=True, help="the job's checkpoint directory")
+    archive.add_argument("--max-records-per-batch", type=int, default=500_000,
+                         help="records per micro-batch (bounds memory)")
+    archive.add_argument("--master", default=None,
+                         help="Spark master (default local[*], or spark-submit's)")
+    archive.set_defaults(run=run_archive)
+
+
+def spark_session(master: str | None, name: str) -> Any:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SystemExit("pipelines need PySpark: pip install 'mainstem[spark]'") from None
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(name)
+    launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master or not launched_by_spark_submit:
+        builder = builder.master(master or "local[*]")
+    return builder.getOrCreate()
+
+
+def run_archive(args: argparse.Namespace) -> int:
+    spark = spark_session(args.master, "mainstem-archive")
+    records = (spark.readStream.format("mainstem").option("url", args.url)
+               .option("stream", args.stream).option("startingOffsets", "earliest")
+               .option("maxOffsetsPerTrigger", str(args.max_records_per_batch)).load()
+               .selectExpr("*", "to_date(timestamp) AS date"))
+    query = (records.writeStream.format("parquet").option("path", args.output)
+             .option("checkpointLocation", args.checkpoint).partitionBy("stream", "date")
+             .trigger(availableNow=True).queryName("mainstem-archive").start())
+    total = _follow(query)
+    print(f"archive: {total} records added to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _follow(query: Any) -> int:
+    """Print each micro-batch as it completes; the number of records written."""
+    seen: set[int] = set()
+    total = 0
+    while True:
+        finished = query.awaitTermination(PROGRESS_INTERVAL_S)
+        for progress in query.recentProgress:
+            if progress["batchId"] in seen:
+                continue
+            seen.add(progress["batchId"])
+            total += progress["numInputRows"]
+            print(f"batch {progress['batchId']}: {progress['numInputRows']} records "
+                  f"({progress.get('processedRowsPerSecond', 0):.0f}/s), "
+                  f"{total} so far", file=sys.stderr)
+        if finished:
+            break
+    if query.exception() is not None:
+        raise RuntimeError(f"the archive job failed: {query.exception()}")
+    return total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for ``spark-submit pipelines.py PIPELINE ...``."""
+    parser = argparse.ArgumentParser(prog="pipelines")
+    add_pipeline_arguments(parser)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
