@@ -46,7 +46,7 @@ def spark_session(master: str | None, name: str) -> Any:
     except ImportError:
         raise SystemExit("pipelines need PySpark: pip install 'mainstem[spark]'") from None
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(name)
+    builder = SparkSession.builder.appName(name).config("spark.ui.showConsoleProgress", "false")
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master or not launched_by_spark_submit:
         builder = builder.master(master or "local[*]")

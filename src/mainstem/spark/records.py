@@ -15,6 +15,7 @@ properties map<string, string>  the AMQP 1.0 properties that are set
 from __future__ import annotations
 
 import datetime
+import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from mainstem.formats.amqp10 import Amqp10DecodeError, Message, Symbol, decode_message
 from mainstem.formats.amqp10 import encode_message as encode_amqp10
-from mainstem.log.chunk import Chunk
+from mainstem.log.chunk import SUB_BATCH_ENTRY, Chunk
 
 SCHEMA_DDL = ("key BINARY, value BINARY, stream STRING, partition INT, offset BIGINT, "
               "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
@@ -39,18 +40,23 @@ KEY_ANNOTATION = "x-routing-key"
 BATCH_ROWS = 8192
 # A message that is only a data section: descriptor 0x00 0x53 0x75, then vbin8 or vbin32.
 _DATA8, _DATA32 = b"\x00\x53\x75\xa0", b"\x00\x53\x75\xb0"
+_U32 = struct.Struct(">I")
+_SUB_BATCH = 0x8000_0000
 
 
 class _Columns:
+    """Column lists of one Arrow batch. Keys, headers and properties are sparse (most
+    records have none), so they are kept by row index and filled in at the end."""
+
     __slots__ = ("headers", "keys", "offsets", "properties", "timestamps", "values")
 
     def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
-        self.properties: list[list[tuple[str, str]] | None] = []
+        self.keys: dict[int, bytes] = {}
+        self.headers: dict[int, list[dict[str, Any]]] = {}
+        self.properties: dict[int, list[tuple[str, str]]] = {}
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -61,51 +67,62 @@ def record_batches(chunks: Iterable[Chunk], stream: str, partition: int, start: 
     """Arrow batches of the records with offsets in [start, end)."""
     columns = _Columns()
     for chunk in chunks:
-        timestamp_us = chunk.header.timestamp * 1000
-        for offset, record in chunk.records():
-            if offset < start or offset >= end:
-                continue
-            _add(columns, offset, timestamp_us, record)
-            if len(columns) >= BATCH_ROWS:
-                yield _batch(columns, stream, partition)
-                columns = _Columns()
+        _add_chunk(columns, chunk, start, end)
+        if len(columns) >= BATCH_ROWS:
+            yield _batch(columns, stream, partition)
+            columns = _Columns()
     if len(columns):
         yield _batch(columns, stream, partition)
 
 
-def _add(columns: _Columns, offset: int, timestamp_us: int, record: memoryview) -> None:
-    columns.offsets.append(offset)
-    columns.timestamps.append(timestamp_us)
-    head = bytes(record[:4])
-    size = len(record)
-    if head == _DATA8 and size == 5 + record[4]:
-        columns.values.append(bytes(record[5:]))
-    elif head == _DATA32 and size == 8 + int.from_bytes(record[4:8], "big"):
-        columns.values.append(bytes(record[8:]))
-    else:
-        _add_decoded(columns, record)
-        return
-    columns.keys.append(None)
-    columns.headers.append(None)
-    columns.properties.append(None)
+def _add_chunk(columns: _Columns, chunk: Chunk, start: int, end: int) -> None:
+    """The hot loop of every Spark read: one pass over the chunk's entries; a message that
+    is only a data section (what most clients send) costs one slice."""
+    raw = bytes(chunk.data)
+    unpack = _U32.unpack_from
+    values, offsets = columns.values, columns.offsets
+    before = len(offsets)
+    offset = chunk.header.chunk_id
+    pos = 0
+    for _ in range(chunk.header.num_entries):
+        (length,) = unpack(raw, pos)
+        if length & _SUB_BATCH:  # a compressed sub-batch: records the log keeps opaque
+            _, count, _, length = SUB_BATCH_ENTRY.unpack_from(raw, pos)
+            pos += SUB_BATCH_ENTRY.size + length
+            offset += count
+            continue
+        body = pos + 4
+        pos = body + length
+        if start <= offset < end:
+            head = raw[body:body + 4]
+            if head == _DATA8 and raw[body + 4] == length - 5:
+                values.append(raw[body + 5:pos])
+            elif head == _DATA32 and unpack(raw, body + 4)[0] == length - 8:
+                values.append(raw[body + 8:pos])
+            else:
+                _add_decoded(columns, len(offsets), memoryview(raw)[body:pos])
+            offsets.append(offset)
+        offset += 1
+    columns.timestamps.extend([chunk.header.timestamp * 1000] * (len(offsets) - before))
 
 
-def _add_decoded(columns: _Columns, record: memoryview) -> None:
+def _add_decoded(columns: _Columns, row: int, record: memoryview) -> None:
     try:
         message = decode_message(record)
     except Amqp10DecodeError:
         columns.values.append(bytes(record))  # not AMQP 1.0: a BSON event or other raw record
-        columns.keys.append(None)
-        columns.headers.append(None)
-        columns.properties.append(None)
         return
     columns.values.append(_body_bytes(message.body))
     key = (message.message_annotations or {}).get(KEY_ANNOTATION)
-    columns.keys.append(_as_bytes(key) if key is not None else None)
+    if key is not None:
+        columns.keys[row] = _as_bytes(key)
     application = message.application_properties
-    columns.headers.append([{"key": str(k), "value": _as_bytes(v)} for k, v in
-                            application.items()] if application else None)
-    columns.properties.append(_properties(message))
+    if application:
+        columns.headers[row] = [{"key": str(k), "value": _as_bytes(v)}
+                                for k, v in application.items()]
+    properties = _properties(message)
+    if properties:
+        columns.properties[row] = properties
 
 
 def _body_bytes(body: Any) -> bytes | None:
@@ -146,15 +163,24 @@ def _properties(message: Message) -> list[tuple[str, str]] | None:
 def _batch(columns: _Columns, stream: str, partition: int) -> pa.RecordBatch:
     rows = len(columns)
     return pa.RecordBatch.from_arrays([
-        pa.array(columns.keys, pa.binary()),
+        _sparse(columns.keys, rows, pa.binary()),
         pa.array(columns.values, pa.binary()),
         pa.array([stream] * rows, pa.string()),
         pa.array([partition] * rows, pa.int32()),
         pa.array(columns.offsets, pa.int64()),
         pa.array(columns.timestamps, pa.timestamp("us", tz="UTC")),
-        pa.array(columns.headers, HEADER_TYPE),
-        pa.array(columns.properties, PROPERTIES_TYPE),
+        _sparse(columns.headers, rows, HEADER_TYPE),
+        _sparse(columns.properties, rows, PROPERTIES_TYPE),
     ], schema=ARROW_SCHEMA)
+
+
+def _sparse(by_row: dict[int, Any], rows: int, kind: pa.DataType) -> pa.Array:
+    if not by_row:
+        return pa.nulls(rows, kind)
+    filled: list[Any] = [None] * rows
+    for row, value in by_row.items():
+        filled[row] = value
+    return pa.array(filled, kind)
 
 
 def encode_row(value: bytes | None, key: bytes | None, headers: Any) -> bytes:
