@@ -119,6 +119,9 @@ class ServerConfig:
     max_connections: int = 0  # 0: unlimited; the server closes connections beyond it
     channel_max: int = 2047
     max_consumers_per_queue: int = 0
+    max_event_size: int = 4 * 1024 * 1024  # BSON events
+    max_unacked_events: int = 1000  # per BSON subscription
+    max_unacked_results: int = 100  # per BSON query
 
     @classmethod
     def defaults(
@@ -170,7 +173,10 @@ class ServerConfig:
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s,
                                 channel_max=self.channel_max,
-                                max_consumers_per_queue=self.max_consumers_per_queue)
+                                max_consumers_per_queue=self.max_consumers_per_queue,
+                                max_event_size=self.max_event_size,
+                                max_unacked_events=self.max_unacked_events,
+                                max_unacked_results=self.max_unacked_results)
 
 
 def default_tls_port(name: str, port: int) -> int:
@@ -321,6 +327,9 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.max_connections": _int_at_least(0),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
+    "limits.max_event_size": parse_size,
+    "limits.max_unacked_events": _int_at_least(1),
+    "limits.max_unacked_results": _int_at_least(1),
     "auth.default_user": _text,
     "auth.default_pass": _text,
     "auth.loopback_users": _names,
@@ -607,6 +616,11 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         channel_max=values.get("limits.channel_max", default.channel_max),
         max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
                                            default.max_consumers_per_queue),
+        max_event_size=values.get("limits.max_event_size", default.max_event_size),
+        max_unacked_events=values.get("limits.max_unacked_events",
+                                      default.max_unacked_events),
+        max_unacked_results=values.get("limits.max_unacked_results",
+                                       default.max_unacked_results),
     )
 
 

@@ -462,6 +462,13 @@ class Catalog:
         if not stored:
             self._raise_missing_partition(namespace, stream, partition)
 
+    def delete_offset(self, namespace: str, stream: str, partition: int, reference: str) -> None:
+        """Forget a consumer's stored offset (a deleted durable subscription)."""
+        with self._lock:
+            self._offsets_db.execute(
+                "DELETE FROM offsets WHERE namespace = ? AND stream = ? AND partition = ?"
+                " AND reference = ?", (namespace, stream, partition, reference))
+
     def _raise_missing_partition(self, namespace: str, stream: str, partition: int) -> None:
         record = self.get_stream(namespace, stream)
         if record is None:

@@ -14,9 +14,11 @@ from pathlib import Path
 from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.auth import Auth, User
+from mainstem.broker.binders import BinderStore
 from mainstem.broker.catalog import Catalog, NamespaceRecord
 from mainstem.broker.delivery_stats import DeliveryStats
 from mainstem.broker.iggy_model import IggyModel
+from mainstem.broker.projections import Projections
 from mainstem.broker.queues import QueueManager
 from mainstem.broker.segments import SegmentStore
 from mainstem.broker.settings import CoreSettings
@@ -40,6 +42,8 @@ class BrokerCore:
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability)
+        self.binders = BinderStore(data_dir / "binders.sqlite")
+        self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -50,6 +54,7 @@ class BrokerCore:
             core = cls(data_dir, settings, catalog)
             core.streams.open_all()
             core.queues.open()
+            core.projections.start_all()
         except BaseException:
             catalog.close()
             raise
@@ -62,9 +67,11 @@ class BrokerCore:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
+        await self.projections.stop()
         await self.queues.close()
         await self.streams.close()
         self.iggy.close()
+        self.binders.close()
         self.catalog.close()
 
     # -- authentication ------------------------------------------------------

@@ -6,6 +6,7 @@ from mainstem.protocols.base import ProtocolSpec
 def all_protocols() -> list[ProtocolSpec]:
     """Every implemented protocol, in listener start order."""
     from mainstem.protocols.amqp091.connection import handle as amqp
+    from mainstem.protocols.bson_events.connection import handle as bson_events
     from mainstem.protocols.iggy.connection import handle as iggy
     from mainstem.protocols.rabbit_stream.connection import handle as stream
     from mainstem.protocols.segment.connection import handle as segment
@@ -14,5 +15,6 @@ def all_protocols() -> list[ProtocolSpec]:
         ProtocolSpec("stream", 5552, stream),
         ProtocolSpec("amqp", 5672, amqp),
         ProtocolSpec("iggy", 8090, iggy),
+        ProtocolSpec("bson", 7451, bson_events),
         ProtocolSpec("segment", 12345, segment),
     ]

@@ -19,6 +19,9 @@ class ConnectionLimits:
     # For the protocols that have them, with the protocol's error when exceeded:
     channel_max: int = 2047  # channels per connection (AMQP channel-max; RabbitMQ's default)
     max_consumers_per_queue: int = 0  # 0: unlimited
+    max_event_size: int = 4 * 1024 * 1024  # BSON events: a bigger PUBLISH is refused
+    max_unacked_events: int = 1000  # BSON subscriptions: RECEV frames before an ACKEV
+    max_unacked_results: int = 100  # BSON queries: QUERYRESULT frames before QUERYACKs
 
 
 @dataclass(slots=True)

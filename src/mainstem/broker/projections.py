@@ -1,0 +1,135 @@
+"""Projections: fold a channel's events into a binder's documents, inside the broker.
+
+A projection names a channel, a matcher, a binder, the event field that gives the document
+id, and a fold (``replace``, ``merge``, or ``increment`` of numeric fields). It reads the
+channel from its stored position and applies each chunk's events in one SQLite transaction
+together with the new position, so every event is applied exactly once across crashes.
+``fold`` is a pure function: the Spark rebuild of a binder uses the same one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import bson
+
+from mainstem.broker.binders import BinderStore
+from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.matcher import compile_matcher
+from mainstem.broker.streams import StreamStore
+from mainstem.log.partition import PartitionClosed
+
+log = logging.getLogger("mainstem.projections")
+FOLDS = ("replace", "merge", "increment")
+POLL_S = 0.5  # how often a projection looks for its channel before it exists
+
+
+@dataclass(frozen=True)
+class Projection:
+    name: str
+    channel: str
+    binder: str
+    id_field: str
+    fold: str = "merge"
+    matcher: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.fold not in FOLDS:
+            raise InvalidArgument(f"fold must be one of {', '.join(FOLDS)}, not {self.fold!r}")
+        compile_matcher(self.matcher)  # refuse a bad matcher at declaration
+
+
+def fold(current: Mapping[str, Any] | None, event: Mapping[str, Any], how: str
+         ) -> dict[str, Any]:
+    """The document after applying one event."""
+    if how == "replace" or current is None:
+        return dict(event)
+    document = dict(current)
+    if how == "merge":
+        document.update(event)
+        return document
+    for key, value in event.items():  # increment: numbers add up, anything else is set
+        old = document.get(key)
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if numeric and isinstance(old, int | float) and not isinstance(old, bool):
+            document[key] = old + value
+        else:
+            document[key] = value
+    return document
+
+
+def document_id(event: Mapping[str, Any], id_field: str) -> Any:
+    value: Any = event
+    for part in id_field.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+class Projections:
+    def __init__(self, streams: StreamStore, binders: BinderStore) -> None:
+        self.streams = streams
+        self.binders = binders
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def start_all(self) -> None:
+        for namespace, definition, _ in self.binders.projections():
+            self._start(namespace, Projection(**definition))
+
+    def declare(self, namespace: str, projection: Projection) -> None:
+        """Create (or redefine) a projection and start it; its binder is created too."""
+        self.binders.create(namespace, projection.binder)
+        self.binders.save_projection(namespace, projection.name, asdict(projection))
+        old = self._tasks.pop((namespace, projection.name), None)
+        if old is not None:
+            old.cancel()
+        self._start(namespace, projection)
+
+    def _start(self, namespace: str, projection: Projection) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(namespace, projection))
+        self._tasks[(namespace, projection.name)] = task
+
+    async def _run(self, namespace: str, projection: Projection) -> None:
+        matcher = compile_matcher(projection.matcher)
+        while True:
+            stream = self.streams.find(namespace, projection.channel)
+            if stream is None:
+                await asyncio.sleep(POLL_S)
+                continue
+            partition = stream.partitions[0]
+            reader = partition.reader(self.binders.position(namespace, projection.name))
+            try:
+                while True:
+                    chunk = await reader.next_chunk()
+                    self._apply(namespace, projection, matcher, chunk)
+            except PartitionClosed:
+                await asyncio.sleep(POLL_S)  # the channel was deleted: wait for a new one
+
+    def _apply(self, namespace: str, projection: Projection, matcher: Any, chunk: Any) -> None:
+        with self.binders.transaction() as db:
+            for _, record in chunk.records():
+                try:
+                    event = bson.decode(bytes(record))
+                except Exception:
+                    continue  # not a BSON event: nothing to fold
+                doc_id = document_id(event, projection.id_field)
+                if doc_id is None or not matcher(event):
+                    continue
+                current = self.binders.get_in(db, namespace, projection.binder, doc_id)
+                self.binders.put(db, namespace, projection.binder, doc_id,
+                                 fold(current, event, projection.fold))
+            self.binders.set_position(db, namespace, projection.name, chunk.next_offset)
+
+    async def stop(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()

@@ -1,0 +1,267 @@
+"""An asyncio client for mainstem's BSON event protocol (port 7451).
+
+    client = await EventsClient.connect("127.0.0.1", 7451, "guest", "guest")
+    await client.create_channel("orders")
+    await client.publish("orders", {"id": 1, "total": 9.5})        # returns once durable
+    subscription = await client.subscribe("orders", start_pos=0, matcher={"total": {"$gt": 5}})
+    async for event in subscription:                              # Received(pos, timestamp, event)
+        ...
+        await subscription.ack()                                  # ACKEV: flow control, durability
+    async for document in client.query("totals", {"count": {"$gte": 2}}):
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import struct
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+
+from mainstem.protocols.bson_events.codec import encode_frame
+
+PROTOCOL_VERSION = "1.0"
+_LENGTH = struct.Struct("<i")
+
+
+class EventsError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Received:
+    pos: int
+    timestamp: int
+    event: dict[str, Any]
+
+
+class Subscription:
+    def __init__(self, client: EventsClient, sub_id: int) -> None:
+        self.client = client
+        self.sub_id = sub_id
+        self.events: asyncio.Queue[Received] = asyncio.Queue()
+        self.last_taken: Received | None = None
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Received:
+        self.last_taken = await self.events.get()
+        return self.last_taken
+
+    async def next(self, timeout: float = 10.0) -> Received:
+        self.last_taken = await asyncio.wait_for(self.events.get(), timeout)
+        return self.last_taken
+
+    async def ack(self) -> None:
+        """ACKEV for every event taken from this subscription so far (events received
+        but still queued here stay unacknowledged)."""
+        body: dict[str, Any] = {"subID": self.sub_id}
+        if self.last_taken is not None:
+            body["pos"] = self.last_taken.pos
+        await self.client._send("ACKEV", body)
+
+    async def unsubscribe(self) -> None:
+        """End it and delete its durable position."""
+        await self.client._request("UNSUBSCRIBE", {"subID": self.sub_id})
+        self.client._subscriptions.pop(self.sub_id, None)
+
+    async def close(self) -> None:
+        """SUBCLOSE: end it here; a durable subscription keeps its position."""
+        await self.client._request("SUBCLOSE", {"subID": self.sub_id})
+        self.client._subscriptions.pop(self.sub_id, None)
+
+
+class EventsClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._request_ids = itertools.count(1)
+        self._query_ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._subscriptions: dict[int, Subscription] = {}
+        self._queries: dict[int, asyncio.Queue[dict[str, Any]]] = {}
+        self._reading: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()
+
+    @classmethod
+    async def connect(cls, host: str, port: int, username: str, password: str, *,
+                      namespace: str = "/", version: str = PROTOCOL_VERSION) -> EventsClient:
+        reader, writer = await asyncio.open_connection(host, port)
+        client = cls(reader, writer)
+        client._reading = asyncio.get_running_loop().create_task(client._read_loop())
+        try:
+            await client._request("CONNECT", {"version": version, "username": username,
+                                              "password": password, "namespace": namespace})
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+        if self._reading is not None:
+            self._reading.cancel()
+
+    # -- frames ------------------------------------------------------------------
+
+    async def _send(self, kind: str, body: dict[str, Any]) -> None:
+        self._writer.write(encode_frame(kind, body))
+        await self._writer.drain()
+
+    async def _request(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        request_id = next(self._request_ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        await self._send(kind, {**body, "rID": request_id})
+        response = await future
+        if not response.get("ok"):
+            raise EventsError(response.get("errCode", "FAILED"), response.get("errMsg", ""))
+        return response
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                head = await self._reader.readexactly(4)
+                (length,) = _LENGTH.unpack(head)
+                document = bson.decode(head + await self._reader.readexactly(length - 4))
+                self._dispatch(document["type"], document["frame"])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.closed.set()
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ConnectionError("the connection closed"))
+
+    def _dispatch(self, kind: str, frame: dict[str, Any]) -> None:
+        if kind == "SUBRESPONSE" and frame.get("ok"):  # before any RECEV of it is read
+            self._subscriptions[frame["subID"]] = Subscription(self, frame["subID"])
+        if kind in ("RESPONSE", "SUBRESPONSE", "QUERYRESPONSE"):
+            future = self._pending.pop(frame.get("rID"), None)  # type: ignore[arg-type]
+            if future is not None and not future.done():
+                future.set_result(frame)
+            elif not frame.get("ok") and self._pending:  # an error without its rID
+                oldest = min(self._pending)
+                self._pending.pop(oldest).set_result(frame)
+        elif kind == "RECEV":
+            subscription = self._subscriptions.get(frame["subID"])
+            if subscription is not None:
+                subscription.events.put_nowait(
+                    Received(frame["pos"], frame["timestamp"], frame["event"]))
+        elif kind == "QUERYRESULT":
+            results = self._queries.get(frame["queryID"])
+            if results is not None:
+                results.put_nowait(frame)
+
+    # -- publishing and transactions ---------------------------------------------------
+
+    async def publish(self, channel: str, event: dict[str, Any], *,
+                      session: int | None = None) -> None:
+        body: dict[str, Any] = {"channel": channel, "event": event}
+        if session is not None:
+            body["sessID"] = session
+        await self._request("PUBLISH", body)
+
+    async def publish_many(self, channel: str, events: list[dict[str, Any]]) -> None:
+        """Pipelined PUBLISH frames (one write): they share the server's durable write."""
+        futures = []
+        frames = []
+        loop = asyncio.get_running_loop()
+        for event in events:
+            request_id = next(self._request_ids)
+            future = loop.create_future()
+            self._pending[request_id] = future
+            futures.append(future)
+            frames.append(encode_frame("PUBLISH", {"channel": channel, "event": event,
+                                                   "rID": request_id}))
+        self._writer.write(b"".join(frames))
+        await self._writer.drain()
+        for response in await asyncio.gather(*futures):
+            if not response.get("ok"):
+                raise EventsError(response.get("errCode", "FAILED"), response.get("errMsg", ""))
+
+    async def start_tx(self, session: int) -> None:
+        await self._request("STARTTX", {"sessID": session})
+
+    async def commit_tx(self, session: int) -> None:
+        await self._request("COMMITTX", {"sessID": session})
+
+    async def abort_tx(self, session: int) -> None:
+        await self._request("ABORTTX", {"sessID": session})
+
+    # -- subscribing -------------------------------------------------------------------
+
+    async def subscribe(self, channel: str, *, start_pos: int | None = None,
+                        start_timestamp: int | None = None, durable_id: str | None = None,
+                        matcher: dict[str, Any] | None = None) -> Subscription:
+        body: dict[str, Any] = {"channel": channel}
+        for key, value in (("startPos", start_pos), ("startTimestamp", start_timestamp),
+                           ("durableID", durable_id), ("matcher", matcher)):
+            if value is not None:
+                body[key] = value
+        request_id = next(self._request_ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        await self._send("SUBSCRIBE", {**body, "rID": request_id})
+        response = await future
+        if not response.get("ok"):
+            raise EventsError(response.get("errCode", "FAILED"), response.get("errMsg", ""))
+        return self._subscriptions[response["subID"]]  # made when SUBRESPONSE was read
+
+    # -- binders and queries -------------------------------------------------------------
+
+    async def query(self, binder: str, matcher: dict[str, Any] | None = None, *,
+                    ack: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """The matching documents; each is acknowledged (QUERYACK) once taken."""
+        query_id = next(self._query_ids)
+        results: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._queries[query_id] = results
+        try:
+            await self._request("QUERY", {"queryID": query_id, "binder": binder,
+                                          "matcher": matcher or {}})
+            while True:
+                frame = await results.get()
+                if "result" in frame:
+                    yield frame["result"]
+                    if ack:
+                        await self._send("QUERYACK", {"queryID": query_id})
+                if frame.get("last"):
+                    return
+        finally:
+            self._queries.pop(query_id, None)
+
+    async def find_by_id(self, binder: str, doc_id: Any) -> dict[str, Any] | None:
+        return (await self._request("FINDBYID", {"binder": binder, "docID": doc_id}))["result"]
+
+    async def list_binders(self) -> list[str]:
+        return (await self._request("LISTBINDERS", {}))["binders"]
+
+    async def create_binder(self, name: str) -> bool:
+        return (await self._request("CREATEBINDER", {"name": name}))["exists"]
+
+    async def list_channels(self) -> list[str]:
+        return (await self._request("LISTCHANNELS", {}))["channels"]
+
+    async def create_channel(self, name: str) -> bool:
+        return (await self._request("CREATECHANNEL", {"name": name}))["exists"]
+
+    async def create_projection(self, name: str, channel: str, binder: str, id_field: str,
+                                fold: str = "merge", matcher: dict[str, Any] | None = None
+                                ) -> None:
+        await self._request("CREATEPROJECTION", {
+            "name": name, "channel": channel, "binder": binder, "idField": id_field,
+            "fold": fold, "matcher": matcher or {}})
+
+    async def ping(self) -> None:
+        await self._request("PING", {})

@@ -1,0 +1,578 @@
+"""One BSON event protocol connection: CONNECT, then channels (streams of one partition),
+transactions, subscriptions, binders, queries and projections.
+
+Publishes of one read are appended as one chunk per channel and answered once durable;
+a subscriber only ever reads committed (durable) chunks. Bad fields get a failed RESPONSE
+with an ``errCode`` and the connection goes on; framing errors close it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+from bson.raw_bson import RawBSONDocument
+
+from mainstem.broker.auth import User
+from mainstem.broker.errors import (
+    AccessRefused,
+    AlreadyExists,
+    AuthenticationFailed,
+    BrokerError,
+    InvalidArgument,
+    NotFound,
+)
+from mainstem.broker.matcher import compile_matcher
+from mainstem.broker.projections import Projection
+from mainstem.log.partition import Partition, PartitionClosed
+from mainstem.protocols.base import ConnectionContext
+from mainstem.protocols.bson_events.codec import (
+    EventCodec,
+    Frame,
+    FramingError,
+    Malformed,
+    Oversized,
+    encode_frame,
+)
+
+READ_SIZE = 256 * 1024
+SUPPORTED_VERSIONS = ("0.", "1.")  # major versions 0 and 1 of the protocol
+MAX_TX_EVENTS = 0xFFFF  # a transaction is one chunk
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+PUBLISH_FRAMES = ("PUBLISH", "PUB", "EMIT")
+DURABLE_PREFIX = "bson-durable:"
+
+
+class FrameFailed(Exception):
+    """A request that gets a failed RESPONSE (the connection stays)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Subscription:
+    sub_id: int
+    channel: str
+    durable_id: str | None
+    window: int
+    task: asyncio.Task[None] | None = None
+    in_flight: deque[int] = field(default_factory=deque)  # positions sent, not yet acked
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class Query:
+    window: int
+    in_flight: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class EventsConnection:
+    def __init__(self, ctx: ConnectionContext) -> None:
+        self.ctx = ctx
+        self.core = ctx.core
+        self.limits = ctx.limits
+        self.codec = EventCodec(ctx.limits.max_event_size)
+        self.writer = ctx.writer
+        self.user: User | None = None
+        self.namespace = "/"
+        self.transactions: dict[int, list[tuple[Partition, bytes]]] = {}
+        self.subscriptions: dict[int, Subscription] = {}
+        self.queries: dict[int, Query] = {}
+        self._sub_ids = itertools.count(1)
+        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "STARTTX": self.on_start_tx, "COMMITTX": self.on_commit_tx,
+            "ABORTTX": self.on_abort_tx, "SUBSCRIBE": self.on_subscribe,
+            "UNSUBSCRIBE": self.on_unsubscribe, "SUBCLOSE": self.on_subclose,
+            "ACKEV": self.on_ackev, "QUERY": self.on_query, "QUERYACK": self.on_query_ack,
+            "FINDBYID": self.on_find_by_id, "LISTBINDERS": self.on_list_binders,
+            "CREATEBINDER": self.on_create_binder, "LISTCHANNELS": self.on_list_channels,
+            "LISTCHANNNELS": self.on_list_channels,  # mewbase's spelling
+            "CREATECHANNEL": self.on_create_channel, "PING": self.on_ping,
+            "CREATEPROJECTION": self.on_create_projection,
+        }
+
+    # -- output ------------------------------------------------------------------
+
+    def send(self, kind: str, body: dict[str, Any]) -> None:
+        if not self.writer.transport.is_closing():
+            self.writer.write(encode_frame(kind, body))
+
+    def respond(self, request_id: Any, **fields: Any) -> None:
+        self.send("RESPONSE", {"ok": True, "rID": request_id, **fields})
+
+    def fail(self, request_id: Any, code: str, message: str, kind: str = "RESPONSE") -> None:
+        self.send(kind, {"ok": False, "rID": request_id, "errCode": code, "errMsg": message})
+
+    # -- the connection's life ------------------------------------------------------
+
+    async def run(self) -> None:
+        closing = asyncio.ensure_future(self.ctx.closing.wait())
+        try:
+            while True:
+                read = asyncio.ensure_future(self.ctx.reader.read(READ_SIZE))
+                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    return
+                data = read.result()
+                if not data:
+                    return
+                self.codec.receive_data(data)
+                try:
+                    events = self.codec.next_events()
+                except FramingError as exc:
+                    self.ctx.log.info("bson framing error: %s", exc)
+                    return
+                if not await self._handle(events):
+                    return
+                if self.writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await self.writer.drain()
+        except ConnectionError:
+            return
+        finally:
+            closing.cancel()
+            self._release()
+
+    def _release(self) -> None:
+        self.transactions.clear()  # an open transaction is aborted
+        for subscription in self.subscriptions.values():
+            if subscription.task is not None:
+                subscription.task.cancel()
+        for query in self.queries.values():
+            if query.task is not None:
+                query.task.cancel()
+        self.writer.close()
+
+    async def _handle(self, events: list) -> bool:
+        """Handle a read's frames; False once the connection must close."""
+        batch: dict[str, tuple[Partition, list[bytes], list[Any]]] = {}
+        for event in events:
+            if isinstance(event, Oversized):
+                self.fail(None, "EVENT_TOO_LARGE", f"a frame of {event.size} bytes is over "
+                          f"the limit of {self.codec.max_frame_size}")
+                continue
+            if isinstance(event, Malformed):
+                self.fail(event.request_id, "INVALID_FRAME", event.reason)
+                continue
+            if self.user is None:
+                if event.type != "CONNECT":
+                    self.ctx.log.info("bson frame %s before CONNECT", event.type)
+                    return False
+                if not await self.on_connect(event.body):
+                    return False
+                continue
+            if event.type in PUBLISH_FRAMES and self._stage_publish(event, batch):
+                continue
+            await self._flush(batch)
+            await self._dispatch(event)
+        await self._flush(batch)
+        return True
+
+    async def _dispatch(self, event: Frame) -> None:
+        request_id = event.body.get("rID")
+        handler = self._handlers.get(event.type)
+        try:
+            if handler is None:
+                raise FrameFailed("UNKNOWN_FRAME", f"unknown frame type {event.type!r}")
+            result = handler(event.body)
+            if asyncio.iscoroutine(result):
+                await result
+        except FrameFailed as exc:
+            self.fail(request_id, exc.code, exc.message,
+                      "SUBRESPONSE" if event.type == "SUBSCRIBE" else "RESPONSE")
+        except BrokerError as exc:
+            self.fail(request_id, _error_code(exc), exc.message,
+                      "SUBRESPONSE" if event.type == "SUBSCRIBE" else "RESPONSE")
+
+    # -- connecting -------------------------------------------------------------------
+
+    async def on_connect(self, body: dict[str, Any]) -> bool:
+        version = body.get("version")
+        if not isinstance(version, str) or not version.startswith(SUPPORTED_VERSIONS):
+            self.fail(body.get("rID"), "UNSUPPORTED_VERSION",
+                      f"unsupported protocol version {version!r}: this server speaks 0.x, 1.x")
+            return False
+        username, password = body.get("username"), body.get("password")
+        namespace = body.get("namespace", "/")
+        peer = self.writer.get_extra_info("peername")
+        try:
+            if not isinstance(username, str) or not isinstance(password, str):
+                raise AuthenticationFailed("username and password are required")
+            if not isinstance(namespace, str):
+                raise InvalidArgument("namespace must be a string")
+            user = await self.core.login(username, password,
+                                         peer[0] if isinstance(peer, tuple) else None)
+            self.core.open_namespace(user, namespace)
+        except BrokerError as exc:
+            self.ctx.log.info("bson connect refused: %s", exc.message)
+            self.fail(body.get("rID"), _error_code(exc), exc.message)
+            return False
+        self.user, self.namespace = user, namespace
+        self.ctx.identify(user.name, namespace, version=version)
+        self.respond(body.get("rID"))
+        return True
+
+    def _check(self, kind: str, name: str, resource_type: str) -> None:
+        assert self.user is not None
+        self.core.auth.check(self.user, self.namespace, kind, name, resource_type)  # type: ignore[arg-type]
+
+    def _channel(self, name: Any) -> Partition:
+        if not isinstance(name, str):
+            raise FrameFailed("INVALID_FRAME", "'channel' must be a string")
+        stream = self.core.streams.find(self.namespace, name)
+        if stream is None:
+            raise FrameFailed("NO_SUCH_CHANNEL", f"no channel {name!r}")
+        return stream.partitions[0]
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def _stage_publish(self, event: Frame, batch: dict) -> bool:
+        """Validate a PUBLISH; stage it in this read's batch (True) or answer it now."""
+        body = event.body
+        request_id = body.get("rID")
+        try:
+            raw = self._event_bytes(body)
+            channel = body.get("channel")
+            partition = self._channel(channel)
+            self._check("write", channel, "channel")
+        except (FrameFailed, BrokerError) as exc:
+            code = exc.code if isinstance(exc, FrameFailed) else _error_code(exc)
+            self.fail(request_id, code, exc.message)
+            return True
+        session = body.get("sessID")
+        if session is not None:
+            events = self.transactions.get(session)
+            if events is None:
+                self.fail(request_id, "NO_TX", f"no transaction on session {session}")
+            elif len(events) >= MAX_TX_EVENTS:
+                self.fail(request_id, "TX_TOO_LARGE", f"over {MAX_TX_EVENTS} events")
+            else:
+                events.append((partition, raw))
+                self.respond(request_id)
+            return True
+        staged = batch.setdefault(channel, (partition, [], []))
+        staged[1].append(raw)
+        staged[2].append(request_id)
+        return True
+
+    def _event_bytes(self, body: dict[str, Any]) -> bytes:
+        if not isinstance(body.get("rID"), int):
+            raise FrameFailed("INVALID_FRAME", "'rID' must be an integer")
+        event = body.get("event")
+        if not isinstance(event, dict):
+            raise FrameFailed("INVALID_FRAME", "'event' must be a document")
+        session = body.get("sessID")
+        if session is not None and not isinstance(session, int):
+            raise FrameFailed("INVALID_FRAME", "'sessID' must be an int32")
+        raw = bson.encode(event)
+        if len(raw) > self.limits.max_event_size:
+            raise FrameFailed("EVENT_TOO_LARGE", f"an event of {len(raw)} bytes is over the "
+                              f"limit of {self.limits.max_event_size}")
+        return raw
+
+    async def _flush(self, batch: dict[str, tuple[Partition, list[bytes], list[Any]]]) -> None:
+        """Append each channel's staged events as one chunk; answer once durable."""
+        if not batch:
+            return
+        if self.core.alarms.blocked:
+            await self.core.alarms.wait_clear()  # publishers wait out a resource alarm
+        writes = []
+        for partition, records, request_ids in batch.values():
+            try:
+                appended = [partition.write_records(records[i:i + MAX_TX_EVENTS])
+                            for i in range(0, len(records), MAX_TX_EVENTS)][-1]
+            except (PartitionClosed, OSError) as exc:
+                for request_id in request_ids:
+                    self.fail(request_id, "STORAGE_FAILED", str(exc))
+                continue
+            writes.append((partition.commit(appended), request_ids))
+        batch.clear()
+        results = await asyncio.gather(*(w for w, _ in writes), return_exceptions=True)
+        for result, (_, request_ids) in zip(results, writes, strict=True):
+            for request_id in request_ids:
+                if isinstance(result, BaseException):
+                    self.fail(request_id, "STORAGE_FAILED", str(result))
+                else:
+                    self.respond(request_id)
+
+    # -- transactions ----------------------------------------------------------------
+
+    def _session(self, body: dict[str, Any]) -> int:
+        session = body.get("sessID")
+        if not isinstance(session, int) or isinstance(session, bool):
+            raise FrameFailed("INVALID_FRAME", "'sessID' must be an int32")
+        return session
+
+    def on_start_tx(self, body: dict[str, Any]) -> None:
+        session = self._session(body)
+        if session in self.transactions:
+            raise FrameFailed("TX_IN_PROGRESS",
+                              f"a transaction is already open on session {session}")
+        self.transactions[session] = []
+        self.respond(body.get("rID"))
+
+    async def on_commit_tx(self, body: dict[str, Any]) -> None:
+        """All the transaction's events of a channel go in one chunk: after a crash either
+        all of them are there or none."""
+        session = self._session(body)
+        events = self.transactions.pop(session, None)
+        if events is None:
+            raise FrameFailed("NO_TX", f"no transaction open on session {session}")
+        by_partition: dict[int, tuple[Partition, list[bytes]]] = {}
+        for partition, raw in events:
+            by_partition.setdefault(id(partition), (partition, []))[1].append(raw)
+        if self.core.alarms.blocked:
+            await self.core.alarms.wait_clear()
+        appended = [(p, p.write_records(records)) for p, records in by_partition.values()]
+        await asyncio.gather(*(p.commit(a) for p, a in appended))
+        self.respond(body.get("rID"))
+
+    def on_abort_tx(self, body: dict[str, Any]) -> None:
+        session = self._session(body)
+        if self.transactions.pop(session, None) is None:
+            raise FrameFailed("NO_TX", f"no transaction open on session {session}")
+        self.respond(body.get("rID"))
+
+    # -- subscriptions ----------------------------------------------------------------
+
+    def on_subscribe(self, body: dict[str, Any]) -> None:
+        channel = body.get("channel")
+        partition = self._channel(channel)
+        self._check("read", channel, "channel")
+        matcher = body.get("matcher")
+        if matcher is not None and not isinstance(matcher, dict):
+            raise FrameFailed("INVALID_FRAME", "'matcher' must be a document")
+        try:
+            predicate = compile_matcher(matcher)
+        except InvalidArgument as exc:
+            raise FrameFailed("INVALID_MATCHER", exc.message) from None
+        durable_id = body.get("durableID")
+        if durable_id is not None and not isinstance(durable_id, str):
+            raise FrameFailed("INVALID_FRAME", "'durableID' must be a string")
+        start = self._start_position(body, partition, channel, durable_id)
+        subscription = Subscription(next(self._sub_ids), channel, durable_id,
+                                    self.limits.max_unacked_events)
+        self.subscriptions[subscription.sub_id] = subscription
+        self.send("SUBRESPONSE", {"ok": True, "rID": body.get("rID"),
+                                  "subID": subscription.sub_id})
+        subscription.task = asyncio.get_running_loop().create_task(
+            self._deliver(subscription, partition, start, predicate))
+        self.ctx.add_consumer(str(subscription.sub_id), channel,
+                              prefetch_count=subscription.window, ack_required=True)
+
+    def _start_position(self, body: dict[str, Any], partition: Partition, channel: str,
+                        durable_id: str | None) -> int:
+        if durable_id is not None:
+            stored = self.core.catalog.get_offset(self.namespace, channel, 0,
+                                                  DURABLE_PREFIX + durable_id)
+            if stored is not None:
+                return stored
+        position, timestamp = body.get("startPos"), body.get("startTimestamp")
+        if position is not None:
+            if not isinstance(position, int) or position < 0:
+                raise FrameFailed("INVALID_FRAME", "'startPos' must be a non-negative int64")
+            return position
+        if timestamp is not None:
+            if not isinstance(timestamp, int):
+                raise FrameFailed("INVALID_FRAME", "'startTimestamp' must be an int64")
+            return partition.offset_for_timestamp(timestamp)
+        return partition.committed_offset  # from now on
+
+    async def _deliver(self, subscription: Subscription, partition: Partition, start: int,
+                       predicate: Callable[[Any], bool]) -> None:
+        reader = partition.reader(start)
+        try:
+            while True:
+                chunk = await reader.next_chunk()
+                timestamp = chunk.header.timestamp
+                for position, record in chunk.records():
+                    if position < start:
+                        continue
+                    raw = bytes(record)
+                    try:
+                        matched = predicate(bson.decode(raw))
+                    except Exception:
+                        continue  # a record of another protocol, not a BSON event
+                    if not matched:
+                        continue
+                    while len(subscription.in_flight) >= subscription.window:
+                        subscription.wake.clear()
+                        await subscription.wake.wait()
+                    self.send("RECEV", {"subID": subscription.sub_id, "timestamp": timestamp,
+                                        "pos": position, "event": RawBSONDocument(raw)})
+                    subscription.in_flight.append(position)
+                if self.writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await self.writer.drain()
+        except (PartitionClosed, ConnectionError):
+            return
+
+    def _subscription(self, body: dict[str, Any]) -> Subscription:
+        sub_id = body.get("subID")
+        subscription = self.subscriptions.get(sub_id) if isinstance(sub_id, int) else None
+        if subscription is None:
+            raise FrameFailed("NO_SUCH_SUBSCRIPTION", f"no subscription {sub_id!r}")
+        return subscription
+
+    def on_ackev(self, body: dict[str, Any]) -> None:
+        """Acknowledge the events received on a subscription (no response): all of them,
+        or with mainstem's optional ``pos`` those up to and including that position."""
+        subscription = self._subscription(body)
+        upto = body.get("pos")
+        if upto is not None and not isinstance(upto, int):
+            raise FrameFailed("INVALID_FRAME", "'pos' must be an int64")
+        in_flight = subscription.in_flight
+        acked = -1
+        while in_flight and (upto is None or in_flight[0] <= upto):
+            acked = in_flight.popleft()
+        subscription.wake.set()
+        if subscription.durable_id is not None and acked >= 0:
+            self.core.store_offset(self.namespace, subscription.channel, 0,
+                                   DURABLE_PREFIX + subscription.durable_id, acked + 1)
+
+    def _end(self, subscription: Subscription) -> None:
+        self.subscriptions.pop(subscription.sub_id, None)
+        if subscription.task is not None:
+            subscription.task.cancel()
+        self.ctx.remove_consumer(str(subscription.sub_id))
+
+    def on_unsubscribe(self, body: dict[str, Any]) -> None:
+        """End the subscription and forget its durable position."""
+        subscription = self._subscription(body)
+        self._end(subscription)
+        if subscription.durable_id is not None:
+            self.core.catalog.delete_offset(self.namespace, subscription.channel, 0,
+                                            DURABLE_PREFIX + subscription.durable_id)
+        self.respond(body.get("rID"))
+
+    def on_subclose(self, body: dict[str, Any]) -> None:
+        """End the subscription on this connection; a durable one keeps its position."""
+        self._end(self._subscription(body))
+        self.respond(body.get("rID"))
+
+    # -- binders and queries --------------------------------------------------------
+
+    def _name(self, body: dict[str, Any], key: str) -> str:
+        value = body.get(key)
+        if not isinstance(value, str) or not value:
+            raise FrameFailed("INVALID_FRAME", f"{key!r} must be a non-empty string")
+        return value
+
+    def on_query(self, body: dict[str, Any]) -> None:
+        query_id = body.get("queryID")
+        if not isinstance(query_id, int) or query_id in self.queries:
+            raise FrameFailed("INVALID_FRAME", "'queryID' must be a new integer")
+        binder = self._name(body, "binder")
+        self._check("read", binder, "binder")
+        matcher = body.get("matcher")
+        if matcher is not None and not isinstance(matcher, dict):
+            raise FrameFailed("INVALID_FRAME", "'matcher' must be a document")
+        try:
+            results = self.core.binders.query(self.namespace, binder, matcher)
+            first = next(results, None)
+        except InvalidArgument as exc:
+            raise FrameFailed("INVALID_MATCHER", exc.message) from None
+        query = Query(self.limits.max_unacked_results)
+        self.queries[query_id] = query
+        self.send("QUERYRESPONSE", {"ok": True, "queryID": query_id, "rID": body.get("rID")})
+        query.task = asyncio.get_running_loop().create_task(
+            self._stream_results(query_id, query, first, results))
+
+    async def _stream_results(self, query_id: int, query: Query, current: Any,
+                              results: Any) -> None:
+        try:
+            if current is None:  # no document matched: one empty, last result
+                self.send("QUERYRESULT", {"queryID": query_id, "last": True})
+            while current is not None:
+                following = next(results, None)
+                while query.in_flight >= query.window:
+                    query.wake.clear()
+                    await query.wake.wait()
+                self.send("QUERYRESULT", {"queryID": query_id, "result": current,
+                                          "last": following is None})
+                query.in_flight += 1
+                current = following
+                if self.writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await self.writer.drain()
+        finally:
+            self.queries.pop(query_id, None)
+
+    def on_query_ack(self, body: dict[str, Any]) -> None:
+        query = self.queries.get(body.get("queryID"))  # type: ignore[arg-type]
+        if query is not None:
+            query.in_flight = max(query.in_flight - 1, 0)
+            query.wake.set()
+
+    def on_find_by_id(self, body: dict[str, Any]) -> None:
+        binder = self._name(body, "binder")
+        self._check("read", binder, "binder")
+        if "docID" not in body:
+            raise FrameFailed("INVALID_FRAME", "'docID' is required")
+        self.respond(body.get("rID"),
+                     result=self.core.binders.get(self.namespace, binder, body["docID"]))
+
+    def on_list_binders(self, body: dict[str, Any]) -> None:
+        self.respond(body.get("rID"), binders=self.core.binders.names(self.namespace))
+
+    def on_create_binder(self, body: dict[str, Any]) -> None:
+        name = self._name(body, "name")
+        self._check("configure", name, "binder")
+        self.respond(body.get("rID"), exists=self.core.binders.create(self.namespace, name))
+
+    def on_list_channels(self, body: dict[str, Any]) -> None:
+        channels = [s.name for s in self.core.streams.list(self.namespace)
+                    if len(s.partitions) == 1]
+        self.respond(body.get("rID"), channels=channels)
+
+    def on_create_channel(self, body: dict[str, Any]) -> None:
+        name = self._name(body, "name")
+        self._check("configure", name, "channel")
+        try:
+            self.core.streams.create(self.namespace, name)
+            exists = False
+        except AlreadyExists:
+            exists = True
+        self.respond(body.get("rID"), exists=exists)
+
+    def on_create_projection(self, body: dict[str, Any]) -> None:
+        """mainstem's own frame: declare a projection (configure on its binder)."""
+        name, binder = self._name(body, "name"), self._name(body, "binder")
+        self._check("configure", binder, "binder")
+        self._check("read", self._name(body, "channel"), "channel")
+        matcher = body.get("matcher") or {}
+        if not isinstance(matcher, dict):
+            raise FrameFailed("INVALID_FRAME", "'matcher' must be a document")
+        projection = Projection(name, body["channel"], binder, self._name(body, "idField"),
+                                body.get("fold", "merge"), matcher)
+        self.core.projections.declare(self.namespace, projection)
+        self.respond(body.get("rID"))
+
+    def on_ping(self, body: dict[str, Any]) -> None:
+        self.respond(body.get("rID"))
+
+
+def _error_code(error: BrokerError) -> str:
+    if isinstance(error, AuthenticationFailed):
+        return "AUTHENTICATION_FAILED"
+    if isinstance(error, AccessRefused):
+        return "ACCESS_REFUSED"
+    if isinstance(error, NotFound):
+        return "NOT_FOUND"
+    if isinstance(error, InvalidArgument):
+        return "INVALID_ARGUMENT"
+    return "FAILED"
+
+
+async def handle(ctx: ConnectionContext) -> None:
+    with contextlib.suppress(ConnectionError):
+        await EventsConnection(ctx).run()

@@ -1,0 +1,279 @@
+"""The BSON event protocol through mainstem's own client (mainstem.client.events) against a
+real server: every frame, matchers, durable subscriptions, flow control, transactions,
+binders, queries, projections, and interop with rstream."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import bson
+import pytest
+from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
+
+from mainstem import Broker
+from mainstem.client.events import EventsClient, EventsError
+from mainstem.config import ServerConfig
+from mainstem.protocols.bson_events.codec import encode_frame
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    config = dataclasses.replace(
+        ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=tmp_path / "data"),
+        max_unacked_events=5, max_unacked_results=3)
+    async with Broker(config=config) as running:
+        yield running
+
+
+async def connect(broker: Broker, **options) -> EventsClient:
+    return await EventsClient.connect("127.0.0.1", broker.ports["bson"], "guest", "guest",
+                                      **options)
+
+
+async def take(subscription, count: int) -> list:
+    return [await subscription.next() for _ in range(count)]
+
+
+async def test_publish_and_subscribe_from_a_position_and_a_timestamp(broker) -> None:
+    client = await connect(broker)
+    assert await client.create_channel("orders") is False
+    assert await client.create_channel("orders") is True
+    assert "orders" in await client.list_channels()
+    await client.publish("orders", {"n": 0})
+    await asyncio.sleep(0.02)
+    middle = int(time.time() * 1000)
+    await asyncio.sleep(0.02)
+    await client.publish_many("orders", [{"n": i} for i in range(1, 4)])
+    from_start = await client.subscribe("orders", start_pos=0)
+    assert [r.event["n"] for r in await take(from_start, 4)] == [0, 1, 2, 3]
+    from_time = await client.subscribe("orders", start_timestamp=middle)
+    got = await take(from_time, 3)
+    assert [(r.pos, r.event["n"]) for r in got] == [(1, 1), (2, 2), (3, 3)]
+    assert all(r.timestamp >= middle for r in got)
+    live = await client.subscribe("orders")  # no position: only what comes next
+    await client.publish("orders", {"n": 4})
+    assert (await live.next()).event == {"n": 4}
+    await client.ping()
+    await client.close()
+
+
+async def test_matchers_with_every_operator(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("m")
+    events = [{"id": 1, "kind": "a", "total": 5, "tags": ["x"], "addr": {"city": "Oslo"}},
+              {"id": 2, "kind": "b", "total": 15, "tags": ["y", "z"]},
+              {"id": 3, "kind": "a", "total": 25, "addr": {"city": "Rome"}}]
+    await client.publish_many("m", events)
+    cases = {
+        "equality": ({"kind": "a"}, [1, 3]), "dot path": ({"addr.city": "Rome"}, [3]),
+        "$eq": ({"total": {"$eq": 15}}, [2]), "$ne": ({"kind": {"$ne": "a"}}, [2]),
+        "$gt/$lt": ({"total": {"$gt": 5, "$lt": 25}}, [2]),
+        "$gte/$lte": ({"total": {"$gte": 15, "$lte": 25}}, [2, 3]),
+        "$in": ({"tags": {"$in": ["z", "x"]}}, [1, 2]), "$nin": ({"kind": {"$nin": ["a"]}}, [2]),
+        "$exists": ({"addr": {"$exists": False}}, [2]),
+        "$and": ({"$and": [{"kind": "a"}, {"total": {"$gt": 10}}]}, [3]),
+        "$or": ({"$or": [{"id": 1}, {"total": 15}]}, [1, 2]),
+        "$not": ({"total": {"$not": {"$gt": 10}}}, [1]),
+    }
+    for name, (matcher, expected) in cases.items():
+        subscription = await client.subscribe("m", start_pos=0, matcher=matcher)
+        got = await take(subscription, len(expected))
+        assert [r.event["id"] for r in got] == expected, name
+        await client.publish("m", {"id": 99, "kind": "marker"})  # non-matching ones advance
+        await subscription.close()
+    with pytest.raises(EventsError, match="INVALID_MATCHER"):
+        await client.subscribe("m", matcher={"total": {"$regexish": 1}})
+    await client.close()
+
+
+async def test_ackev_flow_control_holds_a_slow_subscriber(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("flow")
+    await client.publish_many("flow", [{"i": i} for i in range(12)])
+    subscription = await client.subscribe("flow", start_pos=0)
+    await asyncio.sleep(0.2)
+    assert subscription.events.qsize() == 5  # max_unacked_events in flight, no more
+    await subscription.ack()
+    await asyncio.sleep(0.2)
+    assert subscription.events.qsize() == 10
+    await client.close()
+
+
+async def test_durable_subscription_resumes_after_reconnect_and_restart(tmp_path) -> None:
+    data = tmp_path / "data"
+    async with Broker(data_dir=data) as broker:
+        client = await connect(broker)
+        await client.create_channel("d")
+        await client.publish_many("d", [{"i": i} for i in range(6)])
+        subscription = await client.subscribe("d", start_pos=0, durable_id="worker")
+        await take(subscription, 3)
+        await subscription.ack()  # acknowledged up to i=2
+        await client.close()
+        client = await connect(broker)
+        resumed = await client.subscribe("d", start_pos=0, durable_id="worker")
+        assert [r.event["i"] for r in await take(resumed, 2)] == [3, 4]
+        await resumed.ack()
+        await resumed.close()  # SUBCLOSE keeps the position
+        await client.close()
+    async with Broker(data_dir=data) as broker:
+        client = await connect(broker)
+        resumed = await client.subscribe("d", durable_id="worker")
+        assert [r.event["i"] for r in await take(resumed, 1)] == [5]
+        await resumed.unsubscribe()  # forgets the position
+        again = await client.subscribe("d", start_pos=0, durable_id="worker")
+        assert (await again.next()).event["i"] == 0
+        await client.close()
+
+
+async def test_transactions(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("tx")
+    watcher = await client.subscribe("tx", start_pos=0)
+    await client.start_tx(7)
+    with pytest.raises(EventsError, match="TX_IN_PROGRESS"):
+        await client.start_tx(7)
+    await client.publish("tx", {"step": 1}, session=7)
+    await client.publish("tx", {"step": 2}, session=7)
+    await asyncio.sleep(0.1)
+    assert watcher.events.empty()  # invisible until the commit
+    await client.commit_tx(7)
+    assert [r.event["step"] for r in await take(watcher, 2)] == [1, 2]
+    await client.start_tx(8)
+    await client.publish("tx", {"step": "discarded"}, session=8)
+    await client.abort_tx(8)
+    for bad in (client.commit_tx(8), client.abort_tx(9)):
+        with pytest.raises(EventsError, match="NO_TX"):
+            await bad
+    await client.publish("tx", {"step": 3})
+    assert (await watcher.next()).event["step"] == 3  # the aborted event never appears
+    await client.close()
+
+
+async def test_binders_queries_and_projections(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("sales")
+    await client.create_projection("totals", "sales", "by_customer", "customer",
+                                   fold="increment", matcher={"amount": {"$gt": 0}})
+    await client.publish_many("sales", [
+        {"customer": "ann", "amount": 5, "count": 1}, {"customer": "bob", "amount": 3,
+                                                        "count": 1},
+        {"customer": "ann", "amount": 7, "count": 1}, {"customer": "ann", "amount": -1,
+                                                        "count": 1}])
+    for _ in range(100):
+        doc = await client.find_by_id("by_customer", "ann")
+        if doc is not None and doc["count"] == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert (doc["amount"], doc["count"]) == (12, 2)
+    assert await client.list_binders() == ["by_customer"]
+    assert await client.create_binder("by_customer") is True
+    found = [d async for d in client.query("by_customer", {"amount": {"$gte": 3}})]
+    assert sorted(d["customer"] for d in found) == ["ann", "bob"]
+    assert [d async for d in client.query("by_customer", {"amount": 1000})] == []
+    assert await client.find_by_id("by_customer", "nobody") is None
+    await client.close()
+
+
+async def test_query_results_wait_for_queryack(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("many")
+    await client.create_projection("p", "many", "docs", "i", fold="replace")
+    await client.publish_many("many", [{"i": i} for i in range(10)])
+    for _ in range(100):
+        if await client.find_by_id("docs", 9) is not None:
+            break
+        await asyncio.sleep(0.02)
+    results = client.query("docs", {}, ack=False)
+    first = [await results.__anext__() for _ in range(3)]
+    assert len(first) == 3
+    with pytest.raises(TimeoutError):  # max_unacked_results = 3: nothing more comes
+        await asyncio.wait_for(results.__anext__(), 0.3)
+    await results.aclose()
+    acked = [d async for d in client.query("docs", {})]
+    assert sorted(d["i"] for d in acked) == list(range(10))
+    await client.close()
+
+
+async def test_bad_input_gets_failed_responses_and_keeps_the_connection(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("c")
+    with pytest.raises(EventsError, match="NO_SUCH_CHANNEL"):
+        await client.publish("nowhere", {"a": 1})
+    for kind, body, code in (("PUBLISH", {"channel": "c", "event": "text"}, "INVALID_FRAME"),
+                             ("NOSUCHFRAME", {}, "UNKNOWN_FRAME"),
+                             ("FINDBYID", {"binder": "x"}, "INVALID_FRAME"),
+                             ("STARTTX", {"sessID": "one"}, "INVALID_FRAME")):
+        with pytest.raises(EventsError, match=code):
+            await client._request(kind, body)
+    with pytest.raises(EventsError, match="EVENT_TOO_LARGE"):
+        await client.publish("c", {"blob": b"x" * (4 * 1024 * 1024 + 1)})
+    await client.ping()  # still connected
+    await client.close()
+
+
+def _raw_session(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(encode_frame("CONNECT", {"version": "1.0", "username": "guest",
+                                          "password": "guest", "rID": 1}))
+    assert bson.decode(_read_document(sock))["frame"]["ok"] is True
+    return sock
+
+
+def _read_document(sock: socket.socket) -> bytes:
+    head = sock.recv(4, socket.MSG_WAITALL)
+    (length,) = struct.unpack("<i", head)
+    return head + sock.recv(length - 4, socket.MSG_WAITALL)
+
+
+async def test_connect_rules_and_framing_errors_close(broker) -> None:
+    port = broker.ports["bson"]
+    with pytest.raises(EventsError, match="AUTHENTICATION_FAILED"):
+        await EventsClient.connect("127.0.0.1", port, "guest", "wrong")
+    with pytest.raises(EventsError, match="UNSUPPORTED_VERSION"):
+        await EventsClient.connect("127.0.0.1", port, "guest", "guest", version="9.0")
+
+    def raw_checks() -> None:
+        early = socket.create_connection(("127.0.0.1", port), timeout=5)
+        early.sendall(encode_frame("PING", {"rID": 1}))  # before CONNECT: closed
+        assert early.recv(100) == b""
+        for garbage in (b"\x03\x00\x00\x00", b"\x10\x00\x00\x00" + b"\xff" * 12):
+            sock = _raw_session(port)
+            sock.sendall(garbage)
+            assert sock.recv(100) == b""
+        sock = _raw_session(port)
+        sock.sendall(b"\x00" * 3)
+        sock.sendall(b"\x00")  # length 0 arrives in two reads: still a framing error
+        assert sock.recv(100) == b""
+
+    await asyncio.to_thread(raw_checks)
+    client = await connect(broker)
+    await client.ping()  # others unaffected
+    await client.close()
+
+
+async def test_channel_is_a_stream_read_by_rstream(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("shared")
+    await client.publish_many("shared", [{"i": i} for i in range(3)])
+    received: list[bytes] = []
+
+    async def on_message(message: bytes, context) -> None:
+        received.append(bytes(message))
+
+    async with Consumer("127.0.0.1", port=broker.ports["stream"], username="guest",
+                        password="guest") as consumer:
+        await consumer.start()
+        await consumer.subscribe("shared", on_message, offset_specification=(
+            ConsumerOffsetSpecification(OffsetType.FIRST)))
+        for _ in range(100):
+            if len(received) == 3:
+                break
+            await asyncio.sleep(0.02)
+    assert [bson.decode(r) for r in received] == [{"i": i} for i in range(3)]
+    await client.close()
