@@ -5,6 +5,7 @@ binders, queries, projections, and interop with rstream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
 import struct
@@ -277,3 +278,33 @@ async def test_channel_is_a_stream_read_by_rstream(broker) -> None:
             await asyncio.sleep(0.02)
     assert [bson.decode(r) for r in received] == [{"i": i} for i in range(3)]
     await client.close()
+
+
+def test_fuzzed_frames_never_reach_other_connections(mainstem_server) -> None:
+    """Random bytes and mutated BSON frames at live sessions: the server answers or closes
+    each of them, and a bystander session keeps working."""
+    import random
+
+    port = mainstem_server.ports["bson"]
+    rng = random.Random(11)
+    bystander = _raw_session(port)
+    seeds = [encode_frame("PUBLISH", {"channel": "c", "event": {"a": 1}, "rID": 2}),
+             encode_frame("SUBSCRIBE", {"channel": "c", "rID": 3, "matcher": {"a": {"$gt": 0}}}),
+             encode_frame("QUERY", {"queryID": 1, "binder": "b", "matcher": {}, "rID": 4}),
+             encode_frame("STARTTX", {"sessID": 1, "rID": 5})]
+    for _ in range(80):
+        sock = _raw_session(port)
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 6)):
+            data[rng.randrange(4, len(data))] = rng.randrange(256)
+        if rng.random() < 0.25:
+            data = bytearray(rng.randbytes(rng.randint(1, 64)))
+        sock.sendall(bytes(data))
+        sock.settimeout(0.3)
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            sock.recv(65536)
+        sock.close()
+    bystander.sendall(encode_frame("PING", {"rID": 99}))
+    reply = bson.decode(_read_document(bystander))
+    assert reply == {"type": "RESPONSE", "frame": {"ok": True, "rID": 99}}
+    bystander.close()

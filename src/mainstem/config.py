@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.projections import FOLDS
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
@@ -122,6 +123,8 @@ class ServerConfig:
     max_event_size: int = 4 * 1024 * 1024  # BSON events
     max_unacked_events: int = 1000  # per BSON subscription
     max_unacked_results: int = 100  # per BSON query
+    # [[projections]] tables: name, channel, binder, id_field, fold, matcher, namespace
+    projections: tuple[dict[str, object], ...] = ()
 
     @classmethod
     def defaults(
@@ -328,6 +331,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
     "limits.max_event_size": parse_size,
+    "projections": lambda value: _projections(value),
     "limits.max_unacked_events": _int_at_least(1),
     "limits.max_unacked_results": _int_at_least(1),
     "auth.default_user": _text,
@@ -483,6 +487,24 @@ def _flatten(table: Mapping[str, object], prefix: str = "") -> list[tuple[str, o
     return items
 
 
+_PROJECTION_KEYS = {"name", "channel", "binder", "id_field", "fold", "matcher", "namespace"}
+
+
+def _projections(value: object) -> tuple[dict[str, object], ...]:
+    """[[projections]] tables, checked for their keys (the broker checks the values)."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError("projections must be [[projections]] tables")
+    for table in value:
+        unknown = set(table) - _PROJECTION_KEYS
+        missing = {"name", "channel", "binder", "id_field"} - set(table)
+        if unknown or missing:
+            raise ValueError(f"projection {table.get('name')!r}: unknown keys "
+                             f"{sorted(unknown)}, missing keys {sorted(missing)}")
+        if table.get("fold", "merge") not in FOLDS:
+            raise ValueError(f"projection {table['name']!r}: fold must be one of {FOLDS}")
+    return tuple(value)
+
+
 def _check_known(key: str, names: Sequence[str], origin: str) -> None:
     if key in _SETTINGS:
         return
@@ -621,6 +643,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
                                       default.max_unacked_events),
         max_unacked_results=values.get("limits.max_unacked_results",
                                        default.max_unacked_results),
+        projections=values.get("projections", default.projections),
     )
 
 

@@ -24,6 +24,7 @@ from urllib.parse import quote
 from mainstem.admin.registry import ConnectionRegistry, socket_traffic
 from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
+from mainstem.broker.projections import Projection
 from mainstem.config import ServerConfig
 from mainstem.logs import ContextLog, describe_error
 from mainstem.protocols import all_protocols
@@ -148,6 +149,13 @@ class Broker:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
+    def _declare_projections(self) -> None:
+        """The configuration's [[projections]], (re)declared at every start."""
+        for table in self.config.projections:
+            definition = dict(table)
+            namespace = str(definition.pop("namespace", "/"))
+            self.core.projections.declare(namespace, Projection(**definition))  # type: ignore[arg-type]
+
     async def start(self) -> None:
         """Lock the data directory, open the core, then bind every enabled listener."""
         if self._core is not None:
@@ -156,6 +164,7 @@ class Broker:
         self._closing = asyncio.Event()
         try:
             self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
+            self._declare_projections()
             tls = server_context(self.config.tls) if self.config.tls.enabled else None
             for spec in self._protocols:
                 listener = self.config.listener(spec)

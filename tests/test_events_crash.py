@@ -1,0 +1,108 @@
+"""BSON event protocol durability under SIGKILL: a transaction killed before COMMITTX leaves
+nothing, one killed during COMMITTX leaves all or nothing, a projection applies every stored
+event exactly once, and confirmed publishes survive."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from mainstem.client.events import EventsClient
+from server_process import kill, start_server, started_ports
+
+TX_EVENTS = 500
+
+
+async def connect(port: int) -> EventsClient:
+    return await EventsClient.connect("127.0.0.1", port, "guest", "guest")
+
+
+async def read_all(client: EventsClient, channel: str) -> list[dict]:
+    subscription = await client.subscribe(channel, start_pos=0)
+    events = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            events.append((await subscription.next(timeout=0.5)).event)
+            if len(events) % 500 == 0:
+                await subscription.ack()
+    return events
+
+
+def restart(data: Path, log: Path):
+    server = start_server(data, log)
+    return server, started_ports(server, log)["bson"]
+
+
+async def test_transactions_are_all_or_nothing_across_sigkill(tmp_path: Path) -> None:
+    data, log = tmp_path / "data", tmp_path / "server.log"
+    server, port = restart(data, log)
+    try:
+        client = await connect(port)
+        await client.create_channel("tx")
+        await client.publish("tx", {"kind": "confirmed"})
+        await client.start_tx(1)  # killed between STARTTX and COMMITTX
+        for i in range(50):
+            await client.publish("tx", {"kind": "open", "i": i}, session=1)
+        kill(server)
+    finally:
+        kill(server)
+    for delay in (0.0, 0.002, 0.01):  # killed during COMMITTX, at different points
+        server, port = restart(data, log)
+        try:
+            client = await connect(port)
+            await client.start_tx(2)
+            for i in range(TX_EVENTS):
+                await client.publish("tx", {"kind": f"commit-{delay}", "i": i}, session=2)
+            committing = asyncio.ensure_future(client.commit_tx(2))
+            await asyncio.sleep(delay)
+            kill(server)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(committing, 5)
+        finally:
+            kill(server)
+    server, port = restart(data, log)
+    try:
+        events = await read_all(await connect(port), "tx")
+    finally:
+        kill(server)
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("confirmed") == 1
+    assert "open" not in kinds  # never committed: never visible
+    for delay in (0.0, 0.002, 0.01):
+        assert kinds.count(f"commit-{delay}") in (0, TX_EVENTS)
+
+
+async def test_projection_applies_each_event_exactly_once_across_sigkill(tmp_path: Path
+                                                                          ) -> None:
+    data, log = tmp_path / "data", tmp_path / "server.log"
+    server, port = restart(data, log)
+    try:
+        client = await connect(port)
+        await client.create_channel("clicks")
+        await client.create_projection("count", "clicks", "counters", "page", fold="increment")
+
+        async def publish_forever() -> None:
+            while True:
+                await client.publish_many("clicks", [{"page": "home", "n": 1}] * 50)
+
+        publishing = asyncio.ensure_future(publish_forever())
+        await asyncio.sleep(1.0)  # the projection folds while events keep arriving
+        kill(server)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(publishing, 5)
+    finally:
+        kill(server)
+    server, port = restart(data, log)
+    try:
+        client = await connect(port)
+        stored = len(await read_all(client, "clicks"))
+        assert stored > 0
+        for _ in range(200):
+            document = await client.find_by_id("counters", "home")
+            if document is not None and document["n"] == stored:
+                break
+            await asyncio.sleep(0.05)
+        assert document is not None and document["n"] == stored  # no event twice, none lost
+    finally:
+        kill(server)
