@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+import bson
 import pyarrow as pa
 import pytest
 from pyspark import TaskContext
@@ -26,6 +27,7 @@ from rstream import (
 from rstream._pyamqp.message import Properties
 
 from mainstem.cli import main as cli_main
+from mainstem.client.events import EventsClient
 from mainstem.client.stream import StreamClient
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.source import StreamWriter, publish_rows
@@ -247,3 +249,14 @@ def test_archive_pipeline_adds_only_new_data(spark, broker, tmp_path, capsys) ->
     assert sorted(r.offset for r in lake.collect()) == list(range(51))
     assert {r.stream for r in lake.select("stream").collect()} == {"archived"}
     assert (tmp_path / "lake" / "stream=archived").is_dir()
+
+
+def test_a_bson_channel_read_by_spark(spark, broker) -> None:
+    async def run() -> None:
+        client = await EventsClient.connect("127.0.0.1", broker.ports["bson"], "guest", "guest")
+        await client.create_channel("events")
+        await client.publish_many("events", [{"i": i, "kind": "bson"} for i in range(5)])
+        await client.close()
+    asyncio.run(run())
+    rows = read(spark, broker, stream="events").orderBy("offset").collect()
+    assert [bson.decode(r.value) for r in rows] == [{"i": i, "kind": "bson"} for i in range(5)]

@@ -1,0 +1,82 @@
+"""BSON event protocol figures: pipelined PUBLISH of 1 KiB events, subscription delivery,
+and query results/s from a large binder. Starts its own broker (in-process, data in a
+temporary directory) and prints events/s and broker CPU µs per event.
+
+    .venv/bin/python bench/events_bench.py [--events 100000] [--documents 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+from mainstem import Broker
+from mainstem.client.events import EventsClient
+
+WINDOW = 500  # PUBLISH frames in flight per round
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def timed(name: str, count: int, work: Callable[[], Awaitable[None]]) -> None:
+    started_wall, started_cpu = time.perf_counter(), cpu_s()
+    await work()
+    wall, cpu = time.perf_counter() - started_wall, cpu_s() - started_cpu
+    print(f"{name:28} {count:>9,} in {wall:6.2f} s = {count / wall:>10,.0f}/s  "
+          f"process CPU {cpu / count * 1e6:7.1f} µs each (client and broker)")
+
+
+async def main(events: int, documents: int) -> None:
+    with tempfile.TemporaryDirectory() as data:
+        async with Broker(data_dir=data) as broker:
+            port = broker.ports["bson"]
+            client = await EventsClient.connect("127.0.0.1", port, "guest", "guest")
+            await client.create_channel("bench")
+            event = {"id": 1, "payload": "x" * 1000}
+
+            async def publish() -> None:
+                for _ in range(events // WINDOW):
+                    await client.publish_many("bench", [event] * WINDOW)
+
+            await timed("publish 1 KiB (pipelined)", events, publish)
+
+            async def deliver() -> None:
+                subscription = await client.subscribe("bench", start_pos=0)
+                for i in range(events):
+                    await subscription.next()
+                    if i % 500 == 499:
+                        await subscription.ack()
+
+            await timed("subscription delivery", events, deliver)
+            await client.create_projection("docs", "feed", "big", "id", fold="replace")
+            await client.create_channel("feed")
+            batch = 1000
+            for start in range(0, documents, batch):
+                await client.publish_many("feed", [{"id": i, "v": i % 97}
+                                                   for i in range(start, start + batch)])
+            while (await client.find_by_id("big", documents - 1)) is None:
+                await asyncio.sleep(0.2)
+
+            async def query() -> None:
+                seen = 0
+                async for _ in client.query("big", {"v": {"$gte": 0}}):
+                    seen += 1
+                assert seen == documents
+
+            await timed(f"query results ({documents:,} docs)", documents, query)
+            await client.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--documents", type=int, default=1_000_000)
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.events, arguments.documents))
