@@ -29,6 +29,8 @@ from rstream._pyamqp.message import Properties
 
 from mainstem.cli import main as cli_main
 from mainstem.client.events import EventsClient
+from mainstem.client.iggy import IggyClient
+from mainstem.client.iggy import Message as IggyMessage
 from mainstem.client.stream import StreamClient
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.source import StreamWriter, publish_rows
@@ -262,3 +264,18 @@ def test_a_bson_channel_read_by_spark(spark, broker) -> None:
     asyncio.run(run())
     rows = read(spark, broker, stream="events").orderBy("offset").collect()
     assert [bson.decode(r.value) for r in rows] == [{"i": i, "kind": "bson"} for i in range(5)]
+
+
+def test_an_iggy_topic_read_by_spark(spark, broker) -> None:
+    async def run() -> None:
+        client = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+        await client.login("guest", "guest")
+        await client.create_stream("shop", 3)
+        await client.create_topic(3, "orders", partitions=2, topic_id=1)
+        for partition in (1, 2):  # Iggy counts partitions from 1, the log from 0
+            await client.send(3, 1, [IggyMessage(f"p{partition}-{i}".encode())
+                                     for i in range(3)], partition=partition)
+    asyncio.run(run())
+    rows = read(spark, broker, namespace="shop", stream="orders").collect()
+    assert sorted((r.partition, r.value) for r in rows) == [
+        (p - 1, f"p{p}-{i}".encode()) for p in (1, 2) for i in range(3)]
