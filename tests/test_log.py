@@ -323,3 +323,48 @@ async def test_truncate_before_drops_only_whole_settled_segments(tmp_path: Path)
     assert partition.truncate_before(100) == 1  # the active segment always stays
     assert partition.first_offset == 4
     partition.close()
+
+
+async def test_retention_keeps_sequences_when_a_torn_write_emptied_the_tail(
+        tmp_path: Path, small_segments) -> None:
+    """A crash can leave the newest segment empty; the segments before it are then the
+    only record of the publisher sequences, so retention must not take them all."""
+    partition = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
+    for batch in range(12):
+        partition.write_records(records(batch), sequences={"alpha": batch})
+    tail = partition._segments[-1]
+    first_in_tail = tail.first_chunk_id
+    partition.close()
+    os.truncate(tail.path, 16)  # only the file header survives
+    partition = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
+    assert partition.next_offset == first_in_tail
+    partition.retention = RetentionPolicy(max_bytes=0, max_segment_bytes=1_000)
+    partition.apply_retention()
+    assert partition.truncate_before(partition.next_offset) == 0
+    assert read_all(partition)[-1][0] == first_in_tail - 1
+    partition.close()
+    reopened = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
+    assert reopened.sequences == {"alpha": first_in_tail // 10 - 1}  # ten records a batch
+    reopened.write_records([b"next"])  # the new chunk restates the sequences
+    reopened.retention = RetentionPolicy(max_bytes=0, max_segment_bytes=1_000)
+    reopened.apply_retention()
+    reopened.close()
+    again = Partition.open(tmp_path / "p")
+    assert again.sequences == reopened.sequences
+    again.close()
+
+
+async def test_a_roll_torn_before_its_header_is_dropped_on_open(
+        tmp_path: Path, small_segments) -> None:
+    partition = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
+    for batch in range(5):
+        partition.write_records(records(batch))
+    partition.close()
+    torn = tmp_path / "p" / f"{50:020d}{SEGMENT_SUFFIX}"
+    torn.write_bytes(b"MSS")  # the crash came between creating the file and its header
+    reopened = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
+    assert not torn.exists()
+    assert reopened.next_offset == 50
+    reopened.write_records(records(5))
+    assert read_all(reopened)[-1] == (59, b"b5-r9")
+    reopened.close()

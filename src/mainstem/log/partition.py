@@ -31,7 +31,7 @@ from mainstem.log.chunk import (
 from mainstem.log.commit import GroupCommit
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
-from mainstem.log.segment import SEGMENT_SUFFIX, Segment
+from mainstem.log.segment import FILE_HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
 
 MAX_WRITERS = 4096  # publisher sequences kept per partition; the oldest go first
 
@@ -108,8 +108,7 @@ class Partition:
         With `fsync_on_demand`, appends are fsynced only once someone waits on `commit`
         (and written data is visible to readers only then)."""
         directory.mkdir(parents=True, exist_ok=True)
-        paths = sorted(directory.glob("*" + SEGMENT_SUFFIX))
-        segments = [Segment.open(path) for path in paths]
+        segments = _open_segments(sorted(directory.glob("*" + SEGMENT_SUFFIX)))
         if not segments:
             segments = [Segment.create(directory, 0, 0)]
         _fsync_directory(directory)
@@ -383,8 +382,8 @@ class Partition:
         deleted = 0
         while len(self._segments) > 1:
             oldest = self._segments[0]
-            if oldest.next_offset > self.committed_offset:
-                break  # never drop data that is not durable yet
+            if not self._replaced(oldest):
+                break
             too_big = policy.max_bytes is not None and total > policy.max_bytes
             last_ts = oldest.last_timestamp
             too_old = (policy.max_age_ms is not None and last_ts is not None
@@ -402,13 +401,18 @@ class Partition:
         """Delete the whole segments that hold only offsets below `offset` (a queue's
         settled messages); the active segment stays. Returns how many were deleted."""
         deleted = 0
-        while len(self._segments) > 1 and self._segments[0].next_offset <= min(
-                offset, self.committed_offset):
+        while (len(self._segments) > 1 and self._segments[0].next_offset <= offset
+               and self._replaced(self._segments[0])):
             self._drop_oldest()
             deleted += 1
         if deleted:
             _fsync_directory(self.directory)
         return deleted
+
+    def _replaced(self, oldest: Segment) -> bool:
+        """Whether the oldest segment may go: its data is durable, and so is a later
+        chunk, whose restated publisher sequences take over from the ones it holds."""
+        return oldest.next_offset < self.committed_offset
 
     def _drop_oldest(self) -> None:
         self._segments[0].delete()
@@ -466,6 +470,16 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _open_segments(paths: list[Path]) -> list[Segment]:
+    """Open every segment. A last file whose header is torn is a roll cut short by a
+    crash before anything was written to it: it is removed, the one before it goes on."""
+    if len(paths) > 1 and paths[-1].stat().st_size < FILE_HEADER_SIZE:
+        paths[-1].with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
+        paths[-1].unlink()
+        paths = paths[:-1]
+    return [Segment.open(path) for path in paths]
 
 
 def _last_chunk_of(segments: list[Segment]) -> tuple[int, int]:
