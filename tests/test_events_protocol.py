@@ -201,6 +201,51 @@ async def test_query_results_wait_for_queryack(broker) -> None:
     await client.close()
 
 
+async def wait_for_document(client: EventsClient, binder: str, doc_id, check) -> dict:
+    for _ in range(200):
+        document = await client.find_by_id(binder, doc_id)
+        if document is not None and check(document):
+            return document
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{binder}/{doc_id} never got there: {document}")
+
+
+async def test_a_bulk_load_hands_over_to_the_live_projection(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("clicks")
+    await client.create_projection("counts", "clicks", "per_page", "page", fold="increment")
+    await client.publish_many("clicks", [{"page": "a", "n": 1}] * 3 + [{"page": "b", "n": 1}])
+    await wait_for_document(client, "per_page", "b", lambda d: d["n"] == 1)
+    # A rebuild computed elsewhere: up to offset 3 (the first three clicks) it says a=30,
+    # which differs from the live a=3, so the swap shows; offset 3 onward is live again.
+    abandoned = await client.begin_load("per_page")
+    await client.load_documents(abandoned, [("stale", {"page": "stale"})])
+    load = await client.begin_load("per_page")  # discards the abandoned load
+    with pytest.raises(EventsError) as refused:
+        await client.load_documents(abandoned, [("x", {"page": "x"})])
+    assert refused.value.code == "NOT_FOUND"
+    await client.load_documents(load, [("a", {"page": "a", "n": 30})])
+    await client.load_documents(load, [("a", {"page": "a", "n": 30}), (7, {"page": 7})])
+    assert await client.find_by_id("per_page", "a") == {"page": "a", "n": 3}  # not yet
+    with pytest.raises(EventsError) as wrong:
+        await client.hand_over(load, "counts", "clicks", "elsewhere", "page", "increment",
+                               None, 3)
+    assert wrong.value.code == "INVALID_ARGUMENT"
+    assert await client.hand_over(load, "counts", "clicks", "per_page", "page", "increment",
+                                  None, 3) == 2
+    await wait_for_document(client, "per_page", "b", lambda d: d["n"] == 1)
+    assert await client.find_by_id("per_page", "a") == {"page": "a", "n": 30}
+    assert await client.find_by_id("per_page", 7) == {"page": 7}
+    assert await client.find_by_id("per_page", "stale") is None
+    await client.publish("clicks", {"page": "a", "n": 1})
+    await wait_for_document(client, "per_page", "a", lambda d: d["n"] == 31)
+    with pytest.raises(EventsError) as done:  # a load is used once
+        await client.hand_over(load, "counts", "clicks", "per_page", "page", "increment",
+                               None, 3)
+    assert done.value.code == "NOT_FOUND"
+    await client.close()
+
+
 async def test_bad_input_gets_failed_responses_and_keeps_the_connection(broker) -> None:
     client = await connect(broker)
     await client.create_channel("c")

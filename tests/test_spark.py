@@ -32,7 +32,9 @@ from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient
 from mainstem.client.iggy import Message as IggyMessage
 from mainstem.client.stream import StreamClient
+from mainstem.broker.projections import Projection
 from mainstem.spark.options import SourceOptions
+from mainstem.spark.projection import fold_documents
 from mainstem.spark.source import StreamWriter, publish_rows
 from mainstem.testing import ThreadedBroker
 
@@ -279,3 +281,77 @@ def test_an_iggy_topic_read_by_spark(spark, broker) -> None:
     rows = read(spark, broker, namespace="shop", stream="orders").collect()
     assert sorted((r.partition, r.value) for r in rows) == [
         (p - 1, f"p{p}-{i}".encode()) for p in (1, 2) for i in range(3)]
+
+
+def bson_events(broker: ThreadedBroker, channel: str, events: list[dict],
+                projections: list[tuple[str, str, str, str, dict]] = ()) -> None:
+    async def run() -> None:
+        client = await EventsClient.connect("127.0.0.1", broker.ports["bson"], "guest", "guest")
+        await client.create_channel(channel)
+        for name, binder, id_field, fold, matcher in projections:
+            await client.create_projection(name, channel, binder, id_field, fold, matcher)
+        for start in range(0, len(events), 97):  # many chunks
+            await client.publish_many(channel, events[start:start + 97])
+        await client.close()
+    asyncio.run(run())
+
+
+def binder_contents(broker: ThreadedBroker, binder: str) -> dict:
+    async def run() -> dict:
+        client = await EventsClient.connect("127.0.0.1", broker.ports["bson"], "guest", "guest")
+        try:
+            return {repr(d["user"]["id"]) if "user" in d else None: d
+                    async for d in client.query(binder)}
+        finally:
+            await client.close()
+    return asyncio.run(run())
+
+
+def settled(broker: ThreadedBroker, binder: str, done) -> dict:
+    """The binder once `done(contents)` holds, or as it is after 10 s."""
+    for _ in range(200):
+        contents = binder_contents(broker, binder)
+        if done(contents):
+            break
+        time.sleep(0.05)
+    return contents
+
+
+def clicks_of_user_1(events: int) -> int:
+    return len([i for i in range(events) if i % 5 == 0 and i % 3 in (0, 1)])
+
+
+def click(i: int) -> dict:
+    user = [1, 2, "1", "x", True][i % 5]  # ids of several BSON types stay apart
+    return {"user": {"id": user}, "clicks": 1, "weight": 0.5, "last": i, "kind": i % 3,
+            f"tag{i % 4}": i}
+
+
+def test_spark_projection_agrees_with_the_live_one_and_hands_over(spark, broker) -> None:
+    matcher = {"kind": {"$in": [0, 1]}}
+    events = [click(i) for i in range(1_000)] + [{"no": "id"}, {"user": {"id": 1}, "kind": 2}]
+    folds = ("replace", "merge", "increment")
+    bson_events(broker, "clicks", events,
+                [(f"live-{fold}", f"live-{fold}", "user.id", fold, matcher) for fold in folds])
+    for fold in folds:  # the Spark fold, collected, equals the broker's own projection
+        projection = Projection(f"spark-{fold}", "clicks", f"spark-{fold}", "user.id", fold,
+                                matcher)
+        records = read(spark, broker, stream="clicks")
+        rebuilt = {repr(doc_id): bson.decode(raw) for doc_id, raw in
+                   fold_documents(records, projection, 3).collect()}
+        assert len(rebuilt) == 5
+        assert settled(broker, f"live-{fold}", rebuilt.__eq__) == rebuilt
+    assert rebuilt[repr(1)]["clicks"] == clicks_of_user_1(1_000)
+    # The CLI job rebuilds a binder and hands over to a live projection at its end.
+    url = f"rabbitmq-stream://guest:guest@127.0.0.1:{broker.ports['stream']}/%2F"
+    assert cli_main(["pipeline", "project", "--url", url, "--events-port",
+                     str(broker.ports["bson"]), "--name", "handed", "--channel", "clicks",
+                     "--binder", "handed", "--id-field", "user.id", "--fold", "increment",
+                     "--matcher", json.dumps(matcher), "--partitions", "2"]) == 0
+    assert binder_contents(broker, "handed") == binder_contents(broker, "live-increment")
+    more = [click(i) for i in range(1_000, 1_100)]
+    bson_events(broker, "clicks", more)  # the handed-over projection goes on live
+    live = settled(broker, "live-increment",
+                   lambda c: c[repr(1)]["clicks"] == clicks_of_user_1(1_100))
+    assert live[repr(1)]["clicks"] == clicks_of_user_1(1_100)
+    assert settled(broker, "handed", live.__eq__) == live

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.set_defaults(run=run_ctl)
     pipeline = commands.add_parser(
         "pipeline", help="run a Spark pipeline over streams (needs mainstem[spark])",
-        description="Spark jobs: archive streams to Parquet.")
+        description="Spark jobs: archive streams to Parquet; rebuild a binder from a "
+        "channel's history and hand it over to the live projection.")
     add_pipeline_arguments(pipeline)
     return parser
 

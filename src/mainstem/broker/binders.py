@@ -1,11 +1,16 @@
 """Binders: named, durable document collections in a namespace (the BSON protocol's query
 side), in SQLite keyed by document id. Projections store their channel position in the same
-database, so a document change and the position it came from commit together."""
+database, so a document change and the position it came from commit together.
+
+A bulk load (a binder rebuilt elsewhere, by Spark) stages documents under a load id, from
+any number of writers; the hand-over then swaps them in and sets the projection's position
+in one transaction, so the binder never shows half a rebuild."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +18,7 @@ from typing import Any
 
 import bson
 
-from mainstem.broker.errors import NotFound
+from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.matcher import compile_matcher
 
 _SCHEMA = """
@@ -25,6 +30,10 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS projections (
     namespace TEXT NOT NULL, name TEXT NOT NULL, definition BLOB NOT NULL,
     position INTEGER NOT NULL, PRIMARY KEY (namespace, name));
+CREATE TABLE IF NOT EXISTS loads (
+    id TEXT PRIMARY KEY, namespace TEXT NOT NULL, binder TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS staged (
+    load TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY (load, id));
 """
 
 
@@ -130,3 +139,61 @@ class BinderStore:
         row = self._db.execute("SELECT position FROM projections WHERE namespace = ? AND "
                                "name = ?", (namespace, name)).fetchone()
         return 0 if row is None else row[0]
+
+    def projection(self, namespace: str, name: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT definition FROM projections WHERE namespace = ? AND "
+                               "name = ?", (namespace, name)).fetchone()
+        return None if row is None else bson.decode(row[0])
+
+    # -- bulk loads ---------------------------------------------------------------
+
+    def begin_load(self, namespace: str, binder: str) -> str:
+        """A new load into `binder` (created if needed); an unfinished earlier load of the
+        same binder is discarded, so an abandoned rebuild leaves nothing behind."""
+        load_id = uuid.uuid4().hex
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO binders VALUES (?, ?)", (namespace, binder))
+            db.execute("DELETE FROM staged WHERE load IN (SELECT id FROM loads WHERE "
+                       "namespace = ? AND binder = ?)", (namespace, binder))
+            db.execute("DELETE FROM loads WHERE namespace = ? AND binder = ?",
+                       (namespace, binder))
+            db.execute("INSERT INTO loads VALUES (?, ?, ?)", (load_id, namespace, binder))
+        return load_id
+
+    def load_binder(self, namespace: str, load_id: str) -> str:
+        row = self._db.execute("SELECT binder FROM loads WHERE id = ? AND namespace = ?",
+                               (load_id, namespace)).fetchone()
+        if row is None:
+            raise NotFound(f"no load {load_id!r} in progress in namespace '{namespace}'")
+        return row[0]
+
+    def stage(self, namespace: str, load_id: str, documents: list[tuple[Any, dict[str, Any]]]
+              ) -> None:
+        """Add documents to a load; a document staged again (a retried writer) replaces
+        its earlier copy."""
+        self.load_binder(namespace, load_id)
+        rows = [(load_id, document_key(doc_id), bson.encode(document))
+                for doc_id, document in documents]
+        with self.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO staged VALUES (?, ?, ?)", rows)
+
+    def hand_over(self, namespace: str, load_id: str, name: str, definition: dict[str, Any],
+                  position: int) -> int:
+        """Replace the load's binder with the staged documents and (re)define the
+        projection `name` at `position`, atomically. Returns the number of documents."""
+        binder = self.load_binder(namespace, load_id)
+        if definition.get("binder") != binder:
+            raise InvalidArgument(f"load {load_id!r} fills binder '{binder}', not "
+                                  f"'{definition.get('binder')}'")
+        with self.transaction() as db:
+            db.execute("DELETE FROM documents WHERE namespace = ? AND binder = ?",
+                       (namespace, binder))
+            count = db.execute("INSERT INTO documents SELECT ?, ?, id, body FROM staged "
+                               "WHERE load = ?", (namespace, binder, load_id)).rowcount
+            db.execute("DELETE FROM staged WHERE load = ?", (load_id,))
+            db.execute("DELETE FROM loads WHERE id = ?", (load_id,))
+            db.execute("INSERT INTO projections VALUES (?, ?, ?, ?) ON CONFLICT (namespace, "
+                       "name) DO UPDATE SET definition = excluded.definition, "
+                       "position = excluded.position",
+                       (namespace, name, bson.encode(definition), position))
+        return count

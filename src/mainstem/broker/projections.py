@@ -91,6 +91,26 @@ class Projections:
             old.cancel()
         self._start(namespace, projection)
 
+    async def hand_over(self, namespace: str, projection: Projection, load_id: str,
+                        position: int) -> int:
+        """Take a binder rebuilt up to `position` (a completed bulk load) and go on live from
+        there: the running projection stops, the binder and position swap in one
+        transaction, and the projection starts again from the position."""
+        self.binders.load_binder(namespace, load_id)  # refuse an unknown load up front
+        key = (namespace, projection.name)
+        running = self._tasks.pop(key, None)
+        if running is not None:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+        try:
+            return await asyncio.to_thread(self.binders.hand_over, namespace, load_id,
+                                           projection.name, asdict(projection), position)
+        finally:
+            stored = self.binders.projection(namespace, projection.name)
+            if stored is not None:
+                self._start(namespace, Projection(**stored))
+
     def _start(self, namespace: str, projection: Projection) -> None:
         task = asyncio.get_running_loop().create_task(self._run(namespace, projection))
         self._tasks[(namespace, projection.name)] = task
@@ -103,17 +123,21 @@ class Projections:
                 await asyncio.sleep(POLL_S)
                 continue
             partition = stream.partitions[0]
-            reader = partition.reader(self.binders.position(namespace, projection.name))
+            start = self.binders.position(namespace, projection.name)
+            reader = partition.reader(start)
             try:
                 while True:
                     chunk = await reader.next_chunk()
-                    self._apply(namespace, projection, matcher, chunk)
+                    self._apply(namespace, projection, matcher, chunk, start)
             except PartitionClosed:
                 await asyncio.sleep(POLL_S)  # the channel was deleted: wait for a new one
 
-    def _apply(self, namespace: str, projection: Projection, matcher: Any, chunk: Any) -> None:
+    def _apply(self, namespace: str, projection: Projection, matcher: Any, chunk: Any,
+               start: int) -> None:
         with self.binders.transaction() as db:
-            for _, record in chunk.records():
+            for offset, record in chunk.records():
+                if offset < start:
+                    continue  # a hand-over's position may fall inside a chunk
                 try:
                     event = bson.decode(bytes(record))
                 except Exception:

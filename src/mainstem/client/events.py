@@ -259,9 +259,35 @@ class EventsClient:
     async def create_projection(self, name: str, channel: str, binder: str, id_field: str,
                                 fold: str = "merge", matcher: dict[str, Any] | None = None
                                 ) -> None:
-        await self._request("CREATEPROJECTION", {
-            "name": name, "channel": channel, "binder": binder, "idField": id_field,
-            "fold": fold, "matcher": matcher or {}})
+        await self._request("CREATEPROJECTION",
+                            _projection(name, channel, binder, id_field, fold, matcher))
+
+    async def begin_load(self, binder: str) -> str:
+        """Start a bulk load into `binder` (discarding an unfinished earlier one)."""
+        return (await self._request("BEGINLOAD", {"binder": binder}))["loadID"]
+
+    async def load_documents(self, load_id: str, documents: list[tuple[Any, dict[str, Any]]]
+                             ) -> None:
+        """Stage (id, document) pairs in a load: one frame, so keep it under the
+        server's maximum event size."""
+        await self._request("LOADDOCS", {"loadID": load_id, "docs": [
+            {"id": doc_id, "doc": document} for doc_id, document in documents]})
+
+    async def hand_over(self, load_id: str, name: str, channel: str, binder: str,
+                        id_field: str, fold: str, matcher: dict[str, Any] | None,
+                        position: int) -> int:
+        """Make the load the binder's content and run projection `name` live from
+        `position`, atomically. Returns the number of documents."""
+        body = _projection(name, channel, binder, id_field, fold, matcher)
+        response = await self._request("HANDOVER", {**body, "loadID": load_id,
+                                                    "position": position})
+        return response["documents"]
 
     async def ping(self) -> None:
         await self._request("PING", {})
+
+
+def _projection(name: str, channel: str, binder: str, id_field: str, fold: str,
+                matcher: dict[str, Any] | None) -> dict[str, Any]:
+    return {"name": name, "channel": channel, "binder": binder, "idField": id_field,
+            "fold": fold, "matcher": matcher or {}}

@@ -1,6 +1,7 @@
 """``mainstem pipeline ...``: Spark jobs over streams, each a real Spark application.
 
     mainstem pipeline archive --stream orders --output /lake/orders --checkpoint /lake/_cp
+    mainstem pipeline project --name totals --channel orders --binder totals --id-field id
 
 runs locally (``--master local[*]`` by default) or, given to ``spark-submit``, on a cluster:
 
@@ -11,12 +12,16 @@ runs locally (``--master local[*]`` by default) or, given to ``spark-submit``, o
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.projections import FOLDS, Projection
 from mainstem.spark.options import DEFAULT_URL
+from mainstem.spark.projection import DEFAULT_EVENTS_PORT, RebuildError, rebuild
 
 PROGRESS_INTERVAL_S = 1.0
 
@@ -38,6 +43,29 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     archive.add_argument("--master", default=None,
                          help="Spark master (default local[*], or spark-submit's)")
     archive.set_defaults(run=run_archive)
+    project = jobs.add_parser(
+        "project", help="rebuild a binder from a channel's history, then go on live",
+        description="Run a projection over the whole history of a BSON event channel on "
+        "Spark, load the folded documents into the binder and hand over to the broker's "
+        "live projection at the offset the job reached (the binder is swapped atomically).")
+    project.add_argument("--url", default=os.environ.get("MAINSTEM_STREAM_URL", DEFAULT_URL),
+                         help="the broker's stream-protocol URL with credentials; its "
+                         "virtual host is the channel's namespace")
+    project.add_argument("--events-port", type=int, default=DEFAULT_EVENTS_PORT,
+                         help="the broker's BSON event protocol port (same host)")
+    project.add_argument("--name", required=True, help="the projection's name")
+    project.add_argument("--channel", required=True)
+    project.add_argument("--binder", required=True)
+    project.add_argument("--id-field", required=True,
+                         help="the event field (dot path) that gives the document id")
+    project.add_argument("--fold", choices=FOLDS, default="merge")
+    project.add_argument("--matcher", type=json.loads, default={},
+                         help="a matcher document as JSON, e.g. '{\"kind\": \"order\"}'")
+    project.add_argument("--partitions", type=int, default=None,
+                         help="fold tasks (default: Spark's default parallelism)")
+    project.add_argument("--master", default=None,
+                         help="Spark master (default local[*], or spark-submit's)")
+    project.set_defaults(run=run_project)
 
 
 def spark_session(master: str | None, name: str) -> Any:
@@ -64,6 +92,25 @@ def run_archive(args: argparse.Namespace) -> int:
              .trigger(availableNow=True).queryName("mainstem-archive").start())
     total = _follow(query)
     print(f"archive: {total} records added to {args.output}", file=sys.stderr)
+    return 0
+
+
+def run_project(args: argparse.Namespace) -> int:
+    try:
+        projection = Projection(args.name, args.channel, args.binder, args.id_field,
+                                args.fold, args.matcher)
+    except InvalidArgument as exc:
+        print(f"project: {exc.message}", file=sys.stderr)
+        return 2
+    spark = spark_session(args.master, "mainstem-project")
+    try:
+        rebuilt = rebuild(spark, args.url, projection, events_port=args.events_port,
+                          partitions=args.partitions)
+    except RebuildError as exc:
+        print(f"project: {exc}", file=sys.stderr)
+        return 1
+    print(f"project: {rebuilt.documents} documents in binder {args.binder!r}; projection "
+          f"{args.name!r} goes on live from offset {rebuilt.position}", file=sys.stderr)
     return 0
 
 

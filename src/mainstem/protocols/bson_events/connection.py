@@ -99,7 +99,8 @@ class EventsConnection:
             "CREATEBINDER": self.on_create_binder, "LISTCHANNELS": self.on_list_channels,
             "LISTCHANNNELS": self.on_list_channels,  # mewbase's spelling
             "CREATECHANNEL": self.on_create_channel, "PING": self.on_ping,
-            "CREATEPROJECTION": self.on_create_projection,
+            "CREATEPROJECTION": self.on_create_projection, "BEGINLOAD": self.on_begin_load,
+            "LOADDOCS": self.on_load_docs, "HANDOVER": self.on_hand_over,
         }
 
     # -- output ------------------------------------------------------------------
@@ -544,18 +545,58 @@ class EventsConnection:
             exists = True
         self.respond(body.get("rID"), exists=exists)
 
-    def on_create_projection(self, body: dict[str, Any]) -> None:
-        """mainstem's own frame: declare a projection (configure on its binder)."""
+    def _projection(self, body: dict[str, Any]) -> Projection:
+        """A projection's definition from a frame, checked against the user's rights."""
         name, binder = self._name(body, "name"), self._name(body, "binder")
         self._check("configure", binder, "binder")
         self._check("read", self._name(body, "channel"), "channel")
         matcher = body.get("matcher") or {}
         if not isinstance(matcher, dict):
             raise FrameFailed("INVALID_FRAME", "'matcher' must be a document")
-        projection = Projection(name, body["channel"], binder, self._name(body, "idField"),
-                                body.get("fold", "merge"), matcher)
-        self.core.projections.declare(self.namespace, projection)
+        return Projection(name, body["channel"], binder, self._name(body, "idField"),
+                          body.get("fold", "merge"), matcher)
+
+    def on_create_projection(self, body: dict[str, Any]) -> None:
+        """mainstem's own frame: declare a projection (configure on its binder)."""
+        self.core.projections.declare(self.namespace, self._projection(body))
         self.respond(body.get("rID"))
+
+    # -- bulk loads: a binder rebuilt by Spark, handed over to the live projection --------
+
+    def on_begin_load(self, body: dict[str, Any]) -> None:
+        binder = self._name(body, "binder")
+        self._check("configure", binder, "binder")
+        self.respond(body.get("rID"), loadID=self.core.binders.begin_load(self.namespace,
+                                                                           binder))
+
+    def _load(self, body: dict[str, Any]) -> str:
+        load_id = self._name(body, "loadID")
+        self._check("configure", self.core.binders.load_binder(self.namespace, load_id),
+                    "binder")
+        return load_id
+
+    def on_load_docs(self, body: dict[str, Any]) -> None:
+        """Stage documents, ``docs: [{id, doc}]``, in a load."""
+        load_id = self._load(body)
+        docs = body.get("docs")
+        if not isinstance(docs, list) or not all(
+                isinstance(d, dict) and "id" in d and isinstance(d.get("doc"), dict)
+                for d in docs):
+            raise FrameFailed("INVALID_FRAME", "'docs' must be a list of {id, doc} documents")
+        self.core.binders.stage(self.namespace, load_id, [(d["id"], d["doc"]) for d in docs])
+        self.respond(body.get("rID"), count=len(docs))
+
+    async def on_hand_over(self, body: dict[str, Any]) -> None:
+        """Swap a load in as its binder and run the projection live from ``position``."""
+        load_id = self._load(body)
+        projection = self._projection(body)
+        position = body.get("position")
+        if not isinstance(position, int) or isinstance(position, bool) or position < 0:
+            raise FrameFailed("INVALID_FRAME", "'position' must be a non-negative int64")
+        self._channel(projection.channel)
+        documents = await self.core.projections.hand_over(self.namespace, projection,
+                                                          load_id, position)
+        self.respond(body.get("rID"), documents=documents)
 
     def on_ping(self, body: dict[str, Any]) -> None:
         self.respond(body.get("rID"))
