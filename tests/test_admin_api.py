@@ -13,6 +13,7 @@ import pytest
 from rstream import AMQPMessage, Producer
 
 from mainstem import Broker
+from mainstem.client.events import EventsClient
 from mainstem.config import AlarmConfig, ServerConfig
 
 TIMEOUT_S = 10
@@ -138,6 +139,49 @@ async def test_streams_offsets_and_queues(broker, http):
     assert await get(http, "/api/streams") == []
     overview = await get(http, "/api/overview")
     assert overview["object_totals"]["streams"] == 0
+
+
+async def test_binders_and_projections(broker, http):
+    client = await EventsClient.connect("127.0.0.1", broker.ports["bson"], "guest", "guest")
+    await client.create_channel("visits")
+    await client.publish_many("visits", [{"page": p, "n": 1} for p in "abab"])
+    await send(http, "PUT", "/api/projections/%2F/per_page", {
+        "channel": "visits", "binder": "pages", "id_field": "page", "fold": "increment",
+        "matcher": {"n": {"$gt": 0}}}, status=201)
+    await send(http, "PUT", "/api/projections/%2F/bad", {
+        "channel": "visits", "binder": "pages", "id_field": "page", "fold": "sum"}, status=400)
+    await send(http, "PUT", "/api/projections/nowhere/p", {
+        "channel": "visits", "binder": "pages", "id_field": "page"}, status=404)
+
+    async def folded() -> bool:
+        return (await get(http, "/api/projections/%2F"))[0]["lag"] == 0
+    await until(folded)
+    assert await get(http, "/api/projections") == [{
+        "vhost": "/", "name": "per_page", "channel": "visits", "binder": "pages",
+        "id_field": "page", "fold": "increment", "matcher": {"n": {"$gt": 0}},
+        "position": 4, "lag": 0}]
+    assert await get(http, "/api/binders/%2F/pages") == {
+        "vhost": "/", "name": "pages", "documents": 2, "projections": ["per_page"]}
+    assert await get(http, "/api/binders/%2F/pages/documents?limit=1") == [{"page": "a",
+                                                                             "n": 2}]
+    await get(http, "/api/binders/%2F/pages/documents?limit=0", status=400)
+    async with http.get("/metrics") as response:
+        metrics = await response.text()
+    assert 'mainstem_binder_documents{binder="pages",vhost="/"} 2.0' in metrics
+    assert 'mainstem_projection_lag{projection="per_page",vhost="/"} 0.0' in metrics
+    await send(http, "PUT", "/api/binders/%2F/empty", status=201)
+    await send(http, "PUT", "/api/binders/%2F/empty")
+    assert [b["name"] for b in await get(http, "/api/binders")] == ["empty", "pages"]
+    assert await client.list_binders() == ["empty", "pages"]
+
+    await send(http, "DELETE", "/api/binders/%2F/pages")  # with the projection filling it
+    await get(http, "/api/binders/%2F/pages", status=404)
+    assert await get(http, "/api/projections") == []
+    await client.publish("visits", {"page": "c", "n": 1})
+    await asyncio.sleep(0.2)
+    assert await client.list_binders() == ["empty"]  # nothing recreated it
+    await send(http, "DELETE", "/api/projections/%2F/per_page", status=404)
+    await client.close()
 
 
 async def test_connections_are_listed_and_closed(broker, http):

@@ -27,12 +27,12 @@ from rstream import (
 )
 from rstream._pyamqp.message import Properties
 
+from mainstem.broker.projections import Projection
 from mainstem.cli import main as cli_main
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient
 from mainstem.client.iggy import Message as IggyMessage
 from mainstem.client.stream import StreamClient
-from mainstem.broker.projections import Projection
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.projection import fold_documents
 from mainstem.spark.source import StreamWriter, publish_rows

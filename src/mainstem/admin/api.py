@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from bson import json_util
 
 from mainstem import __version__
 from mainstem.admin.registry import ConnectionRegistry
@@ -18,6 +19,7 @@ from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
 from mainstem.broker.auth import PERMISSION_KINDS
 from mainstem.broker.catalog import UserRecord
 from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.projections import Projection
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
@@ -151,12 +153,16 @@ def _vhost_row(name: str) -> dict[str, Any]:
             "default_queue_type": "stream"}
 
 
-@routes.get("/api/vhosts/{vhost}")
-async def get_vhost(request: web.Request) -> web.Response:
+def _existing_vhost(request: web.Request) -> str:
     name = request.match_info["vhost"]
     if _state(request).core.catalog.get_namespace(name) is None:
         raise NotFound(f"virtual host '{name}' not found")
-    return web.json_response(_vhost_row(name))
+    return name
+
+
+@routes.get("/api/vhosts/{vhost}")
+async def get_vhost(request: web.Request) -> web.Response:
+    return web.json_response(_vhost_row(_existing_vhost(request)))
 
 
 @routes.put("/api/vhosts/{vhost}")
@@ -481,3 +487,111 @@ async def all_offsets(request: web.Request) -> web.Response:
     core = _state(request).core
     return web.json_response([row for stream in core.streams.list()
                               for row in consumer_offsets(core, stream)])
+
+
+# -- binders and projections (the BSON event protocol's query side) -------------------
+
+MAX_DOCUMENTS_SHOWN = 1000
+
+
+def projection_rows(core: BrokerCore, vhost: str | None = None) -> list[dict[str, Any]]:
+    """Projections with their channel position and lag (events not folded yet)."""
+    rows = []
+    for namespace, definition, position in core.binders.projections():
+        if vhost is not None and namespace != vhost:
+            continue
+        channel = core.streams.find(namespace, definition["channel"])
+        end = channel.partitions[0].committed_offset if channel is not None else position
+        rows.append({"vhost": namespace, "name": definition["name"],
+                     "channel": definition["channel"], "binder": definition["binder"],
+                     "id_field": definition["id_field"], "fold": definition["fold"],
+                     "matcher": definition["matcher"], "position": position,
+                     "lag": max(end - position, 0)})
+    return sorted(rows, key=lambda row: (row["vhost"], row["name"]))
+
+
+def _binder_rows(core: BrokerCore, vhost: str | None) -> list[dict[str, Any]]:
+    projections = projection_rows(core, vhost)
+    return [{"vhost": namespace, "name": name, "documents": documents,
+             "projections": [p["name"] for p in projections
+                             if p["vhost"] == namespace and p["binder"] == name]}
+            for namespace, name, documents in core.binders.counts(vhost)]
+
+
+@routes.get("/api/binders")
+@routes.get("/api/binders/{vhost}")
+async def list_binders(request: web.Request) -> web.Response:
+    return web.json_response(_binder_rows(_state(request).core, _vhost(request)))
+
+
+@routes.get("/api/binders/{vhost}/{name}")
+async def get_binder(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    for row in _binder_rows(_state(request).core, request.match_info["vhost"]):
+        if row["name"] == name:
+            return web.json_response(row)
+    raise NotFound(f"no binder '{name}' in vhost '{request.match_info['vhost']}'")
+
+
+@routes.put("/api/binders/{vhost}/{name}")
+async def put_binder(request: web.Request) -> web.Response:
+    """Create a binder."""
+    existed = _state(request).core.binders.create(_existing_vhost(request),
+                                                  request.match_info["name"])
+    return _no_content() if existed else web.Response(status=201)
+
+
+@routes.delete("/api/binders/{vhost}/{name}")
+async def delete_binder(request: web.Request) -> web.Response:
+    """Delete a binder, its documents and the projections that fill it."""
+    await _state(request).core.projections.delete_binder(request.match_info["vhost"],
+                                                         request.match_info["name"])
+    return _no_content()
+
+
+@routes.get("/api/binders/{vhost}/{name}/documents")
+async def binder_documents(request: web.Request) -> web.Response:
+    """The first documents in id order (`?limit=`, at most 1000), as relaxed extended JSON."""
+    try:
+        limit = int(request.query.get("limit", "100"))
+    except ValueError:
+        raise InvalidArgument("limit must be an integer") from None
+    if not 0 < limit <= MAX_DOCUMENTS_SHOWN:
+        raise InvalidArgument(f"limit must be 1 to {MAX_DOCUMENTS_SHOWN}")
+    documents = _state(request).core.binders.documents(
+        request.match_info["vhost"], request.match_info["name"], limit)
+    return web.Response(text=json_util.dumps(documents), content_type="application/json")
+
+
+@routes.get("/api/projections")
+@routes.get("/api/projections/{vhost}")
+async def list_projections(request: web.Request) -> web.Response:
+    return web.json_response(projection_rows(_state(request).core, _vhost(request)))
+
+
+@routes.put("/api/projections/{vhost}/{name}")
+async def put_projection(request: web.Request) -> web.Response:
+    """Declare (or redefine) a projection: {"channel", "binder", "id_field", "fold",
+    "matcher"}; it starts at once."""
+    body = await _body(request)
+    for key in ("channel", "binder", "id_field"):
+        if not isinstance(body.get(key), str) or not body[key]:
+            raise InvalidArgument(f"{key} must be a non-empty string")
+    matcher = body.get("matcher", {})
+    if not isinstance(matcher, dict):
+        raise InvalidArgument("matcher must be a JSON object")
+    vhost, name = _existing_vhost(request), request.match_info["name"]
+    core = _state(request).core
+    existed = core.binders.projection(vhost, name) is not None
+    core.projections.declare(vhost, Projection(name, body["channel"], body["binder"],
+                                               body["id_field"], str(body.get("fold", "merge")),
+                                               matcher))
+    return _no_content() if existed else web.Response(status=201)
+
+
+@routes.delete("/api/projections/{vhost}/{name}")
+async def delete_projection(request: web.Request) -> web.Response:
+    """Stop and forget a projection; its binder stays."""
+    await _state(request).core.projections.delete(request.match_info["vhost"],
+                                                  request.match_info["name"])
+    return _no_content()

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from mainstem.admin.api import AdminState, consumer_offsets
+from mainstem.admin.api import AdminState, consumer_offsets, projection_rows
 from mainstem.broker.alarms import DISK, MEMORY
 from mainstem.log import commit
 
@@ -50,6 +50,7 @@ class _BrokerCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._connections()
         yield from self._streams()
+        yield from self._binders()
         yield from self._alarms()
 
     def _connections(self) -> Iterator[Metric]:
@@ -110,6 +111,19 @@ class _BrokerCollector:
             messages.add_metric([namespace, name], count)
             sent.add_metric([namespace, name], size)
         yield from (messages, sent)
+
+    def _binders(self) -> Iterator[Metric]:
+        core = self._state.core
+        documents = GaugeMetricFamily("mainstem_binder_documents", "Documents in the binder",
+                                      labels=["vhost", "binder"])
+        for namespace, binder, count in core.binders.counts():
+            documents.add_metric([namespace, binder], count)
+        lag = GaugeMetricFamily("mainstem_projection_lag",
+                                "Channel events the projection has not folded yet",
+                                labels=["vhost", "projection"])
+        for row in projection_rows(core):
+            lag.add_metric([row["vhost"], row["name"]], row["lag"])
+        yield from (documents, lag)
 
     def _alarms(self) -> Iterator[Metric]:
         active = self._state.core.alarms.active

@@ -42,6 +42,11 @@ class ResourceAlarms:
         """True while publishers must be held back."""
         return bool(self._active)
 
+    def describe(self) -> str:
+        """For a protocol's error text: which alarm holds publishers back."""
+        return (f"a {' and '.join(sorted(self._active))} resource alarm holds publishers "
+                "back; publish again once it clears")
+
     async def wait_clear(self) -> None:
         """Return at once without an alarm, else once every alarm has cleared."""
         await self._clear.wait()

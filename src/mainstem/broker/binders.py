@@ -76,6 +76,39 @@ class BinderStore:
         return [row[0] for row in self._db.execute(
             "SELECT name FROM binders WHERE namespace = ? ORDER BY name", (namespace,))]
 
+    def counts(self, namespace: str | None = None) -> list[tuple[str, str, int]]:
+        """(namespace, binder, documents), in one namespace or all."""
+        rows = self._db.execute(
+            "SELECT b.namespace, b.name, (SELECT COUNT(*) FROM documents d WHERE "
+            "d.namespace = b.namespace AND d.binder = b.name) FROM binders b "
+            "WHERE ?1 IS NULL OR b.namespace = ?1 ORDER BY b.namespace, b.name", (namespace,))
+        return list(rows)
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Delete a binder, its documents, unfinished loads and the projections filling it
+        (stop those first)."""
+        self._require(namespace, name)
+        with self.transaction() as db:
+            db.execute("DELETE FROM documents WHERE namespace = ? AND binder = ?",
+                       (namespace, name))
+            db.execute("DELETE FROM staged WHERE load IN (SELECT id FROM loads WHERE "
+                       "namespace = ? AND binder = ?)", (namespace, name))
+            db.execute("DELETE FROM loads WHERE namespace = ? AND binder = ?", (namespace, name))
+            for projection, definition in db.execute(
+                    "SELECT name, definition FROM projections WHERE namespace = ?",
+                    (namespace,)).fetchall():
+                if bson.decode(definition).get("binder") == name:
+                    db.execute("DELETE FROM projections WHERE namespace = ? AND name = ?",
+                               (namespace, projection))
+            db.execute("DELETE FROM binders WHERE namespace = ? AND name = ?", (namespace, name))
+
+    def documents(self, namespace: str, binder: str, limit: int) -> list[dict[str, Any]]:
+        """The first `limit` documents in id order."""
+        self._require(namespace, binder)
+        return [bson.decode(body) for (body,) in self._db.execute(
+            "SELECT body FROM documents WHERE namespace = ? AND binder = ? ORDER BY id "
+            "LIMIT ?", (namespace, binder, limit))]
+
     def _require(self, namespace: str, binder: str) -> None:
         if self._db.execute("SELECT 1 FROM binders WHERE namespace = ? AND name = ?",
                             (namespace, binder)).fetchone() is None:
@@ -139,6 +172,12 @@ class BinderStore:
         row = self._db.execute("SELECT position FROM projections WHERE namespace = ? AND "
                                "name = ?", (namespace, name)).fetchone()
         return 0 if row is None else row[0]
+
+    def delete_projection(self, namespace: str, name: str) -> None:
+        with self.transaction() as db:
+            if db.execute("DELETE FROM projections WHERE namespace = ? AND name = ?",
+                          (namespace, name)).rowcount == 0:
+                raise NotFound(f"no projection '{name}' in namespace '{namespace}'")
 
     def projection(self, namespace: str, name: str) -> dict[str, Any] | None:
         row = self._db.execute("SELECT definition FROM projections WHERE namespace = ? AND "

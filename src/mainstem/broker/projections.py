@@ -91,18 +91,32 @@ class Projections:
             old.cancel()
         self._start(namespace, projection)
 
+    async def delete(self, namespace: str, name: str) -> None:
+        """Stop a projection and forget it (its binder stays)."""
+        await self._stop(namespace, name)
+        self.binders.delete_projection(namespace, name)
+
+    async def delete_binder(self, namespace: str, binder: str) -> None:
+        """Delete a binder with the projections that fill it."""
+        for ns, definition, _ in self.binders.projections():
+            if ns == namespace and definition.get("binder") == binder:
+                await self._stop(namespace, definition["name"])
+        self.binders.delete(namespace, binder)
+
+    async def _stop(self, namespace: str, name: str) -> None:
+        running = self._tasks.pop((namespace, name), None)
+        if running is not None:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
     async def hand_over(self, namespace: str, projection: Projection, load_id: str,
                         position: int) -> int:
         """Take a binder rebuilt up to `position` (a completed bulk load) and go on live from
         there: the running projection stops, the binder and position swap in one
         transaction, and the projection starts again from the position."""
         self.binders.load_binder(namespace, load_id)  # refuse an unknown load up front
-        key = (namespace, projection.name)
-        running = self._tasks.pop(key, None)
-        if running is not None:
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
+        await self._stop(namespace, projection.name)
         try:
             return await asyncio.to_thread(self.binders.hand_over, namespace, load_id,
                                            projection.name, asdict(projection), position)

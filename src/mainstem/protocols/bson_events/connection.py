@@ -287,7 +287,11 @@ class EventsConnection:
         if not batch:
             return
         if self.core.alarms.blocked:
-            await self.core.alarms.wait_clear()  # publishers wait out a resource alarm
+            for _, _, request_ids in batch.values():
+                for request_id in request_ids:
+                    self.fail(request_id, "RESOURCE_ALARM", self.core.alarms.describe())
+            batch.clear()
+            return
         writes = []
         for partition, records, request_ids in batch.values():
             try:
@@ -327,14 +331,13 @@ class EventsConnection:
         """All the transaction's events of a channel go in one chunk: after a crash either
         all of them are there or none."""
         session = self._session(body)
-        events = self.transactions.pop(session, None)
-        if events is None:
+        if session not in self.transactions:
             raise FrameFailed("NO_TX", f"no transaction open on session {session}")
+        if self.core.alarms.blocked:  # the transaction stays open: COMMITTX again later
+            raise FrameFailed("RESOURCE_ALARM", self.core.alarms.describe())
         by_partition: dict[int, tuple[Partition, list[bytes]]] = {}
-        for partition, raw in events:
+        for partition, raw in self.transactions.pop(session):
             by_partition.setdefault(id(partition), (partition, []))[1].append(raw)
-        if self.core.alarms.blocked:
-            await self.core.alarms.wait_clear()
         appended = [(p, p.write_records(records)) for p, records in by_partition.values()]
         await asyncio.gather(*(p.commit(a) for p, a in appended))
         self.respond(body.get("rID"))

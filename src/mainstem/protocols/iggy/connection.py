@@ -414,6 +414,8 @@ class IggyConnection:
         if not messages:
             raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
         self._check("write", stream)
+        if self.core.alarms.blocked:
+            raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, self.core.alarms.describe())
         partition = stream.partitions[self._choose(stream, kind, value)]
         records = [encode_record(m.id or _unique_id(), m.headers, m.payload) for m in messages]
         appended = None

@@ -79,6 +79,7 @@ class SegmentConnection:
         self.reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
         self.tasks: set[asyncio.Task[None]] = set()
         self.last_read = asyncio.get_running_loop().time()
+        self.holding = False  # reads paused by a resource alarm
 
     # -- sending -------------------------------------------------------------
 
@@ -103,6 +104,8 @@ class SegmentConnection:
                 data = await reader.read(READ_SIZE)
                 if not data:
                     return
+                if self.appenders and self.core.alarms.blocked:
+                    await self._wait_out_alarm()  # what was read waits with the rest
                 self.last_read = asyncio.get_running_loop().time()
                 for message, size in self.decoder.feed(data):
                     await self.handle(message, size)
@@ -121,6 +124,17 @@ class SegmentConnection:
             with contextlib.suppress(ConnectionError, OSError):
                 await asyncio.wait_for(self.ctx.writer.drain(), 1.0)
 
+    async def _wait_out_alarm(self) -> None:
+        """Hold an appending connection back as Pravega does under pressure: read nothing
+        (appends wait in TCP buffers) until the alarm clears."""
+        self.ctx.log.info("segment appends held: %s", self.core.alarms.describe())
+        self.holding = True  # the peer's keep-alives go unread meanwhile: not idleness
+        try:
+            await self.core.alarms.wait_clear()
+        finally:
+            self.holding = False
+            self.last_read = asyncio.get_running_loop().time()
+
     async def _keepalive_loop(self) -> None:
         idle = self.ctx.limits.heartbeat_s
         if not idle:
@@ -128,7 +142,7 @@ class SegmentConnection:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(idle / 2)
-            if loop.time() - self.last_read > idle:
+            if not self.holding and loop.time() - self.last_read > idle:
                 self.ctx.log.info("segment peer idle for %ss, dropping it", idle)
                 self.ctx.writer.close()
                 return
