@@ -106,3 +106,50 @@ async def test_projection_applies_each_event_exactly_once_across_sigkill(tmp_pat
         assert document is not None and document["n"] == stored  # no event twice, none lost
     finally:
         kill(server)
+
+
+async def test_a_hand_over_killed_midway_leaves_the_old_binder_or_the_new(tmp_path: Path
+                                                                         ) -> None:
+    data, log = tmp_path / "data", tmp_path / "server.log"
+    server, port = restart(data, log)
+    try:
+        client = await connect(port)
+        await client.create_channel("views")
+        await client.create_projection("count", "views", "pages", "page", fold="increment")
+        await client.publish_many("views", [{"page": f"p{i % 10}", "n": 1} for i in range(100)])
+        for _ in range(200):
+            if (await client.find_by_id("pages", "p9") or {}).get("n") == 10:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        kill(server)
+    current = {f"p{i}": {"page": f"p{i}", "n": 10} for i in range(10)}
+    for round_, delay in enumerate((0.0, 0.003, 0.01, 0.03)):
+        new = {f"x{round_}-{i}": {"page": f"x{round_}-{i}", "n": 1000} for i in range(5_000)}
+        server, port = restart(data, log)
+        try:
+            client = await connect(port)
+            load = await client.begin_load("pages")
+            documents = list(new.items())
+            for start in range(0, len(documents), 1_000):
+                await client.load_documents(load, documents[start:start + 1_000])
+            handing = asyncio.ensure_future(client.hand_over(
+                load, "count", "views", "pages", "page", "increment", None, 100))
+            await asyncio.sleep(delay)
+            kill(server)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(handing, 5)
+        finally:
+            kill(server)
+        server, port = restart(data, log)
+        try:
+            client = await connect(port)
+            contents = {d["page"]: d async for d in client.query("pages")}
+            assert contents in (current, new), f"a mixed binder after a kill at {delay}s"
+            if contents == new:  # the position came with it: nothing is folded again
+                await asyncio.sleep(0.3)
+                assert await client.find_by_id("pages", "p0") is None
+            current = contents
+            await client.close()
+        finally:
+            kill(server)

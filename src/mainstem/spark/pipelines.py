@@ -28,29 +28,22 @@ PROGRESS_INTERVAL_S = 1.0
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     jobs = parser.add_subparsers(dest="pipeline", metavar="PIPELINE", required=True)
-    archive = jobs.add_parser(
-        "archive", help="copy streams into partitioned Parquet, incrementally",
-        description="Append every record not archived yet to Parquet files partitioned by "
-        "stream and date. The checkpoint remembers where the last run stopped: running it "
-        "again adds only new records.")
-    archive.add_argument("--url", default=os.environ.get("MAINSTEM_STREAM_URL", DEFAULT_URL),
-                         help="the broker's stream-protocol URL with credentials")
+    archive = _job(
+        jobs, "archive", run_archive, "copy streams into partitioned Parquet, incrementally",
+        "Append every record not archived yet to Parquet files partitioned by stream and "
+        "date. The checkpoint remembers where the last run stopped: running it again adds "
+        "only new records.")
     archive.add_argument("--stream", required=True, help="a stream, or a comma list")
     archive.add_argument("--output", required=True, help="the Parquet directory")
     archive.add_argument("--checkpoint", required=True, help="the job's checkpoint directory")
     archive.add_argument("--max-records-per-batch", type=int, default=500_000,
                          help="records per micro-batch (bounds memory)")
-    archive.add_argument("--master", default=None,
-                         help="Spark master (default local[*], or spark-submit's)")
-    archive.set_defaults(run=run_archive)
-    project = jobs.add_parser(
-        "project", help="rebuild a binder from a channel's history, then go on live",
-        description="Run a projection over the whole history of a BSON event channel on "
-        "Spark, load the folded documents into the binder and hand over to the broker's "
-        "live projection at the offset the job reached (the binder is swapped atomically).")
-    project.add_argument("--url", default=os.environ.get("MAINSTEM_STREAM_URL", DEFAULT_URL),
-                         help="the broker's stream-protocol URL with credentials; its "
-                         "virtual host is the channel's namespace")
+    project = _job(
+        jobs, "project", run_project, "rebuild a binder from a channel's history, then go on "
+        "live", "Run a projection over the whole history of a BSON event channel on Spark, "
+        "load the folded documents into the binder and hand over to the broker's live "
+        "projection at the offset the job reached (the binder is swapped atomically). The "
+        "URL's virtual host is the channel's namespace.")
     project.add_argument("--events-port", type=int, default=DEFAULT_EVENTS_PORT,
                          help="the broker's BSON event protocol port (same host)")
     project.add_argument("--name", required=True, help="the projection's name")
@@ -63,9 +56,18 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
                          help="a matcher document as JSON, e.g. '{\"kind\": \"order\"}'")
     project.add_argument("--partitions", type=int, default=None,
                          help="fold tasks (default: Spark's default parallelism)")
-    project.add_argument("--master", default=None,
-                         help="Spark master (default local[*], or spark-submit's)")
-    project.set_defaults(run=run_project)
+
+
+def _job(jobs: Any, name: str, run: Any, summary: str, description: str
+         ) -> argparse.ArgumentParser:
+    """A pipeline's parser with the options every job shares."""
+    job = jobs.add_parser(name, help=summary, description=description)
+    job.add_argument("--url", default=os.environ.get("MAINSTEM_STREAM_URL", DEFAULT_URL),
+                     help="the broker's stream-protocol URL with credentials")
+    job.add_argument("--master", default=None,
+                     help="Spark master (default local[*], or spark-submit's)")
+    job.set_defaults(run=run)
+    return job
 
 
 def spark_session(master: str | None, name: str) -> Any:
