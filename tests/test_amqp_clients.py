@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import socket
@@ -27,6 +28,7 @@ from rstream import (
 )
 
 from mainstem import Broker
+from mainstem.config import ServerConfig
 from mainstem.testing import ThreadedBroker
 
 
@@ -245,3 +247,28 @@ def test_wrong_protocol_header_gets_ours_back(mainstem_server: ThreadedBroker) -
     assert sock.recv(8) == b"AMQP\x00\x00\x09\x01"
     assert sock.recv(8) == b""  # and the socket is closed
     sock.close()
+
+
+def test_channel_and_consumer_limits(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=tmp_path / "data"),
+        channel_max=3, max_consumers_per_queue=2)
+    with ThreadedBroker(tmp_path / "data", config=config) as broker:
+        connection = pika.BlockingConnection(pika.URLParameters(broker.urls["amqp"]))
+        channels = [connection.channel() for _ in range(3)]
+        with pytest.raises(pika.exceptions.NoFreeChannels):  # tuned down to 3 channels
+            connection.channel()
+        channels[0].queue_declare("limited")
+        for _ in range(2):
+            channels[0].basic_consume("limited", lambda *_: None)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channels[0].basic_consume("limited", lambda *_: None)
+        assert refused.value.reply_code == 406 and "consumer limit of 2" in \
+            refused.value.reply_text
+        connection.close()
+        sock = _handshake(broker.ports["amqp"])  # a raw client opens channel 4 anyway
+        sock.sendall(_frame(1, 4, b"\x00\x14\x00\x0a\x00"))
+        close = sock.recv(65536)
+        assert close[7:11] == b"\x00\x0a\x00\x32"  # connection.close
+        assert close[11:13] == (530).to_bytes(2, "big") and b"channel_max" in close
+        sock.close()

@@ -356,3 +356,4 @@ async def test_memory_alarm_blocks_publishers_until_it_clears(
     await asyncio.wait_for(publishing, 5)
     assert "was unblocked" in caplog.text
     assert await drain(queue) == [b"waits"]
+
