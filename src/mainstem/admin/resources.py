@@ -130,14 +130,16 @@ class ClassicQueues:
         } for host in self._vhosts(vhost) for exchange in host.graph.exchanges()]
 
     def bindings(self, vhost: str | None) -> list[dict]:
-        return [{
-            "source": binding.source,
-            "vhost": host.name,
-            "destination": binding.destination,
-            "destination_type": binding.destination_kind,
-            "routing_key": binding.routing_key,
-            "arguments": dict(binding.arguments),
-        } for host in self._vhosts(vhost) for binding in host.graph.bindings()]
+        """Each queue's implicit binding from the default exchange first, as RabbitMQ
+        lists them, then the declared ones."""
+        rows = []
+        for host in self._vhosts(vhost):
+            rows.extend(_binding_row(host.name, "", name, "queue", name, {})
+                        for name in host.queues)
+            rows.extend(_binding_row(host.name, b.source, b.destination, b.destination_kind,
+                                     b.routing_key, dict(b.arguments))
+                        for b in host.graph.bindings())
+        return rows
 
     async def delete_queue(self, vhost: str, name: str) -> bool:
         host = self._core.queues.vhosts.get(vhost)
@@ -146,3 +148,9 @@ class ClassicQueues:
             return False
         host.remove_queue(queue)
         return True
+
+
+def _binding_row(vhost: str, source: str, destination: str, kind: str, routing_key: str,
+                 arguments: dict) -> dict:
+    return {"source": source, "vhost": vhost, "destination": destination,
+            "destination_type": kind, "routing_key": routing_key, "arguments": arguments}
