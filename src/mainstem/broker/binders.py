@@ -2,15 +2,20 @@
 side), in SQLite keyed by document id. Projections store their channel position in the same
 database, so a document change and the position it came from commit together.
 
-A bulk load (a binder rebuilt elsewhere, by Spark) stages documents under a load id, from
-any number of writers; the hand-over then swaps them in and sets the projection's position
-in one transaction, so the binder never shows half a rebuild."""
+A binder's documents live under a *storage* name that the binder row points to. A bulk load
+(a binder rebuilt elsewhere, by Spark) fills a storage of its own from any number of
+writers; the hand-over then repoints the binder and sets the projection's position in one
+small transaction, so the binder never shows half a rebuild and the swap costs the same
+for ten documents or ten million. Storages no binder or load points to any more are
+garbage, removed a slice at a time (`collect_garbage`) once no query reads them.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,14 +37,22 @@ CREATE TABLE IF NOT EXISTS projections (
     position INTEGER NOT NULL, PRIMARY KEY (namespace, name));
 CREATE TABLE IF NOT EXISTS loads (
     id TEXT PRIMARY KEY, namespace TEXT NOT NULL, binder TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS staged (
-    load TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY (load, id));
+CREATE TABLE IF NOT EXISTS garbage (
+    namespace TEXT NOT NULL, storage TEXT NOT NULL, PRIMARY KEY (namespace, storage));
 """
+# documents.binder holds the storage name; binders.storage is NULL for binders made before
+# storages existed, whose documents are stored under the binder's own name.
+_STORAGE_COLUMN = "ALTER TABLE binders ADD COLUMN storage TEXT"
+_STORAGE = "COALESCE(storage, name)"
 
 
 def document_key(value: Any) -> str:
     """Ids are compared as text, typed so that 1 and "1" stay different documents."""
     return value if isinstance(value, str) else f"{type(value).__name__}:{value}"
+
+
+def _load_storage(load_id: str) -> str:
+    return f"load:{load_id}"
 
 
 class BinderStore:
@@ -48,7 +61,12 @@ class BinderStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(binders)")}
+        if "storage" not in columns:
+            self._db.execute(_STORAGE_COLUMN)
         self._lock = threading.Lock()
+        self._storages: dict[tuple[str, str], str] = {}  # (namespace, binder) -> storage
+        self._reading: Counter[tuple[str, str]] = Counter()  # storages open queries read
 
     def close(self) -> None:
         self._db.close()
@@ -69,8 +87,8 @@ class BinderStore:
     def create(self, namespace: str, name: str) -> bool:
         """Create a binder; True if it already existed."""
         with self.transaction() as db:
-            return db.execute("INSERT OR IGNORE INTO binders VALUES (?, ?)",
-                              (namespace, name)).rowcount == 0
+            return db.execute("INSERT OR IGNORE INTO binders VALUES (?, ?, ?)",
+                              (namespace, name, f"binder:{name}")).rowcount == 0
 
     def names(self, namespace: str) -> list[str]:
         return [row[0] for row in self._db.execute(
@@ -78,22 +96,19 @@ class BinderStore:
 
     def counts(self, namespace: str | None = None) -> list[tuple[str, str, int]]:
         """(namespace, binder, documents), in one namespace or all."""
-        rows = self._db.execute(
+        return list(self._db.execute(
             "SELECT b.namespace, b.name, (SELECT COUNT(*) FROM documents d WHERE "
-            "d.namespace = b.namespace AND d.binder = b.name) FROM binders b "
-            "WHERE ?1 IS NULL OR b.namespace = ?1 ORDER BY b.namespace, b.name", (namespace,))
-        return list(rows)
+            "d.namespace = b.namespace AND d.binder = COALESCE(b.storage, b.name)) "
+            "FROM binders b "
+            "WHERE ?1 IS NULL OR b.namespace = ?1 ORDER BY b.namespace, b.name", (namespace,)))
 
     def delete(self, namespace: str, name: str) -> None:
         """Delete a binder, its documents, unfinished loads and the projections filling it
         (stop those first)."""
-        self._require(namespace, name)
+        storage = self._storage(namespace, name)
         with self.transaction() as db:
-            db.execute("DELETE FROM documents WHERE namespace = ? AND binder = ?",
-                       (namespace, name))
-            db.execute("DELETE FROM staged WHERE load IN (SELECT id FROM loads WHERE "
-                       "namespace = ? AND binder = ?)", (namespace, name))
-            db.execute("DELETE FROM loads WHERE namespace = ? AND binder = ?", (namespace, name))
+            self._discard_loads(db, namespace, name)
+            db.execute("INSERT OR IGNORE INTO garbage VALUES (?, ?)", (namespace, storage))
             for projection, definition in db.execute(
                     "SELECT name, definition FROM projections WHERE namespace = ?",
                     (namespace,)).fetchall():
@@ -101,54 +116,66 @@ class BinderStore:
                     db.execute("DELETE FROM projections WHERE namespace = ? AND name = ?",
                                (namespace, projection))
             db.execute("DELETE FROM binders WHERE namespace = ? AND name = ?", (namespace, name))
+        self._storages.pop((namespace, name), None)
 
-    def documents(self, namespace: str, binder: str, limit: int) -> list[dict[str, Any]]:
-        """The first `limit` documents in id order."""
-        self._require(namespace, binder)
-        return [bson.decode(body) for (body,) in self._db.execute(
-            "SELECT body FROM documents WHERE namespace = ? AND binder = ? ORDER BY id "
-            "LIMIT ?", (namespace, binder, limit))]
-
-    def _require(self, namespace: str, binder: str) -> None:
-        if self._db.execute("SELECT 1 FROM binders WHERE namespace = ? AND name = ?",
-                            (namespace, binder)).fetchone() is None:
-            raise NotFound(f"no binder '{binder}' in namespace '{namespace}'")
+    def _storage(self, namespace: str, binder: str) -> str:
+        key = (namespace, binder)
+        storage = self._storages.get(key)
+        if storage is None:
+            row = self._db.execute(f"SELECT {_STORAGE} FROM binders WHERE namespace = ? AND "
+                                   "name = ?", key).fetchone()
+            if row is None:
+                raise NotFound(f"no binder '{binder}' in namespace '{namespace}'")
+            storage = self._storages[key] = row[0]
+        return storage
 
     # -- documents ---------------------------------------------------------------
 
     def get(self, namespace: str, binder: str, doc_id: Any) -> dict[str, Any] | None:
-        self._require(namespace, binder)
-        row = self._db.execute(
+        return self.get_in(self._db, namespace, binder, doc_id)
+
+    def get_in(self, db: sqlite3.Connection, namespace: str, binder: str, doc_id: Any
+               ) -> dict[str, Any] | None:
+        row = db.execute(
             "SELECT body FROM documents WHERE namespace = ? AND binder = ? AND id = ?",
-            (namespace, binder, document_key(doc_id))).fetchone()
+            (namespace, self._storage(namespace, binder), document_key(doc_id))).fetchone()
         return None if row is None else bson.decode(row[0])
 
     def put(self, db: sqlite3.Connection, namespace: str, binder: str, doc_id: Any,
             document: dict[str, Any]) -> None:
         """Within a `transaction()`: store a document."""
         db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?)",
-                   (namespace, binder, document_key(doc_id), bson.encode(document)))
-
-    def get_in(self, db: sqlite3.Connection, namespace: str, binder: str, doc_id: Any
-               ) -> dict[str, Any] | None:
-        row = db.execute(
-            "SELECT body FROM documents WHERE namespace = ? AND binder = ? AND id = ?",
-            (namespace, binder, document_key(doc_id))).fetchone()
-        return None if row is None else bson.decode(row[0])
+                   (namespace, self._storage(namespace, binder), document_key(doc_id),
+                    bson.encode(document)))
 
     def query(self, namespace: str, binder: str, matcher: dict[str, Any] | None
               ) -> Iterator[dict[str, Any]]:
-        """Documents matching `matcher`, in id order (a scan: matchers are arbitrary)."""
-        self._require(namespace, binder)
+        """Documents matching `matcher`, in id order (a scan: matchers are arbitrary). The
+        documents are those of the binder when the query began, even across a hand-over."""
+        storage = self._storage(namespace, binder)
         predicate = compile_matcher(matcher)
-        cursor = self._db.execute(
-            "SELECT body FROM documents WHERE namespace = ? AND binder = ? ORDER BY id",
-            (namespace, binder))
-        while rows := cursor.fetchmany(512):
-            for (body,) in rows:
-                document = bson.decode(body)
-                if predicate(document):
-                    yield document
+        return self._scan(namespace, storage, predicate)
+
+    def _scan(self, namespace: str, storage: str, predicate: Any) -> Iterator[dict[str, Any]]:
+        key = (namespace, storage)
+        self._reading[key] += 1  # keeps garbage collection off this storage
+        try:
+            cursor = self._db.execute(
+                "SELECT body FROM documents WHERE namespace = ? AND binder = ? ORDER BY id",
+                key)
+            while rows := cursor.fetchmany(512):
+                for (body,) in rows:
+                    document = bson.decode(body)
+                    if predicate(document):
+                        yield document
+        finally:
+            self._reading[key] -= 1
+
+    def documents(self, namespace: str, binder: str, limit: int) -> list[dict[str, Any]]:
+        """The first `limit` documents in id order."""
+        return [bson.decode(body) for (body,) in self._db.execute(
+            "SELECT body FROM documents WHERE namespace = ? AND binder = ? ORDER BY id "
+            "LIMIT ?", (namespace, self._storage(namespace, binder), limit))]
 
     # -- projection state -----------------------------------------------------------
 
@@ -190,14 +217,18 @@ class BinderStore:
         """A new load into `binder` (created if needed); an unfinished earlier load of the
         same binder is discarded, so an abandoned rebuild leaves nothing behind."""
         load_id = uuid.uuid4().hex
+        self.create(namespace, binder)
         with self.transaction() as db:
-            db.execute("INSERT OR IGNORE INTO binders VALUES (?, ?)", (namespace, binder))
-            db.execute("DELETE FROM staged WHERE load IN (SELECT id FROM loads WHERE "
-                       "namespace = ? AND binder = ?)", (namespace, binder))
-            db.execute("DELETE FROM loads WHERE namespace = ? AND binder = ?",
-                       (namespace, binder))
+            self._discard_loads(db, namespace, binder)
             db.execute("INSERT INTO loads VALUES (?, ?, ?)", (load_id, namespace, binder))
         return load_id
+
+    def _discard_loads(self, db: sqlite3.Connection, namespace: str, binder: str) -> None:
+        loads = db.execute("SELECT id FROM loads WHERE namespace = ? AND binder = ?",
+                           (namespace, binder)).fetchall()
+        db.executemany("INSERT OR IGNORE INTO garbage VALUES (?, ?)",
+                       [(namespace, _load_storage(load_id)) for (load_id,) in loads])
+        db.execute("DELETE FROM loads WHERE namespace = ? AND binder = ?", (namespace, binder))
 
     def load_binder(self, namespace: str, load_id: str) -> str:
         row = self._db.execute("SELECT binder FROM loads WHERE id = ? AND namespace = ?",
@@ -211,28 +242,53 @@ class BinderStore:
         """Add documents to a load; a document staged again (a retried writer) replaces
         its earlier copy."""
         self.load_binder(namespace, load_id)
-        rows = [(load_id, document_key(doc_id), bson.encode(document))
+        storage = _load_storage(load_id)
+        rows = [(namespace, storage, document_key(doc_id), bson.encode(document))
                 for doc_id, document in documents]
         with self.transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO staged VALUES (?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?)", rows)
 
     def hand_over(self, namespace: str, load_id: str, name: str, definition: dict[str, Any],
                   position: int) -> int:
-        """Replace the load's binder with the staged documents and (re)define the
-        projection `name` at `position`, atomically. Returns the number of documents."""
+        """Make the load the content of its binder and (re)define the projection `name` at
+        `position`, atomically. Returns the number of documents."""
         binder = self.load_binder(namespace, load_id)
         if definition.get("binder") != binder:
             raise InvalidArgument(f"load {load_id!r} fills binder '{binder}', not "
                                   f"'{definition.get('binder')}'")
+        old, new = self._storage(namespace, binder), _load_storage(load_id)
         with self.transaction() as db:
-            db.execute("DELETE FROM documents WHERE namespace = ? AND binder = ?",
-                       (namespace, binder))
-            count = db.execute("INSERT INTO documents SELECT ?, ?, id, body FROM staged "
-                               "WHERE load = ?", (namespace, binder, load_id)).rowcount
-            db.execute("DELETE FROM staged WHERE load = ?", (load_id,))
+            db.execute("INSERT OR IGNORE INTO garbage VALUES (?, ?)", (namespace, old))
+            db.execute("UPDATE binders SET storage = ? WHERE namespace = ? AND name = ?",
+                       (new, namespace, binder))
             db.execute("DELETE FROM loads WHERE id = ?", (load_id,))
             db.execute("INSERT INTO projections VALUES (?, ?, ?, ?) ON CONFLICT (namespace, "
                        "name) DO UPDATE SET definition = excluded.definition, "
                        "position = excluded.position",
                        (namespace, name, bson.encode(definition), position))
-        return count
+        self._storages[(namespace, binder)] = new
+        return self._db.execute("SELECT COUNT(*) FROM documents WHERE namespace = ? AND "
+                                "binder = ?", (namespace, new)).fetchone()[0]
+
+    # -- garbage ------------------------------------------------------------------
+
+    def has_garbage(self) -> bool:
+        return self._db.execute("SELECT 1 FROM garbage LIMIT 1").fetchone() is not None
+
+    def collect_garbage(self, limit: int) -> bool:
+        """Delete up to `limit` documents of a storage nothing points to any more and no
+        query reads; False when no such storage could be worked on now."""
+        for namespace, storage in self._db.execute(
+                "SELECT namespace, storage FROM garbage").fetchall():
+            if self._reading[(namespace, storage)]:
+                continue
+            with self.transaction() as db:
+                deleted = db.execute(
+                    "DELETE FROM documents WHERE rowid IN (SELECT rowid FROM documents WHERE "
+                    "namespace = ? AND binder = ? LIMIT ?)", (namespace, storage, limit)
+                ).rowcount
+                if deleted < limit:
+                    db.execute("DELETE FROM garbage WHERE namespace = ? AND storage = ?",
+                               (namespace, storage))
+            return True
+        return False

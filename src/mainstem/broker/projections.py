@@ -27,6 +27,8 @@ from mainstem.log.partition import PartitionClosed
 log = logging.getLogger("mainstem.projections")
 FOLDS = ("replace", "merge", "increment")
 POLL_S = 0.5  # how often a projection looks for its channel before it exists
+GARBAGE_SLICE = 5_000  # documents of a replaced binder deleted per loop turn
+GARBAGE_RETRY_S = 1.0  # when every garbage storage is still being read by a query
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,23 @@ class Projections:
         self.streams = streams
         self.binders = binders
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._collector: asyncio.Task[None] | None = None
 
     def start_all(self) -> None:
         for namespace, definition, _ in self.binders.projections():
             self._start(namespace, Projection(**definition))
+        self.collect_garbage()
+
+    def collect_garbage(self) -> None:
+        """Remove replaced and deleted binders' documents in the background, a slice per
+        loop turn, so a swap of millions of documents never stalls the broker."""
+        if self._collector is None or self._collector.done():
+            self._collector = asyncio.get_running_loop().create_task(self._collect())
+
+    async def _collect(self) -> None:
+        while self.binders.has_garbage():
+            worked = self.binders.collect_garbage(GARBAGE_SLICE)
+            await asyncio.sleep(0 if worked else GARBAGE_RETRY_S)
 
     def declare(self, namespace: str, projection: Projection) -> None:
         """Create (or redefine) a projection and start it; its binder is created too."""
@@ -102,6 +117,7 @@ class Projections:
             if ns == namespace and definition.get("binder") == binder:
                 await self._stop(namespace, definition["name"])
         self.binders.delete(namespace, binder)
+        self.collect_garbage()
 
     async def _stop(self, namespace: str, name: str) -> None:
         running = self._tasks.pop((namespace, name), None)
@@ -118,9 +134,10 @@ class Projections:
         self.binders.load_binder(namespace, load_id)  # refuse an unknown load up front
         await self._stop(namespace, projection.name)
         try:
-            return await asyncio.to_thread(self.binders.hand_over, namespace, load_id,
-                                           projection.name, asdict(projection), position)
+            return self.binders.hand_over(namespace, load_id, projection.name,
+                                          asdict(projection), position)
         finally:
+            self.collect_garbage()
             stored = self.binders.projection(namespace, projection.name)
             if stored is not None:
                 self._start(namespace, Projection(**stored))
@@ -165,9 +182,10 @@ class Projections:
             self.binders.set_position(db, namespace, projection.name, chunk.next_offset)
 
     async def stop(self) -> None:
-        for task in self._tasks.values():
+        tasks = [*self._tasks.values(), *([self._collector] if self._collector else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks.values():
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()

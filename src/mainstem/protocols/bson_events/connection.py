@@ -569,8 +569,9 @@ class EventsConnection:
     def on_begin_load(self, body: dict[str, Any]) -> None:
         binder = self._name(body, "binder")
         self._check("configure", binder, "binder")
-        self.respond(body.get("rID"), loadID=self.core.binders.begin_load(self.namespace,
-                                                                           binder))
+        load_id = self.core.binders.begin_load(self.namespace, binder)
+        self.core.projections.collect_garbage()  # an abandoned earlier load is garbage now
+        self.respond(body.get("rID"), loadID=load_id)
 
     def _load(self, body: dict[str, Any]) -> str:
         load_id = self._name(body, "loadID")
