@@ -1,6 +1,6 @@
 """BSON event protocol figures: pipelined PUBLISH of 1 KiB events, subscription delivery,
-and query results/s from a large binder. Starts its own broker (in-process, data in a
-temporary directory) and prints events/s and broker CPU µs per event.
+and query results/s from a large binder. Starts a real `mainstem serve` (data in a
+temporary directory) and prints events/s and the broker's own CPU µs per event.
 
     .venv/bin/python bench/events_bench.py [--events 100000] [--documents 1000000]
 """
@@ -9,34 +9,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import resource
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
-from mainstem import Broker
+from broker_process import cpu_seconds, start_server, stop_server
 from mainstem.client.events import EventsClient
 
 WINDOW = 500  # PUBLISH frames in flight per round
 
 
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-async def timed(name: str, count: int, work: Callable[[], Awaitable[None]]) -> None:
-    started_wall, started_cpu = time.perf_counter(), cpu_s()
+async def timed(name: str, pid: int, count: int, work: Callable[[], Awaitable[None]]
+                ) -> None:
+    started_wall, started_cpu = time.perf_counter(), cpu_seconds(pid)
     await work()
-    wall, cpu = time.perf_counter() - started_wall, cpu_s() - started_cpu
-    print(f"{name:28} {count:>9,} in {wall:6.2f} s = {count / wall:>10,.0f}/s  "
-          f"process CPU {cpu / count * 1e6:7.1f} µs each (client and broker)")
+    wall, cpu = time.perf_counter() - started_wall, cpu_seconds(pid) - started_cpu
+    print(f"{name:30} {count:>9,} in {wall:6.2f} s = {count / wall:>10,.0f}/s  "
+          f"broker CPU {cpu / count * 1e6:6.1f} µs each", flush=True)
 
 
 async def main(events: int, documents: int) -> None:
-    with tempfile.TemporaryDirectory() as data:
-        async with Broker(data_dir=data) as broker:
-            port = broker.ports["bson"]
+    with tempfile.TemporaryDirectory() as tmp:
+        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log", ["bson"])
+        pid = server.pid
+        try:
+            port = ports["bson"]
             client = await EventsClient.connect("127.0.0.1", port, "guest", "guest")
             await client.create_channel("bench")
             event = {"id": 1, "payload": "x" * 1000}
@@ -45,7 +43,7 @@ async def main(events: int, documents: int) -> None:
                 for _ in range(events // WINDOW):
                     await client.publish_many("bench", [event] * WINDOW)
 
-            await timed("publish 1 KiB (pipelined)", events, publish)
+            await timed("publish 1 KiB (pipelined)", pid, events, publish)
 
             async def deliver() -> None:
                 subscription = await client.subscribe("bench", start_pos=0)
@@ -54,7 +52,7 @@ async def main(events: int, documents: int) -> None:
                     if i % 500 == 499:
                         await subscription.ack()
 
-            await timed("subscription delivery", events, deliver)
+            await timed("subscription delivery", pid, events, deliver)
             await client.create_projection("docs", "feed", "big", "id", fold="replace")
             await client.create_channel("feed")
             batch = 1000
@@ -70,8 +68,10 @@ async def main(events: int, documents: int) -> None:
                     seen += 1
                 assert seen == documents
 
-            await timed(f"query results ({documents:,} docs)", documents, query)
+            await timed(f"query results ({documents:,} docs)", pid, documents, query)
             await client.close()
+        finally:
+            stop_server(server)
 
 
 if __name__ == "__main__":

@@ -15,40 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from broker_process import cpu_seconds, start_server, stop_server
 from mainstem.client.iggy import IggyClient, Message, Polling
-
-MAINSTEM = Path(sys.executable).with_name("mainstem")
-
-
-def start_server(data_dir: Path, log_path: Path) -> tuple[subprocess.Popen, dict[str, int]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAINSTEM_")}
-    with open(log_path, "ab") as log_file:
-        server = subprocess.Popen(
-            [str(MAINSTEM), "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-             "--listener", "iggy=127.0.0.1:0", "--listener", "stream=127.0.0.1:0"],
-            stdout=subprocess.DEVNULL, stderr=log_file, env=env)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        for line in log_path.read_text().splitlines():
-            entry = json.loads(line)
-            if entry.get("event") == "broker started":
-                return server, entry["ports"]
-        time.sleep(0.05)
-    server.kill()
-    raise SystemExit(f"server did not start:\n{log_path.read_text()}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(name: str, pid: int, n: int, size: int, run: Callable[[], Awaitable[int]]
@@ -142,13 +115,13 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="iggy-bench-") as tmp:
-        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
+        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log",
+                                     ["iggy", "stream"])
         try:
             await iggy_phases(ports["iggy"], server.pid, args.messages, args.size, args.batch)
             await stream_phases(ports["stream"], server.pid, args.messages, args.size, args.batch)
         finally:
-            server.terminate()
-            server.wait(30)
+            stop_server(server)
 
 
 if __name__ == "__main__":

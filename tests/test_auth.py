@@ -349,3 +349,28 @@ def test_pattern_edited_into_the_catalog_by_hand_fails_closed(
     catalog.set_permissions("bob", "/", "[", "[", "[")
     with pytest.raises(AccessRefused):
         auth.check(bob, "/", "read", "[")
+
+
+def test_permission_checks_follow_every_change(auth: Auth, catalog: Catalog, bob: User) -> None:
+    """Checks are answered from a cache; each kind of change must reach it."""
+    catalog.add_namespace("prod")
+    auth.set_permissions("bob", "prod", "", "^orders$", "")
+    auth.check(bob, "prod", "write", "orders")  # now cached
+    auth.set_permissions("bob", "prod", "", "^payments$", "")
+    with pytest.raises(AccessRefused):
+        auth.check(bob, "prod", "write", "orders")
+    auth.check(bob, "prod", "write", "payments")
+    auth.clear_permissions("bob", "prod")
+    with pytest.raises(AccessRefused):
+        auth.check(bob, "prod", "write", "payments")
+    auth.set_permissions("bob", "prod", ".*", ".*", ".*")
+    auth.check(bob, "prod", "read", "x")
+    catalog.delete_namespace("prod")
+    catalog.add_namespace("prod")  # recreated: the old grant went with it
+    with pytest.raises(AccessRefused):
+        auth.check(bob, "prod", "read", "x")
+    auth.set_permissions("bob", "prod", ".*", ".*", ".*")
+    auth.check(bob, "prod", "read", "x")
+    auth.delete_user("bob")
+    with pytest.raises(AccessRefused):
+        auth.check(bob, "prod", "read", "x")

@@ -197,6 +197,9 @@ class Catalog:
         self._db = metadata
         self._offsets_db = offsets
         self._lock = threading.RLock()
+        # Every publish checks a permission: read once, kept until a change that may
+        # touch permissions (setting, clearing, deleting a user or a namespace).
+        self._permissions: dict[tuple[str, str], PermissionRecord | None] = {}
 
     @classmethod
     def open(cls, path: Path) -> Catalog:
@@ -269,6 +272,7 @@ class Catalog:
             raise PreconditionFailed(
                 f"the default namespace '{DEFAULT_NAMESPACE}' cannot be deleted"
             )
+        self._permissions.clear()
         if not self._write("DELETE FROM namespaces WHERE name = ?", (name,)):
             raise NotFound(f"namespace '{name}' not found")
 
@@ -396,6 +400,7 @@ class Catalog:
 
     def delete_user(self, name: str) -> None:
         """Delete a user and its permissions."""
+        self._permissions.clear()
         if not self._write("DELETE FROM users WHERE name = ?", (name,)):
             raise NotFound(f"user '{name}' not found")
 
@@ -406,6 +411,7 @@ class Catalog:
     ) -> PermissionRecord:
         """Store the user's permission patterns on a namespace (Auth validates them)."""
         record = PermissionRecord(user, namespace, configure, write, read)
+        self._permissions.clear()
         with self._transaction() as db:
             if self.get_user(user) is None:
                 raise NotFound(f"user '{user}' not found")
@@ -420,6 +426,7 @@ class Catalog:
         return record
 
     def clear_permissions(self, user: str, namespace: str) -> None:
+        self._permissions.clear()
         cleared = self._write(
             "DELETE FROM permissions WHERE user = ? AND namespace = ?", (user, namespace)
         )
@@ -427,12 +434,15 @@ class Catalog:
             raise NotFound(f"user '{user}' has no permissions in namespace '{namespace}'")
 
     def get_permissions(self, user: str, namespace: str) -> PermissionRecord | None:
-        row = self._row(
-            "SELECT user, namespace, configure, write, read FROM permissions"
-            " WHERE user = ? AND namespace = ?",
-            (user, namespace),
-        )
-        return PermissionRecord(*row) if row else None
+        key = (user, namespace)
+        if key not in self._permissions:
+            row = self._row(
+                "SELECT user, namespace, configure, write, read FROM permissions"
+                " WHERE user = ? AND namespace = ?",
+                key,
+            )
+            self._permissions[key] = PermissionRecord(*row) if row else None
+        return self._permissions[key]
 
     def list_permissions(
         self, user: str | None = None, namespace: str | None = None
