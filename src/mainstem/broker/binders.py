@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import bson
+from bson.raw_bson import RawBSONDocument
 
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.matcher import compile_matcher
@@ -149,14 +150,16 @@ class BinderStore:
                     bson.encode(document)))
 
     def query(self, namespace: str, binder: str, matcher: dict[str, Any] | None
-              ) -> Iterator[dict[str, Any]]:
-        """Documents matching `matcher`, in id order (a scan: matchers are arbitrary). The
-        documents are those of the binder when the query began, even across a hand-over."""
+              ) -> Iterator[RawBSONDocument]:
+        """Documents matching `matcher`, in id order (a scan: matchers are arbitrary), as
+        their stored bytes. The documents are those of the binder when the query began,
+        even across a hand-over."""
         storage = self._storage(namespace, binder)
-        predicate = compile_matcher(matcher)
+        predicate = compile_matcher(matcher) if matcher else None
         return self._scan(namespace, storage, predicate)
 
-    def _scan(self, namespace: str, storage: str, predicate: Any) -> Iterator[dict[str, Any]]:
+    def _scan(self, namespace: str, storage: str, predicate: Any
+              ) -> Iterator[RawBSONDocument]:
         key = (namespace, storage)
         self._reading[key] += 1  # keeps garbage collection off this storage
         try:
@@ -165,9 +168,8 @@ class BinderStore:
                 key)
             while rows := cursor.fetchmany(512):
                 for (body,) in rows:
-                    document = bson.decode(body)
-                    if predicate(document):
-                        yield document
+                    if predicate is None or predicate(bson.decode(body)):
+                        yield RawBSONDocument(body)
         finally:
             self._reading[key] -= 1
 

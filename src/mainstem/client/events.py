@@ -24,6 +24,7 @@ from typing import Any
 import bson
 
 from mainstem.protocols.bson_events.codec import encode_frame
+from mainstem.protocols.bson_events.outbox import Outbox
 
 PROTOCOL_VERSION = "1.0"
 _LENGTH = struct.Struct("<i")
@@ -84,6 +85,7 @@ class EventsClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
+        self._outbox = Outbox(writer)
         self._request_ids = itertools.count(1)
         self._query_ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -116,6 +118,7 @@ class EventsClient:
     # -- frames ------------------------------------------------------------------
 
     async def _send(self, kind: str, body: dict[str, Any]) -> None:
+        self._outbox.flush()  # frames keep their order
         self._writer.write(encode_frame(kind, body))
         await self._writer.drain()
 
@@ -185,6 +188,7 @@ class EventsClient:
             futures.append(future)
             frames.append(encode_frame("PUBLISH", {"channel": channel, "event": event,
                                                    "rID": request_id}))
+        self._outbox.flush()
         self._writer.write(b"".join(frames))
         await self._writer.drain()
         for response in await asyncio.gather(*futures):
@@ -234,8 +238,8 @@ class EventsClient:
                 frame = await results.get()
                 if "result" in frame:
                     yield frame["result"]
-                    if ack:
-                        await self._send("QUERYACK", {"queryID": query_id})
+                    if ack:  # acknowledgements of one loop turn share a write
+                        self._outbox.add(encode_frame("QUERYACK", {"queryID": query_id}))
                 if frame.get("last"):
                     return
         finally:

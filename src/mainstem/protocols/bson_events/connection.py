@@ -40,6 +40,7 @@ from mainstem.protocols.bson_events.codec import (
     Oversized,
     encode_frame,
 )
+from mainstem.protocols.bson_events.outbox import Outbox
 
 READ_SIZE = 256 * 1024
 SUPPORTED_VERSIONS = ("0.", "1.")  # major versions 0 and 1 of the protocol
@@ -84,6 +85,7 @@ class EventsConnection:
         self.limits = ctx.limits
         self.codec = EventCodec(ctx.limits.max_event_size)
         self.writer = ctx.writer
+        self.outbox = Outbox(ctx.writer)
         self.user: User | None = None
         self.namespace = "/"
         self.transactions: dict[int, list[tuple[Partition, bytes]]] = {}
@@ -107,7 +109,7 @@ class EventsConnection:
 
     def send(self, kind: str, body: dict[str, Any]) -> None:
         if not self.writer.transport.is_closing():
-            self.writer.write(encode_frame(kind, body))
+            self.outbox.add(encode_frame(kind, body))
 
     def respond(self, request_id: Any, **fields: Any) -> None:
         self.send("RESPONSE", {"ok": True, "rID": request_id, **fields})
@@ -137,8 +139,7 @@ class EventsConnection:
                     return
                 if not await self._handle(events):
                     return
-                if self.writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await self.writer.drain()
+                await self.outbox.drain_above(WRITE_HIGH_WATER)
         except ConnectionError:
             return
         finally:
@@ -153,6 +154,7 @@ class EventsConnection:
         for query in self.queries.values():
             if query.task is not None:
                 query.task.cancel()
+        self.outbox.flush()  # a last failed RESPONSE goes out before the close
         self.writer.close()
 
     async def _handle(self, events: list) -> bool:
@@ -410,14 +412,15 @@ class EventsConnection:
                         continue  # a record of another protocol, not a BSON event
                     if not matched:
                         continue
+                    if self.outbox.size > WRITE_HIGH_WATER:
+                        await self.outbox.drain_above(WRITE_HIGH_WATER)
                     while len(subscription.in_flight) >= subscription.window:
                         subscription.wake.clear()
                         await subscription.wake.wait()
                     self.send("RECEV", {"subID": subscription.sub_id, "timestamp": timestamp,
                                         "pos": position, "event": RawBSONDocument(raw)})
                     subscription.in_flight.append(position)
-                if self.writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await self.writer.drain()
+                await self.outbox.drain_above(WRITE_HIGH_WATER)
         except (PartitionClosed, ConnectionError):
             return
 
@@ -499,6 +502,8 @@ class EventsConnection:
                 self.send("QUERYRESULT", {"queryID": query_id, "last": True})
             while current is not None:
                 following = next(results, None)
+                if query.in_flight >= query.window or self.outbox.size > WRITE_HIGH_WATER:
+                    await self.outbox.drain_above(WRITE_HIGH_WATER)
                 while query.in_flight >= query.window:
                     query.wake.clear()
                     await query.wake.wait()
@@ -506,8 +511,6 @@ class EventsConnection:
                                           "last": following is None})
                 query.in_flight += 1
                 current = following
-                if self.writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await self.writer.drain()
         finally:
             self.queries.pop(query_id, None)
 
