@@ -1,42 +1,31 @@
-"""A real `mainstem serve` for benchmarks: started on loopback ports with the listeners
-named, its broker-only CPU time read from /proc."""
+"""A real `mainstem serve` for benchmarks, started as the tests start theirs (every
+listener on a loopback ephemeral port), and its broker-only CPU time read from /proc."""
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-MAINSTEM = Path(sys.executable).with_name("mainstem")
-START_TIMEOUT_S = 15
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from server_process import kill, started_ports
+from server_process import start_server as start_process
 
 
-def start_server(data_dir: Path, log_path: Path, listeners: list[str]
-                 ) -> tuple[subprocess.Popen, dict[str, int]]:
-    """Start the broker with only `listeners` (each on an ephemeral port); its ports."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAINSTEM_")}
-    flags = [flag for name in listeners for flag in ("--listener", f"{name}=127.0.0.1:0")]
-    with open(log_path, "ab") as log_file:
-        server = subprocess.Popen(
-            [str(MAINSTEM), "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-             *flags], stdout=subprocess.DEVNULL, stderr=log_file, env=env)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        for line in log_path.read_text().splitlines():
-            entry = json.loads(line)
-            if entry.get("event") == "broker started":
-                return server, entry["ports"]
-        time.sleep(0.05)
-    server.kill()
-    raise SystemExit(f"server did not start:\n{log_path.read_text()}")
+def start_server(data_dir: Path, log_path: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+    """Start the broker; the process and its ports by listener name."""
+    server = start_process(data_dir, log_path)
+    try:
+        return server, started_ports(server, log_path)
+    except BaseException:
+        kill(server)
+        raise
 
 
 def stop_server(server: subprocess.Popen) -> None:
-    server.terminate()
-    server.wait(30)
+    kill(server, signal.SIGTERM)
 
 
 def cpu_seconds(pid: int) -> float:

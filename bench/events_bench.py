@@ -31,7 +31,7 @@ async def timed(name: str, pid: int, count: int, work: Callable[[], Awaitable[No
 
 async def main(events: int, documents: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log", ["bson"])
+        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
         pid = server.pid
         try:
             port = ports["bson"]

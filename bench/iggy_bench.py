@@ -115,8 +115,7 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="iggy-bench-") as tmp:
-        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log",
-                                     ["iggy", "stream"])
+        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
         try:
             await iggy_phases(ports["iggy"], server.pid, args.messages, args.size, args.batch)
             await stream_phases(ports["stream"], server.pid, args.messages, args.size, args.batch)

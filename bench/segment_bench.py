@@ -16,27 +16,18 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from broker_process import cpu_seconds, start_server, stop_server
 from mainstem.client.segment import SegmentClient
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from server_process import start_server, started_ports
 
 MIB = 1 << 20
 EVENT = b"x" * (1024 - 8)  # a 1 KiB Event frame
 EVENTS_PER_BLOCK = MIB // 1024
 SEGMENT = "/bench/0"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def raw_disk_mib_s(directory: Path, mib: int) -> float:
@@ -87,13 +78,11 @@ def main() -> None:
     server: subprocess.Popen | None = None
     try:
         raw = raw_disk_mib_s(work, args.mib)
-        server = start_server(work / "data", work / "server.log")
-        port = started_ports(server, work / "server.log")["segment"]
-        figures = asyncio.run(run_client(port, args.mib, server.pid))
+        server, ports = start_server(work / "data", work / "server.log")
+        figures = asyncio.run(run_client(ports["segment"], args.mib, server.pid))
     finally:
-        if server is not None and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            server.wait(30)
+        if server is not None:
+            stop_server(server)
         shutil.rmtree(work, ignore_errors=True)
     print(f"raw disk write        {raw:9.1f} MiB/s")
     print(f"segment append        {figures['append_mib_s']:9.1f} MiB/s  "

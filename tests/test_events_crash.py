@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from binder_waits import wait_for_document
 from mainstem.client.events import EventsClient
 from server_process import kill, start_server, started_ports
 
@@ -98,12 +99,9 @@ async def test_projection_applies_each_event_exactly_once_across_sigkill(tmp_pat
         client = await connect(port)
         stored = len(await read_all(client, "clicks"))
         assert stored > 0
-        for _ in range(200):
-            document = await client.find_by_id("counters", "home")
-            if document is not None and document["n"] == stored:
-                break
-            await asyncio.sleep(0.05)
-        assert document is not None and document["n"] == stored  # no event twice, none lost
+        document = await wait_for_document(client, "counters", "home",
+                                           lambda d: d["n"] >= stored)
+        assert document["n"] == stored  # no event twice, none lost
     finally:
         kill(server)
 
@@ -117,10 +115,7 @@ async def test_a_hand_over_killed_midway_leaves_the_old_binder_or_the_new(tmp_pa
         await client.create_channel("views")
         await client.create_projection("count", "views", "pages", "page", fold="increment")
         await client.publish_many("views", [{"page": f"p{i % 10}", "n": 1} for i in range(100)])
-        for _ in range(200):
-            if (await client.find_by_id("pages", "p9") or {}).get("n") == 10:
-                break
-            await asyncio.sleep(0.05)
+        await wait_for_document(client, "pages", "p9", lambda d: d["n"] == 10)
     finally:
         kill(server)
     current = {f"p{i}": {"page": f"p{i}", "n": 10} for i in range(10)}

@@ -17,6 +17,7 @@ import bson
 import pytest
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
 
+from binder_waits import wait_for_document
 from mainstem import Broker
 from mainstem.client.events import EventsClient, EventsError
 from mainstem.config import ServerConfig
@@ -199,15 +200,6 @@ async def test_query_results_wait_for_queryack(broker) -> None:
     acked = [d async for d in client.query("docs", {})]
     assert sorted(d["i"] for d in acked) == list(range(10))
     await client.close()
-
-
-async def wait_for_document(client: EventsClient, binder: str, doc_id, check) -> dict:
-    for _ in range(200):
-        document = await client.find_by_id(binder, doc_id)
-        if document is not None and check(document):
-            return document
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{binder}/{doc_id} never got there: {document}")
 
 
 async def test_a_bulk_load_hands_over_to_the_live_projection(broker) -> None:

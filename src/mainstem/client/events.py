@@ -108,6 +108,12 @@ class EventsClient:
             raise
         return client
 
+    async def __aenter__(self) -> EventsClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
         self._writer.close()
         with contextlib.suppress(Exception):

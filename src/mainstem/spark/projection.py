@@ -108,8 +108,7 @@ def stage_partition(endpoint: EventsEndpoint, load_id: str,
 
 async def _stage(endpoint: EventsEndpoint, load_id: str,
                  documents: Iterable[tuple[Any, bytes]]) -> None:
-    client = await endpoint.connect()
-    try:
+    async with await endpoint.connect() as client:
         batch: list[tuple[Any, Any]] = []
         size = 0
         for doc_id, raw in documents:
@@ -120,8 +119,6 @@ async def _stage(endpoint: EventsEndpoint, load_id: str,
                 batch, size = [], 0
         if batch:
             await client.load_documents(load_id, batch)
-    finally:
-        await client.close()
 
 
 def rebuild(spark: Any, url: str, projection: Projection, *,
@@ -149,19 +146,13 @@ def rebuild(spark: Any, url: str, projection: Projection, *,
 
 
 async def _begin(endpoint: EventsEndpoint, binder: str) -> str:
-    client = await endpoint.connect()
-    try:
+    async with await endpoint.connect() as client:
         return await client.begin_load(binder)
-    finally:
-        await client.close()
 
 
 async def _hand_over(endpoint: EventsEndpoint, load_id: str, projection: Projection,
                      position: int) -> int:
-    client = await endpoint.connect()
-    try:
+    async with await endpoint.connect() as client:
         return await client.hand_over(load_id, projection.name, projection.channel,
                                       projection.binder, projection.id_field, projection.fold,
                                       projection.matcher, position)
-    finally:
-        await client.close()
