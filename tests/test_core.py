@@ -9,9 +9,9 @@ import pytest
 
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
+from mainstem.broker.layout import storage_name
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
-from mainstem.broker.streams import directory_name
 from mainstem.log.partition import PartitionClosed
 
 
@@ -128,12 +128,12 @@ async def test_retention_arguments_reach_the_log(tmp_path: Path) -> None:
     await core.close()
 
 
-def test_directory_names_are_safe_and_distinct() -> None:
-    names = ["/", ".", "..", "a/b", "a%2Fb", "x" * 255, "x" * 254 + "y", "ünï"]
-    dirs = [directory_name(name) for name in names]
-    assert len(set(dirs)) == len(names)
-    for name in dirs:
-        assert "/" not in name and name not in (".", "..") and len(name) <= 120
+def test_storage_names_are_safe_and_distinct() -> None:
+    names = ["/", ".", "..", "a/b", "a%2Fb", "x" * 255, "x" * 254 + "y", "ünï", "\udcff"]
+    dirs = [storage_name("stream", ns, name) for ns in ("/", "v") for name in names]
+    assert len(set(dirs)) == 2 * len(names)
+    assert storage_name("queue", "/", "a") != storage_name("stream", "/", "a")
+    assert all(len(d) == 32 and all(ch in "0123456789abcdef" for ch in d) for d in dirs)
 
 
 def test_age_parsing() -> None:

@@ -19,6 +19,7 @@ from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.projections import FOLDS
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
+from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionLimits, ProtocolSpec
@@ -53,6 +54,8 @@ class ListenerConfig:
 class StorageConfig:
     fsync: FsyncMode = FsyncMode.BATCH
     fsync_interval_ms: int = 200  # only used by FsyncMode.INTERVAL
+    max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
+    open_files: int = 0  # log-file descriptors kept open; 0: a quarter of RLIMIT_NOFILE
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,8 @@ class ServerConfig:
             bootstrap_user=self.auth.default_user,
             bootstrap_password=self.auth.default_pass,
             loopback_users=self.auth.loopback_users,
+            max_partitions=self.storage.max_partitions,
+            open_files=self.storage.open_files,
         )
 
     def limits(self) -> ConnectionLimits:
@@ -322,6 +327,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "host": _text,
     "storage.fsync": _fsync_mode,
     "storage.fsync_interval_ms": _int_at_least(1),
+    "storage.max_partitions": _int_at_least(1),
+    "storage.open_files": _int_at_least(0),
     "retention.max_bytes": _optional_size,
     "retention.max_age": parse_age,
     "retention.max_segment_bytes": parse_size,
@@ -363,6 +370,8 @@ _ENV_VARS = {
     "MAINSTEM_HOST": "host",
     "MAINSTEM_FSYNC": "storage.fsync",
     "MAINSTEM_FSYNC_INTERVAL_MS": "storage.fsync_interval_ms",
+    "MAINSTEM_MAX_PARTITIONS": "storage.max_partitions",
+    "MAINSTEM_OPEN_FILES": "storage.open_files",
     "MAINSTEM_RETENTION_MAX_BYTES": "retention.max_bytes",
     "MAINSTEM_RETENTION_MAX_AGE": "retention.max_age",
     "MAINSTEM_RETENTION_MAX_SEGMENT_BYTES": "retention.max_segment_bytes",

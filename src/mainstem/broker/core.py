@@ -23,6 +23,7 @@ from mainstem.broker.queues import QueueManager
 from mainstem.broker.segments import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import StreamStore
+from mainstem.log.descriptors import DescriptorCache
 
 log = logging.getLogger("mainstem.broker")
 
@@ -33,15 +34,18 @@ class BrokerCore:
         self.settings = settings
         self.catalog = catalog
         self.auth = Auth(catalog, settings)
+        self.descriptors = DescriptorCache(settings.open_files or None)
         self.streams = StreamStore(
-            data_dir / "streams", catalog, settings.durability, settings.retention
+            data_dir / "streams", catalog, settings.durability, settings.retention,
+            max_partitions=settings.max_partitions, descriptors=self.descriptors,
         )
         self.active_consumers = ActiveConsumers()
         self.iggy = IggyModel(data_dir / "iggy.sqlite")
         self.segments = SegmentStore(self.streams, data_dir / "segments.json")
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
-        self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability)
+        self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
+                                   self.descriptors)
         self.binders = BinderStore(data_dir / "binders.sqlite")
         self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 
 
@@ -19,3 +20,5 @@ class CoreSettings:
     loopback_users: tuple[str, ...] = ("guest",)
     # How often retention runs over every partition, besides on segment roll.
     retention_check_interval_s: float = 60.0
+    max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
+    open_files: int = 0  # log-file descriptors kept open; 0: a quarter of RLIMIT_NOFILE

@@ -1,8 +1,10 @@
 """The streams of every namespace, each open as partitions of the log engine.
 
 The catalog says which streams exist; this store opens their partitions under
-`<data>/streams/<namespace>/<stream>/<partition>` and keeps them open, so a
+`<data>/streams/<storage name>/<partition>` (see `layout`) and keeps them open, so a
 stream written by one protocol is read by every other through the same objects.
+Every protocol creates and grows streams here, so the cap on partitions per stream
+is checked here, before anything is allocated.
 
 A stream of N > 1 partitions is what RabbitMQ calls a super stream: each
 partition also answers to a name of its own (`<stream>-<i>` unless the stream
@@ -22,13 +24,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog, StreamRecord
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.retention import retention_from_arguments
+from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 
-_MAX_DIR_NAME = 120
+# Iggy refuses more than 1000 partitions in one request; Kafka has no per-topic cap but
+# advises a few thousand per broker. Every partition costs files and memory for good.
+DEFAULT_MAX_PARTITIONS = 1000
 _TRASH = ".deleted"
 # Arguments recording a super stream's partition names and binding keys.
 PARTITION_NAMES = "x-partition-names"
@@ -37,13 +43,16 @@ BINDING_KEYS = "x-binding-keys"
 DeletionWatcher = Callable[["Stream"], None]
 
 
-def directory_name(name: str) -> str:
-    """A file-system-safe, readable and unique directory name for any catalog name."""
+class TooManyPartitions(InvalidArgument):
+    """A stream would have more partitions than the configured cap."""
+
+
+def _legacy_directory_name(name: str) -> str:
+    """How the layout before storage names turned a name into a directory name."""
     quoted = quote(name, safe="-_").replace(".", "%2E")
-    if len(quoted) <= _MAX_DIR_NAME:
+    if len(quoted) <= 120:
         return quoted
-    digest = hashlib.sha256(name.encode()).hexdigest()[:24]
-    return f"{quoted[: _MAX_DIR_NAME - 25]}~{digest}"
+    return f"{quoted[:95]}~{hashlib.sha256(name.encode()).hexdigest()[:24]}"
 
 
 @dataclass(slots=True)
@@ -79,9 +88,13 @@ class Stream:
 
 class StreamStore:
     def __init__(
-        self, root: Path, catalog: Catalog, durability: DurabilityPolicy, retention: RetentionPolicy
+        self, root: Path, catalog: Catalog, durability: DurabilityPolicy,
+        retention: RetentionPolicy, *, max_partitions: int = DEFAULT_MAX_PARTITIONS,
+        descriptors: DescriptorCache | None = None,
     ) -> None:
         self.root = root
+        self.max_partitions = max_partitions
+        self._descriptors = descriptors
         self._catalog = catalog
         self._durability = durability
         self._default_retention = retention
@@ -94,7 +107,11 @@ class StreamStore:
         """Open every stream of the catalog and clear out leftovers of deletions."""
         self.root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.root / _TRASH, ignore_errors=True)
-        for record in self._catalog.list_streams():
+        records = self._catalog.list_streams()
+        layout.migrate(self.root, [
+            ((_legacy_directory_name(r.namespace), _legacy_directory_name(r.name)),
+             self._directory(r)) for r in records])
+        for record in records:
             self._open_stream(record)
 
     async def close(self) -> None:
@@ -154,6 +171,7 @@ class StreamStore:
     ) -> Stream:
         """Create a stream; AlreadyExists if the name is taken (callers that
         declare idempotently compare the existing stream's arguments)."""
+        self._check_partition_count(partitions)
         arguments = dict(arguments or {})
         retention_from_arguments(arguments, self._default_retention)  # validate first
         self._check_names_free(namespace, name, partitions, arguments)
@@ -164,6 +182,7 @@ class StreamStore:
 
     def add_partitions(self, namespace: str, name: str, partitions: int) -> Stream:
         """Grow a stream to `partitions` partitions (named `<stream>-<i>`)."""
+        self._check_partition_count(partitions)
         stream = self.get(namespace, name)
         if PARTITION_NAMES in stream.record.arguments:
             raise InvalidArgument(f"stream '{name}' has named partitions and cannot grow")
@@ -232,7 +251,14 @@ class StreamStore:
         return trash
 
     def _directory(self, record: StreamRecord) -> Path:
-        return self.root / directory_name(record.namespace) / directory_name(record.name)
+        return self.root / layout.storage_name("stream", record.namespace, record.name)
+
+    def _check_partition_count(self, partitions: int) -> None:
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+            raise InvalidArgument(f"partitions must be a positive integer, got {partitions!r}")
+        if partitions > self.max_partitions:
+            raise TooManyPartitions(f"a stream has at most {self.max_partitions} partitions,"
+                                    f" {partitions} were asked for")
 
     def _open_stream(self, record: StreamRecord) -> Stream:
         directory = self._directory(record)
@@ -268,6 +294,5 @@ class StreamStore:
             self._partition_names.pop((stream.namespace, partition_name), None)
 
     def _open_partition(self, stream: Stream, index: int) -> Partition:
-        return Partition.open(
-            stream.directory / str(index), durability=self._durability, retention=stream.retention
-        )
+        return Partition.open(stream.directory / str(index), durability=self._durability,
+                              retention=stream.retention, descriptors=self._descriptors)

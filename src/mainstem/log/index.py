@@ -17,6 +17,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
+from mainstem.log.descriptors import DescriptorCache, LazyFile
+
 FILE_HEADER = b"MSIX" + struct.pack(">I", 1)
 RECORD = struct.Struct(">QqQQII")
 
@@ -46,7 +48,7 @@ class SegmentIndex:
         self.byte_positions = array("Q")
         self.record_counts = array("I")
         self.trailer_lengths = array("I")
-        self._fd = -1
+        self._file: LazyFile | None = None  # for appends, once open_for_append ran
 
     def __len__(self) -> int:
         return len(self.chunk_ids)
@@ -67,24 +69,24 @@ class SegmentIndex:
             index._add(IndexEntry(*record))
         return index
 
-    def open_for_append(self) -> None:
-        """Rewrite the file from memory, then keep it open for appends."""
+    def open_for_append(self, descriptors: DescriptorCache) -> None:
+        """Rewrite the file from memory, then append to it (opened when first needed)."""
         tmp = self.path.with_suffix(".index.tmp")
         with open(tmp, "wb") as out:
             out.write(FILE_HEADER)
             out.write(b"".join(RECORD.pack(*self._fields(i)) for i in range(len(self))))
         os.replace(tmp, self.path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._file = descriptors.file(self.path, os.O_WRONLY | os.O_APPEND)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def append(self, entry: IndexEntry) -> None:
         self._add(entry)
-        if self._fd >= 0:
-            os.write(self._fd, RECORD.pack(*self._fields(len(self) - 1)))
+        if self._file is not None:
+            os.write(self._file.fileno(), RECORD.pack(*self._fields(len(self) - 1)))
 
     def truncate(self, count: int) -> None:
         """Keep the first `count` entries (the file is rewritten on open_for_append)."""

@@ -29,6 +29,7 @@ from mainstem.log.chunk import (
     seal_trailer,
 )
 from mainstem.log.commit import GroupCommit
+from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 from mainstem.log.segment import FILE_HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
@@ -78,8 +79,10 @@ class _Committed:
 
 class Partition:
     def __init__(self, directory: Path, segments: list[Segment], durability: DurabilityPolicy,
-                 retention: RetentionPolicy, epoch: int, fsync_on_demand: bool = False) -> None:
+                 retention: RetentionPolicy, epoch: int, descriptors: DescriptorCache,
+                 fsync_on_demand: bool = False) -> None:
         self.directory = directory
+        self._descriptors = descriptors
         self.retention = retention
         self.epoch = epoch
         self._segments = segments
@@ -103,17 +106,25 @@ class Partition:
     @classmethod
     def open(cls, directory: Path, *, durability: DurabilityPolicy | None = None,
              retention: RetentionPolicy | None = None, epoch: int = 0,
-             fsync_on_demand: bool = False) -> Partition:
+             fsync_on_demand: bool = False,
+             descriptors: DescriptorCache | None = None) -> Partition:
         """Open (creating if needed) and recover the partition stored in `directory`.
         With `fsync_on_demand`, appends are fsynced only once someone waits on `commit`
-        (and written data is visible to readers only then)."""
+        (and written data is visible to readers only then). Its files' descriptors come
+        from `descriptors` (the process's shared cache when None)."""
+        descriptors = descriptors or shared_cache()
         directory.mkdir(parents=True, exist_ok=True)
-        segments = _open_segments(sorted(directory.glob("*" + SEGMENT_SUFFIX)))
-        if not segments:
-            segments = [Segment.create(directory, 0, 0)]
-        _fsync_directory(directory)
+        segments = _open_segments(sorted(directory.glob("*" + SEGMENT_SUFFIX)), descriptors)
+        try:
+            if not segments:
+                segments = [Segment.create(directory, 0, 0, descriptors)]
+            _fsync_directory(directory)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
         return cls(directory, segments, durability or DurabilityPolicy(),
-                   retention or RetentionPolicy(), epoch, fsync_on_demand)
+                   retention or RetentionPolicy(), epoch, descriptors, fsync_on_demand)
 
     def close(self) -> None:
         """Flush and close; blocking. Use `aclose` from a running event loop."""
@@ -245,7 +256,8 @@ class Partition:
                 or active.num_chunks >= self.retention.max_segment_chunks)
         if active.num_chunks and full:
             active.index.close()
-            active = Segment.create(self.directory, self.next_offset, self.next_byte)
+            active = Segment.create(self.directory, self.next_offset, self.next_byte,
+                                    self._descriptors)
             _fsync_directory(self.directory)
             self._segments.append(active)
             self._segment_starts.append(active.first_chunk_id)
@@ -472,14 +484,22 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _open_segments(paths: list[Path]) -> list[Segment]:
+def _open_segments(paths: list[Path], descriptors: DescriptorCache) -> list[Segment]:
     """Open every segment. A last file whose header is torn is a roll cut short by a
     crash before anything was written to it: it is removed, the one before it goes on."""
     if len(paths) > 1 and paths[-1].stat().st_size < FILE_HEADER_SIZE:
         paths[-1].with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
         paths[-1].unlink()
         paths = paths[:-1]
-    return [Segment.open(path) for path in paths]
+    segments: list[Segment] = []
+    try:
+        for path in paths:
+            segments.append(Segment.open(path, descriptors))
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments
 
 
 def _last_chunk_of(segments: list[Segment]) -> tuple[int, int]:

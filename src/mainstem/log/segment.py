@@ -24,6 +24,7 @@ from mainstem.log.chunk import (
     parse_header,
     payload_size,
 )
+from mainstem.log.descriptors import DescriptorCache, LazyFile
 from mainstem.log.index import IndexEntry, SegmentIndex
 
 FILE_HEADER = struct.Struct(">4sIQ")
@@ -42,9 +43,10 @@ def segment_name(chunk_id: int) -> str:
 
 
 class Segment:
-    """One segment file. Appends go to its end; reads use pread at indexed positions."""
+    """One segment file. Appends go to its end; reads use pread at indexed positions.
+    Its descriptor comes from a DescriptorCache: open only while recently used."""
 
-    def __init__(self, path: Path, file_fd: int, first_byte: int, size: int,
+    def __init__(self, path: Path, file: LazyFile, first_byte: int, size: int,
                  index: SegmentIndex) -> None:
         self.path = path
         self.first_chunk_id = int(path.name.removesuffix(SEGMENT_SUFFIX))
@@ -52,22 +54,28 @@ class Segment:
         self.size = size
         self.index = index
         self.next_byte = first_byte  # partition byte position after the last chunk
-        self._fd = file_fd
+        self._file = file
         self.deleted = False
 
     # -- lifecycle ---------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, chunk_id: int, byte_pos: int) -> Segment:
+    def create(cls, directory: Path, chunk_id: int, byte_pos: int,
+               descriptors: DescriptorCache) -> Segment:
         path = directory / segment_name(chunk_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(fd, FILE_HEADER.pack(FILE_MAGIC, 1, byte_pos))
+        try:
+            os.write(fd, FILE_HEADER.pack(FILE_MAGIC, 1, byte_pos))
+        except BaseException:
+            os.close(fd)
+            raise
         index = SegmentIndex(path.with_suffix(INDEX_SUFFIX))
-        index.open_for_append()
-        return cls(path, fd, byte_pos, FILE_HEADER_SIZE, index)
+        index.open_for_append(descriptors)
+        return cls(path, descriptors.file(path, os.O_RDWR, fd), byte_pos, FILE_HEADER_SIZE,
+                   index)
 
     @classmethod
-    def open(cls, path: Path) -> Segment:
+    def open(cls, path: Path, descriptors: DescriptorCache) -> Segment:
         """Open and recover: rebuild the index where it is missing or stale, and
         truncate the file at the first chunk that is torn or fails its CRC."""
         fd = os.open(path, os.O_RDWR)
@@ -78,38 +86,40 @@ class Segment:
             magic, _version, first_byte = FILE_HEADER.unpack(raw)
             if magic != FILE_MAGIC:
                 raise CorruptSegment(f"{path}: not a mainstem segment")
-            segment = cls(path, fd, first_byte, os.fstat(fd).st_size,
-                          SegmentIndex.load(path.with_suffix(INDEX_SUFFIX)))
+            size = os.fstat(fd).st_size
+            index = SegmentIndex.load(path.with_suffix(INDEX_SUFFIX))
         except BaseException:
             os.close(fd)
             raise
-        segment._recover()
-        segment.index.open_for_append()
+        segment = cls(path, descriptors.file(path, os.O_RDWR, fd), first_byte, size, index)
+        try:
+            segment._recover()
+            segment.index.open_for_append(descriptors)
+        except BaseException:
+            segment.close()
+            raise
         return segment
 
     def close(self) -> None:
         self.index.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
     def delete(self) -> None:
-        """Unlink both files now; the descriptor closes with the last reference, so a
-        reader in the middle of a sendfile finishes undisturbed."""
+        """Close and unlink both files now. Readers use a descriptor only within one
+        synchronous step (a sendfile included) and look a deleted segment up again."""
         self.deleted = True
-        self.index.close()
+        self.close()
         self.path.unlink(missing_ok=True)
         self.index.path.unlink(missing_ok=True)
 
-    def __del__(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-
     def fileno(self) -> int:
-        return self._fd
+        """A descriptor to use at once: valid until this thread opens another log file."""
+        return self._file.fileno()
 
     def sync(self) -> None:
-        os.fsync(self._fd)
+        """fsync; safe from a worker thread."""
+        with self._file.borrow() as fd:
+            os.fsync(fd)
 
     # -- state -------------------------------------------------------------
 
@@ -132,12 +142,13 @@ class Segment:
         """Write one encoded chunk at the end of the file and index it. On failure
         the file is cut back so no partial chunk is left behind."""
         total = sum(len(part) for part in parts)
+        fd = self._file.fileno()
         try:
-            written = os.pwritev(self._fd, parts, self.size)
+            written = os.pwritev(fd, parts, self.size)
             if written != total:  # regular files only write short on ENOSPC-like trouble
                 raise OSError(f"short write to {self.path}: {written} of {total} bytes")
         except BaseException:
-            os.ftruncate(self._fd, self.size)
+            os.ftruncate(fd, self.size)
             raise
         self.size += total
         self.next_byte += payload
@@ -154,7 +165,7 @@ class Segment:
     def read_chunk(self, i: int) -> Chunk:
         """Chunk i, CRC-checked: a chunk damaged after recovery is never served."""
         start, size = self.chunk_span(i)
-        raw = memoryview(os.pread(self._fd, size, start))
+        raw = memoryview(os.pread(self._file.fileno(), size, start))
         if len(raw) != size:
             raise CorruptChunk(f"{self.path}: chunk at {start} is short")
         return _chunk_from(raw)
@@ -165,8 +176,9 @@ class Segment:
         if trailer_length <= TRAILER_CRC.size:
             return {}
         start, size = self.chunk_span(i)
-        header = os.pread(self._fd, HEADER_SIZE, start)
-        trailer = os.pread(self._fd, trailer_length, start + size - trailer_length)
+        fd = self._file.fileno()
+        header = os.pread(fd, HEADER_SIZE, start)
+        trailer = os.pread(fd, trailer_length, start + size - trailer_length)
         return decode_sequences(open_trailer(header, trailer))
 
     # -- recovery ----------------------------------------------------------
@@ -186,7 +198,7 @@ class Segment:
         while pos < self.size:
             scanned = self._scan_chunk(pos, expected_offset, byte_pos)
             if scanned is None:
-                os.ftruncate(self._fd, pos)
+                os.ftruncate(self._file.fileno(), pos)
                 self.size = pos
                 break
             entry, chunk_size, payload = scanned
@@ -212,12 +224,13 @@ class Segment:
     ) -> tuple[IndexEntry, int, int] | None:
         """Validate the chunk at `pos` and return its index entry, size and payload
         bytes; None when it is torn, corrupt or out of sequence."""
-        head = os.pread(self._fd, HEADER_SIZE, pos)
+        fd = self._file.fileno()
+        head = os.pread(fd, HEADER_SIZE, pos)
         try:
             header = parse_header(head)
             if header.chunk_id != expected_offset or pos + header.size > self.size:
                 return None
-            raw = memoryview(os.pread(self._fd, header.size, pos))
+            raw = memoryview(os.pread(fd, header.size, pos))
             chunk = _chunk_from(raw)
             payload = payload_size(chunk.data, header.num_entries)
             chunk.sequences()  # the tracking entries must parse, not only match their CRC

@@ -15,6 +15,7 @@ from struct import Struct
 
 from mainstem.broker.queues.message import QueueMessage
 from mainstem.broker.queues.stream_appender import resolve_when_durable, write_in_chunks
+from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 
@@ -59,12 +60,13 @@ class QueueJournal:
         self._since_compaction = 0
 
     @classmethod
-    def open(cls, directory: Path, durability: DurabilityPolicy
+    def open(cls, directory: Path, durability: DurabilityPolicy,
+             descriptors: DescriptorCache | None = None
              ) -> tuple[QueueJournal, list[QueueMessage]]:
         """Open the journal and replay it: the unsettled messages, oldest first."""
         partition = Partition.open(directory, durability=durability,
                                    retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES),
-                                   fsync_on_demand=True)
+                                   fsync_on_demand=True, descriptors=descriptors)
         journal = cls(partition)
         messages: dict[int, QueueMessage] = {}
         reader = partition.reader(partition.first_offset)

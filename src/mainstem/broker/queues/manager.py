@@ -2,7 +2,7 @@
 
 Durable exchanges, bindings and queue definitions of all virtual hosts are one small file,
 rewritten atomically on each change (declarations are rare); each durable queue's messages
-are in its own journal under ``<data>/queues``.
+are in its own journal under ``<data>/queues/<storage name>`` (see `layout`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog
 from mainstem.broker.errors import NotFound
 from mainstem.broker.queues.journal import QueueJournal
@@ -20,6 +21,7 @@ from mainstem.broker.queues.message import QueueMessage
 from mainstem.broker.queues.virtual_host import VirtualHost
 from mainstem.broker.routing import ExchangeGraph
 from mainstem.broker.streams import StreamStore
+from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.policy import DurabilityPolicy
 
 METADATA_FILE = "amqp-metadata.pickle"
@@ -27,8 +29,10 @@ METADATA_FILE = "amqp-metadata.pickle"
 
 class QueueManager:
     def __init__(self, data_dir: Path, catalog: Catalog, streams: StreamStore,
-                 durability: DurabilityPolicy) -> None:
+                 durability: DurabilityPolicy, descriptors: DescriptorCache | None = None
+                 ) -> None:
         self.directory = data_dir / "queues"
+        self.descriptors = descriptors
         self.catalog = catalog
         self.streams = streams
         self.durability = durability
@@ -37,9 +41,12 @@ class QueueManager:
 
     def open(self) -> None:
         """Recover durable exchanges, queues (with their messages) and bindings."""
-        if not self._metadata.exists():
-            return
-        records: dict[str, dict[str, Any]] = pickle.loads(self._metadata.read_bytes())
+        records: dict[str, dict[str, Any]] = (
+            pickle.loads(self._metadata.read_bytes()) if self._metadata.exists() else {})
+        layout.migrate(self.directory, [  # the old layout joined the escaped names
+            ((quote(vhost, safe=""), quote(queue["name"], safe="")),
+             self._journal_directory(vhost, queue["name"]))
+            for vhost, record in records.items() for queue in record["queues"]])
         for name, record in records.items():
             if self.catalog.get_namespace(name) is None:
                 continue
@@ -62,8 +69,11 @@ class QueueManager:
         return vhost
 
     def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, list[QueueMessage]]:
-        directory = self.directory / quote(vhost, safe="") / quote(queue, safe="")
-        return QueueJournal.open(directory, self.durability)
+        return QueueJournal.open(self._journal_directory(vhost, queue), self.durability,
+                                 self.descriptors)
+
+    def _journal_directory(self, vhost: str, queue: str) -> Path:
+        return self.directory / layout.storage_name("queue", vhost, queue)
 
     def save(self) -> None:
         records = {name: vhost.records() for name, vhost in self.vhosts.items()}

@@ -29,7 +29,7 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.iggy_model import STREAM, TOPIC, Group, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
-from mainstem.broker.streams import Stream
+from mainstem.broker.streams import Stream, TooManyPartitions
 from mainstem.log.partition import Partition
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
@@ -150,6 +150,8 @@ class IggyConnection:
             return c.encode_error(ErrorCode.INVALID_CREDENTIALS)
         except AccessRefused:
             return c.encode_error(ErrorCode.UNAUTHORIZED)
+        except TooManyPartitions:
+            return c.encode_error(ErrorCode.TOO_MANY_PARTITIONS)
         except NotFound:
             return c.encode_error(ErrorCode.ERROR)
         except (AlreadyExists, BrokerError, ValueError):
