@@ -49,6 +49,7 @@ class SegmentIndex:
         self.record_counts = array("I")
         self.trailer_lengths = array("I")
         self._file: LazyFile | None = None  # for appends, once open_for_append ran
+        self._on_disk = b""  # the file as loaded: left alone when recovery kept it whole
 
     def __len__(self) -> int:
         return len(self.chunk_ids)
@@ -61,6 +62,7 @@ class SegmentIndex:
             raw = path.read_bytes()
         except FileNotFoundError:
             return index
+        index._on_disk = raw
         if not raw.startswith(FILE_HEADER):
             return index
         body = memoryview(raw)[len(FILE_HEADER):]
@@ -70,12 +72,15 @@ class SegmentIndex:
         return index
 
     def open_for_append(self, descriptors: DescriptorCache) -> None:
-        """Rewrite the file from memory, then append to it (opened when first needed)."""
-        tmp = self.path.with_suffix(".index.tmp")
-        with open(tmp, "wb") as out:
-            out.write(FILE_HEADER)
-            out.write(b"".join(RECORD.pack(*self._fields(i)) for i in range(len(self))))
-        os.replace(tmp, self.path)
+        """Rewrite the file from memory unless it holds that already (a restart with many
+        segments then writes nothing), then append to it (opened when first needed)."""
+        content = FILE_HEADER + b"".join(RECORD.pack(*self._fields(i)) for i in range(len(self)))
+        if content != self._on_disk:
+            tmp = self.path.with_suffix(".index.tmp")
+            with open(tmp, "wb") as out:
+                out.write(content)
+            os.replace(tmp, self.path)
+        self._on_disk = b""
         self._file = descriptors.file(self.path, os.O_WRONLY | os.O_APPEND)
 
     def close(self) -> None:
