@@ -104,7 +104,8 @@ class StreamStore:
         self._watchers: set[DeletionWatcher] = set()
 
     def open_all(self) -> None:
-        """Open every stream of the catalog and clear out leftovers of deletions."""
+        """Open every stream of the catalog, once moved out of an old layout, and clear out
+        leftovers of deletions."""
         self.root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.root / _TRASH, ignore_errors=True)
         records = self._catalog.list_streams()
