@@ -256,3 +256,23 @@ async def test_permissions_are_per_namespace(broker: Broker) -> None:
     assert await bob.streams() == []
     await bob.close()
     await admin.close()
+
+
+async def test_stats_and_clients_take_the_administrator_or_monitoring_tag(broker: Broker
+                                                                          ) -> None:
+    auth = broker.core.auth
+    await asyncio.to_thread(auth.add_user, "plain", "secret")
+    await asyncio.to_thread(auth.add_user, "watcher", "secret", ("monitoring",))
+    plain = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await plain.login("plain", "secret")
+    me = await plain.me()  # a client's own details stay open to it
+    for attempt in (plain.stats(), plain.clients(), plain.client(int(me["client_id"]))):
+        with pytest.raises(IggyClientError) as refused:
+            await attempt
+        assert refused.value.code == ErrorCode.UNAUTHORIZED
+    watcher = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await watcher.login("watcher", "secret")
+    assert (await watcher.stats())["clients_count"] == 2
+    assert len(await watcher.clients()) == 2
+    await plain.close()
+    await watcher.close()
