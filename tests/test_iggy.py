@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from apache_iggy import IggyClient as ApacheIggy
+from apache_iggy import TcpConfig, TcpReconnectionConfig
 from iggy_py import IggyClient as PyIggy
 from iggy_py import PollingStrategy, SendMessage
 from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
@@ -276,3 +278,16 @@ async def test_stats_and_clients_take_the_administrator_or_monitoring_tag(broker
     assert len(await watcher.clients()) == 2
     await plain.close()
     await watcher.close()
+
+
+async def test_the_replicated_framing_of_apache_iggy_is_named_in_the_log(
+        broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
+    client = ApacheIggy(TcpConfig(server_address=f"127.0.0.1:{broker.ports['iggy']}",
+                                  reconnection=TcpReconnectionConfig(enabled=False)))
+    await client.connect()
+    with pytest.raises(RuntimeError):
+        await client.login_user("guest", "guest")
+    assert "replicated (VSR) framing of apache-iggy" in caplog.text
+    assert "request length 0" not in caplog.text
+    seed = await py_client(broker)  # the seed's layout on the next connection still works
+    await seed.ping()

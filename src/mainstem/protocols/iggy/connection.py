@@ -131,6 +131,14 @@ class IggyConnection:
         try:
             requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
         except c.FramingError as exc:
+            if c.may_become_vsr_request(buf):
+                return buf  # a zero length: wait for the rest of a VSR header to tell
+            if c.is_vsr_request(buf):
+                self.ctx.log.warning(
+                    "iggy client speaks the replicated (VSR) framing of apache-iggy 0.9+, "
+                    "which mainstem does not support: use an SDK of the 2024 protocol "
+                    "(iggy-py 0.4, Rust iggy 0.6)")
+                return None
             self.ctx.log.info("iggy framing error: %s", exc)
             writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
             return None
