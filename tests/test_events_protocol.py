@@ -101,10 +101,39 @@ async def test_ackev_flow_control_holds_a_slow_subscriber(broker) -> None:
     subscription = await client.subscribe("flow", start_pos=0)
     await asyncio.sleep(0.2)
     assert subscription.events.qsize() == 5  # max_unacked_events in flight, no more
-    await subscription.ack()
+    await subscription.ack()  # nothing taken yet: nothing acknowledged
+    await subscription.ack_oldest()  # ACKEV without pos frees exactly one place
     await asyncio.sleep(0.2)
-    assert subscription.events.qsize() == 10
+    assert subscription.events.qsize() == 6
+    await take(subscription, 6)
+    await subscription.ack()  # up to the last one taken: five more come
+    await asyncio.sleep(0.2)
+    assert subscription.events.qsize() == 5
     await client.close()
+
+
+async def test_ackev_without_pos_acknowledges_only_the_oldest_event(broker) -> None:
+    client = await connect(broker)
+    await client.create_channel("one")
+    await client.publish_many("one", [{"i": i} for i in range(8)])
+    subscription = await client.subscribe("one", start_pos=0, durable_id="w")
+    assert (await subscription.next()).event == {"i": 0}
+    await wait_for_in_flight(subscription, 4)  # the window is full: 0..4 were sent
+    await subscription.ack_oldest()
+    await client.ping()
+    await client.close()
+    client = await connect(broker)
+    resumed = await client.subscribe("one", start_pos=0, durable_id="w")
+    assert [r.event["i"] for r in await take(resumed, 3)] == [1, 2, 3]
+    await client.close()
+
+
+async def wait_for_in_flight(subscription, queued: int) -> None:
+    for _ in range(100):
+        if subscription.events.qsize() >= queued:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{queued} events never arrived")
 
 
 async def test_durable_subscription_resumes_after_reconnect_and_restart(tmp_path) -> None:
@@ -267,6 +296,32 @@ def _read_document(sock: socket.socket) -> bytes:
     head = sock.recv(4, socket.MSG_WAITALL)
     (length,) = struct.unpack("<i", head)
     return head + sock.recv(length - 4, socket.MSG_WAITALL)
+
+
+async def test_frames_without_rid_and_bad_queryack_get_errors(broker) -> None:
+    port = broker.ports["bson"]
+
+    def raw_checks() -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(encode_frame("CONNECT", {"version": "1.0", "username": "guest",
+                                              "password": "guest"}))
+        refused = bson.decode(_read_document(sock))["frame"]
+        assert (refused["ok"], refused["errCode"], "rID" in refused) == (
+            False, "INVALID_FRAME", False)
+        assert "'rID'" in refused["errMsg"]
+        assert sock.recv(100) == b""  # no session without a CONNECT answer
+        sock = _raw_session(port)
+        for kind, body in (("PING", {}), ("QUERYACK", {"queryID": {"a": 1}}),
+                           ("QUERYACK", {"queryID": [1, 2]}), ("PING", {"rID": None})):
+            sock.sendall(encode_frame(kind, body))
+            frame = bson.decode(_read_document(sock))["frame"]
+            assert (frame["ok"], frame["errCode"], "rID" in frame) == (
+                False, "INVALID_FRAME", False), (kind, body, frame)
+        sock.sendall(encode_frame("PING", {"rID": 7}))
+        assert bson.decode(_read_document(sock))["frame"] == {"ok": True, "rID": 7}
+        sock.close()
+
+    await asyncio.to_thread(raw_checks)
 
 
 async def test_connect_rules_and_framing_errors_close(broker) -> None:

@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from apache_iggy import IggyClient as ApacheIggy
+from apache_iggy import TcpConfig, TcpReconnectionConfig
 from iggy_py import IggyClient as PyIggy
 from iggy_py import PollingStrategy, SendMessage
 from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
@@ -256,3 +258,36 @@ async def test_permissions_are_per_namespace(broker: Broker) -> None:
     assert await bob.streams() == []
     await bob.close()
     await admin.close()
+
+
+async def test_stats_and_clients_take_the_administrator_or_monitoring_tag(broker: Broker
+                                                                          ) -> None:
+    auth = broker.core.auth
+    await asyncio.to_thread(auth.add_user, "plain", "secret")
+    await asyncio.to_thread(auth.add_user, "watcher", "secret", ("monitoring",))
+    plain = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await plain.login("plain", "secret")
+    me = await plain.me()  # a client's own details stay open to it
+    for attempt in (plain.stats(), plain.clients(), plain.client(int(me["client_id"]))):
+        with pytest.raises(IggyClientError) as refused:
+            await attempt
+        assert refused.value.code == ErrorCode.UNAUTHORIZED
+    watcher = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await watcher.login("watcher", "secret")
+    assert (await watcher.stats())["clients_count"] == 2
+    assert len(await watcher.clients()) == 2
+    await plain.close()
+    await watcher.close()
+
+
+async def test_the_replicated_framing_of_apache_iggy_is_named_in_the_log(
+        broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
+    client = ApacheIggy(TcpConfig(server_address=f"127.0.0.1:{broker.ports['iggy']}",
+                                  reconnection=TcpReconnectionConfig(enabled=False)))
+    await client.connect()
+    with pytest.raises(RuntimeError):
+        await client.login_user("guest", "guest")
+    assert "replicated (VSR) framing of apache-iggy" in caplog.text
+    assert "request length 0" not in caplog.text
+    seed = await py_client(broker)  # the seed's layout on the next connection still works
+    await seed.ping()

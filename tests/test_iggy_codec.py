@@ -34,6 +34,19 @@ def test_oversized_and_short_lengths_are_framing_errors() -> None:
         raise AssertionError(f"length {length} accepted")
 
 
+def test_a_vsr_request_header_is_told_from_a_seed_request() -> None:
+    header = bytearray(256)
+    struct.pack_into("<I", header, 48, 256)
+    header[60] = 5  # request
+    assert c.may_become_vsr_request(bytes(header[:60]))
+    assert not c.may_become_vsr_request(bytes(header[:61]))
+    assert c.is_vsr_request(bytes(header[:61])) and c.is_vsr_request(bytes(header))
+    seed = c.encode_request(c.Code.PING, bytes(100))
+    assert not c.may_become_vsr_request(seed[:8]) and not c.is_vsr_request(seed)
+    header[60] = 8  # a reply is no client's first frame
+    assert not c.is_vsr_request(bytes(header))
+
+
 def test_identifiers() -> None:
     assert c.encode_identifier(1) == b"\x01\x04\x01\x00\x00\x00"
     assert c.encode_identifier("my-stream") == b"\x02\x09my-stream"

@@ -65,10 +65,13 @@ class Subscription:
     async def ack(self) -> None:
         """ACKEV for every event taken from this subscription so far (events received
         but still queued here stay unacknowledged)."""
-        body: dict[str, Any] = {"subID": self.sub_id}
         if self.last_taken is not None:
-            body["pos"] = self.last_taken.pos
-        await self.client._send("ACKEV", body)
+            await self.client._send("ACKEV", {"subID": self.sub_id, "pos": self.last_taken.pos})
+
+    async def ack_oldest(self) -> None:
+        """ACKEV without a position, as mewbase clients send it after each event: the
+        server acknowledges the oldest event it has in flight for this subscription."""
+        await self.client._send("ACKEV", {"subID": self.sub_id})
 
     async def unsubscribe(self) -> None:
         """End it and delete its durable position."""

@@ -47,6 +47,7 @@ SUPPORTED_VERSIONS = ("0.", "1.")  # major versions 0 and 1 of the protocol
 MAX_TX_EVENTS = 0xFFFF  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 PUBLISH_FRAMES = ("PUBLISH", "PUB", "EMIT")
+UNANSWERED_FRAMES = ("ACKEV", "QUERYACK")  # answered only when they fail
 DURABLE_PREFIX = "bson-durable:"
 
 
@@ -115,7 +116,11 @@ class EventsConnection:
         self.send("RESPONSE", {"ok": True, "rID": request_id, **fields})
 
     def fail(self, request_id: Any, code: str, message: str, kind: str = "RESPONSE") -> None:
-        self.send(kind, {"ok": False, "rID": request_id, "errCode": code, "errMsg": message})
+        """A failed RESPONSE; without the request's rID (it had none) the key is left out."""
+        body: dict[str, Any] = {"ok": False, "errCode": code, "errMsg": message}
+        if request_id is not None:
+            body["rID"] = request_id
+        self.send(kind, body)
 
     # -- the connection's life ------------------------------------------------------
 
@@ -168,10 +173,16 @@ class EventsConnection:
             if isinstance(event, Malformed):
                 self.fail(event.request_id, "INVALID_FRAME", event.reason)
                 continue
-            if self.user is None:
-                if event.type != "CONNECT":
-                    self.ctx.log.info("bson frame %s before CONNECT", event.type)
+            if self.user is None and event.type != "CONNECT":
+                self.ctx.log.info("bson frame %s before CONNECT", event.type)
+                return False
+            if event.type not in UNANSWERED_FRAMES and event.body.get("rID") is None:
+                self.fail(None, "INVALID_FRAME", f"{event.type} has no 'rID'",
+                          _response_kind(event.type))
+                if self.user is None:
                     return False
+                continue
+            if self.user is None:
                 if not await self.on_connect(event.body):
                     return False
                 continue
@@ -192,11 +203,9 @@ class EventsConnection:
             if asyncio.iscoroutine(result):
                 await result
         except FrameFailed as exc:
-            self.fail(request_id, exc.code, exc.message,
-                      "SUBRESPONSE" if event.type == "SUBSCRIBE" else "RESPONSE")
+            self.fail(request_id, exc.code, exc.message, _response_kind(event.type))
         except BrokerError as exc:
-            self.fail(request_id, _error_code(exc), exc.message,
-                      "SUBRESPONSE" if event.type == "SUBSCRIBE" else "RESPONSE")
+            self.fail(request_id, _error_code(exc), exc.message, _response_kind(event.type))
 
     # -- connecting -------------------------------------------------------------------
 
@@ -432,16 +441,20 @@ class EventsConnection:
         return subscription
 
     def on_ackev(self, body: dict[str, Any]) -> None:
-        """Acknowledge the events received on a subscription (no response): all of them,
-        or with mainstem's optional ``pos`` those up to and including that position."""
+        """Acknowledge events of a subscription (no response): the oldest one in flight,
+        or with mainstem's optional ``pos`` all of them up to and including that position."""
         subscription = self._subscription(body)
         upto = body.get("pos")
-        if upto is not None and not isinstance(upto, int):
+        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool)):
             raise FrameFailed("INVALID_FRAME", "'pos' must be an int64")
         in_flight = subscription.in_flight
         acked = -1
-        while in_flight and (upto is None or in_flight[0] <= upto):
-            acked = in_flight.popleft()
+        if upto is None:
+            if in_flight:
+                acked = in_flight.popleft()
+        else:
+            while in_flight and in_flight[0] <= upto:
+                acked = in_flight.popleft()
         subscription.wake.set()
         if subscription.durable_id is not None and acked >= 0:
             self.core.store_offset(self.namespace, subscription.channel, 0,
@@ -515,7 +528,10 @@ class EventsConnection:
             self.queries.pop(query_id, None)
 
     def on_query_ack(self, body: dict[str, Any]) -> None:
-        query = self.queries.get(body.get("queryID"))  # type: ignore[arg-type]
+        query_id = body.get("queryID")
+        if not isinstance(query_id, int):
+            raise FrameFailed("INVALID_FRAME", "'queryID' must be an integer")
+        query = self.queries.get(query_id)
         if query is not None:
             query.in_flight = max(query.in_flight - 1, 0)
             query.wake.set()
@@ -607,6 +623,10 @@ class EventsConnection:
 
     def on_ping(self, body: dict[str, Any]) -> None:
         self.respond(body.get("rID"))
+
+
+def _response_kind(frame_type: str) -> str:
+    return "SUBRESPONSE" if frame_type == "SUBSCRIBE" else "RESPONSE"
 
 
 def _error_code(error: BrokerError) -> str:

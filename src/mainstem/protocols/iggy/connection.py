@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from isal.isal_zlib import crc32
 
-from mainstem.broker.auth import User
+from mainstem.broker.auth import ADMINISTRATOR_TAG, User
 from mainstem.broker.errors import (
     AccessRefused,
     AlreadyExists,
@@ -49,6 +49,9 @@ PARTITION_INFO = struct.Struct("<IQIQQQ")  # id, created, segments, current offs
 OFFSET_INFO = struct.Struct("<IQQ")
 GROUP_INFO = struct.Struct("<III")
 CLIENT_INFO = struct.Struct("<IIB")
+# Iggy's global read_servers / manage_servers permissions: RabbitMQ's monitoring and
+# administrator tags. Stats and client lists show every peer's address and the host's kernel.
+SERVER_READER_TAGS = frozenset((ADMINISTRATOR_TAG, "monitoring"))
 _client_ids = itertools.count(1)
 _round_robin: dict[tuple[str, str], int] = {}
 
@@ -128,6 +131,14 @@ class IggyConnection:
         try:
             requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
         except c.FramingError as exc:
+            if c.may_become_vsr_request(buf):
+                return buf  # a zero length: wait for the rest of a VSR header to tell
+            if c.is_vsr_request(buf):
+                self.ctx.log.warning(
+                    "iggy client speaks the replicated (VSR) framing of apache-iggy 0.9+, "
+                    "which mainstem does not support: use an SDK of the 2024 protocol "
+                    "(iggy-py 0.4, Rust iggy 0.6)")
+                return None
             self.ctx.log.info("iggy framing error: %s", exc)
             writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
             return None
@@ -178,8 +189,15 @@ class IggyConnection:
         self.model.clients[self.client_id] = (self.address, None)
         return b""
 
+    def _require_read_servers(self) -> None:
+        assert self.user is not None
+        if SERVER_READER_TAGS.isdisjoint(self.user.tags):
+            raise IggyError(ErrorCode.UNAUTHORIZED,
+                            "reading server details takes the administrator or monitoring tag")
+
     async def on_get_stats(self, r: c.Reader) -> bytes:
         r.end()
+        self._require_read_servers()
         streams = self.core.streams.list()
         partitions = [p for s in streams for p in s.partitions]
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -204,12 +222,14 @@ class IggyConnection:
     async def on_get_client(self, r: c.Reader) -> bytes:
         client_id = r.u32()
         r.end()
+        self._require_read_servers()
         if client_id not in self.model.clients:
             raise IggyError(ErrorCode.CLIENT_NOT_FOUND, f"client {client_id} not found")
         return self._client_info(client_id, details=True)
 
     async def on_get_clients(self, r: c.Reader) -> bytes:
         r.end()
+        self._require_read_servers()
         return b"".join(self._client_info(i, details=False) for i in sorted(self.model.clients))
 
     def _client_info(self, client_id: int, details: bool) -> bytes:
