@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from isal.isal_zlib import crc32
 
 MAGIC_VERSION = 0x50
+FIRST_EPOCH = 1  # a stream's first leader term, as Osiris numbers them
 HEADER = struct.Struct(">BBHIqQQiIIB3x")
 HEADER_SIZE = HEADER.size  # 48
 assert HEADER_SIZE == 48
@@ -129,7 +130,7 @@ def encode_header(
     num_entries: int,
     num_records: int,
     timestamp: int,
-    epoch: int = 0,
+    epoch: int = FIRST_EPOCH,
     chunk_type: int = ChunkType.USER,
     trailer_length: int = 0,
 ) -> bytes:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mainstem.log.chunk import (
+    FIRST_EPOCH,
     HEADER_SIZE,
     TRAILER_CRC,
     Chunk,
@@ -102,7 +103,7 @@ class Partition:
 
     @classmethod
     def open(cls, directory: Path, *, durability: DurabilityPolicy | None = None,
-             retention: RetentionPolicy | None = None, epoch: int = 0,
+             retention: RetentionPolicy | None = None, epoch: int = FIRST_EPOCH,
              fsync_on_demand: bool = False) -> Partition:
         """Open (creating if needed) and recover the partition stored in `directory`.
         With `fsync_on_demand`, appends are fsynced only once someone waits on `commit`

@@ -43,7 +43,11 @@ from mainstem.protocols.rabbit_stream.wire import FrameError
 READ_SIZE = 256 * 1024
 # Stop shipping chunks to a connection whose socket buffer holds this much.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
-MAX_ENTRIES_PER_CHUNK = 0xFFFF
+# A chunk's bounds, whatever a Publish frame holds: Osiris cuts chunks by the batches
+# its writer takes (at most 8,192 writes), so a subscription at `last` gets a slice of
+# a large frame, never the whole frame; the header counts entries in 16 bits.
+MAX_CHUNK_ENTRIES = 4096
+MAX_CHUNK_BYTES = 1 << 20
 # RabbitMQ's handshake_timeout: from accept to Open.
 HANDSHAKE_TIMEOUT_S = 10.0
 # On shutdown, how long confirms of what was already appended may take to go out.
@@ -122,6 +126,7 @@ class PendingChunk:
     confirms owed for them."""
 
     entries: list[memoryview] = field(default_factory=list)
+    size: int = 0  # bytes of the staged entries
     all_simple: bool = True
     sequences: dict[str, int] = field(default_factory=dict)
     confirms: list[tuple[Publisher, list[int]]] = field(default_factory=list)
@@ -131,9 +136,21 @@ class PendingChunk:
         if not entries:
             return
         self.entries += entries
+        self.size += sum(map(len, entries))
         self.all_simple = self.all_simple and all_simple
         if publisher.reference:
             self.sequences[publisher.reference] = max(ids)
+
+    def room(self, entries: list[memoryview]) -> int:
+        """How many of `entries`, taken in order, still fit in this chunk's bounds."""
+        fits = min(len(entries), MAX_CHUNK_ENTRIES - len(self.entries))
+        if self.size + sum(map(len, entries[:fits])) <= MAX_CHUNK_BYTES:
+            return fits
+        budget, taken = MAX_CHUNK_BYTES - self.size, 0
+        while taken < fits and len(entries[taken]) <= budget:
+            budget -= len(entries[taken])
+            taken += 1
+        return taken if taken or self.entries else 1  # an entry alone always fits
 
     def write(self, partition: Partition) -> None:
         if not self.entries:
@@ -387,7 +404,8 @@ class StreamConnection:
         if frame.frame_max:
             self.frame_max = min(self.frame_max, frame.frame_max)
         self.heartbeat = min(self.heartbeat, frame.heartbeat) if frame.heartbeat else 0
-        self.codec.max_frame_size = self.frame_max
+        # As RabbitMQ: frame_max bounds a whole frame, size prefix included.
+        self.codec.max_frame_size = max(self.frame_max - 4, 0)
         self.state = State.OPENING
         if self.heartbeat:
             self._tasks.append(asyncio.get_running_loop().create_task(self._heartbeat_loop()))
@@ -575,27 +593,39 @@ class StreamConnection:
         self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, code)
 
     def on_publish(self, frame: f.Publish) -> None:
-        """Stage the frame's messages in its partition's pending chunk; the chunk is
-        written once every frame of this read is parsed (see `_write_pending`)."""
+        """Stage the frame's messages in its partition's pending chunk, cutting a new
+        chunk whenever one is full; chunks are written once every frame of this read is
+        parsed (see `_write_pending`)."""
         publisher = self.publishers.get(frame.publisher_id)
         if publisher is None:
             self._publish_error(frame, ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
         partition = publisher.partition
-        pending = self._pending.get(partition)
-        if pending is None:
-            pending = self._pending[partition] = PendingChunk()
+        pending = self._pending_chunk(partition)
         ids, entries = frame.publishing_ids, frame.entries
         if publisher.reference:
             last = max(partition.sequences.get(publisher.reference, -1),
                        pending.sequences.get(publisher.reference, -1))
             ids, entries = _above(last, ids, entries)
-        if len(pending.entries) + len(entries) > MAX_ENTRIES_PER_CHUNK:
-            self._write_pending()
-            pending = self._pending[partition] = PendingChunk()
-        pending.add(publisher, ids, entries, frame.num_records == len(frame.entries))
+        all_simple = frame.num_records == len(frame.entries)
+        start = 0
+        while start < len(entries):
+            taken = pending.room(entries[start:])
+            if not taken:
+                self._write_pending()
+                pending = self._pending_chunk(partition)
+                continue
+            pending.add(publisher, ids[start:start + taken], entries[start:start + taken],
+                        all_simple)
+            start += taken
         # Duplicates are confirmed too, once everything written before them is durable.
         pending.confirms.append((publisher, frame.publishing_ids))
+
+    def _pending_chunk(self, partition: Partition) -> PendingChunk:
+        pending = self._pending.get(partition)
+        if pending is None:
+            pending = self._pending[partition] = PendingChunk()
+        return pending
 
     def _write_pending(self) -> None:
         """Append each partition's staged messages as one chunk and queue the confirms:
@@ -857,12 +887,19 @@ class StreamConnection:
 
 def _above(last: int, ids: list[int], entries: list[memoryview]
            ) -> tuple[list[int], list[memoryview]]:
-    """The messages whose publishing id is above `last`, the highest one stored (or
-    staged) for the publisher's reference; the others are not stored again."""
-    if not ids or ids[0] > last:
-        return ids, entries  # the common case: nothing here was seen before
-    kept = [(pid, entry) for pid, entry in zip(ids, entries, strict=True) if pid > last]
-    return [pid for pid, _ in kept], [entry for _, entry in kept]
+    """The messages whose publishing id is above every id accepted before it for the
+    publisher's reference: `last` (stored or staged) and those earlier in this frame.
+    The others are not stored again, as Osiris drops them."""
+    if ids and ids[0] > last and ids == sorted(set(ids)):
+        return ids, entries  # the common case: rising ids, nothing seen before
+    kept_ids: list[int] = []
+    kept_entries: list[memoryview] = []
+    for pid, entry in zip(ids, entries, strict=True):
+        if pid > last:
+            kept_ids.append(pid)
+            kept_entries.append(entry)
+            last = pid
+    return kept_ids, kept_entries
 
 
 def _record_count(entries: list[memoryview]) -> int:

@@ -1,0 +1,146 @@
+"""Stream-protocol behaviour that clients depend on, as RabbitMQ shows it: frame size,
+how Osiris cuts chunks, deduplication, connection properties, advertised host,
+server-side filtering and publish errors. Real clients (rstream) where one exposes the
+behaviour, raw frames where none does."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Iterator
+
+import pytest
+from rstream import (
+    Consumer,
+    ConsumerOffsetSpecification,
+    OffsetType,
+    Producer,
+    RawMessage,
+)
+
+from mainstem import Broker
+from mainstem.protocols.rabbit_stream import frames as f
+from mainstem.protocols.rabbit_stream.codec import encode
+from mainstem.protocols.rabbit_stream.constants import RESPONSE_FLAG, Key, ResponseCode
+from mainstem.protocols.rabbit_stream.constants import OffsetType as WireOffset
+from mainstem.testing import ThreadedBroker
+from test_stream_robustness import HEADER, RawClient, response_code
+
+DELIVER_CHUNK = struct.Struct(">BBBHIqQQ")  # subscription, magic, type, entries, records,
+# timestamp, epoch, chunk id
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedBroker]:
+    """One broker on its own thread: rstream talks to it, and so can blocking raw sockets."""
+    with ThreadedBroker(tmp_path_factory.mktemp("conformance") / "data") as running:
+        yield running
+
+
+def connect_args(broker: Broker | ThreadedBroker) -> dict[str, object]:
+    return {"host": "127.0.0.1", "port": broker.ports["stream"], "username": "guest",
+            "password": "guest"}
+
+
+async def send_one_frame(broker: ThreadedBroker, stream: str, messages: list,
+                         publisher: str | None = None) -> set[int]:
+    """`messages` in one Publish frame (rstream's send_batch does not split a batch);
+    returns the publishing ids confirmed, once every message was."""
+    confirmed: set[int] = set()
+    done = asyncio.Event()
+
+    async def on_confirm(confirmation) -> None:
+        confirmed.add(confirmation.message_id)
+        if len(confirmed) == len(ids):
+            done.set()
+
+    async with Producer(**connect_args(broker)) as producer:
+        await producer.create_stream(stream, exists_ok=True)
+        ids = set(await producer.send_batch(stream, messages, publisher_name=publisher,
+                                            on_publish_confirm=on_confirm))
+        await asyncio.wait_for(done.wait(), 30)
+    return confirmed
+
+
+async def consume(broker: ThreadedBroker, stream: str, spec: OffsetType, until: int,
+                  settle: float = 0.0) -> list[tuple[int, bytes]]:
+    """(offset, body) read from `spec` until `until` messages arrived (and, with `settle`,
+    that many seconds passed without more)."""
+    received: list[tuple[int, bytes]] = []
+    enough = asyncio.Event()
+
+    async def on_message(body: bytes, context) -> None:
+        received.append((context.offset, bytes(body)))
+        if len(received) >= until:
+            enough.set()
+
+    async with Consumer(**connect_args(broker)) as consumer:
+        await consumer.start()
+        await consumer.subscribe(stream, on_message,
+                                 offset_specification=ConsumerOffsetSpecification(spec))
+        await asyncio.wait_for(enough.wait(), 30)
+        await asyncio.sleep(settle)
+    return received
+
+
+# -- item 9: large Publish frames ------------------------------------------------
+
+
+async def test_a_frame_of_more_messages_than_a_chunk_can_count_is_stored(broker: ThreadedBroker
+                                                                         ) -> None:
+    """70,000 one-byte messages fit one 1 MiB frame but not one chunk's 16-bit count."""
+    count = 70_000
+    await send_one_frame(broker, "many", [RawMessage(b"m") for _ in range(count)])
+    got = await consume(broker, "many", OffsetType.FIRST, count)
+    assert [offset for offset, _ in got] == list(range(count))
+
+
+def test_frame_max_bounds_the_whole_frame_as_rabbitmq_does(broker: ThreadedBroker) -> None:
+    """RabbitMQ closes with FRAME_TOO_LARGE when size prefix + frame exceeds frame_max."""
+    client = RawClient(broker.ports["stream"]).open(frame_max=4096)
+    client.send(HEADER.pack(4096 - 3, Key.PUBLISH, 1))  # 4,097 bytes with its prefix
+    assert response_code(client.frame_with_key(Key.CLOSE)) == ResponseCode.FRAME_TOO_LARGE
+    assert client.is_closed_by_server()
+
+
+# -- item 10: chunks the way Osiris cuts them -----------------------------------
+
+
+async def test_last_delivers_the_last_chunk_of_a_large_frame(broker: ThreadedBroker) -> None:
+    count = 4_999
+    await send_one_frame(broker, "big", [RawMessage(b"%d" % i) for i in range(count)])
+    got = await consume(broker, "big", OffsetType.LAST, 1, settle=0.5)
+    first = got[0][0]
+    assert 0 < first < count  # the frame was cut: `last` starts inside it
+    assert [offset for offset, _ in got] == list(range(first, count))
+
+
+def test_the_first_chunk_of_a_stream_carries_epoch_1(broker: ThreadedBroker) -> None:
+    client = RawClient(broker.ports["stream"]).open()
+    client.send(encode(f.CreateStream(5, "epoch", {})))
+    client.frame_with_key(Key.CREATE_STREAM | RESPONSE_FLAG)
+    client.send(encode(f.DeclarePublisher(6, 1, "", "epoch")))
+    client.frame_with_key(Key.DECLARE_PUBLISHER | RESPONSE_FLAG)
+    client.send(encode(f.Publish(1, [1], [memoryview(b"\0\0\0\2hi")], 1, 2)))
+    client.frame_with_key(Key.PUBLISH_CONFIRM)
+    client.send(encode(f.Subscribe(7, 1, "epoch", f.OffsetSpec(WireOffset.FIRST), 10)))
+    body = client.frame_with_key(Key.DELIVER)
+    _, magic, _, entries, records, _, epoch, chunk_id = DELIVER_CHUNK.unpack_from(body)
+    assert (magic, entries, records, chunk_id) == (0x50, 1, 1, 0)
+    assert epoch == 1
+
+
+# -- item 11: deduplication inside one frame ------------------------------------
+
+
+async def test_duplicates_inside_one_frame_are_dropped_and_confirmed(
+        broker: ThreadedBroker) -> None:
+    batch = []
+    for publishing_id in [1, 2, 3, 2, 3, 4, 4, 6, 5]:
+        message = RawMessage(b"id%d" % publishing_id)
+        message.publishing_id = publishing_id
+        batch.append(message)
+    confirmed = await send_one_frame(broker, "dedup", batch, publisher="app")
+    assert confirmed == {1, 2, 3, 4, 5, 6}  # every id, dropped ones too
+    got = await consume(broker, "dedup", OffsetType.FIRST, 4, settle=0.3)
+    assert [body for _, body in got] == [b"id1", b"id2", b"id3", b"id4", b"id6"]
