@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
+import aiohttp
 import pytest
 from rstream import (
     Consumer,
@@ -24,6 +26,7 @@ from mainstem.protocols.rabbit_stream.codec import encode
 from mainstem.protocols.rabbit_stream.constants import RESPONSE_FLAG, Key, ResponseCode
 from mainstem.protocols.rabbit_stream.constants import OffsetType as WireOffset
 from mainstem.testing import ThreadedBroker
+from server_process import kill, start_server, started_ports, wait_for_event
 from test_stream_robustness import HEADER, RawClient, response_code
 
 DELIVER_CHUNK = struct.Struct(">BBBHIqQQ")  # subscription, magic, type, entries, records,
@@ -144,3 +147,45 @@ async def test_duplicates_inside_one_frame_are_dropped_and_confirmed(
     assert confirmed == {1, 2, 3, 4, 5, 6}  # every id, dropped ones too
     got = await consume(broker, "dedup", OffsetType.FIRST, 4, settle=0.3)
     assert [body for _, body in got] == [b"id1", b"id2", b"id3", b"id4", b"id6"]
+
+
+# -- item 12: peer properties are kept -------------------------------------------
+
+
+async def test_peer_properties_are_shown_and_the_connection_closed_by_name(
+        tmp_path: Path) -> None:
+    """Against `mainstem serve` (on uvloop, whose closed sockets raised ValueError in the
+    traffic counters): the stream connection's properties are listed, the management API
+    closes it by name, and its "connection closed" line is logged."""
+    log_path = tmp_path / "server.log"
+    server = start_server(tmp_path / "data", log_path)
+    try:
+        ports = started_ports(server, log_path)
+        args = {"host": "127.0.0.1", "port": ports["stream"], "username": "guest",
+                "password": "guest"}
+        admin = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{ports['admin']}",
+                                         headers=admin) as http:
+            producer = Producer(**args, connection_name="orders-app")
+            await producer.start()
+            try:
+                async with http.get("/api/connections") as response:
+                    (row,) = await response.json()
+                properties = row["client_properties"]
+                assert properties["connection_name"] == "orders-app"
+                assert properties["product"] == "RabbitMQ Stream"
+                assert "version" in properties
+                assert row["user_provided_name"] == "orders-app"
+                name = aiohttp.helpers.quote(row["name"], safe="")
+                async with http.get("/api/connections/" + name) as response:
+                    assert (await response.json())["client_properties"] == properties
+                async with http.delete("/api/connections/" + name) as response:
+                    assert response.status == 204
+                closed = await asyncio.to_thread(
+                    wait_for_event, server, log_path, "connection closed")
+            finally:
+                await producer.close()
+    finally:
+        kill(server)
+    assert closed["listener"] == "stream" and closed["level"] == "info"
+    assert "Traceback" not in log_path.read_text()

@@ -367,6 +367,8 @@ class StreamConnection:
     # -- handshake -----------------------------------------------------------
 
     def on_peer_properties(self, frame: f.PeerProperties) -> None:
+        # Shown by the management API (connection_name, product, version, ...), as for AMQP.
+        self.ctx.client_properties.update(frame.properties)
         self.send(r.PeerPropertiesResponse(frame.correlation_id, ResponseCode.OK, {
             "product": "mainstem", "version": __version__, "platform": "Python",
             "copyright": "mainstem developers", "information": "https://github.com/mainstem",
