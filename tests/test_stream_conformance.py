@@ -19,8 +19,11 @@ from rstream import (
     Producer,
     RawMessage,
 )
+from rstream.client import ClientPool
 
 from mainstem import Broker
+from mainstem.cli import build_parser
+from mainstem.config import load_config
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream.codec import encode
 from mainstem.protocols.rabbit_stream.constants import RESPONSE_FLAG, Key, ResponseCode
@@ -189,3 +192,35 @@ async def test_peer_properties_are_shown_and_the_connection_closed_by_name(
         kill(server)
     assert closed["listener"] == "stream" and closed["level"] == "info"
     assert "Traceback" not in log_path.read_text()
+
+
+# -- item 13: advertised host ----------------------------------------------------
+
+
+async def advertised(broker: Broker, stream: str) -> tuple[tuple[str, str], tuple[str, int]]:
+    """(host, port) from the Open response and from Metadata, as rstream reads them."""
+    pool = ClientPool("127.0.0.1", broker.ports["stream"], username="guest", password="guest",
+                      vhost="/", frame_max=1 << 20, heartbeat=60, load_balancer_mode=False,
+                      max_retries=1)
+    client = await pool.get(connection_name="advertised")
+    try:
+        await client.create_stream(stream)
+        leader, _ = await client.query_leader_and_replicas(stream)
+        properties = client.server_properties
+        return ((properties["advertised_host"], properties["advertised_port"]),
+                (leader.host, leader.port))
+    finally:
+        await pool.close()
+
+
+async def test_advertised_host_and_port_come_from_the_listener_configuration(
+        tmp_path: Path) -> None:
+    config = load_config(build_parser().parse_args(["serve"]), {
+        "MAINSTEM_STREAM_ADVERTISED_HOST": "stream.example.test",
+        "MAINSTEM_STREAM_ADVERTISED_PORT": "15552"})
+    async with Broker(tmp_path / "data", config=config, host="127.0.0.1",
+                      port_overrides={"stream": 0, "admin": 0}, admin=False) as broker:
+        opened, metadata = await advertised(broker, "adv")
+    assert opened == ("stream.example.test", "15552")
+    assert metadata == ("stream.example.test", 15552)
+

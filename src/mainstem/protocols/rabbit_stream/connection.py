@@ -883,8 +883,11 @@ class StreamConnection:
         return peer[0] if isinstance(peer, tuple) else None
 
     def _advertised(self) -> tuple[str, int]:
+        """The listener's advertised host and port, else the address the client reached
+        (never a wildcard bind address such as 0.0.0.0)."""
+        host, port = self.ctx.advertised
         sockname = self.ctx.writer.get_extra_info("sockname")
-        return str(sockname[0]), int(sockname[1])
+        return host or str(sockname[0]), port or int(sockname[1])
 
 
 def _above(last: int, ids: list[int], entries: list[memoryview]
