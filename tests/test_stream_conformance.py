@@ -6,7 +6,9 @@ behaviour, raw frames where none does."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import struct
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +31,15 @@ from mainstem.protocols.rabbit_stream.codec import encode
 from mainstem.protocols.rabbit_stream.constants import RESPONSE_FLAG, Key, ResponseCode
 from mainstem.protocols.rabbit_stream.constants import OffsetType as WireOffset
 from mainstem.testing import ThreadedBroker
-from server_process import kill, start_server, started_ports, wait_for_event
+from server_process import (
+    MAINSTEM,
+    clean_env,
+    kill,
+    loopback_listener_flags,
+    start_server,
+    started_ports,
+    wait_for_event,
+)
 from test_stream_robustness import HEADER, RawClient, response_code
 
 DELIVER_CHUNK = struct.Struct(">BBBHIqQQ")  # subscription, magic, type, entries, records,
@@ -224,3 +234,42 @@ async def test_advertised_host_and_port_come_from_the_listener_configuration(
     assert opened == ("stream.example.test", "15552")
     assert metadata == ("stream.example.test", 15552)
 
+
+
+# -- issue 16 item 7: a failed write gets PublishError, not a dropped connection --
+
+
+async def test_a_write_the_file_system_refuses_gets_publish_errors(tmp_path: Path) -> None:
+    """The server runs with a 2 MB file-size limit (RLIMIT_FSIZE): the kernel refuses the
+    segment write that crosses it (EFBIG; the same OSError path as ENOSPC), with the disk
+    alarm off. Those messages get PublishError; the connection stays and stores more."""
+    limit = 2_000_000
+    log_path = tmp_path / "server.log"
+    with open(log_path, "ab") as log_file:
+        server = subprocess.Popen(
+            [str(MAINSTEM), "serve", "--data-dir", str(tmp_path / "data"),
+             "--disk-free-limit", "0", *loopback_listener_flags()],
+            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(),
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    try:
+        port = started_ports(server, log_path)["stream"]
+        statuses: dict[int, int] = {}
+        all_answered = asyncio.Event()
+
+        async def on_status(status) -> None:
+            statuses[status.message_id] = 0 if status.is_confirmed else status.response_code
+            if len(statuses) == 3 * 200:
+                all_answered.set()
+
+        async with Producer("127.0.0.1", port, username="guest", password="guest") as producer:
+            await producer.create_stream("full")
+            for _ in range(3):  # 3 frames of 200 x 4 KB: the third crosses the limit
+                await producer.send_batch("full", [RawMessage(b"x" * 4096) for _ in range(200)],
+                                          on_publish_confirm=on_status)
+            await asyncio.wait_for(all_answered.wait(), 10)
+            await producer.send_wait("full", RawMessage(b"small"))  # still connected
+    finally:
+        kill(server)
+    codes = [statuses[publishing_id] for publishing_id in sorted(statuses)]
+    assert codes[:400] == [0] * 400
+    assert codes[400:] == [ResponseCode.STREAM_NOT_AVAILABLE] * 200

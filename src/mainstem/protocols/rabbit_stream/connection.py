@@ -637,15 +637,22 @@ class StreamConnection:
             try:
                 pending.write(partition)
             except PartitionClosed:
-                for publisher, ids in pending.confirms:
-                    self.send(r.PublishError(publisher.publisher_id, [
-                        (pid, ResponseCode.STREAM_DOES_NOT_EXIST) for pid in ids]))
+                self._refuse(pending, ResponseCode.STREAM_DOES_NOT_EXIST)
+                continue
+            except OSError as error:  # disk full, file too big: these messages, not the link
+                self.log.warning("stream write failed: %s", error)
+                self._refuse(pending, ResponseCode.STREAM_NOT_AVAILABLE)
                 continue
             for publisher, ids in pending.confirms:
                 self._confirms.append((partition, partition.next_offset, publisher, ids))
         if self._pending:
             self._pending.clear()
             self._confirm_ready.set()
+
+    def _refuse(self, pending: PendingChunk, code: int) -> None:
+        """PublishError for every message of a chunk that could not be written."""
+        for publisher, ids in pending.confirms:
+            self.send(r.PublishError(publisher.publisher_id, [(pid, code) for pid in ids]))
 
     def _publish_error(self, frame: f.Publish, code: int) -> None:
         self.send(r.PublishError(frame.publisher_id,
