@@ -15,11 +15,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 from rstream import (
+    AMQPMessage,
     Consumer,
     ConsumerOffsetSpecification,
+    FilterConfiguration,
     OffsetType,
     Producer,
     RawMessage,
+    amqp_decoder,
 )
 from rstream.client import ClientPool
 
@@ -273,3 +276,65 @@ async def test_a_write_the_file_system_refuses_gets_publish_errors(tmp_path: Pat
     codes = [statuses[publishing_id] for publishing_id in sorted(statuses)]
     assert codes[:400] == [0] * 400
     assert codes[400:] == [ResponseCode.STREAM_NOT_AVAILABLE] * 200
+
+
+# -- item 14: server-side filtering ------------------------------------------------
+
+
+async def test_the_broker_skips_chunks_whose_bloom_filter_rules_out_the_subscription(
+        broker: ThreadedBroker) -> None:
+    """One chunk per batch: the subscription for "eu" gets only the chunks that may hold
+    an "eu" message. The client's predicate accepts everything, so what arrives is exactly
+    what the broker sent."""
+
+    async def region(message: AMQPMessage) -> str:
+        return message.application_properties["region"]
+
+    batches = [["us"] * 10, ["eu"] * 10, ["us"] * 10, ["us", "eu", "us"], ["apac"] * 5]
+    async with Producer(**connect_args(broker), filter_value_extractor=region) as producer:
+        await producer.create_stream("regions")
+        for number, regions in enumerate(batches):
+            confirmed = asyncio.Event()
+            messages = [AMQPMessage(body=b"%d-%s" % (number, r.encode()),
+                                    application_properties={"region": r}) for r in regions]
+            left = {"count": len(messages)}
+
+            async def on_confirm(status, left=left, confirmed=confirmed) -> None:
+                left["count"] -= 1
+                if not left["count"]:
+                    confirmed.set()
+
+            await producer.send_batch("regions", messages, on_publish_confirm=on_confirm)
+            await asyncio.wait_for(confirmed.wait(), 10)
+
+    await send_one_frame(broker, "regions", [AMQPMessage(body=b"5-none")])  # Publish v1
+
+    assert await filtered(broker, "regions", match_unfiltered=False, expected=13) == [
+        b"1-eu"] * 10 + [b"3-us", b"3-eu", b"3-us"]
+    assert await filtered(broker, "regions", match_unfiltered=True, expected=14) == [
+        b"1-eu"] * 10 + [b"3-us", b"3-eu", b"3-us", b"5-none"]
+
+
+async def filtered(broker: ThreadedBroker, stream: str, *, match_unfiltered: bool,
+                   expected: int) -> list[bytes]:
+    """The bodies the broker sends a subscription filtering on "eu", from the start."""
+    received: list[bytes] = []
+
+    async def on_message(message: AMQPMessage, context) -> None:
+        received.append(bytes(message.body))
+
+    everything_the_broker_sends = FilterConfiguration(
+        values_to_filter=["eu"], predicate=lambda message: True,
+        match_unfiltered=match_unfiltered)
+    async with Consumer(**connect_args(broker)) as consumer:
+        await consumer.start()
+        await consumer.subscribe(stream, on_message, decoder=amqp_decoder,
+                                 offset_specification=ConsumerOffsetSpecification(
+                                     OffsetType.FIRST),
+                                 filter_input=everything_the_broker_sends)
+        for _ in range(100):
+            if len(received) >= expected:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # and nothing more
+    return received

@@ -31,6 +31,14 @@ from mainstem.broker.errors import (
     NotFound,
 )
 from mainstem.broker.streams import BINDING_KEYS, PARTITION_NAMES, Stream
+from mainstem.log.chunk import (
+    BLOOM_SIZE_AT,
+    HEADER_SIZE,
+    MAX_BLOOM_SIZE,
+    UNFILTERED,
+    BloomMatcher,
+    bloom_filter,
+)
 from mainstem.log.partition import Appended, ChunkLocation, Partition, PartitionClosed
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.rabbit_stream import frames as f
@@ -128,16 +136,21 @@ class PendingChunk:
     entries: list[memoryview] = field(default_factory=list)
     size: int = 0  # bytes of the staged entries
     all_simple: bool = True
+    filter_values: set[str] = field(default_factory=set)  # for the chunk's bloom filter
     sequences: dict[str, int] = field(default_factory=dict)
     confirms: list[tuple[Publisher, list[int]]] = field(default_factory=list)
 
     def add(self, publisher: Publisher, ids: list[int], entries: list[memoryview],
-            all_simple: bool) -> None:
+            all_simple: bool, filter_values: list[str | None] | None) -> None:
         if not entries:
             return
         self.entries += entries
         self.size += sum(map(len, entries))
         self.all_simple = self.all_simple and all_simple
+        if filter_values is None:
+            self.filter_values.add(UNFILTERED)
+        else:
+            self.filter_values.update(value or UNFILTERED for value in filter_values)
         if publisher.reference:
             self.sequences[publisher.reference] = max(ids)
 
@@ -161,7 +174,8 @@ class PendingChunk:
         else:
             records, payload = _record_count(self.entries), None
         partition.write(blob, len(self.entries), records, payload_bytes=payload,
-                        sequences=self.sequences or None)
+                        sequences=self.sequences or None,
+                        bloom=bloom_filter(self.filter_values))
 
 
 @dataclass(slots=True, eq=False)
@@ -175,6 +189,7 @@ class Subscription:
     task: asyncio.Task[None] | None = None
     active: bool = True
     membership: ActiveConsumer | None = None
+    matcher: BloomMatcher | None = None  # a filtered subscription skips chunks it rules out
 
 
 class StreamConnection:
@@ -604,11 +619,14 @@ class StreamConnection:
             return
         partition = publisher.partition
         pending = self._pending_chunk(partition)
-        ids, entries = frame.publishing_ids, frame.entries
+        ids, entries, values = frame.publishing_ids, frame.entries, frame.filter_values
         if publisher.reference:
             last = max(partition.sequences.get(publisher.reference, -1),
                        pending.sequences.get(publisher.reference, -1))
-            ids, entries = _above(last, ids, entries)
+            kept = _kept(last, ids)
+            if kept is not None:
+                ids, entries = [ids[i] for i in kept], [entries[i] for i in kept]
+                values = None if values is None else [values[i] for i in kept]
         all_simple = frame.num_records == len(frame.entries)
         start = 0
         while start < len(entries):
@@ -617,9 +635,10 @@ class StreamConnection:
                 self._write_pending()
                 pending = self._pending_chunk(partition)
                 continue
-            pending.add(publisher, ids[start:start + taken], entries[start:start + taken],
-                        all_simple)
-            start += taken
+            end = start + taken
+            pending.add(publisher, ids[start:end], entries[start:end], all_simple,
+                        None if values is None else values[start:end])
+            start = end
         # Duplicates are confirmed too, once everything written before them is durable.
         pending.confirms.append((publisher, frame.publishing_ids))
 
@@ -710,7 +729,8 @@ class StreamConnection:
         if code != ResponseCode.OK:
             return
         subscription = Subscription(frame.subscription_id, frame.stream, partition,
-                                    frame.offset_spec, frame.credit)
+                                    frame.offset_spec, frame.credit,
+                                    matcher=_matcher(frame.properties))
         self.subscriptions[frame.subscription_id] = subscription
         self.ctx.add_consumer(str(frame.subscription_id), frame.stream,
                               prefetch_count=frame.credit, ack_required=False)
@@ -750,7 +770,12 @@ class StreamConnection:
                 if location is None:
                     await subscription.partition.wait_for(reader.position)
                     continue
-                self._deliver(subscription, location)
+                head = os.pread(location.segment.fileno(), HEADER_SIZE + MAX_BLOOM_SIZE,
+                                location.file_pos)
+                bloom = memoryview(head)[HEADER_SIZE:HEADER_SIZE + head[BLOOM_SIZE_AT]]
+                if subscription.matcher is not None and not subscription.matcher.matches(bloom):
+                    continue  # nothing this subscription wants: no Deliver, no credit spent
+                self._deliver(subscription, location, head[:HEADER_SIZE], len(bloom))
                 subscription.credit -= 1
                 self.core.delivery_stats.delivered(
                     self.namespace, subscription.name, location.next_offset -
@@ -760,28 +785,35 @@ class StreamConnection:
         except (PartitionClosed, ConnectionError):
             return
 
-    def _deliver(self, subscription: Subscription, location: ChunkLocation) -> None:
+    def _deliver(self, subscription: Subscription, location: ChunkLocation, header: bytes,
+                 bloom_size: int) -> None:
+        """Deliver the chunk's header and data. Without a bloom filter they lie together
+        and go straight from the file; else the header goes with the frame's prefix and
+        the data follows from the file, the filter left out as Osiris does."""
+        size = location.send_size - bloom_size
         prefix = encode_deliver_prefix(subscription.subscription_id, self.deliver_version,
-                                       location.send_size,
-                                       subscription.partition.committed_chunk_id)
+                                       size, subscription.partition.committed_chunk_id)
+        start, length = location.file_pos, location.send_size
+        if bloom_size:
+            prefix += header
+            start, length = start + HEADER_SIZE + bloom_size, size - HEADER_SIZE
         segment_fd = location.segment.fileno()
         if self._socket_fd is not None and self._transport.get_write_buffer_size() == 0:
-            sent = _send_now(self._socket_fd, prefix, segment_fd, location)
+            sent = _send_now(self._socket_fd, prefix, segment_fd, start, length)
         else:
             sent = 0
-        self._write_rest(prefix, segment_fd, location, sent)
+        self._write_rest(prefix, segment_fd, start, length, sent)
 
-    def _write_rest(self, prefix: bytes, segment_fd: int, location: ChunkLocation,
+    def _write_rest(self, prefix: bytes, segment_fd: int, start: int, length: int,
                     sent: int) -> None:
         """Queue whatever the kernel did not take at once: the prefix's remainder and
-        the chunk bytes from where sendfile stopped."""
+        the file bytes from where sendfile stopped."""
         if sent < len(prefix):
             self._transport.write(prefix[sent:])
             sent = len(prefix)
         done = sent - len(prefix)
-        if done < location.send_size:
-            self._transport.write(os.pread(segment_fd, location.send_size - done,
-                                           location.file_pos + done))
+        if done < length:
+            self._transport.write(os.pread(segment_fd, length - done, start + done))
 
     def on_credit(self, frame: f.Credit) -> None:
         subscription = self.subscriptions.get(frame.subscription_id)
@@ -897,21 +929,28 @@ class StreamConnection:
         return host or str(sockname[0]), port or int(sockname[1])
 
 
-def _above(last: int, ids: list[int], entries: list[memoryview]
-           ) -> tuple[list[int], list[memoryview]]:
-    """The messages whose publishing id is above every id accepted before it for the
-    publisher's reference: `last` (stored or staged) and those earlier in this frame.
-    The others are not stored again, as Osiris drops them."""
-    if ids and ids[0] > last and ids == sorted(set(ids)):
-        return ids, entries  # the common case: rising ids, nothing seen before
-    kept_ids: list[int] = []
-    kept_entries: list[memoryview] = []
-    for pid, entry in zip(ids, entries, strict=True):
+def _kept(last: int, ids: list[int]) -> list[int] | None:
+    """Positions of the messages whose publishing id is above every id accepted before
+    it for the publisher's reference: `last` (stored or staged) and those earlier in this
+    frame; None when that is all of them. The others are not stored again, as Osiris
+    drops them."""
+    if not ids or (ids[0] > last and ids == sorted(set(ids))):
+        return None  # the common case: rising ids, nothing seen before
+    kept = []
+    for position, pid in enumerate(ids):
         if pid > last:
-            kept_ids.append(pid)
-            kept_entries.append(entry)
+            kept.append(position)
             last = pid
-    return kept_ids, kept_entries
+    return kept
+
+
+def _matcher(properties: dict[str, str]) -> BloomMatcher | None:
+    """The bloom test of a subscription with `filter.N` properties, as RabbitMQ 3.13+
+    reads them (`match-unfiltered`: also chunks of messages without a filter value)."""
+    values = [value for key, value in properties.items() if key.startswith("filter.")]
+    if not values:
+        return None
+    return BloomMatcher(values, properties.get("match-unfiltered") == "true")
 
 
 def _record_count(entries: list[memoryview]) -> int:
@@ -931,9 +970,9 @@ def _sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
     return sock.fileno()
 
 
-def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, location: ChunkLocation) -> int:
-    """Send the Deliver prefix, then the chunk straight from the segment file, for as
-    long as the kernel takes them without blocking; return how many bytes went."""
+def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, start: int, length: int) -> int:
+    """Send the Deliver prefix, then `length` bytes of the segment file from `start`, for
+    as long as the kernel takes them without blocking; return how many bytes went."""
     try:
         sent = os.write(socket_fd, prefix)
     except (BlockingIOError, InterruptedError):
@@ -941,7 +980,7 @@ def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, location: ChunkLoc
     if sent < len(prefix):
         return sent
     try:
-        return sent + os.sendfile(socket_fd, segment_fd, location.file_pos, location.send_size)
+        return sent + os.sendfile(socket_fd, segment_fd, start, length)
     except (BlockingIOError, InterruptedError):
         return sent
 
