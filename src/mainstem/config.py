@@ -48,6 +48,10 @@ class ListenerConfig:
     host: str = DEFAULT_HOST
     port: int = 0
     enabled: bool = True
+    # What the stream protocol tells clients to connect to (RabbitMQ's stream.advertised_host
+    # and _port); None: the address and port the client reached.
+    advertised_host: str | None = None
+    advertised_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +367,8 @@ _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "port": _port,
     "enabled": _bool,
     "tls_port": _port,
+    "advertised_host": _text,
+    "advertised_port": _port,
 }
 
 _ENV_VARS = {
@@ -397,7 +403,8 @@ _ENV_VARS = {
     "MAINSTEM_DISK_FREE_LIMIT": "alarms.disk_free_limit",
     "MAINSTEM_ALARM_CHECK_INTERVAL_MS": "alarms.check_interval_ms",
 }
-_LISTENER_ENV_VAR = re.compile(r"MAINSTEM_(\w+)_(HOST|PORT|ENABLED)")
+_LISTENER_ENV_VAR = re.compile(
+    r"MAINSTEM_(\w+?)_(HOST|PORT|ENABLED|ADVERTISED_HOST|ADVERTISED_PORT)")
 _TLS_PORT_ENV_VAR = re.compile(r"MAINSTEM_(\w+)_TLS_PORT")
 
 # (flag, key, metavar, help); --listener and --disable are handled separately.
@@ -612,6 +619,8 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
             host=values.get(f"listeners.{spec.name}.host", host),
             port=values.get(f"listeners.{spec.name}.port", spec.default_port),
             enabled=values.get(f"listeners.{spec.name}.enabled", True),
+            advertised_host=values.get(f"listeners.{spec.name}.advertised_host"),
+            advertised_port=values.get(f"listeners.{spec.name}.advertised_port"),
         )
         for spec in specs
     }

@@ -295,10 +295,13 @@ class Broker:
         self._connections.add(task)
         conn_id = next(self._conn_ids)
         fields = {"listener": listener, "conn_id": conn_id, "peer": peer}
+        tls = listener.endswith(TLS_SUFFIX)
+        configured = self.config.listener(spec)
         ctx = ConnectionContext(
             core=self.core, reader=reader, writer=writer, limits=self.config.limits(),
             log=ContextLog(connection_log, fields), closing=self._closing,
-            listener=listener, peer=peer, tls=listener.endswith(TLS_SUFFIX),
+            listener=listener, peer=peer, tls=tls,
+            advertised=(configured.advertised_host, None if tls else configured.advertised_port),
         )
         self.connections.add(
             conn_id, ctx, task, _format_address(writer.get_extra_info("sockname"))

@@ -35,7 +35,7 @@ def socket_traffic(writer: asyncio.StreamWriter) -> dict[str, int]:
         return {}
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, _TCP_INFO_TRAFFIC.size)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: the socket was closed (its fd is -1)
         return {}
     if len(info) < _TCP_INFO_TRAFFIC.size:
         return {}  # a kernel older than 4.2 has no byte counters
@@ -78,6 +78,7 @@ class Connection:
             "recv_oct": traffic.get("bytes_in", 0),
             "send_oct": traffic.get("bytes_out", 0),
             "client_properties": dict(ctx.client_properties),
+            "user_provided_name": ctx.client_properties.get("connection_name"),
         }
 
 

@@ -14,6 +14,10 @@ Data entries are either simple (top bit 0, 31-bit length, body) or sub-batches
 length u32, length u32, body) holding several records, stored opaquely.
 The trailer carries tracking entries; mainstem keeps publisher sequences there
 so that deduplication state is written atomically with the data it covers.
+A chunk whose messages carry filter values (stream Publish v2) has a bloom filter
+between header and data, as Osiris writes it: BLOOM_SIZE bytes, two bits per distinct
+value, bit 0 set when the chunk also holds messages without a value; a chunk in which
+no message has a value has none. Readers that filter skip chunks it rules out.
 Every chunk's trailer ends with a CRC-32 of the header and the tracking
 entries, because the header's CRC covers only the data: a damaged timestamp or
 record count must be caught too. The trailer never goes on the wire.
@@ -23,12 +27,13 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
 MAGIC_VERSION = 0x50
+FIRST_EPOCH = 1  # a stream's first leader term, as Osiris numbers them
 HEADER = struct.Struct(">BBHIqQQiIIB3x")
 HEADER_SIZE = HEADER.size  # 48
 assert HEADER_SIZE == 48
@@ -42,6 +47,12 @@ TRACKING_ENTRY = struct.Struct(">BB")  # type, id size
 TRACKING_SEQUENCE = 0
 SEQUENCE_VALUE = struct.Struct(">QQ")  # chunk id, sequence
 TRAILER_CRC = struct.Struct(">I")
+
+BLOOM_SIZE = 16  # bytes: Osiris's default filter size (it reads any of 16..255)
+BLOOM_SIZE_AT = 44  # the header byte holding the filter size
+MAX_BLOOM_SIZE = 255
+UNFILTERED = ""  # the filter value of a message published without one
+_SECOND_HASH_SEED = 0x9E37_79B9
 
 
 class ChunkType(enum.IntEnum):
@@ -129,14 +140,60 @@ def encode_header(
     num_entries: int,
     num_records: int,
     timestamp: int,
-    epoch: int = 0,
+    epoch: int = FIRST_EPOCH,
     chunk_type: int = ChunkType.USER,
     trailer_length: int = 0,
+    bloom_size: int = 0,
 ) -> bytes:
     return HEADER.pack(
         MAGIC_VERSION, chunk_type, num_entries, num_records, timestamp, epoch, chunk_id,
-        data_crc(data), len(data), trailer_length, 0,
+        data_crc(data), len(data), trailer_length, bloom_size,
     )
+
+
+def bloom_filter(values: Collection[str]) -> bytes:
+    """The filter of a chunk holding messages with these filter values (UNFILTERED for
+    those without one); b"" when no message has a value, as Osiris writes none then."""
+    if not values or (len(values) == 1 and UNFILTERED in values):
+        return b""
+    bits = bytearray(BLOOM_SIZE)
+    for value in values:
+        for bit in _bloom_bits(value, BLOOM_SIZE * 8):
+            bits[bit >> 3] |= 0x80 >> (bit & 7)
+    return bytes(bits)
+
+
+def _bloom_bits(value: str, bit_size: int) -> tuple[int, int]:
+    """Two bits in 1..bit_size-1 for a value; bit 0 alone stands for UNFILTERED."""
+    if value == UNFILTERED:
+        return 0, 0
+    raw = value.encode()
+    return (crc32(raw) % (bit_size - 1) + 1,
+            crc32(raw, _SECOND_HASH_SEED) % (bit_size - 1) + 1)
+
+
+class BloomMatcher:
+    """A filtered reader's test of a chunk's filter: may the chunk hold a message with
+    one of `values` (or, with `match_unfiltered`, one without a value)? False positives
+    are possible, so the reader still filters messages exactly; misses are not."""
+
+    def __init__(self, values: Sequence[str], match_unfiltered: bool) -> None:
+        self.values = [*values, UNFILTERED] if match_unfiltered else list(values)
+        self.match_unfiltered = match_unfiltered
+        self._bits: dict[int, list[tuple[int, int]]] = {}  # filter size -> bits per value
+
+    def matches(self, bloom: bytes | memoryview) -> bool:
+        if not bloom:
+            return self.match_unfiltered  # only messages without a value in this chunk
+        size = len(bloom) * 8
+        pairs = self._bits.get(size)
+        if pairs is None:
+            pairs = self._bits[size] = [_bloom_bits(value, size) for value in self.values]
+        return any(_bit_set(bloom, first) and _bit_set(bloom, second) for first, second in pairs)
+
+
+def _bit_set(bloom: bytes | memoryview, bit: int) -> bool:
+    return bool(bloom[bit >> 3] & (0x80 >> (bit & 7)))
 
 
 @dataclass(frozen=True, slots=True)

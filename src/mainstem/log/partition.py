@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mainstem.log.chunk import (
+    FIRST_EPOCH,
     HEADER_SIZE,
     TRAILER_CRC,
     Chunk,
@@ -59,8 +60,9 @@ class Appended:
 class ChunkLocation:
     """Where a committed chunk lies on disk, for sending it without reading it.
 
-    `send_size` covers the 48-byte header and the data entries, the part the
-    stream protocol's Deliver carries (the trailer is left out).
+    `send_size` covers the 48-byte header, the bloom filter (if any) and the data
+    entries: what the stream protocol's Deliver carries once the filter is left out
+    (the trailer always is).
     """
 
     segment: Segment  # holds the file descriptor open while the caller sends
@@ -105,7 +107,7 @@ class Partition:
 
     @classmethod
     def open(cls, directory: Path, *, durability: DurabilityPolicy | None = None,
-             retention: RetentionPolicy | None = None, epoch: int = 0,
+             retention: RetentionPolicy | None = None, epoch: int = FIRST_EPOCH,
              fsync_on_demand: bool = False,
              descriptors: DescriptorCache | None = None) -> Partition:
         """Open (creating if needed) and recover the partition stored in `directory`.
@@ -175,12 +177,13 @@ class Partition:
 
     def write(self, data: bytes | memoryview, num_entries: int, num_records: int, *,
               payload_bytes: int | None = None, sequences: Mapping[str, int] | None = None,
-              timestamp: int | None = None) -> Appended:
+              timestamp: int | None = None, bloom: bytes = b"") -> Appended:
         """Append one chunk of already-encoded data entries, not yet durable.
 
         `sequences` are publisher sequences (writer reference -> last publishing
         id) stored in the chunk's trailer, so deduplication state can never get
-        ahead of or fall behind the data it describes.
+        ahead of or fall behind the data it describes. `bloom` is the chunk's filter
+        of its messages' filter values (see `chunk.bloom_filter`).
         """
         if self._closed:
             raise PartitionClosed(f"{self.directory} is closed")
@@ -188,18 +191,19 @@ class Partition:
             raise ValueError("a chunk holds 1 to 65535 entries and at least one record")
         if payload_bytes is None:
             payload_bytes = payload_size(data, num_entries)
-        segment = self._segment_for(HEADER_SIZE + len(data))
+        segment = self._segment_for(HEADER_SIZE + len(bloom) + len(data))
         tracking = self._tracking(sequences)  # after a roll, it restates every sequence
         chunk_id = self.next_offset
         timestamp = max(timestamp if timestamp is not None else _now_ms(), self._last_timestamp)
         header = encode_header(chunk_id=chunk_id, data=data, num_entries=num_entries,
                                num_records=num_records, timestamp=timestamp, epoch=self.epoch,
                                chunk_type=ChunkType.USER,
-                               trailer_length=len(tracking) + TRAILER_CRC.size)
+                               trailer_length=len(tracking) + TRAILER_CRC.size,
+                               bloom_size=len(bloom))
         trailer = seal_trailer(header, tracking)
         entry = IndexEntry(chunk_id, timestamp, segment.size, self.next_byte, num_records,
                            len(trailer))
-        segment.append((header, data, trailer), entry, payload_bytes)
+        segment.append((header, bloom, data, trailer), entry, payload_bytes)
         if sequences:
             self._remember(sequences)
         self._snapshot_due = False

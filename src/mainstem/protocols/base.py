@@ -43,6 +43,8 @@ class ConnectionContext:
     user: str | None = None
     namespace: str | None = None
     client_properties: dict[str, object] = field(default_factory=dict)
+    # The listener's configured advertised host and port (stream protocol), None if unset.
+    advertised: tuple[str | None, int | None] = (None, None)
     # Set by a handler that can close politely (AMQP connection.close, stream Close):
     # called with the reason when an operator closes the connection; else it is cancelled.
     on_close_request: Callable[[str], Awaitable[None]] | None = None

@@ -31,6 +31,14 @@ from mainstem.broker.errors import (
     NotFound,
 )
 from mainstem.broker.streams import BINDING_KEYS, PARTITION_NAMES, Stream
+from mainstem.log.chunk import (
+    BLOOM_SIZE_AT,
+    HEADER_SIZE,
+    MAX_BLOOM_SIZE,
+    UNFILTERED,
+    BloomMatcher,
+    bloom_filter,
+)
 from mainstem.log.partition import Appended, ChunkLocation, Partition, PartitionClosed
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.rabbit_stream import frames as f
@@ -43,7 +51,11 @@ from mainstem.protocols.rabbit_stream.wire import FrameError
 READ_SIZE = 256 * 1024
 # Stop shipping chunks to a connection whose socket buffer holds this much.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
-MAX_ENTRIES_PER_CHUNK = 0xFFFF
+# A chunk's bounds, whatever a Publish frame holds: Osiris cuts chunks by the batches
+# its writer takes (at most 8,192 writes), so a subscription at `last` gets a slice of
+# a large frame, never the whole frame; the header counts entries in 16 bits.
+MAX_CHUNK_ENTRIES = 4096
+MAX_CHUNK_BYTES = 1 << 20
 # RabbitMQ's handshake_timeout: from accept to Open.
 HANDSHAKE_TIMEOUT_S = 10.0
 # On shutdown, how long confirms of what was already appended may take to go out.
@@ -122,18 +134,36 @@ class PendingChunk:
     confirms owed for them."""
 
     entries: list[memoryview] = field(default_factory=list)
+    size: int = 0  # bytes of the staged entries
     all_simple: bool = True
+    filter_values: set[str] = field(default_factory=set)  # for the chunk's bloom filter
     sequences: dict[str, int] = field(default_factory=dict)
     confirms: list[tuple[Publisher, list[int]]] = field(default_factory=list)
 
     def add(self, publisher: Publisher, ids: list[int], entries: list[memoryview],
-            all_simple: bool) -> None:
+            all_simple: bool, filter_values: list[str | None] | None) -> None:
         if not entries:
             return
         self.entries += entries
+        self.size += sum(map(len, entries))
         self.all_simple = self.all_simple and all_simple
+        if filter_values is None:
+            self.filter_values.add(UNFILTERED)
+        else:
+            self.filter_values.update(value or UNFILTERED for value in filter_values)
         if publisher.reference:
             self.sequences[publisher.reference] = max(ids)
+
+    def room(self, entries: list[memoryview]) -> int:
+        """How many of `entries`, taken in order, still fit in this chunk's bounds."""
+        fits = min(len(entries), MAX_CHUNK_ENTRIES - len(self.entries))
+        if self.size + sum(map(len, entries[:fits])) <= MAX_CHUNK_BYTES:
+            return fits
+        budget, taken = MAX_CHUNK_BYTES - self.size, 0
+        while taken < fits and len(entries[taken]) <= budget:
+            budget -= len(entries[taken])
+            taken += 1
+        return taken if taken or self.entries else 1  # an entry alone always fits
 
     def write(self, partition: Partition) -> None:
         if not self.entries:
@@ -144,7 +174,8 @@ class PendingChunk:
         else:
             records, payload = _record_count(self.entries), None
         partition.write(blob, len(self.entries), records, payload_bytes=payload,
-                        sequences=self.sequences or None)
+                        sequences=self.sequences or None,
+                        bloom=bloom_filter(self.filter_values))
 
 
 @dataclass(slots=True, eq=False)
@@ -158,6 +189,7 @@ class Subscription:
     task: asyncio.Task[None] | None = None
     active: bool = True
     membership: ActiveConsumer | None = None
+    matcher: BloomMatcher | None = None  # a filtered subscription skips chunks it rules out
 
 
 class StreamConnection:
@@ -350,6 +382,8 @@ class StreamConnection:
     # -- handshake -----------------------------------------------------------
 
     def on_peer_properties(self, frame: f.PeerProperties) -> None:
+        # Shown by the management API (connection_name, product, version, ...), as for AMQP.
+        self.ctx.client_properties.update(frame.properties)
         self.send(r.PeerPropertiesResponse(frame.correlation_id, ResponseCode.OK, {
             "product": "mainstem", "version": __version__, "platform": "Python",
             "copyright": "mainstem developers", "information": "https://github.com/mainstem",
@@ -387,7 +421,8 @@ class StreamConnection:
         if frame.frame_max:
             self.frame_max = min(self.frame_max, frame.frame_max)
         self.heartbeat = min(self.heartbeat, frame.heartbeat) if frame.heartbeat else 0
-        self.codec.max_frame_size = self.frame_max
+        # As RabbitMQ: frame_max bounds a whole frame, size prefix included.
+        self.codec.max_frame_size = max(self.frame_max - 4, 0)
         self.state = State.OPENING
         if self.heartbeat:
             self._tasks.append(asyncio.get_running_loop().create_task(self._heartbeat_loop()))
@@ -575,27 +610,43 @@ class StreamConnection:
         self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, code)
 
     def on_publish(self, frame: f.Publish) -> None:
-        """Stage the frame's messages in its partition's pending chunk; the chunk is
-        written once every frame of this read is parsed (see `_write_pending`)."""
+        """Stage the frame's messages in its partition's pending chunk, cutting a new
+        chunk whenever one is full; chunks are written once every frame of this read is
+        parsed (see `_write_pending`)."""
         publisher = self.publishers.get(frame.publisher_id)
         if publisher is None:
             self._publish_error(frame, ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
         partition = publisher.partition
-        pending = self._pending.get(partition)
-        if pending is None:
-            pending = self._pending[partition] = PendingChunk()
-        ids, entries = frame.publishing_ids, frame.entries
+        pending = self._pending_chunk(partition)
+        ids, entries, values = frame.publishing_ids, frame.entries, frame.filter_values
         if publisher.reference:
             last = max(partition.sequences.get(publisher.reference, -1),
                        pending.sequences.get(publisher.reference, -1))
-            ids, entries = _above(last, ids, entries)
-        if len(pending.entries) + len(entries) > MAX_ENTRIES_PER_CHUNK:
-            self._write_pending()
-            pending = self._pending[partition] = PendingChunk()
-        pending.add(publisher, ids, entries, frame.num_records == len(frame.entries))
+            kept = _kept(last, ids)
+            if kept is not None:
+                ids, entries = [ids[i] for i in kept], [entries[i] for i in kept]
+                values = None if values is None else [values[i] for i in kept]
+        all_simple = frame.num_records == len(frame.entries)
+        start = 0
+        while start < len(entries):
+            taken = pending.room(entries[start:])
+            if not taken:
+                self._write_pending()
+                pending = self._pending_chunk(partition)
+                continue
+            end = start + taken
+            pending.add(publisher, ids[start:end], entries[start:end], all_simple,
+                        None if values is None else values[start:end])
+            start = end
         # Duplicates are confirmed too, once everything written before them is durable.
         pending.confirms.append((publisher, frame.publishing_ids))
+
+    def _pending_chunk(self, partition: Partition) -> PendingChunk:
+        pending = self._pending.get(partition)
+        if pending is None:
+            pending = self._pending[partition] = PendingChunk()
+        return pending
 
     def _write_pending(self) -> None:
         """Append each partition's staged messages as one chunk and queue the confirms:
@@ -605,15 +656,22 @@ class StreamConnection:
             try:
                 pending.write(partition)
             except PartitionClosed:
-                for publisher, ids in pending.confirms:
-                    self.send(r.PublishError(publisher.publisher_id, [
-                        (pid, ResponseCode.STREAM_DOES_NOT_EXIST) for pid in ids]))
+                self._refuse(pending, ResponseCode.STREAM_DOES_NOT_EXIST)
+                continue
+            except OSError as error:  # disk full, file too big: these messages, not the link
+                self.log.warning("stream write failed: %s", error)
+                self._refuse(pending, ResponseCode.STREAM_NOT_AVAILABLE)
                 continue
             for publisher, ids in pending.confirms:
                 self._confirms.append((partition, partition.next_offset, publisher, ids))
         if self._pending:
             self._pending.clear()
             self._confirm_ready.set()
+
+    def _refuse(self, pending: PendingChunk, code: int) -> None:
+        """PublishError for every message of a chunk that could not be written."""
+        for publisher, ids in pending.confirms:
+            self.send(r.PublishError(publisher.publisher_id, [(pid, code) for pid in ids]))
 
     def _publish_error(self, frame: f.Publish, code: int) -> None:
         self.send(r.PublishError(frame.publisher_id,
@@ -671,7 +729,8 @@ class StreamConnection:
         if code != ResponseCode.OK:
             return
         subscription = Subscription(frame.subscription_id, frame.stream, partition,
-                                    frame.offset_spec, frame.credit)
+                                    frame.offset_spec, frame.credit,
+                                    matcher=_matcher(frame.properties))
         self.subscriptions[frame.subscription_id] = subscription
         self.ctx.add_consumer(str(frame.subscription_id), frame.stream,
                               prefetch_count=frame.credit, ack_required=False)
@@ -711,7 +770,12 @@ class StreamConnection:
                 if location is None:
                     await subscription.partition.wait_for(reader.position)
                     continue
-                self._deliver(subscription, location)
+                head = os.pread(location.segment.fileno(), HEADER_SIZE + MAX_BLOOM_SIZE,
+                                location.file_pos)
+                bloom = memoryview(head)[HEADER_SIZE:HEADER_SIZE + head[BLOOM_SIZE_AT]]
+                if subscription.matcher is not None and not subscription.matcher.matches(bloom):
+                    continue  # nothing this subscription wants: no Deliver, no credit spent
+                self._deliver(subscription, location, head[:HEADER_SIZE], len(bloom))
                 subscription.credit -= 1
                 self.core.delivery_stats.delivered(
                     self.namespace, subscription.name, location.next_offset -
@@ -721,28 +785,35 @@ class StreamConnection:
         except (PartitionClosed, ConnectionError):
             return
 
-    def _deliver(self, subscription: Subscription, location: ChunkLocation) -> None:
+    def _deliver(self, subscription: Subscription, location: ChunkLocation, header: bytes,
+                 bloom_size: int) -> None:
+        """Deliver the chunk's header and data. Without a bloom filter they lie together
+        and go straight from the file; else the header goes with the frame's prefix and
+        the data follows from the file, the filter left out as Osiris does."""
+        size = location.send_size - bloom_size
         prefix = encode_deliver_prefix(subscription.subscription_id, self.deliver_version,
-                                       location.send_size,
-                                       subscription.partition.committed_chunk_id)
+                                       size, subscription.partition.committed_chunk_id)
+        start, length = location.file_pos, location.send_size
+        if bloom_size:
+            prefix += header
+            start, length = start + HEADER_SIZE + bloom_size, size - HEADER_SIZE
         segment_fd = location.segment.fileno()
         if self._socket_fd is not None and self._transport.get_write_buffer_size() == 0:
-            sent = _send_now(self._socket_fd, prefix, segment_fd, location)
+            sent = _send_now(self._socket_fd, prefix, segment_fd, start, length)
         else:
             sent = 0
-        self._write_rest(prefix, segment_fd, location, sent)
+        self._write_rest(prefix, segment_fd, start, length, sent)
 
-    def _write_rest(self, prefix: bytes, segment_fd: int, location: ChunkLocation,
+    def _write_rest(self, prefix: bytes, segment_fd: int, start: int, length: int,
                     sent: int) -> None:
         """Queue whatever the kernel did not take at once: the prefix's remainder and
-        the chunk bytes from where sendfile stopped."""
+        the file bytes from where sendfile stopped."""
         if sent < len(prefix):
             self._transport.write(prefix[sent:])
             sent = len(prefix)
         done = sent - len(prefix)
-        if done < location.send_size:
-            self._transport.write(os.pread(segment_fd, location.send_size - done,
-                                           location.file_pos + done))
+        if done < length:
+            self._transport.write(os.pread(segment_fd, length - done, start + done))
 
     def on_credit(self, frame: f.Credit) -> None:
         subscription = self.subscriptions.get(frame.subscription_id)
@@ -851,18 +922,35 @@ class StreamConnection:
         return peer[0] if isinstance(peer, tuple) else None
 
     def _advertised(self) -> tuple[str, int]:
+        """The listener's advertised host and port, else the address the client reached
+        (never a wildcard bind address such as 0.0.0.0)."""
+        host, port = self.ctx.advertised
         sockname = self.ctx.writer.get_extra_info("sockname")
-        return str(sockname[0]), int(sockname[1])
+        return host or str(sockname[0]), port or int(sockname[1])
 
 
-def _above(last: int, ids: list[int], entries: list[memoryview]
-           ) -> tuple[list[int], list[memoryview]]:
-    """The messages whose publishing id is above `last`, the highest one stored (or
-    staged) for the publisher's reference; the others are not stored again."""
-    if not ids or ids[0] > last:
-        return ids, entries  # the common case: nothing here was seen before
-    kept = [(pid, entry) for pid, entry in zip(ids, entries, strict=True) if pid > last]
-    return [pid for pid, _ in kept], [entry for _, entry in kept]
+def _kept(last: int, ids: list[int]) -> list[int] | None:
+    """Positions of the messages whose publishing id is above every id accepted before
+    it for the publisher's reference: `last` (stored or staged) and those earlier in this
+    frame; None when that is all of them. The others are not stored again, as Osiris
+    drops them."""
+    if not ids or (ids[0] > last and ids == sorted(set(ids))):
+        return None  # the common case: rising ids, nothing seen before
+    kept = []
+    for position, pid in enumerate(ids):
+        if pid > last:
+            kept.append(position)
+            last = pid
+    return kept
+
+
+def _matcher(properties: dict[str, str]) -> BloomMatcher | None:
+    """The bloom test of a subscription with `filter.N` properties, as RabbitMQ 3.13+
+    reads them (`match-unfiltered`: also chunks of messages without a filter value)."""
+    values = [value for key, value in properties.items() if key.startswith("filter.")]
+    if not values:
+        return None
+    return BloomMatcher(values, properties.get("match-unfiltered") == "true")
 
 
 def _record_count(entries: list[memoryview]) -> int:
@@ -882,9 +970,9 @@ def _sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
     return sock.fileno()
 
 
-def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, location: ChunkLocation) -> int:
-    """Send the Deliver prefix, then the chunk straight from the segment file, for as
-    long as the kernel takes them without blocking; return how many bytes went."""
+def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, start: int, length: int) -> int:
+    """Send the Deliver prefix, then `length` bytes of the segment file from `start`, for
+    as long as the kernel takes them without blocking; return how many bytes went."""
     try:
         sent = os.write(socket_fd, prefix)
     except (BlockingIOError, InterruptedError):
@@ -892,7 +980,7 @@ def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, location: ChunkLoc
     if sent < len(prefix):
         return sent
     try:
-        return sent + os.sendfile(socket_fd, segment_fd, location.file_pos, location.send_size)
+        return sent + os.sendfile(socket_fd, segment_fd, start, length)
     except (BlockingIOError, InterruptedError):
         return sent
 
