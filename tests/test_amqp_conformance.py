@@ -13,11 +13,12 @@ import dataclasses
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pika
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from mainstem.config import ServerConfig
@@ -95,7 +96,7 @@ class RawClient:
                     del self.pending[:i + 1]
                     return method
             self.pending = []
-            if time.monotonic() > deadline or not self._receive(5) and self.eof:
+            if time.monotonic() > deadline or (not self._receive(5) and self.eof):
                 raise AssertionError(f"no {kind.NAME} on channel {channel}")
 
     def open_channel(self, number: int) -> None:
@@ -116,7 +117,7 @@ def port(mainstem_server: ThreadedBroker) -> int:
 
 
 @pytest.fixture
-def pika_channel(mainstem_server: ThreadedBroker):
+def pika_channel(mainstem_server: ThreadedBroker) -> Iterator[BlockingChannel]:
     connection = pika.BlockingConnection(pika.URLParameters(mainstem_server.urls["amqp"]))
     yield connection.channel()
     with contextlib.suppress(Exception):
@@ -125,7 +126,7 @@ def pika_channel(mainstem_server: ThreadedBroker):
 
 # -- issue 15 item 1: unbind is idempotent ------------------------------------------------
 
-def test_unbinding_what_no_longer_exists_succeeds(pika_channel) -> None:
+def test_unbinding_what_no_longer_exists_succeeds(pika_channel: BlockingChannel) -> None:
     channel = pika_channel
     channel.queue_unbind("no-such-queue", "amq.direct", "k")  # the queue is missing
     channel.queue_declare("u")
@@ -146,7 +147,7 @@ def test_unbinding_what_no_longer_exists_succeeds(pika_channel) -> None:
 
 # -- item 2: a client cannot stop the broker's flow ---------------------------------------
 
-def test_client_flow_stop_is_refused_as_not_implemented(pika_channel) -> None:
+def test_client_flow_stop_is_refused_as_not_implemented(pika_channel: BlockingChannel) -> None:
     assert pika_channel.flow(True) is True
     with pytest.raises(ConnectionClosedByBroker) as refused:
         pika_channel.flow(False)
