@@ -266,7 +266,10 @@ def test_channel_and_consumer_limits(tmp_path: Path) -> None:
         assert refused.value.reply_code == 406 and "consumer limit of 2" in \
             refused.value.reply_text
         connection.close()
-        sock = _handshake(broker.ports["amqp"])  # a raw client opens channel 4 anyway
+        sock = _handshake(broker.ports["amqp"])  # a raw client opens a fourth anyway
+        for number in (1, 2, 3):
+            sock.sendall(_frame(1, number, b"\x00\x14\x00\x0a\x00"))
+            assert b"\x00\x14\x00\x0b" in sock.recv(65536)  # open-ok
         sock.sendall(_frame(1, 4, b"\x00\x14\x00\x0a\x00"))
         close = sock.recv(65536)
         assert close[7:11] == b"\x00\x0a\x00\x32"  # connection.close

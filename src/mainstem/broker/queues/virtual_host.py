@@ -76,15 +76,18 @@ class VirtualHost:
         queue = self.queues.get(name)
         if queue is not None:
             if queue.owner is not None and queue.owner is not owner:
-                raise ResourceLocked(
-                    f"cannot obtain exclusive access to locked {self.describe('queue', name)}."
-                    " It could be originally declared on another connection or the exclusive"
-                    " property value does not match that of the original declaration.")
+                raise self._locked(name)
             return queue
         stream = self.stream(name)
         if stream is None:
             raise NotFound(f"no {self.describe('queue', name)}")
         return stream
+
+    def _locked(self, name: str) -> ResourceLocked:
+        return ResourceLocked(
+            f"cannot obtain exclusive access to locked {self.describe('queue', name)}."
+            " It could be originally declared on another connection or the exclusive"
+            " property value does not match that of the original declaration.")
 
     def declare_queue(self, name: str, *, durable: bool, exclusive: bool, auto_delete: bool,
                       arguments: Mapping[str, Any], owner: object) -> ClassicQueue | Stream:
@@ -149,7 +152,9 @@ class VirtualHost:
             current = {"durable": True, "exclusive": False, "auto_delete": False}
             current_args = {"x-queue-type": STREAM}
             arguments = {k: v for k, v in arguments.items() if k == "x-queue-type"}
-        requested = {"durable": durable, "exclusive": exclusive, "auto_delete": auto_delete}
+        if current["exclusive"] != exclusive:  # RabbitMQ checks the owner first: 405
+            raise self._locked(found.name)
+        requested = {"durable": durable, "auto_delete": auto_delete}
         for key, value in requested.items():
             if current[key] != value:
                 raise PreconditionFailed(
@@ -207,9 +212,14 @@ class VirtualHost:
         self.graph.bind(binding)
         self.manager.save()
 
-    def unbind(self, binding: Binding) -> None:
+    def unbind(self, binding: Binding, owner: object | None) -> None:
+        """Remove a binding. One that does not exist, or whose queue or exchanges are gone
+        already (auto-delete, exclusive cleanup), is fine, as in RabbitMQ."""
+        if not self.graph.has_exchange(binding.source) or \
+                binding not in self.graph.bindings(binding.source):
+            return
         if binding.destination_kind == "queue":
-            self.lookup_for_binding(binding.destination)
+            self.lookup(binding.destination, owner)
         self.graph.unbind(binding)
         self.manager.save()
 

@@ -44,7 +44,7 @@ class ChannelError(Exception):
         self.method = method
 
     def close_method(self) -> m.ChannelClose:
-        text = str(self).encode()[:255].decode("utf-8", "ignore")
+        text = str(self).encode("utf-8", "replace")[:255].decode("utf-8", "ignore")
         method = self.method
         return m.ChannelClose(self.code, text, method.CLASS_ID if method else 0,
                               method.METHOD_ID if method else 0)
@@ -80,7 +80,8 @@ class Channel:
         self.number = number
         self.vhost = connection.vhost
         self.closing = False  # we sent channel.close and wait for close-ok
-        self.flow_active = True
+        self.ended = False  # the close handshake is over: nothing more is sent
+        self._held_cancels: list[str] | None = None  # while our queue.delete runs
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, _Delivery] = {}
         self._delivery_tag = 0
@@ -124,7 +125,9 @@ class Channel:
     # -- plumbing ------------------------------------------------------------
 
     def reply(self, method: Method) -> None:
-        self.connection.send_method(self.number, method)
+        """Send on this channel, unless it is closing or closed (confirms may be late)."""
+        if not (self.closing or self.ended):
+            self.connection.send_method(self.number, method)
 
     async def handle(self, method: Method) -> None:
         handler = self._handlers.get(type(method))
@@ -144,7 +147,7 @@ class Channel:
                                         resource_type)  # type: ignore[arg-type]
 
     def can_deliver(self) -> bool:
-        if not self.flow_active or self.closing:
+        if self.closing or self.ended:
             return False
         if self.global_prefetch and len(self.unacked) >= self.global_prefetch:
             return False
@@ -179,10 +182,11 @@ class Channel:
     # -- channel ---------------------------------------------------------------
 
     def on_flow(self, method: m.ChannelFlow) -> None:
-        self.flow_active = method.active
-        self.reply(m.ChannelFlowOk(method.active))
-        if method.active:
-            self.resume()
+        """RabbitMQ does not let a client stop its deliveries with channel.flow."""
+        if not method.active:
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "active=false",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        self.reply(m.ChannelFlowOk(True))
 
     def close(self) -> None:
         """The channel ends: consumers stop, unacked messages go back to their queues."""
@@ -200,6 +204,7 @@ class Channel:
         if method.passive:
             graph.passive_declare_exchange(method.exchange)
         else:
+            _require_utf8("exchange", method.exchange, method)
             self.check("configure", method.exchange, "exchange")
             exchange = graph.declare_exchange(
                 method.exchange, method.type, durable=method.durable,
@@ -229,7 +234,7 @@ class Channel:
             self.reply(m.ExchangeBindOk())
 
     def on_exchange_unbind(self, method: m.ExchangeUnbind) -> None:
-        self.vhost.unbind(self._exchange_binding(method))
+        self.vhost.unbind(self._exchange_binding(method), self.connection)
         if not method.no_wait:
             self.reply(m.ExchangeUnbindOk())
 
@@ -247,6 +252,7 @@ class Channel:
                 raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                    f"queue name '{name}' contains reserved prefix 'amq.*'",
                                    method)
+            _require_utf8("queue", name, method)
             self.check("configure", name, "queue")
             queue = self.vhost.declare_queue(
                 name, durable=method.durable, exclusive=method.exclusive,
@@ -257,19 +263,19 @@ class Channel:
 
     def _queue_binding(self, method: m.QueueBind | m.QueueUnbind) -> Binding:
         queue = self._queue_name(method.queue, method)
-        self.vhost.lookup(queue, self.connection)
         self.check("write", queue, "queue")
         self.check("read", method.exchange, "exchange")
         key = method.routing_key if method.queue or method.routing_key else queue
         return Binding(method.exchange, queue, "queue", key, method.arguments)
 
     def on_queue_bind(self, method: m.QueueBind) -> None:
+        self.vhost.lookup(self._queue_name(method.queue, method), self.connection)
         self.vhost.bind(self._queue_binding(method))
         if not method.no_wait:
             self.reply(m.QueueBindOk())
 
     def on_queue_unbind(self, method: m.QueueUnbind) -> None:
-        self.vhost.unbind(self._queue_binding(method))
+        self.vhost.unbind(self._queue_binding(method), self.connection)
         self.reply(m.QueueUnbindOk())
 
     def on_queue_purge(self, method: m.QueuePurge) -> None:
@@ -281,14 +287,21 @@ class Channel:
             self.reply(m.QueuePurgeOk(count))
 
     async def on_queue_delete(self, method: m.QueueDelete) -> None:
+        """Our own consumers of the queue hear of its end after delete-ok, as in RabbitMQ."""
         name = self._queue_name(method.queue, method)
         self.check("configure", name, "queue")
-        count = await self.vhost.delete_queue(name, owner=self.connection,
-                                              if_unused=method.if_unused,
-                                              if_empty=method.if_empty)
-        self.connection.core.delivery_stats.forget(self.vhost.name, name)
-        if not method.no_wait:
-            self.reply(m.QueueDeleteOk(count))
+        self._held_cancels = []
+        try:
+            count = await self.vhost.delete_queue(name, owner=self.connection,
+                                                  if_unused=method.if_unused,
+                                                  if_empty=method.if_empty)
+            self.connection.core.delivery_stats.forget(self.vhost.name, name)
+            if not method.no_wait:
+                self.reply(m.QueueDeleteOk(count))
+        finally:
+            held, self._held_cancels = self._held_cancels, None
+            for tag in held:
+                self._notify_cancel(tag)
 
     # -- consuming -------------------------------------------------------------
 
@@ -329,18 +342,19 @@ class Channel:
             consumer = QueueConsumer(self, queue, tag, no_ack=method.no_ack,
                                      exclusive=method.exclusive,
                                      prefetch=self.prefetch_count)
+            try:
+                queue.add_consumer(consumer)  # refuses a conflict before consume-ok
+            except AccessRefused:
+                raise ChannelError(ReplyCode.ACCESS_REFUSED,
+                                   f"{self.vhost.describe('queue', name)} in exclusive use",
+                                   method) from None
         self.consumers[tag] = consumer
         if not method.no_wait:
             self.reply(m.BasicConsumeOk(tag))
         self.connection.ctx.add_consumer(tag, name, prefetch_count=consumer.prefetch,
                                          ack_required=not consumer.no_ack, channel=self.number)
         if isinstance(consumer, QueueConsumer):
-            try:
-                queue.add_consumer(consumer)  # may deliver at once: after consume-ok
-            except BrokerError:
-                del self.consumers[tag]
-                self.connection.ctx.remove_consumer(tag)
-                raise
+            consumer.start()  # deliveries follow consume-ok
 
     def on_cancel(self, method: m.BasicCancel) -> None:
         consumer = self.consumers.pop(method.consumer_tag, None)
@@ -355,7 +369,13 @@ class Channel:
         if self.consumers.pop(tag, None) is None:
             return
         self.connection.ctx.remove_consumer(tag)
-        if self.connection.cancel_notify and not self.closing:
+        if self._held_cancels is not None:
+            self._held_cancels.append(tag)
+        else:
+            self._notify_cancel(tag)
+
+    def _notify_cancel(self, tag: str) -> None:
+        if self.connection.cancel_notify:
             self.reply(m.BasicCancel(tag, True))
 
     def on_get(self, method: m.BasicGet) -> None:
@@ -531,14 +551,13 @@ class Channel:
         run_end = 0
         for seq, futures, rejected in confirms:
             if rejected or failed.intersection(futures):
-                if run_end and not self.connection.closed:
+                if run_end:
                     self.reply(m.BasicAck(run_end, True))
                     run_end = 0
-                if not self.connection.closed:
-                    self.reply(m.BasicNack(seq, False, False))
+                self.reply(m.BasicNack(seq, False, False))
             else:
                 run_end = seq
-        if run_end and not self.connection.closed:
+        if run_end:
             self.reply(m.BasicAck(run_end, True))  # everything before is confirmed already
 
     async def confirms_sent(self) -> None:
@@ -580,6 +599,15 @@ class Channel:
         self._require_tx(method)
         self._tx_publishes, self._tx_settles = [], []
         self.reply(m.TxRollbackOk())
+
+
+def _require_utf8(kind: str, name: str, method: Method) -> None:
+    """Names are kept and shown as text: bytes that are not UTF-8 are a syntax error."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise AmqpCodecError(ReplyCode.SYNTAX_ERROR, f"{kind} name is not valid UTF-8",
+                             class_id=method.CLASS_ID, method_id=method.METHOD_ID) from None
 
 
 def _counts(queue: ClassicQueue | Stream) -> tuple[int, int]:

@@ -97,6 +97,11 @@ class AmqpCodec:
         self._partial: dict[int, _PartialContent] = {}
         self._error: AmqpCodecError | None = None
 
+    @property
+    def failed(self) -> bool:
+        """An error poisoned the codec: it drops whatever it receives from now on."""
+        return self._error is not None
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         if self._error is None:
             self._buffer += data

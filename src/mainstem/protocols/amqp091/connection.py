@@ -3,6 +3,13 @@
 Every complete frame in a read is handled before the next read (the codec hands them over
 as a batch); publishes of a read share their durable writes, and their confirms go out
 together once those writes are durable.
+
+A connection never ends on an error without connection.close: the first error in the byte
+stream (a method the broker refuses, or what the codec cannot parse after it) is answered
+with its code, and anything unexpected with 541. Closing is a handshake, as in RabbitMQ:
+after close-ok, or after our close until the client's close-ok, the client's frames are
+read and dropped until it hangs up (at most 30 s), so a client still flushing frames never
+meets a reset socket.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from mainstem.protocols.base import ConnectionContext
 
 READ_SIZE = 256 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
-CLOSE_OK_TIMEOUT_S = 2.0
+CLOSE_OK_TIMEOUT_S = 2.0  # for pending confirms, and for the client's close-ok at shutdown
+CLOSING_TIMEOUT_S = 30.0  # RabbitMQ's: how long a closing connection waits for its client
+SHUTDOWN_REASON = "broker forced connection closure with reason 'shutdown'"
 # Deliveries pause while the socket holds this much unsent data (a slow consumer).
 WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
 CAPABILITIES = {
@@ -69,6 +78,8 @@ class AmqpConnection:
         self._resuming: asyncio.Task[None] | None = None
         self._unsubscribe_alarms = None
         self._handshake_events: deque = deque()
+        self._close_request = asyncio.Event()  # an administrator closes us
+        self._close_reason = ""
 
     # -- output --------------------------------------------------------------
 
@@ -106,14 +117,15 @@ class AmqpConnection:
         except AmqpCodecError as exc:
             await self._close_with(exc)
             return
+        except Exception as exc:
+            await self._close_with(self._internal_error(exc))
+            return
         heartbeats = asyncio.ensure_future(self._heartbeats()) if self.heartbeat else None
         self.ctx.on_close_request = self._close_requested
         self._unsubscribe_alarms = self.core.alarms.subscribe(self._alarms_changed)
         if self.core.alarms.blocked:
             self._alarms_changed(self.core.alarms.active)
         try:
-            if await self._handle_events(list(self._handshake_events)):
-                return
             await self._serve()
         finally:
             if heartbeats is not None:
@@ -211,34 +223,59 @@ class AmqpConnection:
         self.heartbeat = tune_ok.heartbeat
 
     async def _serve(self) -> None:
-        closing = asyncio.ensure_future(self.ctx.closing.wait())
+        """Handle each read's frames in order until the connection closes; the first error
+        in the stream is the one answered."""
+        events: list = list(self._handshake_events)  # what came with connection.open
+        failure: AmqpCodecError | None = None
+        stopping = asyncio.ensure_future(self._stop_requested())
         try:
             while True:
-                read = asyncio.ensure_future(self._read_events())
-                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
-                if not read.done():
-                    read.cancel()
-                    await self._close_with(AmqpCodecError(
-                        ReplyCode.CONNECTION_FORCED,
-                        "broker forced connection closure with reason 'shutdown'"))
-                    return
-                try:
-                    events = read.result()
-                except AmqpCodecError as exc:
-                    await self._handle_events(exc.events)
-                    await self._close_with(exc)
-                    return
-                except (ConnectionClosed, ConnectionError):
-                    return
                 try:
                     if await self._handle_events(events):
                         return
                 except AmqpCodecError as exc:
-                    await self._close_with(exc)
+                    failure = exc  # it came before anything the codec refused
+                except Exception as exc:
+                    failure = self._internal_error(exc)
+                if failure is not None:
+                    await self._close_with(failure)
                     return
                 await self.drain()
+                try:
+                    events, failure = await self._next_read(stopping)
+                except (ConnectionClosed, ConnectionError):
+                    return
         finally:
-            closing.cancel()
+            stopping.cancel()
+
+    async def _next_read(self, stopping: asyncio.Future[str]
+                         ) -> tuple[list, AmqpCodecError | None]:
+        """The next read's frames, with the codec's error if it refused what followed them;
+        a shutdown or a close request comes as connection.close 320."""
+        read = asyncio.ensure_future(self._read_events())
+        await asyncio.wait((read, stopping), return_when=asyncio.FIRST_COMPLETED)
+        if not read.done():
+            read.cancel()
+            return [], AmqpCodecError(ReplyCode.CONNECTION_FORCED, stopping.result())
+        try:
+            return read.result(), None
+        except AmqpCodecError as exc:
+            return exc.events, exc
+
+    async def _stop_requested(self) -> str:
+        """Why to close, once the broker shuts down or an administrator closes us."""
+        shutdown = asyncio.ensure_future(self.ctx.closing.wait())
+        request = asyncio.ensure_future(self._close_request.wait())
+        try:
+            await asyncio.wait((shutdown, request), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            shutdown.cancel()
+            request.cancel()
+        return self._close_reason if self._close_request.is_set() else SHUTDOWN_REASON
+
+    def _internal_error(self, exc: Exception) -> AmqpCodecError:
+        self.ctx.log.exception("amqp connection failed: %r", exc)
+        return AmqpCodecError(ReplyCode.INTERNAL_ERROR, "internal error")
 
     async def _handle_events(self, events: list) -> bool:
         """Handle a read's frames; True once the connection is closed."""
@@ -281,36 +318,49 @@ class AmqpConnection:
         return None if channel.closing else channel
 
     async def _channel_method(self, number: int, method: Method, touched: set[Channel]) -> None:
-        if isinstance(method, m.ChannelOpen):
-            if number in self.channels:
-                raise AmqpCodecError(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen",
-                                     class_id=20, method_id=10)
-            if number > self.channel_max:
-                raise AmqpCodecError(ReplyCode.NOT_ALLOWED,
-                                     f"channel number {number} > channel_max",
-                                     class_id=20, method_id=10)
-            self.channels[number] = Channel(self, number)
-            self.send_method(number, m.ChannelOpenOk())
-            return
         channel = self.channels.get(number)
+        if channel is None and isinstance(method, m.ChannelOpen):
+            self._open_channel(number)
+            return
         if channel is not None and channel.closing:
-            if isinstance(method, m.ChannelCloseOk | m.ChannelClose):
-                del self.channels[number]
-                if isinstance(method, m.ChannelClose):
-                    self.send_method(number, m.ChannelCloseOk())
-            return  # everything else on a closing channel is dropped, as the spec says
+            # We sent channel.close: only the client's close-ok ends the channel; a close of
+            # its own that crossed ours is answered; everything else is dropped (the spec).
+            if isinstance(method, m.ChannelCloseOk):
+                self._forget(channel)
+            elif isinstance(method, m.ChannelClose):
+                self.send_method(number, m.ChannelCloseOk())
+            return
+        if isinstance(method, m.ChannelOpen):
+            raise AmqpCodecError(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen",
+                                 class_id=20, method_id=10)
         channel = self._channel(number, method)
         assert channel is not None
         if isinstance(method, m.ChannelClose):
+            channel.flush_confirms()  # publishes of this read are confirmed before close-ok
             channel.close()
             await channel.confirms_sent()
-            del self.channels[number]
+            self._forget(channel)
             self.send_method(number, m.ChannelCloseOk())
             return
         if isinstance(method, m.ChannelCloseOk):
             return
         await self._guarded(channel, channel.handle, method)
         touched.add(channel)
+
+    def _open_channel(self, number: int) -> None:
+        """Any channel number will do; RabbitMQ limits how many are open, not which."""
+        if len(self.channels) >= self.channel_max:
+            raise AmqpCodecError(ReplyCode.NOT_ALLOWED,
+                                 f"number of channels opened ({len(self.channels)}) has "
+                                 f"reached the negotiated channel_max ({self.channel_max})",
+                                 class_id=20, method_id=10)
+        self.channels[number] = Channel(self, number)
+        self.send_method(number, m.ChannelOpenOk())
+
+    def _forget(self, channel: Channel) -> None:
+        """The channel's close handshake is over: nothing more is sent on it."""
+        channel.ended = True
+        del self.channels[channel.number]
 
     def _close_channel(self, channel: Channel, error: ChannelError) -> None:
         self.ctx.log.info("amqp channel %d closed: %s", channel.number, error)
@@ -320,10 +370,10 @@ class AmqpConnection:
 
     async def _connection_method(self, method: Method) -> bool:
         if isinstance(method, m.ConnectionClose):
-            for channel in self.channels.values():
-                await channel.confirms_sent()
+            await self._send_pending_confirms()
             self._release_all()
             self.transport.write(encode_method(0, m.ConnectionCloseOk()))
+            await self._drop_client_frames(until_close_ok=False)
             self.transport.close()
             return True
         if isinstance(method, m.ConnectionCloseOk):
@@ -337,32 +387,44 @@ class AmqpConnection:
                              class_id=method.CLASS_ID, method_id=method.METHOD_ID)
 
     async def _close_with(self, error: AmqpCodecError) -> None:
-        """Connection.Close with the error, wait briefly for Close-Ok, then hang up."""
+        """Connection.Close with the error; then wait for the client's close-ok."""
         self.ctx.log.info("amqp connection closed: %s", error)
-        for channel in list(self.channels.values()):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(channel.confirms_sent(), CLOSE_OK_TIMEOUT_S)
+        await self._send_pending_confirms()
         self._release_all()
         self.transport.write(encode_method(0, error.close_method()))
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._await_close_ok(), CLOSE_OK_TIMEOUT_S)
+        await self._drop_client_frames(until_close_ok=True)
         self.transport.close()
 
-    async def _await_close_ok(self) -> None:
-        codec = AmqpCodec(frame_max=1 << 31, expect_protocol_header=False)
-        while True:
-            data = await self.ctx.reader.read(READ_SIZE)
-            if not data:
-                return
+    async def _send_pending_confirms(self) -> None:
+        for channel in list(self.channels.values()):
+            channel.flush_confirms()  # those of the read being handled
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(channel.confirms_sent(), CLOSE_OK_TIMEOUT_S)
+
+    async def _drop_client_frames(self, *, until_close_ok: bool) -> None:
+        """Read and drop the client's frames until it hangs up, or (after our close) until
+        its close-ok, for at most 30 s (2 s once the broker is shutting down)."""
+        timeout = CLOSE_OK_TIMEOUT_S if self.ctx.closing.is_set() else CLOSING_TIMEOUT_S
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._read_until_gone(until_close_ok), timeout)
+
+    async def _read_until_gone(self, until_close_ok: bool) -> None:
+        codec = self.codec
+        if codec.failed:  # what follows the refused bytes is parsed from scratch, if at all
+            codec = AmqpCodec(frame_max=self.frame_max, expect_protocol_header=False)
+        while data := await self.ctx.reader.read(READ_SIZE):
+            if not until_close_ok:
+                continue
             codec.receive_data(data)
             with contextlib.suppress(AmqpCodecError):
-                for event in codec.next_frames():
-                    if isinstance(event, MethodFrame) and isinstance(
-                            event.method, m.ConnectionCloseOk | m.ConnectionClose):
-                        return
+                if any(isinstance(event, MethodFrame) and event.channel == 0
+                       and isinstance(event.method, m.ConnectionCloseOk | m.ConnectionClose)
+                       for event in codec.next_frames()):
+                    return
 
     async def _close_requested(self, reason: str) -> None:
-        await self._close_with(AmqpCodecError(ReplyCode.CONNECTION_FORCED, reason))
+        self._close_reason = reason
+        self._close_request.set()
 
     # -- heartbeats and alarms -------------------------------------------------
 

@@ -37,8 +37,15 @@ class QueueConsumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.encoder = DeliverEncoder(channel.number, tag, channel.connection.frame_max)
+        self.started = False  # no credit until the client has its consume-ok
+
+    def start(self) -> None:
+        self.started = True
+        self.queue.dispatch()
 
     def has_credit(self) -> bool:
+        if not self.started:
+            return False
         if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:
             return False
         return self.channel.can_deliver()

@@ -25,7 +25,7 @@ class AmqpCodecError(Exception):
 
     def close_method(self) -> ConnectionClose:
         # RabbitMQ's reply texts look like "FRAME_ERROR - ..."; a shortstr holds 255 bytes.
-        text = str(self).encode("utf-8")[:255].decode("utf-8", "ignore")
+        text = str(self).encode("utf-8", "replace")[:255].decode("utf-8", "ignore")
         return ConnectionClose(self.reply_code, text, self.class_id, self.method_id)
 
 
