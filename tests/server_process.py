@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mainstem.protocols import all_protocols
@@ -30,12 +31,14 @@ def loopback_listener_flags() -> list[str]:
     return flags
 
 
-def start_server(data_dir: Path, log_path: Path, *extra: str) -> subprocess.Popen:
+def start_server(data_dir: Path, log_path: Path, *extra: str,
+                 preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+    """`preexec_fn` runs in the child before exec (e.g. to lower a resource limit)."""
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
             [str(MAINSTEM), "serve", "--data-dir", str(data_dir), *loopback_listener_flags(),
              *extra],
-            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(),
+            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(), preexec_fn=preexec_fn,
         )
 
 
