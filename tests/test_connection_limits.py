@@ -245,17 +245,17 @@ async def test_failed_logins_are_limited_per_client_address(tmp_path: Path) -> N
 def test_the_failure_budget_refills_over_time() -> None:
     now = [0.0]
     throttle = LoginThrottle(per_minute=2, clock=lambda: now[0])
-    for _ in range(2):
-        assert throttle.allows("10.0.0.1")
-        throttle.failed("10.0.0.1")
-    assert not throttle.allows("10.0.0.1")
-    assert not throttle.allows("::ffff:10.0.0.1")  # the same IPv4 client
-    assert throttle.allows("10.0.0.2")
+    assert throttle.take("10.0.0.1")
+    throttle.give_back("10.0.0.1")  # a successful login costs nothing
+    assert throttle.take("10.0.0.1") and throttle.take("10.0.0.1")
+    assert not throttle.take("10.0.0.1")
+    assert not throttle.take("::ffff:10.0.0.1")  # the same IPv4 client
+    assert throttle.take("10.0.0.2")
     now[0] = 30.0  # a token a half minute
-    assert throttle.allows("10.0.0.1")
-    throttle.failed("2001:db8::1")
-    throttle.failed("2001:db8::2")
-    assert not throttle.allows("2001:db8::3")  # one /64, one client
+    assert throttle.take("10.0.0.1")
+    assert not throttle.take("10.0.0.1")
+    assert throttle.take("2001:db8::1") and throttle.take("2001:db8::2")
+    assert not throttle.take("2001:db8::3")  # one /64, one client
 
 
 # -- HTTP input ---------------------------------------------------------------------------

@@ -87,26 +87,28 @@ class BrokerCore:
     # -- authentication ------------------------------------------------------
 
     async def login(self, username: str, password: str, peer_host: str | None) -> User:
-        """Check credentials; a refusal is answered after the failed-login delay.
-
-        A password verified before is checked at once. Otherwise the slow KDF runs in the
-        core's own small pool, never in the one that runs fsync, and only while the
-        client's address has failures to spare: a storm of wrong passwords neither stalls
-        other connections nor delays anyone's durable publishing.
-        """
+        """Check credentials; a refusal is answered after the failed-login delay."""
         try:
-            user = self.auth.authenticate_cached(username, password, peer_host)
-            if user is not None:
-                return user
-            if not self._login_throttle.allows(peer_host):
-                raise AuthenticationFailed(
-                    f"user '{username}' - too many failed logins from {peer_host}, try later")
-            return await asyncio.get_running_loop().run_in_executor(
-                self._kdf_pool, self.auth.authenticate, username, password, peer_host)
+            return await self._check_login(username, password, peer_host)
         except AuthenticationFailed:
-            self._login_throttle.failed(peer_host)
             await asyncio.sleep(self.settings.failed_login_delay_s)
             raise
+
+    async def _check_login(self, username: str, password: str, peer_host: str | None) -> User:
+        """A password verified before is checked at once. Otherwise the slow KDF runs in the
+        core's own small pool, never in the one that runs fsync, and only while the
+        client's address has failures to spare: a storm of wrong passwords neither stalls
+        other connections nor delays anyone's durable publishing."""
+        user = self.auth.authenticate_cached(username, password, peer_host)
+        if user is not None:
+            return user
+        if not self._login_throttle.take(peer_host):
+            raise AuthenticationFailed(
+                f"user '{username}' - too many failed logins from this address, try later")
+        user = await asyncio.get_running_loop().run_in_executor(
+            self._kdf_pool, self.auth.authenticate, username, password, peer_host)
+        self._login_throttle.give_back(peer_host)
+        return user
 
     # -- namespaces ----------------------------------------------------------
 

@@ -1,10 +1,10 @@
 """Failed logins per client address: a token bucket each, so guessing is slow and cheap.
 
-Every failed login takes a token from its address's bucket, which refills at
-`per_minute` tokens a minute up to `per_minute`. An address with an empty bucket is
-refused before its password is checked, so a flood of wrong logins cannot keep the
-password hash (a deliberately slow KDF) busy. IPv6 clients are counted per /64, the
-block one host usually holds.
+Every login that needs its password checked takes a token from its address's bucket
+(a successful one gives it back), which refills at `per_minute` tokens a minute up to
+`per_minute`. An address with an empty bucket is refused before its password is
+checked, so a flood of wrong logins cannot keep the password hash (a deliberately slow
+KDF) busy. IPv6 clients are counted per /64, the block one host usually holds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import ipaddress
 import time
 from collections.abc import Callable
 
-# Buckets kept at most; beyond it, the full ones (worth forgetting) go first.
+# Buckets kept at most; beyond it, the address whose bucket was touched longest ago (so
+# has refilled the most) is forgotten.
 MAX_TRACKED_ADDRESSES = 10_000
 
 
@@ -24,18 +25,22 @@ class LoginThrottle:
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, at)
 
-    def allows(self, peer_host: str | None) -> bool:
-        """True if this address may try a login now (it has failures to spare)."""
-        return self._tokens(_address_key(peer_host)) >= 1
+    def take(self, peer_host: str | None) -> bool:
+        """Spend a token on a login about to be checked; False if the address has none.
 
-    def failed(self, peer_host: str | None) -> None:
-        """Count a failed login against this address."""
+        Taken before the check, not after it fails, so that logins checked at the same
+        time cannot together exceed the address's budget."""
         key = _address_key(peer_host)
-        tokens = max(self._tokens(key) - 1, 0.0)
-        self._buckets.pop(key, None)  # re-inserted last: the dict stays oldest-first
-        self._buckets[key] = (tokens, self._clock())
-        if len(self._buckets) > MAX_TRACKED_ADDRESSES:
-            self._forget_some()
+        tokens = self._tokens(key)
+        if tokens < 1:
+            return False
+        self._store(key, tokens - 1)
+        return True
+
+    def give_back(self, peer_host: str | None) -> None:
+        """The login succeeded: its token returns."""
+        key = _address_key(peer_host)
+        self._store(key, self._tokens(key) + 1)
 
     def _tokens(self, key: str) -> float:
         bucket = self._buckets.get(key)
@@ -44,12 +49,13 @@ class LoginThrottle:
         tokens, at = bucket
         return min(self._capacity, tokens + (self._clock() - at) * self._refill_per_s)
 
-    def _forget_some(self) -> None:
-        full = [key for key in self._buckets if self._tokens(key) >= self._capacity]
-        for key in full:
-            del self._buckets[key]
-        while len(self._buckets) > MAX_TRACKED_ADDRESSES:
-            del self._buckets[next(iter(self._buckets))]  # the longest since a failure
+    def _store(self, key: str, tokens: float) -> None:
+        self._buckets.pop(key, None)  # re-inserted last: the dict stays oldest-first
+        if tokens >= self._capacity:
+            return  # a full bucket is what an unknown address gets anyway
+        self._buckets[key] = (tokens, self._clock())
+        if len(self._buckets) > MAX_TRACKED_ADDRESSES:
+            del self._buckets[next(iter(self._buckets))]
 
 
 def _address_key(peer_host: str | None) -> str:
