@@ -76,8 +76,14 @@ async def test_a_socket_that_does_not_log_in_is_closed(
     await until(lambda: not broker.connections)
 
 
-async def test_clients_that_logged_in_outlive_the_handshake_timeout(broker: Broker) -> None:
+async def test_clients_that_logged_in_outlive_the_handshake_timeout(tmp_path: Path) -> None:
     """Every protocol tells the server when its client has logged in (ctx.identify)."""
+    handshake_ms = 1000  # room for the first login's password hash on a busy machine
+    async with Broker(config=config(tmp_path, handshake_ms=handshake_ms)) as broker:
+        await stay_logged_in(broker, handshake_ms / 1000 * 1.5)
+
+
+async def stay_logged_in(broker: Broker, seconds: float) -> None:
     ports = broker.ports
     amqp = await aio_pika.connect(broker.urls["amqp"])
     stream = Producer("127.0.0.1", port=ports["stream"], username="guest", password="guest")
@@ -89,7 +95,7 @@ async def test_clients_that_logged_in_outlive_the_handshake_timeout(broker: Brok
     bson = await EventsClient.connect("127.0.0.1", ports["bson"], "guest", "guest")
     segment = await SegmentClient.connect("127.0.0.1", ports["segment"])
     try:
-        await asyncio.sleep(HANDSHAKE_MS / 1000 * 2)
+        await asyncio.sleep(seconds)
         channel = await amqp.channel()
         await channel.declare_queue("kept-queue")
         await stream.send_wait("kept-stream", AMQPMessage(body=b"after"))
@@ -212,8 +218,10 @@ async def test_unknown_and_known_users_are_refused_alike(tmp_path: Path) -> None
             with pytest.raises(SegmentClientError, match="invalid credentials"):
                 await SegmentClient.connect("127.0.0.1", broker.ports["segment"], user, "wrong")
 
-        known = [await timed(lambda: refused("guest")) for _ in range(3)]
-        unknown = [await timed(lambda: refused("nobody")) for _ in range(3)]
+        known, unknown = [], []
+        for _ in range(3):  # interleaved: a change in the machine's load hits both alike
+            known.append(await timed(lambda: refused("guest")))
+            unknown.append(await timed(lambda: refused("nobody")))
     assert min(known + unknown) >= delay_s
     # The unknown name pays a password hash too: its answer is no faster than a known one's.
     hash_s = statistics.median(known) - delay_s
@@ -226,7 +234,8 @@ async def test_failed_logins_are_limited_per_client_address(tmp_path: Path) -> N
         for _ in range(3):
             with pytest.raises(SegmentClientError, match="invalid credentials"):
                 await SegmentClient.connect("127.0.0.1", broker.ports["segment"], "guest", "x")
-        # Out of failures: even the right password is refused from this address for now...
+        # Out of failures: even the right password (never verified here, so it would need
+        # the password hash) is refused from this address for now...
         with pytest.raises(SegmentClientError, match="too many failed logins"):
             await SegmentClient.connect("127.0.0.1", broker.ports["segment"])
         async with aiohttp.ClientSession() as http, http.get(
