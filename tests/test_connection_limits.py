@@ -21,7 +21,7 @@ from mainstem.broker.login_throttle import LoginThrottle
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
-from mainstem.config import ServerConfig
+from mainstem.config import ConfigError, ServerConfig, load_config
 from mainstem.server import default_max_connections
 from server_process import kill, start_server, wait_for_event
 
@@ -292,3 +292,16 @@ async def until(condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         await asyncio.sleep(0.02)
+
+
+def test_configuration_keys(tmp_path: Path) -> None:
+    toml = tmp_path / "mainstem.toml"
+    toml.write_text('[limits]\nmax_connections = "auto"\nhandshake_timeout_ms = 2500\n'
+                    "[auth]\nfailed_login_delay_ms = 0\nfailed_logins_per_minute = 5\n")
+    loaded = load_config(None, {"MAINSTEM_CONFIG": str(toml)})
+    assert (loaded.max_connections, loaded.handshake_timeout_ms) == (None, 2500)
+    settings = loaded.core_settings()
+    assert (settings.failed_login_delay_s, settings.failed_logins_per_minute) == (0, 5)
+    assert load_config(None, {"MAINSTEM_MAX_CONNECTIONS": "0"}).max_connections == 0
+    with pytest.raises(ConfigError, match="max_connections"):
+        load_config(None, {"MAINSTEM_MAX_CONNECTIONS": "many"})
