@@ -155,6 +155,25 @@ def test_repeated_logins_pay_the_kdf_once(auth: Auth, kdf_calls: list[str]) -> N
     assert kdf_calls == ["guest", "guesT"]
 
 
+def test_an_unknown_user_costs_a_kdf_as_a_wrong_password_does(
+    auth: Auth, kdf_calls: list[str]
+) -> None:
+    with pytest.raises(AuthenticationFailed, match="invalid credentials"):
+        auth.authenticate("nobody", "secret", LOCAL)
+    assert kdf_calls == ["secret"]
+
+
+def test_cached_logins_are_answered_without_the_kdf(auth: Auth, kdf_calls: list[str]) -> None:
+    assert auth.authenticate_cached("guest", "guest", LOCAL) is None  # never verified yet
+    auth.authenticate("guest", "guest", LOCAL)
+    assert auth.authenticate_cached("guest", "guest", LOCAL) == User("guest", ("administrator",))
+    assert auth.authenticate_cached("guest", "wrong", LOCAL) is None
+    assert auth.authenticate_cached("nobody", "guest", LOCAL) is None
+    with pytest.raises(AuthenticationFailed, match="only connect via localhost"):
+        auth.authenticate_cached("guest", "guest", REMOTE)
+    assert kdf_calls == ["guest"]
+
+
 def test_password_change_invalidates_the_cache(auth: Auth, kdf_calls: list[str]) -> None:
     auth.add_user("bob", "old")
     auth.authenticate("bob", "old", REMOTE)

@@ -27,6 +27,7 @@ from mainstem.protocols.base import ConnectionLimits, ProtocolSpec
 # All interfaces, as RabbitMQ does; an embedded Broker binds 127.0.0.1 instead.
 DEFAULT_HOST = "0.0.0.0"
 UNLIMITED = "unlimited"
+AUTO = "auto"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "text")
 MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit its handshake
@@ -59,7 +60,7 @@ class StorageConfig:
     fsync: FsyncMode = FsyncMode.BATCH
     fsync_interval_ms: int = 200  # only used by FsyncMode.INTERVAL
     max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
-    open_files: int = 0  # log-file descriptors kept open; 0: a quarter of RLIMIT_NOFILE
+    open_files: int = 0  # log-file descriptors kept open; 0: (RLIMIT_NOFILE - 128) / 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,8 @@ class AuthConfig:
     default_user: str = "guest"
     default_pass: str = "guest"
     loopback_users: tuple[str, ...] = ("guest",)
+    failed_login_delay_ms: int = 1000  # every refused login is answered this late
+    failed_logins_per_minute: int = 30  # per client address, in bursts of as many
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,9 @@ class ServerConfig:
     # The [limits] section, kept flat so that limits() can build the handlers' view.
     max_frame_size: int = 1_048_576
     heartbeat_s: int = 60
-    max_connections: int = 0  # 0: unlimited; the server closes connections beyond it
+    # None: derived from the descriptor limit; 0: unlimited; the server closes sockets beyond
+    max_connections: int | None = None
+    handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
     channel_max: int = 2047
     max_consumers_per_queue: int = 0
     max_event_size: int = 4 * 1024 * 1024  # BSON events
@@ -180,6 +185,8 @@ class ServerConfig:
             loopback_users=self.auth.loopback_users,
             max_partitions=self.storage.max_partitions,
             open_files=self.storage.open_files,
+            failed_login_delay_s=self.auth.failed_login_delay_ms / 1000,
+            failed_logins_per_minute=self.auth.failed_logins_per_minute,
         )
 
     def limits(self) -> ConnectionLimits:
@@ -243,6 +250,10 @@ def parse_size(value: object) -> int:
 
 def _optional_size(value: object) -> int | None:
     return None if value == UNLIMITED else parse_size(value)
+
+
+def _connection_limit(value: object) -> int | None:
+    return None if value == AUTO else _int_at_least(0)(value)
 
 
 def _frame_size(value: object) -> int:
@@ -338,7 +349,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "retention.max_segment_bytes": parse_size,
     "limits.max_frame_size": _frame_size,
     "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
-    "limits.max_connections": _int_at_least(0),
+    "limits.max_connections": _connection_limit,
+    "limits.handshake_timeout_ms": _int_at_least(1),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
     "limits.max_event_size": parse_size,
@@ -348,6 +360,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "auth.default_user": _text,
     "auth.default_pass": _text,
     "auth.loopback_users": _names,
+    "auth.failed_login_delay_ms": _int_at_least(0),
+    "auth.failed_logins_per_minute": _int_at_least(1),
     "log.level": _choice(LOG_LEVELS),
     "log.format": _choice(LOG_FORMATS),
     "admin.host": _text,
@@ -384,6 +398,7 @@ _ENV_VARS = {
     "MAINSTEM_MAX_FRAME_SIZE": "limits.max_frame_size",
     "MAINSTEM_HEARTBEAT": "limits.heartbeat",
     "MAINSTEM_MAX_CONNECTIONS": "limits.max_connections",
+    "MAINSTEM_HANDSHAKE_TIMEOUT_MS": "limits.handshake_timeout_ms",
     "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
     "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
     "MAINSTEM_DEFAULT_USER": "auth.default_user",
@@ -418,7 +433,10 @@ _FLAGS = (
     ("--retention-max-segment-bytes", "retention.max_segment_bytes", "SIZE", "segment roll size"),
     ("--max-frame-size", "limits.max_frame_size", "SIZE", "largest frame a client may send"),
     ("--heartbeat", "limits.heartbeat", "SECONDS", "heartbeat proposed to clients (0: off)"),
-    ("--max-connections", "limits.max_connections", "N", "open connections (0: unlimited)"),
+    ("--max-connections", "limits.max_connections", "N",
+     "open connections (auto: from the descriptor limit; 0: unlimited)"),
+    ("--handshake-timeout-ms", "limits.handshake_timeout_ms", "MS",
+     "close a connection not logged in by then (default: 10000)"),
     ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
     ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
@@ -653,6 +671,8 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
         heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
         max_connections=values.get("limits.max_connections", default.max_connections),
+        handshake_timeout_ms=values.get("limits.handshake_timeout_ms",
+                                        default.handshake_timeout_ms),
         channel_max=values.get("limits.channel_max", default.channel_max),
         max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
                                            default.max_consumers_per_queue),

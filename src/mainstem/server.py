@@ -14,6 +14,7 @@ import fcntl
 import itertools
 import logging
 import os
+import resource
 import signal
 import ssl
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.projections import Projection
 from mainstem.config import ServerConfig
+from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logs import ContextLog, describe_error
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
@@ -116,6 +118,7 @@ class Broker:
         self.alarm_monitor: AlarmMonitor | None = None
         self._background: list[asyncio.Task] = []
         self._admin_runners: list = []  # the aiohttp AppRunner of the admin sites
+        self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self.ports: dict[str, int] = {}
         self._hosts: dict[str, str] = {}
 
@@ -162,6 +165,7 @@ class Broker:
             raise RuntimeError("the broker is already running")
         self._lock.acquire()
         self._closing = asyncio.Event()
+        self.max_connections = _connection_limit(self.config.max_connections)
         try:
             self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
             self._declare_projections()
@@ -181,6 +185,7 @@ class Broker:
             raise
         log.info("broker started", extra={
             "data_dir": str(self.data_dir), "ports": dict(self.ports), "pid": os.getpid(),
+            "max_connections": self.max_connections,
         })
 
     async def stop(self) -> None:
@@ -222,7 +227,7 @@ class Broker:
         try:
             server = await asyncio.start_server(
                 on_connection, host, port, limit=self._read_buffer_limit(), backlog=LISTEN_BACKLOG,
-                ssl=tls,
+                ssl=tls, ssl_handshake_timeout=self._handshake_timeout_s if tls else None,
             )
         except OSError as exc:
             raise ListenerBindError(name, host, port, _bind_reason(exc)) from exc
@@ -245,17 +250,28 @@ class Broker:
         sites = [("admin", listener.port, None)]
         if tls is not None:
             sites.append(("admin" + TLS_SUFFIX, self.config.tls_port("admin"), tls))
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        # aiohttp closes a connection that has no request under way for the keep-alive
+        # timeout, from its first byte on: silent and slow-header clients are handshakes.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
+                               keepalive_timeout=self._handshake_timeout_s)
         await runner.setup()
         self._admin_runners.append(runner)
+        http = runner.server
+        assert http is not None
+
+        def accept() -> asyncio.BaseProtocol:
+            return _Refused() if self._refused("admin") else http()
+
         for name, port, context in sites:
-            site = web.TCPSite(runner, listener.host, port, ssl_context=context,
-                               backlog=LISTEN_BACKLOG)
             try:
-                await site.start()
+                server = await asyncio.get_running_loop().create_server(
+                    accept, listener.host, port, ssl=context, backlog=LISTEN_BACKLOG,
+                    ssl_handshake_timeout=self._handshake_timeout_s if context else None,
+                )
             except OSError as exc:
                 raise ListenerBindError(name, listener.host, port, _bind_reason(exc)) from exc
-            self._bound(name, listener.host, runner.addresses[-1][1])
+            self._servers.append(server)
+            self._bound(name, listener.host, server.sockets[0].getsockname()[1])
 
     async def _stop_admin(self) -> None:
         runners, self._admin_runners = self._admin_runners, []
@@ -278,6 +294,26 @@ class Broker:
         # complete frame per wakeup; readexactly() of a larger frame still works.
         return min(max(self.config.max_frame_size, 64 * 1024), 4 * 1024 * 1024)
 
+    @property
+    def _handshake_timeout_s(self) -> float:
+        return self.config.handshake_timeout_ms / 1000
+
+    def _open_connections(self) -> int:
+        """Protocol connections and the admin listener's HTTP connections."""
+        http = sum(len(runner.server.connections) for runner in self._admin_runners
+                   if runner.server is not None)
+        return len(self.connections) + http
+
+    def _refused(self, listener: str, peer: str = "") -> bool:
+        """True (and logged) when a new socket is beyond the connection limit."""
+        limit = self.max_connections
+        if not limit or self._open_connections() < limit:
+            return False
+        # Refused before any protocol byte, as RabbitMQ does past its connection_max.
+        log.warning("connection refused: connection limit reached",
+                    extra={"listener": listener, "peer": peer, "max_connections": limit})
+        return True
+
     async def _serve_connection(
         self, spec: ProtocolSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         listener: str,
@@ -285,11 +321,7 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         peer = _format_address(writer.get_extra_info("peername"))
-        limit = self.config.max_connections
-        if limit and len(self.connections) >= limit:
-            # Refused before any protocol byte, as RabbitMQ does past its connection_max.
-            log.warning("connection refused: connection limit reached",
-                        extra={"listener": listener, "peer": peer, "max_connections": limit})
+        if self._refused(listener, peer):
             await _close_writer(writer)
             return
         self._connections.add(task)
@@ -309,12 +341,16 @@ class Broker:
         loop = asyncio.get_running_loop()
         opened_at = loop.time()
         ctx.log.info("connection opened")
+        handshake = _HandshakeDeadline(ctx, task, self._handshake_timeout_s)
         outcome = "ended"
         try:
             await spec.handler(ctx)
         except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
+            if not handshake.expired:
+                outcome = "cancelled"
+                raise
+            outcome = "handshake timeout"
+            task.uncancel()
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             outcome = "lost"
             ctx.log.warning("connection lost", extra={"error": describe_error(exc)})
@@ -322,6 +358,7 @@ class Broker:
             outcome = "failed"
             ctx.log.exception("connection failed", extra={"error": describe_error(exc)})
         finally:
+            handshake.cancel()
             self._connections.discard(task)
             self.connections.remove(conn_id)
             traffic = socket_traffic(writer)
@@ -361,6 +398,54 @@ class Broker:
                 await core.close()
         finally:
             self._lock.release()
+
+
+class _HandshakeDeadline:
+    """Cancels a connection whose client has not logged in (ctx.identify) in time, as
+    RabbitMQ's handshake_timeout does: a silent socket must not hold a descriptor."""
+
+    def __init__(self, ctx: ConnectionContext, task: asyncio.Task, timeout_s: float) -> None:
+        self.expired = False
+        self._ctx = ctx
+        self._task = task
+        self._handle = asyncio.get_running_loop().call_later(timeout_s, self._expire, timeout_s)
+
+    def _expire(self, timeout_s: float) -> None:
+        if self._ctx.user is None:
+            self._ctx.log.warning("closing connection: no login within the handshake timeout",
+                                  extra={"handshake_timeout_s": timeout_s})
+            self.expired = True
+            self._task.cancel()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+class _Refused(asyncio.Protocol):
+    """What an HTTP socket beyond the connection limit gets: closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+def _connection_limit(configured: int | None) -> int:
+    """The configured limit, else the default for this process's descriptor limit."""
+    if configured is not None:
+        return configured
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return default_max_connections(soft)
+
+
+def default_max_connections(descriptors: int) -> int:
+    """Connections allowed by default under a limit of `descriptors` open files.
+
+    A fixed set is kept for the process itself; of the rest, a quarter stays for the
+    broker's files (segments, indexes, queue journals) and three quarters go to sockets,
+    so a flood of connections cannot starve storage or the alarm checks of descriptors.
+    """
+    if descriptors == resource.RLIM_INFINITY:
+        descriptors = 1 << 20
+    return max(1, (descriptors - PROCESS_DESCRIPTORS) * 3 // 4)
 
 
 def _with_overrides(

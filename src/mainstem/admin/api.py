@@ -71,7 +71,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
         return {}
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         raise InvalidArgument("the request body is not JSON") from None
     if not isinstance(body, dict):
         raise InvalidArgument("the request body must be a JSON object")

@@ -16,7 +16,7 @@ import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Literal
 
 from mainstem.broker.catalog import DEFAULT_NAMESPACE, Catalog, UserRecord
@@ -169,29 +169,52 @@ class Auth:
         """Check a login; `peer_host` is the client's IP, None for in-process clients.
 
         Raises AuthenticationFailed, with the same message for an unknown user and a
-        wrong password so that a client cannot probe which users exist.
+        wrong password so that a client cannot probe which users exist. An unknown user
+        costs the same KDF as a wrong password, so the answer's timing tells nothing either.
         """
         record = self._catalog.get_user(username)
-        if record is None or not self._password_matches(record, password):
-            raise AuthenticationFailed(f"user '{username}' - invalid credentials")
-        if username in self._loopback_users and not is_loopback(peer_host):
-            raise AuthenticationFailed(f"user '{username}' can only connect via localhost")
+        if record is None:
+            verify_password(password, self._dummy_hash)
+            raise self._invalid(username)
+        if not self._cached_match(record, password):
+            if not verify_password(password, record.password_hash):
+                raise self._invalid(username)
+            self._verified[record.name] = (self._digest(password), record.password_hash)
+        return self._admitted(record, peer_host)
+
+    def authenticate_cached(self, username: str, password: str, peer_host: str | None
+                            ) -> User | None:
+        """The login's User if this password verified before, without the KDF; None when
+        only authenticate() can tell. Raises AuthenticationFailed as authenticate() does."""
+        record = self._catalog.get_user(username)
+        if record is None or not self._cached_match(record, password):
+            return None
+        return self._admitted(record, peer_host)
+
+    @cached_property
+    def _dummy_hash(self) -> str:
+        return hash_password(secrets.token_urlsafe(16), self._kdf)
+
+    def _admitted(self, record: UserRecord, peer_host: str | None) -> User:
+        if record.name in self._loopback_users and not is_loopback(peer_host):
+            raise AuthenticationFailed(f"user '{record.name}' can only connect via localhost")
         return User(record.name, record.tags)
 
-    def _password_matches(self, record: UserRecord, password: str) -> bool:
-        digest = hmac.digest(self._cache_key, password.encode("utf-8"), "sha256")
+    @staticmethod
+    def _invalid(username: str) -> AuthenticationFailed:
+        return AuthenticationFailed(f"user '{username}' - invalid credentials")
+
+    def _digest(self, password: str) -> bytes:
+        return hmac.digest(self._cache_key, password.encode("utf-8"), "sha256")
+
+    def _cached_match(self, record: UserRecord, password: str) -> bool:
         cached = self._verified.get(record.name)
         # Comparing the stored hash too makes a password changed elsewhere a cache miss.
-        if (
+        return (
             cached is not None
             and cached[1] == record.password_hash
-            and hmac.compare_digest(cached[0], digest)
-        ):
-            return True
-        if not verify_password(password, record.password_hash):
-            return False
-        self._verified[record.name] = (digest, record.password_hash)
-        return True
+            and hmac.compare_digest(cached[0], self._digest(password))
+        )
 
     # -- users --------------------------------------------------------------------
 

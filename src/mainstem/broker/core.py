@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mainstem.broker.active_consumers import ActiveConsumers
@@ -17,7 +19,9 @@ from mainstem.broker.auth import Auth, User
 from mainstem.broker.binders import BinderStore
 from mainstem.broker.catalog import Catalog, NamespaceRecord
 from mainstem.broker.delivery_stats import DeliveryStats
+from mainstem.broker.errors import AuthenticationFailed
 from mainstem.broker.iggy_model import IggyModel
+from mainstem.broker.login_throttle import LoginThrottle
 from mainstem.broker.projections import Projections
 from mainstem.broker.queues import QueueManager
 from mainstem.broker.segments import SegmentStore
@@ -27,6 +31,9 @@ from mainstem.log.descriptors import DescriptorCache
 
 log = logging.getLogger("mainstem.broker")
 
+# Password hashes (scrypt) take at most half the CPUs, however many logins arrive.
+KDF_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
+
 
 class BrokerCore:
     def __init__(self, data_dir: Path, settings: CoreSettings, catalog: Catalog) -> None:
@@ -35,6 +42,8 @@ class BrokerCore:
         self.catalog = catalog
         self.auth = Auth(catalog, settings)
         self.descriptors = DescriptorCache(settings.open_files or None)
+        self._kdf_pool = ThreadPoolExecutor(KDF_THREADS, thread_name_prefix="mainstem-kdf")
+        self._login_throttle = LoginThrottle(settings.failed_logins_per_minute)
         self.streams = StreamStore(
             data_dir / "streams", catalog, settings.durability, settings.retention,
             max_partitions=settings.max_partitions, descriptors=self.descriptors,
@@ -77,13 +86,33 @@ class BrokerCore:
         self.iggy.close()
         self.binders.close()
         self.catalog.close()
+        self._kdf_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- authentication ------------------------------------------------------
 
     async def login(self, username: str, password: str, peer_host: str | None) -> User:
-        """Check credentials off the event loop: a cache miss costs a slow KDF, and a
-        storm of wrong passwords must not stall every other connection."""
-        return await asyncio.to_thread(self.auth.authenticate, username, password, peer_host)
+        """Check credentials; a refusal is answered after the failed-login delay."""
+        try:
+            return await self._check_login(username, password, peer_host)
+        except AuthenticationFailed:
+            await asyncio.sleep(self.settings.failed_login_delay_s)
+            raise
+
+    async def _check_login(self, username: str, password: str, peer_host: str | None) -> User:
+        """A password verified before is checked at once. Otherwise the slow KDF runs in the
+        core's own small pool, never in the one that runs fsync, and only while the
+        client's address has failures to spare: a storm of wrong passwords neither stalls
+        other connections nor delays anyone's durable publishing."""
+        user = self.auth.authenticate_cached(username, password, peer_host)
+        if user is not None:
+            return user
+        if not self._login_throttle.take(peer_host):
+            raise AuthenticationFailed(
+                f"user '{username}' - too many failed logins from this address, try later")
+        user = await asyncio.get_running_loop().run_in_executor(
+            self._kdf_pool, self.auth.authenticate, username, password, peer_host)
+        self._login_throttle.give_back(peer_host)
+        return user
 
     # -- namespaces ----------------------------------------------------------
 

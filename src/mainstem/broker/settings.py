@@ -18,7 +18,11 @@ class CoreSettings:
     bootstrap_password: str = "guest"
     # Users that may only connect from a loopback address, as RabbitMQ's loopback_users.
     loopback_users: tuple[str, ...] = ("guest",)
+    # A refused login is answered after this delay; each client address may fail this many
+    # logins a minute (in bursts of as many), then is refused without a password check.
+    failed_login_delay_s: float = 1.0
+    failed_logins_per_minute: int = 30
     # How often retention runs over every partition, besides on segment roll.
     retention_check_interval_s: float = 60.0
     max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
-    open_files: int = 0  # log-file descriptors kept open; 0: a quarter of RLIMIT_NOFILE
+    open_files: int = 0  # log-file descriptors kept open; 0: (RLIMIT_NOFILE - 128) / 4

@@ -10,13 +10,21 @@ concurrent appenders pay for one fsync per round, not one each.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
 
 # Called with each fsync round's duration in seconds (the metrics histogram registers here).
 fsync_observers: set[Callable[[float], None]] = set()
+
+# fsync runs in threads of its own: in asyncio's default pool, any other blocking work
+# (password hashing was one) would queue ahead of it and delay every publish confirm.
+# As many threads as that pool had: an fsync mostly waits for the disk, not the CPU.
+_FSYNC_POOL = ThreadPoolExecutor(min(32, (os.cpu_count() or 1) + 4),
+                                 thread_name_prefix="mainstem-fsync")
 
 
 def _timed(sync: Callable[[], None]) -> None:
@@ -89,7 +97,7 @@ class GroupCommit:
                 if self.policy.mode is FsyncMode.INTERVAL:
                     await asyncio.sleep(self.policy.interval_ms / 1000)
                 target = self._written
-                await loop.run_in_executor(None, _timed, self._sync)
+                await loop.run_in_executor(_FSYNC_POOL, _timed, self._sync)
                 self._advance(target)
         except BaseException as error:  # a failed fsync must fail every waiter, not hang it
             self._fail(error)

@@ -22,18 +22,24 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-# When derived from the process limit, a quarter of RLIMIT_NOFILE goes to log files; the
-# rest stays for sockets, SQLite and the broker's other files.
-_DERIVED_SHARE = 4
+# Descriptors kept for the process itself (listeners, event loop, SQLite, logs, lock file);
+# of the rest of RLIMIT_NOFILE, a quarter goes to log files and three quarters to sockets
+# (the server's default connection limit), so neither can starve the other.
+PROCESS_DESCRIPTORS = 128
 _MIN_CAPACITY = 16
 
 
-def default_capacity() -> int:
-    """A quarter of the soft RLIMIT_NOFILE: three quarters stay for connections."""
+def shared_descriptors() -> int:
+    """The soft RLIMIT_NOFILE less what the process keeps for itself."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1 << 20
-    return max(_MIN_CAPACITY, soft // _DERIVED_SHARE)
+    return max(0, soft - PROCESS_DESCRIPTORS)
+
+
+def default_capacity() -> int:
+    """A quarter of the shared descriptors: three quarters stay for connections."""
+    return max(_MIN_CAPACITY, shared_descriptors() // 4)
 
 
 class DescriptorCache:

@@ -36,7 +36,8 @@ class ConnectionContext:
     # The server sets this when it shuts down: handlers finish in-flight work and return.
     closing: asyncio.Event
     # What the management API lists for this connection; the server fills the first three,
-    # the handler calls identify() once the client has logged in.
+    # the handler calls identify() once the client has logged in: until then the server
+    # closes the connection at its handshake timeout.
     listener: str = ""
     peer: str = ""
     tls: bool = False

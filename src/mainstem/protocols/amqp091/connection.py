@@ -35,7 +35,6 @@ from mainstem.protocols.amqp091.wire import Method, read_table
 from mainstem.protocols.base import ConnectionContext
 
 READ_SIZE = 256 * 1024
-HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_OK_TIMEOUT_S = 2.0  # for pending confirms, and for the client's close-ok at shutdown
 CLOSING_TIMEOUT_S = 30.0  # RabbitMQ's: how long a closing connection waits for its client
 SHUTDOWN_REASON = "broker forced connection closure with reason 'shutdown'"
@@ -111,8 +110,8 @@ class AmqpConnection:
 
     async def run(self) -> None:
         try:
-            await asyncio.wait_for(self._handshake(), HANDSHAKE_TIMEOUT_S)
-        except (TimeoutError, ConnectionClosed, ConnectionError):
+            await self._handshake()  # the server closes it if it takes too long
+        except (ConnectionClosed, ConnectionError):
             return
         except AmqpCodecError as exc:
             await self._close_with(exc)

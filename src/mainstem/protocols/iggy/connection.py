@@ -180,6 +180,7 @@ class IggyConnection:
             r.long_string()
         r.end()
         self.user = await self.core.login(username, password, self.peer_host)
+        self.ctx.identify(self.user.name)
         self.model.clients[self.client_id] = (self.address, username)
         return c.U32.pack(user_id(self.user))
 

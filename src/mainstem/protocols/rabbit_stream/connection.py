@@ -56,8 +56,6 @@ WRITE_HIGH_WATER = 4 * 1024 * 1024
 # a large frame, never the whole frame; the header counts entries in 16 bits.
 MAX_CHUNK_ENTRIES = 4096
 MAX_CHUNK_BYTES = 1 << 20
-# RabbitMQ's handshake_timeout: from accept to Open.
-HANDSHAKE_TIMEOUT_S = 10.0
 # On shutdown, how long confirms of what was already appended may take to go out.
 SHUTDOWN_CONFIRM_WAIT_S = 2.0
 # Stream-protocol argument names (no "x-" prefix) -> the broker's stream arguments.
@@ -257,7 +255,6 @@ class StreamConnection:
         loop = asyncio.get_running_loop()
         self._last_read = loop.time()
         self._tasks.append(loop.create_task(self._confirm_loop()))
-        self._tasks.append(loop.create_task(self._handshake_deadline()))
         self._unwatch = self.core.streams.watch(self._on_stream_deleted)
         reading = loop.create_task(self._read_loop())
         shutdown = loop.create_task(self.ctx.closing.wait())
@@ -345,13 +342,6 @@ class StreamConnection:
         """An operator closed the connection (management API): say Close, hang up."""
         await self._close_from_server(ResponseCode.OK, reason)
         self._transport.close()
-
-    async def _handshake_deadline(self) -> None:
-        """A peer that does not finish opening in time holds no connection slot."""
-        await asyncio.sleep(HANDSHAKE_TIMEOUT_S)
-        if self.state is not State.OPEN:
-            self.log.info("stream peer did not open the connection in time, dropping it")
-            self._transport.abort()
 
     async def _heartbeat_loop(self) -> None:
         """Started once Tune settled a non-zero interval: heartbeat the peer when we

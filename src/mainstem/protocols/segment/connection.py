@@ -180,6 +180,7 @@ class SegmentConnection:
                                               peer[0] if peer else None)
         except AuthenticationFailed as error:
             raise Close(c.AuthenticationFailed("", error.message)) from None
+        self.ctx.identify(self.user.name)
         self.send(c.Authenticated())
 
     def _segment(self, text: str, kind: str) -> SegmentName:
