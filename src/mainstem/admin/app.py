@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
@@ -141,7 +140,7 @@ def _basic_credentials(header: str) -> tuple[str, str] | None:
         return None
     try:
         decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64, not ASCII, or not UTF-8 inside
         return None
     user, colon, password = decoded.partition(":")
     return (user, password) if colon else None

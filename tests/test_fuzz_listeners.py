@@ -1,0 +1,43 @@
+"""Every listener of a real `mainstem serve` under fuzzed input: a canary of the protocol's
+real client publishes and reads back through a recording proxy; its sessions, mutated with
+a fixed seed, are replayed on fresh connections; each must be answered or closed the way
+the protocol requires, the process must stay up with no unhandled error in its log, and
+the canary must work again afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from campaign_clients import canary
+from fuzzing import CHECKS, Fuzzer, ServerLog, any_answer, record_canary
+from server_process import kill, start_server, started_ports
+
+INPUTS = 120  # per listener; ~5-10 s each on a loaded machine
+LISTENERS = ["amqp", "stream", "iggy", "bson", "segment", "admin"]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[object, dict[str, int], Path]]:
+    log = tmp_path / "server.log"
+    process = start_server(tmp_path / "data", log, "--log-format", "json")
+    try:
+        yield process, started_ports(process, log), log
+    finally:
+        kill(process)
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+async def test_fuzzed_sessions_leave_the_listener_serving(listener: str, server) -> None:
+    process, ports, log = server
+    port = ports[listener]
+    sessions = await record_canary(port, lambda proxied: canary(listener, proxied, "before"))
+    fuzzer = Fuzzer(listener, port, ServerLog(log), sessions,
+                    CHECKS.get(listener, any_answer), lambda: process.poll() is None)
+    report = await fuzzer.run(seed=LISTENERS.index(listener) + 16, inputs=INPUTS)
+    assert process.poll() is None, f"the server died; log:\n{log.read_text()[-4000:]}"
+    assert not report.failures, "\n".join(report.failures[:10])
+    assert report.inputs == INPUTS
+    await canary(listener, port, "after")
