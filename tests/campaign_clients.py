@@ -37,6 +37,7 @@ QUIET_S = 0.5  # a read is complete once nothing new arrived for this long
 
 class Driver(Protocol):
     listener: str
+    max_batch: int  # bodies per `publish` for which waiting on confirms stays cheap
 
     async def connect(self, port: int) -> None: ...
     async def publish(self, bodies: list[bytes]) -> None: ...
@@ -49,6 +50,7 @@ class StreamDriver:
     """rstream publishing with confirms into a stream; a consumer from the first offset."""
 
     listener = "stream"
+    max_batch = 1_000
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -114,6 +116,7 @@ class AmqpDriver:
     ever stored, in order."""
 
     listener = "amqp"
+    max_batch = 1  # a blocking channel waits for each confirm in turn
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -160,6 +163,7 @@ class IggyDriver:
     """iggy-py: a stream with one single-partition topic; a send returns once stored."""
 
     listener = "iggy"
+    max_batch = 1_000
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -201,6 +205,7 @@ class EventsDriver:
     """mainstem's BSON events client: pipelined PUBLISHes, each acknowledged once stored."""
 
     listener = "bson"
+    max_batch = 1_000
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -241,6 +246,7 @@ class SegmentDriver:
     on the next server run."""
 
     listener = "segment"
+    max_batch = 1_000
 
     def __init__(self, name: str) -> None:
         self.segment = f"/{name}/0"
@@ -271,6 +277,8 @@ class SegmentDriver:
 
     async def read_all(self) -> list[bytes]:
         assert self.client is not None
+        if (await self.client.info(self.segment)).write_offset == 0:
+            return []  # a read of an empty segment waits for data
         data = await self.client.read_all(self.segment)
         events, position = [], 0
         while position < len(data):
@@ -289,6 +297,7 @@ class AdminDriver:
     """The management API: a 'publish' creates virtual hosts, reading lists them."""
 
     listener = "admin"
+    max_batch = 1_000
 
     def __init__(self, name: str) -> None:
         self.prefix = name

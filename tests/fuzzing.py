@@ -14,9 +14,11 @@ import contextlib
 import json
 import random
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from campaign_clients import canary
 
 HOST = "127.0.0.1"
 QUIET_S = 0.3  # an answer is complete once the server has been quiet this long
@@ -314,8 +316,18 @@ CHECKS: dict[str, Check] = {
 }
 
 
-async def record_canary(port: int, run: Callable[[int], Awaitable[None]]) -> list[list[bytes]]:
-    """Run a canary through a recording proxy; the sessions it sent."""
+async def fuzz_listener(listener: str, port: int, log: ServerLog, alive: Callable[[], bool],
+                        seed: int, inputs: int) -> FuzzReport:
+    """The canary publishes and reads through a recording proxy, `inputs` mutations of its
+    sessions are replayed, and the canary must work again afterwards."""
     async with Recorder(port) as recorder:
-        await run(recorder.port)
-    return recorder.sessions
+        await canary(listener, recorder.port, f"before-{seed}")
+    fuzzer = Fuzzer(listener, port, log, recorder.sessions, CHECKS.get(listener, any_answer),
+                    alive)
+    report = await fuzzer.run(seed, inputs)
+    if alive():
+        try:
+            await canary(listener, port, f"after-{seed}")
+        except Exception as exc:
+            report.failures.append(f"the canary failed after fuzzing: {exc!r}")
+    return report

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign_clients import canary
-from fuzzing import CHECKS, Fuzzer, ServerLog, any_answer, record_canary
+from fuzzing import ServerLog, fuzz_listener
 from server_process import kill, start_server, started_ports
 
 INPUTS = 120  # per listener; ~5-10 s each on a loaded machine
@@ -32,12 +31,9 @@ def server(tmp_path: Path) -> Iterator[tuple[object, dict[str, int], Path]]:
 @pytest.mark.parametrize("listener", LISTENERS)
 async def test_fuzzed_sessions_leave_the_listener_serving(listener: str, server) -> None:
     process, ports, log = server
-    port = ports[listener]
-    sessions = await record_canary(port, lambda proxied: canary(listener, proxied, "before"))
-    fuzzer = Fuzzer(listener, port, ServerLog(log), sessions,
-                    CHECKS.get(listener, any_answer), lambda: process.poll() is None)
-    report = await fuzzer.run(seed=LISTENERS.index(listener) + 16, inputs=INPUTS)
+    report = await fuzz_listener(listener, ports[listener], ServerLog(log),
+                                 lambda: process.poll() is None,
+                                 seed=LISTENERS.index(listener) + 16, inputs=INPUTS)
     assert process.poll() is None, f"the server died; log:\n{log.read_text()[-4000:]}"
     assert not report.failures, "\n".join(report.failures[:10])
     assert report.inputs == INPUTS
-    await canary(listener, port, "after")
