@@ -6,6 +6,7 @@ the canary must work again afterwards."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,12 +15,12 @@ import pytest
 from fuzzing import ServerLog, fuzz_listener
 from server_process import kill, start_server, started_ports
 
-INPUTS = 120  # per listener; ~5-10 s each on a loaded machine
+INPUTS = 120  # per listener: 5-10 s each on a loaded machine
 LISTENERS = ["amqp", "stream", "iggy", "bson", "segment", "admin"]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[object, dict[str, int], Path]]:
+def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dict[str, int], Path]]:
     log = tmp_path / "server.log"
     process = start_server(tmp_path / "data", log, "--log-format", "json")
     try:
@@ -29,7 +30,8 @@ def server(tmp_path: Path) -> Iterator[tuple[object, dict[str, int], Path]]:
 
 
 @pytest.mark.parametrize("listener", LISTENERS)
-async def test_fuzzed_sessions_leave_the_listener_serving(listener: str, server) -> None:
+async def test_fuzzed_sessions_leave_the_listener_serving(
+        listener: str, server: tuple[subprocess.Popen, dict[str, int], Path]) -> None:
     process, ports, log = server
     report = await fuzz_listener(listener, ports[listener], ServerLog(log),
                                  lambda: process.poll() is None,
