@@ -198,11 +198,14 @@ class Campaign:
         """Publish numbered batches until the broker is killed; keep what was confirmed."""
         state = self.protocols[name]
         batch = min(self.options.batch, state.driver.max_batch)
-        with contextlib.suppress(Exception):  # the kill ends it one way or another
+        try:
             for first in range(0, 10**9, batch):  # bounded by the kill
                 bodies = [f"{name}-r{round_}-{i}".encode() for i in range(first, first + batch)]
                 await state.driver.publish(bodies)
                 state.confirmed += bodies
+        except Exception as exc:
+            if self.broker.alive():  # the kill ends every publisher with some error: not that
+                self.tallies[name].errors.append(f"publishing: {exc!r}")
 
     async def _fuzz(self) -> None:
         ports = started_ports(self.broker.process, self.broker.log_path)
