@@ -299,3 +299,14 @@ async def test_fuzz_over_the_socket(broker: Broker, client: SegmentClient) -> No
         writer.close()
     await client.create(NS_SEGMENT)  # the server and other connections are unaffected
     assert (await client.info(NS_SEGMENT)).exists
+
+
+async def test_an_idle_connection_does_not_hold_up_shutdown(tmp_path: Path) -> None:
+    broker = Broker(data_dir=tmp_path / "data", shutdown_grace_s=10)
+    await broker.start()
+    idle = await SegmentClient.connect("127.0.0.1", broker.ports["segment"])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await broker.stop()
+    assert loop.time() - started < 5  # not the grace period: the connection ends at once
+    await idle.close()

@@ -99,9 +99,15 @@ class SegmentConnection:
     async def run(self) -> None:
         self.spawn(self._keepalive_loop())
         reader = self.ctx.reader
+        closing = asyncio.ensure_future(self.ctx.closing.wait())
         try:
-            while not self.ctx.closing.is_set():
-                data = await reader.read(READ_SIZE)
+            while True:
+                read = asyncio.ensure_future(reader.read(READ_SIZE))
+                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():  # the server shuts down: stop between requests
+                    read.cancel()
+                    return
+                data = read.result()
                 if not data:
                     return
                 if self.appenders and self.core.alarms.blocked:
@@ -119,6 +125,7 @@ class SegmentConnection:
         except (ConnectionError, PartitionClosed):
             return
         finally:
+            closing.cancel()
             for task in list(self.tasks):
                 task.cancel()
             with contextlib.suppress(ConnectionError, OSError):
