@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from mainstem.log.partition import fsync_directory
 from mainstem.log.segment import INDEX_SUFFIX, SEGMENT_SUFFIX
 
 log = logging.getLogger("mainstem.broker")
@@ -105,10 +106,3 @@ def _mark_current(root: Path) -> None:
     os.replace(temporary, root / MARKER)
     fsync_directory(root)
 
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

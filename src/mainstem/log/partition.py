@@ -120,7 +120,7 @@ class Partition:
         try:
             if not segments:
                 segments = [Segment.create(directory, 0, 0, descriptors)]
-            _fsync_directory(directory)
+            fsync_directory(directory)
         except BaseException:
             for segment in segments:
                 segment.close()
@@ -262,7 +262,7 @@ class Partition:
             active.index.close()
             active = Segment.create(self.directory, self.next_offset, self.next_byte,
                                     self._descriptors)
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             self._segments.append(active)
             self._segment_starts.append(active.first_chunk_id)
             self._snapshot_due = True
@@ -410,7 +410,7 @@ class Partition:
             self._drop_oldest()
             deleted += 1
         if deleted:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
         return deleted
 
     def truncate_before(self, offset: int) -> int:
@@ -422,7 +422,7 @@ class Partition:
             self._drop_oldest()
             deleted += 1
         if deleted:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
         return deleted
 
     def _replaced(self, oldest: Segment) -> bool:
@@ -479,7 +479,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Make file creations and deletions in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
