@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.projections import FOLDS
+from mainstem.broker.queues.paging import MemoryBound
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
@@ -120,6 +121,9 @@ class ServerConfig:
     max_connections: int = 0  # 0: unlimited; the server closes connections beyond it
     channel_max: int = 2047
     max_consumers_per_queue: int = 0
+    # Ready messages (and their body bytes) a classic queue keeps in memory; more wait on disk.
+    queue_memory_messages: int = 10_000
+    queue_memory_bytes: int = 32 * 1024 * 1024
     max_event_size: int = 4 * 1024 * 1024  # BSON events
     max_unacked_events: int = 1000  # per BSON subscription
     max_unacked_results: int = 100  # per BSON query
@@ -171,6 +175,7 @@ class ServerConfig:
             bootstrap_user=self.auth.default_user,
             bootstrap_password=self.auth.default_pass,
             loopback_users=self.auth.loopback_users,
+            queue_memory=MemoryBound(self.queue_memory_messages, self.queue_memory_bytes),
         )
 
     def limits(self) -> ConnectionLimits:
@@ -330,6 +335,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.max_connections": _int_at_least(0),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
+    "limits.queue_memory_messages": _int_at_least(0),
+    "limits.queue_memory_bytes": parse_size,
     "limits.max_event_size": parse_size,
     "projections": lambda value: _projections(value),
     "limits.max_unacked_events": _int_at_least(1),
@@ -371,6 +378,8 @@ _ENV_VARS = {
     "MAINSTEM_MAX_CONNECTIONS": "limits.max_connections",
     "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
     "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
+    "MAINSTEM_QUEUE_MEMORY_MESSAGES": "limits.queue_memory_messages",
+    "MAINSTEM_QUEUE_MEMORY_BYTES": "limits.queue_memory_bytes",
     "MAINSTEM_DEFAULT_USER": "auth.default_user",
     "MAINSTEM_DEFAULT_PASS": "auth.default_pass",
     "MAINSTEM_LOOPBACK_USERS": "auth.loopback_users",
@@ -405,6 +414,10 @@ _FLAGS = (
     ("--max-connections", "limits.max_connections", "N", "open connections (0: unlimited)"),
     ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
     ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
+    ("--queue-memory-messages", "limits.queue_memory_messages", "N",
+     "ready messages a classic queue keeps in memory, the rest on disk (default: 10000)"),
+    ("--queue-memory-bytes", "limits.queue_memory_bytes", "SIZE",
+     "body bytes a classic queue keeps in memory (default: 32MiB)"),
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
     ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
     ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
@@ -638,6 +651,9 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         channel_max=values.get("limits.channel_max", default.channel_max),
         max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
                                            default.max_consumers_per_queue),
+        queue_memory_messages=values.get("limits.queue_memory_messages",
+                                         default.queue_memory_messages),
+        queue_memory_bytes=values.get("limits.queue_memory_bytes", default.queue_memory_bytes),
         max_event_size=values.get("limits.max_event_size", default.max_event_size),
         max_unacked_events=values.get("limits.max_unacked_events",
                                       default.max_unacked_events),

@@ -41,7 +41,8 @@ class BrokerCore:
         self.segments = SegmentStore(self.streams, data_dir / "segments.json")
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
-        self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability)
+        self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
+                                   settings.queue_memory)
         self.binders = BinderStore(data_dir / "binders.sqlite")
         self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None

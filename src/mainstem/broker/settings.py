@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mainstem.broker.queues.paging import MemoryBound
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 
 
@@ -19,3 +20,5 @@ class CoreSettings:
     loopback_users: tuple[str, ...] = ("guest",)
     # How often retention runs over every partition, besides on segment roll.
     retention_check_interval_s: float = 60.0
+    # How much of each classic queue's ready messages stays in memory; the rest is on disk.
+    queue_memory: MemoryBound = field(default_factory=MemoryBound)

@@ -17,6 +17,7 @@ from typing import Any
 import mainstem
 from mainstem.broker.auth import User
 from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
+from mainstem.broker.queues.credit_flow import CreditFlow
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.channel import Channel, ChannelError
 from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec
@@ -69,6 +70,7 @@ class AmqpConnection:
         self._resuming: asyncio.Task[None] | None = None
         self._unsubscribe_alarms = None
         self._handshake_events: deque = deque()
+        self.flow = CreditFlow()  # held by queues whose pager is behind
 
     # -- output --------------------------------------------------------------
 
@@ -251,6 +253,8 @@ class AmqpConnection:
                         continue
                     if self.core.alarms.blocked:
                         await self.core.alarms.wait_clear()
+                    if self.flow.blocked:
+                        await self.flow.wait()
                     await self._guarded(channel, channel.on_publish, event)
                     touched.add(channel)
                 elif isinstance(event, MethodFrame):
