@@ -231,3 +231,28 @@ def test_requeue_priorities_purge_and_delete_with_paged_messages(
     channel.basic_publish("", "purged", b"after")
     assert channel.basic_get("purged", auto_ack=True)[2] == b"after"
     connection.close()
+
+
+def test_large_bodies_are_bounded_by_bytes(tmp_path: Path) -> None:
+    """A byte bound keeps large messages on disk too: of 40 bodies of 256 KiB under a 1 MiB
+    bound, at most 4 are in memory, even while being consumed."""
+    data, log = tmp_path / "data", tmp_path / "server.log"
+    process = start_server(data, log, "--queue-memory-bytes", "1MiB")
+    try:
+        ports = started_ports(process, log)
+        connection = pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", ports["amqp"]))
+        channel = connection.channel()
+        channel.queue_declare("large", durable=True)
+        channel.confirm_delivery()
+        bodies = [bytes([i]) * 256 * 1024 for i in range(40)]
+        for large in bodies:
+            channel.basic_publish("", "large", large, pika.BasicProperties(delivery_mode=2))
+        assert queue_info(ports["admin"], "large")["messages_ram"] <= 4
+        for i, large in enumerate(bodies):
+            assert channel.basic_get("large", auto_ack=True)[2] == large
+            if i % 10 == 0:
+                assert queue_info(ports["admin"], "large")["messages_ram"] <= 4
+        connection.close()
+    finally:
+        kill(process)

@@ -63,10 +63,11 @@ def encode_settle(offsets: list[int]) -> bytes:
 
 @dataclass
 class Replay:
-    """What a journal holds after a restart: its live messages' offsets, oldest first."""
+    """What a journal holds after a restart: its live messages' offsets, oldest first,
+    and their body sizes."""
 
     offsets: array = field(default_factory=lambda: array("q"))
-    body_bytes: int = 0
+    sizes: array = field(default_factory=lambda: array("I"))
 
 
 class RecordReader:
@@ -126,10 +127,9 @@ class QueueJournal:
                 else:
                     for (settled,) in _OFFSET.iter_unpack(record[1:]):
                         live.discard(settled)
-        replay = Replay(array("q", live))
-        if replay.offsets:  # a second pass, for the ready bytes of the survivors only
-            replay.body_bytes = sum(body_size(r) for r in journal.reader.read(replay.offsets))
-            journal.reader.forget()
+        offsets = array("q", live)  # a second pass reads the survivors' sizes
+        replay = Replay(offsets, array("I", map(body_size, journal.reader.read(offsets))))
+        journal.reader.forget()
         return journal, replay
 
     def enqueue(self, message: QueueMessage, confirm: bool) -> asyncio.Future[None]:

@@ -3,7 +3,7 @@
 Each priority level is, in queue order: a head held in memory (at most the queue's bound,
 plus messages requeued into it), then messages paged out, then the ones published since the
 pager last ran. A paged-out message costs a few array slots: its position in the queue, its
-expiry, whether it is persistent, and where it is on disk — its offset in the queue's
+size, expiry, whether it is persistent, and where it is on disk — its offset in the queue's
 journal (a persistent message of a durable queue, already written there) or in the queue's
 spill (any other). Messages come back a batch at a time when the head runs dry, as RabbitMQ's
 classic queues v2 do.
@@ -16,6 +16,7 @@ to wait on (credit flow): memory stays bounded whatever the queue's depth.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 from array import array
@@ -43,25 +44,30 @@ class MemoryBound:
 
 
 class PagedRun:
-    """One level's paged-out messages, in queue order: 25 bytes each, in four arrays.
+    """One level's paged-out messages, in queue order: 29 bytes each, in five arrays.
     A location >= 0 is a journal offset; a negative one is -1 - the spill offset."""
 
-    __slots__ = ("_head", "expiries", "locations", "persistent", "seqs")
+    __slots__ = ("_head", "expiries", "locations", "persistent", "seqs", "sizes")
 
     def __init__(self) -> None:
         self.seqs = array("q")
         self.locations = array("q")
+        self.sizes = array("I")  # body bytes
         self.expiries = array("d")
         self.persistent = array("B")
         self._head = 0
 
+    def _columns(self) -> tuple[array, ...]:
+        return self.seqs, self.locations, self.sizes, self.expiries, self.persistent
+
     def __len__(self) -> int:
         return len(self.seqs) - self._head
 
-    def append(self, seq: int, location: int, expires_at: float | None,
+    def append(self, seq: int, location: int, size: int, expires_at: float | None,
                persistent: bool) -> None:
         self.seqs.append(seq)
         self.locations.append(location)
+        self.sizes.append(size)
         self.expiries.append(_NO_EXPIRY if expires_at is None else expires_at)
         self.persistent.append(persistent)
 
@@ -69,16 +75,22 @@ class PagedRun:
         expiry = self.expiries[self._head]
         return None if math.isnan(expiry) else expiry
 
-    def take(self, count: int) -> list[tuple[int, int, float, int]]:
-        """The first `count` entries as (seq, location, expiry, persistent), removed."""
-        start, end = self._head, self._head + count
+    def take(self, count: int, size: int) -> list[tuple[int, int, float, int]]:
+        """The first entries, at most `count` and `size` body bytes but at least one, as
+        (seq, location, expiry, persistent); removed."""
+        start = end = self._head
+        limit = min(len(self.seqs), start + count)
+        while end < limit and size >= self.sizes[end]:
+            size -= self.sizes[end]
+            end += 1
+        end = max(end, start + 1)
         taken = list(zip(self.seqs[start:end], self.locations[start:end],
                          self.expiries[start:end], self.persistent[start:end], strict=True))
         self._head = end
         if end == len(self.seqs):
             self.clear()
         elif end >= 4096 and 2 * end >= len(self.seqs):
-            for column in (self.seqs, self.locations, self.expiries, self.persistent):
+            for column in self._columns():
                 del column[:end]
             self._head = 0
         return taken
@@ -87,7 +99,7 @@ class PagedRun:
         return [loc for loc in self.locations[self._head:] if loc >= 0]
 
     def clear(self) -> None:
-        for column in (self.seqs, self.locations, self.expiries, self.persistent):
+        for column in self._columns():
             del column[:]
         self._head = 0
 
@@ -160,8 +172,8 @@ class ReadyMessages:
     def restore(self, replay: Replay, first_seq: int, expires_at: float | None) -> None:
         """A journal's messages after a restart: all paged out, read in as consumed."""
         paged = self._paged[0]
-        for seq, offset in enumerate(replay.offsets, first_seq):
-            paged.append(seq, offset, expires_at, True)
+        for seq, offset, size in zip(itertools.count(first_seq), replay.offsets, replay.sizes):
+            paged.append(seq, offset, size, expires_at, True)
         self.paged += len(replay.offsets)
 
     # -- out -------------------------------------------------------------------
@@ -282,7 +294,8 @@ class ReadyMessages:
             if location is None:
                 location = -1 - next_spilled
                 next_spilled += 1
-            paged.append(message.seq, location, message.expires_at, message.persistent)
+            paged.append(message.seq, location, len(message.body), message.expires_at,
+                         message.persistent)
 
     def _page_in(self, level: int) -> None:
         paged = self._paged[level]
@@ -294,7 +307,8 @@ class ReadyMessages:
             if self.incoming <= self.bound.messages:
                 self._release_publishers()
             return
-        entries = paged.take(min(len(paged), max(1, self.bound.messages - self.held)))
+        entries = paged.take(self.bound.messages - self.held,
+                             self.bound.bytes - self.held_bytes)
         self.paged -= len(entries)
         from_journal = iter(self._read_journal([loc for _, loc, _, _ in entries if loc >= 0]))
         spilled = [-1 - loc for _, loc, _, _ in entries if loc < 0]

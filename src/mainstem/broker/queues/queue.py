@@ -299,7 +299,7 @@ class ClassicQueue:
         self._ready.restore(replay, self._seq + 1, expires)
         self._seq += len(replay.offsets)
         self.ready_count += len(replay.offsets)
-        self.ready_bytes += replay.body_bytes
+        self.ready_bytes += sum(replay.sizes)
 
     async def close(self) -> None:
         """The broker stops: the journal is flushed, the spill removed."""
