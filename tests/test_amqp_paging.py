@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,10 +123,10 @@ def test_fast_publisher_is_held_while_the_pager_catches_up(
         server: tuple[Popen, Path, Path]) -> None:
     """No confirms, transient messages into a non-durable queue of bound 10: the broker
     stops reading the publisher whenever more than a bound's worth waits for the pager, so
-    the queue's in-memory part never exceeds two bounds while it grows to 60,000."""
+    the queue's in-memory part never exceeds two bounds while it grows to 30,000."""
     process, _, log = server
     ports = started_ports(process, log)
-    bound, count = 10, 60_000
+    bound, count = 10, 30_000
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", ports["amqp"]))
     channel = connection.channel()
     channel.queue_declare("fast", arguments={"x-max-in-memory-length": bound})
@@ -256,3 +257,28 @@ def test_large_bodies_are_bounded_by_bytes(tmp_path: Path) -> None:
         connection.close()
     finally:
         kill(process)
+
+
+def test_paged_messages_expire_and_dead_letter_in_order(server: tuple[Popen, Path, Path]
+                                                        ) -> None:
+    """x-message-ttl expires paged-out messages too, without a consumer; they reach the
+    dead-letter queue (itself paging) in their order."""
+    process, _, log = server
+    port = started_ports(process, log)["amqp"]
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    channel = connection.channel()
+    channel.queue_declare("dead")
+    channel.queue_declare("short", arguments={"x-message-ttl": 200,
+                                              "x-dead-letter-exchange": "",
+                                              "x-dead-letter-routing-key": "dead"})
+    count = 3 * BOUND
+    for i in range(count):
+        channel.basic_publish("", "short", body(i))
+    deadline = time.monotonic() + 10
+    while channel.queue_declare("dead", passive=True).method.message_count < count:
+        assert time.monotonic() < deadline, "paged messages did not expire"
+        time.sleep(0.05)
+    assert channel.queue_declare("short", passive=True).method.message_count == 0
+    for i in range(count):
+        assert channel.basic_get("dead", auto_ack=True)[2] == body(i)
+    connection.close()
