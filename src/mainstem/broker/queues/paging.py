@@ -125,6 +125,11 @@ class ReadyMessages:
     def in_memory(self) -> int:
         return self.held + self.incoming
 
+    @property
+    def levels(self) -> range:
+        """The priority levels, lowest first."""
+        return range(len(self._memory))
+
     def level_of(self, message: QueueMessage) -> int:
         return min(message.priority, len(self._memory) - 1)
 
@@ -180,7 +185,7 @@ class ReadyMessages:
 
     def top_level(self) -> int | None:
         """The highest priority level holding a message."""
-        for level in range(len(self._memory) - 1, -1, -1):
+        for level in reversed(self.levels):
             if self._memory[level] or self._paged[level] or self._incoming[level]:
                 return level
         return None
@@ -240,7 +245,7 @@ class ReadyMessages:
         self._pager_due = False
         budget = PAGE_OUT_STEP
         try:
-            for level in range(len(self._memory)):
+            for level in self.levels:
                 budget -= self._page_out_level(level, budget)
                 if budget <= 0:
                     break

@@ -64,7 +64,6 @@ class ClassicQueue:
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._unused_timer: asyncio.TimerHandle | None = None
         self.deleted = False
-        self._levels = settings.max_priority + 1
         self.touch()
 
     # -- publishing ----------------------------------------------------------
@@ -254,7 +253,7 @@ class ClassicQueue:
     def _arm_expiry(self) -> None:
         if self._expiry_timer is not None or self.deleted:
             return
-        expiries = (self._ready.first_expiry(level) for level in range(self._levels))
+        expiries = (self._ready.first_expiry(level) for level in self._ready.levels)
         heads = [expiry for expiry in expiries if expiry is not None]
         if heads:
             loop = asyncio.get_running_loop()
@@ -264,7 +263,7 @@ class ClassicQueue:
     def _expire_heads(self) -> None:
         self._expiry_timer = None
         now = time.monotonic()
-        for level in range(self._levels):
+        for level in self._ready.levels:
             while (head := self._ready.head(level)) is not None \
                     and head.expires_at is not None and head.expires_at <= now:
                 message = self._ready.popleft(level)
