@@ -43,65 +43,87 @@ class MemoryBound:
     bytes: int = 32 * 1024 * 1024
 
 
-class PagedRun:
-    """One level's paged-out messages, in queue order: 29 bytes each, in five arrays.
-    A location >= 0 is a journal offset; a negative one is -1 - the spill offset."""
+class _Block:
+    """Up to BLOCK_ENTRIES paged-out messages in five arrays, 29 bytes each. Fixed-size
+    blocks, not one growing array: reallocating a large array leaves holes behind it in the
+    heap, which would cost as much again."""
 
-    __slots__ = ("_head", "expiries", "locations", "persistent", "seqs", "sizes")
+    __slots__ = ("expiries", "head", "locations", "persistent", "seqs", "sizes")
 
     def __init__(self) -> None:
         self.seqs = array("q")
-        self.locations = array("q")
+        self.locations = array("q")  # >= 0: a journal offset; < 0: -1 - a spill offset
         self.sizes = array("I")  # body bytes
-        self.expiries = array("d")
+        self.expiries = array("d")  # NaN: never
         self.persistent = array("B")
-        self._head = 0
-
-    def _columns(self) -> tuple[array, ...]:
-        return self.seqs, self.locations, self.sizes, self.expiries, self.persistent
+        self.head = 0  # entries before it were taken
 
     def __len__(self) -> int:
-        return len(self.seqs) - self._head
+        return len(self.seqs) - self.head
+
+
+BLOCK_ENTRIES = 4096
+
+
+class PagedRun:
+    """One level's paged-out messages, in queue order."""
+
+    __slots__ = ("_blocks", "_count")
+
+    def __init__(self) -> None:
+        self._blocks: deque[_Block] = deque()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
 
     def append(self, seq: int, location: int, size: int, expires_at: float | None,
                persistent: bool) -> None:
-        self.seqs.append(seq)
-        self.locations.append(location)
-        self.sizes.append(size)
-        self.expiries.append(_NO_EXPIRY if expires_at is None else expires_at)
-        self.persistent.append(persistent)
+        if not self._blocks or len(self._blocks[-1].seqs) == BLOCK_ENTRIES:
+            self._blocks.append(_Block())
+        block = self._blocks[-1]
+        block.seqs.append(seq)
+        block.locations.append(location)
+        block.sizes.append(size)
+        block.expiries.append(_NO_EXPIRY if expires_at is None else expires_at)
+        block.persistent.append(persistent)
+        self._count += 1
 
     def first_expiry(self) -> float | None:
-        expiry = self.expiries[self._head]
+        block = self._blocks[0]
+        expiry = block.expiries[block.head]
         return None if math.isnan(expiry) else expiry
 
     def take(self, count: int, size: int) -> list[tuple[int, int, float, int]]:
         """The first entries, at most `count` and `size` body bytes but at least one, as
         (seq, location, expiry, persistent); removed."""
-        start = end = self._head
-        limit = min(len(self.seqs), start + count)
-        while end < limit and size >= self.sizes[end]:
-            size -= self.sizes[end]
-            end += 1
-        end = max(end, start + 1)
-        taken = list(zip(self.seqs[start:end], self.locations[start:end],
-                         self.expiries[start:end], self.persistent[start:end], strict=True))
-        self._head = end
-        if end == len(self.seqs):
-            self.clear()
-        elif end >= 4096 and 2 * end >= len(self.seqs):
-            for column in self._columns():
-                del column[:end]
-            self._head = 0
+        taken: list[tuple[int, int, float, int]] = []
+        while self._blocks and (not taken or len(taken) < count):
+            block = self._blocks[0]
+            start = end = block.head
+            limit = min(len(block.seqs), start + count - len(taken))
+            while end < limit and size >= block.sizes[end]:
+                size -= block.sizes[end]
+                end += 1
+            if not taken:
+                end = max(end, start + 1)
+            taken += zip(block.seqs[start:end], block.locations[start:end],
+                         block.expiries[start:end], block.persistent[start:end], strict=True)
+            block.head = end
+            if not block:
+                self._blocks.popleft()
+            elif end < len(block.seqs):
+                break  # out of count or bytes
+        self._count -= len(taken)
         return taken
 
     def journal_offsets(self) -> list[int]:
-        return [loc for loc in self.locations[self._head:] if loc >= 0]
+        return [loc for block in self._blocks for loc in block.locations[block.head:]
+                if loc >= 0]
 
     def clear(self) -> None:
-        for column in self._columns():
-            del column[:]
-        self._head = 0
+        self._blocks.clear()
+        self._count = 0
 
 
 class ReadyMessages:
