@@ -105,8 +105,8 @@ class PagedRun:
             while end < limit and size >= block.sizes[end]:
                 size -= block.sizes[end]
                 end += 1
-            if not taken:
-                end = max(end, start + 1)
+            if not taken and end == start:  # the first goes whatever its size; no more
+                end, size = start + 1, -1
             taken += zip(block.seqs[start:end], block.locations[start:end],
                          block.expiries[start:end], block.persistent[start:end], strict=True)
             block.head = end
