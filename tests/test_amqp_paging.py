@@ -43,7 +43,7 @@ def body(i: int) -> bytes:
 
 
 def publish_confirmed(port: int, queue: str, start: int, count: int,
-                      window: int = 5000) -> None:
+                      window: int = 1000) -> None:
     """Publish persistent messages with confirms, up to `window` unconfirmed at a time."""
     sent = confirmed = 0
     persistent = pika.BasicProperties(delivery_mode=2)

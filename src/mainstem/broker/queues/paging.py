@@ -127,6 +127,8 @@ class PagedRun:
 
 
 class ReadyMessages:
+    """Every level's in-memory head, paged-out run and incoming messages; the pager."""
+
     def __init__(self, levels: int, bound: MemoryBound, journal: QueueJournal | None,
                  spill_root: Path) -> None:
         self.bound = bound
@@ -139,7 +141,6 @@ class ReadyMessages:
         self.held = 0  # messages in the in-memory heads
         self.held_bytes = 0
         self.incoming = 0
-        self.paged = 0
         self._pager_due = False
         self._backlog: asyncio.Future[None] | None = None  # publishers wait on it
 
@@ -201,7 +202,6 @@ class ReadyMessages:
         paged = self._paged[0]
         for seq, offset, size in zip(itertools.count(first_seq), replay.offsets, replay.sizes):
             paged.append(seq, offset, size, expires_at, True)
-        self.paged += len(replay.offsets)
 
     # -- out -------------------------------------------------------------------
 
@@ -246,7 +246,7 @@ class ReadyMessages:
                 for offset in paged.journal_offsets():
                     self.journal.settle_offset(offset)
             paged.clear()
-        self.held = self.held_bytes = self.incoming = self.paged = 0
+        self.held = self.held_bytes = self.incoming = 0
         self.close()
 
     def close(self) -> None:
@@ -301,7 +301,6 @@ class ReadyMessages:
                 incoming.extendleft(reversed(batch))
                 raise
         self.incoming -= len(batch)
-        self.paged += len(batch)
         return len(batch)
 
     def _awaits_journal(self, message: QueueMessage) -> bool:
@@ -336,7 +335,6 @@ class ReadyMessages:
             return
         entries = paged.take(self.bound.messages - self.held,
                              self.bound.bytes - self.held_bytes)
-        self.paged -= len(entries)
         from_journal = iter(self._read_journal([loc for _, loc, _, _ in entries if loc >= 0]))
         spilled = [-1 - loc for _, loc, _, _ in entries if loc < 0]
         from_spill = iter(self._spill.read(spilled) if spilled and self._spill else ())
