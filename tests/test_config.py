@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mainstem.broker.queues.paging import MemoryBound
 from mainstem.cli import build_parser
 from mainstem.config import (
     DEFAULT_HOST,
@@ -72,6 +73,9 @@ max_segment_bytes = "100MiB"
 default_user = "admin"
 default_pass = "s3cret"
 loopback_users = []
+[limits]
+queue_memory_messages = 500
+queue_memory_bytes = "8MiB"
 """
     settings = load(tmp_path, toml).core_settings()
     assert settings.durability.mode is FsyncMode.INTERVAL
@@ -81,6 +85,7 @@ loopback_users = []
     assert settings.retention.max_segment_bytes == 100 * 2**20
     assert (settings.bootstrap_user, settings.bootstrap_password) == ("admin", "s3cret")
     assert settings.loopback_users == ()
+    assert settings.queue_memory == MemoryBound(messages=500, bytes=8 * 2**20)
 
 
 def test_toml_overrides_defaults(tmp_path):
@@ -134,7 +139,8 @@ def test_flags_override_env(tmp_path):
     env = {"MAINSTEM_FSYNC": "never", "MAINSTEM_STREAM_PORT": "7000", "MAINSTEM_HEARTBEAT": "5"}
     flags = ["--fsync", "interval", "--fsync-interval-ms", "20", "--listener", "stream=127.0.0.1:0",
              "--heartbeat", "30", "--retention-max-age", "12h", "--retention-max-bytes", "1000",
-             "--default-user", "u", "--default-pass", "p", "--log-format", "text"]
+             "--default-user", "u", "--default-pass", "p", "--log-format", "text",
+             "--queue-memory-messages", "0"]
     config = load(tmp_path, env=env, flags=flags)
     assert config.storage.fsync is FsyncMode.INTERVAL
     assert config.storage.fsync_interval_ms == 20
@@ -144,6 +150,7 @@ def test_flags_override_env(tmp_path):
     assert config.retention.max_bytes == 1000
     assert (config.auth.default_user, config.auth.default_pass) == ("u", "p")
     assert config.log.format == "text"
+    assert config.core_settings().queue_memory.messages == 0
 
 
 def test_listener_flags(tmp_path):

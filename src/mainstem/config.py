@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.projections import FOLDS
+from mainstem.broker.queues.paging import MemoryBound
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
@@ -132,6 +133,9 @@ class ServerConfig:
     handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
     channel_max: int = 2047
     max_consumers_per_queue: int = 0
+    # Ready messages (and their body bytes) a classic queue keeps in memory; more wait on disk.
+    queue_memory_messages: int = 10_000
+    queue_memory_bytes: int = 32 * 1024 * 1024
     max_event_size: int = 4 * 1024 * 1024  # BSON events
     max_unacked_events: int = 1000  # per BSON subscription
     max_unacked_results: int = 100  # per BSON query
@@ -187,6 +191,7 @@ class ServerConfig:
             open_files=self.storage.open_files,
             failed_login_delay_s=self.auth.failed_login_delay_ms / 1000,
             failed_logins_per_minute=self.auth.failed_logins_per_minute,
+            queue_memory=MemoryBound(self.queue_memory_messages, self.queue_memory_bytes),
         )
 
     def limits(self) -> ConnectionLimits:
@@ -353,6 +358,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.handshake_timeout_ms": _int_at_least(1),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
+    "limits.queue_memory_messages": _int_at_least(0),
+    "limits.queue_memory_bytes": parse_size,
     "limits.max_event_size": parse_size,
     "projections": lambda value: _projections(value),
     "limits.max_unacked_events": _int_at_least(1),
@@ -401,6 +408,8 @@ _ENV_VARS = {
     "MAINSTEM_HANDSHAKE_TIMEOUT_MS": "limits.handshake_timeout_ms",
     "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
     "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
+    "MAINSTEM_QUEUE_MEMORY_MESSAGES": "limits.queue_memory_messages",
+    "MAINSTEM_QUEUE_MEMORY_BYTES": "limits.queue_memory_bytes",
     "MAINSTEM_DEFAULT_USER": "auth.default_user",
     "MAINSTEM_DEFAULT_PASS": "auth.default_pass",
     "MAINSTEM_LOOPBACK_USERS": "auth.loopback_users",
@@ -439,6 +448,10 @@ _FLAGS = (
      "close a connection not logged in by then (default: 10000)"),
     ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
     ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
+    ("--queue-memory-messages", "limits.queue_memory_messages", "N",
+     "ready messages a classic queue keeps in memory, the rest on disk (default: 10000)"),
+    ("--queue-memory-bytes", "limits.queue_memory_bytes", "SIZE",
+     "body bytes a classic queue keeps in memory (default: 32MiB)"),
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
     ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
     ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
@@ -676,6 +689,9 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         channel_max=values.get("limits.channel_max", default.channel_max),
         max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
                                            default.max_consumers_per_queue),
+        queue_memory_messages=values.get("limits.queue_memory_messages",
+                                         default.queue_memory_messages),
+        queue_memory_bytes=values.get("limits.queue_memory_bytes", default.queue_memory_bytes),
         max_event_size=values.get("limits.max_event_size", default.max_event_size),
         max_unacked_events=values.get("limits.max_unacked_events",
                                       default.max_unacked_events),

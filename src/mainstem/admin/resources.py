@@ -114,6 +114,8 @@ class ClassicQueues:
             "messages_ready": queue.ready_count,
             "messages_unacknowledged": queue.unacked_count,
             "message_bytes_ready": queue.ready_bytes,
+            "messages_ram": queue.in_memory,
+            "messages_paged_out": queue.ready_count - queue.in_memory,
             "consumers": len(queue.consumers),
             "memory": queue.ready_bytes,
         } for host in self._vhosts(vhost) for queue in host.queues.values()]

@@ -54,7 +54,7 @@ class BrokerCore:
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
-                                   self.descriptors)
+                                   self.descriptors, settings.queue_memory)
         self.binders = BinderStore(data_dir / "binders.sqlite")
         self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None

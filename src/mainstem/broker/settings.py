@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mainstem.broker.queues.paging import MemoryBound
 from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 
@@ -26,3 +27,5 @@ class CoreSettings:
     retention_check_interval_s: float = 60.0
     max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
     open_files: int = 0  # log-file descriptors kept open; 0: (RLIMIT_NOFILE - 128) / 4
+    # How much of each classic queue's ready messages stays in memory; the rest is on disk.
+    queue_memory: MemoryBound = field(default_factory=MemoryBound)

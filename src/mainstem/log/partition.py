@@ -306,6 +306,14 @@ class Partition:
         found = self.find_committed(offset)
         return None if found is None else found[0].read_chunk(found[1])
 
+    def read_written(self, offset: int) -> Chunk:
+        """The chunk holding `offset`, durable or not yet: for the writer reading back its
+        own records (a queue paging messages in), never for readers of the log."""
+        found = self._find(offset) if offset >= self.first_offset else None
+        if found is None or offset < found[0].index.chunk_ids[found[1]]:
+            raise DataRemoved(f"offset {offset} is not in {self.directory}", self.first_offset)
+        return found[0].read_chunk(found[1])
+
     def find_committed(self, offset: int, after: tuple[Segment, int] | None = None
                        ) -> tuple[Segment, int] | None:
         """(segment, chunk index) of the committed chunk for `offset`. `after` is

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mainstem.broker.errors import PreconditionFailed
+from mainstem.broker.queues.paging import MemoryBound
 from mainstem.broker.routing.model import amqp_type_name, canonical_value
 
 CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
@@ -31,6 +32,16 @@ class QueueArguments:
     dead_letter_routing_key: str | None = None
     max_priority: int = 0
     single_active_consumer: bool = False
+    # Ready messages kept in memory, the rest paged to disk (None: the broker's bound).
+    max_in_memory_length: int | None = None
+    max_in_memory_bytes: int | None = None
+
+    def memory_bound(self, default: MemoryBound) -> MemoryBound:
+        """The broker's bound, or the queue's own."""
+        return MemoryBound(
+            default.messages if self.max_in_memory_length is None
+            else self.max_in_memory_length,
+            default.bytes if self.max_in_memory_bytes is None else self.max_in_memory_bytes)
 
 
 def parse_queue_arguments(queue: str, vhost: str, args: Mapping[str, Any]) -> QueueArguments:
@@ -90,6 +101,8 @@ def parse_queue_arguments(queue: str, vhost: str, args: Mapping[str, Any]) -> Qu
         dead_letter_routing_key=routing_key,
         max_priority=priority,
         single_active_consumer=sac,
+        max_in_memory_length=integer("x-max-in-memory-length", 0),
+        max_in_memory_bytes=integer("x-max-in-memory-bytes", 0),
     )
 
 

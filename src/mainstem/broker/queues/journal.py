@@ -5,16 +5,24 @@ encoded properties, body) and a *settle* (the journal offsets of messages acknow
 dropped). Replaying it gives the queue's contents after a restart or a crash. Writes of one
 event-loop turn become one chunk, so a burst of publishes or acks costs one write and one
 fsync. Whole segments below the oldest live message are deleted.
+
+A deep queue keeps only the journal offsets of most of its messages in memory and reads them
+back from here when they near the head (``RecordReader``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from struct import Struct
 
+from mainstem.broker.queues.live_offsets import LiveOffsets
 from mainstem.broker.queues.message import QueueMessage
 from mainstem.broker.queues.stream_appender import resolve_when_durable, write_in_chunks
+from mainstem.log.chunk import Chunk
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
@@ -45,8 +53,52 @@ def decode_enqueue(record: memoryview) -> QueueMessage:
     return QueueMessage(exchange, routing_key, properties, body, persistent=True)
 
 
+def body_size(record: memoryview) -> int:
+    _, exchange_len, key_len, properties_len = _ENQUEUE_HEAD.unpack_from(record)
+    return len(record) - _ENQUEUE_HEAD.size - exchange_len - key_len - properties_len
+
+
 def encode_settle(offsets: list[int]) -> bytes:
     return bytes([SETTLE]) + Struct(f">{len(offsets)}Q").pack(*offsets)
+
+
+@dataclass
+class Replay:
+    """What a journal holds after a restart: its live messages' offsets, oldest first,
+    and their body sizes."""
+
+    offsets: array = field(default_factory=lambda: array("q"))
+    sizes: array = field(default_factory=lambda: array("I"))
+
+
+class RecordReader:
+    """Reads records back by offset, in increasing order, keeping the last chunk read: a
+    queue paging in reads its records a batch at a time, in the order it wrote them."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self._chunk: Chunk | None = None
+        self._records: Iterator[tuple[int, memoryview]] = iter(())
+        self._position = 0  # the offset the iterator yields next
+
+    def read(self, offsets: Sequence[int]) -> Iterator[memoryview]:
+        """The records at `offsets`, lazily: memoryviews into the chunk last read."""
+        for offset in offsets:
+            chunk = self._chunk
+            if chunk is None or not chunk.chunk_id <= offset < chunk.next_offset \
+                    or offset < self._position:
+                chunk = self._chunk = self.partition.read_written(offset)
+                self._records = chunk.records()
+            for at, record in self._records:
+                if at == offset:
+                    self._position = at + 1
+                    yield record
+                    break
+            else:
+                raise LookupError(f"no record {offset} in {self.partition.directory}")
+
+    def forget(self) -> None:
+        self._chunk, self._records = None, iter(())
 
 
 class QueueJournal:
@@ -56,31 +108,31 @@ class QueueJournal:
         self._settles: list[int] = []
         self._batch: asyncio.Future[None] | None = None
         self._batch_confirms = False  # someone waits for this batch's fsync
-        self._live: dict[int, None] = {}  # journal offsets of unsettled messages, in order
+        self._live = LiveOffsets()  # journal offsets of unsettled messages
+        self.reader = RecordReader(partition)
         self._since_compaction = 0
 
     @classmethod
     def open(cls, directory: Path, durability: DurabilityPolicy,
-             descriptors: DescriptorCache | None = None
-             ) -> tuple[QueueJournal, list[QueueMessage]]:
-        """Open the journal and replay it: the unsettled messages, oldest first."""
+             descriptors: DescriptorCache | None = None) -> tuple[QueueJournal, Replay]:
+        """Open the journal and replay it: the offsets of its unsettled messages."""
         partition = Partition.open(directory, durability=durability,
                                    retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES),
                                    fsync_on_demand=True, descriptors=descriptors)
         journal = cls(partition)
-        messages: dict[int, QueueMessage] = {}
+        live = journal._live
         reader = partition.reader(partition.first_offset)
         while (chunk := reader.next_chunk_nowait()) is not None:
             for offset, record in chunk.records():
                 if record[0] == ENQUEUE:
-                    message = decode_enqueue(record)
-                    message.log_offset = offset
-                    messages[offset] = message
+                    live.add(offset)
                 else:
                     for (settled,) in _OFFSET.iter_unpack(record[1:]):
-                        messages.pop(settled, None)
-        journal._live = dict.fromkeys(messages)
-        return journal, list(messages.values())
+                        live.discard(settled)
+        offsets = array("q", live)  # a second pass reads the survivors' sizes
+        replay = Replay(offsets, array("I", map(body_size, journal.reader.read(offsets))))
+        journal.reader.forget()
+        return journal, replay
 
     def enqueue(self, message: QueueMessage, confirm: bool) -> asyncio.Future[None]:
         """Write the message with this turn's batch; the future is done once it is durable
@@ -93,11 +145,19 @@ class QueueJournal:
     def settle(self, message: QueueMessage) -> None:
         """The message left the queue for good (acked, dropped, expired, purged)."""
         message.settled = True
-        if message.log_offset is None:
-            return  # still pending: it is simply not written
-        self._live.pop(message.log_offset, None)
-        self._settles.append(message.log_offset)
+        if message.log_offset is not None:  # else still pending: it is simply not written
+            self.settle_offset(message.log_offset)
+
+    def settle_offset(self, offset: int) -> None:
+        """The message written at `offset` left the queue for good."""
+        self._live.discard(offset)
+        self._settles.append(offset)
         self._schedule()
+
+    @property
+    def writing(self) -> bool:
+        """A batch is about to be written: its messages get their offsets then."""
+        return self._batch is not None
 
     def _schedule(self) -> asyncio.Future[None]:
         if self._batch is None:
@@ -127,7 +187,7 @@ class QueueJournal:
         first = appended.next_offset - len(records)
         for offset, message in enumerate(live, first):
             message.log_offset = offset
-            self._live[offset] = None
+            self._live.add(offset)
         if confirm:
             resolve_when_durable(self.partition, appended, batch)
         else:
@@ -137,7 +197,9 @@ class QueueJournal:
 
     def _compact(self) -> None:
         self._since_compaction = 0
-        floor = next(iter(self._live), self.partition.next_offset)
+        floor = self._live.floor()
+        if floor is None:
+            floor = self.partition.next_offset
         self.partition.flush()  # only durable segments can go; rare: every COMPACT_EVERY
         self.partition.truncate_before(floor)
 

@@ -16,8 +16,9 @@ from urllib.parse import quote
 from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog
 from mainstem.broker.errors import NotFound
-from mainstem.broker.queues.journal import QueueJournal
-from mainstem.broker.queues.message import QueueMessage
+from mainstem.broker.queues.journal import QueueJournal, Replay
+from mainstem.broker.queues.paging import MemoryBound
+from mainstem.broker.queues.spill import wipe
 from mainstem.broker.queues.virtual_host import VirtualHost
 from mainstem.broker.routing import ExchangeGraph
 from mainstem.broker.streams import StreamStore
@@ -25,14 +26,17 @@ from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.policy import DurabilityPolicy
 
 METADATA_FILE = "amqp-metadata.pickle"
+SPILL_DIRECTORY = "queue-spill"
 
 
 class QueueManager:
     def __init__(self, data_dir: Path, catalog: Catalog, streams: StreamStore,
-                 durability: DurabilityPolicy, descriptors: DescriptorCache | None = None
-                 ) -> None:
+                 durability: DurabilityPolicy, descriptors: DescriptorCache | None = None,
+                 memory: MemoryBound | None = None) -> None:
         self.directory = data_dir / "queues"
+        self.spill_directory = data_dir / SPILL_DIRECTORY
         self.descriptors = descriptors
+        self.memory = memory or MemoryBound()
         self.catalog = catalog
         self.streams = streams
         self.durability = durability
@@ -41,6 +45,7 @@ class QueueManager:
 
     def open(self) -> None:
         """Recover durable exchanges, queues (with their messages) and bindings."""
+        wipe(self.spill_directory)
         records: dict[str, dict[str, Any]] = (
             pickle.loads(self._metadata.read_bytes()) if self._metadata.exists() else {})
         layout.migrate(self.directory, [  # the old layout joined the escaped names
@@ -68,7 +73,7 @@ class QueueManager:
                 vhost.graph.add_queue(stream.name)
         return vhost
 
-    def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, list[QueueMessage]]:
+    def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, Replay]:
         return QueueJournal.open(self._journal_directory(vhost, queue), self.durability,
                                  self.descriptors)
 
@@ -92,6 +97,4 @@ class QueueManager:
     async def close(self) -> None:
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
-                queue.stop_timers()
-                if queue.journal is not None:
-                    await queue.journal.close()
+                await queue.close()

@@ -2,21 +2,23 @@
 within their credit, TTL, length limits, dead-lettering and single active consumer.
 
 Messages waiting for an ack belong to the channel that received them; the queue only counts
-them. A durable queue writes its persistent messages to a ``QueueJournal``.
+them. A durable queue writes its persistent messages to a ``QueueJournal``; past its memory
+bound, ready messages wait on disk (``ReadyMessages``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
 from mainstem.broker.errors import AccessRefused
 from mainstem.broker.queues.arguments import QueueArguments
-from mainstem.broker.queues.journal import QueueJournal
+from mainstem.broker.queues.journal import QueueJournal, Replay
 from mainstem.broker.queues.message import QueueMessage
+from mainstem.broker.queues.paging import MemoryBound, ReadyMessages
 
 DeadLetter = Callable[["ClassicQueue", QueueMessage, str], None]
 
@@ -39,7 +41,8 @@ class ClassicQueue:
     def __init__(self, name: str, *, durable: bool, auto_delete: bool, owner: object | None,
                  arguments: dict[str, Any], settings: QueueArguments,
                  journal: QueueJournal | None, dead_letter: DeadLetter,
-                 on_unused: Callable[[ClassicQueue], None]) -> None:
+                 on_unused: Callable[[ClassicQueue], None], memory: MemoryBound,
+                 spill_root: Path) -> None:
         self.name = name
         self.durable = durable
         self.auto_delete = auto_delete
@@ -49,8 +52,7 @@ class ClassicQueue:
         self.journal = journal
         self._dead_letter = dead_letter
         self._on_unused = on_unused  # x-expires elapsed or the last auto-delete consumer left
-        levels = settings.max_priority + 1
-        self._levels: list[deque[QueueMessage]] = [deque() for _ in range(levels)]
+        self._ready = ReadyMessages(settings.max_priority + 1, memory, journal, spill_root)
         self._seq = 0
         self.ready_count = 0
         self.ready_bytes = 0
@@ -108,24 +110,25 @@ class ClassicQueue:
 
     # -- ready messages ------------------------------------------------------
 
-    def _level(self, message: QueueMessage) -> deque[QueueMessage]:
-        return self._levels[min(message.priority, len(self._levels) - 1)]
+    @property
+    def in_memory(self) -> int:
+        """Ready messages held in memory (the rest are paged out to disk)."""
+        return self._ready.in_memory
+
+    @property
+    def backlog(self) -> asyncio.Future[None] | None:
+        """While the pager is behind: done once it caught up (publishers wait for it)."""
+        return self._ready.backlog
 
     def _push(self, message: QueueMessage) -> None:
-        self._level(message).append(message)
         self.ready_count += 1
         self.ready_bytes += len(message.body)
-
-    def _head_level(self) -> deque[QueueMessage] | None:
-        for level in reversed(self._levels):
-            if level:
-                return level
-        return None
+        self._ready.push(message)
 
     def _pop(self) -> QueueMessage:
-        level = self._head_level()
+        level = self._ready.top_level()
         assert level is not None
-        message = level.popleft()
+        message = self._ready.popleft(level)
         self.ready_count -= 1
         self.ready_bytes -= len(message.body)
         return message
@@ -149,13 +152,7 @@ class ClassicQueue:
         """Put delivered messages back where they were (by publish order)."""
         for message in sorted(messages, key=lambda m: m.seq, reverse=True):
             self.unacked_count -= 1
-            level = self._level(message)
-            if not level or message.seq < level[0].seq:
-                level.appendleft(message)
-            else:
-                index = next((i for i, m in enumerate(level) if m.seq > message.seq),
-                             len(level))
-                level.insert(index, message)
+            self._ready.requeue(message)
             self.ready_count += 1
             self.ready_bytes += len(message.body)
         self._arm_expiry()
@@ -178,10 +175,7 @@ class ClassicQueue:
 
     def purge(self) -> int:
         count = self.ready_count
-        for level in self._levels:
-            for message in level:
-                self.settle(message)
-            level.clear()
+        self._ready.clear(self.settle)
         self.ready_count = self.ready_bytes = 0
         return count
 
@@ -259,8 +253,8 @@ class ClassicQueue:
     def _arm_expiry(self) -> None:
         if self._expiry_timer is not None or self.deleted:
             return
-        heads = [level[0].expires_at for level in self._levels
-                 if level and level[0].expires_at is not None]
+        expiries = (self._ready.first_expiry(level) for level in self._ready.levels)
+        heads = [expiry for expiry in expiries if expiry is not None]
         if heads:
             loop = asyncio.get_running_loop()
             when = min(heads) - time.monotonic() + loop.time()
@@ -269,9 +263,10 @@ class ClassicQueue:
     def _expire_heads(self) -> None:
         self._expiry_timer = None
         now = time.monotonic()
-        for level in self._levels:
-            while level and level[0].expires_at is not None and level[0].expires_at <= now:
-                message = level.popleft()
+        for level in self._ready.levels:
+            while (head := self._ready.head(level)) is not None \
+                    and head.expires_at is not None and head.expires_at <= now:
+                message = self._ready.popleft(level)
                 self.ready_count -= 1
                 self.ready_bytes -= len(message.body)
                 self._discard(message, "expired")
@@ -296,12 +291,24 @@ class ClassicQueue:
             self._expiry_timer.cancel()
             self._expiry_timer = None
 
-    def restore(self, messages: list[QueueMessage]) -> None:
+    def restore(self, replay: Replay) -> None:
         """Messages replayed from the journal after a restart (TTL counts again)."""
         ttl = self.settings.message_ttl_ms
         expires = None if ttl is None else time.monotonic() + ttl / 1000
-        for message in messages:
-            message.expires_at = expires
-            self._seq += 1
-            message.seq = self._seq
-            self._push(message)
+        self._ready.restore(replay, self._seq + 1, expires)
+        self._seq += len(replay.offsets)
+        self.ready_count += len(replay.offsets)
+        self.ready_bytes += sum(replay.sizes)
+
+    async def close(self) -> None:
+        """The broker stops: the journal is flushed, the spill removed."""
+        self.stop_timers()
+        self._ready.close()
+        if self.journal is not None:
+            await self.journal.close()
+
+    def delete_storage(self) -> None:
+        """The queue was deleted: its journal and spill go."""
+        self._ready.close()
+        if self.journal is not None:
+            self.journal.delete()

@@ -50,6 +50,8 @@ class PublishOutcome:
     routed: bool = False
     rejected: bool = False  # a queue refused it (x-overflow reject-publish)
     waits: list[asyncio.Future[None]] = field(default_factory=list)
+    # Queues whose pager is behind: the publisher waits for these before sending more.
+    backlogs: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 class VirtualHost:
@@ -129,7 +131,9 @@ class VirtualHost:
             journal, _ = self.manager.open_journal(self.name, name)
         queue = ClassicQueue(name, durable=durable, auto_delete=auto_delete, owner=owner,
                              arguments=arguments, settings=settings, journal=journal,
-                             dead_letter=self.dead_letter, on_unused=self._unused)
+                             dead_letter=self.dead_letter, on_unused=self._unused,
+                             memory=settings.memory_bound(self.manager.memory),
+                             spill_root=self.manager.spill_directory)
         self.queues[name] = queue
         self.graph.add_queue(name, durable=durable)
         return queue
@@ -137,10 +141,10 @@ class VirtualHost:
     def restore_queue(self, record: dict[str, Any]) -> None:
         name = record["name"]
         settings = parse_queue_arguments(name, self.name, record["arguments"])
-        journal, messages = self.manager.open_journal(self.name, name)
+        journal, replay = self.manager.open_journal(self.name, name)
         queue = self._new_queue(name, True, record["auto_delete"], None, record["arguments"],
                                 settings, journal)
-        queue.restore(messages)
+        queue.restore(replay)
 
     def _assert_equivalent(self, found: ClassicQueue | Stream, durable: bool, exclusive: bool,
                            auto_delete: bool, arguments: Mapping[str, Any]) -> None:
@@ -190,8 +194,8 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             consumer.cancelled_by_server()
         queue.consumers.clear()
+        queue.delete_storage()
         if queue.journal is not None:
-            queue.journal.delete()
             self.manager.save()
         return count
 
@@ -251,6 +255,8 @@ class VirtualHost:
                     outcome.rejected = True
                 elif result is not None and result is not True:
                     outcome.waits.append(result)
+                if (backlog := queue.backlog) is not None:
+                    outcome.backlogs.append(backlog)
                 continue
             stream = self.stream(name)
             if stream is not None:

@@ -515,6 +515,7 @@ class Channel:
         outcome = self.vhost.publish(method.exchange, method.routing_key, message, headers,
                                      cc, to_stream_record,
                                      confirm=self.confirming or self.transactional)
+        self.connection.flow.hold(outcome.backlogs)
         if not outcome.routed and method.mandatory:
             returned = m.BasicReturn(NO_ROUTE, "NO_ROUTE", method.exchange, method.routing_key)
             self.connection.send(encode_content(self.number, returned, raw, content.body,

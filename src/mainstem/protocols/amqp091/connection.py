@@ -24,6 +24,7 @@ from typing import Any
 import mainstem
 from mainstem.broker.auth import User
 from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
+from mainstem.broker.queues.credit_flow import CreditFlow
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.channel import Channel, ChannelError
 from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec
@@ -79,6 +80,7 @@ class AmqpConnection:
         self._handshake_events: deque = deque()
         self._close_request = asyncio.Event()  # an administrator closes us
         self._close_reason = ""
+        self.flow = CreditFlow()  # held by queues whose pager is behind
 
     # -- output --------------------------------------------------------------
 
@@ -287,6 +289,8 @@ class AmqpConnection:
                         continue
                     if self.core.alarms.blocked:
                         await self.core.alarms.wait_clear()
+                    if self.flow.blocked:
+                        await self.flow.wait()
                     await self._guarded(channel, channel.on_publish, event)
                     touched.add(channel)
                 elif isinstance(event, MethodFrame):
