@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from mainstem import Broker
 from mainstem.client.iggy import IggyClient, IggyClientError
-from mainstem.protocols.iggy import batch, vsr
+from mainstem.protocols.iggy import batch, layouts, vsr
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy.records import decode_record, encode_record
 
@@ -129,6 +129,18 @@ def test_bad_batches_are_refused() -> None:
         assert refused.value.code == code
     with pytest.raises(c.IggyError):
         batch.to_seed_headers(raw_key)
+
+
+def test_topic_options_of_the_replicated_generation() -> None:
+    def typed(kind: int, raw: bytes) -> bytes:
+        return bytes((kind,)) + struct.pack("<I", len(raw)) + raw
+
+    pairs = typed(2, b"durability") + typed(2, b"replicated") + \
+        typed(2, b"message_expiry") + typed(12, struct.pack("<Q", 60_000_000))
+    assert layouts.read_options(c.Reader(memoryview(pairs))) == {"message_expiry": 60_000_000}
+    for bad in (typed(2, b"max_topic_size") + typed(2, b"12345678"), typed(2, b"key")):
+        with pytest.raises(c.IggyError):
+            layouts.read_options(c.Reader(memoryview(bad)))
 
 
 @settings(max_examples=300, deadline=None)

@@ -19,6 +19,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 
+from mainstem import __version__
 from mainstem.broker.auth import ADMINISTRATOR_TAG, User
 from mainstem.broker.errors import (
     AccessRefused,
@@ -70,7 +71,8 @@ class IggyConnection:
         self.model = ctx.core.iggy
         self.user: User | None = None
         self.client_id = next(_client_ids)
-        self.layout: SeedLayout | None = None  # told by the first frame
+        self.layout: SeedLayout = SEED
+        self._framing_told = False  # the first frame tells which generation speaks
         self._group_turn = -1
         peer = ctx.writer.get_extra_info("peername")
         self.peer_host = peer[0] if isinstance(peer, tuple) else None
@@ -130,10 +132,11 @@ class IggyConnection:
     async def _handle(self, buf: bytes) -> bytes | None:
         """Answer every complete request in `buf`; return the incomplete rest, or
         None when the connection must close."""
-        if self.layout is None:
+        if not self._framing_told:
             if vsr.may_become_request(buf):
                 return buf  # a zero length or a VSR header: wait for its command byte
             self.layout = VSR if vsr.is_request(buf) else SEED
+            self._framing_told = True
         # Requests are views into this immutable buffer: payloads are never copied.
         try:
             if self.layout is VSR:
@@ -166,7 +169,7 @@ class IggyConnection:
             self._logged_in(None)
             return vsr.encode_reply(frame)
         code = frame.code if frame.operation == vsr.Operation.NON_REPLICATED else \
-            vsr.COMMANDS.get(frame.operation)  # type: ignore[call-overload]
+            vsr.COMMANDS.get(frame.operation)
         framed = vsr.result_framed(frame.operation)
         try:
             if code is None or code in VSR.unsupported:
@@ -184,8 +187,6 @@ class IggyConnection:
 
     async def register(self, frame: vsr.Frame) -> bytes:
         """The login of the replicated framing: versions, credentials, a session."""
-        from mainstem import __version__
-
         r = c.Reader(frame.body)
         try:
             version = r.u32()
@@ -343,21 +344,13 @@ class IggyConnection:
         self.core.auth.check(self.user, stream.namespace, kind, stream.name)  # type: ignore[arg-type]
 
     def _partition(self, stream: Stream, index: int | None) -> Partition:
-        if index is None or not 0 <= index < len(stream.partitions):
-            wire = None if index is None else index + self._base
-            raise IggyError(ErrorCode.PARTITION_NOT_FOUND, f"partition {wire} not found")
+        """The partition at `index`, counted from 0 whatever the client counts from."""
+        if index is None:
+            raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition given")
+        if not 0 <= index < len(stream.partitions):
+            raise IggyError(ErrorCode.PARTITION_NOT_FOUND,
+                            f"partition {index + self.layout.partition_base} not found")
         return stream.partitions[index]
-
-    @property
-    def _base(self) -> int:
-        """The id the client's generation gives the first partition."""
-        assert self.layout is not None
-        return self.layout.partition_base
-
-    @property
-    def _layout(self) -> SeedLayout:
-        assert self.layout is not None
-        return self.layout
 
     # -- streams ----------------------------------------------------------------------
 
@@ -366,7 +359,7 @@ class IggyConnection:
         parts = [p for t in topics for p in t.partitions]
         record = self.core.catalog.get_namespace(namespace)
         created = _micros(getattr(record, "created_at", 0))
-        info = self._layout.stream_info(
+        info = self.layout.stream_info(
             self.model.id_of(STREAM, "", namespace), created, len(topics),
             sum(p.size_bytes for p in parts), sum(_count(p) for p in parts), namespace)
         return info, topics
@@ -387,7 +380,7 @@ class IggyConnection:
         return b"".join(out)
 
     async def on_create_stream(self, r: c.Reader) -> bytes:
-        wanted, name = self._layout.new_stream(r)
+        wanted, name = self.layout.new_stream(r)
         r.end()
         self._require_admin()
         if wanted and self.model.taken(STREAM, "", wanted):
@@ -419,7 +412,7 @@ class IggyConnection:
     def _topic_info(self, stream: Stream) -> bytes:
         args = stream.record.arguments
         parts = stream.partitions
-        return self._layout.topic_info(
+        return self.layout.topic_info(
             self.model.id_of(TOPIC, stream.namespace, stream.name),
             _micros(stream.record.created_at), len(parts), args.get(EXPIRY_ARG, 0),
             args.get(MAX_LENGTH_BYTES, 0), sum(p.size_bytes for p in parts),
@@ -428,7 +421,7 @@ class IggyConnection:
     def _topic_details(self, stream: Stream) -> bytes:
         created = _micros(stream.record.created_at)
         return self._topic_info(stream) + b"".join(
-            self._layout.partition_info(i, created, p.segment_count,
+            self.layout.partition_info(i, created, p.segment_count,
                                         max(p.committed_offset - 1, 0), p.size_bytes, _count(p))
             for i, p in enumerate(stream.partitions))
 
@@ -444,7 +437,7 @@ class IggyConnection:
 
     async def on_create_topic(self, r: c.Reader) -> bytes:
         namespace = self._namespace(r.identifier())
-        topic = self._layout.new_topic(r)
+        topic = self.layout.new_topic(r)
         r.end()
         wanted, partitions, name = topic.wanted, topic.partitions, topic.name
         expiry_us, max_size = topic.expiry_us, topic.max_size
@@ -505,11 +498,11 @@ class IggyConnection:
     # -- messages ---------------------------------------------------------------------
 
     async def on_send(self, r: c.Reader) -> bytes:
-        self._layout.send_prefix(r)
+        self.layout.send_prefix(r)
         stream = self._stream_and_topic(r)
         kind, length = r.u8(), r.u8()
         value = r.take(length)
-        messages = self._layout.messages(r)
+        messages = self.layout.messages(r)
         if not messages:
             raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
         self._check("write", stream)
@@ -521,7 +514,7 @@ class IggyConnection:
         chunks = [partition.write_records(records[start:start + MAX_CHUNK_RECORDS])
                   for start in range(0, len(records), MAX_CHUNK_RECORDS)]
         await partition.commit(chunks[-1])
-        return self._layout.sent(self.model.id_of(STREAM, "", stream.namespace),
+        return self.layout.sent(self.model.id_of(STREAM, "", stream.namespace),
                                  self.model.id_of(TOPIC, stream.namespace, stream.name), index,
                                  chunks[0].chunk_id)
 
@@ -533,7 +526,7 @@ class IggyConnection:
             _round_robin[key] = turn
             return turn % count
         if kind == 2 and len(value) == 4:
-            index = c.U32.unpack(value)[0] - self._base
+            index = c.U32.unpack(value)[0] - self.layout.partition_base
             self._partition(stream, index)
             return index
         if kind == 3 and value:
@@ -541,9 +534,9 @@ class IggyConnection:
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad partitioning kind {kind}")
 
     async def on_poll(self, r: c.Reader) -> bytes:
-        consumer = self._layout.consumer(r, 18)
+        consumer = self.layout.consumer(r, 18)
         stream = self._stream_and_topic(r)
-        index = self._layout.partition(r)
+        index = self.layout.partition(r)
         kind, value, count, auto_commit = r.u8(), r.u64(), r.u32(), r.u8()
         r.end()
         self._check("read", stream)
@@ -553,7 +546,7 @@ class IggyConnection:
         messages, last = self._read(stream, partition, start, count)
         if auto_commit and messages:
             self.core.store_offset(stream.namespace, stream.name, index, reference, last)
-        return self._layout.polled(index, max(partition.committed_offset - 1, 0), len(messages),
+        return self.layout.polled(index, max(partition.committed_offset - 1, 0), len(messages),
                                    messages)
 
     def _consumer(self, stream: Stream, consumer: c.Consumer, index: int | None
@@ -561,7 +554,7 @@ class IggyConnection:
         """The offset reference and the partition a poll reads."""
         if consumer.kind == c.CONSUMER:
             return f"iggy-consumer:{consumer.id}", \
-                self._layout.default_partition if index is None else index
+                self.layout.default_partition if index is None else index
         group = self._group(stream, consumer.id)
         assigned = group.members.get(self.client_id)
         if assigned is None:
@@ -617,9 +610,9 @@ class IggyConnection:
     # -- consumer offsets -------------------------------------------------------------
 
     async def on_get_offset(self, r: c.Reader) -> bytes:
-        consumer = self._layout.consumer(r, 4)
+        consumer = self.layout.consumer(r, 4)
         stream = self._stream_and_topic(r)
-        index = self._layout.partition(r)
+        index = self.layout.partition(r)
         r.end()
         self._check("read", stream)
         reference = self._offset_reference(stream, consumer)
@@ -628,14 +621,14 @@ class IggyConnection:
         stored = self.core.query_offset(stream.namespace, stream.name, index, reference)
         if stored is None:
             return b""
-        return OFFSET_INFO.pack(index + self._base, max(partition.committed_offset - 1, 0),
-                                stored)
+        return OFFSET_INFO.pack(index + self.layout.partition_base,
+                                max(partition.committed_offset - 1, 0), stored)
 
     async def on_store_offset(self, r: c.Reader) -> bytes:
-        consumer = self._layout.consumer(r, 12)
+        consumer = self.layout.consumer(r, 12)
         stream = self._stream_and_topic(r)
-        index = self._layout.partition(r)
-        offset = self._layout.stored_offset(r)
+        index = self.layout.partition(r)
+        offset = self.layout.stored_offset(r)
         r.end()
         self._check("read", stream)
         reference = self._offset_reference(stream, consumer)
@@ -668,7 +661,7 @@ class IggyConnection:
         if details:
             for member, partitions in group.members.items():
                 out += struct.pack(f"<II{len(partitions)}I", member, len(partitions),
-                                   *(p + self._base for p in partitions))
+                                   *(p + self.layout.partition_base for p in partitions))
         return out
 
     async def on_get_group(self, r: c.Reader) -> bytes:
@@ -687,7 +680,7 @@ class IggyConnection:
 
     async def on_create_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        wanted, name = self._layout.new_group(r)
+        wanted, name = self.layout.new_group(r)
         r.end()
         self._check("configure", stream)
         try:
@@ -732,7 +725,7 @@ class IggyConnection:
         if assigned is None:
             return b""
         return struct.pack(f"<QI{len(assigned)}I", group.generation, len(assigned),
-                           *(p + self._base for p in assigned))
+                           *(p + self.layout.partition_base for p in assigned))
 
 
 def _count(partition: Partition) -> int:

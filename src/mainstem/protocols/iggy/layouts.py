@@ -2,10 +2,11 @@
 
 SEED: the early-2024 requests of iggy-py 0.4 with the replies of the Rust `iggy`
 crate 0.6; partitions count from 1. VSR: the bodies apache-iggy 0.9 (Rust SDK 0.11)
-sends behind the replicated framing; partitions count from 0, stream and topic
-replies carry option blocks, messages travel
-in batches (batch.py). Most commands read and answer the same in both; a layout holds
-only what differs. Partitions are indexes from 0 inside mainstem.
+sends behind the replicated framing: partitions count from 0, new streams, topics and
+groups carry no wanted id, topics take their limits as typed option pairs, stream and
+topic replies end in option blocks, a partition is optional behind a flag, messages
+travel in batches (batch.py). Most commands read and answer the same in both; a layout
+holds only what differs. Inside mainstem partitions are indexes from 0.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class SeedLayout:
     def new_topic(self, r: c.Reader) -> NewTopic:
         wanted, partitions = r.u32(), r.u32()
         expiry_us = max_size = 0
-        if not (r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]):  # more than the name:
+        if not (r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]):  # more than a name:
             r.u8()  # the 0.6 client's compression algorithm: stored uncompressed
             expiry_us, max_size = r.u64(), r.u64()
             r.u8()  # replication factor: one node
@@ -182,7 +183,7 @@ def read_options(r: c.Reader) -> dict[str, int]:
         key = _typed(r)
         value = _typed(r)
         if key in (OPTION_EXPIRY, OPTION_MAX_SIZE):
-            if len(value) != 8:
+            if not isinstance(value, bytes) or len(value) != 8:
                 raise IggyError(ErrorCode.INVALID_FORMAT, f"option {key} is no u64")
             options[key] = c.U64.unpack(value)[0]
     return options

@@ -69,7 +69,7 @@ class Eviction(enum.IntEnum):
 
 
 # The 2024 command each replicated operation stands for.
-COMMANDS = {
+COMMANDS: dict[int, Code] = {
     Operation.CREATE_STREAM: Code.CREATE_STREAM,
     Operation.DELETE_STREAM: Code.DELETE_STREAM,
     Operation.CREATE_TOPIC: Code.CREATE_TOPIC,
