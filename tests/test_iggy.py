@@ -4,6 +4,7 @@ own Iggy client, against a real mainstem server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -27,7 +28,7 @@ from mainstem.client.iggy import (
     Message,
     Polling,
 )
-from mainstem.protocols.iggy.codec import ErrorCode
+from mainstem.protocols.iggy.codec import Code, ErrorCode, encode_identifier
 
 
 @pytest.fixture
@@ -363,6 +364,37 @@ async def test_apache_iggy_topic_options_and_refusals(broker: Broker) -> None:
         await client.get_streams()
     seed = await py_client(broker)  # the 2024 layout on the next connection still works
     await seed.ping()
+
+
+async def test_apache_iggy_lists_partitions_offsets_and_deletes(broker: Broker) -> None:
+    client = await apache_client(broker)
+    await client.create_stream("s")
+    await client.create_topic("s", "t", 2)
+    await client.create_topic("s", "u", 1)
+    assert [(t.name, t.partitions_count) for t in await client.get_topics("s")] == \
+        [("t", 2), ("u", 1)]
+    assert "s" in [stream.name for stream in await client.get_streams()]
+    await client.create_partitions("s", "t", 2)
+    await client.delete_partitions("s", "t", 1)
+    assert [p.id for p in (await client.get_topic("s", "t")).partitions] == [0, 1, 2]
+    await client.send_messages("s", "t", 2, [SendMessage2("a"), SendMessage2("b")])
+    await client.poll_messages("s", "t", consumer=ApacheConsumer.Single("c"),
+                               polling_strategy=ApachePolling.First(), count=1, auto_commit=True,
+                               partition_id=2)
+    # the SDK has no call for GET_CONSUMER_OFFSET: it sends the command's own body
+    request = b"\x01" + b"".join(encode_identifier(i) for i in ("c", "s", "t")) + \
+        b"\x01" + struct.pack("<I", 2)
+    stored = await client.send_binary_request(Code.GET_CONSUMER_OFFSET, request)
+    assert struct.unpack("<IQQ", stored) == (2, 1, 0)  # partition, current offset, stored
+    with pytest.raises(RuntimeError, match="Invalid command"):
+        await client.update_stream("s", "renamed")  # an operation mainstem does not serve
+    await client.create_consumer_group("s", "t", "g")
+    await client.delete_consumer_group("s", "t", "g")
+    assert await client.get_consumer_group("s", "t", "g") is None
+    await client.delete_topic("s", "u")
+    assert [t.name for t in await client.get_topics("s")] == ["t"]
+    await client.delete_stream("s")
+    assert await client.get_stream("s") is None
 
 
 async def test_apache_iggy_consumer_groups(broker: Broker) -> None:

@@ -433,7 +433,8 @@ class IggyConnection:
     async def on_get_topics(self, r: c.Reader) -> bytes:
         namespace = self._namespace(r.identifier())
         r.end()
-        return b"".join(self._topic_info(t) for t in self.core.streams.list(namespace))
+        return self.layout.topic_list([self._topic_info(t)
+                                       for t in self.core.streams.list(namespace)])
 
     async def on_create_topic(self, r: c.Reader) -> bytes:
         namespace = self._namespace(r.identifier())

@@ -4,9 +4,10 @@ SEED: the early-2024 requests of iggy-py 0.4 with the replies of the Rust `iggy`
 crate 0.6; partitions count from 1. VSR: the bodies apache-iggy 0.9 (Rust SDK 0.11)
 sends behind the replicated framing: partitions count from 0, new streams, topics and
 groups carry no wanted id, topics take their limits as typed option pairs, stream and
-topic replies end in option blocks, a partition is optional behind a flag, messages
-travel in batches (batch.py). Most commands read and answer the same in both; a layout
-holds only what differs. Inside mainstem partitions are indexes from 0.
+topic replies end in option blocks, a topic list is counted, a partition is optional
+behind a flag, messages travel in batches (batch.py). Most commands read and answer
+the same in both; a layout holds only what differs. Inside mainstem partitions are
+indexes from 0.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class SeedLayout:
         return SEED_TOPIC_INFO.pack(topic_id, created_us, partitions, expiry_us, 1, max_size, 1,
                                     size, messages) + c.encode_name(name)
 
+    def topic_list(self, topics: list[bytes]) -> bytes:
+        return b"".join(topics)
+
     def partition_info(self, index: int, created_us: int, segments: int, current: int,
                        size: int, messages: int) -> bytes:
         return PARTITION_INFO.pack(index + self.partition_base, created_us, segments, current,
@@ -163,6 +167,9 @@ class VsrLayout(SeedLayout):
                    max_size: int, size: int, messages: int, name: str) -> bytes:
         return VSR_TOPIC_INFO.pack(topic_id, created_us, partitions, expiry_us, 1, max_size, size,
                                    messages) + c.encode_name(name) + NO_OPTIONS + NO_OPTIONS
+
+    def topic_list(self, topics: list[bytes]) -> bytes:
+        return c.U32.pack(len(topics)) + b"".join(topics)
 
     def sent(self, stream_id: int, topic_id: int, index: int, base_offset: int) -> bytes:
         return SEND_CONFIRMATION.pack(1, stream_id, topic_id, index, base_offset)
