@@ -395,6 +395,10 @@ async def test_apache_iggy_lists_partitions_offsets_and_deletes(broker: Broker) 
     assert [t.name for t in await client.get_topics("s")] == ["t"]
     await client.delete_stream("s")
     assert await client.get_stream("s") is None
+    # the SDK's producer makes its stream and topic when it finds none
+    producer = await client.producer("made", "by-producer", topic_partitions_count=2)
+    await producer.send([SendMessage2(f"x{i}") for i in range(3)])
+    assert (await client.get_topic("made", "by-producer")).messages_count == 3
 
 
 async def test_apache_iggy_consumer_groups(broker: Broker) -> None:
@@ -427,7 +431,8 @@ async def test_apache_iggy_consumer_groups(broker: Broker) -> None:
     assert [m.members_count for m in await a.get_consumer_groups("s", "t")] == [1]
 
     # the SDK's high-level consumer: creates and joins its group, commits as it goes
-    consumer = await b.consumer_group("readers", "s", "t", batch_length=10,
+    # (a two-letter name is a 4-byte identifier, never a u32 group id, in this generation)
+    consumer = await b.consumer_group("rd", "s", "t", batch_length=10,
                                       polling_strategy=ApachePolling.Next())
     got: list[bytes] = []
 
@@ -440,7 +445,7 @@ async def test_apache_iggy_consumer_groups(broker: Broker) -> None:
     await asyncio.wait_for(take(6), 10)
     assert sorted(got) == sorted([b"p0m0", b"p0m1", b"new0", b"p1m0", b"p1m1", b"new1"])
     await consumer.store_offset(0, 0)  # back to the first message of partition 0
-    again = await b.poll_messages("s", "t", consumer=ApacheConsumer.Group("readers"),
+    again = await b.poll_messages("s", "t", consumer=ApacheConsumer.Group("rd"),
                                   polling_strategy=ApachePolling.Next(), count=10,
                                   auto_commit=False, partition_id=0)
     assert [m.payload() for m in again] == [b"p0m1", b"new0"]

@@ -652,9 +652,6 @@ class IggyConnection:
             raise IggyError(ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND,
                             f"consumer group {ident} not found") from None
 
-    def _group_ident(self, r: c.Reader) -> int | str:
-        """The seed sends a u32 group id, the real client an identifier."""
-        return r.u32() if r.remaining == 4 else r.identifier()
 
     def _group_info(self, group: Group, stream: Stream, details: bool) -> bytes:
         out = GROUP_INFO.pack(group.id, len(stream.partitions), len(group.members))
@@ -667,7 +664,7 @@ class IggyConnection:
 
     async def on_get_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
         return self._group_info(group, stream, details=True)
@@ -692,7 +689,7 @@ class IggyConnection:
 
     async def on_delete_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("configure", stream)
         self.model.delete_group(group)
@@ -700,7 +697,7 @@ class IggyConnection:
 
     async def on_join_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
         self.model.join(group, self.client_id, len(stream.partitions))
@@ -708,7 +705,7 @@ class IggyConnection:
 
     async def on_leave_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         try:
             self.model.leave(group, self.client_id, len(stream.partitions))
@@ -719,7 +716,7 @@ class IggyConnection:
     async def on_sync_group(self, r: c.Reader) -> bytes:
         """This member's partitions and the group's generation; nothing for a non-member."""
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
         assigned = group.members.get(self.client_id)

@@ -63,6 +63,10 @@ class SeedLayout:
         wanted = r.u32()
         return wanted, r.name("consumer group name") if r.remaining else str(wanted)
 
+    def group(self, r: c.Reader) -> int | str:
+        """The group a request names: the seed sends a u32 id, the 0.6 client an identifier."""
+        return r.u32() if r.remaining == 4 else r.identifier()
+
     def send_prefix(self, r: c.Reader) -> None:
         """What comes before the stream and topic identifiers."""
 
@@ -133,6 +137,9 @@ class VsrLayout(SeedLayout):
 
     def new_group(self, r: c.Reader) -> tuple[int, str]:
         return 0, r.name("consumer group name")
+
+    def group(self, r: c.Reader) -> int | str:
+        return r.identifier()
 
     def send_prefix(self, r: c.Reader) -> None:
         r.u32()  # the length of the routing part (identifiers, partitioning, count)
