@@ -7,9 +7,9 @@ them), the frame size u32 at byte 48 and the command u8 at byte 60 (request 5, r
 0.11 (wire protocol 0x2C00) sends and reads. A request names an operation: Register
 (the login), Logout, a replicated write (the 2024 command it stands for is fixed by
 the operation) or NonReplicated, which carries a 2024 command code at byte 196.
-Replies to replicated writes and to Register open with a result section:
-count u32, then count x (index u32, result u32), so [0] is success and [1, 0, code]
-a refusal. Other replies carry a failure in the header's status field.
+Replies to metadata writes, consumer-offset writes and Register open with a result
+section: count u32, then count x (index u32, result u32), so [0] is success and
+[1, 0, code] a refusal. Other replies carry a failure in the header's status field.
 """
 
 from __future__ import annotations
@@ -61,8 +61,6 @@ class Operation(enum.IntEnum):
 class Eviction(enum.IntEnum):
     """Why a session ends (the reason byte of an eviction frame)."""
 
-    NO_SESSION = 1
-    INVALID_REQUEST_OPERATION = 4
     INVALID_CREDENTIALS = 9
     INCOMPATIBLE_PROTOCOL = 14
     MALFORMED_LOGIN = 15
