@@ -4,13 +4,18 @@ own Iggy client, against a real mainstem server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from apache_iggy import Consumer as ApacheConsumer
 from apache_iggy import IggyClient as ApacheIggy
-from apache_iggy import TcpConfig, TcpReconnectionConfig
+from apache_iggy import IggyExpiry, MaxTopicSize, TcpConfig, TcpReconnectionConfig
+from apache_iggy import PollingStrategy as ApachePolling
+from apache_iggy import SendMessage as SendMessage2
 from iggy_py import IggyClient as PyIggy
 from iggy_py import PollingStrategy, SendMessage
 from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
@@ -23,7 +28,7 @@ from mainstem.client.iggy import (
     Message,
     Polling,
 )
-from mainstem.protocols.iggy.codec import ErrorCode
+from mainstem.protocols.iggy.codec import Code, ErrorCode, encode_identifier
 
 
 @pytest.fixture
@@ -280,14 +285,167 @@ async def test_stats_and_clients_take_the_administrator_or_monitoring_tag(broker
     await watcher.close()
 
 
-async def test_the_replicated_framing_of_apache_iggy_is_named_in_the_log(
-        broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
+async def apache_client(broker: Broker) -> ApacheIggy:
+    """apache-iggy 0.9: the replicated (VSR) framing of the 2026 protocol."""
     client = ApacheIggy(TcpConfig(server_address=f"127.0.0.1:{broker.ports['iggy']}",
                                   reconnection=TcpReconnectionConfig(enabled=False)))
     await client.connect()
+    await client.login_user("guest", "guest")
+    return client
+
+
+async def test_apache_iggy_streams_topics_send_and_poll(broker: Broker) -> None:
+    client = await apache_client(broker)
+    await client.ping()
+    await client.create_stream("shop")
+    await client.create_topic("shop", "orders", 2)
+    assert await client.get_stream("nowhere") is None
+    stream = await client.get_stream("shop")
+    assert (stream.name, stream.topics_count) == ("shop", 1)
+    topic = await client.get_topic("shop", "orders")
+    assert [p.id for p in topic.partitions] == [0, 1]  # this generation counts from 0
+    sent = await client.send_messages("shop", "orders", 1, [
+        SendMessage2(f"m{i}", user_headers={"k": "v"}) for i in range(3)])
+    assert [(c.partition_id, c.base_offset) for c in sent.confirmations] == [(1, 0)]
+    sent = await client.send_messages("shop", "orders", 1, [SendMessage2(b"late")])
+    assert sent.confirmations[0].base_offset == 3
+
+    async def poll(strategy: ApachePolling, count: int = 10, commit: bool = False
+                   ) -> list[bytes]:
+        polled = await client.poll_messages("shop", "orders", consumer=ApacheConsumer.Single("c"),
+                                            polling_strategy=strategy, count=count,
+                                            auto_commit=commit, partition_id=1)
+        return [m.payload() for m in polled]
+
+    everything = [b"m0", b"m1", b"m2", b"late"]
+    assert await poll(ApachePolling.First()) == everything
+    assert await poll(ApachePolling.Offset(2)) == [b"m2", b"late"]
+    assert await poll(ApachePolling.Next(), count=3, commit=True) == everything[:3]
+    assert await poll(ApachePolling.Next()) == [b"late"]
+    first = (await client.poll_messages("shop", "orders", consumer=ApacheConsumer.Single("c"),
+                                        polling_strategy=ApachePolling.First(), count=1,
+                                        auto_commit=False, partition_id=1))[0]
+    assert (first.offset(), first.partition_id()) == (0, 1)
+    assert {str(k): str(v) for k, v in (first.user_headers() or {}).items()} == \
+        {'HeaderKey.String("k")': 'HeaderValue.String("v")'}
+    # an omitted partition is the first one for a consumer
+    assert await client.poll_messages("shop", "orders", consumer=ApacheConsumer.Single("c"),
+                                      polling_strategy=ApachePolling.First(), count=10,
+                                      auto_commit=False) == []
+    # the 2024 generation reads the same records (its partition ids count from 1)
+    seed = await py_client(broker)
+    polled = await seed.poll_messages("shop", "orders", 2, PollingStrategy.First(), 10, False)
+    assert [m.payload() for m in polled] == everything
+    await seed.send_messages("shop", "orders", 2, [SendMessage("from 2024")])
+    assert (await poll(ApachePolling.Offset(4)))[0] == b"from 2024"
+
+
+async def test_apache_iggy_topic_options_and_refusals(broker: Broker) -> None:
+    client = await apache_client(broker)
+    await client.create_stream("s")
+    await client.create_topic("s", "t", 1, message_expiry=IggyExpiry.ExpireDuration(
+        timedelta(seconds=90)), max_topic_size=MaxTopicSize.Custom(1 << 20))
+    topic = await client.get_topic("s", "t")
+    expiry, max_size = topic.message_expiry, topic.max_topic_size
+    assert isinstance(expiry, IggyExpiry.ExpireDuration) and isinstance(max_size,
+                                                                       MaxTopicSize.Custom)
+    assert (expiry.duration, max_size.bytes) == (timedelta(seconds=90), 1 << 20)
+    with pytest.raises(RuntimeError, match="already exists"):
+        await client.create_stream("s")
+    with pytest.raises(RuntimeError, match="Feature is unavailable"):
+        await client.get_stats()  # its reply changed shape in this generation
+    stranger = ApacheIggy(TcpConfig(server_address=f"127.0.0.1:{broker.ports['iggy']}",
+                                    reconnection=TcpReconnectionConfig(enabled=False)))
+    await stranger.connect()
+    with pytest.raises(RuntimeError, match="Invalid credentials"):
+        await stranger.login_user("guest", "wrong")
+    await client.logout_user()
     with pytest.raises(RuntimeError):
-        await client.login_user("guest", "guest")
-    assert "replicated (VSR) framing of apache-iggy" in caplog.text
-    assert "request length 0" not in caplog.text
-    seed = await py_client(broker)  # the seed's layout on the next connection still works
+        await client.get_streams()
+    seed = await py_client(broker)  # the 2024 layout on the next connection still works
     await seed.ping()
+
+
+async def test_apache_iggy_lists_partitions_offsets_and_deletes(broker: Broker) -> None:
+    client = await apache_client(broker)
+    await client.create_stream("s")
+    await client.create_topic("s", "t", 2)
+    await client.create_topic("s", "u", 1)
+    assert [(t.name, t.partitions_count) for t in await client.get_topics("s")] == \
+        [("t", 2), ("u", 1)]
+    assert "s" in [stream.name for stream in await client.get_streams()]
+    await client.create_partitions("s", "t", 2)
+    await client.delete_partitions("s", "t", 1)
+    assert [p.id for p in (await client.get_topic("s", "t")).partitions] == [0, 1, 2]
+    await client.send_messages("s", "t", 2, [SendMessage2("a"), SendMessage2("b")])
+    await client.poll_messages("s", "t", consumer=ApacheConsumer.Single("c"),
+                               polling_strategy=ApachePolling.First(), count=1, auto_commit=True,
+                               partition_id=2)
+    # the SDK has no call for GET_CONSUMER_OFFSET: it sends the command's own body
+    request = b"\x01" + b"".join(encode_identifier(i) for i in ("c", "s", "t")) + \
+        b"\x01" + struct.pack("<I", 2)
+    stored = await client.send_binary_request(Code.GET_CONSUMER_OFFSET, request)
+    assert struct.unpack("<IQQ", stored) == (2, 1, 0)  # partition, current offset, stored
+    with pytest.raises(RuntimeError, match="Invalid command"):
+        await client.update_stream("s", "renamed")  # an operation mainstem does not serve
+    await client.create_consumer_group("s", "t", "g")
+    await client.delete_consumer_group("s", "t", "g")
+    assert await client.get_consumer_group("s", "t", "g") is None
+    await client.delete_topic("s", "u")
+    assert [t.name for t in await client.get_topics("s")] == ["t"]
+    await client.delete_stream("s")
+    assert await client.get_stream("s") is None
+    # the SDK's producer makes its stream and topic when it finds none
+    producer = await client.producer("made", "by-producer", topic_partitions_count=2)
+    await producer.send([SendMessage2(f"x{i}") for i in range(3)])
+    assert (await client.get_topic("made", "by-producer")).messages_count == 3
+
+
+async def test_apache_iggy_consumer_groups(broker: Broker) -> None:
+    a, b = await apache_client(broker), await apache_client(broker)
+    await a.create_stream("s")
+    await a.create_topic("s", "t", 2)
+    for p in (0, 1):
+        await a.send_messages("s", "t", p, [SendMessage2(f"p{p}m{i}") for i in range(2)])
+    await a.create_consumer_group("s", "t", "workers")
+    await a.join_consumer_group("s", "t", "workers")
+    group = await a.get_consumer_group("s", "t", "workers")
+    assert [m.partitions for m in group.members] == [[0, 1]]
+    assert await a.get_consumer_group("s", "t", "idlers") is None
+
+    async def poll(client: ApacheIggy) -> list[bytes]:
+        polled = await client.poll_messages("s", "t", consumer=ApacheConsumer.Group("workers"),
+                                            polling_strategy=ApachePolling.Next(), count=10,
+                                            auto_commit=True)
+        return [m.payload() for m in polled]
+
+    assert await poll(a) + await poll(a) == [b"p0m0", b"p0m1", b"p1m0", b"p1m1"]
+    await b.join_consumer_group("s", "t", "workers")
+    group = await a.get_consumer_group("s", "t", "workers")
+    assert sorted(m.partitions for m in group.members) == [[0], [1]]
+    await a.send_messages("s", "t", 0, [SendMessage2("new0")])
+    await a.send_messages("s", "t", 1, [SendMessage2("new1")])
+    # each member reads its own partition from the group's stored offset
+    assert sorted(await poll(a) + await poll(b)) == [b"new0", b"new1"]
+    await b.leave_consumer_group("s", "t", "workers")
+    assert [m.members_count for m in await a.get_consumer_groups("s", "t")] == [1]
+
+    # the SDK's high-level consumer: creates and joins its group, commits as it goes
+    # (a two-letter name is a 4-byte identifier, never a u32 group id, in this generation)
+    consumer = await b.consumer_group("rd", "s", "t", batch_length=10,
+                                      polling_strategy=ApachePolling.Next())
+    got: list[bytes] = []
+
+    async def take(n: int) -> None:
+        async for message in consumer.iter_messages():
+            got.append(message.payload())
+            if len(got) == n:
+                return
+
+    await asyncio.wait_for(take(6), 10)
+    assert sorted(got) == sorted([b"p0m0", b"p0m1", b"new0", b"p1m0", b"p1m1", b"new1"])
+    await consumer.store_offset(0, 0)  # back to the first message of partition 0
+    again = await b.poll_messages("s", "t", consumer=ApacheConsumer.Group("rd"),
+                                  polling_strategy=ApachePolling.Next(), count=10,
+                                  auto_commit=False, partition_id=0)
+    assert [m.payload() for m in again] == [b"p0m1", b"new0"]

@@ -7,11 +7,13 @@ import contextlib
 import struct
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mainstem import Broker
 from mainstem.client.iggy import IggyClient, IggyClientError
+from mainstem.protocols.iggy import batch, layouts, vsr
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy.records import decode_record, encode_record
 
@@ -34,17 +36,169 @@ def test_oversized_and_short_lengths_are_framing_errors() -> None:
         raise AssertionError(f"length {length} accepted")
 
 
+def vsr_request(operation: int, body: bytes = b"", code: int = 0, session: int = 0,
+                request: int = 1) -> bytes:
+    """A request frame of the replicated framing, as apache-iggy 0.9 builds it."""
+    header = bytearray(vsr.HEADER_SIZE)
+    struct.pack_into("<I", header, vsr.SIZE_OFFSET, vsr.HEADER_SIZE + len(body))
+    header[vsr.COMMAND_OFFSET] = vsr.Command.REQUEST
+    vsr.REQUEST_FIELDS.pack_into(header, vsr.FIELDS_OFFSET, (7).to_bytes(16, "little"),
+                                 b"\x09" * 16, 0, request, operation, session, code)
+    return bytes(header) + body
+
+
+def login_body(version: int = vsr.PROTOCOL_VERSION, password: str = "guest") -> bytes:
+    return struct.pack("<I", version) + b"".join(
+        c.encode_name(s) for s in ("raw", "0.0.1", "guest", password)) + bytes(4)
+
+
 def test_a_vsr_request_header_is_told_from_a_seed_request() -> None:
-    header = bytearray(256)
-    struct.pack_into("<I", header, 48, 256)
-    header[60] = 5  # request
-    assert c.may_become_vsr_request(bytes(header[:60]))
-    assert not c.may_become_vsr_request(bytes(header[:61]))
-    assert c.is_vsr_request(bytes(header[:61])) and c.is_vsr_request(bytes(header))
+    header = vsr_request(vsr.Operation.NON_REPLICATED, code=c.Code.PING)
+    assert vsr.may_become_request(header[:60]) and not vsr.may_become_request(header[:61])
+    assert vsr.is_request(header[:61]) and vsr.is_request(header)
     seed = c.encode_request(c.Code.PING, bytes(100))
-    assert not c.may_become_vsr_request(seed[:8]) and not c.is_vsr_request(seed)
-    header[60] = 8  # a reply is no client's first frame
-    assert not c.is_vsr_request(bytes(header))
+    assert not vsr.may_become_request(seed[:8]) and not vsr.is_request(seed)
+    reply = vsr.encode_reply(vsr.parse_frames(header, 4096)[0][0])
+    assert not vsr.is_request(reply)  # a reply is no client's first frame
+
+
+def test_vsr_frames_parse_and_replies_echo_the_request() -> None:
+    ping = vsr_request(vsr.Operation.NON_REPLICATED, code=c.Code.PING)
+    send = vsr_request(vsr.Operation.SEND_MESSAGES, b"body", session=5, request=3)
+    frames, used = vsr.parse_frames(ping + send + send[:100], 4096)
+    assert used == len(ping) + len(send) and len(frames) == 2
+    assert (frames[0].operation, frames[0].code, frames[0].session) == (2, c.Code.PING, 0)
+    assert (frames[1].request, frames[1].session, bytes(frames[1].body)) == (3, 5, b"body")
+    reply = vsr.encode_reply(frames[1], b"xy", status=41, commit=9)
+    size, command = struct.unpack_from("<I", reply, 48)[0], reply[60]
+    assert (size, command, reply[256:]) == (258, vsr.Command.REPLY, b"xy")
+    fields = vsr.REPLY_FIELDS.unpack_from(reply, 128)
+    assert fields == (b"\x09" * 16, bytes(16), (7).to_bytes(16, "little"), 9, 9, 0, 3, 160, 41)
+    assert struct.unpack_from("<I", reply, 216)[0] == 41  # the status the SDK reads
+    assert vsr.committed(b"p") == bytes(4) + b"p"
+    assert vsr.refused(1012) == struct.pack("<III", 1, 0, 1012)
+    eviction = vsr.encode_eviction(frames[0].client, vsr.Eviction.INCOMPATIBLE_PROTOCOL)
+    assert (len(eviction), eviction[60], eviction[255]) == (256, 13, 14)
+    assert struct.unpack_from("<II", eviction, 144) == (0x2C00, 0x2C00)
+    assert vsr.encode_eviction(frames[0].client, vsr.Eviction.INVALID_CREDENTIALS)[144:152] == \
+        bytes(8)
+
+
+def test_vsr_frame_bounds_are_framing_errors() -> None:
+    frame = bytearray(vsr_request(vsr.Operation.NON_REPLICATED))
+    for size in (0, 255, 5000):
+        struct.pack_into("<I", frame, 48, size)
+        with pytest.raises(c.FramingError):
+            vsr.parse_frames(bytes(frame), 4096)
+    struct.pack_into("<I", frame, 48, 256)
+    frame[60] = vsr.Command.REPLY
+    with pytest.raises(c.FramingError):
+        vsr.parse_frames(bytes(frame), 4096)
+
+
+def test_batch_round_trip_and_headers_of_both_generations() -> None:
+    seed_headers = c.encode_headers({"k": (2, b"v"), "n": (11, struct.pack("<I", 7))})
+    polled = [batch.PolledMessage(10, 1, seed_headers, b"one"),
+              batch.PolledMessage(11, 2, b"", b"two")]
+    encoded = batch.encode_batch(3, 1_700_000_000_000_000, polled)
+    head = batch.BATCH_HEADER.unpack_from(encoded)
+    assert head == (3, 10, 1_700_000_000_000_000, 1_700_000_000_000_000, len(encoded), 0, 2)
+    sent = batch.read_batch(c.Reader(memoryview(encoded)))
+    assert [(m.id, m.headers, bytes(m.payload)) for m in sent] == \
+        [(1, seed_headers, b"one"), (2, b"", b"two")]
+    vsr_headers = batch.to_vsr_headers(seed_headers)
+    assert vsr_headers.startswith(b"\x02\x01\x00\x00\x00k\x02\x01\x00\x00\x00v")
+    assert batch.to_seed_headers(vsr_headers) == seed_headers
+    assert batch.group_by_timestamp([(1, polled[0]), (1, polled[1]), (2, polled[0])]) == \
+        [(1, polled), (2, [polled[0]])]
+
+
+def test_bad_batches_are_refused() -> None:
+    good = batch.encode_batch(0, 0, [batch.PolledMessage(0, 1, b"", b"abc")])
+    wrong_count = bytearray(good)
+    struct.pack_into("<I", wrong_count, 48, 2)
+    reserved = bytearray(good)
+    reserved[256 + 40] = 1
+    raw_key = b"\x01\x01\x00\x00\x00k\x02\x01\x00\x00\x00v"
+    cases = [(good[:-1], c.ErrorCode.INVALID_FORMAT), (good + b"x", c.ErrorCode.INVALID_FORMAT),
+             (bytes(wrong_count), c.ErrorCode.INVALID_MESSAGES_COUNT),
+             (bytes(reserved), c.ErrorCode.INVALID_FORMAT)]
+    for raw, code in cases:
+        with pytest.raises(c.IggyError) as refused:
+            batch.read_batch(c.Reader(memoryview(raw)))
+        assert refused.value.code == code
+    with pytest.raises(c.IggyError):
+        batch.to_seed_headers(raw_key)
+
+
+def test_topic_options_of_the_replicated_generation() -> None:
+    def typed(kind: int, raw: bytes) -> bytes:
+        return bytes((kind,)) + struct.pack("<I", len(raw)) + raw
+
+    pairs = typed(2, b"durability") + typed(2, b"replicated") + \
+        typed(2, b"message_expiry") + typed(12, struct.pack("<Q", 60_000_000))
+    assert layouts.read_options(c.Reader(memoryview(pairs))) == {"message_expiry": 60_000_000}
+    for bad in (typed(2, b"max_topic_size") + typed(2, b"12345678"), typed(2, b"key")):
+        with pytest.raises(c.IggyError):
+            layouts.read_options(c.Reader(memoryview(bad)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_vsr_parser_on_random_bytes_frames_or_refuses(raw: bytes) -> None:
+    try:
+        frames, used = vsr.parse_frames(raw, 4096)
+    except c.FramingError:
+        return
+    assert used <= len(raw)
+    for frame in frames:
+        with contextlib.suppress(c.IggyError):
+            batch.read_batch(c.Reader(frame.body))
+
+
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes
+                   ) -> tuple[bytes, bytes]:
+    writer.write(frame)
+    header = await reader.readexactly(vsr.HEADER_SIZE)
+    size = struct.unpack_from("<I", header, vsr.SIZE_OFFSET)[0]
+    return header, await reader.readexactly(size - vsr.HEADER_SIZE)
+
+
+async def test_vsr_logins_and_fuzzed_frames_never_hurt_the_server(tmp_path: Path) -> None:
+    operations = [int(op) for op in vsr.Operation] + [0, 129, 200]
+    codes = [int(code) for code in c.Code] + [0, 9999]
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.sampled_from(operations), st.sampled_from(codes), st.binary(max_size=300))
+    def frames(operation: int, code: int, body: bytes) -> None:
+        garbage.append(vsr_request(operation, body, code, session=1))
+
+    garbage: list[bytes] = []
+    frames()
+    async with Broker(data_dir=tmp_path / "data") as broker:
+        port = broker.ports["iggy"]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for body, reason in ((login_body(0x2B00), vsr.Eviction.INCOMPATIBLE_PROTOCOL),
+                             (login_body(password="wrong"), vsr.Eviction.INVALID_CREDENTIALS),
+                             (b"\x00", vsr.Eviction.MALFORMED_LOGIN)):
+            header, _ = await exchange(reader, writer, vsr_request(vsr.Operation.REGISTER, body))
+            assert (header[60], header[255]) == (vsr.Command.EVICTION, reason)
+        header, _ = await exchange(reader, writer, vsr_request(
+            vsr.Operation.NON_REPLICATED, code=c.Code.GET_STREAMS))
+        assert struct.unpack_from("<I", header, 216)[0] == c.ErrorCode.UNAUTHENTICATED
+        header, body = await exchange(reader, writer,
+                                      vsr_request(vsr.Operation.REGISTER, login_body()))
+        assert header[60] == vsr.Command.REPLY and body[:4] == bytes(4)
+        bystander = await IggyClient.connect("127.0.0.1", port)
+        await bystander.login("guest", "guest")
+        for frame in garbage:  # every frame gets a reply or an eviction
+            header, _ = await exchange(reader, writer, frame)
+            assert header[60] in (vsr.Command.REPLY, vsr.Command.EVICTION)
+            if frame[176] == vsr.Operation.LOGOUT or header[60] == vsr.Command.EVICTION:
+                await exchange(reader, writer, vsr_request(vsr.Operation.REGISTER, login_body()))
+        await bystander.ping()
+        await bystander.close()
+        writer.close()
 
 
 def test_identifiers() -> None:

@@ -35,6 +35,7 @@ class Group:
     id: int
     name: str
     members: dict[int, list[int]] = field(default_factory=dict)  # client id -> partitions
+    generation: int = 0  # counts rebalances, so a member sees its assignment changed
 
 
 class IggyModel:
@@ -159,6 +160,7 @@ class IggyModel:
 def rebalance(group: Group, partitions: int) -> None:
     """Deal partitions 0..n-1 round robin over the members in join order."""
     members = list(group.members)
+    group.generation += 1
     for assigned in group.members.values():
         assigned.clear()
     for partition in range(partitions):

@@ -23,6 +23,7 @@ MAX_IDENTIFIER = 255
 class Code(enum.IntEnum):
     PING = 1
     GET_STATS = 10
+    GET_CLUSTER_METADATA = 12
     GET_ME = 20
     GET_CLIENT = 21
     GET_CLIENTS = 22
@@ -48,6 +49,7 @@ class Code(enum.IntEnum):
     DELETE_CONSUMER_GROUP = 603
     JOIN_CONSUMER_GROUP = 604
     LEAVE_CONSUMER_GROUP = 605
+    SYNC_CONSUMER_GROUP = 606
 
 
 class ErrorCode(enum.IntEnum):
@@ -97,27 +99,6 @@ class FramingError(Exception):
 class Request:
     code: int
     payload: memoryview
-
-
-# Iggy's replicated (VSR) framing, spoken by apache-iggy 0.9 and Iggy servers since 2026:
-# 256-byte headers whose u128 checksum (zero from clients) comes first, the frame size at
-# byte 48 and the message kind at byte 60 (5 = request). A seed-layout request never starts
-# with a zero length, so one frame tells the two apart.
-VSR_HEADER_SIZE = 256
-VSR_COMMAND_OFFSET = 60
-VSR_REQUEST = 5
-
-
-def is_vsr_request(buf: bytes) -> bool:
-    """True when `buf` (at least 64 bytes, or all there is) opens with a VSR request header."""
-    return (len(buf) > VSR_COMMAND_OFFSET and U32.unpack_from(buf)[0] == 0
-            and buf[VSR_COMMAND_OFFSET] == VSR_REQUEST
-            and U32.unpack_from(buf, 48)[0] >= VSR_HEADER_SIZE)
-
-
-def may_become_vsr_request(buf: bytes) -> bool:
-    """True while too few bytes have come to tell a VSR header from a zero length."""
-    return len(buf) <= VSR_COMMAND_OFFSET and buf[:4] == bytes(4)
 
 
 def parse_requests(buf: bytes, max_frame: int) -> tuple[list[Request], int]:

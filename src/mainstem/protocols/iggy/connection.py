@@ -1,7 +1,9 @@
 """One Iggy TCP connection: login, then commands mapped onto the broker model.
 
-An Iggy stream is a namespace, an Iggy topic a stream of the log engine whose
-partitions Iggy numbers from 1. Requests are answered in order; every complete
+An Iggy stream is a namespace, an Iggy topic a stream of the log engine. The first
+frame tells the generation the client speaks: the 2024 length-prefixed requests
+(iggy-py 0.4) or the replicated framing of apache-iggy 0.9 (vsr.py), whose bodies
+differ where layouts.py says. Requests are answered in order; every complete
 request in the read buffer is handled before the next read.
 """
 
@@ -17,8 +19,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 
-from isal.isal_zlib import crc32
-
+from mainstem import __version__
 from mainstem.broker.auth import ADMINISTRATOR_TAG, User
 from mainstem.broker.errors import (
     AccessRefused,
@@ -33,7 +34,10 @@ from mainstem.broker.streams import Stream, TooManyPartitions
 from mainstem.log.partition import Partition
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
+from mainstem.protocols.iggy import vsr
+from mainstem.protocols.iggy.batch import PolledMessage
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
+from mainstem.protocols.iggy.layouts import SEED, VSR, SeedLayout
 from mainstem.protocols.iggy.records import decode_record, encode_record
 
 READ_SIZE = 256 * 1024
@@ -42,13 +46,11 @@ MAX_CHUNK_RECORDS = 0xFFFF
 MAX_POLL_BYTES = 8 * 1024 * 1024
 EXPIRY_ARG = "x-iggy-message-expiry-us"
 NEVER = 2**64 - 1
-STREAM_INFO = struct.Struct("<IQIQQ")  # id, created at, topics, size, messages
-TOPIC_INFO = struct.Struct("<IQIQBQBQQ")  # id, created, partitions, expiry, codec, max, rf,
-#                                           size, messages
-PARTITION_INFO = struct.Struct("<IQIQQQ")  # id, created, segments, current offset, size, msgs
 OFFSET_INFO = struct.Struct("<IQQ")
 GROUP_INFO = struct.Struct("<III")
 CLIENT_INFO = struct.Struct("<IIB")
+NODE_INFO = struct.Struct("<HHHHBB")  # tcp, quic, http and websocket ports, role, status
+LEADER, HEALTHY = 0, 0
 # Iggy's global read_servers / manage_servers permissions: RabbitMQ's monitoring and
 # administrator tags. Stats and client lists show every peer's address and the host's kernel.
 SERVER_READER_TAGS = frozenset((ADMINISTRATOR_TAG, "monitoring"))
@@ -69,12 +71,15 @@ class IggyConnection:
         self.model = ctx.core.iggy
         self.user: User | None = None
         self.client_id = next(_client_ids)
+        self.layout: SeedLayout = SEED
+        self._framing_told = False  # the first frame tells which generation speaks
         self._group_turn = -1
         peer = ctx.writer.get_extra_info("peername")
         self.peer_host = peer[0] if isinstance(peer, tuple) else None
         self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.handlers: dict[int, Handler] = {
             Code.PING: self.on_ping, Code.GET_STATS: self.on_get_stats,
+            Code.GET_CLUSTER_METADATA: self.on_get_cluster_metadata,
             Code.GET_ME: self.on_get_me, Code.GET_CLIENT: self.on_get_client,
             Code.GET_CLIENTS: self.on_get_clients, Code.LOGIN_USER: self.on_login,
             Code.LOGOUT_USER: self.on_logout, Code.POLL_MESSAGES: self.on_poll,
@@ -92,6 +97,7 @@ class IggyConnection:
             Code.DELETE_CONSUMER_GROUP: self.on_delete_group,
             Code.JOIN_CONSUMER_GROUP: self.on_join_group,
             Code.LEAVE_CONSUMER_GROUP: self.on_leave_group,
+            Code.SYNC_CONSUMER_GROUP: self.on_sync_group,
         }
 
     async def run(self) -> None:
@@ -126,47 +132,108 @@ class IggyConnection:
     async def _handle(self, buf: bytes) -> bytes | None:
         """Answer every complete request in `buf`; return the incomplete rest, or
         None when the connection must close."""
-        writer = self.ctx.writer
+        if not self._framing_told:
+            if vsr.may_become_request(buf):
+                return buf  # a zero length or a VSR header: wait for its command byte
+            self.layout = VSR if vsr.is_request(buf) else SEED
+            self._framing_told = True
         # Requests are views into this immutable buffer: payloads are never copied.
         try:
-            requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
+            if self.layout is VSR:
+                frames, used = vsr.parse_frames(buf, self.ctx.limits.max_frame_size)
+                replies = [await self.answer(frame) for frame in frames]
+            else:
+                requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
+                replies = [await self.dispatch(request) for request in requests]
         except c.FramingError as exc:
-            if c.may_become_vsr_request(buf):
-                return buf  # a zero length: wait for the rest of a VSR header to tell
-            if c.is_vsr_request(buf):
-                self.ctx.log.warning(
-                    "iggy client speaks the replicated (VSR) framing of apache-iggy 0.9+, "
-                    "which mainstem does not support: use an SDK of the 2024 protocol "
-                    "(iggy-py 0.4, Rust iggy 0.6)")
-                return None
-            self.ctx.log.info("iggy framing error: %s", exc)
-            writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
+            self.ctx.log.info("iggy framing error (%s layout): %s", self.layout.name, exc)
+            if self.layout is SEED:
+                self.ctx.writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
             return None
-        for request in requests:
-            writer.write(await self.dispatch(request))
-        await writer.drain()
+        self.ctx.writer.writelines(replies)
+        await self.ctx.writer.drain()
         return buf[used:]
 
     async def dispatch(self, request: c.Request) -> bytes:
-        handler = self.handlers.get(request.code)
+        """A request of the 2024 framing: status and length, then the reply body."""
         try:
-            if handler is None:
-                raise IggyError(ErrorCode.INVALID_COMMAND, f"unknown command {request.code}")
-            if self.user is None and request.code not in (Code.PING, Code.LOGIN_USER):
-                raise IggyError(ErrorCode.UNAUTHENTICATED, "log in first")
-            return c.encode_response(await handler(c.Reader(request.payload)))
+            return c.encode_response(await self.execute(request.code, request.payload))
         except IggyError as exc:
             return c.encode_error(exc.code)
+
+    async def answer(self, frame: vsr.Frame) -> bytes:
+        """A request of the replicated framing: a reply or an eviction."""
+        if frame.operation == vsr.Operation.REGISTER:
+            return await self.register(frame)
+        if frame.operation == vsr.Operation.LOGOUT:
+            self._logged_in(None)
+            return vsr.encode_reply(frame)
+        code = frame.code if frame.operation == vsr.Operation.NON_REPLICATED else \
+            vsr.COMMANDS.get(frame.operation)
+        framed = vsr.result_framed(frame.operation)
+        try:
+            if code is None or code in VSR.unsupported:
+                raise IggyError(ErrorCode.INVALID_COMMAND if code is None else
+                                ErrorCode.FEATURE_UNAVAILABLE,
+                                f"operation {frame.operation} code {code} not served")
+            body = await self.execute(code, frame.body)
+        except IggyError as exc:
+            if framed:
+                return vsr.encode_reply(frame, vsr.refused(exc.code))
+            if code in vsr.LOOKUPS and exc.code in vsr.ABSENT:
+                return vsr.encode_reply(frame)
+            return vsr.encode_reply(frame, status=exc.code)
+        return vsr.encode_reply(frame, vsr.committed(body) if framed else body)
+
+    async def register(self, frame: vsr.Frame) -> bytes:
+        """The login of the replicated framing: versions, credentials, a session."""
+        r = c.Reader(frame.body)
+        try:
+            version = r.u32()
+            r.name("sdk name")
+            r.name("sdk version")
+            username, password = r.name("username"), r.name("password")
+            if r.remaining:
+                r.take(r.u32())  # the client's context, informative only
+            r.end()
+        except IggyError:
+            return vsr.encode_eviction(frame.client, vsr.Eviction.MALFORMED_LOGIN)
+        if version != vsr.PROTOCOL_VERSION:
+            self.ctx.log.info("iggy client of protocol %#x refused", version)
+            return vsr.encode_eviction(frame.client, vsr.Eviction.INCOMPATIBLE_PROTOCOL)
+        try:
+            user = await self.core.login(username, password, self.peer_host)
         except AuthenticationFailed:
-            return c.encode_error(ErrorCode.INVALID_CREDENTIALS)
-        except AccessRefused:
-            return c.encode_error(ErrorCode.UNAUTHORIZED)
-        except TooManyPartitions:
-            return c.encode_error(ErrorCode.TOO_MANY_PARTITIONS)
-        except NotFound:
-            return c.encode_error(ErrorCode.ERROR)
-        except (AlreadyExists, BrokerError, ValueError):
-            return c.encode_error(ErrorCode.ERROR)
+            return vsr.encode_eviction(frame.client, vsr.Eviction.INVALID_CREDENTIALS)
+        self._logged_in(user)
+        session = self.client_id  # nonzero and unique in this process
+        body = struct.pack("<IQI", user_id(user), session, vsr.PROTOCOL_VERSION) + \
+            c.encode_name(f"mainstem-{__version__}")
+        return vsr.encode_reply(frame, vsr.committed(body), commit=session)
+
+    async def execute(self, code: int, payload: memoryview) -> bytes:
+        """The reply body of one command; a failure raises IggyError."""
+        handler = self.handlers.get(code)
+        if handler is None:
+            raise IggyError(ErrorCode.INVALID_COMMAND, f"unknown command {code}")
+        if self.user is None and code not in (Code.PING, Code.LOGIN_USER):
+            raise IggyError(ErrorCode.UNAUTHENTICATED, "log in first")
+        try:
+            return await handler(c.Reader(payload))
+        except AuthenticationFailed:
+            raise IggyError(ErrorCode.INVALID_CREDENTIALS, "invalid credentials") from None
+        except AccessRefused as exc:
+            raise IggyError(ErrorCode.UNAUTHORIZED, str(exc)) from None
+        except TooManyPartitions as exc:
+            raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, str(exc)) from None
+        except (BrokerError, ValueError) as exc:  # NotFound and AlreadyExists among them
+            raise IggyError(ErrorCode.ERROR, str(exc)) from None
+
+    def _logged_in(self, user: User | None) -> None:
+        self.user = user
+        if user is not None:
+            self.ctx.identify(user.name)
+        self.model.clients[self.client_id] = (self.address, user.name if user else None)
 
     # -- system --------------------------------------------------------------------
 
@@ -179,16 +246,22 @@ class IggyConnection:
             r.long_string()
             r.long_string()
         r.end()
-        self.user = await self.core.login(username, password, self.peer_host)
-        self.ctx.identify(self.user.name)
-        self.model.clients[self.client_id] = (self.address, username)
-        return c.U32.pack(user_id(self.user))
+        user = await self.core.login(username, password, self.peer_host)
+        self._logged_in(user)
+        return c.U32.pack(user_id(user))
 
     async def on_logout(self, r: c.Reader) -> bytes:
         r.end()
-        self.user = None
-        self.model.clients[self.client_id] = (self.address, None)
+        self._logged_in(None)
         return b""
+
+    async def on_get_cluster_metadata(self, r: c.Reader) -> bytes:
+        """One node, the leader of everything: the address this client reached."""
+        r.end()
+        host, port = self.ctx.writer.get_extra_info("sockname")[:2]
+        node = c.encode_long_string(socket.gethostname()) + c.encode_long_string(host)
+        node += NODE_INFO.pack(port, 0, 0, 0, LEADER, HEALTHY)
+        return c.encode_long_string("mainstem") + c.U32.pack(1) + node
 
     def _require_read_servers(self) -> None:
         assert self.user is not None
@@ -274,11 +347,14 @@ class IggyConnection:
         assert self.user is not None
         self.core.auth.check(self.user, stream.namespace, kind, stream.name)  # type: ignore[arg-type]
 
-    @staticmethod
-    def _partition(stream: Stream, partition_id: int) -> Partition:
-        if not 1 <= partition_id <= len(stream.partitions):
-            raise IggyError(ErrorCode.PARTITION_NOT_FOUND, f"partition {partition_id} not found")
-        return stream.partitions[partition_id - 1]
+    def _partition(self, stream: Stream, index: int | None) -> Partition:
+        """The partition at `index`, counted from 0 whatever the client counts from."""
+        if index is None:
+            raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition given")
+        if not 0 <= index < len(stream.partitions):
+            raise IggyError(ErrorCode.PARTITION_NOT_FOUND,
+                            f"partition {index + self.layout.partition_base} not found")
+        return stream.partitions[index]
 
     # -- streams ----------------------------------------------------------------------
 
@@ -287,9 +363,10 @@ class IggyConnection:
         parts = [p for t in topics for p in t.partitions]
         record = self.core.catalog.get_namespace(namespace)
         created = _micros(getattr(record, "created_at", 0))
-        info = STREAM_INFO.pack(self.model.id_of(STREAM, "", namespace), created, len(topics),
-                                sum(p.size_bytes for p in parts), sum(_count(p) for p in parts))
-        return info + c.encode_name(namespace), topics
+        info = self.layout.stream_info(
+            self.model.id_of(STREAM, "", namespace), created, len(topics),
+            sum(p.size_bytes for p in parts), sum(_count(p) for p in parts), namespace)
+        return info, topics
 
     async def on_get_stream(self, r: c.Reader) -> bytes:
         namespace = self._namespace(r.identifier())
@@ -307,7 +384,7 @@ class IggyConnection:
         return b"".join(out)
 
     async def on_create_stream(self, r: c.Reader) -> bytes:
-        wanted, name = r.u32(), r.name("stream name")
+        wanted, name = self.layout.new_stream(r)
         r.end()
         self._require_admin()
         if wanted and self.model.taken(STREAM, "", wanted):
@@ -339,18 +416,17 @@ class IggyConnection:
     def _topic_info(self, stream: Stream) -> bytes:
         args = stream.record.arguments
         parts = stream.partitions
-        info = TOPIC_INFO.pack(
+        return self.layout.topic_info(
             self.model.id_of(TOPIC, stream.namespace, stream.name),
-            _micros(stream.record.created_at), len(parts), args.get(EXPIRY_ARG, 0), 1,
-            args.get(MAX_LENGTH_BYTES, 0), 1, sum(p.size_bytes for p in parts),
-            sum(_count(p) for p in parts))
-        return info + c.encode_name(stream.name)
+            _micros(stream.record.created_at), len(parts), args.get(EXPIRY_ARG, 0),
+            args.get(MAX_LENGTH_BYTES, 0), sum(p.size_bytes for p in parts),
+            sum(_count(p) for p in parts), stream.name)
 
     def _topic_details(self, stream: Stream) -> bytes:
         created = _micros(stream.record.created_at)
         return self._topic_info(stream) + b"".join(
-            PARTITION_INFO.pack(i + 1, created, p.segment_count, max(p.committed_offset - 1, 0),
-                                p.size_bytes, _count(p))
+            self.layout.partition_info(i, created, p.segment_count,
+                                        max(p.committed_offset - 1, 0), p.size_bytes, _count(p))
             for i, p in enumerate(stream.partitions))
 
     async def on_get_topic(self, r: c.Reader) -> bytes:
@@ -361,18 +437,15 @@ class IggyConnection:
     async def on_get_topics(self, r: c.Reader) -> bytes:
         namespace = self._namespace(r.identifier())
         r.end()
-        return b"".join(self._topic_info(t) for t in self.core.streams.list(namespace))
+        return self.layout.topic_list([self._topic_info(t)
+                                       for t in self.core.streams.list(namespace)])
 
     async def on_create_topic(self, r: c.Reader) -> bytes:
         namespace = self._namespace(r.identifier())
-        wanted, partitions = r.u32(), r.u32()
-        expiry_us, max_size = 0, 0
-        if not _seed_topic_tail(r):  # the 0.6 client adds codec, expiry, size, replicas
-            r.u8()  # compression algorithm: stored uncompressed
-            expiry_us, max_size = r.u64(), r.u64()
-            r.u8()  # replication factor: one node
-        name = r.name("topic name")
+        topic = self.layout.new_topic(r)
         r.end()
+        wanted, partitions, name = topic.wanted, topic.partitions, topic.name
+        expiry_us, max_size = topic.expiry_us, topic.max_size
         assert self.user is not None
         self.core.auth.check(self.user, namespace, "configure", name)
         if not 1 <= partitions <= 1000:
@@ -430,23 +503,25 @@ class IggyConnection:
     # -- messages ---------------------------------------------------------------------
 
     async def on_send(self, r: c.Reader) -> bytes:
+        self.layout.send_prefix(r)
         stream = self._stream_and_topic(r)
         kind, length = r.u8(), r.u8()
         value = r.take(length)
-        messages = c.read_messages(r)
+        messages = self.layout.messages(r)
         if not messages:
             raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
         self._check("write", stream)
         if self.core.alarms.blocked:
             raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, self.core.alarms.describe())
-        partition = stream.partitions[self._choose(stream, kind, value)]
+        index = self._choose(stream, kind, value)
+        partition = stream.partitions[index]
         records = [encode_record(m.id or _unique_id(), m.headers, m.payload) for m in messages]
-        appended = None
-        for start in range(0, len(records), MAX_CHUNK_RECORDS):
-            appended = partition.write_records(records[start:start + MAX_CHUNK_RECORDS])
-        assert appended is not None
-        await partition.commit(appended)
-        return b""
+        chunks = [partition.write_records(records[start:start + MAX_CHUNK_RECORDS])
+                  for start in range(0, len(records), MAX_CHUNK_RECORDS)]
+        await partition.commit(chunks[-1])
+        return self.layout.sent(self.model.id_of(STREAM, "", stream.namespace),
+                                 self.model.id_of(TOPIC, stream.namespace, stream.name), index,
+                                 chunks[0].chunk_id)
 
     def _choose(self, stream: Stream, kind: int, value: memoryview) -> int:
         count = len(stream.partitions)
@@ -456,47 +531,47 @@ class IggyConnection:
             _round_robin[key] = turn
             return turn % count
         if kind == 2 and len(value) == 4:
-            partition_id = c.U32.unpack(value)[0]
-            self._partition(stream, partition_id)
-            return partition_id - 1
+            index = c.U32.unpack(value)[0] - self.layout.partition_base
+            self._partition(stream, index)
+            return index
         if kind == 3 and value:
             return zlib.crc32(value) % count
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad partitioning kind {kind}")
 
     async def on_poll(self, r: c.Reader) -> bytes:
-        consumer = c.read_consumer(r, 18)
+        consumer = self.layout.consumer(r, 18)
         stream = self._stream_and_topic(r)
-        partition_id, kind, value = r.u32(), r.u8(), r.u64()
-        count, auto_commit = r.u32(), r.u8()
+        index = self.layout.partition(r)
+        kind, value, count, auto_commit = r.u8(), r.u64(), r.u32(), r.u8()
         r.end()
         self._check("read", stream)
-        reference, partition_id = self._consumer(stream, consumer, partition_id)
-        partition = self._partition(stream, partition_id)
-        start = self._start(stream, partition, partition_id, reference, kind, value, count)
-        body, n, last = self._read(stream, partition, start, count)
-        if auto_commit and n:
-            self.core.store_offset(stream.namespace, stream.name, partition_id - 1, reference,
-                                   last)
-        head = c.POLL_REPLY_HEADER.pack(partition_id, max(partition.committed_offset - 1, 0), n)
-        return head + body
+        reference, index = self._consumer(stream, consumer, index)
+        partition = self._partition(stream, index)
+        start = self._start(stream, partition, index, reference, kind, value, count)
+        messages, last = self._read(stream, partition, start, count)
+        if auto_commit and messages:
+            self.core.store_offset(stream.namespace, stream.name, index, reference, last)
+        return self.layout.polled(index, max(partition.committed_offset - 1, 0), len(messages),
+                                   messages)
 
-    def _consumer(self, stream: Stream, consumer: c.Consumer, partition_id: int
-                  ) -> tuple[str, int]:
+    def _consumer(self, stream: Stream, consumer: c.Consumer, index: int | None
+                  ) -> tuple[str, int | None]:
         """The offset reference and the partition a poll reads."""
         if consumer.kind == c.CONSUMER:
-            return f"iggy-consumer:{consumer.id}", partition_id
+            return f"iggy-consumer:{consumer.id}", \
+                self.layout.default_partition if index is None else index
         group = self._group(stream, consumer.id)
         assigned = group.members.get(self.client_id)
         if assigned is None:
             raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "join the group first")
         if not assigned:
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition assigned")
-        if partition_id not in [p + 1 for p in assigned]:
+        if index not in assigned:
             self._group_turn += 1  # a member's polls take its partitions in turn
-            partition_id = assigned[self._group_turn % len(assigned)] + 1
-        return f"iggy-group:{group.id}", partition_id
+            index = assigned[self._group_turn % len(assigned)]
+        return f"iggy-group:{group.id}", index
 
-    def _start(self, stream: Stream, partition: Partition, partition_id: int, reference: str,
+    def _start(self, stream: Stream, partition: Partition, index: int, reference: str,
                kind: int, value: int, count: int) -> int:
         if kind == 1:
             return value
@@ -507,17 +582,18 @@ class IggyConnection:
         if kind == 4:
             return max(partition.first_offset, partition.committed_offset - count)
         if kind == 5:
-            stored = self.core.query_offset(stream.namespace, stream.name, partition_id - 1,
-                                            reference)
+            stored = self.core.query_offset(stream.namespace, stream.name, index, reference)
             return partition.first_offset if stored is None else stored + 1
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad polling kind {kind}")
 
     def _read(self, stream: Stream, partition: Partition, start: int, count: int
-              ) -> tuple[bytes, int, int]:
+              ) -> tuple[list[tuple[int, PolledMessage]], int]:
+        """Up to `count` messages from `start` with their store time (µs), and the last
+        offset read."""
         expiry_us = stream.record.arguments.get(EXPIRY_ARG)
         oldest_ms = time.time() * 1000 - expiry_us / 1000 if expiry_us else 0
         reader = partition.reader(max(start, partition.first_offset))
-        out: list[bytes] = []
+        out: list[tuple[int, PolledMessage]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
             chunk = reader.next_chunk_nowait()
@@ -530,48 +606,46 @@ class IggyConnection:
                 if offset < start:
                     continue
                 message_id, headers, payload = decode_record(record)
-                out.append(c.POLLED_HEADER.pack(offset, 1, timestamp * 1000,
-                                                message_id.to_bytes(16, "little"),
-                                                crc32(payload)))
-                out.append(c.U32.pack(len(headers)) + headers + c.U32.pack(len(payload)))
-                out.append(payload)
+                out.append((timestamp * 1000, PolledMessage(offset, message_id, headers, payload)))
                 n, last, size = n + 1, offset, size + len(payload)
                 if n == count or size >= MAX_POLL_BYTES:
                     break
-        return b"".join(out), n, last
+        return out, last
 
     # -- consumer offsets -------------------------------------------------------------
 
     async def on_get_offset(self, r: c.Reader) -> bytes:
-        consumer = c.read_consumer(r, 4)
+        consumer = self.layout.consumer(r, 4)
         stream = self._stream_and_topic(r)
-        partition_id = r.u32()
+        index = self.layout.partition(r)
         r.end()
         self._check("read", stream)
-        reference, partition_id = self._offset_target(stream, consumer, partition_id)
-        partition = self._partition(stream, partition_id)
-        stored = self.core.query_offset(stream.namespace, stream.name, partition_id - 1,
-                                        reference)
+        reference = self._offset_reference(stream, consumer)
+        partition = self._partition(stream, index)
+        assert index is not None
+        stored = self.core.query_offset(stream.namespace, stream.name, index, reference)
         if stored is None:
             return b""
-        return OFFSET_INFO.pack(partition_id, max(partition.committed_offset - 1, 0), stored)
+        return OFFSET_INFO.pack(index + self.layout.partition_base,
+                                max(partition.committed_offset - 1, 0), stored)
 
     async def on_store_offset(self, r: c.Reader) -> bytes:
-        consumer = c.read_consumer(r, 12)
+        consumer = self.layout.consumer(r, 12)
         stream = self._stream_and_topic(r)
-        partition_id, offset = r.u32(), r.u64()
+        index = self.layout.partition(r)
+        offset = self.layout.stored_offset(r)
         r.end()
         self._check("read", stream)
-        reference, partition_id = self._offset_target(stream, consumer, partition_id)
-        self._partition(stream, partition_id)
-        self.core.store_offset(stream.namespace, stream.name, partition_id - 1, reference, offset)
+        reference = self._offset_reference(stream, consumer)
+        self._partition(stream, index)
+        assert index is not None
+        self.core.store_offset(stream.namespace, stream.name, index, reference, offset)
         return b""
 
-    def _offset_target(self, stream: Stream, consumer: c.Consumer, partition_id: int
-                       ) -> tuple[str, int]:
+    def _offset_reference(self, stream: Stream, consumer: c.Consumer) -> str:
         if consumer.kind == c.CONSUMER:
-            return f"iggy-consumer:{consumer.id}", partition_id
-        return f"iggy-group:{self._group(stream, consumer.id).id}", partition_id
+            return f"iggy-consumer:{consumer.id}"
+        return f"iggy-group:{self._group(stream, consumer.id).id}"
 
     # -- consumer groups --------------------------------------------------------------
 
@@ -582,9 +656,6 @@ class IggyConnection:
             raise IggyError(ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND,
                             f"consumer group {ident} not found") from None
 
-    def _group_ident(self, r: c.Reader) -> int | str:
-        """The seed sends a u32 group id, the real client an identifier."""
-        return r.u32() if r.remaining == 4 else r.identifier()
 
     def _group_info(self, group: Group, stream: Stream, details: bool) -> bytes:
         out = GROUP_INFO.pack(group.id, len(stream.partitions), len(group.members))
@@ -592,12 +663,12 @@ class IggyConnection:
         if details:
             for member, partitions in group.members.items():
                 out += struct.pack(f"<II{len(partitions)}I", member, len(partitions),
-                                   *(p + 1 for p in partitions))
+                                   *(p + self.layout.partition_base for p in partitions))
         return out
 
     async def on_get_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
         return self._group_info(group, stream, details=True)
@@ -611,8 +682,7 @@ class IggyConnection:
 
     async def on_create_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        wanted = r.u32()
-        name = r.name("consumer group name") if r.remaining else str(wanted)
+        wanted, name = self.layout.new_group(r)
         r.end()
         self._check("configure", stream)
         try:
@@ -623,7 +693,7 @@ class IggyConnection:
 
     async def on_delete_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("configure", stream)
         self.model.delete_group(group)
@@ -631,7 +701,7 @@ class IggyConnection:
 
     async def on_join_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
         self.model.join(group, self.client_id, len(stream.partitions))
@@ -639,7 +709,7 @@ class IggyConnection:
 
     async def on_leave_group(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
-        group = self._group(stream, self._group_ident(r))
+        group = self._group(stream, self.layout.group(r))
         r.end()
         try:
             self.model.leave(group, self.client_id, len(stream.partitions))
@@ -647,10 +717,17 @@ class IggyConnection:
             raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "not a member") from None
         return b""
 
-
-def _seed_topic_tail(r: c.Reader) -> bool:
-    """True when only the seed's name_length + name follow."""
-    return r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]
+    async def on_sync_group(self, r: c.Reader) -> bytes:
+        """This member's partitions and the group's generation; nothing for a non-member."""
+        stream = self._stream_and_topic(r)
+        group = self._group(stream, self.layout.group(r))
+        r.end()
+        self._check("read", stream)
+        assigned = group.members.get(self.client_id)
+        if assigned is None:
+            return b""
+        return struct.pack(f"<QI{len(assigned)}I", group.generation, len(assigned),
+                           *(p + self.layout.partition_base for p in assigned))
 
 
 def _count(partition: Partition) -> int:
