@@ -64,6 +64,8 @@ def typed(value: Any) -> Any:
         return ("map", [(typed(k), typed(v)) for k, v in value.items()])
     if isinstance(value, Described):
         return ("described", typed(value.descriptor), typed(value.value))
+    if isinstance(value, float):  # by its bits: a NaN is not equal to itself
+        return (type(value).__name__, float.hex(value))
     return (type(value).__name__, value)
 
 
