@@ -14,6 +14,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.projections import FOLDS
@@ -245,7 +246,7 @@ def parse_size(value: object) -> int:
     else:
         match = _SIZE.fullmatch(str(value).strip())
         unit = match[2].lower() if match else None
-        if unit not in _SIZE_UNITS:
+        if match is None or unit not in _SIZE_UNITS:
             raise ValueError("expected bytes with an optional unit kB, MB, GB, TB, KiB, MiB, GiB")
         size = int(match[1]) * _SIZE_UNITS[unit]
     if size <= 0:
@@ -579,7 +580,8 @@ def _env_layer(environ: Mapping[str, str], names: Sequence[str]) -> _Layer:
         match = _LISTENER_ENV_VAR.fullmatch(var)
         if var in _ENV_VARS:
             layer[_ENV_VARS[var]] = (value, var)
-        elif tls_match and tls_match[1] in by_env_name and match[1] not in by_env_name:
+        elif (tls_match and tls_match[1] in by_env_name
+              and (match is None or match[1] not in by_env_name)):
             # MAINSTEM_STREAM_TLS_PORT, unless a listener is itself named "stream-tls"
             layer[f"listeners.{by_env_name[tls_match[1]]}.tls_port"] = (value, var)
         elif match:
@@ -642,7 +644,9 @@ def _check_listener_name(name: str, names: Sequence[str], origin: str) -> None:
 
 
 def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
-    values = {key: _parse(key, raw, origin) for key, (raw, origin) in layer.items()}
+    # Each value was checked by its key's parser, so it has the type its field wants.
+    values: dict[str, Any] = {key: _parse(key, raw, origin)
+                              for key, (raw, origin) in layer.items()}
     default = ServerConfig()
     host = values.get("host", DEFAULT_HOST)
     listeners = {
@@ -656,7 +660,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         for spec in specs
     }
 
-    def section(cls: type, prefix: str, **renamed: str) -> object:
+    def section(cls: type, prefix: str, **renamed: str) -> Any:
         fields = {renamed.get(key, key): value for key, value in _section(values, prefix).items()}
         return cls(**fields)
 

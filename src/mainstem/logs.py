@@ -23,12 +23,12 @@ class ContextLog(logging.LoggerAdapter):
     """
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        kwargs["extra"] = {**self.extra, **kwargs.get("extra", {})}
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
         return msg, kwargs
 
     def bind(self, **fields: object) -> ContextLog:
         """A logger with more context, e.g. `ctx.log = ctx.log.bind(user=..., namespace=...)`."""
-        return ContextLog(self.logger, {**self.extra, **fields})
+        return ContextLog(self.logger, {**(self.extra or {}), **fields})
 
 
 def record_fields(record: logging.LogRecord) -> dict[str, object]:

@@ -247,7 +247,7 @@ class Broker:
 
         app = create_app(self)
         listener = self.config.admin
-        sites = [("admin", listener.port, None)]
+        sites: list[tuple[str, int, ssl.SSLContext | None]] = [("admin", listener.port, None)]
         if tls is not None:
             sites.append(("admin" + TLS_SUFFIX, self.config.tls_port("admin"), tls))
         # aiohttp closes a connection that has no request under way for the keep-alive

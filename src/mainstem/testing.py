@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 try:
     import pytest_asyncio
 except ImportError:  # the sync fixture still works; the async one explains what is missing
-    pytest_asyncio = None
+    pytest_asyncio = None  # type: ignore[assignment]
 
 _START_TIMEOUT_S = 30.0
 

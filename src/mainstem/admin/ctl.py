@@ -92,7 +92,7 @@ def add_ctl_arguments(parser: argparse.ArgumentParser) -> None:
         subparsers[group] = groups.add_parser(group).add_subparsers(
             dest="action", metavar="ACTION", required=True)
     vhost = (("--vhost",), {"default": "/"})
-    name = (("name",), {})
+    name: tuple[tuple[str, ...], dict[str, str]] = (("name",), {})
     # not "user": that is the login of --user
     user = (("target_user",), {"metavar": "USER"})
     action("users", "list", lambda c, a: c.call("GET", "/api/users"))

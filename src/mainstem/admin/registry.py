@@ -14,6 +14,7 @@ import struct
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from mainstem.protocols.base import ConnectionContext
 
@@ -56,7 +57,7 @@ class Connection:
         """RabbitMQ's connection name: "peer -> local"."""
         return f"{self.ctx.peer} -> {self.local}"
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, Any]:
         """The connection as RabbitMQ's /api/connections shows one."""
         ctx = self.ctx
         traffic = socket_traffic(ctx.writer)

@@ -134,7 +134,7 @@ class ClassicQueues:
     def bindings(self, vhost: str | None) -> list[dict]:
         """Each queue's implicit binding from the default exchange first, as RabbitMQ
         lists them, then the declared ones."""
-        rows = []
+        rows: list[dict] = []
         for host in self._vhosts(vhost):
             rows.extend(_binding_row(host.name, "", name, "queue", name, {})
                         for name in host.queues)
@@ -146,7 +146,7 @@ class ClassicQueues:
     async def delete_queue(self, vhost: str, name: str) -> bool:
         host = self._core.queues.vhosts.get(vhost)
         queue = None if host is None else host.queues.get(name)
-        if queue is None:
+        if host is None or queue is None:
             return False
         host.remove_queue(queue)
         return True

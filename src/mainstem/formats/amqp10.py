@@ -570,7 +570,7 @@ def _dec_fixed(st: Struct, wrap: Callable[[Any], Any] | None = None) -> _Decoder
     return decode
 
 
-def _dec_raw(width: int, wrap: Callable[[bytes], Any]) -> _Decoder:
+def _dec_raw(width: int, wrap: Callable[[memoryview], Any]) -> _Decoder:
     def decode(buf: memoryview, pos: int, end: int, depth: int) -> tuple[Any, int]:
         stop = pos + width
         if stop > end:
@@ -728,7 +728,7 @@ def _element_constructor(
     buf: memoryview, pos: int, stop: int, depth: int
 ) -> tuple[list[Any], int, int]:
     """Read an array's element constructor: descriptors (outermost first) and format code."""
-    descriptors = []
+    descriptors: list[Any] = []
     while True:
         if pos >= stop:
             raise _truncated()

@@ -165,7 +165,8 @@ class BatchReader(DataSourceReader):
                 ranges += _split(tp, start, end, opts.url, opts.max_records_per_partition)
         return ranges
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    # Spark hands back the partitions this reader planned: OffsetRanges.
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return _read(partition)
 
 
@@ -234,7 +235,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                  self.options.max_records_per_partition)
         return ranges
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    # Spark hands back the partitions this reader planned: OffsetRanges.
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return _read(partition)
 
     def commit(self, end: OffsetMap) -> None:

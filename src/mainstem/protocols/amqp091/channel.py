@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mainstem.broker.auth import PermissionKind
 from mainstem.broker.errors import (
     AccessRefused,
     BrokerError,
@@ -142,9 +143,9 @@ class Channel:
         except BrokerError as exc:
             raise broker_error(exc, method) from None
 
-    def check(self, kind: str, resource: str, resource_type: str) -> None:
+    def check(self, kind: PermissionKind, resource: str, resource_type: str) -> None:
         self.connection.core.auth.check(self.connection.user, self.vhost.name, kind, resource,
-                                        resource_type)  # type: ignore[arg-type]
+                                        resource_type)
 
     def can_deliver(self) -> bool:
         if self.closing or self.ended:

@@ -53,18 +53,19 @@ def _segments(fields: tuple[FieldSpec, ...]) -> list[_FixedRun | FieldSpec]:
         if spec.type in _READERS:
             segments.append(spec)
         else:
-            if not segments or not isinstance(segments[-1], _FixedRun):
-                segments.append(_FixedRun("", []))
-            run = segments[-1]
-            starts_octet = previous_type != "bit" or len(run.slots[-1]) == 8
+            run = segments[-1] if segments else None
+            if not isinstance(run, _FixedRun):
+                run = _FixedRun("", [])
+                segments.append(run)
+            octet = run.slots[-1] if previous_type == "bit" else None
             if spec.type != "bit":
                 run.codes += _STRUCT_CODES[spec.type]
                 run.slots.append(spec)
-            elif starts_octet:
+            elif isinstance(octet, list) and len(octet) < 8:
+                octet.append(spec)
+            else:
                 run.codes += "B"
                 run.slots.append([spec])
-            else:
-                run.slots[-1].append(spec)
         previous_type = spec.type
     return segments
 

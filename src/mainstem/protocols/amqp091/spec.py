@@ -79,24 +79,25 @@ def load_spec(xml_text: str | None = None) -> AmqpSpec:
     if xml_text is None:
         xml_text = resources.files(__package__).joinpath(SPEC_RESOURCE).read_text("utf-8")
     root = ElementTree.fromstring(xml_text)
-    domains = {d.get("name"): d.get("type") for d in root.iter("domain")}
+    domains = {_attr(d, "name"): _attr(d, "type") for d in root.iter("domain")}
     constants = tuple(
-        (c.get("name"), int(c.get("value")), c.get("class")) for c in root.iter("constant")
+        (_attr(c, "name"), int(_attr(c, "value")), c.get("class")) for c in root.iter("constant")
     )
     classes = tuple(_parse_class(element, domains) for element in root.iter("class"))
-    version = (int(root.get("major")), int(root.get("minor")), int(root.get("revision")))
+    version = (int(_attr(root, "major")), int(_attr(root, "minor")),
+               int(_attr(root, "revision")))
     return AmqpSpec(version, constants, classes)
 
 
 def _parse_class(element: ElementTree.Element, domains: dict[str, str]) -> ClassSpec:
-    class_name = element.get("name")
-    class_id = int(element.get("index"))
+    class_name = _attr(element, "name")
+    class_id = int(_attr(element, "index"))
     methods = tuple(
         MethodSpec(
             class_name=class_name,
             class_id=class_id,
-            name=method.get("name"),
-            method_id=int(method.get("index")),
+            name=_attr(method, "name"),
+            method_id=int(_attr(method, "index")),
             synchronous=method.get("synchronous") == "1",
             has_content=method.get("content") == "1",
             fields=tuple(_parse_field(f, domains) for f in method.findall("field")),
@@ -110,9 +111,9 @@ def _parse_class(element: ElementTree.Element, domains: dict[str, str]) -> Class
 def _parse_field(
     element: ElementTree.Element, domains: dict[str, str], renames: dict[str, str] | None = None
 ) -> FieldSpec:
-    name = element.get("name")
+    name = _attr(element, "name")
     # A field names either a domain or, for reserved fields, a primitive type directly.
-    field_type = element.get("type") or domains[element.get("domain")]
+    field_type = element.get("type") or domains[_attr(element, "domain")]
     while field_type not in PRIMITIVE_TYPES:
         field_type = domains[field_type]
     return FieldSpec(
@@ -120,3 +121,11 @@ def _parse_field(
         type=field_type,
         reserved=element.get("reserved") == "1",
     )
+
+
+def _attr(element: ElementTree.Element, name: str) -> str:
+    """An attribute the spec always gives; a spec without it is not one we can read."""
+    value = element.get(name)
+    if value is None:
+        raise ValueError(f"AMQP spec: <{element.tag}> has no {name!r} attribute")
+    return value
