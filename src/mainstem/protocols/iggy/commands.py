@@ -228,9 +228,9 @@ class Message:
     headers: Headers = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        headers = c.encode_headers(self.headers)
-        return b"".join((SEND_MESSAGE_HEADER.pack(self.id.to_bytes(16, "little"), len(headers)),
-                         headers, U32.pack(len(self.payload)), self.payload))
+        headers = c.encode_headers(self.headers) if self.headers else b""
+        return (SEND_MESSAGE_HEADER.pack(self.id.to_bytes(16, "little"), len(headers)) + headers
+                + U32.pack(len(self.payload)) + self.payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +257,8 @@ class SendMessages:
     messages: list[Message]
 
     def encode(self) -> bytes:
-        return b"".join((_pair(self.stream, self.topic), self.partitioning.encode(),
-                         *(m.encode() for m in self.messages)))
+        return b"".join([_pair(self.stream, self.topic), self.partitioning.encode(),
+                         *[m.encode() for m in self.messages]])
 
     @classmethod
     def decode(cls, r: Reader) -> Self:
@@ -481,10 +481,10 @@ class Polled:
             offset, _state, timestamp, raw_id, checksum = unpack_head(buf, pos)
             pos += POLLED_HEADER.size
             (length,) = unpack_u32(buf, pos)
-            headers = decode_headers(bytes(buf[pos + 4:pos + 4 + length])) if length else {}
+            headers = decode_headers(buf[pos + 4:pos + 4 + length].tobytes()) if length else {}
             pos += 4 + length
             (length,) = unpack_u32(buf, pos)
-            payload = bytes(buf[pos + 4:pos + 4 + length])
+            payload = buf[pos + 4:pos + 4 + length].tobytes()
             pos += 4 + length
             messages.append(PolledMessage(offset, timestamp, int.from_bytes(raw_id, "little"),
                                           checksum, headers, payload))
