@@ -45,7 +45,8 @@ class Polling(enum.IntEnum):
 
 
 class Command(Protocol):
-    code: int
+    @property
+    def code(self) -> int: ...
 
     def encode(self) -> bytes: ...
 

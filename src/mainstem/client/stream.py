@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import socket
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from mainstem.log.chunk import HEADER_SIZE, Chunk, parse_header
@@ -25,7 +25,14 @@ from mainstem.protocols.rabbit_stream.wire import FrameError
 MAX_FRAME = 8 * 1024 * 1024
 CREDIT = 8  # chunks in flight per read
 
-Reply = TypeVar("Reply", bound=f.Frame)
+
+
+class _Answer(Protocol):
+    correlation_id: int
+    response_code: int
+
+
+Reply = TypeVar("Reply", bound=_Answer)
 
 
 class StreamClientError(Exception):
@@ -87,10 +94,6 @@ class StreamClient:
     def _send(self, frame: f.Frame) -> None:
         self._sock.sendall(encode(frame))
 
-    def _next_correlation(self) -> int:
-        self._correlation += 1
-        return self._correlation
-
     def _read_frame(self) -> f.Frame:
         while not self._frames:
             data = self._sock.recv(1 << 20)
@@ -103,15 +106,19 @@ class StreamClient:
                 raise StreamClientError(f"bad frame from the server: {exc}") from None
         return self._frames.popleft()
 
-    def _call(self, request: f.Frame, reply: type[Reply]) -> Reply:
-        """Send a request and wait for its reply, handling what arrives in between."""
-        self._send(request)
+    def _call(self, request: Callable[[int], f.Frame], reply: type[Reply]) -> Reply:
+        """Send the request made with the next correlation id and wait for its reply,
+        handling what arrives in between."""
+        self._correlation += 1
+        correlation_id = self._correlation
+        sent = request(correlation_id)
+        self._send(sent)
         while True:
             frame = self._read_frame()
-            if isinstance(frame, reply) and frame.correlation_id == request.correlation_id:
+            if isinstance(frame, reply) and frame.correlation_id == correlation_id:
                 code = frame.response_code
                 if code != ResponseCode.OK:
-                    name = type(request).__name__
+                    name = type(sent).__name__
                     raise StreamClientError(f"{name} failed with code {code:#x}", code)
                 return frame
             self._other(frame)
@@ -131,22 +138,22 @@ class StreamClient:
 
     def _handshake(self) -> None:
         e = self.endpoint
-        self._call(f.PeerProperties(self._next_correlation(), {"product": "mainstem-spark"}),
+        self._call(lambda corr: f.PeerProperties(corr, {"product": "mainstem-spark"}),
                    r.PeerPropertiesResponse)
-        self._call(f.SaslHandshake(self._next_correlation()), r.SaslHandshakeResponse)
-        self._call(f.SaslAuthenticate(self._next_correlation(), "PLAIN",
-                                      f"\0{e.user}\0{e.password}".encode()),
+        self._call(f.SaslHandshake, r.SaslHandshakeResponse)
+        credentials = f"\0{e.user}\0{e.password}".encode()
+        self._call(lambda corr: f.SaslAuthenticate(corr, "PLAIN", credentials),
                    r.SaslAuthenticateResponse)
         frame = self._read_frame()
         if not isinstance(frame, f.Tune):
             raise StreamClientError(f"expected Tune after authentication, got {frame}")
         self._other(frame)  # take the server's frame max and heartbeat
-        self._call(f.Open(self._next_correlation(), e.vhost), r.OpenResponse)
+        self._call(lambda corr: f.Open(corr, e.vhost), r.OpenResponse)
 
     # -- streams ---------------------------------------------------------------
 
     def offsets(self, stream: str) -> Offsets:
-        stats = self._call(f.StreamStats(self._next_correlation(), stream),
+        stats = self._call(lambda corr: f.StreamStats(corr, stream),
                            r.StreamStatsResponse).stats
         return Offsets(stats.get("first_offset", max(stats["first_chunk_id"], 0)),
                        stats["committed_offset"] + 1)
@@ -154,13 +161,13 @@ class StreamClient:
     def offset_for_timestamp(self, stream: str, timestamp_ms: int) -> int:
         """The first offset of the first chunk at or after a time (the end if none)."""
         spec = f.OffsetSpec(OffsetType.TIMESTAMP, timestamp_ms)
-        return self._call(f.ResolveOffsetSpec(self._next_correlation(), stream, spec),
+        return self._call(lambda corr: f.ResolveOffsetSpec(corr, stream, spec),
                           r.ResolveOffsetSpecResponse).offset  # always of type offset
 
     def partitions(self, super_stream: str) -> list[str] | None:
         """The partition streams of a super stream, None if it is not one."""
         try:
-            return self._call(f.Partitions(self._next_correlation(), super_stream),
+            return self._call(lambda corr: f.Partitions(corr, super_stream),
                               r.PartitionsResponse).streams
         except StreamClientError:
             return None
@@ -171,8 +178,8 @@ class StreamClient:
         if start >= end:
             return
         subscription = 1
-        self._call(f.Subscribe(self._next_correlation(), subscription, stream,
-                               f.OffsetSpec(OffsetType.OFFSET, start), CREDIT), f.Response)
+        spec = f.OffsetSpec(OffsetType.OFFSET, start)
+        self._call(lambda corr: f.Subscribe(corr, subscription, stream, spec, CREDIT), f.Response)
         try:
             while True:
                 while not self._deliveries:
@@ -186,7 +193,7 @@ class StreamClient:
                 if header.next_offset >= end:
                     return
         finally:
-            self._call(f.Unsubscribe(self._next_correlation(), subscription), f.Response)
+            self._call(lambda corr: f.Unsubscribe(corr, subscription), f.Response)
             self._deliveries.clear()
 
     # -- publishing ------------------------------------------------------------
@@ -194,10 +201,9 @@ class StreamClient:
     def declare_publisher(self, publisher_id: int, reference: str, stream: str) -> int:
         """Declare a deduplicating publisher; returns the last publishing id stored for
         the reference (-1 if none), so a retry can skip what already arrived."""
-        self._call(f.DeclarePublisher(self._next_correlation(), publisher_id, reference, stream),
+        self._call(lambda corr: f.DeclarePublisher(corr, publisher_id, reference, stream),
                    f.Response)
-        sequence = self._call(f.QueryPublisherSequence(self._next_correlation(), reference,
-                                                       stream),
+        sequence = self._call(lambda corr: f.QueryPublisherSequence(corr, reference, stream),
                               r.QueryPublisherSequenceResponse).sequence
         return sequence if sequence else -1
 
@@ -216,4 +222,4 @@ class StreamClient:
             raise StreamClientError(f"{len(failed)} messages refused, code {code:#x}", code)
 
     def delete_publisher(self, publisher_id: int) -> None:
-        self._call(f.DeletePublisher(self._next_correlation(), publisher_id), f.Response)
+        self._call(lambda corr: f.DeletePublisher(corr, publisher_id), f.Response)

@@ -402,7 +402,9 @@ class StreamInfo:
 
     @classmethod
     def decode(cls, r: Reader) -> Self:
-        return cls(*STREAM_INFO.unpack(r.take(STREAM_INFO.size)), r.name("stream name"))
+        stream_id, created_us, topics, size, messages = STREAM_INFO.unpack(
+            r.take(STREAM_INFO.size))
+        return cls(stream_id, created_us, topics, size, messages, r.name("stream name"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,7 +562,8 @@ class ClientInfo:
 
     @classmethod
     def decode(cls, r: Reader, details: bool) -> Self:
-        info = cls(*CLIENT_INFO.unpack(r.take(CLIENT_INFO.size)), r.long_string(), r.u32())
+        client_id, user_id, transport = CLIENT_INFO.unpack(r.take(CLIENT_INFO.size))
+        info = cls(client_id, user_id, transport, r.long_string(), r.u32())
         if details:
             info.consumer_groups = [CLIENT_GROUP.unpack(r.take(CLIENT_GROUP.size))
                                     for _ in range(info.consumer_groups_count)]
