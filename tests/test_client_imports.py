@@ -53,6 +53,12 @@ def test_a_client_loads_its_codec_and_no_server_code(client: str, protocol: str)
     assert not others  # no other protocol's package either
 
 
+def test_the_spark_data_source_loads_no_server_code() -> None:
+    loaded = loaded_after("import pyspark_mainstem")  # what every executor imports
+    assert "mainstem.client.stream" in loaded
+    assert not {m for m in loaded if is_server_code(m)}
+
+
 def test_the_stream_client_loads_only_its_codec_and_the_chunk_layout() -> None:
     loaded = loaded_after("import mainstem.client.stream")
     allowed = {"mainstem", "mainstem.client", "mainstem.client.stream", "mainstem.log",
