@@ -71,6 +71,9 @@ class NewTopic:
     expiry_us: int
     max_size: int
     name: str
+    # Read and kept, not acted on: stored uncompressed, on one node.
+    compression: int = 1
+    replication_factor: int = 1
 
 
 def read_new_stream(r: Reader) -> tuple[int, str]:
@@ -81,12 +84,11 @@ def read_new_topic(r: Reader) -> NewTopic:
     """What follows the stream of CREATE_TOPIC (NEW_TOPIC and a name); the seed sends
     the two ids and the name only."""
     wanted, partitions = r.u32(), r.u32()
-    expiry_us = max_size = 0
-    if not (r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]):  # more than a name:
-        r.u8()  # the 0.6 client's compression algorithm: stored uncompressed
-        expiry_us, max_size = r.u64(), r.u64()
-        r.u8()  # replication factor: one node
-    return NewTopic(wanted, partitions, expiry_us, max_size, r.name("topic name"))
+    if r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]:  # only a name
+        return NewTopic(wanted, partitions, 0, 0, r.name("topic name"))
+    compression, expiry_us, max_size, replication_factor = r.u8(), r.u64(), r.u64(), r.u8()
+    return NewTopic(wanted, partitions, expiry_us, max_size, r.name("topic name"), compression,
+                    replication_factor)
 
 
 def read_new_group(r: Reader) -> tuple[int, str]:
@@ -189,19 +191,21 @@ class CreateTopic:
     expiry_us: int
     max_size: int
     name: str
+    compression: int = 1  # none
+    replication_factor: int = 1
 
     def encode(self) -> bytes:
         return (c.encode_identifier(self.stream)
-                + NEW_TOPIC.pack(self.topic_id, self.partitions, 1, self.expiry_us,
-                                 self.max_size, 1)
+                + NEW_TOPIC.pack(self.topic_id, self.partitions, self.compression, self.expiry_us,
+                                 self.max_size, self.replication_factor)
                 + c.encode_name(self.name))
 
     @classmethod
     def decode(cls, r: Reader) -> Self:
         stream = r.identifier()
-        topic = read_new_topic(r)
-        return cls(stream, topic.wanted, topic.partitions, topic.expiry_us, topic.max_size,
-                   topic.name)
+        t = read_new_topic(r)
+        return cls(stream, t.wanted, t.partitions, t.expiry_us, t.max_size, t.name,
+                   t.compression, t.replication_factor)
 
 
 @dataclass(frozen=True, slots=True)
