@@ -16,18 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import bson
-
-from mainstem.protocols.bson_events.codec import encode_frame
+from mainstem.protocols.bson_events.codec import EventCodec, Frame, FramingError, encode_frame
 from mainstem.protocols.bson_events.outbox import Outbox
 
 PROTOCOL_VERSION = "1.0"
-_LENGTH = struct.Struct("<i")
+READ_SIZE = 256 * 1024
 
 
 class EventsError(Exception):
@@ -142,14 +139,18 @@ class EventsClient:
         return response
 
     async def _read_loop(self) -> None:
+        codec = EventCodec(None)
         try:
-            while True:
-                head = await self._reader.readexactly(4)
-                (length,) = _LENGTH.unpack(head)
-                document = bson.decode(head + await self._reader.readexactly(length - 4))
-                self._dispatch(document["type"], document["frame"])
-        except (asyncio.IncompleteReadError, ConnectionError):
+            while data := await self._reader.read(READ_SIZE):
+                codec.receive_data(data)
+                for frame in codec.next_events():
+                    if not isinstance(frame, Frame):
+                        raise FramingError(f"unusable frame from the server: {frame}")
+                    self._dispatch(frame.type, frame.body)
+        except ConnectionError:
             pass
+        except FramingError:
+            self._writer.close()  # the stream cannot be framed any more
         finally:
             self.closed.set()
             for future in self._pending.values():

@@ -143,18 +143,12 @@ class Appender:
         while self.unacked and self.unacked[0][0] <= level:
             self.unacked.popleft()
 
-    def block_frames(self, events: list[bytes], start: int) -> tuple[bytes, int]:
-        body = b"".join(c.Event(e).encode() for e in events)
-        begin = c.BeginAppendBlock(self.connection_id, start, len(body)).encode()
-        end = c.EndAppendBlock(self.connection_id, start + len(body), len(body)).encode()
-        return begin + body + end, start + len(body)
-
     def append_block(self, events: list[bytes]) -> None:
         """Send one block of events (acks arrive later; see `flush`)."""
-        frames, end = self.block_frames(events, self.offset)
+        frames, end = c.encode_append_block(self.connection_id, self.offset, events)
         at = self.offset
         for event in events:
-            at += c.HEADER.size + len(event)
+            at += c.event_length(event)
             self.unacked.append((at, event))
         self.offset = end
         self.client.writer.write(frames)
@@ -164,8 +158,8 @@ class Appender:
         pending = list(self.unacked)
         if not pending:
             return
-        start = pending[0][0] - c.HEADER.size - len(pending[0][1])
-        frames, _ = self.block_frames([e for _, e in pending], start)
+        start = pending[0][0] - c.event_length(pending[0][1])
+        frames, _ = c.encode_append_block(self.connection_id, start, [e for _, e in pending])
         self.client.writer.write(frames)
 
     async def flush(self, timeout: float = 30) -> int:

@@ -8,23 +8,31 @@ Osiris chunks undecoded, so a caller can turn a whole chunk into columns at once
 from __future__ import annotations
 
 import socket
-import struct
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from mainstem.log.chunk import HEADER_SIZE, Chunk, parse_header
 from mainstem.protocols.rabbit_stream import frames as f
-from mainstem.protocols.rabbit_stream.codec import encode
-from mainstem.protocols.rabbit_stream.constants import RESPONSE_FLAG, Key, OffsetType
-from mainstem.protocols.rabbit_stream.wire import Reader
+from mainstem.protocols.rabbit_stream import responses as r
+from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode
+from mainstem.protocols.rabbit_stream.constants import OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.responses import REPLY_PARSERS
+from mainstem.protocols.rabbit_stream.wire import FrameError
 
-_SIZE = struct.Struct(">I")
-_KEY_VERSION = struct.Struct(">HH")
-_ENTRY = struct.Struct(">I")
 MAX_FRAME = 8 * 1024 * 1024
 CREDIT = 8  # chunks in flight per read
-OK, NO_OFFSET = 1, 0x13
+
+
+
+class _Answer(Protocol):
+    correlation_id: int
+    response_code: int
+
+
+Reply = TypeVar("Reply", bound=_Answer)
 
 
 class StreamClientError(Exception):
@@ -60,7 +68,8 @@ class StreamClient:
     def __init__(self, endpoint: Endpoint, timeout: float = 30.0) -> None:
         self.endpoint = endpoint
         self._sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
-        self._buffer = bytearray()
+        self._codec = StreamCodec(MAX_FRAME, REPLY_PARSERS)
+        self._frames: deque[f.Frame] = deque()
         self._correlation = 0
         self._deliveries: list[memoryview] = []
         self._confirmed: set[int] = set()
@@ -85,104 +94,81 @@ class StreamClient:
     def _send(self, frame: f.Frame) -> None:
         self._sock.sendall(encode(frame))
 
-    def _next_correlation(self) -> int:
-        self._correlation += 1
-        return self._correlation
-
-    def _read_frame(self) -> tuple[int, memoryview]:
-        while True:
-            if len(self._buffer) >= 4:
-                (size,) = _SIZE.unpack_from(self._buffer)
-                if size > MAX_FRAME:
-                    raise StreamClientError(f"frame of {size} bytes from the server")
-                if len(self._buffer) >= 4 + size:
-                    body = memoryview(bytes(self._buffer[4:4 + size]))
-                    del self._buffer[:4 + size]
-                    key, _ = _KEY_VERSION.unpack_from(body)
-                    return key, body[4:]
+    def _read_frame(self) -> f.Frame:
+        while not self._frames:
             data = self._sock.recv(1 << 20)
             if not data:
                 raise StreamClientError("the server closed the connection")
-            self._buffer += data
+            self._codec.receive_data(data)
+            try:
+                self._frames.extend(self._codec.next_frames())
+            except FrameError as exc:
+                raise StreamClientError(f"bad frame from the server: {exc}") from None
+        return self._frames.popleft()
 
-    def _response(self, key: int, correlation: int) -> Reader:
-        """Wait for the response to a request, handling what arrives in between."""
+    def _call(self, request: Callable[[int], f.Frame], reply: type[Reply]) -> Reply:
+        """Send the request made with the next correlation id and wait for its reply,
+        handling what arrives in between."""
+        self._correlation += 1
+        correlation_id = self._correlation
+        sent = request(correlation_id)
+        self._send(sent)
         while True:
-            got, body = self._read_frame()
-            reader = Reader(body)
-            if got == key | RESPONSE_FLAG and reader.u32() == correlation:
-                code = reader.u16()
-                if code != OK:
-                    raise StreamClientError(f"{Key(key).name} failed with code {code:#x}", code)
-                return reader
-            self._other(got, body)
+            frame = self._read_frame()
+            if isinstance(frame, reply) and frame.correlation_id == correlation_id:
+                code = frame.response_code
+                if code != ResponseCode.OK:
+                    name = type(sent).__name__
+                    raise StreamClientError(f"{name} failed with code {code:#x}", code)
+                return frame
+            self._other(frame)
 
-    def _other(self, key: int, body: memoryview) -> None:
-        reader = Reader(body)
-        if key == Key.DELIVER:
-            reader.u8()
-            self._deliveries.append(body[1:])
-        elif key == Key.PUBLISH_CONFIRM:
-            reader.u8()
-            self._confirmed.update(reader.u64() for _ in range(reader.u32()))
-        elif key == Key.PUBLISH_ERROR:
-            reader.u8()
-            for _ in range(reader.u32()):
-                publishing_id = reader.u64()
-                self._errors[publishing_id] = reader.u16()
-        elif key == Key.TUNE:
-            self._send(f.Tune(reader.u32(), reader.u32()))  # accept the server's proposal
-        elif key == Key.CLOSE:
+    def _other(self, frame: f.Frame) -> None:
+        if isinstance(frame, r.Deliver):
+            self._deliveries.append(frame.chunk)
+        elif isinstance(frame, r.PublishConfirm):
+            self._confirmed.update(frame.publishing_ids)
+        elif isinstance(frame, r.PublishError):
+            self._errors.update(frame.errors)
+        elif isinstance(frame, f.Tune):
+            self._send(frame)  # accept the server's proposal
+        elif isinstance(frame, f.Close):
             raise StreamClientError("the server closed the connection")
         # heartbeats, metadata updates and the rest need no answer here
 
     def _handshake(self) -> None:
         e = self.endpoint
-        corr = self._next_correlation()
-        self._send(f.PeerProperties(corr, {"product": "mainstem-spark"}))
-        self._response(Key.PEER_PROPERTIES, corr)
-        corr = self._next_correlation()
-        self._send(f.SaslHandshake(corr))
-        self._response(Key.SASL_HANDSHAKE, corr)
-        corr = self._next_correlation()
-        self._send(f.SaslAuthenticate(corr, "PLAIN", f"\0{e.user}\0{e.password}".encode()))
-        self._response(Key.SASL_AUTHENTICATE, corr)
-        key, body = self._read_frame()
-        if key != Key.TUNE:
-            raise StreamClientError(f"expected Tune after authentication, got key {key:#x}")
-        self._other(key, body)  # take the server's frame max and heartbeat
-        corr = self._next_correlation()
-        self._send(f.Open(corr, e.vhost))
-        self._response(Key.OPEN, corr)
+        self._call(lambda corr: f.PeerProperties(corr, {"product": "mainstem-spark"}),
+                   r.PeerPropertiesResponse)
+        self._call(f.SaslHandshake, r.SaslHandshakeResponse)
+        credentials = f"\0{e.user}\0{e.password}".encode()
+        self._call(lambda corr: f.SaslAuthenticate(corr, "PLAIN", credentials),
+                   r.SaslAuthenticateResponse)
+        frame = self._read_frame()
+        if not isinstance(frame, f.Tune):
+            raise StreamClientError(f"expected Tune after authentication, got {frame}")
+        self._other(frame)  # take the server's frame max and heartbeat
+        self._call(lambda corr: f.Open(corr, e.vhost), r.OpenResponse)
 
     # -- streams ---------------------------------------------------------------
 
     def offsets(self, stream: str) -> Offsets:
-        corr = self._next_correlation()
-        self._send(f.StreamStats(corr, stream))
-        reader = self._response(Key.STREAM_STATS, corr)
-        stats = {}
-        for _ in range(reader.u32()):
-            name = reader.string()
-            stats[name] = reader.i64()
+        stats = self._call(lambda corr: f.StreamStats(corr, stream),
+                           r.StreamStatsResponse).stats
         return Offsets(stats.get("first_offset", max(stats["first_chunk_id"], 0)),
                        stats["committed_offset"] + 1)
 
     def offset_for_timestamp(self, stream: str, timestamp_ms: int) -> int:
         """The first offset of the first chunk at or after a time (the end if none)."""
-        corr = self._next_correlation()
-        self._send(f.ResolveOffsetSpec(corr, stream, f.OffsetSpec(OffsetType.TIMESTAMP,
-                                                                  timestamp_ms)))
-        reader = self._response(Key.RESOLVE_OFFSET_SPEC, corr)
-        reader.u16()  # the offset type: always an offset
-        return reader.u64()
+        spec = f.OffsetSpec(OffsetType.TIMESTAMP, timestamp_ms)
+        return self._call(lambda corr: f.ResolveOffsetSpec(corr, stream, spec),
+                          r.ResolveOffsetSpecResponse).offset  # always of type offset
 
     def partitions(self, super_stream: str) -> list[str] | None:
         """The partition streams of a super stream, None if it is not one."""
-        corr = self._next_correlation()
-        self._send(f.Partitions(corr, super_stream))
         try:
-            return self._response(Key.PARTITIONS, corr).strings()
+            return self._call(lambda corr: f.Partitions(corr, super_stream),
+                              r.PartitionsResponse).streams
         except StreamClientError:
             return None
 
@@ -192,15 +178,12 @@ class StreamClient:
         if start >= end:
             return
         subscription = 1
-        corr = self._next_correlation()
-        self._send(f.Subscribe(corr, subscription, stream, f.OffsetSpec(OffsetType.OFFSET, start),
-                               CREDIT))
-        self._response(Key.SUBSCRIBE, corr)
+        spec = f.OffsetSpec(OffsetType.OFFSET, start)
+        self._call(lambda corr: f.Subscribe(corr, subscription, stream, spec, CREDIT), f.Response)
         try:
             while True:
                 while not self._deliveries:
-                    key, body = self._read_frame()
-                    self._other(key, body)
+                    self._other(self._read_frame())
                 raw = self._deliveries.pop(0)
                 self._send(f.Credit(subscription, 1))
                 header = parse_header(raw[:HEADER_SIZE])
@@ -210,9 +193,7 @@ class StreamClient:
                 if header.next_offset >= end:
                     return
         finally:
-            corr = self._next_correlation()
-            self._send(f.Unsubscribe(corr, subscription))
-            self._response(Key.UNSUBSCRIBE, corr)
+            self._call(lambda corr: f.Unsubscribe(corr, subscription), f.Response)
             self._deliveries.clear()
 
     # -- publishing ------------------------------------------------------------
@@ -220,25 +201,20 @@ class StreamClient:
     def declare_publisher(self, publisher_id: int, reference: str, stream: str) -> int:
         """Declare a deduplicating publisher; returns the last publishing id stored for
         the reference (-1 if none), so a retry can skip what already arrived."""
-        corr = self._next_correlation()
-        self._send(f.DeclarePublisher(corr, publisher_id, reference, stream))
-        self._response(Key.DECLARE_PUBLISHER, corr)
-        corr = self._next_correlation()
-        self._send(f.QueryPublisherSequence(corr, reference, stream))
-        sequence = self._response(Key.QUERY_PUBLISHER_SEQUENCE, corr).u64()
+        self._call(lambda corr: f.DeclarePublisher(corr, publisher_id, reference, stream),
+                   f.Response)
+        sequence = self._call(lambda corr: f.QueryPublisherSequence(corr, reference, stream),
+                              r.QueryPublisherSequenceResponse).sequence
         return sequence if sequence else -1
 
     def publish(self, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> None:
         """Publish (publishing id, AMQP 1.0 message) pairs and wait for every confirm."""
         if not messages:
             return
-        entries = [memoryview(_ENTRY.pack(len(body)) + body) for _, body in messages]
-        self._send(f.Publish(publisher_id, [i for i, _ in messages], entries, len(entries),
-                             sum(len(b) for _, b in messages)))
+        self._send(f.Publish.of_bodies(publisher_id, messages))
         wanted = {i for i, _ in messages}
         while not wanted <= self._confirmed | self._errors.keys():
-            key, body = self._read_frame()
-            self._other(key, body)
+            self._other(self._read_frame())
         failed = wanted & self._errors.keys()
         self._confirmed -= wanted
         if failed:
@@ -246,6 +222,4 @@ class StreamClient:
             raise StreamClientError(f"{len(failed)} messages refused, code {code:#x}", code)
 
     def delete_publisher(self, publisher_id: int) -> None:
-        corr = self._next_correlation()
-        self._send(f.DeletePublisher(corr, publisher_id))
-        self._response(Key.DELETE_PUBLISHER, corr)
+        self._call(lambda corr: f.DeletePublisher(corr, publisher_id), f.Response)

@@ -1,6 +1,8 @@
 """Sans-IO framing of the BSON event protocol: a stream of BSON documents
 ``{type: <FRAME>, frame: {...}}``, each delimited by BSON's own little-endian int32 length.
 
+Both directions frame alike: the server reads requests and a client reads responses,
+events and query results with an ``EventCodec``, and both write with ``encode_frame``.
 The length is bounded before anything is buffered. A frame over the bound is skipped without
 being stored and reported as ``Oversized`` (the connection answers with a failed RESPONSE and
 goes on); a length below 5 or bytes that are not BSON are a ``FramingError`` (close).
@@ -17,6 +19,7 @@ from bson.errors import BSONError
 
 _LENGTH = struct.Struct("<i")
 MIN_DOCUMENT = 5  # length + terminating NUL: the empty document
+MAX_DOCUMENT = 2**31 - 1  # the largest int32 length
 FRAME_OVERHEAD = 64 * 1024  # what a PUBLISH holds besides its event
 
 
@@ -48,8 +51,10 @@ Event = Frame | Oversized | Malformed
 
 
 class EventCodec:
-    def __init__(self, max_event_size: int) -> None:
-        self.max_frame_size = max_event_size + FRAME_OVERHEAD
+    def __init__(self, max_event_size: int | None) -> None:
+        # None: any size BSON can state (a client trusts its server's frames).
+        self.max_frame_size = (MAX_DOCUMENT if max_event_size is None
+                               else max_event_size + FRAME_OVERHEAD)
         self._buffer = bytearray()
         self._skip = 0  # bytes of an oversized frame still to drop
 
@@ -100,4 +105,5 @@ def _parse(raw: bytes) -> Frame | Malformed:
 
 
 def encode_frame(kind: str, body: dict[str, Any]) -> bytes:
+    """One frame of either direction: a request, a response, an event, a query result."""
     return bson.encode({"type": kind, "frame": body})

@@ -37,6 +37,13 @@ from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import vsr
 from mainstem.protocols.iggy.batch import PolledMessage
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
+from mainstem.protocols.iggy.commands import (
+    CLIENT_GROUP,
+    CLIENT_INFO,
+    GROUP_INFO,
+    OFFSET_INFO,
+    STATS,
+)
 from mainstem.protocols.iggy.layouts import SEED, VSR, SeedLayout
 from mainstem.protocols.iggy.records import decode_record, encode_record
 
@@ -46,9 +53,6 @@ MAX_CHUNK_RECORDS = 0xFFFF
 MAX_POLL_BYTES = 8 * 1024 * 1024
 EXPIRY_ARG = "x-iggy-message-expiry-us"
 NEVER = 2**64 - 1
-OFFSET_INFO = struct.Struct("<IQQ")
-GROUP_INFO = struct.Struct("<III")
-CLIENT_INFO = struct.Struct("<IIB")
 NODE_INFO = struct.Struct("<HHHHBB")  # tcp, quic, http and websocket ports, role, status
 LEADER, HEALTHY = 0, 0
 # Iggy's global read_servers / manage_servers permissions: RabbitMQ's monitoring and
@@ -279,8 +283,8 @@ class IggyConnection:
         total = os.sysconf("SC_PHYS_PAGES") * page
         free = os.sysconf("SC_AVPHYS_PAGES") * page
         uname = os.uname()
-        head = struct.pack(
-            "<IffQQQQQQQQIIIIQII", os.getpid(), 0.0, 0.0, usage.ru_maxrss * 1024, total, free,
+        head = STATS.pack(
+            os.getpid(), 0.0, 0.0, usage.ru_maxrss * 1024, total, free,
             int(time.monotonic() * 1e6), int(time.time() * 1e6), 0, 0,
             sum(p.size_bytes for p in partitions), len(self.core.catalog.list_namespaces()),
             len(streams), len(partitions), sum(p.segment_count for p in partitions),
@@ -314,8 +318,8 @@ class IggyConnection:
         out += c.U32.pack(len(groups))
         if details:
             for g in groups:
-                out += struct.pack("<III", self.model.id_of(STREAM, "", g.namespace),
-                                   self.model.id_of(TOPIC, g.namespace, g.topic), g.id)
+                out += CLIENT_GROUP.pack(self.model.id_of(STREAM, "", g.namespace),
+                                         self.model.id_of(TOPIC, g.namespace, g.topic), g.id)
         return out
 
     # -- resolving identifiers -------------------------------------------------------

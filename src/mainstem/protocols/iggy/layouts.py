@@ -13,32 +13,20 @@ indexes from 0.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
-from mainstem.protocols.iggy import batch
+from mainstem.protocols.iggy import batch, commands
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
+from mainstem.protocols.iggy.commands import NewTopic, StreamInfo, TopicInfo
 
-STREAM_INFO = struct.Struct("<IQIQQ")  # id, created at, topics, size, messages
-SEED_TOPIC_INFO = struct.Struct("<IQIQBQBQQ")  # id, created, partitions, expiry, codec,
-#                                                max size, replicas, size, messages
 VSR_TOPIC_INFO = struct.Struct("<IQIQBQQQ")  # the same without replicas
 PARTITION_INFO = struct.Struct("<IQIQQQ")  # id, created, segments, current offset, size, msgs
 NO_OPTIONS = c.U32.pack(0)  # an empty option block
 SEND_CONFIRMATION = struct.Struct("<IIIIQ")  # count 1, stream, topic, partition, base offset
 OPTION_EXPIRY = "message_expiry"
 OPTION_MAX_SIZE = "max_topic_size"
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    wanted: int  # a requested id, 0 for the next free one
-    partitions: int
-    expiry_us: int
-    max_size: int
-    name: str
 
 
 class SeedLayout:
@@ -48,24 +36,17 @@ class SeedLayout:
     unsupported: frozenset[int] = frozenset()
 
     def new_stream(self, r: c.Reader) -> tuple[int, str]:
-        return r.u32(), r.name("stream name")
+        return commands.read_new_stream(r)
 
     def new_topic(self, r: c.Reader) -> NewTopic:
-        wanted, partitions = r.u32(), r.u32()
-        expiry_us = max_size = 0
-        if not (r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]):  # more than a name:
-            r.u8()  # the 0.6 client's compression algorithm: stored uncompressed
-            expiry_us, max_size = r.u64(), r.u64()
-            r.u8()  # replication factor: one node
-        return NewTopic(wanted, partitions, expiry_us, max_size, r.name("topic name"))
+        return commands.read_new_topic(r)
 
     def new_group(self, r: c.Reader) -> tuple[int, str]:
-        wanted = r.u32()
-        return wanted, r.name("consumer group name") if r.remaining else str(wanted)
+        return commands.read_new_group(r)
 
     def group(self, r: c.Reader) -> int | str:
         """The group a request names: the seed sends a u32 id, the 0.6 client an identifier."""
-        return r.u32() if r.remaining == 4 else r.identifier()
+        return commands.read_group(r)
 
     def send_prefix(self, r: c.Reader) -> None:
         """What comes before the stream and topic identifiers."""
@@ -88,13 +69,12 @@ class SeedLayout:
 
     def stream_info(self, stream_id: int, created_us: int, topics: int, size: int,
                     messages: int, name: str) -> bytes:
-        return STREAM_INFO.pack(stream_id, created_us, topics, size, messages) + \
-            c.encode_name(name)
+        return StreamInfo(stream_id, created_us, topics, size, messages, name).encode()
 
     def topic_info(self, topic_id: int, created_us: int, partitions: int, expiry_us: int,
                    max_size: int, size: int, messages: int, name: str) -> bytes:
-        return SEED_TOPIC_INFO.pack(topic_id, created_us, partitions, expiry_us, 1, max_size, 1,
-                                    size, messages) + c.encode_name(name)
+        return TopicInfo(topic_id, created_us, partitions, expiry_us, max_size, size, messages,
+                         name).encode()
 
     def topic_list(self, topics: list[bytes]) -> bytes:
         return b"".join(topics)
@@ -109,12 +89,11 @@ class SeedLayout:
 
     def polled(self, index: int, current: int, count: int,
                messages: list[tuple[int, batch.PolledMessage]]) -> bytes:
-        out = [c.POLL_REPLY_HEADER.pack(index + self.partition_base, current, count)]
+        out: list[bytes | memoryview] = [
+            c.POLL_REPLY_HEADER.pack(index + self.partition_base, current, count)]
         for timestamp_us, m in messages:
-            out.append(c.POLLED_HEADER.pack(m.offset, 1, timestamp_us, m.id.to_bytes(16, "little"),
-                                            crc32(m.payload)))
-            out.append(c.U32.pack(len(m.headers)) + m.headers + c.U32.pack(len(m.payload)))
-            out.append(m.payload)
+            commands.add_polled_message(out, m.offset, timestamp_us, m.id, crc32(m.payload),
+                                        m.headers, m.payload)
         return b"".join(out)
 
 

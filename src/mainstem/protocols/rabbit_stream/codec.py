@@ -1,6 +1,8 @@
-"""Sans-IO server-side codec: bytes in, frames out; frames in, bytes out.
+"""Sans-IO codec for both sides: bytes in, frames out; frames in, bytes out.
 
-Typical use by a connection::
+A server reads requests with `StreamCodec()` (PARSERS), a client reads the server's frames
+with `StreamCodec(limit, REPLY_PARSERS)`; both write with `encode`. Typical use by a
+connection::
 
     codec.receive_data(await reader.read(65536))
     for frame in codec.next_frames():   # every complete frame, in order
@@ -22,7 +24,8 @@ from mainstem.protocols.rabbit_stream.constants import (
     INITIAL_FRAME_MAX,
     Key,
 )
-from mainstem.protocols.rabbit_stream.frames import PARSERS, Frame, UnknownCommand
+from mainstem.protocols.rabbit_stream.frames import PARSERS, Frame, Parser, UnknownCommand
+from mainstem.protocols.rabbit_stream.responses import REPLY_PARSERS
 from mainstem.protocols.rabbit_stream.wire import (
     KEY_VERSION,
     SIZE_KEY_VERSION,
@@ -39,12 +42,18 @@ _DELIVER_V2 = struct.Struct(">IHHBQ")
 
 
 class StreamCodec:
-    """Turns a client's byte stream into frames. Not thread-safe; one per connection."""
+    """Turns the peer's byte stream into frames: a client's requests by default, the
+    server's frames with `parsers=REPLY_PARSERS`. Not thread-safe; one per connection."""
 
-    def __init__(self, max_frame_size: int = INITIAL_FRAME_MAX) -> None:
+    def __init__(
+        self,
+        max_frame_size: int = INITIAL_FRAME_MAX,
+        parsers: dict[tuple[int, int], Parser] = PARSERS,
+    ) -> None:
         # Largest accepted value of a frame's size field (the bytes after the size prefix);
         # 0 means no limit. Raise it once Tune has been negotiated.
         self.max_frame_size = max_frame_size
+        self._parsers = parsers
         self._buffer = bytearray()
         self._error: FrameError | None = None
 
@@ -69,7 +78,7 @@ class StreamCodec:
                 body = block[pos + 4 : pos + 4 + size]
                 pos += 4 + size
                 try:
-                    frames.append(parse_frame(body))
+                    frames.append(_parse(body, self._parsers))
                 except FrameError as exc:
                     error = exc
                     break
@@ -97,9 +106,18 @@ class StreamCodec:
 
 
 def parse_frame(body: memoryview) -> Frame:
-    """One frame from its bytes after the size prefix (key, version, fields)."""
+    """One client frame from its bytes after the size prefix (key, version, fields)."""
+    return _parse(body, PARSERS)
+
+
+def parse_reply(body: memoryview) -> Frame:
+    """One server frame from its bytes after the size prefix (key, version, fields)."""
+    return _parse(body, REPLY_PARSERS)
+
+
+def _parse(body: memoryview, parsers: dict[tuple[int, int], Parser]) -> Frame:
     key, version = KEY_VERSION.unpack_from(body, 0)
-    parser = PARSERS.get((key, version))
+    parser = parsers.get((key, version))
     reader = Reader(body, KEY_VERSION.size)
     if parser is None:
         correlation_id = reader.u32() if reader.remaining() >= 4 else None

@@ -1,18 +1,19 @@
-"""Frames a stream-protocol server receives, one dataclass per command, plus the shared
+"""Frames a stream-protocol client sends, one dataclass per command, plus the shared
 structures (offset specification, command versions) and the plain code-only Response.
 
-Each inbound frame has a `parse(reader)` classmethod (see PARSERS) and `body()` so tools and
-tests can encode it too. Frames only the server sends live in `responses`. The frame header
-(size, key, version) is handled by `codec`.
+Each frame has a `parse(reader)` classmethod (see PARSERS: what the server reads) and
+`body()` (what a client writes). Frames only the server sends live in `responses`. The frame
+header (size, key, version) is handled by `codec`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from mainstem.log.chunk import SIMPLE_ENTRY
 from mainstem.protocols.rabbit_stream import wire
 from mainstem.protocols.rabbit_stream.constants import (
     RESPONSE_FLAG,
@@ -93,7 +94,7 @@ class CommandVersion:
     max_version: int
 
 
-def _command_versions(r: Reader) -> list[CommandVersion]:
+def decode_command_versions(r: Reader) -> list[CommandVersion]:
     return [CommandVersion(r.u16(), r.u16(), r.u16()) for _ in range(r.count(6))]
 
 
@@ -103,7 +104,7 @@ def encode_command_versions(versions: list[CommandVersion]) -> bytes:
     )
 
 
-def _optional_properties(r: Reader) -> dict[str, str]:
+def optional_properties(r: Reader) -> dict[str, str]:
     # RabbitMQ's own client omits the properties array entirely when it is empty.
     return r.string_map() if r.remaining() else {}
 
@@ -207,6 +208,13 @@ class Publish(Frame):
         r.pos = pos
         return cls(publisher_id, ids, entries, records, payload, filters)
 
+    @classmethod
+    def of_bodies(cls, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> Publish:
+        """A version 1 Publish of (publishing id, message body) pairs, one simple entry each."""
+        entries = [memoryview(SIMPLE_ENTRY.pack(len(body)) + body) for _, body in messages]
+        return cls(publisher_id, [i for i, _ in messages], entries, len(entries),
+                   sum(len(body) for _, body in messages))
+
     def data_entries(self) -> DataEntries:
         """The bytes to append to the log as one chunk (the one copy of the payload)."""
         return DataEntries(
@@ -276,7 +284,7 @@ class Subscribe(Frame):
     @classmethod
     def parse(cls, r: Reader) -> Subscribe:
         return cls(
-            r.u32(), r.u8(), r.string(), OffsetSpec.parse(r), r.u16(), _optional_properties(r)
+            r.u32(), r.u8(), r.string(), OffsetSpec.parse(r), r.u16(), optional_properties(r)
         )
 
     def body(self) -> bytes:
@@ -574,7 +582,7 @@ class ExchangeCommandVersions(Frame):
 
     @classmethod
     def parse(cls, r: Reader) -> ExchangeCommandVersions:
-        return cls(r.u32(), _command_versions(r))
+        return cls(r.u32(), decode_command_versions(r))
 
     def body(self) -> bytes:
         return U32.pack(self.correlation_id) + encode_command_versions(self.versions)
@@ -643,7 +651,7 @@ class ResolveOffsetSpec(Frame):
 
     @classmethod
     def parse(cls, r: Reader) -> ResolveOffsetSpec:
-        return cls(r.u32(), r.string(), OffsetSpec.parse(r), _optional_properties(r))
+        return cls(r.u32(), r.string(), OffsetSpec.parse(r), optional_properties(r))
 
     def body(self) -> bytes:
         return (
@@ -680,6 +688,11 @@ class Response(Frame):
     @classmethod
     def parse_close(cls, r: Reader) -> Response:
         return cls(Key.CLOSE, r.u32(), r.u16())
+
+    @classmethod
+    def parser(cls, key: int) -> Parser:
+        """The parser of the code-only reply to request `key` (what a client reads)."""
+        return lambda r: cls(key, r.u32(), r.u16())
 
     def wire_key(self) -> int:
         return self.key | RESPONSE_FLAG

@@ -1,12 +1,14 @@
 """Frames only the server sends: responses carrying more than a code, and notifications.
 
-Bodies only; `codec.encode` adds the size, key and version header.
+Each has `body()` (what the server writes; `codec.encode` adds the size, key and version
+header) and `parse(reader)` (what a client reads, see REPLY_PARSERS).
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Self
 
 from mainstem.protocols.rabbit_stream import wire
 from mainstem.protocols.rabbit_stream.constants import (
@@ -15,8 +17,28 @@ from mainstem.protocols.rabbit_stream.constants import (
     OffsetType,
     ResponseCode,
 )
-from mainstem.protocols.rabbit_stream.frames import CommandVersion, Frame, encode_command_versions
-from mainstem.protocols.rabbit_stream.wire import CORR_CODE, I64, U8, U16, U32, U64
+from mainstem.protocols.rabbit_stream.frames import (
+    Close,
+    CommandVersion,
+    Frame,
+    Heartbeat,
+    Parser,
+    Response,
+    Tune,
+    decode_command_versions,
+    encode_command_versions,
+    optional_properties,
+)
+from mainstem.protocols.rabbit_stream.wire import (
+    CORR_CODE,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    MalformedFrame,
+    Reader,
+)
 
 _ID_AND_CODE = struct.Struct(">QH")
 _OFFSET_TYPE_AND_OFFSET = struct.Struct(">HQ")
@@ -28,6 +50,11 @@ class PublishConfirm(Frame):
     publisher_id: int
     publishing_ids: list[int]
 
+    @classmethod
+    def parse(cls, r: Reader) -> PublishConfirm:
+        publisher_id, count = r.u8(), r.count(8)
+        return cls(publisher_id, list(struct.unpack(f">{count}Q", r.take(8 * count))))
+
     def body(self) -> bytes:
         ids = self.publishing_ids
         return U8.pack(self.publisher_id) + struct.pack(f">I{len(ids)}Q", len(ids), *ids)
@@ -38,6 +65,11 @@ class PublishError(Frame):
     KEY = Key.PUBLISH_ERROR
     publisher_id: int
     errors: list[tuple[int, int]]  # (publishing id, response code)
+
+    @classmethod
+    def parse(cls, r: Reader) -> PublishError:
+        publisher_id, count = r.u8(), r.count(_ID_AND_CODE.size)
+        return cls(publisher_id, list(_ID_AND_CODE.iter_unpack(r.take(count * _ID_AND_CODE.size))))
 
     def body(self) -> bytes:
         return (
@@ -54,6 +86,10 @@ class QueryPublisherSequenceResponse(Frame):
     response_code: int
     sequence: int
 
+    @classmethod
+    def parse(cls, r: Reader) -> QueryPublisherSequenceResponse:
+        return cls(r.u32(), r.u16(), r.u64())
+
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + U64.pack(self.sequence)
 
@@ -66,6 +102,10 @@ class CreditResponse(Frame):
     response_code: int
     subscription_id: int
 
+    @classmethod
+    def parse(cls, r: Reader) -> CreditResponse:
+        return cls(r.u16(), r.u8())
+
     def body(self) -> bytes:
         return U16.pack(self.response_code) + U8.pack(self.subscription_id)
 
@@ -77,6 +117,10 @@ class QueryOffsetResponse(Frame):
     response_code: int  # NO_OFFSET when the reference has never been stored
     offset: int
 
+    @classmethod
+    def parse(cls, r: Reader) -> QueryOffsetResponse:
+        return cls(r.u32(), r.u16(), r.u64())
+
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + U64.pack(self.offset)
 
@@ -86,6 +130,10 @@ class Broker:
     reference: int
     host: str
     port: int
+
+    @classmethod
+    def parse(cls, r: Reader) -> Broker:
+        return cls(r.u16(), r.string(), r.u32())
 
     def encode(self) -> bytes:
         return U16.pack(self.reference) + wire.string(self.host) + U32.pack(self.port)
@@ -97,6 +145,12 @@ class StreamMetadata:
     response_code: int
     leader_reference: int | None  # None (written 0xFFFF) when the stream has no leader
     replica_references: list[int] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, r: Reader) -> StreamMetadata:
+        name, code, leader = r.string(), r.u16(), r.u16()
+        replicas = [r.u16() for _ in range(r.count(2))]
+        return cls(name, code, None if leader == 0xFFFF else leader, replicas)
 
     def encode(self) -> bytes:
         leader = 0xFFFF if self.leader_reference is None else self.leader_reference
@@ -114,6 +168,12 @@ class MetadataResponse(Frame):
     correlation_id: int
     brokers: list[Broker]
     streams: list[StreamMetadata]
+
+    @classmethod
+    def parse(cls, r: Reader) -> MetadataResponse:
+        correlation_id = r.u32()
+        brokers = [Broker.parse(r) for _ in range(r.count(8))]
+        return cls(correlation_id, brokers, [StreamMetadata.parse(r) for _ in range(r.count(10))])
 
     def body(self) -> bytes:
         return b"".join(
@@ -133,6 +193,10 @@ class MetadataUpdate(Frame):
     code: int  # clients only understand STREAM_NOT_AVAILABLE
     stream: str
 
+    @classmethod
+    def parse(cls, r: Reader) -> MetadataUpdate:
+        return cls(r.u16(), r.string())
+
     def body(self) -> bytes:
         return U16.pack(self.code) + wire.string(self.stream)
 
@@ -143,6 +207,10 @@ class PeerPropertiesResponse(Frame):
     correlation_id: int
     response_code: int
     properties: dict[str, str]
+
+    @classmethod
+    def parse(cls, r: Reader) -> PeerPropertiesResponse:
+        return cls(r.u32(), r.u16(), r.string_map())
 
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + wire.string_map(
@@ -156,6 +224,10 @@ class SaslHandshakeResponse(Frame):
     correlation_id: int
     response_code: int
     mechanisms: list[str]
+
+    @classmethod
+    def parse(cls, r: Reader) -> SaslHandshakeResponse:
+        return cls(r.u32(), r.u16(), r.strings())
 
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + wire.strings(
@@ -173,6 +245,13 @@ class SaslAuthenticateResponse(Frame):
     response_code: int
     challenge: bytes = b""
 
+    @classmethod
+    def parse(cls, r: Reader) -> SaslAuthenticateResponse:
+        correlation_id, code = r.u32(), r.u16()
+        if code == ResponseCode.SASL_CHALLENGE:
+            return cls(correlation_id, code, r.nullable_bytes() or b"")
+        return cls(correlation_id, code)
+
     def body(self) -> bytes:
         head = CORR_CODE.pack(self.correlation_id, self.response_code)
         if self.response_code == ResponseCode.SASL_CHALLENGE:
@@ -189,6 +268,11 @@ class OpenResponse(Frame):
     response_code: int
     properties: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def parse(cls, r: Reader) -> OpenResponse:
+        # RabbitMQ omits the properties of a failed Open.
+        return cls(r.u32(), r.u16(), optional_properties(r))
+
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + wire.string_map(
             self.properties
@@ -204,6 +288,10 @@ class RouteResponse(Frame):
     response_code: int
     streams: list[str]
 
+    @classmethod
+    def parse(cls, r: Reader) -> Self:
+        return cls(r.u32(), r.u16(), r.strings())
+
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + wire.strings(self.streams)
 
@@ -214,6 +302,10 @@ class PartitionsResponse(Frame):
     correlation_id: int
     response_code: int
     streams: list[str]
+
+    @classmethod
+    def parse(cls, r: Reader) -> Self:
+        return cls(r.u32(), r.u16(), r.strings())
 
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + wire.strings(self.streams)
@@ -229,6 +321,10 @@ class ConsumerUpdate(Frame):
     subscription_id: int
     active: bool
 
+    @classmethod
+    def parse(cls, r: Reader) -> ConsumerUpdate:
+        return cls(r.u32(), r.u8(), bool(r.u8()))
+
     def body(self) -> bytes:
         return U32.pack(self.correlation_id) + U8.pack(self.subscription_id) + U8.pack(self.active)
 
@@ -242,6 +338,10 @@ class ExchangeCommandVersionsResponse(Frame):
     correlation_id: int
     response_code: int
     versions: list[CommandVersion]
+
+    @classmethod
+    def parse(cls, r: Reader) -> ExchangeCommandVersionsResponse:
+        return cls(r.u32(), r.u16(), decode_command_versions(r))
 
     def body(self) -> bytes:
         return CORR_CODE.pack(self.correlation_id, self.response_code) + encode_command_versions(
@@ -257,6 +357,11 @@ class StreamStatsResponse(Frame):
     correlation_id: int
     response_code: int
     stats: dict[str, int]
+
+    @classmethod
+    def parse(cls, r: Reader) -> StreamStatsResponse:
+        correlation_id, code = r.u32(), r.u16()
+        return cls(correlation_id, code, {r.string(): r.i64() for _ in range(r.count(10))})
 
     def body(self) -> bytes:
         parts = [
@@ -277,10 +382,48 @@ class ResolveOffsetSpecResponse(Frame):
     offset_type: OffsetType
     offset: int
 
+    @classmethod
+    def parse(cls, r: Reader) -> ResolveOffsetSpecResponse:
+        correlation_id, code, raw_type, offset = r.u32(), r.u16(), r.u16(), r.u64()
+        try:
+            return cls(correlation_id, code, OffsetType(raw_type), offset)
+        except ValueError:
+            raise MalformedFrame(f"unknown offset type {raw_type}") from None
+
     def body(self) -> bytes:
         return CORR_CODE.pack(
             self.correlation_id, self.response_code
         ) + _OFFSET_TYPE_AND_OFFSET.pack(self.offset_type, self.offset)
+
+
+@dataclass(slots=True)
+class Deliver(Frame):
+    """One chunk for a subscription: the 48-byte chunk header and the data entries, as the
+    log stores them. Version 2 adds the committed chunk id. The server writes this frame
+    with `codec.encode_deliver_prefix` and the chunk straight from the log; a client reads
+    it here, the chunk left undecoded (a memoryview into the received bytes)."""
+
+    KEY = Key.DELIVER
+    subscription_id: int
+    chunk: memoryview
+    committed_chunk_id: int | None = None  # None: version 1
+
+    def wire_version(self) -> int:
+        return 1 if self.committed_chunk_id is None else 2
+
+    @classmethod
+    def parse_v1(cls, r: Reader) -> Deliver:
+        subscription_id = r.u8()
+        return cls(subscription_id, r.take(r.remaining()))
+
+    @classmethod
+    def parse_v2(cls, r: Reader) -> Deliver:
+        subscription_id, committed = r.u8(), r.u64()
+        return cls(subscription_id, r.take(r.remaining()), committed)
+
+    def body(self) -> bytes:
+        committed = b"" if self.committed_chunk_id is None else U64.pack(self.committed_chunk_id)
+        return U8.pack(self.subscription_id) + committed + bytes(self.chunk)
 
 
 # The versions this server speaks, every key in order from DeclarePublisher (0x01): rstream
@@ -288,3 +431,43 @@ class ResolveOffsetSpecResponse(Frame):
 SERVER_COMMAND_VERSIONS: list[CommandVersion] = [
     CommandVersion(key, 1, 2 if key in (Key.PUBLISH, Key.DELIVER) else 1) for key in Key
 ]
+
+# Requests whose reply is a correlation id and a code only (frames.Response).
+CODE_ONLY_REPLIES = (
+    Key.DECLARE_PUBLISHER,
+    Key.DELETE_PUBLISHER,
+    Key.SUBSCRIBE,
+    Key.UNSUBSCRIBE,
+    Key.CREATE_STREAM,
+    Key.DELETE_STREAM,
+    Key.CLOSE,
+    Key.CREATE_SUPER_STREAM,
+    Key.DELETE_SUPER_STREAM,
+)
+
+# (wire key, version) -> parser for every frame the server may send: what a client reads.
+REPLY_PARSERS: dict[tuple[int, int], Parser] = {
+    (Key.PUBLISH_CONFIRM, 1): PublishConfirm.parse,
+    (Key.PUBLISH_ERROR, 1): PublishError.parse,
+    (Key.DELIVER, 1): Deliver.parse_v1,
+    (Key.DELIVER, 2): Deliver.parse_v2,
+    (Key.METADATA_UPDATE, 1): MetadataUpdate.parse,
+    (Key.TUNE, 1): Tune.parse,
+    (Key.CLOSE, 1): Close.parse,
+    (Key.HEARTBEAT, 1): Heartbeat.parse,
+    (Key.CONSUMER_UPDATE, 1): ConsumerUpdate.parse,
+    (Key.QUERY_PUBLISHER_SEQUENCE | RESPONSE_FLAG, 1): QueryPublisherSequenceResponse.parse,
+    (Key.CREDIT | RESPONSE_FLAG, 1): CreditResponse.parse,
+    (Key.QUERY_OFFSET | RESPONSE_FLAG, 1): QueryOffsetResponse.parse,
+    (Key.METADATA | RESPONSE_FLAG, 1): MetadataResponse.parse,
+    (Key.PEER_PROPERTIES | RESPONSE_FLAG, 1): PeerPropertiesResponse.parse,
+    (Key.SASL_HANDSHAKE | RESPONSE_FLAG, 1): SaslHandshakeResponse.parse,
+    (Key.SASL_AUTHENTICATE | RESPONSE_FLAG, 1): SaslAuthenticateResponse.parse,
+    (Key.OPEN | RESPONSE_FLAG, 1): OpenResponse.parse,
+    (Key.ROUTE | RESPONSE_FLAG, 1): RouteResponse.parse,
+    (Key.PARTITIONS | RESPONSE_FLAG, 1): PartitionsResponse.parse,
+    (Key.EXCHANGE_COMMAND_VERSIONS | RESPONSE_FLAG, 1): ExchangeCommandVersionsResponse.parse,
+    (Key.STREAM_STATS | RESPONSE_FLAG, 1): StreamStatsResponse.parse,
+    (Key.RESOLVE_OFFSET_SPEC | RESPONSE_FLAG, 1): ResolveOffsetSpecResponse.parse,
+    **{(key | RESPONSE_FLAG, 1): Response.parser(key) for key in CODE_ONLY_REPLIES},
+}

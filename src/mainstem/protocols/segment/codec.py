@@ -1,4 +1,5 @@
-"""Sans-IO codec of the segment store protocol: frames in, bytes out.
+"""Sans-IO codec of the segment store protocol, both ways: every message encodes and
+decodes, and the server and mainstem's client read with the same `Decoder`.
 
 Every frame is a type (int32) and a length (int32, big-endian) followed by the
 fields. Strings are a u16 length and Java's modified UTF-8; UUIDs 16 bytes;
@@ -372,6 +373,21 @@ class Reassembler:
         if length != len(whole) - HEADER.size or type_code == Partial.TYPE:
             raise FrameError("a joined partial message has a wrong length or type")
         return decode_body(type_code, whole[HEADER.size:])
+
+
+def event_length(data: bytes | memoryview) -> int:
+    """How far one Event moves its append connection's offset: its whole frame."""
+    return HEADER.size + len(data)
+
+
+def encode_append_block(connection_id: uuid.UUID, offset: int,
+                        events: list[bytes]) -> tuple[bytes, int]:
+    """Events appended at connection offset `offset` as one block (BeginAppendBlock, the
+    Event frames, EndAppendBlock), and the connection offset after it."""
+    body = b"".join(Event(e).encode() for e in events)
+    end = offset + len(body)
+    return (BeginAppendBlock(connection_id, offset, len(body)).encode() + body
+            + EndAppendBlock(connection_id, end, len(body)).encode()), end
 
 
 def split_partial(frame: bytes, max_frame_size: int) -> list[bytes]:
