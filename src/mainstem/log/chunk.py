@@ -37,6 +37,7 @@ FIRST_EPOCH = 1  # a stream's first leader term, as Osiris numbers them
 HEADER = struct.Struct(">BBHIqQQiIIB3x")
 HEADER_SIZE = HEADER.size  # 48
 assert HEADER_SIZE == 48
+MAX_CHUNK_ENTRIES = 0xFFFF  # the header counts entries in 16 bits
 
 SIMPLE_ENTRY = struct.Struct(">I")
 SUB_BATCH_ENTRY = struct.Struct(">BHII")  # flags, records, uncompressed length, length
