@@ -218,7 +218,12 @@ class Partition:
         return Appended(chunk_id, self.next_offset)
 
     def write_records(self, records: Sequence[bytes | memoryview], **options: object) -> Appended:
-        """Append records as simple entries in one chunk, not yet durable."""
+        """Append records as simple entries, not yet durable: one chunk, or as many as the
+        chunk's entry limit needs (`options` go with the last). The last one's Appended
+        covers them all, since commits are in order."""
+        for start in range(0, len(records) - MAX_CHUNK_ENTRIES, MAX_CHUNK_ENTRIES):
+            self.write_records(records[start:start + MAX_CHUNK_ENTRIES])
+        records = records[(len(records) - 1) // MAX_CHUNK_ENTRIES * MAX_CHUNK_ENTRIES:]
         data = encode_simple_entries(records)
         payload = len(data) - 4 * len(records)
         return self.write(data, len(records), len(records), payload_bytes=payload,
