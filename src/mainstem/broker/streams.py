@@ -125,8 +125,8 @@ class StreamStore:
     async def close(self) -> None:
         streams, self._open = list(self._open.values()), {}
         for stream in streams:
-            for partition in stream.partitions:
-                await partition.aclose()
+            for service in stream.services:
+                await service.close()
 
     # -- lookups -------------------------------------------------------------
 
@@ -218,7 +218,7 @@ class StreamStore:
         doomed, stream.services = stream.services[partitions:], stream.services[:partitions]
         self._remember_names(stream)
         for index, service in enumerate(doomed, start=partitions):
-            await service.partition.aclose()
+            await service.close()
             trash = self._discard(stream.directory / str(index))
             if trash is not None:
                 await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
@@ -233,8 +233,8 @@ class StreamStore:
         self._forget_names(stream)
         for watcher in list(self._watchers):
             watcher(stream)
-        for partition in stream.partitions:
-            await partition.aclose()
+        for service in stream.services:
+            await service.close()
         trash = self._discard(stream.directory)
         if trash is not None:
             await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)

@@ -131,6 +131,12 @@ class Appender:
             await asyncio.shield(self._chunks[-1].done)
         await self.partition.durable_point()
 
+    def write_staged(self) -> None:
+        """Write what is staged now rather than at the end of the turn (the partition is
+        about to close); while writers are held it stays staged, and fails once closed."""
+        if self._chunks:
+            self._flush()
+
     # -- staging and writing -----------------------------------------------------
 
     def _open_chunk(self) -> _Chunk:

@@ -23,6 +23,11 @@ class PartitionService:
         return Subscription(self.partition, max(offset, self.first_offset), credit=credit,
                             filter_values=filter_values, match_unfiltered=match_unfiltered)
 
+    async def close(self) -> None:
+        """Close the partition, writing first what its appender staged."""
+        self.appender.write_staged()
+        await self.partition.aclose()
+
     @property
     def first_offset(self) -> int:
         return self.partition.first_offset

@@ -32,6 +32,10 @@ class Subscription:
         """The offset the next chunk starts at (or holds)."""
         return self._reader.position
 
+    def seek(self, offset: int) -> None:
+        """Read on from `offset` (a single active consumer starts where it is told)."""
+        self._reader = self._partition.reader(max(offset, self._partition.first_offset))
+
     def grant(self, credit: int) -> None:
         assert self.credit is not None, "an unmetered subscription takes no credit"
         self.credit += credit
