@@ -76,8 +76,8 @@ class Receipt:
     fails with the write's error); `first_offset` is known once the chunk is written."""
 
     durable: asyncio.Future[None]
-    _chunk: _Chunk
-    _skip: int  # records of the chunk before this append's first
+    _chunk: _Chunk  # the chunk of the append's first record
+    _skip: int  # records of that chunk before it
 
     @property
     def first_offset(self) -> int:
@@ -99,23 +99,32 @@ class Appender:
         return staged if staged is not None else self.partition.sequences.get(writer)
 
     def append_records(self, records: Sequence[Entry], *, writer: str | None = None,
-                       sequence: int | None = None) -> Receipt:
-        """Stage records (bodies); with `writer`, `sequence` is stored with them and the
-        whole append is dropped when the writer stored that sequence already."""
+                       sequence: int | None = None, together: bool = False) -> Receipt:
+        """Stage records (bodies). With `writer`, `sequence` is stored with them, and the
+        whole append is dropped when the writer stored that sequence already. Records
+        appended `together` (at most a chunk's worth) share one chunk: after a crash,
+        all of them are there or none."""
         if writer is not None and sequence is not None:
             if sequence <= _or_below(self.sequence(writer)):
                 return self._nothing()
-            return self._stage(_simple_entries(records), True, None, writer, [sequence],
-                               WHOLE_CHUNKS)
-        return self._stage(_simple_entries(records), True, None, None, None, WHOLE_CHUNKS)
+        else:
+            writer = None
+        if not records:
+            return self._nothing()
+        first, skip, last = self._stage(_simple_entries(records), True, None, None,
+                                        WHOLE_CHUNKS, together)
+        if writer is not None:  # stored in the chunk that holds the append's last record
+            last.sequences[writer] = self._staged[writer] = sequence  # type: ignore[assignment]
+        return Receipt(last.done, first, skip)
 
     def append_entries(self, entries: Sequence[Entry], *, all_simple: bool,
                        writer: str | None = None, sequences: list[int] | None = None,
                        filter_values: list[str | None] | None = None,
                        limits: ChunkLimits = WHOLE_CHUNKS) -> Receipt:
-        """Stage encoded Osiris entries (a stream Publish's own); with `writer`, one
+        """Stage encoded Osiris entries (a stream Publish's own). With `writer`, one
         sequence per entry: those at or below the writer's last are dropped, as Osiris
         drops them. `filter_values` (one per entry) go into the chunk's bloom filter."""
+        tracked = None
         if writer is not None and sequences is not None:
             kept = _kept(_or_below(self.sequence(writer)), sequences)
             if kept is not None:
@@ -123,7 +132,12 @@ class Appender:
                 sequences = [sequences[i] for i in kept]
                 if filter_values is not None:
                     filter_values = [filter_values[i] for i in kept]
-        return self._stage(entries, all_simple, filter_values, writer, sequences, limits)
+            tracked = writer, sequences
+        if not entries:
+            return self._nothing()
+        first, skip, last = self._stage(entries, all_simple, filter_values, tracked, limits,
+                                        False)
+        return Receipt(last.done, first, skip)
 
     async def settled(self) -> None:
         """Return once everything appended so far is durable."""
@@ -153,11 +167,15 @@ class Appender:
         return Receipt(chunk.done, chunk, chunk.records)
 
     def _stage(self, entries: Sequence[Entry], all_simple: bool,
-               filter_values: list[str | None] | None, writer: str | None,
-               sequences: list[int] | None, limits: ChunkLimits) -> Receipt:
-        if not entries:
-            return self._nothing()
+               filter_values: list[str | None] | None,
+               tracked: tuple[str, list[int]] | None, limits: ChunkLimits,
+               together: bool) -> tuple[_Chunk, int, _Chunk]:
+        """Add entries to the open chunk, cutting new ones at `limits`. Returns the chunk
+        of the first entry, the records before it there, and the chunk of the last."""
         chunk = self._chunks[-1] if self._chunks else self._open_chunk()
+        if together and chunk.room(entries, limits) < len(entries):
+            assert len(entries) <= limits.entries, "records appended together fill one chunk"
+            chunk = self._open_chunk()
         first: tuple[_Chunk, int] | None = None
         start = 0
         while start < len(entries):
@@ -177,11 +195,12 @@ class Appender:
                 chunk.filter_values.add(UNFILTERED)
             else:
                 chunk.filter_values.update(v or UNFILTERED for v in filter_values[start:end])
-            if writer is not None and sequences is not None:
+            if tracked is not None:
+                writer, sequences = tracked
                 chunk.sequences[writer] = self._staged[writer] = max(sequences[start:end])
             start = end
         assert first is not None
-        return Receipt(chunk.done, *first)
+        return first[0], first[1], chunk
 
     def _flush(self) -> None:
         if self._gate is not None and self._gate.held:

@@ -30,8 +30,8 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.iggy_model import STREAM, TOPIC, Group, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
+from mainstem.broker.stream_service import PartitionService, WritesHeld
 from mainstem.broker.streams import Stream, TooManyPartitions
-from mainstem.log.partition import Partition
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import vsr
@@ -41,7 +41,6 @@ from mainstem.protocols.iggy.layouts import SEED, VSR, SeedLayout
 from mainstem.protocols.iggy.records import decode_record, encode_record
 
 READ_SIZE = 256 * 1024
-MAX_CHUNK_RECORDS = 0xFFFF
 # A poll reply stops growing past this many payload bytes (the count is a wish).
 MAX_POLL_BYTES = 8 * 1024 * 1024
 EXPIRY_ARG = "x-iggy-message-expiry-us"
@@ -273,7 +272,7 @@ class IggyConnection:
         r.end()
         self._require_read_servers()
         streams = self.core.streams.list()
-        partitions = [p for s in streams for p in s.partitions]
+        partitions = [p for s in streams for p in s.services]
         usage = resource.getrusage(resource.RUSAGE_SELF)
         page = os.sysconf("SC_PAGE_SIZE")
         total = os.sysconf("SC_PHYS_PAGES") * page
@@ -347,20 +346,20 @@ class IggyConnection:
         assert self.user is not None
         self.core.auth.check(self.user, stream.namespace, kind, stream.name)  # type: ignore[arg-type]
 
-    def _partition(self, stream: Stream, index: int | None) -> Partition:
+    def _partition(self, stream: Stream, index: int | None) -> PartitionService:
         """The partition at `index`, counted from 0 whatever the client counts from."""
         if index is None:
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition given")
         if not 0 <= index < len(stream.partitions):
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND,
                             f"partition {index + self.layout.partition_base} not found")
-        return stream.partitions[index]
+        return stream.services[index]
 
     # -- streams ----------------------------------------------------------------------
 
     def _stream_info(self, namespace: str) -> tuple[bytes, list[Stream]]:
         topics = self.core.streams.list(namespace)
-        parts = [p for t in topics for p in t.partitions]
+        parts = [p for t in topics for p in t.services]
         record = self.core.catalog.get_namespace(namespace)
         created = _micros(getattr(record, "created_at", 0))
         info = self.layout.stream_info(
@@ -415,7 +414,7 @@ class IggyConnection:
 
     def _topic_info(self, stream: Stream) -> bytes:
         args = stream.record.arguments
-        parts = stream.partitions
+        parts = stream.services
         return self.layout.topic_info(
             self.model.id_of(TOPIC, stream.namespace, stream.name),
             _micros(stream.record.created_at), len(parts), args.get(EXPIRY_ARG, 0),
@@ -427,7 +426,7 @@ class IggyConnection:
         return self._topic_info(stream) + b"".join(
             self.layout.partition_info(i, created, p.segment_count,
                                         max(p.committed_offset - 1, 0), p.size_bytes, _count(p))
-            for i, p in enumerate(stream.partitions))
+            for i, p in enumerate(stream.services))
 
     async def on_get_topic(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
@@ -511,17 +510,17 @@ class IggyConnection:
         if not messages:
             raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
         self._check("write", stream)
-        if self.core.alarms.blocked:
-            raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, self.core.alarms.describe())
+        try:
+            self.core.write_gate.check()
+        except WritesHeld as held:
+            raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, str(held)) from None
         index = self._choose(stream, kind, value)
-        partition = stream.partitions[index]
         records = [encode_record(m.id or _unique_id(), m.headers, m.payload) for m in messages]
-        chunks = [partition.write_records(records[start:start + MAX_CHUNK_RECORDS])
-                  for start in range(0, len(records), MAX_CHUNK_RECORDS)]
-        await partition.commit(chunks[-1])
+        receipt = stream.services[index].appender.append_records(records)
+        await receipt.durable
         return self.layout.sent(self.model.id_of(STREAM, "", stream.namespace),
                                  self.model.id_of(TOPIC, stream.namespace, stream.name), index,
-                                 chunks[0].chunk_id)
+                                 receipt.first_offset)
 
     def _choose(self, stream: Stream, kind: int, value: memoryview) -> int:
         count = len(stream.partitions)
@@ -571,7 +570,7 @@ class IggyConnection:
             index = assigned[self._group_turn % len(assigned)]
         return f"iggy-group:{group.id}", index
 
-    def _start(self, stream: Stream, partition: Partition, index: int, reference: str,
+    def _start(self, stream: Stream, partition: PartitionService, index: int, reference: str,
                kind: int, value: int, count: int) -> int:
         if kind == 1:
             return value
@@ -586,13 +585,13 @@ class IggyConnection:
             return partition.first_offset if stored is None else stored + 1
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad polling kind {kind}")
 
-    def _read(self, stream: Stream, partition: Partition, start: int, count: int
+    def _read(self, stream: Stream, partition: PartitionService, start: int, count: int
               ) -> tuple[list[tuple[int, PolledMessage]], int]:
         """Up to `count` messages from `start` with their store time (µs), and the last
         offset read."""
         expiry_us = stream.record.arguments.get(EXPIRY_ARG)
         oldest_ms = time.time() * 1000 - expiry_us / 1000 if expiry_us else 0
-        reader = partition.reader(max(start, partition.first_offset))
+        reader = partition.subscribe(start)
         out: list[tuple[int, PolledMessage]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
@@ -730,7 +729,7 @@ class IggyConnection:
                            *(p + self.layout.partition_base for p in assigned))
 
 
-def _count(partition: Partition) -> int:
+def _count(partition: PartitionService) -> int:
     return partition.committed_offset - partition.first_offset
 
 
