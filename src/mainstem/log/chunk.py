@@ -42,6 +42,7 @@ MAX_CHUNK_ENTRIES = 0xFFFF  # the header counts entries in 16 bits
 SIMPLE_ENTRY = struct.Struct(">I")
 SUB_BATCH_ENTRY = struct.Struct(">BHII")  # flags, records, uncompressed length, length
 SUB_BATCH_FLAG = 0x80
+SUB_BATCH_BIT = SUB_BATCH_FLAG << 24  # the same flag, as the top bit of the entry's first u32
 MAX_ENTRY_LENGTH = 0x7FFF_FFFF
 
 TRACKING_ENTRY = struct.Struct(">BB")  # type, id size
@@ -336,7 +337,7 @@ class Chunk:
         pos = 0
         for _ in range(self.header.num_entries):  # the hot loop of every non-stream reader
             (length,) = unpack(view, pos)
-            if length & 0x8000_0000:
+            if length & SUB_BATCH_BIT:
                 _, records, _, length = SUB_BATCH_ENTRY.unpack_from(view, pos)
                 pos += SUB_BATCH_ENTRY.size
             else:

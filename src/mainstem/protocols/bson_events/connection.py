@@ -30,7 +30,12 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.matcher import compile_matcher
 from mainstem.broker.projections import Projection
-from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
+from mainstem.broker.stream_service import (
+    MAX_CHUNK_ENTRIES,
+    PartitionClosed,
+    PartitionService,
+    WritesHeld,
+)
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events.codec import (
     EventCodec,
@@ -44,7 +49,7 @@ from mainstem.protocols.bson_events.outbox import Outbox
 
 READ_SIZE = 256 * 1024
 SUPPORTED_VERSIONS = ("0.", "1.")  # major versions 0 and 1 of the protocol
-MAX_TX_EVENTS = 0xFFFF  # a transaction is one chunk
+MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 PUBLISH_FRAMES = ("PUBLISH", "PUB", "EMIT")
 UNANSWERED_FRAMES = ("ACKEV", "QUERYACK")  # answered only when they fail

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import struct
 
-from mainstem.protocols.rabbit_stream.constants import (
-    CHUNK_HEADER_SIZE,
-    INITIAL_FRAME_MAX,
-    Key,
-)
+from mainstem.broker.stream_service import CHUNK_HEADER_SIZE
+from mainstem.protocols.rabbit_stream.constants import INITIAL_FRAME_MAX, Key
 from mainstem.protocols.rabbit_stream.frames import PARSERS, Frame, UnknownCommand
 from mainstem.protocols.rabbit_stream.wire import (
     KEY_VERSION,
