@@ -64,13 +64,13 @@ class _Chunk:
         if not self.entries:
             return None
         blob = b"".join(self.entries)
-        payload = len(blob) - 4 * len(self.entries) if self.all_simple else None
+        payload = len(blob) - SIMPLE_ENTRY.size * len(self.entries) if self.all_simple else None
         return partition.write(blob, len(self.entries), self.records, payload_bytes=payload,
                                sequences=self.sequences or None,
                                bloom=bloom_filter(self.filter_values))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Receipt:
     """What an append gets back: `durable` is done once its records are durable (or
     fails with the write's error); `first_offset` is known once the chunk is written."""
@@ -146,8 +146,9 @@ class Appender:
         await self.partition.durable_point()
 
     def write_staged(self) -> None:
-        """Write what is staged now rather than at the end of the turn (the partition is
-        about to close); while writers are held it stays staged, and fails once closed."""
+        """Write what is staged now rather than at the end of the turn: for a writer that
+        cuts its own batches (one per socket read), or a partition about to close. While
+        writers are held it stays staged (and fails if the partition closes meanwhile)."""
         if self._chunks:
             self._flush()
 

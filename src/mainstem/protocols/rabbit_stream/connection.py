@@ -2,9 +2,10 @@
 
 The codec turns bytes into frames; this class runs the connection's state
 machine (peer properties, SASL, tune, open, then commands) and maps each
-command onto the broker. Publishing appends one chunk per Publish frame and
-confirms it once durable; consuming ships committed chunks from the segment
-files to the socket as they are, paced by credit (one credit = one chunk).
+command onto the broker's stream service. A Publish frame goes to its partition's
+appender, which batches what arrives together into chunks, and is confirmed once
+durable; a subscription ships committed chunks from the segment files to the socket
+as they are, paced by credit (one credit = one chunk).
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ class StreamConnection:
         # Each Publish frame's durability, in arrival order, with the confirms it owes.
         self._confirms: deque[tuple[asyncio.Future[None], Publisher, list[int]]] = deque()
         self._confirm_ready = asyncio.Event()
+        self._staging: set[PartitionService] = set()  # handed this read's Publish frames
         self._tasks: list[asyncio.Task[None]] = []
         self._correlation = 0
         self._consumer_updates: dict[int, Subscription] = {}
@@ -234,6 +236,7 @@ class StreamConnection:
                 raise CloseConnection(error.code, error.message) from None
             for frame in frames:
                 await self._dispatch(frame)
+            self._write_staged()
             if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                 await self.ctx.writer.drain()
 
@@ -242,11 +245,20 @@ class StreamConnection:
         if self.state is not State.OPEN and kind not in self._handshake:
             raise CloseConnection(ResponseCode.UNKNOWN_FRAME,
                                   f"{kind.__name__} before the connection was opened")
+        if self._staging and kind is not f.Publish:
+            self._write_staged()  # whatever follows a publish sees it written
         if kind is f.Publish and self.core.write_gate.held:
             await self.core.write_gate.opened()  # held, as RabbitMQ blocks publishers
         result = self._handlers[kind](frame)
         if asyncio.iscoroutine(result):
             await result
+
+    def _write_staged(self) -> None:
+        """One chunk per partition for the frames of one read, as Osiris batches its
+        pending writes: they share one write, one index entry, one fsync, one Deliver."""
+        for service in self._staging:
+            service.appender.write_staged()
+        self._staging.clear()
 
     async def _release(self) -> None:
         self.state = State.CLOSED
@@ -540,6 +552,7 @@ class StreamConnection:
             frame.entries, all_simple=frame.num_records == len(frame.entries),
             writer=reference, sequences=frame.publishing_ids if reference else None,
             filter_values=frame.filter_values, limits=CHUNK_LIMITS)
+        self._staging.add(publisher.service)
         # Duplicates are confirmed too, once everything written before them is durable.
         self._confirms.append((receipt.durable, publisher, frame.publishing_ids))
         self._confirm_ready.set()
