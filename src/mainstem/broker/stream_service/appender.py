@@ -61,11 +61,14 @@ class _Chunk:
         return taken if taken or self.entries else 1  # an entry alone always fits
 
     def write(self, partition: Partition) -> Appended | None:
-        if not self.entries:
+        """Append the staged entries as one chunk, then let go of them: they hold the
+        protocol's read buffers, which must not wait for the fsync."""
+        entries, self.entries = self.entries, []
+        if not entries:
             return None
-        blob = b"".join(self.entries)
-        payload = len(blob) - SIMPLE_ENTRY.size * len(self.entries) if self.all_simple else None
-        return partition.write(blob, len(self.entries), self.records, payload_bytes=payload,
+        blob = b"".join(entries)
+        payload = len(blob) - SIMPLE_ENTRY.size * len(entries) if self.all_simple else None
+        return partition.write(blob, len(entries), self.records, payload_bytes=payload,
                                sequences=self.sequences or None,
                                bloom=bloom_filter(self.filter_values))
 
