@@ -82,14 +82,14 @@ class Stream:
         names = self.record.arguments.get(PARTITION_NAMES)
         if names:
             return list(names)
-        if len(self.partitions) == 1:
+        if len(self.services) == 1:
             return [self.name]
-        return [f"{self.name}-{i}" for i in range(len(self.partitions))]
+        return [f"{self.name}-{i}" for i in range(len(self.services))]
 
     @property
     def binding_keys(self) -> list[str]:
         keys = self.record.arguments.get(BINDING_KEYS)
-        return list(keys) if keys else [str(i) for i in range(len(self.partitions))]
+        return list(keys) if keys else [str(i) for i in range(len(self.services))]
 
 
 class StreamStore:
@@ -197,7 +197,7 @@ class StreamStore:
         stream = self.get(namespace, name)
         if PARTITION_NAMES in stream.record.arguments:
             raise InvalidArgument(f"stream '{name}' has named partitions and cannot grow")
-        for index in range(len(stream.partitions), partitions):
+        for index in range(len(stream.services), partitions):
             if (namespace, f"{name}-{index}") in self._partition_names:
                 raise AlreadyExists(f"a stream named '{name}-{index}' already exists")
         self._forget_names(stream)

@@ -300,7 +300,7 @@ class EventsConnection:
 
     async def _flush(self, batch: dict[str, tuple[PartitionService, list[bytes], list[Any]]]
                      ) -> None:
-        """Append each channel's staged events as one chunk; answer once durable."""
+        """Hand each channel's staged events to its appender; answer once durable."""
         if not batch:
             return
         try:
@@ -556,7 +556,7 @@ class EventsConnection:
 
     def on_list_channels(self, body: dict[str, Any]) -> None:
         channels = [s.name for s in self.core.streams.list(self.namespace)
-                    if len(s.partitions) == 1]
+                    if len(s.services) == 1]
         self.respond(body.get("rID"), channels=channels)
 
     def on_create_channel(self, body: dict[str, Any]) -> None:

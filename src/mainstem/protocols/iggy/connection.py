@@ -105,7 +105,7 @@ class IggyConnection:
             await self._serve()
         finally:
             del self.model.clients[self.client_id]
-            counts = {(s.namespace, s.name): len(s.partitions) for s in self.core.streams.list()}
+            counts = {(s.namespace, s.name): len(s.services) for s in self.core.streams.list()}
             self.model.disconnect(self.client_id, counts)
 
     async def _serve(self) -> None:
@@ -350,7 +350,7 @@ class IggyConnection:
         """The partition at `index`, counted from 0 whatever the client counts from."""
         if index is None:
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition given")
-        if not 0 <= index < len(stream.partitions):
+        if not 0 <= index < len(stream.services):
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND,
                             f"partition {index + self.layout.partition_base} not found")
         return stream.services[index]
@@ -479,7 +479,7 @@ class IggyConnection:
         if not 1 <= count <= 1000:
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "1 to 1000 partitions")
         self.core.streams.add_partitions(stream.namespace, stream.name,
-                                         len(stream.partitions) + count)
+                                         len(stream.services) + count)
         self._rebalance_topic(stream)
         return b""
 
@@ -488,16 +488,16 @@ class IggyConnection:
         count = r.u32()
         r.end()
         self._check("configure", stream)
-        if not 1 <= count < len(stream.partitions):
+        if not 1 <= count < len(stream.services):
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "a topic keeps at least one partition")
         await self.core.streams.remove_partitions(stream.namespace, stream.name,
-                                                  len(stream.partitions) - count)
+                                                  len(stream.services) - count)
         self._rebalance_topic(stream)
         return b""
 
     def _rebalance_topic(self, stream: Stream) -> None:
         for group in self.model.list_groups(stream.namespace, stream.name):
-            rebalance(group, len(stream.partitions))
+            rebalance(group, len(stream.services))
 
     # -- messages ---------------------------------------------------------------------
 
@@ -523,7 +523,7 @@ class IggyConnection:
                                  receipt.first_offset)
 
     def _choose(self, stream: Stream, kind: int, value: memoryview) -> int:
-        count = len(stream.partitions)
+        count = len(stream.services)
         if kind == 1:
             key = (stream.namespace, stream.name)
             turn = _round_robin.get(key, -1) + 1
@@ -657,7 +657,7 @@ class IggyConnection:
 
 
     def _group_info(self, group: Group, stream: Stream, details: bool) -> bytes:
-        out = GROUP_INFO.pack(group.id, len(stream.partitions), len(group.members))
+        out = GROUP_INFO.pack(group.id, len(stream.services), len(group.members))
         out += c.encode_name(group.name)
         if details:
             for member, partitions in group.members.items():
@@ -703,7 +703,7 @@ class IggyConnection:
         group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
-        self.model.join(group, self.client_id, len(stream.partitions))
+        self.model.join(group, self.client_id, len(stream.services))
         return b""
 
     async def on_leave_group(self, r: c.Reader) -> bytes:
@@ -711,7 +711,7 @@ class IggyConnection:
         group = self._group(stream, self.layout.group(r))
         r.end()
         try:
-            self.model.leave(group, self.client_id, len(stream.partitions))
+            self.model.leave(group, self.client_id, len(stream.services))
         except NotFound:
             raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "not a member") from None
         return b""

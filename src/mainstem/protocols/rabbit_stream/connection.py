@@ -430,7 +430,7 @@ class StreamConnection:
         try:
             self._check("configure", name)
             stream = self.core.streams.get(self.namespace, name)
-            if (len(stream.partitions) == 1) != single_partition:
+            if (len(stream.services) == 1) != single_partition:
                 kind = "stream" if single_partition else "super stream"
                 raise NotFound(f"'{name}' is not a {kind}")
             await self.core.streams.delete(self.namespace, name)
