@@ -10,8 +10,9 @@ stored already, and holds everything while the write gate is closed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mainstem.broker.stream_service.gate import WriteGate
 from mainstem.log.chunk import (
@@ -107,17 +108,16 @@ class Appender:
         whole append is dropped when the writer stored that sequence already. Records
         appended `together` (at most a chunk's worth) share one chunk: after a crash,
         all of them are there or none."""
-        if writer is not None and sequence is not None:
-            if sequence <= _or_below(self.sequence(writer)):
-                return self._nothing()
-        else:
-            writer = None
+        stored = None if writer is None or sequence is None else (writer, sequence)
+        if stored is not None and stored[1] <= _or_below(self.sequence(stored[0])):
+            return self._nothing()
         if not records:
             return self._nothing()
         first, skip, last = self._stage(_simple_entries(records), True, None, None,
                                         WHOLE_CHUNKS, together)
-        if writer is not None:  # stored in the chunk that holds the append's last record
-            last.sequences[writer] = self._staged[writer] = sequence  # type: ignore[assignment]
+        if stored is not None:  # kept in the chunk that holds the append's last record
+            name, value = stored
+            last.sequences[name] = self._staged[name] = value
         return Receipt(last.done, first, skip)
 
     def append_entries(self, entries: Sequence[Entry], *, all_simple: bool,
@@ -242,8 +242,8 @@ class Appender:
             if not chunk.done.done():
                 chunk.done.set_result(None)
 
-    def _spawn(self, work: object) -> None:
-        task = asyncio.ensure_future(work)  # type: ignore[arg-type]
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
