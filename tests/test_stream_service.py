@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -152,6 +153,37 @@ async def test_writer_sequences_drop_repeats_within_and_across_batches(
     await publish([5, 6, 3, 7])  # a later batch: the stored sequence counts
     assert bodies(service.partition) == [b"m%d" % i for i in range(1, 8)]
     assert service.partition.sequences == {"w": 7}
+
+
+@settings(max_examples=40, deadline=None)
+@given(turns=st.lists(st.lists(st.lists(st.integers(0, 30), max_size=8), min_size=1,
+                               max_size=4), min_size=1, max_size=4))
+def test_a_writer_stores_each_sequence_once_and_in_rising_order(
+        turns: list[list[list[int]]]) -> None:
+    """Whatever a publisher resends, in whichever turns: stored are exactly the entries
+    whose sequence is above every one accepted before them, as Osiris keeps them."""
+    expected: list[int] = []
+    last = -1
+    for publishes in turns:
+        for ids in publishes:
+            for pid in ids:
+                if pid > last:
+                    expected.append(pid)
+                    last = pid
+
+    async def run(directory: Path) -> None:
+        service = PartitionService(Partition.open(directory, durability=NEVER))
+        for publishes in turns:
+            receipts = [service.appender.append_entries(
+                [entry(b"%d" % pid) for pid in ids], all_simple=True, writer="w",
+                sequences=ids) for ids in publishes]
+            await asyncio.gather(*(receipt.durable for receipt in receipts))
+        assert bodies(service.partition) == [b"%d" % pid for pid in expected]
+        assert service.appender.sequence("w") == (expected[-1] if expected else None)
+        await service.close()
+
+    with tempfile.TemporaryDirectory() as directory:
+        asyncio.run(run(Path(directory)))
 
 
 async def test_a_record_writer_repeating_its_sequence_stores_nothing(
