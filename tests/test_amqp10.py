@@ -20,7 +20,7 @@ from rstream._pyamqp.message import Header as RHeader
 from rstream._pyamqp.message import Properties as RProperties
 from rstream.amqp import AMQPMessage, amqp_decoder
 
-from mainstem.formats import from_amqp091, to_amqp091
+from mainstem.formats.amqp091_mapping import from_amqp091, to_amqp091
 from mainstem.formats.amqp10 import (
     MAX_DEPTH,
     Amqp10DecodeError,

@@ -3,8 +3,8 @@
 While any alarm is set, protocol handlers hold publishers back (AMQP connection.blocked,
 the stream protocol stops reading publish frames, the others answer with their error)
 and consumers keep draining; an alarm clears by itself once the resource recovers.
-Handlers either `await alarms.wait_clear()` before taking a publish, or subscribe to be
-told of every change.
+Writers are held at one place, the stream service's `WriteGate`, which handlers ask how
+to surface it on their wire; AMQP also subscribes here to be told of every change.
 """
 
 from __future__ import annotations

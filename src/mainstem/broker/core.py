@@ -26,6 +26,7 @@ from mainstem.broker.projections import Projections
 from mainstem.broker.queues import QueueManager
 from mainstem.broker.segments import SegmentStore
 from mainstem.broker.settings import CoreSettings
+from mainstem.broker.stream_service import WriteGate
 from mainstem.broker.streams import StreamStore
 from mainstem.log.descriptors import DescriptorCache
 
@@ -44,14 +45,16 @@ class BrokerCore:
         self.descriptors = DescriptorCache(settings.open_files or None)
         self._kdf_pool = ThreadPoolExecutor(KDF_THREADS, thread_name_prefix="mainstem-kdf")
         self._login_throttle = LoginThrottle(settings.failed_logins_per_minute)
+        self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
+        self.write_gate = WriteGate(self.alarms)
         self.streams = StreamStore(
             data_dir / "streams", catalog, settings.durability, settings.retention,
             max_partitions=settings.max_partitions, descriptors=self.descriptors,
+            gate=self.write_gate,
         )
         self.active_consumers = ActiveConsumers()
         self.iggy = IggyModel(data_dir / "iggy.sqlite")
         self.segments = SegmentStore(self.streams, data_dir / "segments.json")
-        self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
                                    self.descriptors, settings.queue_memory)

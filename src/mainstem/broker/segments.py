@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
+from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import StreamStore
 from mainstem.log.partition import DataRemoved, Partition
 
 EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
-MAX_EVENTS_PER_CHUNK = 0xFFFF
 DEFAULT_SCOPE = "/"  # an empty scope names the default namespace
 
 
@@ -85,7 +85,10 @@ class SegmentStore:
     # -- names and state -------------------------------------------------------
 
     def partition(self, name: SegmentName) -> Partition:
-        return self.streams.partition(name.namespace, name.stream, name.number)
+        return self.service(name).partition
+
+    def service(self, name: SegmentName) -> PartitionService:
+        return self.streams.service(name.namespace, name.stream, name.number)
 
     def is_sealed(self, name: SegmentName) -> bool:
         return bool(self._state.get(str(name), {}).get("sealed", False))
@@ -121,8 +124,7 @@ class SegmentStore:
         self.streams.create(name.namespace, name.stream, name.number + 1)
 
     async def seal(self, name: SegmentName) -> None:
-        partition = self.partition(name)
-        await partition.durable_point()
+        await self.service(name).appender.settled()
         self._save(name, sealed=True)
 
     def truncate(self, name: SegmentName, offset: int) -> None:
@@ -145,21 +147,20 @@ class SegmentStore:
 
     async def ack_level(self, name: SegmentName, connection_id: uuid.UUID) -> int:
         """The highest connection offset durably stored for this appender."""
-        partition = self.partition(name)
-        await partition.durable_point()
-        return partition.sequences.get(writer_key(connection_id), 0)
+        appender = self.service(name).appender
+        await appender.settled()
+        return appender.sequence(writer_key(connection_id)) or 0
 
     def write(self, name: SegmentName, connection_id: uuid.UUID,
-              events: Sequence[bytes | memoryview], level: int) -> Partition:
-        """Append events as one chunk (not yet durable) with the appender's new
-        connection offset in its trailer, so the level never runs ahead of the data."""
+              events: Sequence[bytes | memoryview], level: int) -> PartitionService:
+        """Append events (not yet durable) with the appender's new connection offset
+        stored with them, so the level never runs ahead of the data."""
         if self.is_sealed(name):
             raise SegmentSealed(f"segment {name} is sealed")
-        if len(events) > MAX_EVENTS_PER_CHUNK:
-            raise ValueError("a chunk holds at most 65535 events")
-        partition = self.partition(name)
-        partition.write_records(events, sequences={writer_key(connection_id): level})
-        return partition
+        service = self.service(name)
+        service.appender.append_records(events, writer=writer_key(connection_id),
+                                        sequence=level)
+        return service
 
     # -- reading -----------------------------------------------------------------
 

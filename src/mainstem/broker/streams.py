@@ -28,6 +28,7 @@ from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog, StreamRecord
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.retention import retention_from_arguments
+from mainstem.broker.stream_service import PartitionService, WriteGate
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
@@ -60,7 +61,12 @@ class Stream:
     record: StreamRecord
     directory: Path
     retention: RetentionPolicy
-    partitions: list[Partition]
+    services: list[PartitionService]  # what protocols write and read through
+
+    @property
+    def partitions(self) -> list[Partition]:
+        """The log partitions, for the broker's own bookkeeping (sizes, retention)."""
+        return [service.partition for service in self.services]
 
     @property
     def namespace(self) -> str:
@@ -76,23 +82,24 @@ class Stream:
         names = self.record.arguments.get(PARTITION_NAMES)
         if names:
             return list(names)
-        if len(self.partitions) == 1:
+        if len(self.services) == 1:
             return [self.name]
-        return [f"{self.name}-{i}" for i in range(len(self.partitions))]
+        return [f"{self.name}-{i}" for i in range(len(self.services))]
 
     @property
     def binding_keys(self) -> list[str]:
         keys = self.record.arguments.get(BINDING_KEYS)
-        return list(keys) if keys else [str(i) for i in range(len(self.partitions))]
+        return list(keys) if keys else [str(i) for i in range(len(self.services))]
 
 
 class StreamStore:
     def __init__(
         self, root: Path, catalog: Catalog, durability: DurabilityPolicy,
         retention: RetentionPolicy, *, max_partitions: int = DEFAULT_MAX_PARTITIONS,
-        descriptors: DescriptorCache | None = None,
+        descriptors: DescriptorCache | None = None, gate: WriteGate | None = None,
     ) -> None:
         self.root = root
+        self._gate = gate  # holds every partition's writers while an alarm is set
         self.max_partitions = max_partitions
         self._descriptors = descriptors
         self._catalog = catalog
@@ -118,8 +125,8 @@ class StreamStore:
     async def close(self) -> None:
         streams, self._open = list(self._open.values()), {}
         for stream in streams:
-            for partition in stream.partitions:
-                await partition.aclose()
+            for service in stream.services:
+                await service.close()
 
     # -- lookups -------------------------------------------------------------
 
@@ -146,13 +153,16 @@ class StreamStore:
         return lambda: self._watchers.discard(watcher)
 
     def partition(self, namespace: str, name: str, index: int = 0) -> Partition:
+        return self.service(namespace, name, index).partition
+
+    def service(self, namespace: str, name: str, index: int = 0) -> PartitionService:
         stream = self.get(namespace, name)
-        if not 0 <= index < len(stream.partitions):
+        if not 0 <= index < len(stream.services):
             raise NotFound(
                 f"stream '{name}' in namespace '{namespace}' has no partition "
-                f"{index} (it has {len(stream.partitions)})"
+                f"{index} (it has {len(stream.services)})"
             )
-        return stream.partitions[index]
+        return stream.services[index]
 
     def list(self, namespace: str | None = None) -> list[Stream]:
         return [
@@ -187,13 +197,13 @@ class StreamStore:
         stream = self.get(namespace, name)
         if PARTITION_NAMES in stream.record.arguments:
             raise InvalidArgument(f"stream '{name}' has named partitions and cannot grow")
-        for index in range(len(stream.partitions), partitions):
+        for index in range(len(stream.services), partitions):
             if (namespace, f"{name}-{index}") in self._partition_names:
                 raise AlreadyExists(f"a stream named '{name}-{index}' already exists")
         self._forget_names(stream)
         stream.record = self._catalog.set_partitions(namespace, name, partitions)
-        for index in range(len(stream.partitions), partitions):
-            stream.partitions.append(self._open_partition(stream, index))
+        for index in range(len(stream.services), partitions):
+            stream.services.append(self._open_partition(stream, index))
         self._remember_names(stream)
         return stream
 
@@ -205,10 +215,10 @@ class StreamStore:
         record = self._catalog.remove_partitions(namespace, name, partitions)
         self._forget_names(stream)
         stream.record = record
-        doomed, stream.partitions = stream.partitions[partitions:], stream.partitions[:partitions]
+        doomed, stream.services = stream.services[partitions:], stream.services[:partitions]
         self._remember_names(stream)
-        for index, partition in enumerate(doomed, start=partitions):
-            await partition.aclose()
+        for index, service in enumerate(doomed, start=partitions):
+            await service.close()
             trash = self._discard(stream.directory / str(index))
             if trash is not None:
                 await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
@@ -223,8 +233,8 @@ class StreamStore:
         self._forget_names(stream)
         for watcher in list(self._watchers):
             watcher(stream)
-        for partition in stream.partitions:
-            await partition.aclose()
+        for service in stream.services:
+            await service.close()
         trash = self._discard(stream.directory)
         if trash is not None:
             await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
@@ -265,7 +275,7 @@ class StreamStore:
         directory = self._directory(record)
         retention = retention_from_arguments(record.arguments, self._default_retention)
         stream = Stream(record, directory, retention, [])
-        stream.partitions = [self._open_partition(stream, i) for i in range(record.partitions)]
+        stream.services = [self._open_partition(stream, i) for i in range(record.partitions)]
         self._open[(record.namespace, record.name)] = stream
         self._remember_names(stream)
         return stream
@@ -294,6 +304,7 @@ class StreamStore:
         for partition_name in stream.partition_names:
             self._partition_names.pop((stream.namespace, partition_name), None)
 
-    def _open_partition(self, stream: Stream, index: int) -> Partition:
-        return Partition.open(stream.directory / str(index), durability=self._durability,
-                              retention=stream.retention, descriptors=self._descriptors)
+    def _open_partition(self, stream: Stream, index: int) -> PartitionService:
+        partition = Partition.open(stream.directory / str(index), durability=self._durability,
+                                   retention=stream.retention, descriptors=self._descriptors)
+        return PartitionService(partition, self._gate)

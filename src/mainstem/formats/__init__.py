@@ -1,28 +1,3 @@
-"""Stored message formats and the conversions other protocols need to read them."""
-
-from mainstem.formats.amqp091_mapping import from_amqp091, to_amqp091
-from mainstem.formats.amqp10 import (
-    Amqp10DecodeError,
-    Amqp10EncodeError,
-    BodyKind,
-    Header,
-    Message,
-    Properties,
-    decode_message,
-    encode_message,
-    message_body,
-)
-
-__all__ = [
-    "Amqp10DecodeError",
-    "Amqp10EncodeError",
-    "BodyKind",
-    "Header",
-    "Message",
-    "Properties",
-    "decode_message",
-    "encode_message",
-    "from_amqp091",
-    "message_body",
-    "to_amqp091",
-]
+"""Stored formats: the Osiris chunk layout (`osiris`), AMQP 1.0 messages (`amqp10`) and
+their AMQP 0-9-1 view (`amqp091_mapping`). Each is imported on its own, so that a
+client reading chunks loads no message codec it does not use."""

@@ -32,16 +32,20 @@ from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
-MAGIC_VERSION = 0x50
-FIRST_EPOCH = 1  # a stream's first leader term, as Osiris numbers them
-HEADER = struct.Struct(">BBHIqQQiIIB3x")
-HEADER_SIZE = HEADER.size  # 48
-assert HEADER_SIZE == 48
+from mainstem.formats.osiris import (  # the layout; the log's own users read it here
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_VERSION,
+    SIMPLE_ENTRY,
+    SUB_BATCH_ENTRY,
+    SUB_BATCH_FLAG,
+)
+from mainstem.formats.osiris import MAX_CHUNK_ENTRIES as MAX_CHUNK_ENTRIES
+from mainstem.formats.osiris import MAX_ENTRY_LENGTH as MAX_ENTRY_LENGTH
+from mainstem.formats.osiris import SUB_BATCH_BIT as SUB_BATCH_BIT
 
-SIMPLE_ENTRY = struct.Struct(">I")
-SUB_BATCH_ENTRY = struct.Struct(">BHII")  # flags, records, uncompressed length, length
-SUB_BATCH_FLAG = 0x80
-MAX_ENTRY_LENGTH = 0x7FFF_FFFF
+FIRST_EPOCH = 1  # a stream's first leader term, as Osiris numbers them
+assert HEADER_SIZE == 48
 
 TRACKING_ENTRY = struct.Struct(">BB")  # type, id size
 TRACKING_SEQUENCE = 0
@@ -335,7 +339,7 @@ class Chunk:
         pos = 0
         for _ in range(self.header.num_entries):  # the hot loop of every non-stream reader
             (length,) = unpack(view, pos)
-            if length & 0x8000_0000:
+            if length & SUB_BATCH_BIT:
                 _, records, _, length = SUB_BATCH_ENTRY.unpack_from(view, pos)
                 pos += SUB_BATCH_ENTRY.size
             else:

@@ -20,11 +20,11 @@ from pathlib import Path
 from mainstem.log.chunk import (
     FIRST_EPOCH,
     HEADER_SIZE,
+    MAX_CHUNK_ENTRIES,
     TRAILER_CRC,
     Chunk,
     ChunkType,
     encode_header,
-    encode_sequences,
     encode_simple_entries,
     payload_size,
     seal_trailer,
@@ -34,8 +34,7 @@ from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 from mainstem.log.segment import FILE_HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
-
-MAX_WRITERS = 4096  # publisher sequences kept per partition; the oldest go first
+from mainstem.log.writer_state import WriterState
 
 
 class PartitionClosed(Exception):
@@ -93,8 +92,7 @@ class Partition:
         self.next_offset = active.next_offset
         self.next_byte = active.next_byte
         self._last_chunk_id, self._last_timestamp = _last_chunk_of(segments)
-        self.sequences = _recover_sequences(segments)
-        self._snapshot_due = True  # the next chunk restates every sequence
+        self.writers = WriterState.recover(segments)
         self._pending: deque[tuple[int, int, int]] = deque()  # next offset, chunk id, next byte
         self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
         self._dirty: dict[int, Segment] = {}
@@ -146,6 +144,11 @@ class Partition:
     # -- state ---------------------------------------------------------------
 
     @property
+    def sequences(self) -> dict[str, int]:
+        """Writer reference -> last sequence written (durable or not yet)."""
+        return self.writers.last
+
+    @property
     def first_offset(self) -> int:
         return self._segments[0].first_chunk_id
 
@@ -187,13 +190,14 @@ class Partition:
         """
         if self._closed:
             raise PartitionClosed(f"{self.directory} is closed")
-        if num_records < 1 or num_entries < 1 or num_entries > 0xFFFF:
-            raise ValueError("a chunk holds 1 to 65535 entries and at least one record")
+        if num_records < 1 or num_entries < 1 or num_entries > MAX_CHUNK_ENTRIES:
+            raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_ENTRIES} entries "
+                             "and at least one record")
         if payload_bytes is None:
             payload_bytes = payload_size(data, num_entries)
         segment = self._segment_for(HEADER_SIZE + len(bloom) + len(data))
-        tracking = self._tracking(sequences)  # after a roll, it restates every sequence
         chunk_id = self.next_offset
+        tracking = self.writers.tracking(chunk_id, sequences)  # restates all after a roll
         timestamp = max(timestamp if timestamp is not None else _now_ms(), self._last_timestamp)
         header = encode_header(chunk_id=chunk_id, data=data, num_entries=num_entries,
                                num_records=num_records, timestamp=timestamp, epoch=self.epoch,
@@ -204,9 +208,7 @@ class Partition:
         entry = IndexEntry(chunk_id, timestamp, segment.size, self.next_byte, num_records,
                            len(trailer))
         segment.append((header, bloom, data, trailer), entry, payload_bytes)
-        if sequences:
-            self._remember(sequences)
-        self._snapshot_due = False
+        self.writers.written(sequences)
         self.next_offset = chunk_id + num_records
         self.next_byte += payload_bytes
         self._last_chunk_id, self._last_timestamp = chunk_id, timestamp
@@ -216,7 +218,12 @@ class Partition:
         return Appended(chunk_id, self.next_offset)
 
     def write_records(self, records: Sequence[bytes | memoryview], **options: object) -> Appended:
-        """Append records as simple entries in one chunk, not yet durable."""
+        """Append records as simple entries, not yet durable: one chunk, or as many as the
+        chunk's entry limit needs (`options` go with the last). The last one's Appended
+        covers them all, since commits are in order."""
+        for start in range(0, len(records) - MAX_CHUNK_ENTRIES, MAX_CHUNK_ENTRIES):
+            self.write_records(records[start:start + MAX_CHUNK_ENTRIES])
+        records = records[(len(records) - 1) // MAX_CHUNK_ENTRIES * MAX_CHUNK_ENTRIES:]
         data = encode_simple_entries(records)
         payload = len(data) - 4 * len(records)
         return self.write(data, len(records), len(records), payload_bytes=payload,
@@ -241,19 +248,6 @@ class Partition:
         """Blocking fsync of everything written, making it visible."""
         self._commit.sync_now()
 
-    def _tracking(self, sequences: Mapping[str, int] | None) -> bytes:
-        if self._snapshot_due and self.sequences:
-            merged = {**self.sequences, **(sequences or {})}
-            return encode_sequences(self.next_offset, merged)
-        return encode_sequences(self.next_offset, sequences) if sequences else b""
-
-    def _remember(self, sequences: Mapping[str, int]) -> None:
-        for writer, sequence in sequences.items():
-            self.sequences.pop(writer, None)  # re-insert: dict order is recency
-            self.sequences[writer] = sequence
-        while len(self.sequences) > MAX_WRITERS:
-            del self.sequences[next(iter(self.sequences))]
-
     def _segment_for(self, chunk_size: int) -> Segment:
         active = self._segments[-1]
         full = (active.size + chunk_size > self.retention.max_segment_bytes
@@ -265,7 +259,7 @@ class Partition:
             fsync_directory(self.directory)
             self._segments.append(active)
             self._segment_starts.append(active.first_chunk_id)
-            self._snapshot_due = True
+            self.writers.restate()
             self.apply_retention()
         return active
 
@@ -520,19 +514,3 @@ def _last_chunk_of(segments: list[Segment]) -> tuple[int, int]:
             return segment.index.chunk_ids[-1], segment.index.timestamps[-1]
     return -1, 0
 
-
-def _recover_sequences(segments: list[Segment]) -> dict[str, int]:
-    """Publisher sequences as of the tail: the first chunk of a segment restates
-    all of them, later chunks add their own."""
-    for k in range(len(segments) - 1, -1, -1):
-        if segments[k].num_chunks:
-            break
-    else:
-        return {}
-    sequences: dict[str, int] = {}
-    for segment in segments[k:]:
-        for i in range(segment.num_chunks):
-            for writer, sequence in segment.read_sequences(i).items():
-                sequences.pop(writer, None)
-                sequences[writer] = sequence
-    return sequences

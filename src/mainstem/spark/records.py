@@ -15,7 +15,6 @@ properties map<string, string>  the AMQP 1.0 properties that are set
 from __future__ import annotations
 
 import datetime
-import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -23,7 +22,7 @@ import pyarrow as pa
 
 from mainstem.formats.amqp10 import Amqp10DecodeError, Message, Symbol, decode_message
 from mainstem.formats.amqp10 import encode_message as encode_amqp10
-from mainstem.log.chunk import SUB_BATCH_ENTRY, Chunk
+from mainstem.log.chunk import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY, Chunk
 
 SCHEMA_DDL = ("key BINARY, value BINARY, stream STRING, partition INT, offset BIGINT, "
               "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
@@ -40,8 +39,6 @@ KEY_ANNOTATION = "x-routing-key"
 BATCH_ROWS = 8192
 # A message that is only a data section: descriptor 0x00 0x53 0x75, then vbin8 or vbin32.
 _DATA8, _DATA32 = b"\x00\x53\x75\xa0", b"\x00\x53\x75\xb0"
-_U32 = struct.Struct(">I")
-_SUB_BATCH = 0x8000_0000
 
 
 class _Columns:
@@ -79,19 +76,19 @@ def _add_chunk(columns: _Columns, chunk: Chunk, start: int, end: int) -> None:
     """The hot loop of every Spark read: one pass over the chunk's entries; a message that
     is only a data section (what most clients send) costs one slice."""
     raw = bytes(chunk.data)
-    unpack = _U32.unpack_from
+    unpack = SIMPLE_ENTRY.unpack_from
     values, offsets = columns.values, columns.offsets
     before = len(offsets)
     offset = chunk.header.chunk_id
     pos = 0
     for _ in range(chunk.header.num_entries):
         (length,) = unpack(raw, pos)
-        if length & _SUB_BATCH:  # a compressed sub-batch: records the log keeps opaque
+        if length & SUB_BATCH_BIT:  # a compressed sub-batch: records the log keeps opaque
             _, count, _, length = SUB_BATCH_ENTRY.unpack_from(raw, pos)
             pos += SUB_BATCH_ENTRY.size + length
             offset += count
             continue
-        body = pos + 4
+        body = pos + SIMPLE_ENTRY.size
         pos = body + length
         if start <= offset < end:
             head = raw[body:body + 4]

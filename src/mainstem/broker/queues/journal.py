@@ -21,10 +21,9 @@ from struct import Struct
 
 from mainstem.broker.queues.live_offsets import LiveOffsets
 from mainstem.broker.queues.message import QueueMessage
-from mainstem.broker.queues.stream_appender import resolve_when_durable, write_in_chunks
 from mainstem.log.chunk import Chunk
 from mainstem.log.descriptors import DescriptorCache
-from mainstem.log.partition import Partition
+from mainstem.log.partition import Appended, Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 
 ENQUEUE, SETTLE = 0x45, 0x53  # "E", "S"
@@ -111,6 +110,7 @@ class QueueJournal:
         self._live = LiveOffsets()  # journal offsets of unsettled messages
         self.reader = RecordReader(partition)
         self._since_compaction = 0
+        self._settling: set[asyncio.Task[None]] = set()  # strong references to the waits
 
     @classmethod
     def open(cls, directory: Path, durability: DurabilityPolicy,
@@ -180,7 +180,7 @@ class QueueJournal:
             batch.set_result(None)
             return
         try:
-            appended = write_in_chunks(self.partition, records)
+            appended = self.partition.write_records(records)
         except Exception as exc:  # a full disk: the publishers get a nack
             batch.set_exception(exc)
             return
@@ -189,11 +189,27 @@ class QueueJournal:
             message.log_offset = offset
             self._live.add(offset)
         if confirm:
-            resolve_when_durable(self.partition, appended, batch)
+            self._resolve_when_durable(appended, batch)
         else:
             batch.set_result(None)
         if self._since_compaction >= COMPACT_EVERY:
             self._compact()
+
+    def _resolve_when_durable(self, appended: Appended, batch: asyncio.Future[None]) -> None:
+        """Complete `batch` once `appended` reached the durability point (or failed)."""
+        task = asyncio.ensure_future(self._settle(appended, batch))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, appended: Appended, batch: asyncio.Future[None]) -> None:
+        try:
+            await self.partition.commit(appended)
+        except Exception as exc:
+            if not batch.done():
+                batch.set_exception(exc)
+        else:
+            if not batch.done():
+                batch.set_result(None)
 
     def _compact(self) -> None:
         self._since_compaction = 0

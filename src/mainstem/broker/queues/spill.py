@@ -17,7 +17,6 @@ from pathlib import Path
 from mainstem.broker.queues.journal import RecordReader, decode_enqueue, encode_enqueue
 from mainstem.broker.queues.live_offsets import LiveOffsets
 from mainstem.broker.queues.message import QueueMessage
-from mainstem.broker.queues.stream_appender import write_in_chunks
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 
@@ -36,7 +35,7 @@ class SpillStore:
 
     def write(self, messages: Sequence[QueueMessage]) -> int:
         """Write the messages in one go; returns the offset of the first (the others follow)."""
-        appended = write_in_chunks(self.partition, [encode_enqueue(m) for m in messages])
+        appended = self.partition.write_records([encode_enqueue(m) for m in messages])
         first = appended.next_offset - len(messages)
         for offset in range(first, appended.next_offset):
             self._live.add(offset)

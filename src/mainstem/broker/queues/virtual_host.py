@@ -28,7 +28,6 @@ from mainstem.broker.queues.arguments import (
 from mainstem.broker.queues.journal import QueueJournal
 from mainstem.broker.queues.message import QueueMessage, properties_codec
 from mainstem.broker.queues.queue import ClassicQueue
-from mainstem.broker.queues.stream_appender import StreamAppender
 from mainstem.broker.routing import Binding, ExchangeGraph
 from mainstem.broker.streams import Stream
 
@@ -60,7 +59,6 @@ class VirtualHost:
         self.manager = manager
         self.graph = ExchangeGraph(name)
         self.queues: dict[str, ClassicQueue] = {}
-        self._appenders: dict[str, StreamAppender] = {}
 
     def describe(self, kind: str, name: str) -> str:
         return f"{kind} '{name}' in vhost '{self.name}'"
@@ -177,7 +175,6 @@ class VirtualHost:
         if isinstance(queue, Stream):
             await self.manager.streams.delete(self.name, name)
             self.graph.remove_queue(name)
-            self._appenders.pop(name, None)
             return 0
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"{self.describe('queue', name)} in use")
@@ -261,14 +258,9 @@ class VirtualHost:
             stream = self.stream(name)
             if stream is not None:
                 outcome.routed = True
-                outcome.waits.append(self._appender(stream).append(to_stream(message)))
+                outcome.waits.append(
+                    stream.services[0].appender.append_records([to_stream(message)]).durable)
         return outcome
-
-    def _appender(self, stream: Stream) -> StreamAppender:
-        appender = self._appenders.get(stream.name)
-        if appender is None or appender.partition is not stream.partitions[0]:
-            appender = self._appenders[stream.name] = StreamAppender(stream.partitions[0])
-        return appender
 
     def dead_letter(self, queue: ClassicQueue, message: QueueMessage, reason: str) -> None:
         """Republish a dead message to the queue's dead-letter exchange with an x-death

@@ -124,8 +124,8 @@ class AmqpConnection:
         heartbeats = asyncio.ensure_future(self._heartbeats()) if self.heartbeat else None
         self.ctx.on_close_request = self._close_requested
         self._unsubscribe_alarms = self.core.alarms.subscribe(self._alarms_changed)
-        if self.core.alarms.blocked:
-            self._alarms_changed(self.core.alarms.active)
+        if active := self.core.alarms.active:  # say connection.blocked from the start
+            self._alarms_changed(active)
         try:
             await self._serve()
         finally:
@@ -287,8 +287,8 @@ class AmqpConnection:
                     channel = self._channel(event.channel, event.method)
                     if channel is None:
                         continue
-                    if self.core.alarms.blocked:
-                        await self.core.alarms.wait_clear()
+                    if self.core.write_gate.held:
+                        await self.core.write_gate.opened()
                     if self.flow.blocked:
                         await self.flow.wait()
                     await self._guarded(channel, channel.on_publish, event)

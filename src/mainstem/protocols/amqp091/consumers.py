@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.queues import ClassicQueue, QueueMessage
+from mainstem.broker.stream_service import PartitionClosed, PartitionService
 from mainstem.broker.streams import Stream
-from mainstem.log.partition import Partition, PartitionClosed
 from mainstem.protocols.amqp091.encode import DeliverEncoder
 from mainstem.protocols.amqp091.properties import from_stream_record
 
@@ -90,12 +90,12 @@ class StreamConsumer:
         self.encoder = DeliverEncoder(channel.number, tag, channel.connection.frame_max)
         self._credit = asyncio.Event()
         self._credit.set()
-        partition = stream.partitions[0]
+        partition = stream.services[0]
         self._task = asyncio.get_running_loop().create_task(
             self._run(partition, resolve_offset(partition, start)))
 
-    async def _run(self, partition: Partition, start: int) -> None:
-        reader = partition.reader(start)
+    async def _run(self, partition: PartitionService, start: int) -> None:
+        reader = partition.subscribe(start)
         try:
             while True:
                 chunk = await reader.next_chunk()
@@ -132,7 +132,7 @@ class StreamConsumer:
         self._task.cancel()
 
 
-def resolve_offset(partition: Partition, spec: Any) -> int:
+def resolve_offset(partition: PartitionService, spec: Any) -> int:
     """Where ``x-stream-offset`` says to start: first, last, next (the default), an offset,
     a timestamp, or an interval back from now such as "1h" or "30m"."""
     if spec is None or spec == "next":

@@ -30,7 +30,8 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.matcher import compile_matcher
 from mainstem.broker.projections import Projection
-from mainstem.log.partition import Partition, PartitionClosed
+from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
+from mainstem.formats.osiris import MAX_CHUNK_ENTRIES
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events.codec import (
     EventCodec,
@@ -44,7 +45,7 @@ from mainstem.protocols.bson_events.outbox import Outbox
 
 READ_SIZE = 256 * 1024
 SUPPORTED_VERSIONS = ("0.", "1.")  # major versions 0 and 1 of the protocol
-MAX_TX_EVENTS = 0xFFFF  # a transaction is one chunk
+MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 PUBLISH_FRAMES = ("PUBLISH", "PUB", "EMIT")
 UNANSWERED_FRAMES = ("ACKEV", "QUERYACK")  # answered only when they fail
@@ -89,7 +90,7 @@ class EventsConnection:
         self.outbox = Outbox(ctx.writer)
         self.user: User | None = None
         self.namespace = "/"
-        self.transactions: dict[int, list[tuple[Partition, bytes]]] = {}
+        self.transactions: dict[int, list[tuple[PartitionService, bytes]]] = {}
         self.subscriptions: dict[int, Subscription] = {}
         self.queries: dict[int, Query] = {}
         self._sub_ids = itertools.count(1)
@@ -164,7 +165,7 @@ class EventsConnection:
 
     async def _handle(self, events: list) -> bool:
         """Handle a read's frames; False once the connection must close."""
-        batch: dict[str, tuple[Partition, list[bytes], list[Any]]] = {}
+        batch: dict[str, tuple[PartitionService, list[bytes], list[Any]]] = {}
         for event in events:
             if isinstance(event, Oversized):
                 self.fail(None, "EVENT_TOO_LARGE", f"a frame of {event.size} bytes is over "
@@ -239,13 +240,13 @@ class EventsConnection:
         assert self.user is not None
         self.core.auth.check(self.user, self.namespace, kind, name, resource_type)  # type: ignore[arg-type]
 
-    def _channel(self, name: Any) -> Partition:
+    def _channel(self, name: Any) -> PartitionService:
         if not isinstance(name, str):
             raise FrameFailed("INVALID_FRAME", "'channel' must be a string")
         stream = self.core.streams.find(self.namespace, name)
         if stream is None:
             raise FrameFailed("NO_SUCH_CHANNEL", f"no channel {name!r}")
-        return stream.partitions[0]
+        return stream.services[0]
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -293,26 +294,21 @@ class EventsConnection:
                               f"limit of {self.limits.max_event_size}")
         return raw
 
-    async def _flush(self, batch: dict[str, tuple[Partition, list[bytes], list[Any]]]) -> None:
-        """Append each channel's staged events as one chunk; answer once durable."""
+    async def _flush(self, batch: dict[str, tuple[PartitionService, list[bytes], list[Any]]]
+                     ) -> None:
+        """Hand each channel's staged events to its appender; answer once durable."""
         if not batch:
             return
-        if self.core.alarms.blocked:
+        try:
+            self.core.write_gate.check()
+        except WritesHeld as held:
             for _, _, request_ids in batch.values():
                 for request_id in request_ids:
-                    self.fail(request_id, "RESOURCE_ALARM", self.core.alarms.describe())
+                    self.fail(request_id, "RESOURCE_ALARM", str(held))
             batch.clear()
             return
-        writes = []
-        for partition, records, request_ids in batch.values():
-            try:
-                appended = [partition.write_records(records[i:i + MAX_TX_EVENTS])
-                            for i in range(0, len(records), MAX_TX_EVENTS)][-1]
-            except (PartitionClosed, OSError) as exc:
-                for request_id in request_ids:
-                    self.fail(request_id, "STORAGE_FAILED", str(exc))
-                continue
-            writes.append((partition.commit(appended), request_ids))
+        writes = [(partition.appender.append_records(records).durable, request_ids)
+                  for partition, records, request_ids in batch.values()]
         batch.clear()
         results = await asyncio.gather(*(w for w, _ in writes), return_exceptions=True)
         for result, (_, request_ids) in zip(results, writes, strict=True):
@@ -344,13 +340,15 @@ class EventsConnection:
         session = self._session(body)
         if session not in self.transactions:
             raise FrameFailed("NO_TX", f"no transaction open on session {session}")
-        if self.core.alarms.blocked:  # the transaction stays open: COMMITTX again later
-            raise FrameFailed("RESOURCE_ALARM", self.core.alarms.describe())
-        by_partition: dict[int, tuple[Partition, list[bytes]]] = {}
+        try:
+            self.core.write_gate.check()
+        except WritesHeld as held:  # the transaction stays open: COMMITTX again later
+            raise FrameFailed("RESOURCE_ALARM", str(held)) from None
+        by_partition: dict[int, tuple[PartitionService, list[bytes]]] = {}
         for partition, raw in self.transactions.pop(session):
             by_partition.setdefault(id(partition), (partition, []))[1].append(raw)
-        appended = [(p, p.write_records(records)) for p, records in by_partition.values()]
-        await asyncio.gather(*(p.commit(a) for p, a in appended))
+        await asyncio.gather(*(p.appender.append_records(records, together=True).durable
+                               for p, records in by_partition.values()))
         self.respond(body.get("rID"))
 
     def on_abort_tx(self, body: dict[str, Any]) -> None:
@@ -386,7 +384,7 @@ class EventsConnection:
         self.ctx.add_consumer(str(subscription.sub_id), channel,
                               prefetch_count=subscription.window, ack_required=True)
 
-    def _start_position(self, body: dict[str, Any], partition: Partition, channel: str,
+    def _start_position(self, body: dict[str, Any], partition: PartitionService, channel: str,
                         durable_id: str | None) -> int:
         if durable_id is not None:
             stored = self.core.catalog.get_offset(self.namespace, channel, 0,
@@ -404,9 +402,9 @@ class EventsConnection:
             return partition.offset_for_timestamp(timestamp)
         return partition.committed_offset  # from now on
 
-    async def _deliver(self, subscription: Subscription, partition: Partition, start: int,
+    async def _deliver(self, subscription: Subscription, partition: PartitionService, start: int,
                        predicate: Callable[[Any], bool]) -> None:
-        reader = partition.reader(start)
+        reader = partition.subscribe(start)
         try:
             while True:
                 chunk = await reader.next_chunk()
@@ -554,7 +552,7 @@ class EventsConnection:
 
     def on_list_channels(self, body: dict[str, Any]) -> None:
         channels = [s.name for s in self.core.streams.list(self.namespace)
-                    if len(s.partitions) == 1]
+                    if len(s.services) == 1]
         self.respond(body.get("rID"), channels=channels)
 
     def on_create_channel(self, body: dict[str, Any]) -> None:

@@ -30,8 +30,8 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.iggy_model import STREAM, TOPIC, Group, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
+from mainstem.broker.stream_service import PartitionService, WritesHeld
 from mainstem.broker.streams import Stream, TooManyPartitions
-from mainstem.log.partition import Partition
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import vsr
@@ -48,7 +48,6 @@ from mainstem.protocols.iggy.layouts import SEED, VSR, SeedLayout
 from mainstem.protocols.iggy.records import decode_record, encode_record
 
 READ_SIZE = 256 * 1024
-MAX_CHUNK_RECORDS = 0xFFFF
 # A poll reply stops growing past this many payload bytes (the count is a wish).
 MAX_POLL_BYTES = 8 * 1024 * 1024
 EXPIRY_ARG = "x-iggy-message-expiry-us"
@@ -110,7 +109,7 @@ class IggyConnection:
             await self._serve()
         finally:
             del self.model.clients[self.client_id]
-            counts = {(s.namespace, s.name): len(s.partitions) for s in self.core.streams.list()}
+            counts = {(s.namespace, s.name): len(s.services) for s in self.core.streams.list()}
             self.model.disconnect(self.client_id, counts)
 
     async def _serve(self) -> None:
@@ -277,7 +276,7 @@ class IggyConnection:
         r.end()
         self._require_read_servers()
         streams = self.core.streams.list()
-        partitions = [p for s in streams for p in s.partitions]
+        partitions = [p for s in streams for p in s.services]
         usage = resource.getrusage(resource.RUSAGE_SELF)
         page = os.sysconf("SC_PAGE_SIZE")
         total = os.sysconf("SC_PHYS_PAGES") * page
@@ -351,20 +350,20 @@ class IggyConnection:
         assert self.user is not None
         self.core.auth.check(self.user, stream.namespace, kind, stream.name)  # type: ignore[arg-type]
 
-    def _partition(self, stream: Stream, index: int | None) -> Partition:
+    def _partition(self, stream: Stream, index: int | None) -> PartitionService:
         """The partition at `index`, counted from 0 whatever the client counts from."""
         if index is None:
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition given")
-        if not 0 <= index < len(stream.partitions):
+        if not 0 <= index < len(stream.services):
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND,
                             f"partition {index + self.layout.partition_base} not found")
-        return stream.partitions[index]
+        return stream.services[index]
 
     # -- streams ----------------------------------------------------------------------
 
     def _stream_info(self, namespace: str) -> tuple[bytes, list[Stream]]:
         topics = self.core.streams.list(namespace)
-        parts = [p for t in topics for p in t.partitions]
+        parts = [p for t in topics for p in t.services]
         record = self.core.catalog.get_namespace(namespace)
         created = _micros(getattr(record, "created_at", 0))
         info = self.layout.stream_info(
@@ -419,7 +418,7 @@ class IggyConnection:
 
     def _topic_info(self, stream: Stream) -> bytes:
         args = stream.record.arguments
-        parts = stream.partitions
+        parts = stream.services
         return self.layout.topic_info(
             self.model.id_of(TOPIC, stream.namespace, stream.name),
             _micros(stream.record.created_at), len(parts), args.get(EXPIRY_ARG, 0),
@@ -431,7 +430,7 @@ class IggyConnection:
         return self._topic_info(stream) + b"".join(
             self.layout.partition_info(i, created, p.segment_count,
                                         max(p.committed_offset - 1, 0), p.size_bytes, _count(p))
-            for i, p in enumerate(stream.partitions))
+            for i, p in enumerate(stream.services))
 
     async def on_get_topic(self, r: c.Reader) -> bytes:
         stream = self._stream_and_topic(r)
@@ -484,7 +483,7 @@ class IggyConnection:
         if not 1 <= count <= 1000:
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "1 to 1000 partitions")
         self.core.streams.add_partitions(stream.namespace, stream.name,
-                                         len(stream.partitions) + count)
+                                         len(stream.services) + count)
         self._rebalance_topic(stream)
         return b""
 
@@ -493,16 +492,16 @@ class IggyConnection:
         count = r.u32()
         r.end()
         self._check("configure", stream)
-        if not 1 <= count < len(stream.partitions):
+        if not 1 <= count < len(stream.services):
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "a topic keeps at least one partition")
         await self.core.streams.remove_partitions(stream.namespace, stream.name,
-                                                  len(stream.partitions) - count)
+                                                  len(stream.services) - count)
         self._rebalance_topic(stream)
         return b""
 
     def _rebalance_topic(self, stream: Stream) -> None:
         for group in self.model.list_groups(stream.namespace, stream.name):
-            rebalance(group, len(stream.partitions))
+            rebalance(group, len(stream.services))
 
     # -- messages ---------------------------------------------------------------------
 
@@ -515,20 +514,20 @@ class IggyConnection:
         if not messages:
             raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
         self._check("write", stream)
-        if self.core.alarms.blocked:
-            raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, self.core.alarms.describe())
+        try:
+            self.core.write_gate.check()
+        except WritesHeld as held:
+            raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, str(held)) from None
         index = self._choose(stream, kind, value)
-        partition = stream.partitions[index]
         records = [encode_record(m.id or _unique_id(), m.headers, m.payload) for m in messages]
-        chunks = [partition.write_records(records[start:start + MAX_CHUNK_RECORDS])
-                  for start in range(0, len(records), MAX_CHUNK_RECORDS)]
-        await partition.commit(chunks[-1])
+        receipt = stream.services[index].appender.append_records(records)
+        await receipt.durable
         return self.layout.sent(self.model.id_of(STREAM, "", stream.namespace),
                                  self.model.id_of(TOPIC, stream.namespace, stream.name), index,
-                                 chunks[0].chunk_id)
+                                 receipt.first_offset)
 
     def _choose(self, stream: Stream, kind: int, value: memoryview) -> int:
-        count = len(stream.partitions)
+        count = len(stream.services)
         if kind == 1:
             key = (stream.namespace, stream.name)
             turn = _round_robin.get(key, -1) + 1
@@ -575,7 +574,7 @@ class IggyConnection:
             index = assigned[self._group_turn % len(assigned)]
         return f"iggy-group:{group.id}", index
 
-    def _start(self, stream: Stream, partition: Partition, index: int, reference: str,
+    def _start(self, stream: Stream, partition: PartitionService, index: int, reference: str,
                kind: int, value: int, count: int) -> int:
         if kind == 1:
             return value
@@ -590,13 +589,13 @@ class IggyConnection:
             return partition.first_offset if stored is None else stored + 1
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad polling kind {kind}")
 
-    def _read(self, stream: Stream, partition: Partition, start: int, count: int
+    def _read(self, stream: Stream, partition: PartitionService, start: int, count: int
               ) -> tuple[list[tuple[int, PolledMessage]], int]:
         """Up to `count` messages from `start` with their store time (µs), and the last
         offset read."""
         expiry_us = stream.record.arguments.get(EXPIRY_ARG)
         oldest_ms = time.time() * 1000 - expiry_us / 1000 if expiry_us else 0
-        reader = partition.reader(max(start, partition.first_offset))
+        reader = partition.subscribe(start)
         out: list[tuple[int, PolledMessage]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
@@ -662,7 +661,7 @@ class IggyConnection:
 
 
     def _group_info(self, group: Group, stream: Stream, details: bool) -> bytes:
-        out = GROUP_INFO.pack(group.id, len(stream.partitions), len(group.members))
+        out = GROUP_INFO.pack(group.id, len(stream.services), len(group.members))
         out += c.encode_name(group.name)
         if details:
             for member, partitions in group.members.items():
@@ -708,7 +707,7 @@ class IggyConnection:
         group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
-        self.model.join(group, self.client_id, len(stream.partitions))
+        self.model.join(group, self.client_id, len(stream.services))
         return b""
 
     async def on_leave_group(self, r: c.Reader) -> bytes:
@@ -716,7 +715,7 @@ class IggyConnection:
         group = self._group(stream, self.layout.group(r))
         r.end()
         try:
-            self.model.leave(group, self.client_id, len(stream.partitions))
+            self.model.leave(group, self.client_id, len(stream.services))
         except NotFound:
             raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "not a member") from None
         return b""
@@ -734,7 +733,7 @@ class IggyConnection:
                            *(p + self.layout.partition_base for p in assigned))
 
 
-def _count(partition: Partition) -> int:
+def _count(partition: PartitionService) -> int:
     return partition.committed_offset - partition.first_offset
 
 

@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import struct
 
-from mainstem.protocols.rabbit_stream.constants import (
-    CHUNK_HEADER_SIZE,
-    INITIAL_FRAME_MAX,
-    Key,
-)
+from mainstem.formats.osiris import HEADER_SIZE as CHUNK_HEADER_SIZE
+from mainstem.protocols.rabbit_stream.constants import INITIAL_FRAME_MAX, Key
 from mainstem.protocols.rabbit_stream.frames import PARSERS, Frame, Parser, UnknownCommand
 from mainstem.protocols.rabbit_stream.responses import REPLY_PARSERS
 from mainstem.protocols.rabbit_stream.wire import (

@@ -2,9 +2,10 @@
 
 The codec turns bytes into frames; this class runs the connection's state
 machine (peer properties, SASL, tune, open, then commands) and maps each
-command onto the broker. Publishing appends one chunk per Publish frame and
-confirms it once durable; consuming ships committed chunks from the segment
-files to the socket as they are, paced by credit (one credit = one chunk).
+command onto the broker's stream service. A Publish frame goes to its partition's
+appender, which batches what arrives together into chunks, and is confirmed once
+durable; a subscription ships committed chunks from the segment files to the socket
+as they are, paced by credit (one credit = one chunk).
 """
 
 from __future__ import annotations
@@ -12,12 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import os
-import socket
-import struct
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mainstem import __version__
@@ -30,16 +28,9 @@ from mainstem.broker.errors import (
     BrokerError,
     NotFound,
 )
+from mainstem.broker.stream_service import ChunkLimits, PartitionClosed, PartitionService
+from mainstem.broker.stream_service import Subscription as Reader
 from mainstem.broker.streams import BINDING_KEYS, PARTITION_NAMES, Stream
-from mainstem.log.chunk import (
-    BLOOM_SIZE_AT,
-    HEADER_SIZE,
-    MAX_BLOOM_SIZE,
-    UNFILTERED,
-    BloomMatcher,
-    bloom_filter,
-)
-from mainstem.log.partition import Appended, ChunkLocation, Partition, PartitionClosed
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
@@ -53,9 +44,8 @@ READ_SIZE = 256 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 # A chunk's bounds, whatever a Publish frame holds: Osiris cuts chunks by the batches
 # its writer takes (at most 8,192 writes), so a subscription at `last` gets a slice of
-# a large frame, never the whole frame; the header counts entries in 16 bits.
-MAX_CHUNK_ENTRIES = 4096
-MAX_CHUNK_BYTES = 1 << 20
+# a large frame, never the whole frame.
+CHUNK_LIMITS = ChunkLimits(entries=4096, bytes=1 << 20)
 # On shutdown, how long confirms of what was already appended may take to go out.
 SHUTDOWN_CONFIRM_WAIT_S = 2.0
 # Stream-protocol argument names (no "x-" prefix) -> the broker's stream arguments.
@@ -65,7 +55,6 @@ STREAM_ARGUMENTS = {
     "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
 }
 INTEGER_ARGUMENTS = {"x-max-length-bytes", "x-stream-max-segment-size-bytes"}
-SUB_BATCH_RECORDS = struct.Struct(">H")  # after the sub-batch entry's type byte
 
 
 class State(enum.Enum):
@@ -122,72 +111,19 @@ class CommandFailed(Exception):
 class Publisher:
     publisher_id: int
     name: str
-    partition: Partition
+    service: PartitionService
     reference: str
-
-
-@dataclass(slots=True)
-class PendingChunk:
-    """Messages of one partition staged from the frames of one read, and the
-    confirms owed for them."""
-
-    entries: list[memoryview] = field(default_factory=list)
-    size: int = 0  # bytes of the staged entries
-    all_simple: bool = True
-    filter_values: set[str] = field(default_factory=set)  # for the chunk's bloom filter
-    sequences: dict[str, int] = field(default_factory=dict)
-    confirms: list[tuple[Publisher, list[int]]] = field(default_factory=list)
-
-    def add(self, publisher: Publisher, ids: list[int], entries: list[memoryview],
-            all_simple: bool, filter_values: list[str | None] | None) -> None:
-        if not entries:
-            return
-        self.entries += entries
-        self.size += sum(map(len, entries))
-        self.all_simple = self.all_simple and all_simple
-        if filter_values is None:
-            self.filter_values.add(UNFILTERED)
-        else:
-            self.filter_values.update(value or UNFILTERED for value in filter_values)
-        if publisher.reference:
-            self.sequences[publisher.reference] = max(ids)
-
-    def room(self, entries: list[memoryview]) -> int:
-        """How many of `entries`, taken in order, still fit in this chunk's bounds."""
-        fits = min(len(entries), MAX_CHUNK_ENTRIES - len(self.entries))
-        if self.size + sum(map(len, entries[:fits])) <= MAX_CHUNK_BYTES:
-            return fits
-        budget, taken = MAX_CHUNK_BYTES - self.size, 0
-        while taken < fits and len(entries[taken]) <= budget:
-            budget -= len(entries[taken])
-            taken += 1
-        return taken if taken or self.entries else 1  # an entry alone always fits
-
-    def write(self, partition: Partition) -> None:
-        if not self.entries:
-            return
-        blob = b"".join(self.entries)
-        if self.all_simple:
-            records, payload = len(self.entries), len(blob) - 4 * len(self.entries)
-        else:
-            records, payload = _record_count(self.entries), None
-        partition.write(blob, len(self.entries), records, payload_bytes=payload,
-                        sequences=self.sequences or None,
-                        bloom=bloom_filter(self.filter_values))
 
 
 @dataclass(slots=True, eq=False)
 class Subscription:
     subscription_id: int
     name: str
-    partition: Partition
+    service: PartitionService
     start: f.OffsetSpec
-    credit: int
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    reader: Reader  # credit, position and the chunks this subscriber wants
     task: asyncio.Task[None] | None = None
-    active: bool = True
     membership: ActiveConsumer | None = None
-    matcher: BloomMatcher | None = None  # a filtered subscription skips chunks it rules out
 
 
 class StreamConnection:
@@ -204,17 +140,16 @@ class StreamConnection:
         self.deliver_version = 1
         self.publishers: dict[int, Publisher] = {}
         self.subscriptions: dict[int, Subscription] = {}
-        self._confirms: deque[tuple[Partition, int, Publisher, list[int]]] = deque()
+        # Each Publish frame's durability, in arrival order, with the confirms it owes.
+        self._confirms: deque[tuple[asyncio.Future[None], Publisher, list[int]]] = deque()
         self._confirm_ready = asyncio.Event()
-        self._pending: dict[Partition, PendingChunk] = {}
+        self._staging: set[PartitionService] = set()  # handed this read's Publish frames
         self._tasks: list[asyncio.Task[None]] = []
         self._correlation = 0
         self._consumer_updates: dict[int, Subscription] = {}
         self._last_read = 0.0
         self._unwatch: Callable[[], None] | None = None
-        transport = ctx.writer.transport
-        self._transport = transport
-        self._socket_fd = _sendfile_socket(transport)
+        self._transport = ctx.writer.transport
         self._handlers: dict[type, Callable[[Any], Any]] = {
             f.PeerProperties: self.on_peer_properties,
             f.SaslHandshake: self.on_sasl_handshake,
@@ -287,8 +222,8 @@ class StreamConnection:
         reader = self.ctx.reader
         loop = asyncio.get_running_loop()
         while self.state is not State.CLOSED:
-            if self.publishers and self.core.alarms.blocked:
-                await self.core.alarms.wait_clear()  # a publisher is held: read nothing
+            if self.publishers and self.core.write_gate.held:
+                await self.core.write_gate.opened()  # a publisher is held: read nothing
                 self._last_read = loop.time()
             data = await reader.read(READ_SIZE)
             if not data:
@@ -301,7 +236,7 @@ class StreamConnection:
                 raise CloseConnection(error.code, error.message) from None
             for frame in frames:
                 await self._dispatch(frame)
-            self._write_pending()
+            self._write_staged()
             if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                 await self.ctx.writer.drain()
 
@@ -310,14 +245,20 @@ class StreamConnection:
         if self.state is not State.OPEN and kind not in self._handshake:
             raise CloseConnection(ResponseCode.UNKNOWN_FRAME,
                                   f"{kind.__name__} before the connection was opened")
-        if self._pending and kind is not f.Publish:
-            self._write_pending()  # whatever follows a publish sees it written
-        if kind is f.Publish and self.core.alarms.blocked:
-            self._write_pending()
-            await self.core.alarms.wait_clear()  # held, as RabbitMQ blocks publishers
+        if self._staging and kind is not f.Publish:
+            self._write_staged()  # whatever follows a publish sees it written
+        if kind is f.Publish and self.core.write_gate.held:
+            await self.core.write_gate.opened()  # held, as RabbitMQ blocks publishers
         result = self._handlers[kind](frame)
         if asyncio.iscoroutine(result):
             await result
+
+    def _write_staged(self) -> None:
+        """One chunk per partition for the frames of one read, as Osiris batches its
+        pending writes: they share one write, one index entry, one fsync, one Deliver."""
+        for service in self._staging:
+            service.appender.write_staged()
+        self._staging.clear()
 
     async def _release(self) -> None:
         self.state = State.CLOSED
@@ -349,7 +290,7 @@ class StreamConnection:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.heartbeat)
-            held = self.publishers and self.core.alarms.blocked  # we stopped reading it
+            held = self.publishers and self.core.write_gate.held  # we stopped reading it
             if not held and loop.time() - self._last_read > 2 * self.heartbeat:
                 self.log.info("stream peer silent for two heartbeats, dropping it")
                 self._transport.abort()
@@ -461,9 +402,9 @@ class StreamConnection:
 
     # -- streams -------------------------------------------------------------
 
-    def _resolve(self, name: str) -> tuple[Stream, Partition]:
+    def _resolve(self, name: str) -> tuple[Stream, PartitionService]:
         stream, index = self.core.streams.resolve(self.namespace, name)
-        return stream, stream.partitions[index]
+        return stream, stream.services[index]
 
     def _check(self, kind: str, name: str) -> None:
         assert self.user is not None
@@ -489,7 +430,7 @@ class StreamConnection:
         try:
             self._check("configure", name)
             stream = self.core.streams.get(self.namespace, name)
-            if (len(stream.partitions) == 1) != single_partition:
+            if (len(stream.services) == 1) != single_partition:
                 kind = "stream" if single_partition else "super stream"
                 raise NotFound(f"'{name}' is not a {kind}")
             await self.core.streams.delete(self.namespace, name)
@@ -570,14 +511,14 @@ class StreamConnection:
         """Tell this connection's publishers and subscribers their stream is gone."""
         if stream.namespace != self.namespace or self.state is not State.OPEN:
             return
-        gone = {id(partition) for partition in stream.partitions}
+        gone = {id(service) for service in stream.services}
         notified: set[str] = set()
         for publisher_id, publisher in list(self.publishers.items()):
-            if id(publisher.partition) in gone:
+            if id(publisher.service) in gone:
                 notified.add(publisher.name)
                 del self.publishers[publisher_id]
         for subscription in list(self.subscriptions.values()):
-            if id(subscription.partition) in gone:
+            if id(subscription.service) in gone:
                 notified.add(subscription.name)
                 self._end_subscription(subscription)
         for partition_name in sorted(notified):
@@ -600,68 +541,21 @@ class StreamConnection:
         self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, code)
 
     def on_publish(self, frame: f.Publish) -> None:
-        """Stage the frame's messages in its partition's pending chunk, cutting a new
-        chunk whenever one is full; chunks are written once every frame of this read is
-        parsed (see `_write_pending`)."""
+        """Hand the frame's messages to its partition's appender, which batches what
+        arrives together into chunks, and queue the confirms they owe."""
         publisher = self.publishers.get(frame.publisher_id)
         if publisher is None:
             self._publish_error(frame, ResponseCode.PUBLISHER_DOES_NOT_EXIST)
             return
-        partition = publisher.partition
-        pending = self._pending_chunk(partition)
-        ids, entries, values = frame.publishing_ids, frame.entries, frame.filter_values
-        if publisher.reference:
-            last = max(partition.sequences.get(publisher.reference, -1),
-                       pending.sequences.get(publisher.reference, -1))
-            kept = _kept(last, ids)
-            if kept is not None:
-                ids, entries = [ids[i] for i in kept], [entries[i] for i in kept]
-                values = None if values is None else [values[i] for i in kept]
-        all_simple = frame.num_records == len(frame.entries)
-        start = 0
-        while start < len(entries):
-            taken = pending.room(entries[start:])
-            if not taken:
-                self._write_pending()
-                pending = self._pending_chunk(partition)
-                continue
-            end = start + taken
-            pending.add(publisher, ids[start:end], entries[start:end], all_simple,
-                        None if values is None else values[start:end])
-            start = end
+        reference = publisher.reference or None
+        receipt = publisher.service.appender.append_entries(
+            frame.entries, all_simple=frame.num_records == len(frame.entries),
+            writer=reference, sequences=frame.publishing_ids if reference else None,
+            filter_values=frame.filter_values, limits=CHUNK_LIMITS)
+        self._staging.add(publisher.service)
         # Duplicates are confirmed too, once everything written before them is durable.
-        pending.confirms.append((publisher, frame.publishing_ids))
-
-    def _pending_chunk(self, partition: Partition) -> PendingChunk:
-        pending = self._pending.get(partition)
-        if pending is None:
-            pending = self._pending[partition] = PendingChunk()
-        return pending
-
-    def _write_pending(self) -> None:
-        """Append each partition's staged messages as one chunk and queue the confirms:
-        frames that arrived together share one write, one index entry, one fsync and
-        one Deliver, as Osiris batches its pending writes."""
-        for partition, pending in self._pending.items():
-            try:
-                pending.write(partition)
-            except PartitionClosed:
-                self._refuse(pending, ResponseCode.STREAM_DOES_NOT_EXIST)
-                continue
-            except OSError as error:  # disk full, file too big: these messages, not the link
-                self.log.warning("stream write failed: %s", error)
-                self._refuse(pending, ResponseCode.STREAM_NOT_AVAILABLE)
-                continue
-            for publisher, ids in pending.confirms:
-                self._confirms.append((partition, partition.next_offset, publisher, ids))
-        if self._pending:
-            self._pending.clear()
-            self._confirm_ready.set()
-
-    def _refuse(self, pending: PendingChunk, code: int) -> None:
-        """PublishError for every message of a chunk that could not be written."""
-        for publisher, ids in pending.confirms:
-            self.send(r.PublishError(publisher.publisher_id, [(pid, code) for pid in ids]))
+        self._confirms.append((receipt.durable, publisher, frame.publishing_ids))
+        self._confirm_ready.set()
 
     def _publish_error(self, frame: f.Publish, code: int) -> None:
         self.send(r.PublishError(frame.publisher_id,
@@ -674,17 +568,23 @@ class StreamConnection:
             await self._confirm_ready.wait()
             self._confirm_ready.clear()
             while self._confirms:
-                partition, mark, publisher, ids = self._confirms.popleft()
+                durable, publisher, ids = self._confirms.popleft()
                 try:
-                    await partition.commit(Appended(-1, mark))
-                except (PartitionClosed, OSError):
-                    self.send(r.PublishError(publisher.publisher_id, [
-                        (pid, ResponseCode.STREAM_NOT_AVAILABLE) for pid in ids]))
+                    await durable
+                except PartitionClosed:  # the stream was deleted before the write
+                    self._refuse(publisher, ids, ResponseCode.STREAM_DOES_NOT_EXIST)
                     continue
-                while (self._confirms and self._confirms[0][2] is publisher
-                       and self._confirms[0][1] <= partition.committed_offset):
-                    ids = ids + self._confirms.popleft()[3]
+                except Exception as error:  # disk full, file too big: these, not the link
+                    self.log.warning("stream write failed: %s", error)
+                    self._refuse(publisher, ids, ResponseCode.STREAM_NOT_AVAILABLE)
+                    continue
+                while (self._confirms and self._confirms[0][1] is publisher
+                       and _succeeded(self._confirms[0][0])):
+                    ids = ids + self._confirms.popleft()[2]
                 self.send(r.PublishConfirm(publisher.publisher_id, ids))
+
+    def _refuse(self, publisher: Publisher, ids: list[int], code: int) -> None:
+        self.send(r.PublishError(publisher.publisher_id, [(pid, code) for pid in ids]))
 
     def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
         try:
@@ -694,7 +594,7 @@ class StreamConnection:
             self.send(r.QueryPublisherSequenceResponse(frame.correlation_id,
                                                        response_code(error), 0))
             return
-        sequence = partition.sequences.get(frame.reference, 0)
+        sequence = partition.appender.sequence(frame.reference) or 0
         self.send(r.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK,
                                                    sequence))
 
@@ -718,9 +618,11 @@ class StreamConnection:
         self.respond(Key.SUBSCRIBE, frame.correlation_id, code)
         if code != ResponseCode.OK:
             return
+        values, match_unfiltered = _filter(frame.properties)
+        reader = partition.subscribe(partition.committed_offset, credit=frame.credit,
+                                     filter_values=values, match_unfiltered=match_unfiltered)
         subscription = Subscription(frame.subscription_id, frame.stream, partition,
-                                    frame.offset_spec, frame.credit,
-                                    matcher=_matcher(frame.properties))
+                                    frame.offset_spec, reader)
         self.subscriptions[frame.subscription_id] = subscription
         self.ctx.add_consumer(str(frame.subscription_id), frame.stream,
                               prefetch_count=frame.credit, ack_required=False)
@@ -730,12 +632,12 @@ class StreamConnection:
             self._start_delivery(subscription, frame.offset_spec)
 
     def _start_delivery(self, subscription: Subscription, spec: f.OffsetSpec) -> None:
-        offset = self._resolve_offset(subscription.partition, spec)
+        subscription.reader.seek(self._resolve_offset(subscription.service, spec))
         subscription.task = asyncio.get_running_loop().create_task(
-            self._deliver_loop(subscription, offset))
+            self._deliver_loop(subscription))
         self._tasks.append(subscription.task)
 
-    def _resolve_offset(self, partition: Partition, spec: f.OffsetSpec) -> int:
+    def _resolve_offset(self, partition: PartitionService, spec: f.OffsetSpec) -> int:
         kind = spec.type
         if kind == OffsetType.FIRST:
             return partition.first_offset
@@ -748,62 +650,23 @@ class StreamConnection:
             return partition.offset_for_timestamp(spec.value)
         return partition.committed_offset  # NEXT, and NONE as "no preference"
 
-    async def _deliver_loop(self, subscription: Subscription, offset: int) -> None:
-        reader = subscription.partition.reader(offset)
-        writer = self.ctx.writer
+    async def _deliver_loop(self, subscription: Subscription) -> None:
+        """Ship committed chunks as Deliver frames, one credit each: the chunk's header
+        and data go from the segment file, after the frame's own header."""
+        reader, service = subscription.reader, subscription.service
         try:
             while True:
-                while subscription.credit <= 0 or not subscription.active:
-                    subscription.wake.clear()
-                    await subscription.wake.wait()
-                location = reader.next_location()
-                if location is None:
-                    await subscription.partition.wait_for(reader.position)
-                    continue
-                head = os.pread(location.segment.fileno(), HEADER_SIZE + MAX_BLOOM_SIZE,
-                                location.file_pos)
-                bloom = memoryview(head)[HEADER_SIZE:HEADER_SIZE + head[BLOOM_SIZE_AT]]
-                if subscription.matcher is not None and not subscription.matcher.matches(bloom):
-                    continue  # nothing this subscription wants: no Deliver, no credit spent
-                self._deliver(subscription, location, head[:HEADER_SIZE], len(bloom))
-                subscription.credit -= 1
+                chunk = await reader.next_view()
+                header = encode_deliver_prefix(subscription.subscription_id,
+                                               self.deliver_version, chunk.wire_size,
+                                               service.committed_chunk_id)
+                reader.send(chunk, header, self._transport)
                 self.core.delivery_stats.delivered(
-                    self.namespace, subscription.name, location.next_offset -
-                    location.chunk_id, location.send_size)
+                    self.namespace, subscription.name, chunk.num_records, chunk.location.send_size)
                 if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await writer.drain()  # a slow consumer holds one buffer, not the log
+                    await self.ctx.writer.drain()  # a slow consumer holds one buffer, not the log
         except (PartitionClosed, ConnectionError):
             return
-
-    def _deliver(self, subscription: Subscription, location: ChunkLocation, header: bytes,
-                 bloom_size: int) -> None:
-        """Deliver the chunk's header and data. Without a bloom filter they lie together
-        and go straight from the file; else the header goes with the frame's prefix and
-        the data follows from the file, the filter left out as Osiris does."""
-        size = location.send_size - bloom_size
-        prefix = encode_deliver_prefix(subscription.subscription_id, self.deliver_version,
-                                       size, subscription.partition.committed_chunk_id)
-        start, length = location.file_pos, location.send_size
-        if bloom_size:
-            prefix += header
-            start, length = start + HEADER_SIZE + bloom_size, size - HEADER_SIZE
-        segment_fd = location.segment.fileno()
-        if self._socket_fd is not None and self._transport.get_write_buffer_size() == 0:
-            sent = _send_now(self._socket_fd, prefix, segment_fd, start, length)
-        else:
-            sent = 0
-        self._write_rest(prefix, segment_fd, start, length, sent)
-
-    def _write_rest(self, prefix: bytes, segment_fd: int, start: int, length: int,
-                    sent: int) -> None:
-        """Queue whatever the kernel did not take at once: the prefix's remainder and
-        the file bytes from where sendfile stopped."""
-        if sent < len(prefix):
-            self._transport.write(prefix[sent:])
-            sent = len(prefix)
-        done = sent - len(prefix)
-        if done < length:
-            self._transport.write(os.pread(segment_fd, length - done, start + done))
 
     def on_credit(self, frame: f.Credit) -> None:
         subscription = self.subscriptions.get(frame.subscription_id)
@@ -811,8 +674,7 @@ class StreamConnection:
             self.send(r.CreditResponse(ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST,
                                        frame.subscription_id))
             return
-        subscription.credit += frame.credit
-        subscription.wake.set()
+        subscription.reader.grant(frame.credit)
 
     def on_unsubscribe(self, frame: f.Unsubscribe) -> None:
         subscription = self.subscriptions.get(frame.subscription_id)
@@ -876,7 +738,6 @@ class StreamConnection:
         group = self.core.active_consumers.group(
             self.namespace, subscription.name, name,
             position=index if super_stream else None)
-        subscription.active = False
         subscription.membership = group.join(
             activate=lambda: self._ask_consumer_update(subscription, True),
             deactivate=lambda: self._ask_consumer_update(subscription, False))
@@ -884,11 +745,9 @@ class StreamConnection:
     def _ask_consumer_update(self, subscription: Subscription, active: bool) -> None:
         if subscription.subscription_id not in self.subscriptions:
             return
-        if not active:
-            subscription.active = False
-            if subscription.task is not None:
-                subscription.task.cancel()
-                subscription.task = None
+        if not active and subscription.task is not None:
+            subscription.task.cancel()
+            subscription.task = None
         correlation_id = self._next_correlation()
         self._consumer_updates[correlation_id] = subscription
         self.send(r.ConsumerUpdate(correlation_id, subscription.subscription_id, active))
@@ -899,7 +758,6 @@ class StreamConnection:
             return
         if not subscription.membership.is_active or subscription.task is not None:
             return
-        subscription.active = True
         spec = frame.offset_spec
         if spec.type == OffsetType.NONE:
             spec = subscription.start
@@ -919,60 +777,15 @@ class StreamConnection:
         return host or str(sockname[0]), port or int(sockname[1])
 
 
-def _kept(last: int, ids: list[int]) -> list[int] | None:
-    """Positions of the messages whose publishing id is above every id accepted before
-    it for the publisher's reference: `last` (stored or staged) and those earlier in this
-    frame; None when that is all of them. The others are not stored again, as Osiris
-    drops them."""
-    if not ids or (ids[0] > last and ids == sorted(set(ids))):
-        return None  # the common case: rising ids, nothing seen before
-    kept = []
-    for position, pid in enumerate(ids):
-        if pid > last:
-            kept.append(position)
-            last = pid
-    return kept
+def _succeeded(durable: asyncio.Future[None]) -> bool:
+    return durable.done() and durable.exception() is None
 
 
-def _matcher(properties: dict[str, str]) -> BloomMatcher | None:
-    """The bloom test of a subscription with `filter.N` properties, as RabbitMQ 3.13+
-    reads them (`match-unfiltered`: also chunks of messages without a filter value)."""
+def _filter(properties: dict[str, str]) -> tuple[list[str], bool]:
+    """The filter values of a subscription's `filter.N` properties, as RabbitMQ 3.13+
+    reads them, and `match-unfiltered` (also chunks of messages without a value)."""
     values = [value for key, value in properties.items() if key.startswith("filter.")]
-    if not values:
-        return None
-    return BloomMatcher(values, properties.get("match-unfiltered") == "true")
-
-
-def _record_count(entries: list[memoryview]) -> int:
-    """Records in a list of Osiris entries: one per simple entry, a sub-batch's own count."""
-    return sum(SUB_BATCH_RECORDS.unpack_from(entry, 1)[0] if entry[0] & 0x80 else 1
-               for entry in entries)
-
-
-def _sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
-    """The raw socket to sendfile into, or None where bytes must go through the
-    transport (TLS, or anything that is not a plain TCP socket)."""
-    if transport.get_extra_info("sslcontext") is not None:
-        return None
-    sock = transport.get_extra_info("socket")
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return None
-    return sock.fileno()
-
-
-def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, start: int, length: int) -> int:
-    """Send the Deliver prefix, then `length` bytes of the segment file from `start`, for
-    as long as the kernel takes them without blocking; return how many bytes went."""
-    try:
-        sent = os.write(socket_fd, prefix)
-    except (BlockingIOError, InterruptedError):
-        return 0
-    if sent < len(prefix):
-        return sent
-    try:
-        return sent + os.sendfile(socket_fd, segment_fd, start, length)
-    except (BlockingIOError, InterruptedError):
-        return sent
+    return values, properties.get("match-unfiltered") == "true"
 
 
 async def handle(ctx: ConnectionContext) -> None:

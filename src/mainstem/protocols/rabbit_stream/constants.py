@@ -10,9 +10,6 @@ RESPONSE_FLAG = 0x8000
 # Until the connection is tuned, RabbitMQ caps frames at 8 KiB (stream.initial_frame_max).
 INITIAL_FRAME_MAX = 8192
 
-# Osiris chunk header length: the part of a chunk a Deliver frame carries before the entries.
-CHUNK_HEADER_SIZE = 48
-
 
 class Key(IntEnum):
     DECLARE_PUBLISHER = 0x0001

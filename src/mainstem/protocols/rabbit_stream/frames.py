@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from mainstem.log.chunk import SIMPLE_ENTRY
+from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY
 from mainstem.protocols.rabbit_stream import wire
 from mainstem.protocols.rabbit_stream.constants import (
     RESPONSE_FLAG,
@@ -35,10 +35,6 @@ _COMMAND_VERSION = struct.Struct(">HHH")
 
 # Publish hot path: publishing id + first 4 bytes of the entry, read in one call.
 _ID_AND_ENTRY_HEAD = struct.Struct(">QI")
-# Sub-batch entry header after its type byte: record count, uncompressed size, body size.
-_SUB_BATCH_HEAD = struct.Struct(">BHII")
-_SUB_BATCH_FLAG = 0x80000000
-_SIMPLE_HEAD_SIZE = 4
 
 
 class Frame:
@@ -191,13 +187,13 @@ class Publish(Frame):
                 filters.append(r.nullable_string())
                 pos = r.pos
                 (head,) = U32.unpack_from(view, pos)
-            if head & _SUB_BATCH_FLAG:
-                _, n_records, uncompressed, size = _SUB_BATCH_HEAD.unpack_from(view, pos)
-                entry_end = pos + _SUB_BATCH_HEAD.size + size
+            if head & SUB_BATCH_BIT:
+                _, n_records, uncompressed, size = SUB_BATCH_ENTRY.unpack_from(view, pos)
+                entry_end = pos + SUB_BATCH_ENTRY.size + size
                 records += n_records
-                payload += max(uncompressed - _SIMPLE_HEAD_SIZE * n_records, 0)
+                payload += max(uncompressed - SIMPLE_ENTRY.size * n_records, 0)
             else:
-                entry_end = pos + _SIMPLE_HEAD_SIZE + head
+                entry_end = pos + SIMPLE_ENTRY.size + head
                 records += 1
                 payload += head
             if entry_end > end:

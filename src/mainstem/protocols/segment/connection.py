@@ -23,13 +23,12 @@ from mainstem.broker.errors import (
     PreconditionFailed,
 )
 from mainstem.broker.segments import (
-    MAX_EVENTS_PER_CHUNK,
     SegmentName,
     SegmentSealed,
     SegmentTruncated,
     check_found,
 )
-from mainstem.log.partition import Partition, PartitionClosed
+from mainstem.broker.stream_service import PartitionClosed, PartitionService
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.segment import codec as c
 
@@ -110,7 +109,7 @@ class SegmentConnection:
                 data = read.result()
                 if not data:
                     return
-                if self.appenders and self.core.alarms.blocked:
+                if self.appenders and self.core.write_gate.held:
                     await self._wait_out_alarm()  # what was read waits with the rest
                 self.last_read = asyncio.get_running_loop().time()
                 for message, size in self.decoder.feed(data):
@@ -134,10 +133,10 @@ class SegmentConnection:
     async def _wait_out_alarm(self) -> None:
         """Hold an appending connection back as Pravega does under pressure: read nothing
         (appends wait in TCP buffers) until the alarm clears."""
-        self.ctx.log.info("segment appends held: %s", self.core.alarms.describe())
+        self.ctx.log.info("segment appends held: %s", self.core.write_gate.reason)
         self.holding = True  # the peer's keep-alives go unread meanwhile: not idleness
         try:
-            await self.core.alarms.wait_clear()
+            await self.core.write_gate.opened()
         finally:
             self.holding = False
             self.last_read = asyncio.get_running_loop().time()
@@ -248,8 +247,6 @@ class SegmentConnection:
         if end > appender.level:  # at or below the stored level: a resend, dropped
             appender.events.append(event.data)
             appender.level = end
-            if len(appender.events) == MAX_EVENTS_PER_CHUNK:
-                self.flush_appender(appender)
 
     def flush(self) -> None:
         """Append each appender's buffered events as one chunk and ack once durable."""
@@ -260,20 +257,20 @@ class SegmentConnection:
     def flush_appender(self, appender: Appender) -> None:
         events, appender.events = appender.events, []
         try:
-            partition = self.segments.write(appender.name, appender.connection_id, events,
-                                            appender.level)
+            service = self.segments.write(appender.name, appender.connection_id, events,
+                                          appender.level)
         except BrokerError as error:
             raise Close(_error_reply(str(appender.name), error)) from None
         appender.flushed = appender.level
         if appender.ack_task is None:
-            appender.ack_task = self.spawn(self._ack(appender, partition))
+            appender.ack_task = self.spawn(self._ack(appender, service))
 
-    async def _ack(self, appender: Appender, partition: Partition) -> None:
+    async def _ack(self, appender: Appender, service: PartitionService) -> None:
         acked = -1
         try:
             while acked < appender.flushed:
                 target = appender.flushed
-                await partition.durable_point()
+                await service.appender.settled()
                 self.send(c.DataAppended(appender.connection_id, target))
                 acked = target
         finally:

@@ -1,0 +1,20 @@
+"""The stream service: the one way protocols write to and read from a stream's partitions.
+
+`PartitionService` gives each partition one `Appender` (batching, chunk bounds, writer
+sequences, durability, the write gate) and `Subscription`s (credit, waiting for new
+data, sending chunks from the files). Below it lies the log; protocols see only this,
+and the Osiris layout itself is declared once, in `formats.osiris`.
+"""
+
+from mainstem.broker.stream_service.appender import Appender, ChunkLimits, Receipt
+from mainstem.broker.stream_service.gate import WriteGate, WritesHeld
+from mainstem.broker.stream_service.service import PartitionService
+from mainstem.broker.stream_service.subscription import Subscription
+from mainstem.log.chunk import Chunk
+from mainstem.log.partition import DataRemoved, PartitionClosed
+from mainstem.log.transfer import ChunkView
+
+__all__ = [
+    "Appender", "Chunk", "ChunkLimits", "ChunkView", "DataRemoved", "PartitionClosed",
+    "PartitionService", "Receipt", "Subscription", "WriteGate", "WritesHeld",
+]

@@ -1,0 +1,277 @@
+"""The one writer of a partition: every record a protocol stores goes through here.
+
+As Osiris's writer does, an Appender batches what its writers hand it during one
+event-loop turn into chunks, writes them, and reports each write once it is durable
+under the partition's fsync policy. It cuts chunks at the bounds the writer asks for
+(the chunk header's 65,535 entries at most), drops what a writer's sequence shows it
+stored already, and holds everything while the write gate is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mainstem.broker.stream_service.gate import WriteGate
+from mainstem.log.chunk import (
+    MAX_CHUNK_ENTRIES,
+    SIMPLE_ENTRY,
+    SUB_BATCH_ENTRY,
+    SUB_BATCH_FLAG,
+    UNFILTERED,
+    bloom_filter,
+)
+from mainstem.log.partition import Appended, Partition, PartitionClosed
+
+Entry = bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkLimits:
+    entries: int = MAX_CHUNK_ENTRIES
+    bytes: int | None = None  # None: no bound on a chunk's data bytes
+
+
+WHOLE_CHUNKS = ChunkLimits()
+
+
+@dataclass(slots=True, eq=False)
+class _Chunk:
+    """Entries staged for one chunk, and the future of its durability."""
+
+    done: asyncio.Future[None]
+    entries: list[Entry] = field(default_factory=list)
+    size: int = 0  # bytes of the staged entries
+    records: int = 0
+    all_simple: bool = True
+    filter_values: set[str] = field(default_factory=set)
+    sequences: dict[str, int] = field(default_factory=dict)
+    chunk_id: int = -1  # once written
+
+    def room(self, entries: Sequence[Entry], limits: ChunkLimits) -> int:
+        """How many of `entries`, taken in order, still fit in this chunk's bounds."""
+        fits = min(len(entries), limits.entries - len(self.entries))
+        if limits.bytes is None or self.size + sum(map(len, entries[:fits])) <= limits.bytes:
+            return max(fits, 0)
+        budget, taken = limits.bytes - self.size, 0
+        while taken < fits and len(entries[taken]) <= budget:
+            budget -= len(entries[taken])
+            taken += 1
+        return taken if taken or self.entries else 1  # an entry alone always fits
+
+    def write(self, partition: Partition) -> Appended | None:
+        """Append the staged entries as one chunk, then let go of them: they hold the
+        protocol's read buffers, which must not wait for the fsync."""
+        entries, self.entries = self.entries, []
+        if not entries:
+            return None
+        blob = b"".join(entries)
+        payload = len(blob) - SIMPLE_ENTRY.size * len(entries) if self.all_simple else None
+        return partition.write(blob, len(entries), self.records, payload_bytes=payload,
+                               sequences=self.sequences or None,
+                               bloom=bloom_filter(self.filter_values))
+
+
+@dataclass(slots=True)
+class Receipt:
+    """What an append gets back: `durable` is done once its records are durable (or
+    fails with the write's error); `first_offset` is known once the chunk is written."""
+
+    durable: asyncio.Future[None]
+    _chunk: _Chunk  # the chunk of the append's first record
+    _skip: int  # records of that chunk before it
+
+    @property
+    def first_offset(self) -> int:
+        return self._chunk.chunk_id + self._skip
+
+
+class Appender:
+    def __init__(self, partition: Partition, gate: WriteGate | None = None) -> None:
+        self.partition = partition
+        self._gate = gate
+        self._chunks: list[_Chunk] = []
+        self._staged: dict[str, int] = {}  # writer -> highest sequence staged
+        self._flushing = False
+        self._settling: set[asyncio.Task[None]] = set()
+
+    def sequence(self, writer: str) -> int | None:
+        """The writer's last sequence, staged or stored; None for an unknown writer."""
+        staged = self._staged.get(writer)
+        return staged if staged is not None else self.partition.sequences.get(writer)
+
+    def append_records(self, records: Sequence[Entry], *, writer: str | None = None,
+                       sequence: int | None = None, together: bool = False) -> Receipt:
+        """Stage records (bodies). With `writer`, `sequence` is stored with them, and the
+        whole append is dropped when the writer stored that sequence already. Records
+        appended `together` (at most a chunk's worth) share one chunk: after a crash,
+        all of them are there or none."""
+        stored = None if writer is None or sequence is None else (writer, sequence)
+        if stored is not None and stored[1] <= _or_below(self.sequence(stored[0])):
+            return self._nothing()
+        if not records:
+            return self._nothing()
+        first, skip, last = self._stage(_simple_entries(records), True, None, None,
+                                        WHOLE_CHUNKS, together)
+        if stored is not None:  # kept in the chunk that holds the append's last record
+            name, value = stored
+            last.sequences[name] = self._staged[name] = value
+        return Receipt(last.done, first, skip)
+
+    def append_entries(self, entries: Sequence[Entry], *, all_simple: bool,
+                       writer: str | None = None, sequences: list[int] | None = None,
+                       filter_values: list[str | None] | None = None,
+                       limits: ChunkLimits = WHOLE_CHUNKS) -> Receipt:
+        """Stage encoded Osiris entries (a stream Publish's own). With `writer`, one
+        sequence per entry: those at or below the writer's last are dropped, as Osiris
+        drops them. `filter_values` (one per entry) go into the chunk's bloom filter."""
+        tracked = None
+        if writer is not None and sequences is not None:
+            kept = _kept(_or_below(self.sequence(writer)), sequences)
+            if kept is not None:
+                entries = [entries[i] for i in kept]
+                sequences = [sequences[i] for i in kept]
+                if filter_values is not None:
+                    filter_values = [filter_values[i] for i in kept]
+            tracked = writer, sequences
+        if not entries:
+            return self._nothing()
+        first, skip, last = self._stage(entries, all_simple, filter_values, tracked, limits,
+                                        False)
+        return Receipt(last.done, first, skip)
+
+    async def settled(self) -> None:
+        """Return once everything appended so far is durable."""
+        if self._chunks:
+            await asyncio.shield(self._chunks[-1].done)
+        await self.partition.durable_point()
+
+    def write_staged(self) -> None:
+        """Write what is staged now rather than at the end of the turn: for a writer that
+        cuts its own batches (one per socket read), or a partition about to close. While
+        writers are held it stays staged (and fails if the partition closes meanwhile)."""
+        if self._chunks:
+            self._flush()
+
+    # -- staging and writing -----------------------------------------------------
+
+    def _open_chunk(self) -> _Chunk:
+        chunk = _Chunk(asyncio.get_running_loop().create_future())
+        self._chunks.append(chunk)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return chunk
+
+    def _nothing(self) -> Receipt:
+        """A receipt for an append that stores nothing: done once what came before is."""
+        chunk = self._chunks[-1] if self._chunks else self._open_chunk()
+        return Receipt(chunk.done, chunk, chunk.records)
+
+    def _stage(self, entries: Sequence[Entry], all_simple: bool,
+               filter_values: list[str | None] | None,
+               tracked: tuple[str, list[int]] | None, limits: ChunkLimits,
+               together: bool) -> tuple[_Chunk, int, _Chunk]:
+        """Add entries to the open chunk, cutting new ones at `limits`. Returns the chunk
+        of the first entry, the records before it there, and the chunk of the last."""
+        chunk = self._chunks[-1] if self._chunks else self._open_chunk()
+        if together and chunk.room(entries, limits) < len(entries):
+            assert len(entries) <= limits.entries, "records appended together fill one chunk"
+            chunk = self._open_chunk()
+        first: tuple[_Chunk, int] | None = None
+        start = 0
+        while start < len(entries):
+            taken = chunk.room(entries[start:], limits)
+            if not taken:
+                chunk = self._open_chunk()
+                continue
+            end = start + taken
+            if first is None:
+                first = chunk, chunk.records
+            piece = entries[start:end]
+            chunk.entries += piece
+            chunk.size += sum(map(len, piece))
+            chunk.records += taken if all_simple else _record_count(piece)
+            chunk.all_simple = chunk.all_simple and all_simple
+            if filter_values is None:
+                chunk.filter_values.add(UNFILTERED)
+            else:
+                chunk.filter_values.update(v or UNFILTERED for v in filter_values[start:end])
+            if tracked is not None:
+                writer, sequences = tracked
+                chunk.sequences[writer] = self._staged[writer] = max(sequences[start:end])
+            start = end
+        assert first is not None
+        return first[0], first[1], chunk
+
+    def _flush(self) -> None:
+        if self._gate is not None and self._gate.held:
+            self._spawn(self._flush_when_open())
+            return
+        self._flushing = False
+        chunks, self._chunks, self._staged = self._chunks, [], {}
+        written: list[tuple[int, _Chunk]] = []
+        for chunk in chunks:
+            try:
+                appended = chunk.write(self.partition)
+            except (PartitionClosed, OSError) as error:  # these records, not the writer
+                chunk.done.set_exception(error)
+                continue
+            chunk.chunk_id = self.partition.next_offset if appended is None else appended.chunk_id
+            written.append((self.partition.next_offset, chunk))
+        if written:
+            self._spawn(self._settle(written))
+
+    async def _flush_when_open(self) -> None:
+        assert self._gate is not None
+        await self._gate.opened()
+        self._flush()
+
+    async def _settle(self, written: list[tuple[int, _Chunk]]) -> None:
+        """Complete each written chunk's future once it is durable, in order."""
+        for k, (mark, chunk) in enumerate(written):
+            try:
+                await self.partition.commit(Appended(chunk.chunk_id, mark))
+            except Exception as error:  # a failed fsync fails every write it covered
+                for _, failed in written[k:]:
+                    if not failed.done.done():
+                        failed.done.set_exception(error)
+                return
+            if not chunk.done.done():
+                chunk.done.set_result(None)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+
+def _or_below(sequence: int | None) -> int:
+    return -1 if sequence is None else sequence
+
+
+def _simple_entries(records: Sequence[Entry]) -> list[bytes]:
+    pack = SIMPLE_ENTRY.pack
+    return [pack(len(record)) + record for record in records]
+
+
+def _kept(last: int, ids: list[int]) -> list[int] | None:
+    """Positions of the entries whose sequence is above every one accepted before it:
+    `last` (stored or staged) and those earlier in this append; None when that is all
+    of them."""
+    if not ids or (ids[0] > last and ids == sorted(set(ids))):
+        return None  # the common case: rising ids, nothing seen before
+    kept = []
+    for position, pid in enumerate(ids):
+        if pid > last:
+            kept.append(position)
+            last = pid
+    return kept
+
+
+def _record_count(entries: Sequence[Entry]) -> int:
+    """Records in a list of Osiris entries: one per simple entry, a sub-batch's own count."""
+    unpack = SUB_BATCH_ENTRY.unpack_from
+    return sum(unpack(entry)[1] if entry[0] & SUB_BATCH_FLAG else 1 for entry in entries)

@@ -1,0 +1,55 @@
+"""A partition as protocols see it: one Appender to write, Subscriptions to read, and
+the positions they answer queries with. Protocols hold these, never the log's objects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mainstem.broker.stream_service.appender import Appender
+from mainstem.broker.stream_service.gate import WriteGate
+from mainstem.broker.stream_service.subscription import Subscription
+from mainstem.log.partition import Partition
+
+
+class PartitionService:
+    def __init__(self, partition: Partition, gate: WriteGate | None = None) -> None:
+        self.partition = partition
+        self.appender = Appender(partition, gate)
+
+    def subscribe(self, offset: int, *, credit: int | None = None,
+                  filter_values: Sequence[str] = (),
+                  match_unfiltered: bool = False) -> Subscription:
+        """A reader from `offset` (moved up to the first offset if retention took it)."""
+        return Subscription(self.partition, max(offset, self.first_offset), credit=credit,
+                            filter_values=filter_values, match_unfiltered=match_unfiltered)
+
+    async def close(self) -> None:
+        """Close the partition, writing first what its appender staged."""
+        self.appender.write_staged()
+        await self.partition.aclose()
+
+    @property
+    def first_offset(self) -> int:
+        return self.partition.first_offset
+
+    @property
+    def committed_offset(self) -> int:
+        """Every record below it is durable and visible."""
+        return self.partition.committed_offset
+
+    @property
+    def committed_chunk_id(self) -> int:
+        """First offset of the last visible chunk; -1 when none."""
+        return self.partition.committed_chunk_id
+
+    @property
+    def size_bytes(self) -> int:
+        return self.partition.size_bytes
+
+    @property
+    def segment_count(self) -> int:
+        return self.partition.segment_count
+
+    def offset_for_timestamp(self, timestamp: int) -> int:
+        """First offset of the first committed chunk at or after `timestamp` (ms)."""
+        return self.partition.offset_for_timestamp(timestamp)

@@ -1,0 +1,85 @@
+"""A reader of a partition's committed chunks: where it is, what it may still receive.
+
+Credit counts the chunks a subscriber may be sent (None: unmetered, for readers that
+pace themselves); a subscriber with filter values gets only the chunks whose bloom
+filter may hold one of them. Sending goes through the log, which owns the files:
+the subscriber's protocol supplies only its frame header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Sequence
+
+from mainstem.log.chunk import BloomMatcher, Chunk
+from mainstem.log.partition import Partition
+from mainstem.log.transfer import ChunkView, peek, send_chunk
+
+
+class Subscription:
+    def __init__(self, partition: Partition, offset: int, *, credit: int | None = None,
+                 filter_values: Sequence[str] = (), match_unfiltered: bool = False) -> None:
+        self._partition = partition
+        self._reader = partition.reader(offset)
+        self.credit = credit
+        self._wake = asyncio.Event()
+        self._matcher = (BloomMatcher(filter_values, match_unfiltered) if filter_values
+                         else None)
+
+    @property
+    def position(self) -> int:
+        """The offset the next chunk starts at (or holds)."""
+        return self._reader.position
+
+    def seek(self, offset: int) -> None:
+        """Read on from `offset` (a single active consumer starts where it is told)."""
+        self._reader = self._partition.reader(max(offset, self._partition.first_offset))
+
+    def grant(self, credit: int) -> None:
+        assert self.credit is not None, "an unmetered subscription takes no credit"
+        self.credit += credit
+        self._wake.set()
+
+    async def next_view(self) -> ChunkView:
+        """The next committed chunk this subscriber may be sent, once it has credit;
+        waits for new data at the end of the log."""
+        while True:
+            while self.credit is not None and self.credit <= 0:
+                self._wake.clear()
+                await self._wake.wait()
+            location = self._reader.next_location()
+            if location is None:
+                await self._partition.wait_for(self._reader.position)
+                continue
+            view = peek(location)
+            if self._matcher is None or self._matcher.matches(view.bloom):
+                return view
+            # nothing this subscriber wants: nothing sent, no credit spent
+
+    def send(self, view: ChunkView, frame_header: bytes, transport: asyncio.Transport) -> None:
+        """Send a chunk after `frame_header` (which declares `view.wire_size` bytes of it),
+        spending one credit: by sendfile straight from the segment file when nothing is
+        queued on the transport before it, else through the transport."""
+        if self.credit is not None:
+            self.credit -= 1
+        fd = _sendfile_socket(transport) if transport.get_write_buffer_size() == 0 else None
+        send_chunk(view, frame_header, fd, transport.write)
+
+    async def next_chunk(self) -> Chunk:
+        """The next committed chunk, read; waits for new data at the end of the log."""
+        return await self._reader.next_chunk()
+
+    def next_chunk_nowait(self) -> Chunk | None:
+        return self._reader.next_chunk_nowait()
+
+
+def _sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
+    """The raw socket to sendfile into, or None where bytes must go through the
+    transport (TLS, or anything that is not a plain TCP socket)."""
+    if transport.get_extra_info("sslcontext") is not None:
+        return None
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return sock.fileno()

@@ -1,0 +1,78 @@
+"""Sending a committed chunk from its segment file to a socket, as Osiris's send_file.
+
+The protocol supplies only its frame header; the chunk's 48-byte header and data go
+after it, from the page cache to the socket by sendfile when the kernel takes them at
+once, else read and handed to the protocol's writer. A chunk's bloom filter stays
+on disk: a subscriber gets the header and data entries, and the size the frame
+declares is `ChunkView.wire_size`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mainstem.log.chunk import BLOOM_SIZE_AT, HEADER_SIZE, MAX_BLOOM_SIZE
+from mainstem.log.partition import ChunkLocation
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkView:
+    """A committed chunk's place on disk with its header and bloom filter read."""
+
+    location: ChunkLocation
+    header: bytes
+    bloom: memoryview
+
+    @property
+    def wire_size(self) -> int:
+        """Bytes of header and data entries: what a subscriber receives of the chunk."""
+        return self.location.send_size - len(self.bloom)
+
+    @property
+    def num_records(self) -> int:
+        return self.location.next_offset - self.location.chunk_id
+
+
+def peek(location: ChunkLocation) -> ChunkView:
+    """Read the chunk's header and bloom filter (one pread)."""
+    head = os.pread(location.segment.fileno(), HEADER_SIZE + MAX_BLOOM_SIZE, location.file_pos)
+    bloom = memoryview(head)[HEADER_SIZE:HEADER_SIZE + head[BLOOM_SIZE_AT]]
+    return ChunkView(location, head[:HEADER_SIZE], bloom)
+
+
+def send_chunk(view: ChunkView, frame_header: bytes, socket_fd: int | None,
+               write: Callable[[bytes], None]) -> None:
+    """Send `frame_header`, then the chunk's header and data. With `socket_fd` (a plain
+    socket with nothing queued before it) the kernel takes what it can at once; the
+    rest goes through `write`. Without a filter, header and data lie together and go
+    straight from the file; else the header goes with the frame header."""
+    location = view.location
+    prefix, start, length = frame_header, location.file_pos, location.send_size
+    if view.bloom:
+        prefix += view.header
+        start, length = start + HEADER_SIZE + len(view.bloom), view.wire_size - HEADER_SIZE
+    segment_fd = location.segment.fileno()
+    sent = 0 if socket_fd is None else _send_now(socket_fd, prefix, segment_fd, start, length)
+    if sent < len(prefix):
+        write(prefix[sent:])
+        sent = len(prefix)
+    done = sent - len(prefix)
+    if done < length:
+        write(os.pread(segment_fd, length - done, start + done))
+
+
+def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, start: int, length: int) -> int:
+    """Send the prefix, then `length` bytes of the segment file from `start`, for as long
+    as the kernel takes them without blocking; return how many bytes went."""
+    try:
+        sent = os.write(socket_fd, prefix)
+    except (BlockingIOError, InterruptedError):
+        return 0
+    if sent < len(prefix):
+        return sent
+    try:
+        return sent + os.sendfile(socket_fd, segment_fd, start, length)
+    except (BlockingIOError, InterruptedError):
+        return sent
