@@ -216,6 +216,22 @@ async def test_retention_by_age(tmp_path: Path, small_segments) -> None:
     partition.close()
 
 
+async def test_retention_waits_for_the_commit_that_replaces_the_oldest_segment(
+        tmp_path: Path) -> None:
+    # Written in one go before any fsync: at each roll nothing later is durable yet, so the
+    # oldest segments may not go then; the commit that makes them replaceable removes them.
+    policy = RetentionPolicy(max_bytes=3_000, max_segment_bytes=1_000)
+    partition = Partition.open(tmp_path / "p", retention=policy)
+    for batch in range(30):
+        appended = partition.write_records(records(batch))
+    assert partition.first_offset == 0
+    await partition.commit(appended)
+    assert partition.first_offset > 0
+    assert partition.size_bytes <= 3_000 + 1_000
+    assert read_all(partition)[-1] == (299, b"b29-r9")
+    partition.close()
+
+
 async def test_segment_roll_applies_retention(tmp_path: Path) -> None:
     policy = RetentionPolicy(max_bytes=3_000, max_segment_bytes=1_000)
     partition = Partition.open(tmp_path / "p", durability=NEVER, retention=policy)

@@ -100,6 +100,7 @@ class Partition:
                                    durable=self.next_offset, on_demand=fsync_on_demand)
         self._tail: asyncio.Future[None] | None = None
         self._closed = False
+        self._retention_waits = False  # see apply_retention
 
     # -- opening and closing -------------------------------------------------
 
@@ -277,6 +278,8 @@ class Partition:
         if self._tail is not None and not self._tail.done():
             self._tail.set_result(None)
         self._tail = None
+        if self._retention_waits:
+            self.apply_retention()
 
     # -- reading -------------------------------------------------------------
 
@@ -398,15 +401,19 @@ class Partition:
         now_ms = _now_ms() if now_ms is None else now_ms
         total = self.size_bytes
         deleted = 0
+        # A segment over the limits that is not yet replaced by durable data goes once
+        # it is: the commit that makes it so runs retention again.
+        self._retention_waits = False
         while len(self._segments) > 1:
             oldest = self._segments[0]
-            if not self._replaced(oldest):
-                break
             too_big = policy.max_bytes is not None and total > policy.max_bytes
             last_ts = oldest.last_timestamp
             too_old = (policy.max_age_ms is not None and last_ts is not None
                        and last_ts < now_ms - policy.max_age_ms)
             if not (too_big or too_old):
+                break
+            if not self._replaced(oldest):
+                self._retention_waits = True
                 break
             total -= oldest.size
             self._drop_oldest()
