@@ -4,11 +4,14 @@ An Iggy stream is a namespace and an Iggy topic is a stream of the log engine.
 Iggy also names them by number, so the ids live in a small SQLite file of their
 own (`<data>/iggy.sqlite`) and survive restarts. Consumer groups are durable
 (id, name); their members are connections, rebalanced on join, leave and
-disconnect: partitions are dealt round robin over the members in join order.
+disconnect: partitions are dealt round robin over the members in join order. The numbers
+a broker hands out while it runs (client ids, the round-robin turn of each topic) are kept
+here too, per broker.
 """
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -46,11 +49,22 @@ class IggyModel:
         self.groups: dict[tuple[str, str, int], Group] = {}
         # Live Iggy connections: client id -> (address, user name or None).
         self.clients: dict[int, tuple[str, str | None]] = {}
+        self._client_ids = itertools.count(1)
+        self._turns: dict[tuple[str, str], int] = {}  # (namespace, topic) -> last turn
         for namespace, topic, gid, name in self._db.execute("SELECT * FROM groups"):
             self.groups[(namespace, topic, gid)] = Group(namespace, topic, gid, name)
 
     def close(self) -> None:
         self._db.close()
+
+    def new_client_id(self) -> int:
+        """An id for a new connection, unique in this broker."""
+        return next(self._client_ids)
+
+    def next_turn(self, namespace: str, topic: str) -> int:
+        """0, 1, 2...: a topic's round-robin counter for balanced sends."""
+        turn = self._turns[(namespace, topic)] = self._turns.get((namespace, topic), -1) + 1
+        return turn
 
     # -- ids ---------------------------------------------------------------------
 
