@@ -25,9 +25,9 @@ from iggy_py import PollingStrategy
 
 from fixtures.make_old_stores import HEADERS
 from mainstem import Broker
-from mainstem.broker import legacy
+from mainstem.broker import amqp_metadata, legacy
 from mainstem.broker.amqp_metadata import decode_table, encode_table
-from mainstem.broker.catalog import SCHEMA_VERSION
+from mainstem.broker.catalog import SCHEMA_VERSION, Catalog, transaction
 from mainstem.broker.routing.model import canonical_value
 from mainstem.client.events import EventsClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
@@ -207,3 +207,21 @@ def test_field_values_keep_their_types() -> None:
     assert decoded["decimal"].as_tuple() != decoded["other_scale"].as_tuple()
     assert encode_table(table).isascii()
 
+
+
+def test_stored_amqp_objects_are_replaced_as_a_whole(tmp_path: Path) -> None:
+    exchange = {"name": "e", "type": "topic", "durable": True, "auto_delete": False,
+                "internal": False, "arguments": {"alternate-exchange": "ae"}}
+    queue = {"name": "q", "auto_delete": False, "arguments": {"x-max-length": 5}}
+    binding = {"source": "e", "destination": "q", "destination_kind": "queue",
+               "routing_key": "#", "arguments": {}}
+    with Catalog.open(tmp_path / "catalog.sqlite") as catalog:
+        db = catalog.connect()
+        with transaction(db):
+            amqp_metadata.write(db, {"gone": {"exchanges": [exchange], "queues": [],
+                                              "bindings": []}})
+        kept = {"exchanges": [exchange], "queues": [queue], "bindings": [binding]}
+        with transaction(db):
+            amqp_metadata.write(db, {"/": kept})
+        assert amqp_metadata.read(db) == {"/": kept}
+        db.close()

@@ -1,8 +1,8 @@
 """The durable AMQP 0-9-1 objects of every namespace, as rows of the catalog.
 
-A namespace's durable exchanges, queue definitions and bindings are rewritten together in
-one transaction on each change (declarations are rare), so a crash leaves the last
-committed set. Arguments are AMQP field tables, whose values have more types than JSON
+The durable exchanges, queue definitions and bindings of all namespaces are rewritten
+together in one transaction on each change (declarations are rare), so a crash leaves the
+last committed set. Arguments are AMQP field tables, whose values have more types than JSON
 (bytes, decimals, timestamps, and integers, floats and booleans that must stay apart for
 equivalence checks), so each value is stored as a typed JSON pair.
 """
@@ -80,15 +80,15 @@ def decode_table(text: str) -> dict[str, Any]:
 
 
 def write(db: sqlite3.Connection, records: Records) -> None:
-    """Within a transaction: make `records` the stored objects of every namespace in it."""
-    for namespace, record in records.items():
-        for kind, (table, columns) in _TABLES.items():
-            db.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
-            db.executemany(
-                f"INSERT INTO {table} (namespace, {', '.join(columns)})"
-                f" VALUES (?{', ?' * len(columns)})",
-                [(namespace, *(_column(item, column) for column in columns))
-                 for item in record.get(kind, [])])
+    """Within a transaction: replace every stored object by `records` (a namespace left
+    out, such as one deleted since its objects were stored, keeps none)."""
+    for kind, (table, columns) in _TABLES.items():
+        db.execute(f"DELETE FROM {table}")
+        db.executemany(
+            f"INSERT INTO {table} (namespace, {', '.join(columns)})"
+            f" VALUES (?{', ?' * len(columns)})",
+            [(namespace, *(_column(item, column) for column in columns))
+             for namespace, record in records.items() for item in record.get(kind, [])])
 
 
 def _column(item: Mapping[str, Any], column: str) -> Any:
