@@ -1,6 +1,6 @@
-"""The binder store on its own: a bulk load swapped in by repointing the binder, garbage
-collected a slice at a time but never under a running query, and binders made before
-storages existed still read."""
+"""The binder store on its own (on a catalog of its own): a bulk load swapped in by
+repointing the binder, garbage collected a slice at a time but never under a running query,
+and binders made before storages existed still read once moved into the catalog."""
 
 from __future__ import annotations
 
@@ -10,17 +10,23 @@ from pathlib import Path
 import bson
 
 from mainstem.broker.binders import BinderStore
+from mainstem.broker.catalog import Catalog
 
 
 def stored_rows(path: Path) -> int:
     with sqlite3.connect(path) as db:
-        return db.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+        return db.execute("SELECT COUNT(*) FROM binder_documents").fetchone()[0]
+
+
+def open_store(path: Path) -> BinderStore:
+    with Catalog.open(path) as catalog:
+        return BinderStore(catalog.connect())
 
 
 def test_a_hand_over_repoints_the_binder_and_garbage_goes_slice_by_slice(
         tmp_path: Path) -> None:
-    path = tmp_path / "binders.sqlite"
-    store = BinderStore(path)
+    path = tmp_path / "catalog.sqlite"
+    store = open_store(path)
     store.create("/", "totals")
     with store.transaction() as db:
         for i in range(100):
@@ -44,14 +50,14 @@ def test_a_hand_over_repoints_the_binder_and_garbage_goes_slice_by_slice(
     assert slices == 11  # ten full slices, then the empty one that ends it
     assert stored_rows(path) == 30
     store.close()
-    reopened = BinderStore(path)
+    reopened = open_store(path)
     assert reopened.get("/", "totals", 29) == {"i": 29, "new": True}
     reopened.close()
 
 
 def test_discarded_loads_and_deleted_binders_are_garbage(tmp_path: Path) -> None:
-    path = tmp_path / "binders.sqlite"
-    store = BinderStore(path)
+    path = tmp_path / "catalog.sqlite"
+    store = open_store(path)
     abandoned = store.begin_load("/", "b")
     store.stage("/", abandoned, [(i, {"i": i}) for i in range(10)])
     store.begin_load("/", "b")
@@ -64,8 +70,8 @@ def test_discarded_loads_and_deleted_binders_are_garbage(tmp_path: Path) -> None
 
 
 def test_binders_made_before_storages_existed_still_read(tmp_path: Path) -> None:
-    path = tmp_path / "binders.sqlite"
-    with sqlite3.connect(path) as db:  # the layout of the first release
+    path = tmp_path / "catalog.sqlite"
+    with sqlite3.connect(tmp_path / "binders.sqlite") as db:  # the first release's layout
         db.executescript("""
             CREATE TABLE binders (namespace TEXT NOT NULL, name TEXT NOT NULL,
                                   PRIMARY KEY (namespace, name));
@@ -75,7 +81,8 @@ def test_binders_made_before_storages_existed_still_read(tmp_path: Path) -> None
         db.execute("INSERT INTO binders VALUES ('/', 'old')")
         db.execute("INSERT INTO documents VALUES ('/', 'old', 'a', ?)",
                    (bson.encode({"id": "a"}),))
-    store = BinderStore(path)
+    store = open_store(path)
+    assert not (tmp_path / "binders.sqlite").exists()
     assert store.get("/", "old", "a") == {"id": "a"}
     assert store.counts() == [("/", "old", 1)]
     load = store.begin_load("/", "old")

@@ -50,6 +50,17 @@ async def own_client(broker: Broker) -> IggyClient:
     return client
 
 
+async def test_two_brokers_in_one_process_number_their_clients_apart(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path / "a") as first, \
+            Broker(data_dir=tmp_path / "b") as second:
+        ids = []
+        for broker in (first, second, first):
+            client = await own_client(broker)
+            ids.append((await client.me())["client_id"])
+            await client.close()
+    assert ids == [1, 1, 2]
+
+
 async def test_iggy_py_streams_topics_and_every_polling_kind(broker: Broker) -> None:
     client = await py_client(broker)
     await client.ping()

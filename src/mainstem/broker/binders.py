@@ -1,6 +1,14 @@
 """Binders: named, durable document collections in a namespace (the BSON protocol's query
-side), in SQLite keyed by document id. Projections store their channel position in the same
-database, so a document change and the position it came from commit together.
+side), as tables of the catalog keyed by document id. Projections store their channel
+position in the same database, so a document change and the position it came from commit
+together.
+
+Documents are bulk data, yet they share the catalog's file rather than a database of their
+own: a projection's position is metadata that must commit in one transaction with the
+documents it produced, and a hand-over must swap a binder's content and that position
+together; SQLite is atomic across attached databases only without WAL. Writers do not
+contend: every write runs on the event loop in a short transaction, and a bulk load
+arrives in batches, each its own transaction.
 
 A binder's documents live under a *storage* name that the binder row points to. A bulk load
 (a binder rebuilt elsewhere, by Spark) fills a storage of its own from any number of
@@ -18,33 +26,14 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import bson
 from bson.raw_bson import RawBSONDocument
 
+from mainstem.broker.catalog import transaction
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.matcher import compile_matcher
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS binders (
-    namespace TEXT NOT NULL, name TEXT NOT NULL, PRIMARY KEY (namespace, name));
-CREATE TABLE IF NOT EXISTS documents (
-    namespace TEXT NOT NULL, binder TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL,
-    PRIMARY KEY (namespace, binder, id));
-CREATE TABLE IF NOT EXISTS projections (
-    namespace TEXT NOT NULL, name TEXT NOT NULL, definition BLOB NOT NULL,
-    position INTEGER NOT NULL, PRIMARY KEY (namespace, name));
-CREATE TABLE IF NOT EXISTS loads (
-    id TEXT PRIMARY KEY, namespace TEXT NOT NULL, binder TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS garbage (
-    namespace TEXT NOT NULL, storage TEXT NOT NULL, PRIMARY KEY (namespace, storage));
-"""
-# documents.binder holds the storage name; binders.storage is NULL for binders made before
-# storages existed, whose documents are stored under the binder's own name.
-_STORAGE_COLUMN = "ALTER TABLE binders ADD COLUMN storage TEXT"
-_STORAGE = "COALESCE(storage, name)"
 
 
 def document_key(value: Any) -> str:
@@ -57,14 +46,10 @@ def _load_storage(load_id: str) -> str:
 
 
 class BinderStore:
-    def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(binders)")}
-        if "storage" not in columns:
-            self._db.execute(_STORAGE_COLUMN)
+    def __init__(self, db: sqlite3.Connection) -> None:
+        """`db`: a connection of its own to the catalog (`Catalog.connect`), closed by
+        `close`."""
+        self._db = db
         self._lock = threading.Lock()
         self._storages: dict[tuple[str, str], str] = {}  # (namespace, binder) -> storage
         self._reading: Counter[tuple[str, str]] = Counter()  # storages open queries read
@@ -74,14 +59,8 @@ class BinderStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._lock, transaction(self._db) as db:
+            yield db
 
     # -- binders -----------------------------------------------------------------
 
@@ -98,8 +77,8 @@ class BinderStore:
     def counts(self, namespace: str | None = None) -> list[tuple[str, str, int]]:
         """(namespace, binder, documents), in one namespace or all."""
         return list(self._db.execute(
-            "SELECT b.namespace, b.name, (SELECT COUNT(*) FROM documents d WHERE "
-            "d.namespace = b.namespace AND d.binder = COALESCE(b.storage, b.name)) "
+            "SELECT b.namespace, b.name, (SELECT COUNT(*) FROM binder_documents d WHERE "
+            "d.namespace = b.namespace AND d.storage = b.storage) "
             "FROM binders b "
             "WHERE ?1 IS NULL OR b.namespace = ?1 ORDER BY b.namespace, b.name", (namespace,)))
 
@@ -109,12 +88,12 @@ class BinderStore:
         storage = self._storage(namespace, name)
         with self.transaction() as db:
             self._discard_loads(db, namespace, name)
-            db.execute("INSERT OR IGNORE INTO garbage VALUES (?, ?)", (namespace, storage))
+            db.execute("INSERT OR IGNORE INTO binder_garbage VALUES (?, ?)", (namespace, storage))
             for projection, definition in db.execute(
-                    "SELECT name, definition FROM projections WHERE namespace = ?",
+                    "SELECT name, definition FROM binder_projections WHERE namespace = ?",
                     (namespace,)).fetchall():
                 if bson.decode(definition).get("binder") == name:
-                    db.execute("DELETE FROM projections WHERE namespace = ? AND name = ?",
+                    db.execute("DELETE FROM binder_projections WHERE namespace = ? AND name = ?",
                                (namespace, projection))
             db.execute("DELETE FROM binders WHERE namespace = ? AND name = ?", (namespace, name))
         self._storages.pop((namespace, name), None)
@@ -123,7 +102,7 @@ class BinderStore:
         key = (namespace, binder)
         storage = self._storages.get(key)
         if storage is None:
-            row = self._db.execute(f"SELECT {_STORAGE} FROM binders WHERE namespace = ? AND "
+            row = self._db.execute("SELECT storage FROM binders WHERE namespace = ? AND "
                                    "name = ?", key).fetchone()
             if row is None:
                 raise NotFound(f"no binder '{binder}' in namespace '{namespace}'")
@@ -138,14 +117,14 @@ class BinderStore:
     def get_in(self, db: sqlite3.Connection, namespace: str, binder: str, doc_id: Any
                ) -> dict[str, Any] | None:
         row = db.execute(
-            "SELECT body FROM documents WHERE namespace = ? AND binder = ? AND id = ?",
+            "SELECT body FROM binder_documents WHERE namespace = ? AND storage = ? AND id = ?",
             (namespace, self._storage(namespace, binder), document_key(doc_id))).fetchone()
         return None if row is None else bson.decode(row[0])
 
     def put(self, db: sqlite3.Connection, namespace: str, binder: str, doc_id: Any,
             document: dict[str, Any]) -> None:
         """Within a `transaction()`: store a document."""
-        db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?)",
+        db.execute("INSERT OR REPLACE INTO binder_documents VALUES (?, ?, ?, ?)",
                    (namespace, self._storage(namespace, binder), document_key(doc_id),
                     bson.encode(document)))
 
@@ -164,7 +143,7 @@ class BinderStore:
         self._reading[key] += 1  # keeps garbage collection off this storage
         try:
             cursor = self._db.execute(
-                "SELECT body FROM documents WHERE namespace = ? AND binder = ? ORDER BY id",
+                "SELECT body FROM binder_documents WHERE namespace = ? AND storage = ? ORDER BY id",
                 key)
             while rows := cursor.fetchmany(512):
                 for (body,) in rows:
@@ -176,40 +155,40 @@ class BinderStore:
     def documents(self, namespace: str, binder: str, limit: int) -> list[dict[str, Any]]:
         """The first `limit` documents in id order."""
         return [bson.decode(body) for (body,) in self._db.execute(
-            "SELECT body FROM documents WHERE namespace = ? AND binder = ? ORDER BY id "
+            "SELECT body FROM binder_documents WHERE namespace = ? AND storage = ? ORDER BY id "
             "LIMIT ?", (namespace, self._storage(namespace, binder), limit))]
 
     # -- projection state -----------------------------------------------------------
 
     def save_projection(self, namespace: str, name: str, definition: dict[str, Any]) -> None:
         with self.transaction() as db:
-            db.execute("INSERT INTO projections VALUES (?, ?, ?, 0) ON CONFLICT "
+            db.execute("INSERT INTO binder_projections VALUES (?, ?, ?, 0) ON CONFLICT "
                        "(namespace, name) DO UPDATE SET definition = excluded.definition",
                        (namespace, name, bson.encode(definition)))
 
     def projections(self) -> list[tuple[str, dict[str, Any], int]]:
         return [(namespace, bson.decode(definition), position) for namespace, definition,
                 position in self._db.execute(
-                    "SELECT namespace, definition, position FROM projections")]
+                    "SELECT namespace, definition, position FROM binder_projections")]
 
     def set_position(self, db: sqlite3.Connection, namespace: str, name: str,
                      position: int) -> None:
-        db.execute("UPDATE projections SET position = ? WHERE namespace = ? AND name = ?",
+        db.execute("UPDATE binder_projections SET position = ? WHERE namespace = ? AND name = ?",
                    (position, namespace, name))
 
     def position(self, namespace: str, name: str) -> int:
-        row = self._db.execute("SELECT position FROM projections WHERE namespace = ? AND "
+        row = self._db.execute("SELECT position FROM binder_projections WHERE namespace = ? AND "
                                "name = ?", (namespace, name)).fetchone()
         return 0 if row is None else row[0]
 
     def delete_projection(self, namespace: str, name: str) -> None:
         with self.transaction() as db:
-            if db.execute("DELETE FROM projections WHERE namespace = ? AND name = ?",
+            if db.execute("DELETE FROM binder_projections WHERE namespace = ? AND name = ?",
                           (namespace, name)).rowcount == 0:
                 raise NotFound(f"no projection '{name}' in namespace '{namespace}'")
 
     def projection(self, namespace: str, name: str) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT definition FROM projections WHERE namespace = ? AND "
+        row = self._db.execute("SELECT definition FROM binder_projections WHERE namespace = ? AND "
                                "name = ?", (namespace, name)).fetchone()
         return None if row is None else bson.decode(row[0])
 
@@ -222,18 +201,19 @@ class BinderStore:
         self.create(namespace, binder)
         with self.transaction() as db:
             self._discard_loads(db, namespace, binder)
-            db.execute("INSERT INTO loads VALUES (?, ?, ?)", (load_id, namespace, binder))
+            db.execute("INSERT INTO binder_loads VALUES (?, ?, ?)", (load_id, namespace, binder))
         return load_id
 
     def _discard_loads(self, db: sqlite3.Connection, namespace: str, binder: str) -> None:
-        loads = db.execute("SELECT id FROM loads WHERE namespace = ? AND binder = ?",
+        loads = db.execute("SELECT id FROM binder_loads WHERE namespace = ? AND binder = ?",
                            (namespace, binder)).fetchall()
-        db.executemany("INSERT OR IGNORE INTO garbage VALUES (?, ?)",
+        db.executemany("INSERT OR IGNORE INTO binder_garbage VALUES (?, ?)",
                        [(namespace, _load_storage(load_id)) for (load_id,) in loads])
-        db.execute("DELETE FROM loads WHERE namespace = ? AND binder = ?", (namespace, binder))
+        db.execute("DELETE FROM binder_loads WHERE namespace = ? AND binder = ?",
+                   (namespace, binder))
 
     def load_binder(self, namespace: str, load_id: str) -> str:
-        row = self._db.execute("SELECT binder FROM loads WHERE id = ? AND namespace = ?",
+        row = self._db.execute("SELECT binder FROM binder_loads WHERE id = ? AND namespace = ?",
                                (load_id, namespace)).fetchone()
         if row is None:
             raise NotFound(f"no load {load_id!r} in progress in namespace '{namespace}'")
@@ -248,7 +228,7 @@ class BinderStore:
         rows = [(namespace, storage, document_key(doc_id), bson.encode(document))
                 for doc_id, document in documents]
         with self.transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO binder_documents VALUES (?, ?, ?, ?)", rows)
 
     def hand_over(self, namespace: str, load_id: str, name: str, definition: dict[str, Any],
                   position: int) -> int:
@@ -260,37 +240,37 @@ class BinderStore:
                                   f"'{definition.get('binder')}'")
         old, new = self._storage(namespace, binder), _load_storage(load_id)
         with self.transaction() as db:
-            db.execute("INSERT OR IGNORE INTO garbage VALUES (?, ?)", (namespace, old))
+            db.execute("INSERT OR IGNORE INTO binder_garbage VALUES (?, ?)", (namespace, old))
             db.execute("UPDATE binders SET storage = ? WHERE namespace = ? AND name = ?",
                        (new, namespace, binder))
-            db.execute("DELETE FROM loads WHERE id = ?", (load_id,))
-            db.execute("INSERT INTO projections VALUES (?, ?, ?, ?) ON CONFLICT (namespace, "
+            db.execute("DELETE FROM binder_loads WHERE id = ?", (load_id,))
+            db.execute("INSERT INTO binder_projections VALUES (?, ?, ?, ?) ON CONFLICT (namespace, "
                        "name) DO UPDATE SET definition = excluded.definition, "
                        "position = excluded.position",
                        (namespace, name, bson.encode(definition), position))
         self._storages[(namespace, binder)] = new
-        return self._db.execute("SELECT COUNT(*) FROM documents WHERE namespace = ? AND "
-                                "binder = ?", (namespace, new)).fetchone()[0]
+        return self._db.execute("SELECT COUNT(*) FROM binder_documents WHERE namespace = ? AND "
+                                "storage = ?", (namespace, new)).fetchone()[0]
 
     # -- garbage ------------------------------------------------------------------
 
     def has_garbage(self) -> bool:
-        return self._db.execute("SELECT 1 FROM garbage LIMIT 1").fetchone() is not None
+        return self._db.execute("SELECT 1 FROM binder_garbage LIMIT 1").fetchone() is not None
 
     def collect_garbage(self, limit: int) -> bool:
         """Delete up to `limit` documents of a storage nothing points to any more and no
         query reads; False when no such storage could be worked on now."""
         for namespace, storage in self._db.execute(
-                "SELECT namespace, storage FROM garbage").fetchall():
+                "SELECT namespace, storage FROM binder_garbage").fetchall():
             if self._reading[(namespace, storage)]:
                 continue
             with self.transaction() as db:
                 deleted = db.execute(
-                    "DELETE FROM documents WHERE rowid IN (SELECT rowid FROM documents WHERE "
-                    "namespace = ? AND binder = ? LIMIT ?)", (namespace, storage, limit)
-                ).rowcount
+                    "DELETE FROM binder_documents WHERE rowid IN (SELECT rowid FROM "
+                    "binder_documents WHERE namespace = ? AND storage = ? LIMIT ?)",
+                    (namespace, storage, limit)).rowcount
                 if deleted < limit:
-                    db.execute("DELETE FROM garbage WHERE namespace = ? AND storage = ?",
+                    db.execute("DELETE FROM binder_garbage WHERE namespace = ? AND storage = ?",
                                (namespace, storage))
             return True
         return False

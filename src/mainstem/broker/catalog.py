@@ -1,10 +1,16 @@
 """The durable catalog of the broker: namespaces, streams, users, permissions, offsets.
 
-One SQLite file in WAL mode. Metadata changes are committed with synchronous=FULL so
-a declared stream or a created user survives a power cut. Consumer offsets are
-written far more often (per chunk), through a second connection with
-synchronous=NORMAL: a commit then survives a process crash, and after a power cut
-an offset may fall back a little, which at-least-once consumers tolerate.
+One SQLite file in WAL mode, the broker's only metadata store: the other stores keep
+their tables in it too (AMQP exchanges, queues and bindings, Iggy ids and consumer groups,
+segment attributes, binders), each through a connection of its own (`Catalog.connect`).
+Its schema has one version; each migration below is one step of it, run in a
+transaction of its own with the version bump, so an interrupted upgrade resumes.
+
+Metadata changes are committed with synchronous=FULL so a declared stream or a created
+user survives a power cut. Consumer offsets are written far more often (per chunk),
+through a second connection with synchronous=NORMAL: a commit then survives a process
+crash, and after a power cut an offset may fall back a little, which at-least-once
+consumers tolerate.
 
 Methods are synchronous: SQLite answers in microseconds, so the event loop calls
 them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too.
@@ -16,12 +22,13 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mainstem.broker import legacy
 from mainstem.broker.errors import (
     AlreadyExists,
     BrokerError,
@@ -36,9 +43,26 @@ MAX_NAME_BYTES = 255
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
 
+Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
+
+
+def _script(sql: str) -> Migration:
+    """A migration of plain SQL, run a statement at a time: executescript would commit the
+    migration's transaction first."""
+    def run(db: sqlite3.Connection, _directory: Path) -> None:
+        statement = ""
+        for line in sql.splitlines(keepends=True):
+            statement += line
+            if sqlite3.complete_statement(statement):
+                db.execute(statement)
+                statement = ""
+
+    return run
+
+
 # Migration N (1-based) brings a catalog from user_version N-1 to N.
-_MIGRATIONS: tuple[str, ...] = (
-    """
+_MIGRATIONS: tuple[Migration, ...] = (
+    _script("""
     CREATE TABLE namespaces (
         name TEXT PRIMARY KEY,
         created_at REAL NOT NULL
@@ -74,7 +98,71 @@ _MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (namespace, stream, partition, reference),
         FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
     );
-    """,
+    """),
+    # 2: AMQP 0-9-1 durable objects (broker/amqp_metadata.py). Arguments are field tables
+    # as typed JSON; rows keep their declaration order (rowid).
+    _script("""
+    CREATE TABLE amqp_exchanges (
+        namespace TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL,
+        durable INTEGER NOT NULL, auto_delete INTEGER NOT NULL, internal INTEGER NOT NULL,
+        arguments TEXT NOT NULL,
+        PRIMARY KEY (namespace, name)
+    );
+    CREATE TABLE amqp_queues (
+        namespace TEXT NOT NULL, name TEXT NOT NULL, auto_delete INTEGER NOT NULL,
+        arguments TEXT NOT NULL,
+        PRIMARY KEY (namespace, name)
+    );
+    CREATE TABLE amqp_bindings (
+        namespace TEXT NOT NULL, source TEXT NOT NULL, destination TEXT NOT NULL,
+        destination_kind TEXT NOT NULL, routing_key TEXT NOT NULL, arguments TEXT NOT NULL
+    );
+    CREATE INDEX amqp_bindings_by_namespace ON amqp_bindings (namespace);
+    """),
+    # 3: Iggy's numeric ids of namespaces and streams, and its consumer groups
+    # (broker/iggy_model.py).
+    _script("""
+    CREATE TABLE iggy_ids (
+        kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, id INTEGER NOT NULL,
+        PRIMARY KEY (kind, namespace, name), UNIQUE (kind, namespace, id)
+    );
+    CREATE TABLE iggy_groups (
+        namespace TEXT NOT NULL, topic TEXT NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL,
+        PRIMARY KEY (namespace, topic, id)
+    );
+    """),
+    # 4: sealing and logical truncation of segments (broker/segments.py).
+    _script("""
+    CREATE TABLE segment_states (
+        namespace TEXT NOT NULL, stream TEXT NOT NULL, number INTEGER NOT NULL,
+        sealed INTEGER NOT NULL DEFAULT 0, truncated INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (namespace, stream, number)
+    );
+    """),
+    # 5: binders, their documents (rows of a storage the binder points to), projection
+    # positions, bulk loads, and storages waiting for garbage collection (broker/binders.py).
+    _script("""
+    CREATE TABLE binders (
+        namespace TEXT NOT NULL, name TEXT NOT NULL, storage TEXT NOT NULL,
+        PRIMARY KEY (namespace, name)
+    );
+    CREATE TABLE binder_documents (
+        namespace TEXT NOT NULL, storage TEXT NOT NULL, id TEXT NOT NULL, body BLOB NOT NULL,
+        PRIMARY KEY (namespace, storage, id)
+    );
+    CREATE TABLE binder_projections (
+        namespace TEXT NOT NULL, name TEXT NOT NULL, definition BLOB NOT NULL,
+        position INTEGER NOT NULL, PRIMARY KEY (namespace, name)
+    );
+    CREATE TABLE binder_loads (
+        id TEXT PRIMARY KEY, namespace TEXT NOT NULL, binder TEXT NOT NULL
+    );
+    CREATE TABLE binder_garbage (
+        namespace TEXT NOT NULL, storage TEXT NOT NULL, PRIMARY KEY (namespace, storage)
+    );
+    """),
+    # 6: the content of the stores that had files of their own (broker/legacy.py).
+    legacy.import_old_stores,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -174,26 +262,39 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     return db
 
 
-def _migrate(db: sqlite3.Connection) -> None:
+@contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE on an autocommit connection; COMMIT, or ROLLBACK on any error."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        if db.in_transaction:  # SQLite ends it itself on some errors (a full disk)
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _migrate(db: sqlite3.Connection, directory: Path) -> None:
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise BrokerError(
             f"catalog schema version {version} is newer than this broker's {SCHEMA_VERSION}"
         )
     for target in range(version + 1, SCHEMA_VERSION + 1):
-        script = _MIGRATIONS[target - 1]
-        try:
-            db.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {target}; COMMIT;")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+        with transaction(db):
+            _MIGRATIONS[target - 1](db, directory)
+            db.execute(f"PRAGMA user_version = {target}")
+    # Only now, with their content committed here, may the old stores' files go.
+    legacy.remove_old_stores(directory)
 
 
 class Catalog:
     """Durable broker metadata in one SQLite file. Create with Catalog.open(path)."""
 
-    def __init__(self, metadata: sqlite3.Connection, offsets: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, metadata: sqlite3.Connection,
+                 offsets: sqlite3.Connection) -> None:
+        self.path = path
         self._db = metadata
         self._offsets_db = offsets
         self._lock = threading.RLock()
@@ -203,10 +304,11 @@ class Catalog:
 
     @classmethod
     def open(cls, path: Path) -> Catalog:
-        """Open or create the catalog at `path`, migrating its schema to the current one."""
+        """Open or create the catalog at `path`, migrating its schema to the current one
+        (which takes in the old stores' files beside it, see `legacy`)."""
         metadata = _connect(path, "FULL")
         try:
-            _migrate(metadata)
+            _migrate(metadata, path.parent)
             metadata.execute(
                 "INSERT INTO namespaces (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 (DEFAULT_NAMESPACE, time.time()),
@@ -215,7 +317,12 @@ class Catalog:
         except BaseException:
             metadata.close()
             raise
-        return cls(metadata, offsets)
+        return cls(path, metadata, offsets)
+
+    def connect(self) -> sqlite3.Connection:
+        """A connection of its own to this catalog, for a store whose tables live here
+        (changes committed as durably as the catalog's own)."""
+        return _connect(self.path, "FULL")
 
     def close(self) -> None:
         with self._lock:
@@ -230,14 +337,8 @@ class Catalog:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._lock, transaction(self._db) as db:
+            yield db
 
     def _write(self, sql: str, params: Iterable[Any]) -> int:
         """Run one autocommitted statement; return the number of rows it changed."""

@@ -53,12 +53,12 @@ class BrokerCore:
             gate=self.write_gate,
         )
         self.active_consumers = ActiveConsumers()
-        self.iggy = IggyModel(data_dir / "iggy.sqlite")
-        self.segments = SegmentStore(self.streams, data_dir / "segments.json")
+        self.iggy = IggyModel(catalog.connect())
+        self.segments = SegmentStore(self.streams, catalog.connect())
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
                                    self.descriptors, settings.queue_memory)
-        self.binders = BinderStore(data_dir / "binders.sqlite")
+        self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None
 
@@ -87,6 +87,7 @@ class BrokerCore:
         await self.queues.close()
         await self.streams.close()
         self.iggy.close()
+        self.segments.close()
         self.binders.close()
         self.catalog.close()
         self._kdf_pool.shutdown(wait=False, cancel_futures=True)

@@ -1,29 +1,22 @@
 """Iggy's view of the broker model: numeric ids and consumer groups.
 
 An Iggy stream is a namespace and an Iggy topic is a stream of the log engine.
-Iggy also names them by number, so the ids live in a small SQLite file of their
-own (`<data>/iggy.sqlite`) and survive restarts. Consumer groups are durable
-(id, name); their members are connections, rebalanced on join, leave and
-disconnect: partitions are dealt round robin over the members in join order.
+Iggy also names them by number, so the ids are tables of the catalog (`iggy_ids`,
+`iggy_groups`) and survive restarts. Consumer groups are durable (id, name); their
+members are connections, rebalanced on join, leave and disconnect: partitions are dealt
+round robin over the members in join order. The numbers a broker hands out while it runs
+(client ids, the round-robin turn of each topic) are kept here too, per broker.
 """
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from mainstem.broker.errors import AlreadyExists, NotFound
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ids (
-    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, id INTEGER NOT NULL,
-    PRIMARY KEY (kind, namespace, name), UNIQUE (kind, namespace, id));
-CREATE TABLE IF NOT EXISTS groups (
-    namespace TEXT NOT NULL, topic TEXT NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL,
-    PRIMARY KEY (namespace, topic, id));
-"""
 STREAM = "stream"
 TOPIC = "topic"
 
@@ -39,18 +32,31 @@ class Group:
 
 
 class IggyModel:
-    def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.executescript(_SCHEMA)
+    def __init__(self, db: sqlite3.Connection) -> None:
+        """`db`: a connection of its own to the catalog (`Catalog.connect`), closed by
+        `close`."""
+        self._db = db
         self._lock = threading.Lock()
         self.groups: dict[tuple[str, str, int], Group] = {}
         # Live Iggy connections: client id -> (address, user name or None).
         self.clients: dict[int, tuple[str, str | None]] = {}
-        for namespace, topic, gid, name in self._db.execute("SELECT * FROM groups"):
+        self._client_ids = itertools.count(1)
+        self._turns: dict[tuple[str, str], int] = {}  # (namespace, topic) -> last turn
+        for namespace, topic, gid, name in self._db.execute(
+                "SELECT namespace, topic, id, name FROM iggy_groups"):
             self.groups[(namespace, topic, gid)] = Group(namespace, topic, gid, name)
 
     def close(self) -> None:
         self._db.close()
+
+    def new_client_id(self) -> int:
+        """An id for a new connection, unique in this broker."""
+        return next(self._client_ids)
+
+    def next_turn(self, namespace: str, topic: str) -> int:
+        """0, 1, 2...: a topic's round-robin counter for balanced sends."""
+        turn = self._turns[(namespace, topic)] = self._turns.get((namespace, topic), -1) + 1
+        return turn
 
     # -- ids ---------------------------------------------------------------------
 
@@ -58,8 +64,9 @@ class IggyModel:
         """The id of a stream or topic, assigned on first sight when it has none
         (namespaces and streams made by other protocols get one when listed)."""
         with self._lock:
-            row = self._db.execute("SELECT id FROM ids WHERE kind=? AND namespace=? AND name=?",
-                                   (kind, namespace, name)).fetchone()
+            row = self._db.execute(
+                "SELECT id FROM iggy_ids WHERE kind=? AND namespace=? AND name=?",
+                (kind, namespace, name)).fetchone()
             if row:
                 return row[0]
             return self._assign(kind, namespace, name, None)
@@ -67,28 +74,29 @@ class IggyModel:
     def assign(self, kind: str, namespace: str, name: str, wanted: int | None) -> int:
         """Record a new stream or topic under `wanted` (or the next free id)."""
         with self._lock:
-            self._db.execute("DELETE FROM ids WHERE kind=? AND namespace=? AND name=?",
+            self._db.execute("DELETE FROM iggy_ids WHERE kind=? AND namespace=? AND name=?",
                              (kind, namespace, name))
             return self._assign(kind, namespace, name, wanted)
 
     def _assign(self, kind: str, namespace: str, name: str, wanted: int | None) -> int:
         if wanted is None:
-            row = self._db.execute("SELECT MAX(id) FROM ids WHERE kind=? AND namespace=?",
+            row = self._db.execute("SELECT MAX(id) FROM iggy_ids WHERE kind=? AND namespace=?",
                                    (kind, namespace)).fetchone()
             wanted = (row[0] or 0) + 1
         try:
-            self._db.execute("INSERT INTO ids VALUES (?, ?, ?, ?)", (kind, namespace, name, wanted))
+            self._db.execute("INSERT INTO iggy_ids VALUES (?, ?, ?, ?)",
+                             (kind, namespace, name, wanted))
         except sqlite3.IntegrityError:
             raise AlreadyExists(f"{kind} id {wanted} already exists") from None
         return wanted
 
     def taken(self, kind: str, namespace: str, wanted: int) -> bool:
-        row = self._db.execute("SELECT 1 FROM ids WHERE kind=? AND namespace=? AND id=?",
+        row = self._db.execute("SELECT 1 FROM iggy_ids WHERE kind=? AND namespace=? AND id=?",
                                (kind, namespace, wanted)).fetchone()
         return row is not None
 
     def name_of(self, kind: str, namespace: str, wanted: int) -> str | None:
-        row = self._db.execute("SELECT name FROM ids WHERE kind=? AND namespace=? AND id=?",
+        row = self._db.execute("SELECT name FROM iggy_ids WHERE kind=? AND namespace=? AND id=?",
                                (kind, namespace, wanted)).fetchone()
         return row[0] if row else None
 
@@ -96,14 +104,15 @@ class IggyModel:
         """Drop an id (a whole namespace's topics when `name` is None)."""
         with self._lock:
             if name is None:
-                self._db.execute("DELETE FROM ids WHERE kind=? AND namespace=?", (kind, namespace))
-                self._db.execute("DELETE FROM groups WHERE namespace=?", (namespace,))
+                self._db.execute("DELETE FROM iggy_ids WHERE kind=? AND namespace=?",
+                                 (kind, namespace))
+                self._db.execute("DELETE FROM iggy_groups WHERE namespace=?", (namespace,))
                 doomed = [k for k in self.groups if k[0] == namespace]
             else:
-                self._db.execute("DELETE FROM ids WHERE kind=? AND namespace=? AND name=?",
+                self._db.execute("DELETE FROM iggy_ids WHERE kind=? AND namespace=? AND name=?",
                                  (kind, namespace, name))
                 if kind == TOPIC:
-                    self._db.execute("DELETE FROM groups WHERE namespace=? AND topic=?",
+                    self._db.execute("DELETE FROM iggy_groups WHERE namespace=? AND topic=?",
                                      (namespace, name))
                 doomed = [k for k in self.groups if k[:2] == (namespace, name)]
         for key in doomed:
@@ -127,14 +136,14 @@ class IggyModel:
         if any(g.id == gid or g.name == name for g in existing):
             raise AlreadyExists(f"consumer group {gid} already exists")
         with self._lock:
-            self._db.execute("INSERT INTO groups VALUES (?, ?, ?, ?)",
+            self._db.execute("INSERT INTO iggy_groups VALUES (?, ?, ?, ?)",
                              (namespace, topic, gid, name))
         group = self.groups[(namespace, topic, gid)] = Group(namespace, topic, gid, name)
         return group
 
     def delete_group(self, group: Group) -> None:
         with self._lock:
-            self._db.execute("DELETE FROM groups WHERE namespace=? AND topic=? AND id=?",
+            self._db.execute("DELETE FROM iggy_groups WHERE namespace=? AND topic=? AND id=?",
                              (group.namespace, group.topic, group.id))
         self.groups.pop((group.namespace, group.topic, group.id), None)
 

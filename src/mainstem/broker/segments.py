@@ -6,20 +6,19 @@ data) in append order; each event is one log record, so a record at offset N
 whose payload starts at payload byte B starts at segment byte B + 8 * N.
 Appenders are deduplicated by connection id: the highest connection offset
 stored is a publisher sequence in the chunk trailer, written with the data.
-Sealing and logical truncation are kept in a small JSON file, replaced atomically.
+Sealing and logical truncation are rows of the catalog (`segment_states`), read once
+at start and kept in memory, since every append checks the seal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
+import sqlite3
 import struct
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import PartitionService
@@ -75,12 +74,21 @@ def writer_key(connection_id: uuid.UUID) -> str:
 
 
 class SegmentStore:
-    def __init__(self, streams: StreamStore, state_path: Path, tail_wait_s: float = 30.0) -> None:
+    def __init__(self, streams: StreamStore, db: sqlite3.Connection,
+                 tail_wait_s: float = 30.0) -> None:
+        """`db`: a connection of its own to the catalog (`Catalog.connect`), closed by
+        `close`."""
         self.streams = streams
         self.tail_wait_s = tail_wait_s
-        self._path = state_path
-        self._state: dict[str, dict[str, int | bool]] = (
-            json.loads(state_path.read_text()) if state_path.exists() else {})
+        self._db = db
+        self._state: dict[str, dict[str, int | bool]] = {
+            str(SegmentName(namespace, stream, number)): {"sealed": bool(sealed),
+                                                          "truncated": truncated}
+            for namespace, stream, number, sealed, truncated in db.execute(
+                "SELECT namespace, stream, number, sealed, truncated FROM segment_states")}
+
+    def close(self) -> None:
+        self._db.close()
 
     # -- names and state -------------------------------------------------------
 
@@ -97,16 +105,12 @@ class SegmentStore:
         return int(self._state.get(str(name), {}).get("truncated", 0))
 
     def _save(self, name: SegmentName, **changes: int | bool) -> None:
-        self._state.setdefault(str(name), {}).update(changes)
-        self._write_state()
-
-    def _write_state(self) -> None:
-        temporary = self._path.with_suffix(".tmp")
-        with open(temporary, "w") as file:
-            json.dump(self._state, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self._path)
+        state = {**self._state.get(str(name), {}), **changes}
+        self._db.execute(
+            "INSERT OR REPLACE INTO segment_states VALUES (?, ?, ?, ?, ?)",
+            (name.namespace, name.stream, name.number, bool(state.get("sealed", False)),
+             int(state.get("truncated", 0))))
+        self._state[str(name)] = state
 
     def start_offset(self, name: SegmentName) -> int:
         partition = self.partition(name)
@@ -141,7 +145,8 @@ class SegmentStore:
         stream_prefix = str(name).rsplit("/", 1)[0] + "/"
         for key in [k for k in self._state if k.startswith(stream_prefix)]:
             del self._state[key]
-        self._write_state()
+        self._db.execute("DELETE FROM segment_states WHERE namespace = ? AND stream = ?",
+                         (name.namespace, name.stream))
 
     # -- appending ---------------------------------------------------------------
 

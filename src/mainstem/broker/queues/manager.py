@@ -1,20 +1,18 @@
 """Every namespace's AMQP 0-9-1 objects, and their durable metadata.
 
-Durable exchanges, bindings and queue definitions of all virtual hosts are one small file,
-rewritten atomically on each change (declarations are rare); each durable queue's messages
-are in its own journal under ``<data>/queues/<storage name>`` (see `layout`).
+Durable exchanges, bindings and queue definitions of all virtual hosts are rows of the
+catalog (see `amqp_metadata`), rewritten in one transaction on each change (declarations
+are rare); each durable queue's messages are in its own journal under
+``<data>/queues/<storage name>`` (see `layout`).
 """
 
 from __future__ import annotations
 
-import os
-import pickle
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
-from mainstem.broker import layout
-from mainstem.broker.catalog import Catalog
+from mainstem.broker import amqp_metadata, layout
+from mainstem.broker.catalog import Catalog, transaction
 from mainstem.broker.errors import NotFound
 from mainstem.broker.queues.journal import QueueJournal, Replay
 from mainstem.broker.queues.paging import MemoryBound
@@ -25,7 +23,6 @@ from mainstem.broker.streams import StreamStore
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.policy import DurabilityPolicy
 
-METADATA_FILE = "amqp-metadata.pickle"
 SPILL_DIRECTORY = "queue-spill"
 
 
@@ -41,13 +38,12 @@ class QueueManager:
         self.streams = streams
         self.durability = durability
         self.vhosts: dict[str, VirtualHost] = {}
-        self._metadata = data_dir / METADATA_FILE
+        self._db = catalog.connect()
 
     def open(self) -> None:
         """Recover durable exchanges, queues (with their messages) and bindings."""
         wipe(self.spill_directory)
-        records: dict[str, dict[str, Any]] = (
-            pickle.loads(self._metadata.read_bytes()) if self._metadata.exists() else {})
+        records = amqp_metadata.read(self._db)
         layout.migrate(self.directory, [  # the old layout joined the escaped names
             ((quote(vhost, safe=""), quote(queue["name"], safe="")),
              self._journal_directory(vhost, queue["name"]))
@@ -82,19 +78,11 @@ class QueueManager:
 
     def save(self) -> None:
         records = {name: vhost.records() for name, vhost in self.vhosts.items()}
-        temporary = self._metadata.with_suffix(".tmp")
-        with open(temporary, "wb") as file:
-            file.write(pickle.dumps(records))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self._metadata)
-        directory = os.open(self._metadata.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        with transaction(self._db):
+            amqp_metadata.write(self._db, records)
 
     async def close(self) -> None:
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
                 await queue.close()
+        self._db.close()

@@ -57,8 +57,6 @@ LEADER, HEALTHY = 0, 0
 # Iggy's global read_servers / manage_servers permissions: RabbitMQ's monitoring and
 # administrator tags. Stats and client lists show every peer's address and the host's kernel.
 SERVER_READER_TAGS = frozenset((ADMINISTRATOR_TAG, "monitoring"))
-_client_ids = itertools.count(1)
-_round_robin: dict[tuple[str, str], int] = {}
 
 Handler = Callable[[c.Reader], Awaitable[bytes]]
 
@@ -73,7 +71,7 @@ class IggyConnection:
         self.core = ctx.core
         self.model = ctx.core.iggy
         self.user: User | None = None
-        self.client_id = next(_client_ids)
+        self.client_id = self.model.new_client_id()
         self.layout: SeedLayout = SEED
         self._framing_told = False  # the first frame tells which generation speaks
         self._group_turn = -1
@@ -529,10 +527,7 @@ class IggyConnection:
     def _choose(self, stream: Stream, kind: int, value: memoryview) -> int:
         count = len(stream.services)
         if kind == 1:
-            key = (stream.namespace, stream.name)
-            turn = _round_robin.get(key, -1) + 1
-            _round_robin[key] = turn
-            return turn % count
+            return self.model.next_turn(stream.namespace, stream.name) % count
         if kind == 2 and len(value) == 4:
             index = c.U32.unpack(value)[0] - self.layout.partition_base
             self._partition(stream, index)
