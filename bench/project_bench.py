@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from mainstem.broker.projections import Projection
+from mainstem.broker.events.projections import Projection
 from mainstem.client.events import EventsClient
 from mainstem.spark.pipelines import spark_session
 from mainstem.spark.projection import rebuild

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import bson
 
-from mainstem.broker.binders import BinderStore
 from mainstem.broker.catalog import Catalog
+from mainstem.broker.events.binders import BinderStore
 
 
 def stored_rows(path: Path) -> int:

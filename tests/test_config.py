@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mainstem.broker.queues.paging import MemoryBound
+from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.cli import build_parser
 from mainstem.config import (
     DEFAULT_HOST,

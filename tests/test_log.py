@@ -22,7 +22,7 @@ from mainstem.log.chunk import (
 )
 from mainstem.log.partition import DataRemoved, Partition, PartitionClosed
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
-from mainstem.log.segment import SEGMENT_SUFFIX
+from mainstem.log.segment_file import SEGMENT_SUFFIX
 
 NEVER = DurabilityPolicy(FsyncMode.NEVER)
 

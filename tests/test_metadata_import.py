@@ -25,10 +25,11 @@ from iggy_py import PollingStrategy
 
 from fixtures.make_old_stores import HEADERS
 from mainstem import Broker
-from mainstem.broker import amqp_metadata, legacy
-from mainstem.broker.amqp_metadata import decode_table, encode_table
+from mainstem.broker import legacy
+from mainstem.broker.amqp import metadata as amqp_metadata
+from mainstem.broker.amqp.metadata import decode_table, encode_table
+from mainstem.broker.amqp.routing.model import canonical_value
 from mainstem.broker.catalog import SCHEMA_VERSION, Catalog, transaction
-from mainstem.broker.routing.model import canonical_value
 from mainstem.client.events import EventsClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.config import ServerConfig

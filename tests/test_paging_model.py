@@ -9,9 +9,9 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mainstem.broker.queues import live_offsets, paging
-from mainstem.broker.queues.live_offsets import LiveOffsets
-from mainstem.broker.queues.paging import PagedRun
+from mainstem.broker.amqp.queues import live_offsets, paging
+from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
+from mainstem.broker.amqp.queues.paging import PagedRun
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 50), st.integers(1, 5)), max_size=300))

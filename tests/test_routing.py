@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mainstem.broker.errors import AccessRefused, InvalidArgument, NotFound, PreconditionFailed
-from mainstem.broker.routing import (
+from mainstem.broker.amqp.routing import (
     Binding,
     DirectMatcher,
     ExchangeGraph,
@@ -22,6 +21,7 @@ from mainstem.broker.routing import (
     HeadersMatcher,
     TopicMatcher,
 )
+from mainstem.broker.errors import AccessRefused, InvalidArgument, NotFound, PreconditionFailed
 
 
 def queues(destinations: set[tuple[str, str]]) -> set[str]:

@@ -21,7 +21,7 @@ import mainstem
 from mainstem import server as server_module
 from mainstem.broker.alarms import ResourceAlarms
 from mainstem.config import ListenerConfig, ServerConfig
-from mainstem.logs import ContextLog, JsonFormatter, TextFormatter, configure_logging
+from mainstem.logging_setup import ContextLog, JsonFormatter, TextFormatter, configure_logging
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
 from mainstem.server import Broker, DataDirLocked, ListenerBindError

@@ -27,7 +27,7 @@ from rstream import (
 )
 from rstream._pyamqp.message import Properties
 
-from mainstem.broker.projections import Projection
+from mainstem.broker.events.projections import Projection
 from mainstem.cli import main as cli_main
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient

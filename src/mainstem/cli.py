@@ -13,7 +13,7 @@ from typing import Any
 from mainstem import __version__
 from mainstem.admin.ctl import add_ctl_arguments, run_ctl
 from mainstem.config import ConfigError, add_config_arguments, load_config
-from mainstem.logs import configure_logging
+from mainstem.logging_setup import configure_logging
 from mainstem.server import Broker, DataDirLocked, ListenerBindError
 from mainstem.spark.pipelines import add_pipeline_arguments
 from mainstem.tls import TlsSetupError

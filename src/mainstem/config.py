@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.errors import InvalidArgument
-from mainstem.broker.projections import FOLDS
-from mainstem.broker.queues.paging import MemoryBound
+from mainstem.broker.events.projections import FOLDS
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS

@@ -25,10 +25,10 @@ from urllib.parse import quote
 from mainstem.admin.registry import ConnectionRegistry, socket_traffic
 from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
-from mainstem.broker.projections import Projection
+from mainstem.broker.events.projections import Projection
 from mainstem.config import ServerConfig
 from mainstem.log.descriptors import PROCESS_DESCRIPTORS
-from mainstem.logs import ContextLog, describe_error
+from mainstem.logging_setup import ContextLog, describe_error
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
 from mainstem.tls import server_context

@@ -19,7 +19,7 @@ from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
 from mainstem.broker.auth import PERMISSION_KINDS
 from mainstem.broker.catalog import UserRecord
 from mainstem.broker.errors import InvalidArgument, NotFound
-from mainstem.broker.projections import Projection
+from mainstem.broker.events.projections import Projection
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore

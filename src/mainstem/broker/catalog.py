@@ -99,7 +99,7 @@ _MIGRATIONS: tuple[Migration, ...] = (
         FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
     );
     """),
-    # 2: AMQP 0-9-1 durable objects (broker/amqp_metadata.py). Arguments are field tables
+    # 2: AMQP 0-9-1 durable objects (broker/amqp/metadata.py). Arguments are field tables
     # as typed JSON; rows keep their declaration order (rowid).
     _script("""
     CREATE TABLE amqp_exchanges (
@@ -120,7 +120,7 @@ _MIGRATIONS: tuple[Migration, ...] = (
     CREATE INDEX amqp_bindings_by_namespace ON amqp_bindings (namespace);
     """),
     # 3: Iggy's numeric ids of namespaces and streams, and its consumer groups
-    # (broker/iggy_model.py).
+    # (broker/iggy/model.py).
     _script("""
     CREATE TABLE iggy_ids (
         kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, id INTEGER NOT NULL,
@@ -131,7 +131,7 @@ _MIGRATIONS: tuple[Migration, ...] = (
         PRIMARY KEY (namespace, topic, id)
     );
     """),
-    # 4: sealing and logical truncation of segments (broker/segments.py).
+    # 4: sealing and logical truncation of segments (broker/segment_store.py).
     _script("""
     CREATE TABLE segment_states (
         namespace TEXT NOT NULL, stream TEXT NOT NULL, number INTEGER NOT NULL,
@@ -140,7 +140,7 @@ _MIGRATIONS: tuple[Migration, ...] = (
     );
     """),
     # 5: binders, their documents (rows of a storage the binder points to), projection
-    # positions, bulk loads, and storages waiting for garbage collection (broker/binders.py).
+    # positions, bulk loads, and storages waiting for garbage collection (broker/events/binders.py).
     _script("""
     CREATE TABLE binders (
         namespace TEXT NOT NULL, name TEXT NOT NULL, storage TEXT NOT NULL,

@@ -15,16 +15,16 @@ from pathlib import Path
 
 from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.alarms import ResourceAlarms
+from mainstem.broker.amqp.queues import QueueManager
 from mainstem.broker.auth import Auth, User
-from mainstem.broker.binders import BinderStore
 from mainstem.broker.catalog import Catalog, NamespaceRecord
 from mainstem.broker.delivery_stats import DeliveryStats
 from mainstem.broker.errors import AuthenticationFailed
-from mainstem.broker.iggy_model import IggyModel
+from mainstem.broker.events.binders import BinderStore
+from mainstem.broker.events.projections import Projections
+from mainstem.broker.iggy.model import IggyModel
 from mainstem.broker.login_throttle import LoginThrottle
-from mainstem.broker.projections import Projections
-from mainstem.broker.queues import QueueManager
-from mainstem.broker.segments import SegmentStore
+from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
 from mainstem.broker.streams import StreamStore

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from mainstem.log.partition import fsync_directory
-from mainstem.log.segment import INDEX_SUFFIX, SEGMENT_SUFFIX
+from mainstem.log.segment_file import INDEX_SUFFIX, SEGMENT_SUFFIX
 
 log = logging.getLogger("mainstem.broker")
 

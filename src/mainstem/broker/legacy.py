@@ -28,7 +28,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from mainstem.broker import amqp_metadata
+from mainstem.broker.amqp import metadata as amqp_metadata
 from mainstem.log.partition import fsync_directory
 
 AMQP_FILE = "amqp-metadata.pickle"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mainstem.broker.queues.paging import MemoryBound
+from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 

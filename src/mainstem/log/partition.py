@@ -33,7 +33,7 @@ from mainstem.log.commit import GroupCommit
 from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
-from mainstem.log.segment import FILE_HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
+from mainstem.log.segment_file import FILE_HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
 from mainstem.log.writer_state import WriterState
 
 

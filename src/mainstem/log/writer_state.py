@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from mainstem.log.chunk import encode_sequences
 
 if TYPE_CHECKING:
-    from mainstem.log.segment import Segment
+    from mainstem.log.segment_file import Segment
 
 MAX_WRITERS = 4096  # writers remembered per partition; the least recently used go first
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mainstem.broker.errors import InvalidArgument
-from mainstem.broker.projections import FOLDS, Projection
+from mainstem.broker.events.projections import FOLDS, Projection
 from mainstem.spark.options import DEFAULT_URL
 from mainstem.spark.projection import DEFAULT_EVENTS_PORT, RebuildError, rebuild
 

@@ -21,9 +21,9 @@ from typing import Any
 import bson
 from bson.raw_bson import RawBSONDocument
 
-from mainstem.broker.binders import document_key
-from mainstem.broker.matcher import compile_matcher
-from mainstem.broker.projections import Projection, document_id, fold
+from mainstem.broker.events.binders import document_key
+from mainstem.broker.events.document_matcher import compile_matcher
+from mainstem.broker.events.projections import Projection, document_id, fold
 from mainstem.client.events import EventsClient
 from mainstem.client.stream import Endpoint, StreamClient
 

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mainstem.broker.amqp.queues import ClassicQueue, PublishOutcome, QueueMessage, ResourceLocked
+from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.auth import PermissionKind
 from mainstem.broker.errors import (
     AccessRefused,
@@ -19,8 +21,6 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
-from mainstem.broker.queues import ClassicQueue, PublishOutcome, QueueMessage, ResourceLocked
-from mainstem.broker.routing import Binding
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.consumers import QueueConsumer, StreamConsumer

@@ -22,9 +22,9 @@ from collections import deque
 from typing import Any
 
 import mainstem
+from mainstem.broker.amqp.queues.credit_flow import CreditFlow
 from mainstem.broker.auth import User
 from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
-from mainstem.broker.queues.credit_flow import CreditFlow
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.channel import Channel, ChannelError
 from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec

@@ -9,8 +9,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import PreconditionFailed
-from mainstem.broker.queues import ClassicQueue, QueueMessage
 from mainstem.broker.stream_service import PartitionClosed, PartitionService
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091.encode import DeliverEncoder

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from struct import Struct
 from typing import Any
 
-from mainstem.broker.queues import QueueMessage, register_properties_codec
+from mainstem.broker.amqp.queues import QueueMessage, register_properties_codec
 from mainstem.formats.amqp091_mapping import from_amqp091, to_amqp091
 from mainstem.formats.amqp10 import decode_message
 from mainstem.protocols.amqp091.events import decode_properties

@@ -28,8 +28,8 @@ from mainstem.broker.errors import (
     InvalidArgument,
     NotFound,
 )
-from mainstem.broker.matcher import compile_matcher
-from mainstem.broker.projections import Projection
+from mainstem.broker.events.document_matcher import compile_matcher
+from mainstem.broker.events.projections import Projection
 from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES
 from mainstem.protocols.base import ConnectionContext

@@ -28,7 +28,7 @@ from mainstem.broker.errors import (
     BrokerError,
     NotFound,
 )
-from mainstem.broker.iggy_model import STREAM, TOPIC, Group, rebalance
+from mainstem.broker.iggy.model import STREAM, TOPIC, Group, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
 from mainstem.broker.stream_service import PartitionService, WritesHeld
 from mainstem.broker.streams import Stream, TooManyPartitions

@@ -22,7 +22,7 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
-from mainstem.broker.segments import (
+from mainstem.broker.segment_store import (
     SegmentName,
     SegmentSealed,
     SegmentTruncated,

@@ -16,10 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from mainstem.broker.errors import AccessRefused, NotFound, PreconditionFailed
-from mainstem.broker.routing.headers import HeadersMatcher
-from mainstem.broker.routing.matchers import DirectMatcher, FanoutMatcher, Matcher
-from mainstem.broker.routing.model import (
+from mainstem.broker.amqp.routing.headers import HeadersMatcher
+from mainstem.broker.amqp.routing.matchers import DirectMatcher, FanoutMatcher, Matcher
+from mainstem.broker.amqp.routing.model import (
     ALTERNATE_EXCHANGE,
     Binding,
     Destination,
@@ -28,7 +27,8 @@ from mainstem.broker.routing.model import (
     amqp_type_name,
     canonical_value,
 )
-from mainstem.broker.routing.topic import TopicMatcher
+from mainstem.broker.amqp.routing.topic import TopicMatcher
+from mainstem.broker.errors import AccessRefused, NotFound, PreconditionFailed
 
 DEFAULT_EXCHANGE = ""
 PREDECLARED: Mapping[str, ExchangeType] = {

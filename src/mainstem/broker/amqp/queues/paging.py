@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mainstem.broker.queues.journal import QueueJournal, Replay, decode_enqueue
-from mainstem.broker.queues.message import QueueMessage
-from mainstem.broker.queues.spill import SpillStore
+from mainstem.broker.amqp.queues.journal import QueueJournal, Replay, decode_enqueue
+from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.amqp.queues.spill import SpillStore
 
 log = logging.getLogger("mainstem.amqp")
 

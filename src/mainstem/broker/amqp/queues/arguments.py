@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mainstem.broker.amqp.queues.paging import MemoryBound
+from mainstem.broker.amqp.routing.model import amqp_type_name, canonical_value
 from mainstem.broker.errors import PreconditionFailed
-from mainstem.broker.queues.paging import MemoryBound
-from mainstem.broker.routing.model import amqp_type_name, canonical_value
 
 CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")

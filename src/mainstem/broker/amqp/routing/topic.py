@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mainstem.broker.routing.matchers import Matcher, forget_one
-from mainstem.broker.routing.model import Binding, Destination
+from mainstem.broker.amqp.routing.matchers import Matcher, forget_one
+from mainstem.broker.amqp.routing.model import Binding, Destination
 
 
 def split_topic_key(key: str) -> list[str]:

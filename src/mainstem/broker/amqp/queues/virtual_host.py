@@ -13,26 +13,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mainstem.broker.amqp.queues.arguments import (
+    STREAM,
+    QueueArguments,
+    assert_equivalent_arguments,
+    parse_queue_arguments,
+)
+from mainstem.broker.amqp.queues.journal import QueueJournal
+from mainstem.broker.amqp.queues.message import QueueMessage, properties_codec
+from mainstem.broker.amqp.queues.queue import ClassicQueue
+from mainstem.broker.amqp.routing import Binding, ExchangeGraph
 from mainstem.broker.errors import (
     AccessRefused,
     AlreadyExists,
     NotFound,
     PreconditionFailed,
 )
-from mainstem.broker.queues.arguments import (
-    STREAM,
-    QueueArguments,
-    assert_equivalent_arguments,
-    parse_queue_arguments,
-)
-from mainstem.broker.queues.journal import QueueJournal
-from mainstem.broker.queues.message import QueueMessage, properties_codec
-from mainstem.broker.queues.queue import ClassicQueue
-from mainstem.broker.routing import Binding, ExchangeGraph
 from mainstem.broker.streams import Stream
 
 if TYPE_CHECKING:
-    from mainstem.broker.queues.manager import QueueManager
+    from mainstem.broker.amqp.queues.manager import QueueManager
 
 log = logging.getLogger("mainstem.amqp")
 

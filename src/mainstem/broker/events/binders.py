@@ -33,7 +33,7 @@ from bson.raw_bson import RawBSONDocument
 
 from mainstem.broker.catalog import transaction
 from mainstem.broker.errors import InvalidArgument, NotFound
-from mainstem.broker.matcher import compile_matcher
+from mainstem.broker.events.document_matcher import compile_matcher
 
 
 def document_key(value: Any) -> str:

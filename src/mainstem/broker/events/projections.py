@@ -18,9 +18,9 @@ from typing import Any
 
 import bson
 
-from mainstem.broker.binders import BinderStore
 from mainstem.broker.errors import InvalidArgument
-from mainstem.broker.matcher import compile_matcher
+from mainstem.broker.events.binders import BinderStore
+from mainstem.broker.events.document_matcher import compile_matcher
 from mainstem.broker.streams import StreamStore
 from mainstem.log.partition import PartitionClosed
 

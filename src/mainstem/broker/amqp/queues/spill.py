@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from mainstem.broker.queues.journal import RecordReader, decode_enqueue, encode_enqueue
-from mainstem.broker.queues.live_offsets import LiveOffsets
-from mainstem.broker.queues.message import QueueMessage
+from mainstem.broker.amqp.queues.journal import RecordReader, decode_enqueue, encode_enqueue
+from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
+from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 

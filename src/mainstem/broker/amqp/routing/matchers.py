@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from mainstem.broker.routing.model import Binding, Destination
+from mainstem.broker.amqp.routing.model import Binding, Destination
 
 
 class Matcher(ABC):

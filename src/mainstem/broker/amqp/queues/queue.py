@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from mainstem.broker.amqp.queues.arguments import QueueArguments
+from mainstem.broker.amqp.queues.journal import QueueJournal, Replay
+from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.amqp.queues.paging import MemoryBound, ReadyMessages
 from mainstem.broker.errors import AccessRefused
-from mainstem.broker.queues.arguments import QueueArguments
-from mainstem.broker.queues.journal import QueueJournal, Replay
-from mainstem.broker.queues.message import QueueMessage
-from mainstem.broker.queues.paging import MemoryBound, ReadyMessages
 
 DeadLetter = Callable[["ClassicQueue", QueueMessage, str], None]
 

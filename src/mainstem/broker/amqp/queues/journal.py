@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from struct import Struct
 
-from mainstem.broker.queues.live_offsets import LiveOffsets
-from mainstem.broker.queues.message import QueueMessage
+from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
+from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.log.chunk import Chunk
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Appended, Partition

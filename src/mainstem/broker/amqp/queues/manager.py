@@ -11,14 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import quote
 
-from mainstem.broker import amqp_metadata, layout
+from mainstem.broker import layout
+from mainstem.broker.amqp import metadata as amqp_metadata
+from mainstem.broker.amqp.queues.journal import QueueJournal, Replay
+from mainstem.broker.amqp.queues.paging import MemoryBound
+from mainstem.broker.amqp.queues.spill import wipe
+from mainstem.broker.amqp.queues.virtual_host import VirtualHost
+from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
 from mainstem.broker.errors import NotFound
-from mainstem.broker.queues.journal import QueueJournal, Replay
-from mainstem.broker.queues.paging import MemoryBound
-from mainstem.broker.queues.spill import wipe
-from mainstem.broker.queues.virtual_host import VirtualHost
-from mainstem.broker.routing import ExchangeGraph
 from mainstem.broker.streams import StreamStore
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.policy import DurabilityPolicy

@@ -16,9 +16,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mainstem.broker.amqp.routing.matchers import Matcher
+from mainstem.broker.amqp.routing.model import Binding, Destination, amqp_type_name, canonical_value
 from mainstem.broker.errors import PreconditionFailed
-from mainstem.broker.routing.matchers import Matcher
-from mainstem.broker.routing.model import Binding, Destination, amqp_type_name, canonical_value
 
 X_MATCH = "x-match"
 _MODES = ("all", "any", "all-with-x", "any-with-x")
