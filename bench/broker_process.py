@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from server_process import kill, started_ports
-from server_process import start_server as start_process
+from tests.support.server_process import kill, started_ports
+from tests.support.server_process import start_server as start_process
 
 
 def start_server(data_dir: Path, log_path: Path) -> tuple[subprocess.Popen, dict[str, int]]:

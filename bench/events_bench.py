@@ -2,7 +2,7 @@
 and query results/s from a large binder. Starts a real `mainstem serve` (data in a
 temporary directory) and prints events/s and the broker's own CPU µs per event.
 
-    .venv/bin/python bench/events_bench.py [--events 100000] [--documents 1000000]
+    .venv/bin/python -m bench.events_bench [--events 100000] [--documents 1000000]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from broker_process import cpu_seconds, start_server, stop_server
+from bench.broker_process import cpu_seconds, start_server, stop_server
 from mainstem.client.events import EventsClient
 
 WINDOW = 500  # PUBLISH frames in flight per round

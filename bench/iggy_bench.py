@@ -1,6 +1,6 @@
 """Iggy protocol benchmark, compared in the same run with the stream protocol.
 
-    .venv/bin/python bench/iggy_bench.py [--messages 1000000] [--size 100] [--batch 1000]
+    .venv/bin/python -m bench.iggy_bench [--messages 1000000] [--size 100] [--batch 1000]
 
 Starts a real `mainstem serve` on loopback ports with a fresh data directory,
 then, on the same data shape: Iggy SEND_MESSAGES in batches (each batch waits
@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from broker_process import cpu_seconds, start_server, stop_server
+from bench.broker_process import cpu_seconds, start_server, stop_server
 from mainstem.client.iggy import IggyClient, Message, Polling
 
 

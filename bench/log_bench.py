@@ -1,6 +1,6 @@
 """Log engine benchmark: append and read throughput against the disk's raw bandwidth.
 
-    .venv/bin/python bench/log_bench.py [--dir DIR] [--mib 256]
+    .venv/bin/python -m bench.log_bench [--dir DIR] [--mib 256]
 
 Every figure is measured in one run on the same disk with the same bytes
 (best of --repeat runs, each started after os.sync() so that no phase pays

@@ -2,7 +2,7 @@
 the whole history, and the Spark rebuild (`mainstem pipeline project`) including its load
 and hand-over. Prints events/s of each and the ratio Spark / live.
 
-    .venv/bin/python bench/project_bench.py [--events 1000000] [--documents 100000]
+    .venv/bin/python -m bench.project_bench [--events 1000000] [--documents 100000]
 
 Starts its own broker (data in a temporary directory); Spark runs in local[2].
 """

@@ -1,6 +1,6 @@
 """Segment store protocol benchmark: append and read throughput against raw disk bandwidth.
 
-    .venv/bin/python bench/segment_bench.py [--mib 256] [--dir DIR]
+    .venv/bin/python -m bench.segment_bench [--mib 256] [--dir DIR]
 
 Starts a real `mainstem serve` subprocess, appends --mib MiB as 1 MiB blocks of
 1 KiB events through mainstem's segment client (waiting for the last ack), reads
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker_process import cpu_seconds, start_server, stop_server
+from bench.broker_process import cpu_seconds, start_server, stop_server
 from mainstem.client.segment import SegmentClient
 
 MIB = 1 << 20

@@ -2,7 +2,7 @@
 publishing with confirms, then a fuzz phase on every listener, against a `mainstem serve`
 this script starts on loopback (ephemeral ports, data in a fresh directory).
 
-    PYTHONPATH=src python bench/soak.py --rounds 5 --fuzz-inputs 500
+    .venv/bin/python -m bench.soak --rounds 5 --fuzz-inputs 500
 
 Each round starts the broker, verifies what every earlier round had confirmed, lets every
 protocol's client publish numbered messages with confirms, and SIGKILLs the broker at a
@@ -28,10 +28,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from campaign_clients import DRIVERS, Driver
-from fuzzing import ServerLog, fuzz_listener
-from server_process import kill, start_server, started_ports
+from tests.support.campaign_clients import DRIVERS, Driver
+from tests.support.fuzzing import ServerLog, fuzz_listener
+from tests.support.server_process import kill, start_server, started_ports
 
 PROTOCOLS = ["stream", "amqp", "iggy", "bson", "segment"]
 LISTENERS = [*PROTOCOLS, "admin"]

@@ -1,7 +1,7 @@
 """Batch read of 1,000,000 100-byte messages through the Spark data source (count, and into
 Parquet) against a plain Python stream-protocol consumer on the same data, in one run.
 
-    .venv/bin/python bench/spark_bench.py [--messages 1000000]
+    .venv/bin/python -m bench.spark_bench [--messages 1000000]
 
 Starts its own broker (data in a temporary directory), publishes with rstream, then prints
 rows/s of each path and the ratio Spark / plain consumer.

@@ -408,7 +408,7 @@ async def list_bindings(request: web.Request) -> web.Response:
 
 
 def stream_row(stream: Stream) -> dict[str, Any]:
-    partitions = [
+    partitions: list[dict[str, Any]] = [
         {"index": i, "name": name, "first_offset": p.first_offset,
          "last_offset": p.committed_offset - 1, "committed_offset": p.committed_offset,
          "size_bytes": p.size_bytes, "segments": p.segment_count}

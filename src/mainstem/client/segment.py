@@ -57,11 +57,11 @@ class SegmentClient:
             if not data:
                 await self.replies.put(c.ProtocolError("", "connection closed"))
                 return
-            for message, _ in self.decoder.feed(data):
-                if isinstance(message, c.Partial):
-                    message = self.reassembler.add(message)
-                    if message is None:
-                        continue
+            for decoded, _ in self.decoder.feed(data):
+                message = (self.reassembler.add(decoded) if isinstance(decoded, c.Partial)
+                           else decoded)
+                if message is None:
+                    continue
                 if isinstance(message, c.DataAppended):
                     self.acks[message.connection_id] = message.ack_level
                     self.ack_event.set()

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from mainstem.log.chunk import HEADER_SIZE, Chunk, parse_header
+from mainstem.formats.osiris import HEADER_SIZE
+from mainstem.log.chunk import Chunk, parse_header
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode

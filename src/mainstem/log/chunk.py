@@ -32,17 +32,15 @@ from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
-from mainstem.formats.osiris import (  # the layout; the log's own users read it here
+from mainstem.formats.osiris import (
     HEADER,
     HEADER_SIZE,
     MAGIC_VERSION,
     SIMPLE_ENTRY,
+    SUB_BATCH_BIT,
     SUB_BATCH_ENTRY,
     SUB_BATCH_FLAG,
 )
-from mainstem.formats.osiris import MAX_CHUNK_ENTRIES as MAX_CHUNK_ENTRIES
-from mainstem.formats.osiris import MAX_ENTRY_LENGTH as MAX_ENTRY_LENGTH
-from mainstem.formats.osiris import SUB_BATCH_BIT as SUB_BATCH_BIT
 
 FIRST_EPOCH = 1  # a stream's first leader term, as Osiris numbers them
 assert HEADER_SIZE == 48

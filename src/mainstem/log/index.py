@@ -120,7 +120,7 @@ class SegmentIndex:
         return (self.chunk_ids[i], self.timestamps[i], self.file_positions[i],
                 self.byte_positions[i], self.record_counts[i], self.trailer_lengths[i])
 
-    def _columns(self) -> tuple[array, ...]:
+    def _columns(self) -> tuple[array[int], ...]:
         return (self.chunk_ids, self.timestamps, self.file_positions, self.byte_positions,
                 self.record_counts, self.trailer_lengths)
 

@@ -17,10 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.chunk import (
     FIRST_EPOCH,
-    HEADER_SIZE,
-    MAX_CHUNK_ENTRIES,
     TRAILER_CRC,
     Chunk,
     ChunkType,

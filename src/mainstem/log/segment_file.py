@@ -13,8 +13,8 @@ import struct
 from collections.abc import Sequence
 from pathlib import Path
 
+from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.chunk import (
-    HEADER_SIZE,
     TRAILER_CRC,
     Chunk,
     CorruptChunk,

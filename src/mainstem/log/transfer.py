@@ -13,7 +13,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mainstem.log.chunk import BLOOM_SIZE_AT, HEADER_SIZE, MAX_BLOOM_SIZE
+from mainstem.formats.osiris import HEADER_SIZE
+from mainstem.log.chunk import BLOOM_SIZE_AT, MAX_BLOOM_SIZE
 from mainstem.log.partition import ChunkLocation
 
 

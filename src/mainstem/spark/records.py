@@ -22,7 +22,8 @@ import pyarrow as pa
 
 from mainstem.formats.amqp10 import Amqp10DecodeError, Message, Symbol, decode_message
 from mainstem.formats.amqp10 import encode_message as encode_amqp10
-from mainstem.log.chunk import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY, Chunk
+from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY
+from mainstem.log.chunk import Chunk
 
 SCHEMA_DDL = ("key BINARY, value BINARY, stream STRING, partition INT, offset BIGINT, "
               "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
@@ -51,7 +52,7 @@ class _Columns:
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
-        self.keys: dict[int, bytes] = {}
+        self.keys: dict[int, bytes | None] = {}
         self.headers: dict[int, list[dict[str, Any]]] = {}
         self.properties: dict[int, list[tuple[str, str]]] = {}
 

@@ -15,14 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mainstem.broker.stream_service.gate import WriteGate
-from mainstem.log.chunk import (
-    MAX_CHUNK_ENTRIES,
-    SIMPLE_ENTRY,
-    SUB_BATCH_ENTRY,
-    SUB_BATCH_FLAG,
-    UNFILTERED,
-    bloom_filter,
-)
+from mainstem.formats.osiris import MAX_CHUNK_ENTRIES, SIMPLE_ENTRY, SUB_BATCH_ENTRY, SUB_BATCH_FLAG
+from mainstem.log.chunk import UNFILTERED, bloom_filter
 from mainstem.log.partition import Appended, Partition, PartitionClosed
 
 Entry = bytes | memoryview

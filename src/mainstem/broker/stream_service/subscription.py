@@ -57,7 +57,7 @@ class Subscription:
                 return view
             # nothing this subscriber wants: nothing sent, no credit spent
 
-    def send(self, view: ChunkView, frame_header: bytes, transport: asyncio.Transport) -> None:
+    def send(self, view: ChunkView, frame_header: bytes, transport: asyncio.WriteTransport) -> None:
         """Send a chunk after `frame_header` (which declares `view.wire_size` bytes of it),
         spending one credit: by sendfile straight from the segment file when nothing is
         queued on the transport before it, else through the transport."""
@@ -82,4 +82,5 @@ def _sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
     sock = transport.get_extra_info("socket")
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return None
-    return sock.fileno()
+    fileno: int = sock.fileno()
+    return fileno

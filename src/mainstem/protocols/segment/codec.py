@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar, cast, dataclass_transform
 
 HEADER = struct.Struct(">iI")
 LONG = struct.Struct(">q")
@@ -52,7 +53,8 @@ def decode_mutf8(raw: bytes | memoryview) -> str:
         # join surrogate pairs; a lone surrogate fails here
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
     except UnicodeError as error:
-        raise FrameError(f"malformed modified UTF-8: {error.reason}") from None
+        reason = getattr(error, "reason", error)  # a UnicodeDecodeError's, as a rule
+        raise FrameError(f"malformed modified UTF-8: {reason}") from None
 
 
 # -- field readers ---------------------------------------------------------------
@@ -143,8 +145,14 @@ _READERS = {"s": _Fields.string, "u": _Fields.uuid, "q": _Fields.long, "i": _Fie
             "?": _Fields.bool, "b": _Fields.rest}
 
 
-def _message(type_code: int, fields: str):
-    def wrap(cls: type) -> type:
+_M = TypeVar("_M", bound="Message")
+
+
+@dataclass_transform()
+def _message(type_code: int, fields: str) -> Callable[[type[_M]], type[_M]]:
+    """Make a message class a dataclass with its type code and field kinds, and register
+    it for decoding."""
+    def wrap(cls: type[_M]) -> type[_M]:
         cls = dataclass(slots=True)(cls)
         cls.TYPE, cls.FIELDS = type_code, fields
         MESSAGES[type_code] = cls
@@ -237,24 +245,38 @@ class StreamSegmentInfo(Message):
     write_offset: int
 
 
-def _request(type_code: int, name: str, extra: str = "") -> type[Message]:
-    fields = {"request_id": int, "segment": str}
-    if extra:
-        fields["offset"] = int
-    cls = type(name, (Message,), {"__annotations__": fields})
-    return _message(type_code, "qs" + extra)(cls)
+@dataclass(slots=True)
+class SegmentRequest(Message):
+    """A request about one segment, or its plain acknowledgement."""
+
+    request_id: int
+    segment: str
 
 
-CreateSegment = _request(20, "CreateSegment")
-SegmentCreated = _request(21, "SegmentCreated")
-SealSegment = _request(28, "SealSegment")
-SegmentSealed = _request(29, "SegmentSealed")
-DeleteSegment = _request(30, "DeleteSegment")
-SegmentDeleted = _request(31, "SegmentDeleted")
-TruncateSegment = _request(38, "TruncateSegment", "q")
-SegmentTruncated = _request(39, "SegmentTruncated")
+@dataclass(slots=True)
+class SegmentOffsetRequest(SegmentRequest):
+    offset: int
 
 
+_R = TypeVar("_R", bound=SegmentRequest)
+
+
+def _request(type_code: int, name: str, base: type[_R]) -> type[_R]:
+    fields = "qsq" if issubclass(base, SegmentOffsetRequest) else "qs"
+    return _message(type_code, fields)(cast(type[_R], type(name, (base,), {})))
+
+
+CreateSegment = _request(20, "CreateSegment", SegmentRequest)
+SegmentCreated = _request(21, "SegmentCreated", SegmentRequest)
+SealSegment = _request(28, "SealSegment", SegmentRequest)
+SegmentSealed = _request(29, "SegmentSealed", SegmentRequest)
+DeleteSegment = _request(30, "DeleteSegment", SegmentRequest)
+SegmentDeleted = _request(31, "SegmentDeleted", SegmentRequest)
+TruncateSegment = _request(38, "TruncateSegment", SegmentOffsetRequest)
+SegmentTruncated = _request(39, "SegmentTruncated", SegmentRequest)
+
+
+@dataclass(slots=True)
 class SegmentError(Message):
     """An error reply about one segment (or "" for the connection)."""
 
@@ -263,8 +285,7 @@ class SegmentError(Message):
 
 
 def _error(type_code: int, name: str) -> type[SegmentError]:
-    cls = type(name, (SegmentError,), {"__annotations__": {"segment": str, "message": str}})
-    return _message(type_code, "ss")(cls)
+    return _message(type_code, "ss")(cast(type[SegmentError], type(name, (SegmentError,), {})))
 
 
 AuthenticationFailed = _error(60, "AuthenticationFailed")

@@ -1,0 +1,329 @@
+"""The stream service on real files: the Appender's batching, chunk cuts, writer
+sequences, durability and alarm hold; a Subscription's credit, waiting, filtering and
+sending a chunk after a protocol's frame header."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mainstem.broker.alarms import ResourceAlarms
+from mainstem.broker.stream_service import (
+    ChunkLimits,
+    PartitionClosed,
+    PartitionService,
+    WriteGate,
+    WritesHeld,
+)
+from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
+from mainstem.log.chunk import Chunk, encode_simple_entries
+from mainstem.log.commit import fsync_observers
+from mainstem.log.partition import Partition
+from mainstem.log.policy import DurabilityPolicy, FsyncMode
+
+NEVER = DurabilityPolicy(FsyncMode.NEVER)
+
+
+def entry(body: bytes) -> bytes:
+    return encode_simple_entries([body])
+
+
+def chunks_of(partition: Partition) -> Iterator[Chunk]:
+    reader = partition.reader(0)
+    while (chunk := reader.next_chunk_nowait()) is not None:
+        yield chunk
+
+
+def bodies(partition: Partition) -> list[bytes]:
+    return [bytes(body) for chunk in chunks_of(partition) for _, body in chunk.records()]
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[PartitionService]:
+    opened = PartitionService(Partition.open(tmp_path / "p"))
+    yield opened
+    await opened.close()
+
+
+# -- the Appender --------------------------------------------------------------------
+
+
+async def test_appends_of_one_turn_share_a_chunk_and_one_durability_wait(
+        service: PartitionService) -> None:
+    receipts = [service.appender.append_records([b"a%d" % i, b"b%d" % i]) for i in range(5)]
+    assert len({id(receipt.durable) for receipt in receipts}) == 1
+    assert service.partition.next_offset == 0  # staged until the turn ends
+    await receipts[-1].durable
+    assert [chunk.header.num_records for chunk in chunks_of(service.partition)] == [10]
+    assert [receipt.first_offset for receipt in receipts] == [0, 2, 4, 6, 8]
+
+
+async def test_appends_of_later_turns_go_in_later_chunks(service: PartitionService) -> None:
+    await service.appender.append_records([b"x"]).durable
+    second = service.appender.append_records([b"y", b"z"])
+    await second.durable
+    assert second.first_offset == 1
+    assert [c.header.num_records for c in chunks_of(service.partition)] == [1, 2]
+
+
+async def test_a_chunk_is_cut_at_the_entry_and_byte_bounds(service: PartitionService) -> None:
+    appender = service.appender
+    await appender.append_entries([entry(b"e%d" % i) for i in range(7)], all_simple=True,
+                                  limits=ChunkLimits(entries=3)).durable
+    big = ChunkLimits(entries=100, bytes=3 * 104)  # three entries of 100 bytes
+    await appender.append_entries([entry(b"x" * 100) for _ in range(5)], all_simple=True,
+                                  limits=big).durable
+    assert [c.header.num_entries for c in chunks_of(service.partition)] == [3, 3, 1, 3, 2]
+
+
+async def test_records_past_the_chunk_limit_spill_into_a_next_chunk(
+        service: PartitionService) -> None:
+    records = [b"%d" % i for i in range(MAX_CHUNK_ENTRIES + 2)]
+    receipt = service.appender.append_records(records)
+    await receipt.durable
+    assert [c.header.num_records for c in chunks_of(service.partition)] == [
+        MAX_CHUNK_ENTRIES, 2]
+    assert bodies(service.partition) == records
+
+
+async def test_records_appended_together_never_straddle_chunks(
+        service: PartitionService) -> None:
+    appender = service.appender
+    appender.append_records([b"x"] * (MAX_CHUNK_ENTRIES - 1))
+    together = appender.append_records([b"t1", b"t2"], together=True)
+    await together.durable
+    assert [c.header.num_records for c in chunks_of(service.partition)] == [
+        MAX_CHUNK_ENTRIES - 1, 2]
+    assert together.first_offset == MAX_CHUNK_ENTRIES - 1
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(st.lists(st.tuples(st.integers(1, 12), st.integers(0, 40)),
+                               min_size=1, max_size=5), min_size=1, max_size=4),
+       max_entries=st.integers(1, 8), max_bytes=st.integers(1, 200))
+def test_chunks_respect_the_bounds_and_keep_every_record_in_order(
+        tmp_path_factory: pytest.TempPathFactory, turns: list[list[tuple[int, int]]],
+        max_entries: int, max_bytes: int) -> None:
+    """Any appends, in any turns: every record stored once, in order, and no chunk over
+    the bounds unless a single entry is bigger than the byte bound."""
+    limits = ChunkLimits(entries=max_entries, bytes=max_bytes)
+
+    async def run() -> None:
+        service = PartitionService(Partition.open(tmp_path_factory.mktemp("p"),
+                                                  durability=NEVER))
+        sent: list[bytes] = []
+        for turn in turns:
+            receipts = []
+            for count, size in turn:
+                batch = [b"%d-" % len(sent) + b"x" * size for _ in range(count)]
+                batch = [b"%d:" % (len(sent) + i) + body for i, body in enumerate(batch)]
+                sent += batch
+                receipts.append(service.appender.append_entries(
+                    [entry(body) for body in batch], all_simple=True, limits=limits))
+            await asyncio.gather(*(receipt.durable for receipt in receipts))
+        for chunk in chunks_of(service.partition):
+            assert chunk.header.num_entries <= max_entries
+            assert chunk.header.num_entries == 1 or chunk.header.data_length <= max_bytes
+        assert bodies(service.partition) == sent
+        await service.close()
+
+    asyncio.run(run())
+
+
+async def test_writer_sequences_drop_repeats_within_and_across_batches(
+        service: PartitionService) -> None:
+    appender = service.appender
+
+    def publish(ids: list[int]) -> asyncio.Future[None]:
+        return appender.append_entries([entry(b"m%d" % i) for i in ids], all_simple=True,
+                                       writer="w", sequences=ids).durable
+
+    publish([1, 2, 3])
+    publish([2, 3, 4, 4, 5])  # same batch: the staged sequence counts
+    assert appender.sequence("w") == 5
+    await publish([1])  # nothing new: done once what came before is durable
+    await publish([5, 6, 3, 7])  # a later batch: the stored sequence counts
+    assert bodies(service.partition) == [b"m%d" % i for i in range(1, 8)]
+    assert service.partition.sequences == {"w": 7}
+
+
+@settings(max_examples=40, deadline=None)
+@given(turns=st.lists(st.lists(st.lists(st.integers(0, 30), max_size=8), min_size=1,
+                               max_size=4), min_size=1, max_size=4))
+def test_a_writer_stores_each_sequence_once_and_in_rising_order(
+        turns: list[list[list[int]]]) -> None:
+    """Whatever a publisher resends, in whichever turns: stored are exactly the entries
+    whose sequence is above every one accepted before them, as Osiris keeps them."""
+    expected: list[int] = []
+    last = -1
+    for publishes in turns:
+        for ids in publishes:
+            for pid in ids:
+                if pid > last:
+                    expected.append(pid)
+                    last = pid
+
+    async def run(directory: Path) -> None:
+        service = PartitionService(Partition.open(directory, durability=NEVER))
+        for publishes in turns:
+            receipts = [service.appender.append_entries(
+                [entry(b"%d" % pid) for pid in ids], all_simple=True, writer="w",
+                sequences=ids) for ids in publishes]
+            await asyncio.gather(*(receipt.durable for receipt in receipts))
+        assert bodies(service.partition) == [b"%d" % pid for pid in expected]
+        assert service.appender.sequence("w") == (expected[-1] if expected else None)
+        await service.close()
+
+    with tempfile.TemporaryDirectory() as directory:
+        asyncio.run(run(Path(directory)))
+
+
+async def test_a_record_writer_repeating_its_sequence_stores_nothing(
+        service: PartitionService) -> None:
+    appender = service.appender
+    await appender.append_records([b"a", b"b"], writer="seg", sequence=10).durable
+    repeat = appender.append_records([b"b"], writer="seg", sequence=10)
+    await repeat.durable
+    await appender.append_records([b"c"], writer="seg", sequence=11).durable
+    assert bodies(service.partition) == [b"a", b"b", b"c"]
+    assert appender.sequence("seg") == 11
+
+
+async def test_an_append_is_reported_only_once_its_chunk_is_durable(
+        service: PartitionService) -> None:
+    fsyncs: list[float] = []
+    fsync_observers.add(fsyncs.append)  # called once each fsync round has returned
+    try:
+        receipt = service.appender.append_records([b"durable"])
+        seen: list[tuple[int, int]] = []
+        receipt.durable.add_done_callback(
+            lambda _: seen.append((len(fsyncs), service.committed_offset)))
+        await asyncio.sleep(0)
+        assert not receipt.durable.done()
+        await receipt.durable
+    finally:
+        fsync_observers.discard(fsyncs.append)
+    assert seen[0][0] >= 1  # an fsync had finished
+    assert seen[0][1] == 1  # and the record was committed
+
+
+async def test_writers_are_held_while_an_alarm_is_set(tmp_path: Path) -> None:
+    alarms = ResourceAlarms()
+    gate = WriteGate(alarms)
+    service = PartitionService(Partition.open(tmp_path / "p"), gate)
+    alarms.set("disk", True)
+    assert gate.held
+    with pytest.raises(WritesHeld):
+        gate.check()
+    receipt = service.appender.append_records([b"held"])
+    await asyncio.sleep(0.05)
+    assert not receipt.durable.done()
+    assert service.partition.next_offset == 0  # nothing reached the log
+    alarms.set("disk", False)
+    await asyncio.wait_for(receipt.durable, 5)
+    assert bodies(service.partition) == [b"held"]
+    await service.close()
+
+
+async def test_a_write_to_a_closed_partition_fails_its_receipt(
+        service: PartitionService) -> None:
+    service.partition.close()
+    with pytest.raises(PartitionClosed):
+        await service.appender.append_records([b"late"]).durable
+
+
+async def test_close_writes_what_was_staged(tmp_path: Path) -> None:
+    service = PartitionService(Partition.open(tmp_path / "p"))
+    receipt = service.appender.append_records([b"staged"])
+    await service.close()
+    await receipt.durable
+    reopened = Partition.open(tmp_path / "p")
+    assert bodies(reopened) == [b"staged"]
+    reopened.close()
+
+
+# -- Subscriptions -------------------------------------------------------------------
+
+
+async def test_a_subscription_waits_for_credit_and_for_new_data(
+        service: PartitionService) -> None:
+    subscription = service.subscribe(0, credit=0)
+    waiting = asyncio.ensure_future(subscription.next_view())
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # no data
+    await service.appender.append_records([b"one"]).durable
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # data, but no credit
+    subscription.grant(1)
+    view = await asyncio.wait_for(waiting, 5)
+    assert view.num_records == 1
+    assert subscription.position == 1
+
+
+async def test_a_filtered_subscription_skips_chunks_without_spending_credit(
+        service: PartitionService) -> None:
+    for region in ("us", "eu", "us"):
+        await service.appender.append_entries([entry(region.encode())], all_simple=True,
+                                              filter_values=[region]).durable
+    subscription = service.subscribe(0, credit=5, filter_values=["eu"])
+    view = await subscription.next_view()
+    assert view.location.chunk_id == 1
+    assert len(view.bloom) > 0
+
+
+class _QueuedTransport:
+    """A transport with bytes already queued: sending must go through `write`."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+
+    def get_write_buffer_size(self) -> int:
+        return 1
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+async def test_send_puts_the_frame_header_before_the_chunk_and_leaves_the_filter_out(
+        service: PartitionService, filtered: bool) -> None:
+    await service.appender.append_entries(
+        [entry(b"hello"), entry(b"world")], all_simple=True,
+        filter_values=["f", None] if filtered else None).durable
+    subscription = service.subscribe(0, credit=2)
+    view = await subscription.next_view()
+    assert bool(view.bloom) is filtered
+    frame_header = struct.pack(">I", view.wire_size) + b"HDR"
+    expected = frame_header + view.header + encode_simple_entries([b"hello", b"world"])
+
+    queued = _QueuedTransport()
+    subscription.send(view, frame_header, queued)  # type: ignore[arg-type]
+    assert bytes(queued.written) == expected
+    assert view.wire_size == HEADER_SIZE + len(encode_simple_entries([b"hello", b"world"]))
+
+    received: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.set_result(await reader.readexactly(len(expected)))
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    subscription.send(view, frame_header, writer.transport)  # type: ignore[arg-type]
+    assert await asyncio.wait_for(received, 5) == expected  # by sendfile, on TCP
+    assert subscription.credit == 0
+    writer.close()
+    server.close()
+    await server.wait_closed()
