@@ -20,7 +20,6 @@ import aio_pika
 import pytest
 from apache_iggy import IggyClient as ApacheIggy
 from apache_iggy import TcpConfig, TcpReconnectionConfig
-from fixtures.make_old_stores import HEADERS
 from iggy_py import IggyClient as PyIggy
 from iggy_py import PollingStrategy
 
@@ -33,6 +32,7 @@ from mainstem.broker.catalog import SCHEMA_VERSION, Catalog, transaction
 from mainstem.client.events import EventsClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.config import ServerConfig
+from tests.broker.fixtures.make_old_stores import HEADERS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "old-stores.tar.gz"
 OLD_FILES = (legacy.AMQP_FILE, legacy.IGGY_FILE, legacy.SEGMENTS_FILE, legacy.BINDERS_FILE)

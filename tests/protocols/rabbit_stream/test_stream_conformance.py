@@ -25,7 +25,6 @@ from rstream import (
     amqp_decoder,
 )
 from rstream.client import ClientPool
-from test_stream_robustness import HEADER, RawClient, response_code
 
 from mainstem import Broker
 from mainstem.cli import build_parser
@@ -35,6 +34,7 @@ from mainstem.protocols.rabbit_stream.codec import encode
 from mainstem.protocols.rabbit_stream.constants import RESPONSE_FLAG, Key, ResponseCode
 from mainstem.protocols.rabbit_stream.constants import OffsetType as WireOffset
 from mainstem.testing import ThreadedBroker
+from tests.protocols.rabbit_stream.test_stream_robustness import HEADER, RawClient, response_code
 from tests.support.server_process import (
     MAINSTEM,
     clean_env,
