@@ -214,6 +214,16 @@ async def test_metrics(broker, http):
     assert "mainstem_stream_size_bytes" in text
 
 
+async def test_a_brokers_metrics_count_only_its_own_fsyncs(broker, http, tmp_path):
+    async with Broker(data_dir=tmp_path / "other") as other:
+        await publish(other, "elsewhere", 5)  # fsyncs of another broker in this process
+    async with http.get("/metrics") as response:
+        text = await response.text()
+    fsyncs = next(line for line in text.splitlines()
+                  if line.startswith("mainstem_fsync_seconds_count"))
+    assert float(fsyncs.split()[1]) == 0
+
+
 async def test_openapi_lists_the_paths(http):
     document = await get(http, "/api/openapi.json")
     assert document["openapi"].startswith("3.")

@@ -24,7 +24,7 @@ from mainstem.broker.stream_service import (
 )
 from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.chunk import Chunk, encode_simple_entries
-from mainstem.log.commit import fsync_observers
+from mainstem.log.commit import FsyncTimings
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
 
@@ -197,20 +197,19 @@ async def test_a_record_writer_repeating_its_sequence_stores_nothing(
     assert appender.sequence("seg") == 11
 
 
-async def test_an_append_is_reported_only_once_its_chunk_is_durable(
-        service: PartitionService) -> None:
+async def test_an_append_is_reported_only_once_its_chunk_is_durable(tmp_path: Path) -> None:
     fsyncs: list[float] = []
-    fsync_observers.add(fsyncs.append)  # called once each fsync round has returned
-    try:
-        receipt = service.appender.append_records([b"durable"])
-        seen: list[tuple[int, int]] = []
-        receipt.durable.add_done_callback(
-            lambda _: seen.append((len(fsyncs), service.committed_offset)))
-        await asyncio.sleep(0)
-        assert not receipt.durable.done()
-        await receipt.durable
-    finally:
-        fsync_observers.discard(fsyncs.append)
+    timings = FsyncTimings()
+    timings.observe(fsyncs.append)  # called once each fsync round has returned
+    service = PartitionService(Partition.open(tmp_path / "p", fsync_timings=timings))
+    receipt = service.appender.append_records([b"durable"])
+    seen: list[tuple[int, int]] = []
+    receipt.durable.add_done_callback(
+        lambda _: seen.append((len(fsyncs), service.committed_offset)))
+    await asyncio.sleep(0)
+    assert not receipt.durable.done()
+    await receipt.durable
+    await service.close()
     assert seen[0][0] >= 1  # an fsync had finished
     assert seen[0][1] == 1  # and the record was committed
 

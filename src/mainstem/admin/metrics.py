@@ -16,13 +16,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mainstem.admin.api import AdminState, consumer_offsets, projection_rows
 from mainstem.broker.alarms import DISK, MEMORY
-from mainstem.log import commit
 
 _FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class Metrics:
     def __init__(self, state: AdminState) -> None:
+        self._state = state
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_BrokerCollector(state))
         self.fsync_seconds = Histogram(
@@ -35,9 +35,9 @@ class Metrics:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def lifetime(self, app: web.Application):
-        commit.fsync_observers.add(self.fsync_seconds.observe)
+        unobserve = self._state.core.fsync_timings.observe(self.fsync_seconds.observe)
         yield
-        commit.fsync_observers.discard(self.fsync_seconds.observe)
+        unobserve()
 
 
 class _BrokerCollector:

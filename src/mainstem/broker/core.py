@@ -28,6 +28,7 @@ from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
 from mainstem.broker.streams import StreamStore
+from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 
 log = logging.getLogger("mainstem.broker")
@@ -43,6 +44,7 @@ class BrokerCore:
         self.catalog = catalog
         self.auth = Auth(catalog, settings)
         self.descriptors = DescriptorCache(settings.open_files or None)
+        self.fsync_timings = FsyncTimings()  # every partition's fsync rounds, for metrics
         self._kdf_pool = ThreadPoolExecutor(KDF_THREADS, thread_name_prefix="mainstem-kdf")
         self._login_throttle = LoginThrottle(settings.failed_logins_per_minute)
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
@@ -50,14 +52,15 @@ class BrokerCore:
         self.streams = StreamStore(
             data_dir / "streams", catalog, settings.durability, settings.retention,
             max_partitions=settings.max_partitions, descriptors=self.descriptors,
-            gate=self.write_gate,
+            gate=self.write_gate, fsync_timings=self.fsync_timings,
         )
         self.active_consumers = ActiveConsumers()
         self.iggy = IggyModel(catalog.connect())
         self.segments = SegmentStore(self.streams, catalog.connect())
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
-                                   self.descriptors, settings.queue_memory)
+                                   self.descriptors, settings.queue_memory,
+                                   self.fsync_timings)
         self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None

@@ -29,6 +29,7 @@ from mainstem.broker.catalog import Catalog, StreamRecord
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.retention import retention_from_arguments
 from mainstem.broker.stream_service import PartitionService, WriteGate
+from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
@@ -97,11 +98,13 @@ class StreamStore:
         self, root: Path, catalog: Catalog, durability: DurabilityPolicy,
         retention: RetentionPolicy, *, max_partitions: int = DEFAULT_MAX_PARTITIONS,
         descriptors: DescriptorCache | None = None, gate: WriteGate | None = None,
+        fsync_timings: FsyncTimings | None = None,
     ) -> None:
         self.root = root
         self._gate = gate  # holds every partition's writers while an alarm is set
         self.max_partitions = max_partitions
         self._descriptors = descriptors
+        self._fsync_timings = fsync_timings
         self._catalog = catalog
         self._durability = durability
         self._default_retention = retention
@@ -306,5 +309,6 @@ class StreamStore:
 
     def _open_partition(self, stream: Stream, index: int) -> PartitionService:
         partition = Partition.open(stream.directory / str(index), durability=self._durability,
-                                   retention=stream.retention, descriptors=self._descriptors)
+                                   retention=stream.retention, descriptors=self._descriptors,
+                                   fsync_timings=self._fsync_timings)
         return PartitionService(partition, self._gate)

@@ -17,9 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
 
-# Called with each fsync round's duration in seconds (the metrics histogram registers here).
-fsync_observers: set[Callable[[float], None]] = set()
-
 # fsync runs in threads of its own: in asyncio's default pool, any other blocking work
 # (password hashing was one) would queue ahead of it and delay every publish confirm.
 # As many threads as that pool had: an fsync mostly waits for the disk, not the CPU.
@@ -27,25 +24,43 @@ _FSYNC_POOL = ThreadPoolExecutor(min(32, (os.cpu_count() or 1) + 4),
                                  thread_name_prefix="mainstem-fsync")
 
 
-def _timed(sync: Callable[[], None]) -> None:
+class FsyncTimings:
+    """Where one broker's fsync rounds report their durations in seconds: its metrics
+    histogram observes them. One per broker, so that brokers sharing a process (tests,
+    embedding) do not see each other's fsyncs."""
+
+    def __init__(self) -> None:
+        self._observers: set[Callable[[float], None]] = set()
+
+    def observe(self, observer: Callable[[float], None]) -> Callable[[], None]:
+        """Call `observer` with every fsync round's duration; returns the undo."""
+        self._observers.add(observer)
+        return lambda: self._observers.discard(observer)
+
+    def record(self, seconds: float) -> None:
+        # A copy: this runs in a worker thread while the loop may add or drop an observer
+        # (tuple() of a set is one step under the GIL).
+        for observe in tuple(self._observers):
+            observe(seconds)
+
+
+def _timed(sync: Callable[[], None], timings: FsyncTimings | None) -> None:
     started = time.perf_counter()
     sync()
-    elapsed = time.perf_counter() - started
-    # A copy: this runs in a worker thread while the loop may add or drop an observer
-    # (tuple() of a set is one step under the GIL).
-    for observe in tuple(fsync_observers):
-        observe(elapsed)
+    if timings is not None:
+        timings.record(time.perf_counter() - started)
 
 
 class GroupCommit:
     def __init__(self, policy: DurabilityPolicy, sync: Callable[[], None],
                  on_durable: Callable[[int], None], durable: int = 0, *,
-                 on_demand: bool = False) -> None:
+                 on_demand: bool = False, timings: FsyncTimings | None = None) -> None:
         self.policy = policy
         # on_demand: fsync only when someone waits (a queue journal: an unconfirmed publish
         # needs the page cache, not the disk; its readers do not wait for durability).
         self.on_demand = on_demand
         self._sync = sync  # blocking: runs in a worker thread
+        self._timings = timings
         self._on_durable = on_durable
         self._written = durable
         self._durable = durable
@@ -97,7 +112,7 @@ class GroupCommit:
                 if self.policy.mode is FsyncMode.INTERVAL:
                     await asyncio.sleep(self.policy.interval_ms / 1000)
                 target = self._written
-                await loop.run_in_executor(_FSYNC_POOL, _timed, self._sync)
+                await loop.run_in_executor(_FSYNC_POOL, _timed, self._sync, self._timings)
                 self._advance(target)
         except BaseException as error:  # a failed fsync must fail every waiter, not hang it
             self._fail(error)

@@ -28,7 +28,7 @@ from mainstem.log.chunk import (
     payload_size,
     seal_trailer,
 )
-from mainstem.log.commit import GroupCommit
+from mainstem.log.commit import FsyncTimings, GroupCommit
 from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
@@ -80,7 +80,8 @@ class _Committed:
 class Partition:
     def __init__(self, directory: Path, segments: list[Segment], durability: DurabilityPolicy,
                  retention: RetentionPolicy, epoch: int, descriptors: DescriptorCache,
-                 fsync_on_demand: bool = False) -> None:
+                 fsync_on_demand: bool = False, fsync_timings: FsyncTimings | None = None
+                 ) -> None:
         self.directory = directory
         self._descriptors = descriptors
         self.retention = retention
@@ -96,7 +97,8 @@ class Partition:
         self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
         self._dirty: dict[int, Segment] = {}
         self._commit = GroupCommit(durability, self._sync_dirty, self._on_durable,
-                                   durable=self.next_offset, on_demand=fsync_on_demand)
+                                   durable=self.next_offset, on_demand=fsync_on_demand,
+                                   timings=fsync_timings)
         self._tail: asyncio.Future[None] | None = None
         self._closed = False
         self._retention_waits = False  # see apply_retention
@@ -106,12 +108,13 @@ class Partition:
     @classmethod
     def open(cls, directory: Path, *, durability: DurabilityPolicy | None = None,
              retention: RetentionPolicy | None = None, epoch: int = FIRST_EPOCH,
-             fsync_on_demand: bool = False,
-             descriptors: DescriptorCache | None = None) -> Partition:
+             fsync_on_demand: bool = False, descriptors: DescriptorCache | None = None,
+             fsync_timings: FsyncTimings | None = None) -> Partition:
         """Open (creating if needed) and recover the partition stored in `directory`.
         With `fsync_on_demand`, appends are fsynced only once someone waits on `commit`
         (and written data is visible to readers only then). Its files' descriptors come
-        from `descriptors` (the process's shared cache when None)."""
+        from `descriptors` (the process's shared cache when None); its fsync rounds report
+        their durations to `fsync_timings`."""
         descriptors = descriptors or shared_cache()
         directory.mkdir(parents=True, exist_ok=True)
         segments = _open_segments(sorted(directory.glob("*" + SEGMENT_SUFFIX)), descriptors)
@@ -124,7 +127,8 @@ class Partition:
                 segment.close()
             raise
         return cls(directory, segments, durability or DurabilityPolicy(),
-                   retention or RetentionPolicy(), epoch, descriptors, fsync_on_demand)
+                   retention or RetentionPolicy(), epoch, descriptors, fsync_on_demand,
+                   fsync_timings)
 
     def close(self) -> None:
         """Flush and close; blocking. Use `aclose` from a running event loop."""

@@ -22,6 +22,7 @@ from struct import Struct
 from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.log.chunk import Chunk
+from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Appended, Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
@@ -114,11 +115,13 @@ class QueueJournal:
 
     @classmethod
     def open(cls, directory: Path, durability: DurabilityPolicy,
-             descriptors: DescriptorCache | None = None) -> tuple[QueueJournal, Replay]:
+             descriptors: DescriptorCache | None = None,
+             fsync_timings: FsyncTimings | None = None) -> tuple[QueueJournal, Replay]:
         """Open the journal and replay it: the offsets of its unsettled messages."""
         partition = Partition.open(directory, durability=durability,
                                    retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES),
-                                   fsync_on_demand=True, descriptors=descriptors)
+                                   fsync_on_demand=True, descriptors=descriptors,
+                                   fsync_timings=fsync_timings)
         journal = cls(partition)
         live = journal._live
         reader = partition.reader(partition.first_offset)

@@ -21,6 +21,7 @@ from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
 from mainstem.broker.errors import NotFound
 from mainstem.broker.streams import StreamStore
+from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.policy import DurabilityPolicy
 
@@ -30,10 +31,12 @@ SPILL_DIRECTORY = "queue-spill"
 class QueueManager:
     def __init__(self, data_dir: Path, catalog: Catalog, streams: StreamStore,
                  durability: DurabilityPolicy, descriptors: DescriptorCache | None = None,
-                 memory: MemoryBound | None = None) -> None:
+                 memory: MemoryBound | None = None,
+                 fsync_timings: FsyncTimings | None = None) -> None:
         self.directory = data_dir / "queues"
         self.spill_directory = data_dir / SPILL_DIRECTORY
         self.descriptors = descriptors
+        self.fsync_timings = fsync_timings
         self.memory = memory or MemoryBound()
         self.catalog = catalog
         self.streams = streams
@@ -72,7 +75,7 @@ class QueueManager:
 
     def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, Replay]:
         return QueueJournal.open(self._journal_directory(vhost, queue), self.durability,
-                                 self.descriptors)
+                                 self.descriptors, self.fsync_timings)
 
     def _journal_directory(self, vhost: str, queue: str) -> Path:
         return self.directory / layout.storage_name("queue", vhost, queue)
