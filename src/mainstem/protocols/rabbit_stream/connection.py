@@ -20,13 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mainstem.broker.active_consumers import ActiveConsumer
-from mainstem.broker.errors import (
-    AccessRefused,
-    AlreadyExists,
-    AuthenticationFailed,
-    BrokerError,
-    NotFound,
-)
+from mainstem.broker.auth import User
+from mainstem.broker.errors import AuthenticationFailed, BrokerError, NotFound
 from mainstem.broker.stream_service import ChunkLimits, PartitionClosed, PartitionService
 from mainstem.broker.stream_service import Subscription as Reader
 from mainstem.broker.streams import BINDING_KEYS, PARTITION_NAMES, Stream
@@ -36,6 +31,12 @@ from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream import state as s
 from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode, encode_deliver_prefix
+from mainstem.protocols.rabbit_stream.commands import (
+    CommandFailed,
+    resolve_offset,
+    response_code,
+    stream_arguments,
+)
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
 from mainstem.protocols.rabbit_stream.wire import FrameError
 
@@ -48,47 +49,6 @@ WRITE_HIGH_WATER = 4 * 1024 * 1024
 CHUNK_LIMITS = ChunkLimits(entries=4096, bytes=1 << 20)
 # On shutdown, how long confirms of what was already appended may take to go out.
 SHUTDOWN_CONFIRM_WAIT_S = 2.0
-# Stream-protocol argument names (no "x-" prefix) -> the broker's stream arguments.
-STREAM_ARGUMENTS = {
-    "max-length-bytes": "x-max-length-bytes",
-    "max-age": "x-max-age",
-    "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
-}
-INTEGER_ARGUMENTS = {"x-max-length-bytes", "x-stream-max-segment-size-bytes"}
-
-
-def response_code(error: BrokerError) -> ResponseCode:
-    """The stream protocol's code for a broker error."""
-    if isinstance(error, NotFound):
-        return ResponseCode.STREAM_DOES_NOT_EXIST
-    if isinstance(error, AccessRefused):
-        return ResponseCode.ACCESS_REFUSED
-    if isinstance(error, AlreadyExists):
-        return ResponseCode.STREAM_ALREADY_EXISTS
-    return ResponseCode.PRECONDITION_FAILED
-
-
-def stream_arguments(arguments: dict[str, str]) -> dict[str, Any]:
-    """Retention arguments in broker form; others are accepted and ignored, as RabbitMQ does."""
-    converted: dict[str, Any] = {}
-    for name, value in arguments.items():
-        key = STREAM_ARGUMENTS.get(name, name if name.startswith("x-") else None)
-        if key is None:
-            continue
-        if key in INTEGER_ARGUMENTS:
-            try:
-                converted[key] = int(value)
-            except ValueError:
-                raise CommandFailed(ResponseCode.PRECONDITION_FAILED) from None
-        else:
-            converted[key] = value
-    return converted
-
-
-class CommandFailed(Exception):
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
 
 
 @dataclass(slots=True)
@@ -121,7 +81,7 @@ class StreamConnection:
         self.state = s.ConnectionState(ctx.limits.max_frame_size, ctx.limits.heartbeat_s,
                                        correlations)
         self.flows = c.Subscriptions(correlations)
-        self.user: Any = None  # both set when the state says Opened
+        self.user: User | None = None  # both set when the state says Opened
         self.namespace = "/"
         self.publishers: dict[int, Publisher] = {}
         self.subscriptions: dict[int, Subscription] = {}
@@ -306,10 +266,10 @@ class StreamConnection:
 
     def _opened(self, action: s.Opened) -> None:
         self.user, self.namespace = action.user, action.namespace
-        self.ctx.identify(self.user.name, self.namespace)
+        self.ctx.identify(action.user.name, self.namespace)
         self.ctx.on_close_request = self._close_requested
         self.ctx.log.info("stream connection opened", extra={
-            "user": self.user.name, "namespace": self.namespace})
+            "user": action.user.name, "namespace": self.namespace})
 
     # -- output --------------------------------------------------------------
 
@@ -566,7 +526,7 @@ class StreamConnection:
                               prefetch_count=action.credit, ack_required=False)
 
     def _start_delivery(self, subscription: Subscription, spec: f.OffsetSpec) -> None:
-        subscription.reader.seek(self._resolve_offset(subscription.service, spec))
+        subscription.reader.seek(resolve_offset(subscription.service, spec))
         subscription.task = asyncio.get_running_loop().create_task(
             self._deliver_loop(subscription))
         self._tasks.append(subscription.task)
@@ -575,19 +535,6 @@ class StreamConnection:
         if subscription.task is not None:
             subscription.task.cancel()
             subscription.task = None
-
-    def _resolve_offset(self, partition: PartitionService, spec: f.OffsetSpec) -> int:
-        kind = spec.type
-        if kind == OffsetType.FIRST:
-            return partition.first_offset
-        if kind == OffsetType.LAST:
-            last = partition.committed_chunk_id
-            return last if last >= 0 else partition.committed_offset
-        if kind == OffsetType.OFFSET:
-            return spec.value
-        if kind == OffsetType.TIMESTAMP:
-            return partition.offset_for_timestamp(spec.value)
-        return partition.committed_offset  # NEXT, and NONE as "no preference"
 
     async def _deliver_loop(self, subscription: Subscription) -> None:
         """Ship committed chunks as Deliver frames, one credit each: the chunk's header
@@ -645,7 +592,7 @@ class StreamConnection:
             self.send(r.ResolveOffsetSpecResponse(frame.correlation_id, response_code(error),
                                                   OffsetType.OFFSET, 0))
             return
-        offset = self._resolve_offset(partition, frame.offset_spec)
+        offset = resolve_offset(partition, frame.offset_spec)
         self.send(r.ResolveOffsetSpecResponse(frame.correlation_id, ResponseCode.OK,
                                               OffsetType.OFFSET, offset))
 
