@@ -38,6 +38,7 @@ from mainstem.protocols.rabbit_stream.commands import (
     stream_arguments,
 )
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.state import CONNECTION_FRAMES
 from mainstem.protocols.rabbit_stream.wire import FrameError
 
 READ_SIZE = 256 * 1024
@@ -49,6 +50,7 @@ WRITE_HIGH_WATER = 4 * 1024 * 1024
 CHUNK_LIMITS = ChunkLimits(entries=4096, bytes=1 << 20)
 # On shutdown, how long confirms of what was already appended may take to go out.
 SHUTDOWN_CONFIRM_WAIT_S = 2.0
+OPEN = s.Phase.OPEN  # a module global: read once per frame
 
 
 @dataclass(slots=True)
@@ -173,12 +175,13 @@ class StreamConnection:
 
     async def _dispatch(self, frame: f.Frame) -> None:
         kind = type(frame)
-        self.state.admit(kind)
         if self._staging and kind is not f.Publish:
             self._write_staged()  # whatever follows a publish sees it written
-        if kind in s.CONNECTION_FRAMES:
+        if kind in CONNECTION_FRAMES:
             await self._perform(self.state.receive(frame))
             return
+        if self.state.phase is not OPEN:  # admit() passes anything once open
+            self.state.admit(kind)
         if kind is f.Publish and self.core.write_gate.held:
             await self.core.write_gate.opened()  # held, as RabbitMQ blocks publishers
         result = self._handlers[kind](frame)
