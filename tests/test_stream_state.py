@@ -2,18 +2,23 @@
 
 `ConnectionState` is driven through the handshake, tune, heartbeat and close with
 frames and the broker's answers; `Subscriptions` through subscribe, credit and the
-single active consumer exchange. Random sequences check that bad input only ever
-raises the protocol's own error and that neither object reaches an illegal state.
+single active consumer exchange; `Publishers` and the command helpers directly. Random
+sequences check that bad input only ever raises the protocol's own error and that neither
+state object reaches an illegal state.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mainstem.protocols.rabbit_stream import commands
 from mainstem.protocols.rabbit_stream import credit as c
 from mainstem.protocols.rabbit_stream import frames as f
+from mainstem.protocols.rabbit_stream import publishers as p
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream import state as s
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
@@ -431,3 +436,56 @@ def test_random_flow_events_never_deliver_twice_or_to_what_is_gone(
             if flow.single_active and flow.subscription_id in delivering:
                 assert flow.active
             assert flow.delivering == (flow.subscription_id in delivering)
+
+
+# -- publishers and command arguments ----------------------------------------------------
+
+
+def test_a_publisher_id_is_declared_once_and_deleted_once() -> None:
+    publishers: p.Publishers[str] = p.Publishers()
+    assert not publishers
+    assert publishers.declare(f.DeclarePublisher(1, 7, "ref", "orders"), "partition-0") == (
+        f.Response(Key.DECLARE_PUBLISHER, 1, ResponseCode.OK))
+    assert publishers.by_id[7].target == "partition-0" and publishers
+    assert publishers.declare(f.DeclarePublisher(2, 7, "", "orders"), "partition-0") == (
+        f.Response(Key.DECLARE_PUBLISHER, 2, ResponseCode.PRECONDITION_FAILED))
+    assert publishers.by_id[7].reference == "ref"  # the first declaration stands
+    assert publishers.delete(f.DeletePublisher(3, 7)) == (
+        f.Response(Key.DELETE_PUBLISHER, 3, ResponseCode.OK))
+    assert publishers.delete(f.DeletePublisher(4, 7)) == (
+        f.Response(Key.DELETE_PUBLISHER, 4, ResponseCode.PUBLISHER_DOES_NOT_EXIST))
+
+
+def test_a_deleted_stream_takes_its_publishers() -> None:
+    publishers: p.Publishers[str] = p.Publishers()
+    for publisher_id, stream in enumerate(["a", "b", "a"]):
+        publishers.declare(f.DeclarePublisher(0, publisher_id, "", stream), stream)
+    assert publishers.drop(lambda target: target == "a") == {"a"}
+    assert list(publishers.by_id) == [1]
+
+
+def test_a_refusal_names_every_message() -> None:
+    code = ResponseCode.PUBLISHER_DOES_NOT_EXIST
+    assert p.refusal(3, [10, 11], code) == r.PublishError(3, [(10, code), (11, code)])
+
+
+def test_stream_arguments_in_broker_form() -> None:
+    assert commands.stream_arguments({"max-length-bytes": "100", "max-age": "1h",
+                                      "x-queue-leader-locator": "client-local",
+                                      "unknown": "ignored"}) == {
+        "x-max-length-bytes": 100, "x-max-age": "1h", "x-queue-leader-locator": "client-local"}
+    with pytest.raises(commands.CommandFailed):
+        commands.stream_arguments({"stream-max-segment-size-bytes": "big"})
+
+
+@pytest.mark.parametrize(("spec", "offset"), [
+    (f.OffsetSpec(OffsetType.FIRST), 10),
+    (f.OffsetSpec(OffsetType.LAST), 40),
+    (f.OffsetSpec(OffsetType.NEXT), 50),
+    (f.OffsetSpec(OffsetType.OFFSET, 23), 23),
+    (f.OffsetSpec(OffsetType.TIMESTAMP, 1000), 30),
+])
+def test_offset_specs_resolve_against_the_partition(spec: f.OffsetSpec, offset: int) -> None:
+    partition = SimpleNamespace(first_offset=10, committed_chunk_id=40, committed_offset=50,
+                                offset_for_timestamp=lambda ms: 30)
+    assert commands.resolve_offset(partition, spec) == offset  # type: ignore[arg-type]

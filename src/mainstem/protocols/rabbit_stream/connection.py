@@ -38,6 +38,7 @@ from mainstem.protocols.rabbit_stream.commands import (
     stream_arguments,
 )
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.publishers import Publisher, Publishers, refusal
 from mainstem.protocols.rabbit_stream.state import CONNECTION_FRAMES
 from mainstem.protocols.rabbit_stream.wire import FrameError
 
@@ -51,14 +52,6 @@ CHUNK_LIMITS = ChunkLimits(entries=4096, bytes=1 << 20)
 # On shutdown, how long confirms of what was already appended may take to go out.
 SHUTDOWN_CONFIRM_WAIT_S = 2.0
 OPEN = s.Phase.OPEN  # a module global: read once per frame
-
-
-@dataclass(slots=True)
-class Publisher:
-    publisher_id: int
-    name: str
-    service: PartitionService
-    reference: str
 
 
 @dataclass(slots=True, eq=False)
@@ -85,10 +78,11 @@ class StreamConnection:
         self.flows = c.Subscriptions(correlations)
         self.user: User | None = None  # both set when the state says Opened
         self.namespace = "/"
-        self.publishers: dict[int, Publisher] = {}
+        self.publishers: Publishers[PartitionService] = Publishers()
         self.subscriptions: dict[int, Subscription] = {}
         # Each Publish frame's durability, in arrival order, with the confirms it owes.
-        self._confirms: deque[tuple[asyncio.Future[None], Publisher, list[int]]] = deque()
+        self._confirms: deque[tuple[asyncio.Future[None], Publisher[PartitionService],
+                                    list[int]]] = deque()
         self._confirm_ready = asyncio.Event()
         self._staging: set[PartitionService] = set()  # handed this read's Publish frames
         self._tasks: list[asyncio.Task[None]] = []
@@ -395,11 +389,7 @@ class StreamConnection:
         if stream.namespace != self.namespace or not self.state.is_open:
             return
         gone = {id(service) for service in stream.services}
-        notified: set[str] = set()
-        for publisher_id, publisher in list(self.publishers.items()):
-            if id(publisher.service) in gone:
-                notified.add(publisher.name)
-                del self.publishers[publisher_id]
+        notified = self.publishers.drop(lambda service: id(service) in gone)
         for subscription in list(self.subscriptions.values()):
             if id(subscription.service) in gone:
                 notified.add(subscription.name)
@@ -410,39 +400,31 @@ class StreamConnection:
     # -- publishing ----------------------------------------------------------
 
     def on_declare_publisher(self, frame: f.DeclarePublisher) -> None:
-        code = ResponseCode.OK
         try:
             self._check("write", frame.stream)
             _, partition = self._resolve(frame.stream)
-            if frame.publisher_id in self.publishers:
-                code = ResponseCode.PRECONDITION_FAILED
-            else:
-                self.publishers[frame.publisher_id] = Publisher(
-                    frame.publisher_id, frame.stream, partition, frame.reference)
         except BrokerError as error:
-            code = response_code(error)
-        self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, code)
+            self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, response_code(error))
+            return
+        self.send(self.publishers.declare(frame, partition))
 
     def on_publish(self, frame: f.Publish) -> None:
         """Hand the frame's messages to its partition's appender, which batches what
         arrives together into chunks, and queue the confirms they owe."""
-        publisher = self.publishers.get(frame.publisher_id)
+        publisher = self.publishers.by_id.get(frame.publisher_id)
         if publisher is None:
-            self._publish_error(frame, ResponseCode.PUBLISHER_DOES_NOT_EXIST)
+            self.send(refusal(frame.publisher_id, frame.publishing_ids,
+                              ResponseCode.PUBLISHER_DOES_NOT_EXIST))
             return
         reference = publisher.reference or None
-        receipt = publisher.service.appender.append_entries(
+        receipt = publisher.target.appender.append_entries(
             frame.entries, all_simple=frame.num_records == len(frame.entries),
             writer=reference, sequences=frame.publishing_ids if reference else None,
             filter_values=frame.filter_values, limits=CHUNK_LIMITS)
-        self._staging.add(publisher.service)
+        self._staging.add(publisher.target)
         # Duplicates are confirmed too, once everything written before them is durable.
         self._confirms.append((receipt.durable, publisher, frame.publishing_ids))
         self._confirm_ready.set()
-
-    def _publish_error(self, frame: f.Publish, code: int) -> None:
-        self.send(r.PublishError(frame.publisher_id,
-                                 [(pid, code) for pid in frame.publishing_ids]))
 
     async def _confirm_loop(self) -> None:
         """Confirm publishes in order, each once its chunk is durable; confirms for
@@ -455,19 +437,18 @@ class StreamConnection:
                 try:
                     await durable
                 except PartitionClosed:  # the stream was deleted before the write
-                    self._refuse(publisher, ids, ResponseCode.STREAM_DOES_NOT_EXIST)
+                    self.send(refusal(publisher.publisher_id, ids,
+                                      ResponseCode.STREAM_DOES_NOT_EXIST))
                     continue
                 except Exception as error:  # disk full, file too big: these, not the link
                     self.log.warning("stream write failed: %s", error)
-                    self._refuse(publisher, ids, ResponseCode.STREAM_NOT_AVAILABLE)
+                    self.send(refusal(publisher.publisher_id, ids,
+                                      ResponseCode.STREAM_NOT_AVAILABLE))
                     continue
                 while (self._confirms and self._confirms[0][1] is publisher
                        and _succeeded(self._confirms[0][0])):
                     ids = ids + self._confirms.popleft()[2]
                 self.send(r.PublishConfirm(publisher.publisher_id, ids))
-
-    def _refuse(self, publisher: Publisher, ids: list[int], code: int) -> None:
-        self.send(r.PublishError(publisher.publisher_id, [(pid, code) for pid in ids]))
 
     def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
         try:
@@ -482,10 +463,7 @@ class StreamConnection:
                                                    sequence))
 
     def on_delete_publisher(self, frame: f.DeletePublisher) -> None:
-        code = ResponseCode.OK
-        if self.publishers.pop(frame.publisher_id, None) is None:
-            code = ResponseCode.PUBLISHER_DOES_NOT_EXIST
-        self.respond(Key.DELETE_PUBLISHER, frame.correlation_id, code)
+        self.send(self.publishers.delete(frame))
 
     # -- consuming -----------------------------------------------------------
 
