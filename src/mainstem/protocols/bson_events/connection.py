@@ -48,10 +48,10 @@ from mainstem.protocols.bson_events.state import (
     Flush,
     FrameFailed,
     Login,
-    Publish,
     QueryFlow,
     Send,
     Serve,
+    Stage,
     StoreOffset,
     SubscriptionFlow,
     Wake,
@@ -159,8 +159,8 @@ class EventsConnection:
         receive, max_frame_size = self.state.receive, self.codec.max_frame_size
         for event in events:
             for action in receive(event, max_frame_size):
-                if isinstance(action, Publish):
-                    self._stage_publish(action.frame, batch)
+                if isinstance(action, Stage):
+                    self._stage_publish(event, batch)  # type: ignore[arg-type]
                 elif isinstance(action, Flush):
                     await self._flush(batch)
                 elif isinstance(action, Close):

@@ -53,10 +53,11 @@ class Login:
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
-    """Stage a PUBLISH in this read's batch of appends."""
+class Stage:
+    """Stage the PUBLISH just received in this read's batch of appends."""
 
-    frame: Frame
+
+STAGE = (Stage(),)  # one shared answer: a PUBLISH costs no allocation here
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,7 @@ class Close:
     reason: str
 
 
-Action = Send | Login | Publish | Flush | Serve | Wake | StoreOffset | Close
+Action = Send | Login | Stage | Flush | Serve | Wake | StoreOffset | Close
 
 
 def failure(request_id: Any, code: str, message: str, kind: str = "RESPONSE") -> Send:
@@ -195,7 +196,7 @@ class EventsState:
         if not ready:
             return self._connect(event.body)
         if event.type in PUBLISH_FRAMES:
-            return (Publish(event),)
+            return STAGE
         return (FLUSH, Serve(event))
 
     def _close(self, reason: str) -> tuple[Action, ...]:
