@@ -42,6 +42,7 @@ from mainstem.protocols.bson_events.codec import (
 )
 from mainstem.protocols.bson_events.outbox import Outbox
 from mainstem.protocols.bson_events.state import (
+    STAGE,
     Action,
     Close,
     EventsState,
@@ -51,7 +52,6 @@ from mainstem.protocols.bson_events.state import (
     QueryFlow,
     Send,
     Serve,
-    Stage,
     StoreOffset,
     SubscriptionFlow,
     Wake,
@@ -158,10 +158,12 @@ class EventsConnection:
         batch: Batch = {}
         receive, max_frame_size = self.state.receive, self.codec.max_frame_size
         for event in events:
-            for action in receive(event, max_frame_size):
-                if isinstance(action, Stage):
-                    self._stage_publish(event, batch)  # type: ignore[arg-type]
-                elif isinstance(action, Flush):
+            actions = receive(event, max_frame_size)
+            if actions is STAGE:
+                self._stage_publish(event, batch)  # type: ignore[arg-type]
+                continue
+            for action in actions:
+                if isinstance(action, Flush):
                     await self._flush(batch)
                 elif isinstance(action, Close):
                     self.ctx.log.info("%s", action.reason)

@@ -177,6 +177,9 @@ class EventsState:
 
     def receive(self, event: Event, max_frame_size: int) -> tuple[Action, ...]:
         """One decoded frame (or a codec's complaint about one)."""
+        if (type(event) is Frame and event.type in PUBLISH_FRAMES
+                and self.phase is Phase.READY and event.body.get("rID") is not None):
+            return STAGE  # the hot path first
         if self.phase is Phase.CLOSED:
             return ()
         if isinstance(event, Oversized):
@@ -195,8 +198,6 @@ class EventsState:
             return (refusal,) if ready else (refusal, *self._close("CONNECT without 'rID'"))
         if not ready:
             return self._connect(event.body)
-        if event.type in PUBLISH_FRAMES:
-            return STAGE
         return (FLUSH, Serve(event))
 
     def _close(self, reason: str) -> tuple[Action, ...]:
