@@ -121,7 +121,7 @@ def test_a_durable_subscription_stores_the_position_after_its_last_ack() -> None
     flow = state.subscribe("c", "d1")
     flow.in_flight.extend([4, 5])
     actions = state.receive(frame("ACKEV", subID=flow.sub_id, pos=5), 100)
-    assert actions[-1] == StoreOffset("c", "d1", 6)
+    assert actions[-1] == StoreOffset(None, "c", "d1", 6)
     assert state.receive(frame("ACKEV", subID=flow.sub_id), 100)[-1] == Wake(
         subscription=flow.sub_id)  # nothing in flight: nothing to store
     state.end_subscription(flow.sub_id)

@@ -165,9 +165,6 @@ class EventsConnection:
             for action in actions:
                 if isinstance(action, Flush):
                     await self._flush(batch)
-                elif isinstance(action, Close):
-                    self.ctx.log.info("%s", action.reason)
-                    return False
                 elif not await self.perform(action):
                     return False
         await self._flush(batch)
@@ -189,13 +186,14 @@ class EventsConnection:
                 self.core.store_offset(self.namespace, action.channel, 0,
                                        DURABLE_PREFIX + action.durable_id, action.position)
             except BrokerError as exc:
-                self.fail(None, _error_code(exc), exc.message)
+                self.fail(action.request_id, _error_code(exc), exc.message)
         elif isinstance(action, Login):
             for outcome in await self.connect(action):
-                if isinstance(outcome, Close):
-                    self.ctx.log.info("%s", outcome.reason)
+                if not await self.perform(outcome):
                     return False
-                await self.perform(outcome)
+        elif isinstance(action, Close):
+            self.ctx.log.info("%s", action.reason)
+            return False
         return True
 
     async def _dispatch(self, event: Frame) -> None:

@@ -87,6 +87,7 @@ class Wake:
 class StoreOffset:
     """A durable subscription's next position, to remember across connections."""
 
+    request_id: Any  # the ACKEV's, for a failure
     channel: str
     durable_id: str
     position: int
@@ -274,7 +275,8 @@ class EventsState:
         acked = flow.ack(upto)
         wake = Wake(subscription=flow.sub_id)
         if flow.durable_id is not None and acked >= 0:
-            return (wake, StoreOffset(flow.channel, flow.durable_id, acked + 1))
+            return (wake, StoreOffset(body.get("rID"), flow.channel, flow.durable_id,
+                                      acked + 1))
         return (wake,)
 
     # -- queries -----------------------------------------------------------------------

@@ -34,6 +34,7 @@ from mainstem.protocols.segment import codec as c
 from mainstem.protocols.segment.state import (
     Action,
     Close,
+    Drop,
     Login,
     Phase,
     SegmentState,
@@ -85,7 +86,7 @@ class SegmentConnection:
                 await self.perform(await self.login(action))
             elif isinstance(action, Close):
                 raise Violation(action.reply)
-            else:
+            elif isinstance(action, Drop):
                 self.ctx.log.info("%s", action.reason)
                 self.ctx.writer.close()
 
