@@ -1,17 +1,18 @@
 """One BSON event protocol connection: CONNECT, then channels (streams of one partition),
 transactions, subscriptions, binders, queries and projections.
 
-Publishes of one read are appended as one chunk per channel and answered once durable;
-a subscriber only ever reads committed (durable) chunks. Bad fields get a failed RESPONSE
-with an ``errCode`` and the connection goes on; framing errors close it.
+The protocol's rules (the CONNECT handshake, which frames are answered, the flow control
+of subscriptions and queries) live in `state.EventsState`; this moves bytes, serves the
+requests with the broker and carries out the state's actions. Publishes of one read are
+appended as one chunk per channel and answered once durable; a subscriber only ever reads
+committed (durable) chunks. Bad fields get a failed RESPONSE with an ``errCode`` and the
+connection goes on; framing errors close it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,47 +38,42 @@ from mainstem.protocols.bson_events.codec import (
     EventCodec,
     Frame,
     FramingError,
-    Malformed,
-    Oversized,
     encode_frame,
 )
 from mainstem.protocols.bson_events.outbox import Outbox
+from mainstem.protocols.bson_events.state import (
+    STAGE,
+    Action,
+    Close,
+    EventsState,
+    Flush,
+    FrameFailed,
+    Login,
+    QueryFlow,
+    Send,
+    Serve,
+    StoreOffset,
+    SubscriptionFlow,
+    Wake,
+    failure,
+    response_kind,
+)
 
 READ_SIZE = 256 * 1024
-SUPPORTED_VERSIONS = ("0.", "1.")  # major versions 0 and 1 of the protocol
 MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
-PUBLISH_FRAMES = ("PUBLISH", "PUB", "EMIT")
-UNANSWERED_FRAMES = ("ACKEV", "QUERYACK")  # answered only when they fail
 DURABLE_PREFIX = "bson-durable:"
 
-
-class FrameFailed(Exception):
-    """A request that gets a failed RESPONSE (the connection stays)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+Batch = dict[str, tuple[PartitionService, list[bytes], list[Any]]]
 
 
 @dataclass
-class Subscription:
-    sub_id: int
-    channel: str
-    durable_id: str | None
-    window: int
-    task: asyncio.Task[None] | None = None
-    in_flight: deque[int] = field(default_factory=deque)  # positions sent, not yet acked
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+class Sender:
+    """The task sending a subscription's events or a query's results, and what wakes it
+    when its flow-control credit comes back."""
 
-
-@dataclass
-class Query:
-    window: int
-    in_flight: int = 0
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class EventsConnection:
@@ -88,17 +84,17 @@ class EventsConnection:
         self.codec = EventCodec(ctx.limits.max_event_size)
         self.writer = ctx.writer
         self.outbox = Outbox(ctx.writer)
+        self.state = EventsState(ctx.limits.max_unacked_events, ctx.limits.max_unacked_results)
         self.user: User | None = None
         self.namespace = "/"
         self.transactions: dict[int, list[tuple[PartitionService, bytes]]] = {}
-        self.subscriptions: dict[int, Subscription] = {}
-        self.queries: dict[int, Query] = {}
-        self._sub_ids = itertools.count(1)
+        self.subscriptions: dict[int, Sender] = {}  # by subscription id
+        self.queries: dict[int, Sender] = {}  # by query id
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "STARTTX": self.on_start_tx, "COMMITTX": self.on_commit_tx,
             "ABORTTX": self.on_abort_tx, "SUBSCRIBE": self.on_subscribe,
             "UNSUBSCRIBE": self.on_unsubscribe, "SUBCLOSE": self.on_subclose,
-            "ACKEV": self.on_ackev, "QUERY": self.on_query, "QUERYACK": self.on_query_ack,
+            "QUERY": self.on_query,
             "FINDBYID": self.on_find_by_id, "LISTBINDERS": self.on_list_binders,
             "CREATEBINDER": self.on_create_binder, "LISTCHANNELS": self.on_list_channels,
             "LISTCHANNNELS": self.on_list_channels,  # mewbase's spelling
@@ -117,11 +113,8 @@ class EventsConnection:
         self.send("RESPONSE", {"ok": True, "rID": request_id, **fields})
 
     def fail(self, request_id: Any, code: str, message: str, kind: str = "RESPONSE") -> None:
-        """A failed RESPONSE; without the request's rID (it had none) the key is left out."""
-        body: dict[str, Any] = {"ok": False, "errCode": code, "errMsg": message}
-        if request_id is not None:
-            body["rID"] = request_id
-        self.send(kind, body)
+        refusal = failure(request_id, code, message, kind)
+        self.send(refusal.kind, refusal.body)
 
     # -- the connection's life ------------------------------------------------------
 
@@ -154,44 +147,53 @@ class EventsConnection:
 
     def _release(self) -> None:
         self.transactions.clear()  # an open transaction is aborted
-        for subscription in self.subscriptions.values():
-            if subscription.task is not None:
-                subscription.task.cancel()
-        for query in self.queries.values():
-            if query.task is not None:
-                query.task.cancel()
+        for sender in (*self.subscriptions.values(), *self.queries.values()):
+            if sender.task is not None:
+                sender.task.cancel()
         self.outbox.flush()  # a last failed RESPONSE goes out before the close
         self.writer.close()
 
     async def _handle(self, events: list) -> bool:
         """Handle a read's frames; False once the connection must close."""
-        batch: dict[str, tuple[PartitionService, list[bytes], list[Any]]] = {}
+        batch: Batch = {}
+        receive, max_frame_size = self.state.receive, self.codec.max_frame_size
         for event in events:
-            if isinstance(event, Oversized):
-                self.fail(None, "EVENT_TOO_LARGE", f"a frame of {event.size} bytes is over "
-                          f"the limit of {self.codec.max_frame_size}")
+            actions = receive(event, max_frame_size)
+            if actions is STAGE:
+                self._stage_publish(event, batch)  # type: ignore[arg-type]
                 continue
-            if isinstance(event, Malformed):
-                self.fail(event.request_id, "INVALID_FRAME", event.reason)
-                continue
-            if self.user is None and event.type != "CONNECT":
-                self.ctx.log.info("bson frame %s before CONNECT", event.type)
-                return False
-            if event.type not in UNANSWERED_FRAMES and event.body.get("rID") is None:
-                self.fail(None, "INVALID_FRAME", f"{event.type} has no 'rID'",
-                          _response_kind(event.type))
-                if self.user is None:
+            for action in actions:
+                if isinstance(action, Flush):
+                    await self._flush(batch)
+                elif not await self.perform(action):
                     return False
-                continue
-            if self.user is None:
-                if not await self.on_connect(event.body):
-                    return False
-                continue
-            if event.type in PUBLISH_FRAMES and self._stage_publish(event, batch):
-                continue
-            await self._flush(batch)
-            await self._dispatch(event)
         await self._flush(batch)
+        return True
+
+    async def perform(self, action: Action) -> bool:
+        """Carry out one of the state's actions; False once the connection must close."""
+        if isinstance(action, Send):
+            self.send(action.kind, action.body)
+        elif isinstance(action, Serve):
+            await self._dispatch(action.frame)
+        elif isinstance(action, Wake):
+            sender = (self.subscriptions.get(action.subscription) if action.query is None
+                      else self.queries.get(action.query))
+            if sender is not None:
+                sender.wake.set()
+        elif isinstance(action, StoreOffset):
+            try:
+                self.core.store_offset(self.namespace, action.channel, 0,
+                                       DURABLE_PREFIX + action.durable_id, action.position)
+            except BrokerError as exc:
+                self.fail(action.request_id, _error_code(exc), exc.message)
+        elif isinstance(action, Login):
+            for outcome in await self.connect(action):
+                if not await self.perform(outcome):
+                    return False
+        elif isinstance(action, Close):
+            self.ctx.log.info("%s", action.reason)
+            return False
         return True
 
     async def _dispatch(self, event: Frame) -> None:
@@ -204,37 +206,24 @@ class EventsConnection:
             if asyncio.iscoroutine(result):
                 await result
         except FrameFailed as exc:
-            self.fail(request_id, exc.code, exc.message, _response_kind(event.type))
+            self.fail(request_id, exc.code, exc.message, response_kind(event.type))
         except BrokerError as exc:
-            self.fail(request_id, _error_code(exc), exc.message, _response_kind(event.type))
+            self.fail(request_id, _error_code(exc), exc.message, response_kind(event.type))
 
     # -- connecting -------------------------------------------------------------------
 
-    async def on_connect(self, body: dict[str, Any]) -> bool:
-        version = body.get("version")
-        if not isinstance(version, str) or not version.startswith(SUPPORTED_VERSIONS):
-            self.fail(body.get("rID"), "UNSUPPORTED_VERSION",
-                      f"unsupported protocol version {version!r}: this server speaks 0.x, 1.x")
-            return False
-        username, password = body.get("username"), body.get("password")
-        namespace = body.get("namespace", "/")
+    async def connect(self, login: Login) -> tuple[Action, ...]:
+        """Check a CONNECT's credentials and namespace with the broker."""
         peer = self.writer.get_extra_info("peername")
         try:
-            if not isinstance(username, str) or not isinstance(password, str):
-                raise AuthenticationFailed("username and password are required")
-            if not isinstance(namespace, str):
-                raise InvalidArgument("namespace must be a string")
-            user = await self.core.login(username, password,
+            user = await self.core.login(login.username, login.password,
                                          peer[0] if isinstance(peer, tuple) else None)
-            self.core.open_namespace(user, namespace)
+            self.core.open_namespace(user, login.namespace)
         except BrokerError as exc:
-            self.ctx.log.info("bson connect refused: %s", exc.message)
-            self.fail(body.get("rID"), _error_code(exc), exc.message)
-            return False
-        self.user, self.namespace = user, namespace
-        self.ctx.identify(user.name, namespace, version=version)
-        self.respond(body.get("rID"))
-        return True
+            return self.state.refused(login.request_id, _error_code(exc), exc.message)
+        self.user, self.namespace = user, login.namespace
+        self.ctx.identify(user.name, login.namespace, version=login.version)
+        return self.state.connected(login.request_id, user.name, login.namespace)
 
     def _check(self, kind: str, name: str, resource_type: str) -> None:
         assert self.user is not None
@@ -250,8 +239,8 @@ class EventsConnection:
 
     # -- publishing ---------------------------------------------------------------------
 
-    def _stage_publish(self, event: Frame, batch: dict) -> bool:
-        """Validate a PUBLISH; stage it in this read's batch (True) or answer it now."""
+    def _stage_publish(self, event: Frame, batch: Batch) -> None:
+        """Validate a PUBLISH; stage it in this read's batch or answer it now."""
         body = event.body
         request_id = body.get("rID")
         try:
@@ -262,7 +251,7 @@ class EventsConnection:
         except (FrameFailed, BrokerError) as exc:
             code = exc.code if isinstance(exc, FrameFailed) else _error_code(exc)
             self.fail(request_id, code, exc.message)
-            return True
+            return
         session = body.get("sessID")
         if session is not None:
             events = self.transactions.get(session)
@@ -273,11 +262,10 @@ class EventsConnection:
             else:
                 events.append((partition, raw))
                 self.respond(request_id)
-            return True
+            return
         staged = batch.setdefault(channel, (partition, [], []))
         staged[1].append(raw)
         staged[2].append(request_id)
-        return True
 
     def _event_bytes(self, body: dict[str, Any]) -> bytes:
         if not isinstance(body.get("rID"), int):
@@ -294,8 +282,7 @@ class EventsConnection:
                               f"limit of {self.limits.max_event_size}")
         return raw
 
-    async def _flush(self, batch: dict[str, tuple[PartitionService, list[bytes], list[Any]]]
-                     ) -> None:
+    async def _flush(self, batch: Batch) -> None:
         """Hand each channel's staged events to its appender; answer once durable."""
         if not batch:
             return
@@ -374,15 +361,13 @@ class EventsConnection:
         if durable_id is not None and not isinstance(durable_id, str):
             raise FrameFailed("INVALID_FRAME", "'durableID' must be a string")
         start = self._start_position(body, partition, channel, durable_id)
-        subscription = Subscription(next(self._sub_ids), channel, durable_id,
-                                    self.limits.max_unacked_events)
-        self.subscriptions[subscription.sub_id] = subscription
-        self.send("SUBRESPONSE", {"ok": True, "rID": body.get("rID"),
-                                  "subID": subscription.sub_id})
-        subscription.task = asyncio.get_running_loop().create_task(
-            self._deliver(subscription, partition, start, predicate))
-        self.ctx.add_consumer(str(subscription.sub_id), channel,
-                              prefetch_count=subscription.window, ack_required=True)
+        flow = self.state.subscribe(channel, durable_id)
+        sender = self.subscriptions[flow.sub_id] = Sender()
+        self.send("SUBRESPONSE", {"ok": True, "rID": body.get("rID"), "subID": flow.sub_id})
+        sender.task = asyncio.get_running_loop().create_task(
+            self._deliver(flow, sender, partition, start, predicate))
+        self.ctx.add_consumer(str(flow.sub_id), channel, prefetch_count=flow.window,
+                              ack_required=True)
 
     def _start_position(self, body: dict[str, Any], partition: PartitionService, channel: str,
                         durable_id: str | None) -> int:
@@ -402,8 +387,8 @@ class EventsConnection:
             return partition.offset_for_timestamp(timestamp)
         return partition.committed_offset  # from now on
 
-    async def _deliver(self, subscription: Subscription, partition: PartitionService, start: int,
-                       predicate: Callable[[Any], bool]) -> None:
+    async def _deliver(self, flow: SubscriptionFlow, sender: Sender, partition: PartitionService,
+                       start: int, predicate: Callable[[Any], bool]) -> None:
         reader = partition.subscribe(start)
         try:
             while True:
@@ -421,61 +406,35 @@ class EventsConnection:
                         continue
                     if self.outbox.size > WRITE_HIGH_WATER:
                         await self.outbox.drain_above(WRITE_HIGH_WATER)
-                    while len(subscription.in_flight) >= subscription.window:
-                        subscription.wake.clear()
-                        await subscription.wake.wait()
-                    self.send("RECEV", {"subID": subscription.sub_id, "timestamp": timestamp,
+                    while len(flow.in_flight) >= flow.window:  # no credit: wait for ACKEV
+                        sender.wake.clear()
+                        await sender.wake.wait()
+                    self.send("RECEV", {"subID": flow.sub_id, "timestamp": timestamp,
                                         "pos": position, "event": RawBSONDocument(raw)})
-                    subscription.in_flight.append(position)
+                    flow.in_flight.append(position)
                 await self.outbox.drain_above(WRITE_HIGH_WATER)
         except (PartitionClosed, ConnectionError):
             return
 
-    def _subscription(self, body: dict[str, Any]) -> Subscription:
-        sub_id = body.get("subID")
-        subscription = self.subscriptions.get(sub_id) if isinstance(sub_id, int) else None
-        if subscription is None:
-            raise FrameFailed("NO_SUCH_SUBSCRIPTION", f"no subscription {sub_id!r}")
-        return subscription
-
-    def on_ackev(self, body: dict[str, Any]) -> None:
-        """Acknowledge events of a subscription (no response): the oldest one in flight,
-        or with mainstem's optional ``pos`` all of them up to and including that position."""
-        subscription = self._subscription(body)
-        upto = body.get("pos")
-        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool)):
-            raise FrameFailed("INVALID_FRAME", "'pos' must be an int64")
-        in_flight = subscription.in_flight
-        acked = -1
-        if upto is None:
-            if in_flight:
-                acked = in_flight.popleft()
-        else:
-            while in_flight and in_flight[0] <= upto:
-                acked = in_flight.popleft()
-        subscription.wake.set()
-        if subscription.durable_id is not None and acked >= 0:
-            self.core.store_offset(self.namespace, subscription.channel, 0,
-                                   DURABLE_PREFIX + subscription.durable_id, acked + 1)
-
-    def _end(self, subscription: Subscription) -> None:
-        self.subscriptions.pop(subscription.sub_id, None)
-        if subscription.task is not None:
-            subscription.task.cancel()
-        self.ctx.remove_consumer(str(subscription.sub_id))
+    def _end(self, flow: SubscriptionFlow) -> None:
+        self.state.end_subscription(flow.sub_id)
+        sender = self.subscriptions.pop(flow.sub_id, None)
+        if sender is not None and sender.task is not None:
+            sender.task.cancel()
+        self.ctx.remove_consumer(str(flow.sub_id))
 
     def on_unsubscribe(self, body: dict[str, Any]) -> None:
         """End the subscription and forget its durable position."""
-        subscription = self._subscription(body)
-        self._end(subscription)
-        if subscription.durable_id is not None:
-            self.core.catalog.delete_offset(self.namespace, subscription.channel, 0,
-                                            DURABLE_PREFIX + subscription.durable_id)
+        flow = self.state.subscription(body)
+        self._end(flow)
+        if flow.durable_id is not None:
+            self.core.catalog.delete_offset(self.namespace, flow.channel, 0,
+                                            DURABLE_PREFIX + flow.durable_id)
         self.respond(body.get("rID"))
 
     def on_subclose(self, body: dict[str, Any]) -> None:
         """End the subscription on this connection; a durable one keeps its position."""
-        self._end(self._subscription(body))
+        self._end(self.state.subscription(body))
         self.respond(body.get("rID"))
 
     # -- binders and queries --------------------------------------------------------
@@ -488,7 +447,7 @@ class EventsConnection:
 
     def on_query(self, body: dict[str, Any]) -> None:
         query_id = body.get("queryID")
-        if not isinstance(query_id, int) or query_id in self.queries:
+        if not isinstance(query_id, int) or query_id in self.state.queries:
             raise FrameFailed("INVALID_FRAME", "'queryID' must be a new integer")
         binder = self._name(body, "binder")
         self._check("read", binder, "binder")
@@ -500,39 +459,31 @@ class EventsConnection:
             first = next(results, None)
         except InvalidArgument as exc:
             raise FrameFailed("INVALID_MATCHER", exc.message) from None
-        query = Query(self.limits.max_unacked_results)
-        self.queries[query_id] = query
+        flow = self.state.open_query(query_id)
+        sender = self.queries[query_id] = Sender()
         self.send("QUERYRESPONSE", {"ok": True, "queryID": query_id, "rID": body.get("rID")})
-        query.task = asyncio.get_running_loop().create_task(
-            self._stream_results(query_id, query, first, results))
+        sender.task = asyncio.get_running_loop().create_task(
+            self._stream_results(query_id, flow, sender, first, results))
 
-    async def _stream_results(self, query_id: int, query: Query, current: Any,
-                              results: Any) -> None:
+    async def _stream_results(self, query_id: int, flow: QueryFlow, sender: Sender,
+                              current: Any, results: Any) -> None:
         try:
             if current is None:  # no document matched: one empty, last result
                 self.send("QUERYRESULT", {"queryID": query_id, "last": True})
             while current is not None:
                 following = next(results, None)
-                if query.in_flight >= query.window or self.outbox.size > WRITE_HIGH_WATER:
+                if flow.full or self.outbox.size > WRITE_HIGH_WATER:
                     await self.outbox.drain_above(WRITE_HIGH_WATER)
-                while query.in_flight >= query.window:
-                    query.wake.clear()
-                    await query.wake.wait()
+                while flow.full:  # no credit: wait for QUERYACK
+                    sender.wake.clear()
+                    await sender.wake.wait()
                 self.send("QUERYRESULT", {"queryID": query_id, "result": current,
                                           "last": following is None})
-                query.in_flight += 1
+                flow.in_flight += 1
                 current = following
         finally:
+            self.state.end_query(query_id)
             self.queries.pop(query_id, None)
-
-    def on_query_ack(self, body: dict[str, Any]) -> None:
-        query_id = body.get("queryID")
-        if not isinstance(query_id, int):
-            raise FrameFailed("INVALID_FRAME", "'queryID' must be an integer")
-        query = self.queries.get(query_id)
-        if query is not None:
-            query.in_flight = max(query.in_flight - 1, 0)
-            query.wake.set()
 
     def on_find_by_id(self, body: dict[str, Any]) -> None:
         binder = self._name(body, "binder")
@@ -621,10 +572,6 @@ class EventsConnection:
 
     def on_ping(self, body: dict[str, Any]) -> None:
         self.respond(body.get("rID"))
-
-
-def _response_kind(frame_type: str) -> str:
-    return "SUBRESPONSE" if frame_type == "SUBSCRIBE" else "RESPONSE"
 
 
 def _error_code(error: BrokerError) -> str:

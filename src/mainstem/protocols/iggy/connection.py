@@ -3,8 +3,10 @@
 An Iggy stream is a namespace, an Iggy topic a stream of the log engine. The first
 frame tells the generation the client speaks: the 2024 length-prefixed requests
 (iggy-py 0.4) or the replicated framing of apache-iggy 0.9 (vsr.py), whose bodies
-differ where layouts.py says. Requests are answered in order; every complete
-request in the read buffer is handled before the next read.
+differ where layouts.py says. The protocol's rules (the framing choice, login and
+logout, how each framing answers) live in `state.IggyState`; this moves bytes, runs the
+commands against the broker and carries out the state's actions. Requests are answered in
+order; every complete request in the read buffer is handled before the next read.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from mainstem.protocols.iggy.commands import (
     OFFSET_INFO,
     STATS,
 )
-from mainstem.protocols.iggy.layouts import SEED, VSR, SeedLayout
+from mainstem.protocols.iggy.layouts import SeedLayout
 from mainstem.protocols.iggy.records import decode_record, encode_record
+from mainstem.protocols.iggy.state import Execute, IggyState, Login, Logout, user_id
 
 READ_SIZE = 256 * 1024
 # A poll reply stops growing past this many payload bytes (the count is a wish).
@@ -61,10 +64,6 @@ SERVER_READER_TAGS = frozenset((ADMINISTRATOR_TAG, "monitoring"))
 Handler = Callable[[c.Reader], Awaitable[bytes]]
 
 
-def user_id(user: User) -> int:
-    return zlib.crc32(user.name.encode()) & 0x7FFF_FFFF or 1
-
-
 class IggyConnection:
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
@@ -72,9 +71,6 @@ class IggyConnection:
         self.model = ctx.core.iggy
         self.user: User | None = None
         self.client_id = self.model.new_client_id()
-        self.layout: SeedLayout = SEED
-        self._framing_told = False  # the first frame tells which generation speaks
-        self._group_turn = -1
         peer = ctx.writer.get_extra_info("peername")
         self.peer_host = peer[0] if isinstance(peer, tuple) else None
         self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -82,8 +78,7 @@ class IggyConnection:
             Code.PING: self.on_ping, Code.GET_STATS: self.on_get_stats,
             Code.GET_CLUSTER_METADATA: self.on_get_cluster_metadata,
             Code.GET_ME: self.on_get_me, Code.GET_CLIENT: self.on_get_client,
-            Code.GET_CLIENTS: self.on_get_clients, Code.LOGIN_USER: self.on_login,
-            Code.LOGOUT_USER: self.on_logout, Code.POLL_MESSAGES: self.on_poll,
+            Code.GET_CLIENTS: self.on_get_clients, Code.POLL_MESSAGES: self.on_poll,
             Code.SEND_MESSAGES: self.on_send, Code.GET_CONSUMER_OFFSET: self.on_get_offset,
             Code.STORE_CONSUMER_OFFSET: self.on_store_offset, Code.GET_STREAM: self.on_get_stream,
             Code.GET_STREAMS: self.on_get_streams, Code.CREATE_STREAM: self.on_create_stream,
@@ -100,6 +95,13 @@ class IggyConnection:
             Code.LEAVE_CONSUMER_GROUP: self.on_leave_group,
             Code.SYNC_CONSUMER_GROUP: self.on_sync_group,
         }
+        self.state = IggyState(self.client_id,
+                               {*self.handlers, Code.LOGIN_USER, Code.LOGOUT_USER},
+                               f"mainstem-{__version__}")
+
+    @property
+    def layout(self) -> SeedLayout:
+        return self.state.layout
 
     async def run(self) -> None:
         self.model.clients[self.client_id] = (self.address, None)
@@ -133,94 +135,49 @@ class IggyConnection:
     async def _handle(self, buf: bytes) -> bytes | None:
         """Answer every complete request in `buf`; return the incomplete rest, or
         None when the connection must close."""
-        if not self._framing_told:
-            if vsr.may_become_request(buf):
-                return buf  # a zero length or a VSR header: wait for its command byte
-            self.layout = VSR if vsr.is_request(buf) else SEED
-            self._framing_told = True
+        if not self.state.tell_framing(buf):
+            return buf
         # Requests are views into this immutable buffer: payloads are never copied.
         try:
-            if self.layout is VSR:
-                frames, used = vsr.parse_frames(buf, self.ctx.limits.max_frame_size)
-                replies = [await self.answer(frame) for frame in frames]
-            else:
-                requests, used = c.parse_requests(buf, self.ctx.limits.max_frame_size)
-                replies = [await self.dispatch(request) for request in requests]
+            requests, used = self.state.parse(buf, self.ctx.limits.max_frame_size)
         except c.FramingError as exc:
             self.ctx.log.info("iggy framing error (%s layout): %s", self.layout.name, exc)
-            if self.layout is SEED:
-                self.ctx.writer.write(c.encode_error(ErrorCode.INVALID_COMMAND))
+            self.ctx.writer.write(self.state.framing_failed())
             return None
-        self.ctx.writer.writelines(replies)
+        self.ctx.writer.writelines([await self.answer(request) for request in requests])
         await self.ctx.writer.drain()
         return buf[used:]
 
-    async def dispatch(self, request: c.Request) -> bytes:
-        """A request of the 2024 framing: status and length, then the reply body."""
-        try:
-            return c.encode_response(await self.execute(request.code, request.payload))
-        except IggyError as exc:
-            return c.encode_error(exc.code)
-
-    async def answer(self, frame: vsr.Frame) -> bytes:
-        """A request of the replicated framing: a reply or an eviction."""
-        if frame.operation == vsr.Operation.REGISTER:
-            return await self.register(frame)
-        if frame.operation == vsr.Operation.LOGOUT:
+    async def answer(self, request: c.Request | vsr.Frame) -> bytes:
+        """The reply to one request, as the state directs."""
+        action = self.state.receive(request)
+        if isinstance(action, Execute):
+            try:
+                return self.state.executed(action, await self.execute(action.code,
+                                                                      action.payload))
+            except IggyError as exc:
+                return self.state.refused(action, exc)
+        if isinstance(action, Login):
+            return await self.login(action)
+        if isinstance(action, Logout):
             self._logged_in(None)
-            return vsr.encode_reply(frame)
-        code = frame.code if frame.operation == vsr.Operation.NON_REPLICATED else \
-            vsr.COMMANDS.get(frame.operation)
-        framed = vsr.result_framed(frame.operation)
-        try:
-            if code is None or code in VSR.unsupported:
-                raise IggyError(ErrorCode.INVALID_COMMAND if code is None else
-                                ErrorCode.FEATURE_UNAVAILABLE,
-                                f"operation {frame.operation} code {code} not served")
-            body = await self.execute(code, frame.body)
-        except IggyError as exc:
-            if framed:
-                return vsr.encode_reply(frame, vsr.refused(exc.code))
-            if code in vsr.LOOKUPS and exc.code in vsr.ABSENT:
-                return vsr.encode_reply(frame)
-            return vsr.encode_reply(frame, status=exc.code)
-        return vsr.encode_reply(frame, vsr.committed(body) if framed else body)
+        elif action.note:
+            self.ctx.log.info("%s", action.note)
+        return action.data
 
-    async def register(self, frame: vsr.Frame) -> bytes:
-        """The login of the replicated framing: versions, credentials, a session."""
-        r = c.Reader(frame.body)
+    async def login(self, login: Login) -> bytes:
         try:
-            version = r.u32()
-            r.name("sdk name")
-            r.name("sdk version")
-            username, password = r.name("username"), r.name("password")
-            if r.remaining:
-                r.take(r.u32())  # the client's context, informative only
-            r.end()
-        except IggyError:
-            return vsr.encode_eviction(frame.client, vsr.Eviction.MALFORMED_LOGIN)
-        if version != vsr.PROTOCOL_VERSION:
-            self.ctx.log.info("iggy client of protocol %#x refused", version)
-            return vsr.encode_eviction(frame.client, vsr.Eviction.INCOMPATIBLE_PROTOCOL)
-        try:
-            user = await self.core.login(username, password, self.peer_host)
+            user = await self.core.login(login.username, login.password, self.peer_host)
         except AuthenticationFailed:
-            return vsr.encode_eviction(frame.client, vsr.Eviction.INVALID_CREDENTIALS)
+            return self.state.login_refused(login)
         self._logged_in(user)
-        session = self.client_id  # nonzero and unique in this process
-        body = struct.pack("<IQI", user_id(user), session, vsr.PROTOCOL_VERSION) + \
-            c.encode_name(f"mainstem-{__version__}")
-        return vsr.encode_reply(frame, vsr.committed(body), commit=session)
+        return self.state.logged_in(login, user.name)
 
     async def execute(self, code: int, payload: memoryview) -> bytes:
-        """The reply body of one command; a failure raises IggyError."""
-        handler = self.handlers.get(code)
-        if handler is None:
-            raise IggyError(ErrorCode.INVALID_COMMAND, f"unknown command {code}")
-        if self.user is None and code not in (Code.PING, Code.LOGIN_USER):
-            raise IggyError(ErrorCode.UNAUTHENTICATED, "log in first")
+        """The reply body of one command the state let through; a failure raises
+        IggyError."""
         try:
-            return await handler(c.Reader(payload))
+            return await self.handlers[code](c.Reader(payload))
         except AuthenticationFailed:
             raise IggyError(ErrorCode.INVALID_CREDENTIALS, "invalid credentials") from None
         except AccessRefused as exc:
@@ -239,21 +196,6 @@ class IggyConnection:
     # -- system --------------------------------------------------------------------
 
     async def on_ping(self, r: c.Reader) -> bytes:
-        return b""
-
-    async def on_login(self, r: c.Reader) -> bytes:
-        username, password = r.name("username"), r.name("password")
-        if r.remaining:  # version and context, u32-length strings, informative only
-            r.long_string()
-            r.long_string()
-        r.end()
-        user = await self.core.login(username, password, self.peer_host)
-        self._logged_in(user)
-        return c.U32.pack(user_id(user))
-
-    async def on_logout(self, r: c.Reader) -> bytes:
-        r.end()
-        self._logged_in(None)
         return b""
 
     async def on_get_cluster_metadata(self, r: c.Reader) -> bytes:
@@ -309,7 +251,7 @@ class IggyConnection:
 
     def _client_info(self, client_id: int, details: bool) -> bytes:
         address, name = self.model.clients[client_id]
-        uid = user_id(User(name)) if name else 0
+        uid = user_id(name) if name else 0
         groups = self.model.groups_of(client_id)
         out = CLIENT_INFO.pack(client_id, uid, 1) + c.encode_long_string(address)
         out += c.U32.pack(len(groups))
@@ -559,14 +501,7 @@ class IggyConnection:
             return f"iggy-consumer:{consumer.id}", \
                 self.layout.default_partition if index is None else index
         group = self._group(stream, consumer.id)
-        assigned = group.members.get(self.client_id)
-        if assigned is None:
-            raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "join the group first")
-        if not assigned:
-            raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition assigned")
-        if index not in assigned:
-            self._group_turn += 1  # a member's polls take its partitions in turn
-            index = assigned[self._group_turn % len(assigned)]
+        index = self.state.member_partition(group.members.get(self.client_id), index)
         return f"iggy-group:{group.id}", index
 
     def _start(self, stream: Stream, partition: PartitionService, index: int, reference: str,

@@ -1,9 +1,10 @@
 """One segment store protocol connection over asyncio, driving the broker's segments.
 
-The first frame must be Authenticate. Appenders are set up per (connection id,
-segment); the events of a block are appended as one chunk per read batch and
-acked with DataAppended once durable. Reads run as tasks so a read waiting at
-the tail never blocks the appends sharing the connection.
+The protocol's rules (handshake, keep-alives, append blocks, ack levels) live in
+`state.SegmentState`; this moves bytes, carries out its actions and calls the broker.
+The events of a block are appended as one chunk per read batch and acked with
+DataAppended once durable. Reads run as tasks so a read waiting at the tail never
+blocks the appends sharing the connection.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from dataclasses import dataclass, field
 
 from mainstem.broker.auth import User
 from mainstem.broker.errors import (
@@ -31,37 +31,21 @@ from mainstem.broker.segment_store import (
 from mainstem.broker.stream_service import PartitionClosed, PartitionService
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.segment import codec as c
+from mainstem.protocols.segment.state import (
+    Action,
+    Close,
+    Drop,
+    Login,
+    Phase,
+    SegmentState,
+    Send,
+    Serve,
+    Violation,
+)
 
 READ_SIZE = 256 * 1024
 MAX_READ_BYTES = 8 * 1024 * 1024  # a SegmentRead carries at most this much data
-MAX_MESSAGE_SIZE = 16 * 1024 * 1024  # a message joined from partial pieces
 MAX_CONCURRENT_READS = 16
-
-
-class Close(Exception):
-    """Reply with `reply`, then drop the connection."""
-
-    def __init__(self, reply: c.Message) -> None:
-        super().__init__(getattr(reply, "message", ""))
-        self.reply = reply
-
-
-@dataclass(slots=True)
-class Appender:
-    name: SegmentName
-    connection_id: uuid.UUID
-    level: int  # connection offset after the last complete event received
-    cursor: int  # connection offset after the last byte received
-    events: list[memoryview] = field(default_factory=list)
-    ack_task: asyncio.Task[None] | None = None
-    flushed: int = 0  # level of the last write to the log
-
-
-@dataclass(slots=True)
-class Block:
-    appender: Appender
-    start: int
-    received: int = 0
 
 
 class SegmentConnection:
@@ -69,16 +53,14 @@ class SegmentConnection:
         self.ctx = ctx
         self.core = ctx.core
         self.segments = ctx.core.segments
+        self.loop = asyncio.get_running_loop()
         self.decoder = c.Decoder(min(ctx.limits.max_frame_size, c.DEFAULT_MAX_FRAME))
-        self.reassembler = c.Reassembler(MAX_MESSAGE_SIZE)
+        self.state = SegmentState(ctx.limits.heartbeat_s, self.loop.time())
         self.user: User | None = None
-        self.appenders: dict[uuid.UUID, Appender] = {}
-        self.block: Block | None = None
-        self.partial_owner: Appender | None = None
+        self.names: dict[uuid.UUID, SegmentName] = {}  # each appender's segment
+        self.ack_tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
         self.reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.last_read = asyncio.get_running_loop().time()
-        self.holding = False  # reads paused by a resource alarm
 
     # -- sending -------------------------------------------------------------
 
@@ -88,10 +70,25 @@ class SegmentConnection:
             self.ctx.writer.write(piece)
 
     def spawn(self, coroutine: object) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coroutine)  # type: ignore[arg-type]
+        task = self.loop.create_task(coroutine)  # type: ignore[arg-type]
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
+
+    async def perform(self, actions: tuple[Action, ...]) -> None:
+        """Carry out what the state asked for."""
+        for action in actions:
+            if isinstance(action, Send):
+                self.send(action.message)
+            elif isinstance(action, Serve):
+                await self.serve(action.request)
+            elif isinstance(action, Login):
+                await self.perform(await self.login(action))
+            elif isinstance(action, Close):
+                raise Violation(action.reply)
+            elif isinstance(action, Drop):
+                self.ctx.log.info("%s", action.reason)
+                self.ctx.writer.close()
 
     # -- main loop -----------------------------------------------------------
 
@@ -109,18 +106,21 @@ class SegmentConnection:
                 data = read.result()
                 if not data:
                     return
-                if self.appenders and self.core.write_gate.held:
+                if self.state.appending and self.core.write_gate.held:
                     await self._wait_out_alarm()  # what was read waits with the rest
-                self.last_read = asyncio.get_running_loop().time()
+                self.state.heard(self.loop.time())
+                receive = self.state.receive
                 for message, size in self.decoder.feed(data):
-                    await self.handle(message, size)
+                    actions = receive(message, size)
+                    if actions:
+                        await self.perform(actions)
                 self.flush()
                 await self.ctx.writer.drain()
         except c.FrameError as error:
             self.ctx.log.info("segment protocol error: %s", error)
             self.send(c.ProtocolError("", str(error)))
-        except Close as close:
-            self.send(close.reply)
+        except Violation as violation:
+            self.send(violation.reply)
         except (ConnectionError, PartitionClosed):
             return
         finally:
@@ -134,60 +134,35 @@ class SegmentConnection:
         """Hold an appending connection back as Pravega does under pressure: read nothing
         (appends wait in TCP buffers) until the alarm clears."""
         self.ctx.log.info("segment appends held: %s", self.core.write_gate.reason)
-        self.holding = True  # the peer's keep-alives go unread meanwhile: not idleness
+        self.state.hold()
         try:
             await self.core.write_gate.opened()
         finally:
-            self.holding = False
-            self.last_read = asyncio.get_running_loop().time()
+            self.state.release(self.loop.time())
 
     async def _keepalive_loop(self) -> None:
-        idle = self.ctx.limits.heartbeat_s
-        if not idle:
+        interval = self.state.keepalive_interval
+        if not interval:
             return
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(idle / 2)
-            if not self.holding and loop.time() - self.last_read > idle:
-                self.ctx.log.info("segment peer idle for %ss, dropping it", idle)
-                self.ctx.writer.close()
-                return
-            self.send(c.KeepAlive())
+        while self.state.phase is not Phase.CLOSED:
+            await asyncio.sleep(interval)
+            await self.perform(self.state.tick(self.loop.time()))
 
-    async def handle(self, message: c.Message, size: int) -> None:
-        if self.user is None:
-            await self.authenticate(message)
-            return
-        if isinstance(message, c.Event):
-            self.on_event(message, size)
-        elif isinstance(message, c.Partial):
-            if self.block is not None:
-                self.block.received += len(message.data)
-            whole = self.reassembler.add(message)
-            if whole is not None:
-                await self.handle(whole, 0 if isinstance(whole, c.Event) else size)
-        elif isinstance(message, c.KeepAlive):
-            pass
-        else:
-            handler = self.HANDLERS.get(type(message))
-            if handler is None:
-                raise Close(c.ProtocolError("", f"{type(message).__name__} is a reply"))
-            try:
-                await handler(self, message)
-            except BrokerError as error:
-                self.send(_error_reply(getattr(message, "segment", ""), error))
-
-    async def authenticate(self, message: c.Message) -> None:
-        if not isinstance(message, c.Authenticate):
-            raise Close(c.AuthenticationFailed("", "the first frame must be Authenticate"))
+    async def login(self, login: Login) -> tuple[Action, ...]:
         peer = self.ctx.writer.get_extra_info("peername")
         try:
-            self.user = await self.core.login(message.username, message.password,
+            self.user = await self.core.login(login.username, login.password,
                                               peer[0] if peer else None)
         except AuthenticationFailed as error:
-            raise Close(c.AuthenticationFailed("", error.message)) from None
+            return self.state.login_refused(error.message)
         self.ctx.identify(self.user.name)
-        self.send(c.Authenticated())
+        return self.state.logged_in(self.user.name)
+
+    async def serve(self, message: c.Message) -> None:
+        try:
+            await self.HANDLERS[type(message)](self, message)
+        except BrokerError as error:
+            self.send(_error_reply(getattr(message, "segment", ""), error))
 
     def _segment(self, text: str, kind: str) -> SegmentName:
         name = SegmentName.parse(text)
@@ -204,77 +179,30 @@ class SegmentConnection:
         if self.segments.is_sealed(name):
             raise SegmentSealed(f"segment {name} is sealed")
         level = await self.segments.ack_level(name, message.connection_id)
-        self.appenders[message.connection_id] = Appender(name, message.connection_id, level,
-                                                         level, flushed=level)
-        self.send(c.AppendSetup(str(name), message.connection_id, level))
-
-    async def on_begin_block(self, message: c.BeginAppendBlock) -> None:
-        appender = self.appenders.get(message.connection_id)
-        if appender is None or self.block is not None:
-            raise Close(c.ProtocolError("", "BeginAppendBlock without SetupAppend or "
-                                            "inside another block"))
-        pending = self.partial_owner is not None and self.reassembler.pending
-        if pending and (self.partial_owner is not appender
-                        or message.connection_offset != appender.cursor):
-            raise Close(c.ProtocolError("", "a split event must continue in its appender's "
-                                            "next block"))
-        if not pending and message.connection_offset > appender.level:
-            raise Close(c.InvalidEventNumber(
-                str(appender.name), f"connection offset {message.connection_offset} is past "
-                                    f"the stored level {appender.level}"))
-        self.block = Block(appender, message.connection_offset)
-
-    async def on_end_block(self, message: c.EndAppendBlock) -> None:
-        block = self.block
-        if block is None or block.appender.connection_id != message.connection_id:
-            raise Close(c.ProtocolError("", "EndAppendBlock without its BeginAppendBlock"))
-        end = block.start + block.received
-        if message.block_length != block.received or message.connection_offset != end:
-            raise Close(c.ProtocolError(
-                str(block.appender.name), f"block length {message.block_length} at offset "
-                f"{message.connection_offset} disagrees with {block.received} bytes received"))
-        block.appender.cursor = end
-        self.partial_owner = block.appender if self.reassembler.pending else None
-        self.block = None
-
-    def on_event(self, event: c.Event, size: int) -> None:
-        block = self.block
-        if block is None:
-            raise Close(c.ProtocolError("", "an Event outside of an append block"))
-        block.received += size
-        appender = block.appender
-        end = block.start + block.received
-        if end > appender.level:  # at or below the stored level: a resend, dropped
-            appender.events.append(event.data)
-            appender.level = end
+        self.names[message.connection_id] = name
+        await self.perform(self.state.append_setup(str(name), message.connection_id, level))
 
     def flush(self) -> None:
         """Append each appender's buffered events as one chunk and ack once durable."""
-        for appender in self.appenders.values():
-            if appender.events:
-                self.flush_appender(appender)
+        for write in self.state.writes():
+            appender = write.appender
+            try:
+                service = self.segments.write(self.names[appender.connection_id],
+                                              appender.connection_id, write.events,
+                                              write.level)
+            except BrokerError as error:
+                raise Violation(_error_reply(appender.segment, error)) from None
+            if appender.connection_id not in self.ack_tasks:
+                self.ack_tasks[appender.connection_id] = self.spawn(
+                    self._ack(appender.connection_id, service))
 
-    def flush_appender(self, appender: Appender) -> None:
-        events, appender.events = appender.events, []
+    async def _ack(self, connection_id: uuid.UUID, service: PartitionService) -> None:
         try:
-            service = self.segments.write(appender.name, appender.connection_id, events,
-                                          appender.level)
-        except BrokerError as error:
-            raise Close(_error_reply(str(appender.name), error)) from None
-        appender.flushed = appender.level
-        if appender.ack_task is None:
-            appender.ack_task = self.spawn(self._ack(appender, service))
-
-    async def _ack(self, appender: Appender, service: PartitionService) -> None:
-        acked = -1
-        try:
-            while acked < appender.flushed:
-                target = appender.flushed
+            while (target := self.state.ack_due(connection_id)) is not None:
                 await service.appender.settled()
-                self.send(c.DataAppended(appender.connection_id, target))
-                acked = target
+                await self.perform(self.state.settled(connection_id, target))
         finally:
-            appender.ack_task = None
+            del self.ack_tasks[connection_id]
 
     # -- reading and segment management ------------------------------------------
 
@@ -282,7 +210,7 @@ class SegmentConnection:
         name = self._segment(message.segment, "read")
         check_found(name, self.core.streams)
         if message.offset < 0 or message.suggested_length < 0:
-            raise Close(c.ProtocolError(str(name), "negative offset or length"))
+            raise Violation(c.ProtocolError(str(name), "negative offset or length"))
         self.spawn(self._read(name, message))
 
     async def _read(self, name: SegmentName, message: c.ReadSegment) -> None:
@@ -337,8 +265,6 @@ class SegmentConnection:
 
     HANDLERS = {
         c.SetupAppend: on_setup_append,
-        c.BeginAppendBlock: on_begin_block,
-        c.EndAppendBlock: on_end_block,
         c.ReadSegment: on_read,
         c.GetStreamSegmentInfo: on_info,
         c.CreateSegment: on_create,
