@@ -177,8 +177,8 @@ class EventsConnection:
         elif isinstance(action, Serve):
             await self._dispatch(action.frame)
         elif isinstance(action, Wake):
-            sender = (self.subscriptions.get(action.subscription) if action.query is None
-                      else self.queries.get(action.query))
+            sender = (self.queries.get(action.query) if action.query is not None
+                      else self.subscriptions.get(action.subscription or 0))
             if sender is not None:
                 sender.wake.set()
         elif isinstance(action, StoreOffset):
@@ -229,9 +229,7 @@ class EventsConnection:
         assert self.user is not None
         self.core.auth.check(self.user, self.namespace, kind, name, resource_type)  # type: ignore[arg-type]
 
-    def _channel(self, name: Any) -> PartitionService:
-        if not isinstance(name, str):
-            raise FrameFailed("INVALID_FRAME", "'channel' must be a string")
+    def _channel(self, name: str) -> PartitionService:
         stream = self.core.streams.find(self.namespace, name)
         if stream is None:
             raise FrameFailed("NO_SUCH_CHANNEL", f"no channel {name!r}")
@@ -245,7 +243,7 @@ class EventsConnection:
         request_id = body.get("rID")
         try:
             raw = self._event_bytes(body)
-            channel = body.get("channel")
+            channel = _channel_name(body)
             partition = self._channel(channel)
             self._check("write", channel, "channel")
         except (FrameFailed, BrokerError) as exc:
@@ -347,7 +345,7 @@ class EventsConnection:
     # -- subscriptions ----------------------------------------------------------------
 
     def on_subscribe(self, body: dict[str, Any]) -> None:
-        channel = body.get("channel")
+        channel = _channel_name(body)
         partition = self._channel(channel)
         self._check("read", channel, "channel")
         matcher = body.get("matcher")
@@ -589,3 +587,10 @@ def _error_code(error: BrokerError) -> str:
 async def handle(ctx: ConnectionContext) -> None:
     with contextlib.suppress(ConnectionError):
         await EventsConnection(ctx).run()
+
+
+def _channel_name(body: dict[str, Any]) -> str:
+    name = body.get("channel")
+    if not isinstance(name, str):
+        raise FrameFailed("INVALID_FRAME", "'channel' must be a string")
+    return name

@@ -495,11 +495,13 @@ class IggyConnection:
                                    messages)
 
     def _consumer(self, stream: Stream, consumer: c.Consumer, index: int | None
-                  ) -> tuple[str, int | None]:
+                  ) -> tuple[str, int]:
         """The offset reference and the partition a poll reads."""
         if consumer.kind == c.CONSUMER:
-            return f"iggy-consumer:{consumer.id}", \
-                self.layout.default_partition if index is None else index
+            chosen = self.layout.default_partition if index is None else index
+            if chosen is None:
+                raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition given")
+            return f"iggy-consumer:{consumer.id}", chosen
         group = self._group(stream, consumer.id)
         index = self.state.member_partition(group.members.get(self.client_id), index)
         return f"iggy-group:{group.id}", index

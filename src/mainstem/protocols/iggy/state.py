@@ -247,7 +247,7 @@ class IggyState:
             raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "join the group first")
         if not assigned:
             raise IggyError(ErrorCode.PARTITION_NOT_FOUND, "no partition assigned")
-        if index in assigned:
-            return index  # type: ignore[return-value]
+        if index is not None and index in assigned:
+            return index
         self._group_turn += 1
         return assigned[self._group_turn % len(assigned)]

@@ -14,6 +14,7 @@ sans-IO core inside a connection process. A frame that breaks the protocol raise
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -307,7 +308,7 @@ class ConnectionState:
         return [Send(f.Heartbeat())]
 
 
-_RECEIVERS = {
+_RECEIVERS: dict[type[f.Frame], Callable[[ConnectionState, Any], list[Action]]] = {
     f.PeerProperties: ConnectionState._peer_properties,
     f.SaslHandshake: ConnectionState._sasl_handshake,
     f.SaslAuthenticate: ConnectionState._sasl_authenticate,

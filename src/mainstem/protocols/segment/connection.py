@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ClassVar
 
 from mainstem.broker.auth import User
 from mainstem.broker.errors import (
@@ -48,6 +50,10 @@ MAX_READ_BYTES = 8 * 1024 * 1024  # a SegmentRead carries at most this much data
 MAX_CONCURRENT_READS = 16
 
 
+# A request handler: the connection and one decoded request of its kind.
+Handler = Callable[["SegmentConnection", Any], Awaitable[None]]
+
+
 class SegmentConnection:
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
@@ -69,8 +75,8 @@ class SegmentConnection:
         for piece in c.split_partial(frame, self.decoder.max_frame_size):
             self.ctx.writer.write(piece)
 
-    def spawn(self, coroutine: object) -> asyncio.Task[None]:
-        task = self.loop.create_task(coroutine)  # type: ignore[arg-type]
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = self.loop.create_task(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
@@ -263,7 +269,7 @@ class SegmentConnection:
         await self.segments.delete(name)
         self.send(c.SegmentDeleted(message.request_id, str(name)))  # type: ignore[attr-defined]
 
-    HANDLERS = {
+    HANDLERS: ClassVar[dict[type[c.Message], Handler]] = {
         c.SetupAppend: on_setup_append,
         c.ReadSegment: on_read,
         c.GetStreamSegmentInfo: on_info,

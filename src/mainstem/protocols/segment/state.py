@@ -85,7 +85,7 @@ class Appender:
     connection_id: uuid.UUID
     level: int  # connection offset after the last complete event received
     cursor: int  # connection offset after the last byte received
-    events: list[memoryview] = field(default_factory=list)
+    events: list[bytes | memoryview] = field(default_factory=list)
     flushed: int = 0  # level of the last write to the log
     acked: int = -1  # level of the last DataAppended sent
 
@@ -102,7 +102,7 @@ class Write:
     """Buffered events of one appender for the log, stored up to connection offset `level`."""
 
     appender: Appender
-    events: list[memoryview]
+    events: list[bytes | memoryview]
     level: int
 
 
