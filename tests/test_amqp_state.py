@@ -60,7 +60,7 @@ def test_handshake_step_by_step() -> None:
     assert state.receive(frame(m.ConnectionTuneOk(10, 8192, 5))) == [s.Tuned(8192, 10, 5)]
     assert (state.channel_max, state.frame_max, state.heartbeat) == (10, 8192, 5)
     assert state.receive(frame(m.ConnectionOpen("/v"))) == [s.OpenVirtualHost("/v")]
-    assert state.answer(s.VirtualHostOpened()) == [s.Send(0, m.ConnectionOpenOk()), s.Opened()]
+    assert state.answer(s.VirtualHostOpened()) == [s.Send(0, m.ConnectionOpenOk())]
     assert state.phase is s.Phase.OPEN
 
 
@@ -290,34 +290,75 @@ def test_heartbeats_every_half_interval_and_death_after_two() -> None:
 
 
 def test_qos_per_consumer_and_global() -> None:
-    qos = s.ChannelQos()
-    assert qos.consumer_prefetch(stream=False) == 0 and qos.allows(10**6)
-    assert qos.qos(m.BasicQos(0, 5, True)) == m.BasicQosOk()
-    assert qos.consumer_prefetch(stream=False) == 0  # global is shared, not per consumer
-    assert qos.consumer_prefetch(stream=True) == 5  # a stream consumer takes it
-    assert qos.allows(4) and not qos.allows(5)
-    qos.qos(m.BasicQos(0, 3, False))
-    assert qos.consumer_prefetch(stream=False) == 3 == qos.consumer_prefetch(stream=True)
-    qos.qos(m.BasicQos(0, 0, True))
-    assert qos.allows(10**6)
-
-
-def test_qos_prefetch_size_and_flow_off_are_not_implemented() -> None:
-    qos = s.ChannelQos()
-    with pytest.raises(AmqpCodecError) as size:
-        qos.qos(m.BasicQos(1024, 1, False))
-    assert size.value.reply_code is ReplyCode.NOT_IMPLEMENTED
-    assert qos.flow(m.ChannelFlow(True)) == m.ChannelFlowOk(True)
-    with pytest.raises(AmqpCodecError) as flow:
-        qos.flow(m.ChannelFlow(False))
-    assert (flow.value.class_id, flow.value.method_id) == (20, 20)
+    unacked: dict[int, object] = {}
+    credit = s.ChannelCredit(unacked)
+    assert credit.consumer_prefetch(stream=False) == 0 and credit.allows(0, 10**6, False)
+    assert credit.qos(m.BasicQos(0, 2, True)) == m.BasicQosOk()
+    assert credit.consumer_prefetch(stream=False) == 0  # global is shared, not per consumer
+    assert credit.consumer_prefetch(stream=True) == 2  # a stream consumer takes it
+    unacked[1] = unacked[2] = object()
+    assert not credit.allows(0, 0, False)
+    assert not credit.allows(0, 0, True)  # no-ack deliveries are not counted, yet wait
+    del unacked[1]
+    assert credit.allows(0, 0, False)
+    credit.qos(m.BasicQos(0, 3, False))
+    assert credit.consumer_prefetch(stream=False) == 3 == credit.consumer_prefetch(stream=True)
+    credit.qos(m.BasicQos(0, 0, True))
+    assert credit.allows(0, 10**6, False)
 
 
 @pytest.mark.parametrize("prefetch, unacked, no_ack, allowed", [
     (0, 10**6, False, True), (2, 1, False, True), (2, 2, False, False), (2, 5, True, True),
 ])
 def test_consumer_prefetch(prefetch: int, unacked: int, no_ack: bool, allowed: bool) -> None:
-    assert s.consumer_allows(prefetch, unacked, no_ack) is allowed
+    assert s.ChannelCredit({}).allows(prefetch, unacked, no_ack) is allowed
+
+
+def test_a_closed_channel_delivers_nothing() -> None:
+    credit = s.ChannelCredit({})
+    credit.close()
+    assert not credit.allows(0, 0, True)
+
+
+def test_qos_prefetch_size_and_flow_off_are_not_implemented() -> None:
+    credit = s.ChannelCredit({})
+    with pytest.raises(AmqpCodecError) as size:
+        credit.qos(m.BasicQos(1024, 1, False))
+    assert size.value.reply_code is ReplyCode.NOT_IMPLEMENTED
+    assert credit.flow(m.ChannelFlow(True)) == m.ChannelFlowOk(True)
+    with pytest.raises(AmqpCodecError) as flow:
+        credit.flow(m.ChannelFlow(False))
+    assert (flow.value.class_id, flow.value.method_id) == (20, 20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["qos", "consume", "deliver", "ack", "ack-all"]),
+                          st.integers(0, 4), st.booleans()), max_size=40))
+def test_deliveries_never_exceed_the_prefetch(steps: list[tuple[str, int, bool]]) -> None:
+    """A consumer that delivers only while allowed never holds more than its prefetch nor
+    its channel more than the global prefetch, whatever qos says meanwhile (a lowered
+    prefetch only stops deliveries until acks bring the count under it)."""
+    unacked: dict[int, object] = {}
+    credit = s.ChannelCredit(unacked)
+    tag = consumer_unacked = 0
+    prefetch = credit.consumer_prefetch(stream=False)
+    for step, count, global_ in steps:
+        if step == "qos":
+            credit.qos(m.BasicQos(0, count, global_))
+        elif step == "consume":  # a new consumer takes the current prefetch
+            prefetch, consumer_unacked = credit.consumer_prefetch(stream=False), 0
+        elif step == "deliver" and credit.allows(prefetch, consumer_unacked, False):
+            tag += 1
+            unacked[tag] = object()
+            consumer_unacked += 1
+            assert not prefetch or consumer_unacked <= prefetch
+            assert not credit.global_prefetch or len(unacked) <= credit.global_prefetch
+        elif step == "ack" and unacked:
+            del unacked[max(unacked)]
+            consumer_unacked = max(consumer_unacked - 1, 0)
+        elif step == "ack-all":
+            unacked.clear()
+            consumer_unacked = 0
 
 
 # -- random sequences ------------------------------------------------------------------------
@@ -336,7 +377,7 @@ client_events = st.one_of(
     st.builds(ContentMessage, st.sampled_from([0, 1, 2]), st.just(m.BasicPublish()),
               st.just(b"\0\0"), st.just(b"")),
 )
-steps = st.lists(st.one_of(client_events, st.sampled_from(["fail", "hang-up", "close-sent"])),
+steps = st.lists(st.one_of(client_events, st.sampled_from(["fail", "close-sent"])),
                  max_size=30)
 
 
@@ -345,18 +386,16 @@ steps = st.lists(st.one_of(client_events, st.sampled_from(["fail", "hang-up", "c
 def test_random_sequences_raise_only_protocol_errors(sequence: list, logins: bool,
                                                      vhosts: bool) -> None:
     """Driven as the connection drives them (answers when asked, channel frames of an open
-    connection to the table), the state objects only ever raise the codec's error, and a
-    connection that raised is closed with connection.close."""
+    connection to the table), the state objects only ever raise the codec's error, a
+    connection that raised is closed with connection.close, and phases only move on."""
     state = new_state(channel_max=2)
     table = s.ChannelTable(2)
-    pending = [PROTOCOL_HEADER_RECEIVED, *sequence]
-    while pending:
-        step = pending.pop(0)
+    order = list(s.Phase)
+    for step in [PROTOCOL_HEADER_RECEIVED, *sequence]:
+        before = order.index(state.phase)
         try:
             if step == "fail":
                 state.fail(AmqpCodecError(ReplyCode.CONNECTION_FORCED, "stop"))
-            elif step == "hang-up":
-                state.hung_up()
             elif step == "close-sent":
                 if table.closing and state.phase is s.Phase.OPEN:
                     table.close_sent(next(iter(table.closing)))
@@ -370,6 +409,7 @@ def test_random_sequences_raise_only_protocol_errors(sequence: list, logins: boo
         except AmqpCodecError as error:
             actions = state.fail(error)
             assert s.HangUp() in actions and state.awaiting_close_ok
+        assert order.index(state.phase) >= before
         assert len(table) <= table.channel_max <= 2
         if state.phase in (s.Phase.LOGGING_IN, s.Phase.OPENING):
             raise AssertionError("an answer was left out")

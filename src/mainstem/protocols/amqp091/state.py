@@ -5,7 +5,8 @@
 - ``ChannelTable``: which channels are open or closing, within the negotiated channel_max,
   and the channel.close/close-ok crossing rules.
 - ``HeartbeatClock``: when to send a heartbeat and when the peer is dead.
-- ``ChannelQos``: basic.qos prefetch (per consumer or channel-wide) and channel.flow.
+- ``ChannelCredit``: basic.qos prefetch (per consumer or channel-wide), unacked
+  deliveries and channel.flow: whether a consumer may have one more delivery.
 
 The asyncio connection feeds them what it decoded (and the broker's answers to the actions
 that need the broker, such as ``CheckLogin``) and carries out the actions they return.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import platform
+from collections.abc import Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,11 +92,6 @@ class OpenVirtualHost:
 
 
 @dataclass(frozen=True, slots=True)
-class Opened:
-    """The handshake is over: start heartbeats and serve the channels."""
-
-
-@dataclass(frozen=True, slots=True)
 class EndChannels:
     """The connection ends: settle what the channels owe (confirms) and release them."""
 
@@ -120,7 +117,7 @@ class PeerDead:
     """Nothing came from the peer for two heartbeat intervals: abort the transport."""
 
 
-Action = (Send | CheckLogin | Tuned | OpenVirtualHost | Opened | EndChannels | DiscardInput | HangUp
+Action = (Send | CheckLogin | Tuned | OpenVirtualHost | EndChannels | DiscardInput | HangUp
           | SendHeartbeat | PeerDead)
 
 # -- the broker's answers ------------------------------------------------------------------
@@ -158,7 +155,7 @@ class Phase(enum.Enum):
     AWAIT_TUNE_OK = "await-tune-ok"
     AWAIT_OPEN = "await-open"
     OPENING = "opening"  # OpenVirtualHost is out
-    OPEN = "open"
+    OPEN = "open"  # the handshake is over: channels are served
     CLOSING = "closing"  # we sent connection.close: only the peer's close-ok matters
     CLOSED = "closed"  # close-ok sent or received: nothing more is read
 
@@ -317,7 +314,7 @@ class ConnectionState:
             raise AmqpCodecError(ReplyCode.NOT_ALLOWED, answer.text, class_id=10,
                                  method_id=40)
         self.phase = Phase.OPEN
-        return [Send(0, m.ConnectionOpenOk()), Opened()]
+        return [Send(0, m.ConnectionOpenOk())]
 
     # -- our close ---------------------------------------------------------------------
 
@@ -328,10 +325,6 @@ class ConnectionState:
             return []
         self.phase = Phase.CLOSING
         return [EndChannels(), Send(0, error.close_method()), DiscardInput(), HangUp()]
-
-    def hung_up(self) -> None:
-        """The peer went away: nothing more to say or read."""
-        self.phase = Phase.CLOSED
 
 
 def credentials(mechanism: str, response: bytes) -> tuple[str, str]:
@@ -474,17 +467,20 @@ class HeartbeatClock:
 # -- credit -----------------------------------------------------------------------------------
 
 
-class ChannelQos:
-    """basic.qos as RabbitMQ 4.x takes it: global=false sets the prefetch of consumers
-    created from then on, global=true a limit the channel's unacked deliveries share;
-    prefetch_size is not supported, nor channel.flow active=false (RabbitMQ does not let a
-    client stop its deliveries)."""
+class ChannelCredit:
+    """A channel's delivery credit, as RabbitMQ 4.x grants it: basic.qos global=false sets
+    the prefetch of consumers created from then on, global=true a limit that the channel's
+    unacked deliveries share; prefetch_size is not supported, nor channel.flow active=false
+    (RabbitMQ does not let a client stop its deliveries). A closing channel delivers
+    nothing. The unacked deliveries are the channel's own (counted by ``len``)."""
 
-    __slots__ = ("global_prefetch", "prefetch_count")
+    __slots__ = ("global_prefetch", "open", "prefetch_count", "unacked")
 
-    def __init__(self) -> None:
+    def __init__(self, unacked: Sized) -> None:
+        self.unacked = unacked
         self.prefetch_count = 0
         self.global_prefetch = 0
+        self.open = True
 
     def qos(self, method: m.BasicQos) -> m.BasicQosOk:
         if method.prefetch_size:
@@ -510,11 +506,15 @@ class ChannelQos:
             return self.prefetch_count or self.global_prefetch
         return self.prefetch_count
 
-    def allows(self, unacked: int) -> bool:
-        """Whether the channel's global prefetch lets one more delivery out."""
-        return not self.global_prefetch or unacked < self.global_prefetch
+    def allows(self, prefetch: int, unacked: int, no_ack: bool) -> bool:
+        """Whether one more delivery may go to a consumer with this prefetch and this many
+        unacked deliveries: within its own prefetch (no-ack consumers have none), within
+        the channel's global prefetch, on an open channel. Once per delivery: keep it
+        lean."""
+        if prefetch and unacked >= prefetch and not no_ack:
+            return False
+        limit = self.global_prefetch
+        return self.open and (not limit or len(self.unacked) < limit)
 
-
-def consumer_allows(prefetch: int, unacked: int, no_ack: bool) -> bool:
-    """Whether a consumer's own prefetch lets one more delivery out (no-ack: always)."""
-    return no_ack or not prefetch or unacked < prefetch
+    def close(self) -> None:
+        self.open = False
