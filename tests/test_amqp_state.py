@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091 import state as s
-from mainstem.protocols.amqp091.errors import AmqpCodecError
+from mainstem.protocols.amqp091.errors import AmqpCodecError, ProtocolHeaderMismatch
 from mainstem.protocols.amqp091.events import (
     HEARTBEAT,
     PROTOCOL_HEADER_RECEIVED,
@@ -211,6 +211,13 @@ def test_failing_during_the_handshake_closes_too() -> None:
     assert s.HangUp() in state.fail(AmqpCodecError(ReplyCode.COMMAND_INVALID, "x"))
 
 
+def test_another_protocol_gets_our_header_and_no_close() -> None:
+    state = new_state()
+    assert state.fail(ProtocolHeaderMismatch(b"AMQP\x00\x01\x00\x00")) == [
+        s.SendProtocolHeader(), s.HangUp()]
+    assert state.phase is s.Phase.CLOSED
+
+
 def test_update_secret_is_acknowledged_and_other_methods_refused() -> None:
     state = open_state()
     assert state.receive(frame(m.ConnectionUpdateSecret(b"t", "r"))) == [
@@ -218,6 +225,29 @@ def test_update_secret_is_acknowledged_and_other_methods_refused() -> None:
     with pytest.raises(AmqpCodecError) as invalid:
         state.receive(frame(m.ConnectionTuneOk()))
     assert invalid.value.reply_code is ReplyCode.COMMAND_INVALID
+
+
+# -- alarms ------------------------------------------------------------------------------
+
+
+def test_blocked_while_an_alarm_is_on_for_capable_clients() -> None:
+    state = open_state()
+    assert state.alarms_changed(frozenset({"memory"})) == []  # not connection.blocked capable
+    capable = m.ConnectionStartOk({"capabilities": {"connection.blocked": True}}, "PLAIN",
+                                  b"\0guest\0secret", "en_US")
+    state = new_state()
+    assert state.alarms_changed(frozenset({"disk"})) == []  # not open yet
+    state.receive(PROTOCOL_HEADER_RECEIVED)
+    state.receive(frame(capable))
+    state.answer(s.LoginAccepted(USER))
+    state.receive(frame(m.ConnectionTuneOk(0, 0, 0)))
+    state.receive(frame(m.ConnectionOpen("/")))
+    state.answer(s.VirtualHostOpened())
+    assert state.alarms_changed(frozenset({"memory", "disk"})) == [
+        s.Send(0, m.ConnectionBlocked("low on disk"))]
+    assert state.alarms_changed(frozenset({"inodes"})) == [
+        s.Send(0, m.ConnectionBlocked("resource alarm"))]
+    assert state.alarms_changed(frozenset()) == [s.Send(0, m.ConnectionUnblocked())]
 
 
 # -- channels ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from mainstem.protocols.amqp091 import state as s
 from mainstem.protocols.amqp091.channel import Channel, ChannelError
 from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec
 from mainstem.protocols.amqp091.encode import HEARTBEAT_FRAME, encode_method
-from mainstem.protocols.amqp091.errors import AmqpCodecError, ProtocolHeaderMismatch
+from mainstem.protocols.amqp091.errors import AmqpCodecError
 from mainstem.protocols.amqp091.events import ContentMessage, MethodFrame
 from mainstem.protocols.amqp091.methods import FRAME_MIN_SIZE, ReplyCode
 from mainstem.protocols.amqp091.wire import Method
@@ -41,7 +41,6 @@ CLOSING_TIMEOUT_S = 30.0  # RabbitMQ's: how long a closing connection waits for 
 SHUTDOWN_REASON = "broker forced connection closure with reason 'shutdown'"
 # Deliveries pause while the socket holds this much unsent data (a slow consumer).
 WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
-ALARM_REASONS = {"memory": "low on memory", "disk": "low on disk"}
 
 
 class ConnectionClosed(Exception):
@@ -111,8 +110,9 @@ class AmqpConnection:
         """Carry out the state's actions in order; True once the connection is over."""
         for action in actions:
             if isinstance(action, s.Send):
-                if not self.transport.is_closing():  # written even after _release_all
-                    self.transport.write(encode_method(action.channel, action.method))
+                self._write_method(action)
+            elif isinstance(action, s.SendProtocolHeader):
+                self.transport.write(PROTOCOL_HEADER)
             elif isinstance(action, s.CheckLogin):
                 await self._perform(self.state.answer(await self._login(action)))
             elif isinstance(action, s.Tuned):
@@ -128,6 +128,10 @@ class AmqpConnection:
             elif isinstance(action, s.HangUp):
                 self.transport.close()
         return self.state.phase is s.Phase.CLOSED
+
+    def _write_method(self, send: s.Send) -> None:
+        if not self.transport.is_closing():  # written even after _release_all
+            self.transport.write(encode_method(send.channel, send.method))
 
     async def _login(self, check: s.CheckLogin) -> s.LoginAccepted | s.LoginRefused:
         peer = self.ctx.writer.get_extra_info("peername")
@@ -201,12 +205,7 @@ class AmqpConnection:
         open; what came after connection.open stays in ``_pending``."""
         while self.state.phase is not s.Phase.OPEN:
             if not self._pending:
-                try:
-                    self._pending.extend(await self._read_events())
-                except ProtocolHeaderMismatch:
-                    self.transport.write(PROTOCOL_HEADER)
-                    self.transport.close()
-                    raise ConnectionClosed() from None
+                self._pending.extend(await self._read_events())
                 continue
             await self._perform(self.state.receive(self._pending.popleft()))
 
@@ -384,13 +383,9 @@ class AmqpConnection:
                     return
 
     def _alarms_changed(self, active: frozenset[str]) -> None:
-        if not self.state.blocked_capable or self.closed:
-            return
-        if active:
-            reason = ALARM_REASONS.get(next(iter(sorted(active))), "resource alarm")
-            self.send_method(0, m.ConnectionBlocked(reason))
-        else:
-            self.send_method(0, m.ConnectionUnblocked())
+        if not self.closed:
+            for action in self.state.alarms_changed(active):
+                self._write_method(action)
 
 
 async def handle(ctx: ConnectionContext) -> None:

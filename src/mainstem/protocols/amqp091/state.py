@@ -25,7 +25,7 @@ from typing import Any
 
 import mainstem
 from mainstem.protocols.amqp091 import methods as m
-from mainstem.protocols.amqp091.errors import AmqpCodecError
+from mainstem.protocols.amqp091.errors import AmqpCodecError, ProtocolHeaderMismatch
 from mainstem.protocols.amqp091.events import (
     ContentMessage,
     Event,
@@ -47,6 +47,7 @@ CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": False,
 }
+ALARM_REASONS = {"memory": "low on memory", "disk": "low on disk"}
 
 
 class StateMisuse(Exception):
@@ -62,6 +63,12 @@ class Send:
 
     channel: int
     method: Method
+
+
+@dataclass(frozen=True, slots=True)
+class SendProtocolHeader:
+    """Send AMQP 0-9-1's protocol header: the answer to a client speaking another protocol
+    (or another version), before hanging up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +124,8 @@ class PeerDead:
     """Nothing came from the peer for two heartbeat intervals: abort the transport."""
 
 
-Action = (Send | CheckLogin | Tuned | OpenVirtualHost | EndChannels | DiscardInput | HangUp
-          | SendHeartbeat | PeerDead)
+Action = (Send | SendProtocolHeader | CheckLogin | Tuned | OpenVirtualHost | EndChannels
+          | DiscardInput | HangUp | SendHeartbeat | PeerDead)
 
 # -- the broker's answers ------------------------------------------------------------------
 
@@ -200,6 +207,16 @@ class ConnectionState:
     @property
     def awaiting_close_ok(self) -> bool:
         return self.phase is Phase.CLOSING
+
+    def alarms_changed(self, active: frozenset[str]) -> list[Send]:
+        """connection.blocked while a resource alarm is on, for clients that understand it
+        (the ``connection.blocked`` capability), and unblocked once all are off."""
+        if self.phase is not Phase.OPEN or not self.blocked_capable:
+            return []
+        if active:
+            reason = ALARM_REASONS.get(min(active), "resource alarm")
+            return [Send(0, m.ConnectionBlocked(reason))]
+        return [Send(0, m.ConnectionUnblocked())]
 
     def _capabilities(self) -> dict[str, Any]:
         capabilities = self.client_properties.get("capabilities")
@@ -320,9 +337,14 @@ class ConnectionState:
 
     def fail(self, error: AmqpCodecError) -> list[Action]:
         """Close with the error (ours, the peer's violation, or a forced close), then wait
-        for the peer's close-ok; nothing if the connection is closing already."""
+        for the peer's close-ok; nothing if the connection is closing already. A client
+        that did not open with our protocol header gets ours, without connection.close
+        (the spec's answer to a protocol we do not speak)."""
         if self.phase in (Phase.CLOSING, Phase.CLOSED):
             return []
+        if isinstance(error, ProtocolHeaderMismatch):
+            self.phase = Phase.CLOSED
+            return [SendProtocolHeader(), HangUp()]
         self.phase = Phase.CLOSING
         return [EndChannels(), Send(0, error.close_method()), DiscardInput(), HangUp()]
 
