@@ -458,3 +458,47 @@ def perform(state: s.ConnectionState, table: s.ChannelTable, actions: list[s.Act
             table.channel_max = action.channel_max
         elif isinstance(action, s.EndChannels):
             table.clear()
+
+
+CHANNEL_METHODS = [m.ChannelOpen(), m.ChannelClose(200, "", 0, 0), m.ChannelCloseOk(),
+                   m.BasicQos(0, 1, False), "content", "close-sent"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from(CHANNEL_METHODS)), max_size=40))
+def test_channel_table_against_a_model(steps: list[tuple[int, object]]) -> None:
+    """The table agrees with a plain model: a closing channel hands nothing to its
+    handlers, a closed number is free again, and no more than channel_max are open."""
+    table = s.ChannelTable(3)
+    model: dict[int, str] = {}  # number -> "open" | "closing"
+    for number, step in steps:
+        if step == "close-sent":
+            if model.get(number) == "open":
+                table.close_sent(number)
+                model[number] = "closing"
+            continue
+        try:
+            if step == "content":
+                verdict = table.content(ContentMessage(number, m.BasicPublish(), b"\0\0", b""))
+            else:
+                verdict = table.method(number, step)  # type: ignore[arg-type]
+        except AmqpCodecError as error:
+            assert error.reply_code in (ReplyCode.CHANNEL_ERROR, ReplyCode.NOT_ALLOWED)
+            assert model.get(number) != "closing"
+            if isinstance(step, m.ChannelOpen) and number not in model:
+                assert len(model) == 3
+            continue
+        state = model.get(number)
+        if verdict is s.Verdict.OPEN:
+            assert state is None
+            model[number] = "open"
+        elif verdict in (s.Verdict.CLOSE, s.Verdict.FORGET):
+            assert state == ("open" if verdict is s.Verdict.CLOSE else "closing")
+            del model[number]
+        elif verdict is s.Verdict.HANDLE:
+            assert state == "open"
+        else:
+            assert state is not None
+        assert len(table) == len(model) <= 3
+        assert {n for n, closing in table.closing.items() if closing} == {
+            n for n, st_ in model.items() if st_ == "closing"}
