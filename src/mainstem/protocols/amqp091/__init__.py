@@ -4,6 +4,8 @@
 - ``codec.AmqpCodec``: bytes in, events (``events``) out; ``classify_protocol_header``
 - ``encode``: ``encode_method``, ``encode_content``, ``encode_heartbeat``, ``DeliverEncoder``
 - ``wire``: primitive types and field tables (``encode_table``)
+- ``state``: the connection's rules as pure objects (handshake and closes, channels,
+  heartbeats, credit), driven by ``connection`` and ``channel``
 """
 
 from mainstem.protocols.amqp091.codec import (

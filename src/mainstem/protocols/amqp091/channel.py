@@ -29,6 +29,7 @@ from mainstem.protocols.amqp091.errors import AmqpCodecError
 from mainstem.protocols.amqp091.events import ContentMessage
 from mainstem.protocols.amqp091.methods import ReplyCode
 from mainstem.protocols.amqp091.properties import essentials, headers_of, to_stream_record
+from mainstem.protocols.amqp091.state import ChannelCredit
 from mainstem.protocols.amqp091.wire import Method
 
 if TYPE_CHECKING:
@@ -86,8 +87,7 @@ class Channel:
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, _Delivery] = {}
         self._delivery_tag = 0
-        self.prefetch_count = 0  # for consumers created from now on (global=false)
-        self.global_prefetch = 0  # shared by the channel's consumers (global=true)
+        self.credit = ChannelCredit(self.unacked)
         self.confirming = False
         self._publish_seq = 0
         self._confirms: list[tuple[int, list[asyncio.Future[None]], bool]] = []
@@ -147,13 +147,6 @@ class Channel:
         self.connection.core.auth.check(self.connection.user, self.vhost.name, kind, resource,
                                         resource_type)
 
-    def can_deliver(self) -> bool:
-        if self.closing or self.ended:
-            return False
-        if self.global_prefetch and len(self.unacked) >= self.global_prefetch:
-            return False
-        return self.connection.can_write()
-
     def next_delivery_tag(self, consumer: Consumer | None, message: QueueMessage | None) -> int:
         self._delivery_tag += 1
         if consumer is None or not consumer.no_ack:
@@ -183,14 +176,11 @@ class Channel:
     # -- channel ---------------------------------------------------------------
 
     def on_flow(self, method: m.ChannelFlow) -> None:
-        """RabbitMQ does not let a client stop its deliveries with channel.flow."""
-        if not method.active:
-            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "active=false",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
-        self.reply(m.ChannelFlowOk(True))
+        self.reply(self.credit.flow(method))
 
     def close(self) -> None:
         """The channel ends: consumers stop, unacked messages go back to their queues."""
+        self.credit.close()
         for consumer in list(self.consumers.values()):
             consumer.stop()
             self.connection.ctx.remove_consumer(consumer.tag)
@@ -307,15 +297,7 @@ class Channel:
     # -- consuming -------------------------------------------------------------
 
     def on_qos(self, method: m.BasicQos) -> None:
-        if method.prefetch_size:
-            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED,
-                                 f"prefetch_size!=0 ({method.prefetch_size})",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
-        if method.global_:
-            self.global_prefetch = method.prefetch_count
-        else:
-            self.prefetch_count = method.prefetch_count
-        self.reply(m.BasicQosOk())
+        self.reply(self.credit.qos(method))
         self.resume()
 
     def on_consume(self, method: m.BasicConsume) -> None:
@@ -334,15 +316,15 @@ class Channel:
             if method.no_ack:
                 raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' does "
                                          "not support no-ack consumers (stream queue)")
-            prefetch = self.prefetch_count or self.global_prefetch
-            consumer = StreamConsumer(self, queue, tag, prefetch,
+            consumer = StreamConsumer(self, queue, tag,
+                                      self.credit.consumer_prefetch(stream=True),
                                       method.arguments.get("x-stream-offset"))
         else:
             if limit and len(queue.consumers) >= limit:
                 raise PreconditionFailed(f"consumer limit of {limit} reached for queue '{name}'")
             consumer = QueueConsumer(self, queue, tag, no_ack=method.no_ack,
                                      exclusive=method.exclusive,
-                                     prefetch=self.prefetch_count)
+                                     prefetch=self.credit.consumer_prefetch(stream=False))
             try:
                 queue.add_consumer(consumer)  # refuses a conflict before consume-ok
             except AccessRefused:

@@ -24,8 +24,8 @@ _INTERVAL_S = {"Y": 365 * 86_400, "M": 30 * 86_400, "D": 86_400, "h": 3_600, "m"
 
 
 class QueueConsumer:
-    """A consumer of a classic queue. Credit: its own prefetch, the channel's global
-    prefetch, channel flow, and the socket's write buffer."""
+    """A consumer of a classic queue. Credit: the channel's (``ChannelCredit``), once the
+    client has its consume-ok, and the socket's write buffer."""
 
     def __init__(self, channel: Channel, queue: ClassicQueue, tag: str, *, no_ack: bool,
                  exclusive: bool, prefetch: int) -> None:
@@ -44,11 +44,9 @@ class QueueConsumer:
         self.queue.dispatch()
 
     def has_credit(self) -> bool:
-        if not self.started:
-            return False
-        if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:
-            return False
-        return self.channel.can_deliver()
+        return (self.started
+                and self.channel.credit.allows(self.prefetch, self.unacked, self.no_ack)
+                and self.channel.connection.can_write())
 
     def deliver(self, queue: ClassicQueue, message: QueueMessage) -> None:
         tag = self.channel.next_delivery_tag(self, message)
@@ -102,7 +100,8 @@ class StreamConsumer:
                 for offset, record in chunk.records():
                     if offset < start:
                         continue  # "last" and explicit offsets start inside a chunk
-                    while not (self.unacked < self.prefetch and self.channel.can_deliver()):
+                    while not (self.channel.credit.allows(self.prefetch, self.unacked, False)
+                               and self.channel.connection.can_write()):
                         self._credit.clear()
                         await self._credit.wait()
                     self._deliver(offset, record)
