@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from mainstem.broker.amqp.queues.credit_flow import CreditFlow
@@ -64,7 +65,7 @@ class AmqpConnection:
         self.closed = False
         self._clock: s.HeartbeatClock | None = None
         self._resuming: asyncio.Task[None] | None = None
-        self._unsubscribe_alarms = None
+        self._unsubscribe_alarms: Callable[[], None] = lambda: None
         self._pending: deque = deque()  # frames read with the handshake's, not yet handled
         self._close_request = asyncio.Event()  # an administrator closes us
         self._close_reason = ""

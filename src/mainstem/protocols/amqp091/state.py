@@ -167,7 +167,7 @@ class Phase(enum.Enum):
     CLOSED = "closed"  # close-ok sent or received: nothing more is read
 
 
-_EXPECTED = {
+_EXPECTED: dict[Phase, type[Method]] = {
     Phase.AWAIT_START_OK: m.ConnectionStartOk,
     Phase.AWAIT_TUNE_OK: m.ConnectionTuneOk,
     Phase.AWAIT_OPEN: m.ConnectionOpen,
