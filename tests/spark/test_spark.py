@@ -18,6 +18,7 @@ import pytest
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from rstream import (
     AMQPMessage,
     Producer,
@@ -35,7 +36,7 @@ from mainstem.client.iggy import Message as IggyMessage
 from mainstem.client.stream import StreamClient
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.projection import fold_documents
-from mainstem.spark.source import StreamWriter, publish_rows
+from mainstem.spark.source import StreamReader, StreamWriter, publish_rows
 from mainstem.testing import ThreadedBroker
 
 pytestmark = pytest.mark.spark
@@ -104,7 +105,8 @@ def test_batch_read_every_offset_option(spark, broker) -> None:
     ranged = read(spark, broker, stream="batch", startingOffsets=json.dumps({"batch": {"0": 5}}),
                   endingOffsets=json.dumps({"batch": {"0": 8}}))
     assert sorted(r.offset for r in ranged.collect()) == [5, 6, 7]
-    assert read(spark, broker, stream="batch", startingOffsets="latest").count() == 0
+    with pytest.raises(Exception, match="cannot start at latest"):  # as Kafka
+        read(spark, broker, stream="batch", startingOffsets="latest").collect()
     split = read(spark, broker, stream="batch", maxRecordsPerPartition="4")
     assert split.rdd.getNumPartitions() == 6 and split.count() == 21
     future = read(spark, broker, stream="batch", startingTimestamp=str(int(time.time() * 1e3)
@@ -113,9 +115,86 @@ def test_batch_read_every_offset_option(spark, broker) -> None:
     past = read(spark, broker, stream="batch", startingTimestamp=str(before - 60_000))
     assert past.count() == 21
     assert df.schema.simpleString() == (
-        "struct<key:binary,value:binary,stream:string,partition:int,offset:bigint,"
+        "struct<key:binary,value:binary,stream:string,topic:string,partition:int,offset:bigint,"
         "timestamp:timestamp,headers:array<struct<key:string,value:binary>>,"
         "properties:map<string,string>>")
+
+
+def test_kafka_options_mean_what_they_mean_for_kafka(spark, broker) -> None:
+    publish(broker, "kafkaish", [f"k{i}".encode() for i in range(199)])  # 200 with "last"
+    wide = read(spark, broker, subscribe="kafkaish", minPartitions="8")
+    assert wide.rdd.getNumPartitions() == 8 and wide.count() == 200
+    rows = wide.collect()
+    assert {(r.topic, r.stream) for r in rows} == {("kafkaish", "kafkaish")}
+    bare = read(spark, broker, stream="kafkaish", includeHeaders="false")
+    assert "headers" not in bare.columns and bare.count() == 200
+    with StreamClient.connect(broker.urls["stream"]) as client:
+        middle = client.offset_for_timestamp("kafkaish", 0)
+    by_time = read(spark, broker, stream="kafkaish",
+                   startingOffsetsByTimestamp=json.dumps({"kafkaish": {"0": 0}}),
+                   endingTimestamp=str(int(time.time() * 1000) + 60_000))
+    assert by_time.count() == 200 - middle
+    with pytest.raises(Exception, match=r"(?i)unknown option 'startingOffsets'.* valid options "
+                                        r"are: url, namespace, stream, topic,"):  # a write
+        (spark.range(1).selectExpr("CAST(id AS STRING) AS value").write.format("mainstem")
+         .option("url", broker.urls["stream"]).option("topic", "kafkaish")
+         .option("startingOffsets", "earliest").mode("append").save())
+    with pytest.raises(Exception, match="startingOffsets for stream 'kafkaish' partition 0 "
+                                        "is 500, past its end 200"):
+        read(spark, broker, stream="kafkaish",
+             startingOffsets=json.dumps({"kafkaish": {"0": 500}})).collect()
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("startingOffset", "latest", "unknown option 'startingoffset' \\(did you mean "
+                                 "'startingOffsets'\\?\\); valid options are: url, "),
+    ("kafka.bootstrap.servers", "h:9092", "unknown option 'kafka.bootstrap.servers'"),
+    ("minPartitions", "0", "option 'minPartitions' must be a positive integer, got '0'"),
+    ("failOnDataLoss", "yes", "option 'failOnDataLoss' must be true or false"),
+    ("maxTriggerDelay", "soon", "option 'maxTriggerDelay' must be a duration"),
+    ("startingOffsets", "{oops", "option 'startingOffsets' must be earliest, latest or JSON"),
+    ("endingTimestamp", "noon", "option 'endingTimestamp' must be milliseconds"),
+])
+def test_a_bad_option_fails_at_planning_naming_it(spark, broker, option, value,
+                                                  message) -> None:
+    publish(broker, "checked", [b"x"])
+    with pytest.raises(Exception, match=message):
+        read(spark, broker, stream="checked", **{option: value}).schema  # noqa: B018
+
+
+def test_a_streaming_start_past_the_end_is_data_loss(spark, broker, tmp_path) -> None:
+    publish(broker, "ahead", [b"a"])
+    start = json.dumps({"ahead": {"0": 50}})
+
+    def run(*options: tuple[str, str]):
+        reader = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
+                  .option("stream", "ahead").option("startingOffsets", start))
+        for name, value in options:
+            reader = reader.option(name, value)
+        query = (reader.load().writeStream.format("memory").queryName(f"ahead{len(options)}")
+                 .option("checkpointLocation", str(tmp_path / str(len(options))))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+
+    with pytest.raises(Exception, match="past its end 2; set failOnDataLoss=false"):
+        run()
+    run(("failOnDataLoss", "false"))
+    assert spark.table("ahead1").count() == 0
+
+
+def test_min_offsets_per_trigger_waits_for_records_or_the_delay(broker) -> None:
+    publish(broker, "trickle", [b"t"] * 9)  # 10 records
+    base = {"url": broker.urls["stream"], "stream": "trickle", "startingOffsets": "earliest",
+            "minOffsetsPerTrigger": "11"}
+    waiting = StreamReader(SourceOptions.parse({**base, "maxTriggerDelay": "1h"}))
+    start = waiting.initialOffset()
+    assert waiting.latestOffset(start, ReadAllAvailable()) == start  # 10 < 11: no batch
+    publish(broker, "trickle", [])  # one more: 11
+    assert waiting.latestOffset(start, ReadAllAvailable()) == {"trickle": {"0": 11}}
+    hurried = StreamReader(SourceOptions.parse({**base, "maxTriggerDelay": "0ms"}))
+    assert hurried.latestOffset(start, ReadAllAvailable()) == {"trickle": {"0": 11}}
+    waiting.stop()
+    hurried.stop()
 
 
 def test_super_stream_and_comma_list(spark, broker) -> None:

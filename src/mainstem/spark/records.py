@@ -5,11 +5,14 @@ key        binary   message annotation ``x-routing-key`` (what AMQP 0-9-1 and Sp
 value      binary   the body (data sections; an amqp-value string as UTF-8); a record that is
                     not an AMQP 1.0 message (a BSON event, ...) is its raw bytes
 stream     string   the stream (a super stream's name for its partitions)
+topic      string   the same as ``stream``, under Kafka's name, so Kafka jobs run unchanged
 partition  int      the partition index (0 for a plain stream)
 offset     bigint
 timestamp  timestamp the chunk's timestamp (millisecond precision)
 headers    array<struct<key string, value binary>>  the application properties
 properties map<string, string>  the AMQP 1.0 properties that are set
+
+``includeHeaders=false`` leaves out the headers column.
 """
 
 from __future__ import annotations
@@ -25,21 +28,33 @@ from mainstem.formats.amqp10 import encode_message as encode_amqp10
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY
 from mainstem.log.chunk import Chunk
 
-SCHEMA_DDL = ("key BINARY, value BINARY, stream STRING, partition INT, offset BIGINT, "
-              "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
-              "properties MAP<STRING, STRING>")
+HEADERS_COLUMN = "headers"
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("stream", pa.string()),
-    ("partition", pa.int32()), ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")), ("headers", HEADER_TYPE),
+    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), (HEADERS_COLUMN, HEADER_TYPE),
     ("properties", PROPERTIES_TYPE),
 ])
 KEY_ANNOTATION = "x-routing-key"
 BATCH_ROWS = 8192
 # A message that is only a data section: descriptor 0x00 0x53 0x75, then vbin8 or vbin32.
 _DATA8, _DATA32 = b"\x00\x53\x75\xa0", b"\x00\x53\x75\xb0"
+
+
+
+
+def schema_ddl(include_headers: bool) -> str:
+    """The Spark schema of the rows, as DDL."""
+    return ", ".join(f"{field.name} {_SPARK_TYPES[field.name]}" for field in ARROW_SCHEMA
+                     if include_headers or field.name != HEADERS_COLUMN)
+
+
+_SPARK_TYPES = {"key": "BINARY", "value": "BINARY", "stream": "STRING", "topic": "STRING",
+                "partition": "INT", "offset": "BIGINT", "timestamp": "TIMESTAMP",
+                HEADERS_COLUMN: "ARRAY<STRUCT<key: STRING, value: BINARY>>",
+                "properties": "MAP<STRING, STRING>"}
 
 
 class _Columns:
@@ -60,17 +75,17 @@ class _Columns:
         return len(self.offsets)
 
 
-def record_batches(chunks: Iterable[Chunk], stream: str, partition: int, start: int, end: int
-                   ) -> Iterator[pa.RecordBatch]:
+def record_batches(chunks: Iterable[Chunk], stream: str, partition: int, start: int, end: int,
+                   include_headers: bool = True) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records with offsets in [start, end)."""
     columns = _Columns()
     for chunk in chunks:
         _add_chunk(columns, chunk, start, end)
         if len(columns) >= BATCH_ROWS:
-            yield _batch(columns, stream, partition)
+            yield _batch(columns, stream, partition, include_headers)
             columns = _Columns()
     if len(columns):
-        yield _batch(columns, stream, partition)
+        yield _batch(columns, stream, partition, include_headers)
 
 
 def _add_chunk(columns: _Columns, chunk: Chunk, start: int, end: int) -> None:
@@ -158,18 +173,22 @@ def _properties(message: Message) -> list[tuple[str, str]] | None:
     return found or None
 
 
-def _batch(columns: _Columns, stream: str, partition: int) -> pa.RecordBatch:
+def _batch(columns: _Columns, stream: str, partition: int, include_headers: bool
+           ) -> pa.RecordBatch:
     rows = len(columns)
-    return pa.RecordBatch.from_arrays([
+    names = pa.array([stream] * rows, pa.string())
+    batch = pa.RecordBatch.from_arrays([
         _sparse(columns.keys, rows, pa.binary()),
         pa.array(columns.values, pa.binary()),
-        pa.array([stream] * rows, pa.string()),
+        names,
+        names,
         pa.array([partition] * rows, pa.int32()),
         pa.array(columns.offsets, pa.int64()),
         pa.array(columns.timestamps, pa.timestamp("us", tz="UTC")),
         _sparse(columns.headers, rows, HEADER_TYPE),
         _sparse(columns.properties, rows, PROPERTIES_TYPE),
     ], schema=ARROW_SCHEMA)
+    return batch if include_headers else batch.drop_columns([HEADERS_COLUMN])
 
 
 def _sparse(by_row: dict[int, Any], rows: int, kind: pa.DataType) -> pa.Array:
