@@ -26,6 +26,39 @@ from mainstem.protocols.rabbit_stream.wire import FrameError
 MAX_FRAME = 8 * 1024 * 1024
 CREDIT = 8  # chunks in flight per read
 
+# Every response code the stream protocol defines, in words. Fields: {user}, {vhost},
+# {request} (the frame that failed) and {target} ("stream 'x'", or "the request").
+MEANINGS: dict[ResponseCode, str] = {
+    ResponseCode.STREAM_DOES_NOT_EXIST: "{target} does not exist",
+    ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS: "the subscription id of {request} is "
+                                                 "already in use on this connection",
+    ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST: "the subscription of {request} does not exist",
+    ResponseCode.STREAM_ALREADY_EXISTS: "{target} already exists",
+    ResponseCode.STREAM_NOT_AVAILABLE: "{target} is not available (its leader is not ready)",
+    ResponseCode.SASL_MECHANISM_NOT_SUPPORTED: "the server does not offer SASL PLAIN",
+    ResponseCode.AUTHENTICATION_FAILURE: "authentication failed for user {user!r}",
+    ResponseCode.SASL_ERROR: "SASL error while authenticating user {user!r}",
+    ResponseCode.SASL_CHALLENGE: "the server sent user {user!r} a SASL challenge, which PLAIN "
+                                 "does not answer",
+    ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK: "user {user!r} may only connect from "
+                                                       "localhost",
+    ResponseCode.VIRTUAL_HOST_ACCESS_FAILURE: "user {user!r} has no access to virtual host "
+                                              "{vhost!r}",
+    ResponseCode.UNKNOWN_FRAME: "the server does not know the {request} frame",
+    ResponseCode.FRAME_TOO_LARGE: "the {request} frame is larger than the server accepts",
+    ResponseCode.INTERNAL_ERROR: "the server failed on {request} for {target} (internal error)",
+    ResponseCode.ACCESS_REFUSED: "user {user!r} may not {request} on {target}",
+    ResponseCode.PRECONDITION_FAILED: "{request} on {target}: precondition failed (arguments "
+                                      "that differ from the existing stream's, or a name in "
+                                      "use)",
+    ResponseCode.PUBLISHER_DOES_NOT_EXIST: "the publisher of {request} does not exist on this "
+                                           "connection",
+    ResponseCode.NO_OFFSET: "no offset is stored for {target}",
+    ResponseCode.SASL_CANNOT_CHANGE_MECHANISM: "user {user!r} cannot change the SASL mechanism "
+                                               "after the handshake",
+    ResponseCode.SASL_CANNOT_CHANGE_USERNAME: "user {user!r} cannot be changed on an "
+                                              "authenticated connection",
+}
 
 
 class _Answer(Protocol):
@@ -40,6 +73,17 @@ class StreamClientError(Exception):
     def __init__(self, message: str, code: int = 0) -> None:
         super().__init__(message)
         self.code = code
+
+
+def describe(code: int, endpoint: Endpoint, request: str, stream: str | None = None) -> str:
+    """A response code in words, naming the stream and the user it concerns."""
+    try:
+        meaning = MEANINGS[ResponseCode(code)]
+    except (ValueError, KeyError):
+        meaning = "{request} failed with unknown response code " + f"{code:#x}"
+    target = f"stream {stream!r}" if stream is not None else "the request"
+    return meaning.format(user=endpoint.user, vhost=endpoint.vhost, request=request,
+                          target=target)
 
 
 @dataclass(frozen=True)
@@ -75,6 +119,7 @@ class StreamClient:
         self._deliveries: list[memoryview] = []
         self._confirmed: set[int] = set()
         self._errors: dict[int, int] = {}
+        self._publisher_streams: dict[int, str] = {}
         self._handshake()
 
     @classmethod
@@ -107,9 +152,10 @@ class StreamClient:
                 raise StreamClientError(f"bad frame from the server: {exc}") from None
         return self._frames.popleft()
 
-    def _call(self, request: Callable[[int], f.Frame], reply: type[Reply]) -> Reply:
-        """Send the request made with the next correlation id and wait for its reply,
-        handling what arrives in between."""
+    def _call(self, request: Callable[[int], f.Frame], reply: type[Reply],
+              stream: str | None = None) -> Reply:
+        """Send the request (about `stream`, if any) made with the next correlation id and
+        wait for its reply, handling what arrives in between."""
         self._correlation += 1
         correlation_id = self._correlation
         sent = request(correlation_id)
@@ -119,8 +165,8 @@ class StreamClient:
             if isinstance(frame, reply) and frame.correlation_id == correlation_id:
                 code = frame.response_code
                 if code != ResponseCode.OK:
-                    name = type(sent).__name__
-                    raise StreamClientError(f"{name} failed with code {code:#x}", code)
+                    raise StreamClientError(
+                        describe(code, self.endpoint, type(sent).__name__, stream), code)
                 return frame
             self._other(frame)
 
@@ -155,7 +201,7 @@ class StreamClient:
 
     def offsets(self, stream: str) -> Offsets:
         stats = self._call(lambda corr: f.StreamStats(corr, stream),
-                           r.StreamStatsResponse).stats
+                           r.StreamStatsResponse, stream).stats
         return Offsets(stats.get("first_offset", max(stats["first_chunk_id"], 0)),
                        stats["committed_offset"] + 1)
 
@@ -163,13 +209,13 @@ class StreamClient:
         """The first offset of the first chunk at or after a time (the end if none)."""
         spec = f.OffsetSpec(OffsetType.TIMESTAMP, timestamp_ms)
         return self._call(lambda corr: f.ResolveOffsetSpec(corr, stream, spec),
-                          r.ResolveOffsetSpecResponse).offset  # always of type offset
+                          r.ResolveOffsetSpecResponse, stream).offset  # always of type offset
 
     def partitions(self, super_stream: str) -> list[str] | None:
         """The partition streams of a super stream, None if it is not one."""
         try:
             return self._call(lambda corr: f.Partitions(corr, super_stream),
-                              r.PartitionsResponse).streams
+                              r.PartitionsResponse, super_stream).streams
         except StreamClientError:
             return None
 
@@ -180,7 +226,8 @@ class StreamClient:
             return
         subscription = 1
         spec = f.OffsetSpec(OffsetType.OFFSET, start)
-        self._call(lambda corr: f.Subscribe(corr, subscription, stream, spec, CREDIT), f.Response)
+        self._call(lambda corr: f.Subscribe(corr, subscription, stream, spec, CREDIT),
+                   f.Response, stream)
         try:
             while True:
                 while not self._deliveries:
@@ -203,9 +250,10 @@ class StreamClient:
         """Declare a deduplicating publisher; returns the last publishing id stored for
         the reference (-1 if none), so a retry can skip what already arrived."""
         self._call(lambda corr: f.DeclarePublisher(corr, publisher_id, reference, stream),
-                   f.Response)
+                   f.Response, stream)
+        self._publisher_streams[publisher_id] = stream
         sequence = self._call(lambda corr: f.QueryPublisherSequence(corr, reference, stream),
-                              r.QueryPublisherSequenceResponse).sequence
+                              r.QueryPublisherSequenceResponse, stream).sequence
         return sequence if sequence else -1
 
     def publish(self, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> None:
@@ -220,7 +268,9 @@ class StreamClient:
         self._confirmed -= wanted
         if failed:
             code = self._errors[min(failed)]
-            raise StreamClientError(f"{len(failed)} messages refused, code {code:#x}", code)
+            reason = describe(code, self.endpoint, "Publish",
+                              self._publisher_streams.get(publisher_id))
+            raise StreamClientError(f"{len(failed)} messages refused: {reason}", code)
 
     def delete_publisher(self, publisher_id: int) -> None:
         self._call(lambda corr: f.DeletePublisher(corr, publisher_id), f.Response)

@@ -220,8 +220,8 @@ def topic_partitions(client: StreamClient, streams: tuple[str, ...]) -> list[Top
             continue
         try:
             client.offsets(stream)
-        except StreamClientError:
-            raise SourceError(f"stream {stream!r} does not exist") from None
+        except StreamClientError as exc:  # in words: "stream 'x' does not exist", ...
+            raise SourceError(str(exc)) from None
         found.append(TopicPartition(stream, 0, stream))
     return found
 
