@@ -22,6 +22,7 @@ from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.events.projections import FOLDS, Projection
 from mainstem.spark.options import DEFAULT_URL
 from mainstem.spark.projection import DEFAULT_EVENTS_PORT, RebuildError, rebuild
+from mainstem_spark_python import point_workers_here
 
 PROGRESS_INTERVAL_S = 1.0
 
@@ -75,7 +76,7 @@ def spark_session(master: str | None, name: str) -> Any:
         from pyspark.sql import SparkSession
     except ImportError:
         raise SystemExit("pipelines need PySpark: pip install 'mainstem[spark]'") from None
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    point_workers_here()  # also when installed editable, which has no .pth
     builder = SparkSession.builder.appName(name).config("spark.ui.showConsoleProgress", "false")
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master or not launched_by_spark_submit:
