@@ -8,9 +8,10 @@ Osiris chunks undecoded, so a caller can turn a whole chunk into columns at once
 from __future__ import annotations
 
 import socket
+import ssl
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -23,6 +24,8 @@ from mainstem.protocols.rabbit_stream.constants import OffsetType, ResponseCode
 from mainstem.protocols.rabbit_stream.responses import REPLY_PARSERS
 from mainstem.protocols.rabbit_stream.wire import FrameError
 
+TLS_SCHEME = "rabbitmq-stream+tls"
+PORT, TLS_PORT = 5552, 5551
 MAX_FRAME = 8 * 1024 * 1024
 CREDIT = 8  # chunks in flight per read
 
@@ -87,20 +90,41 @@ def describe(code: int, endpoint: Endpoint, request: str, stream: str | None = N
 
 
 @dataclass(frozen=True)
+class Tls:
+    """How to check the server (PEM files; the system's CAs without `cafile`) and, for
+    servers that ask, the client's certificate."""
+
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    check_hostname: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.cafile)
+        context.check_hostname = self.check_hostname  # the CA is checked either way
+        if self.certfile:
+            context.load_cert_chain(self.certfile, self.keyfile)
+        return context
+
+
+@dataclass(frozen=True)
 class Endpoint:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)  # never in a log line or an error
     vhost: str
+    tls: Tls | None = None
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
-        """``rabbitmq-stream://user:pass@host:port/vhost`` (vhost "%2F" is "/")."""
+        """``rabbitmq-stream[+tls]://user:pass@host:port/vhost`` (vhost "%2F" is "/")."""
         parts = urlsplit(url if "://" in url else "rabbitmq-stream://" + url)
+        tls = Tls() if parts.scheme == TLS_SCHEME else None
         vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
-        return cls(parts.hostname or "127.0.0.1", parts.port or 5552,
-                   unquote(parts.username or "guest"), unquote(parts.password or "guest"), vhost)
+        return cls(parts.hostname or "127.0.0.1", parts.port or (TLS_PORT if tls else PORT),
+                   unquote(parts.username or "guest"), unquote(parts.password or "guest"), vhost,
+                   tls)
 
 
 @dataclass(frozen=True)
@@ -109,10 +133,27 @@ class Offsets:
     end: int  # one past the last committed offset
 
 
+def _open_socket(endpoint: Endpoint, timeout: float) -> socket.socket:
+    """A TCP connection, wrapped in TLS when the endpoint asks for it."""
+    try:
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    except OSError as exc:
+        raise StreamClientError(f"cannot connect to {endpoint.host}:{endpoint.port}: "
+                                f"{exc.strerror or exc}") from None
+    if endpoint.tls is None:
+        return sock
+    try:
+        return endpoint.tls.context().wrap_socket(sock, server_hostname=endpoint.host)
+    except (ssl.SSLError, OSError) as exc:
+        sock.close()
+        raise StreamClientError(f"TLS with {endpoint.host}:{endpoint.port} failed: "
+                                f"{exc}") from None
+
+
 class StreamClient:
     def __init__(self, endpoint: Endpoint, timeout: float = 30.0) -> None:
         self.endpoint = endpoint
-        self._sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+        self._sock = _open_socket(endpoint, timeout)
         self._codec = StreamCodec(MAX_FRAME, REPLY_PARSERS)
         self._frames: deque[f.Frame] = deque()
         self._correlation = 0
@@ -204,6 +245,17 @@ class StreamClient:
                            r.StreamStatsResponse, stream).stats
         return Offsets(stats.get("first_offset", max(stats["first_chunk_id"], 0)),
                        stats["committed_offset"] + 1)
+
+    def create_stream(self, stream: str, arguments: dict[str, str] | None = None) -> bool:
+        """Create a stream; False if it already exists (its arguments are left as they are)."""
+        try:
+            self._call(lambda corr: f.CreateStream(corr, stream, arguments or {}), f.Response,
+                       stream)
+        except StreamClientError as exc:
+            if exc.code == ResponseCode.STREAM_ALREADY_EXISTS:
+                return False
+            raise
+        return True
 
     def offset_for_timestamp(self, stream: str, timestamp_ms: int) -> int:
         """The first offset of the first chunk at or after a time (the end if none)."""

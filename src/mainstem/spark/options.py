@@ -10,20 +10,22 @@ cannot use, fails the query before it starts, naming the option and listing the 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote
+from pathlib import Path
 
-from mainstem.client.stream import Endpoint, StreamClient, StreamClientError
+from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
 
 EARLIEST, LATEST = -2, -1
 DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's default: 15m
 
-CONNECTION_OPTIONS = ("url", "namespace")
+CONNECTION_OPTIONS = ("url", "namespace", "username", "password", "passwordFile",
+                      "ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.checkHostname")
 READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "startingOffsets", "endingOffsets",
                 "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
@@ -63,7 +65,7 @@ class Start:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    url: str
+    endpoint: Endpoint  # its password is left out of repr: options may be logged
     streams: tuple[str, ...]
     fail_on_data_loss: bool = True
     max_records_per_partition: int | None = None
@@ -80,7 +82,7 @@ class SourceOptions:
         """The options of a read."""
         get = _checked(options, READ_OPTIONS)
         return cls(
-            _url(get), _streams(get("stream") or get("subscribe"), "stream"),
+            _endpoint(get), _streams(get("stream") or get("subscribe"), "stream"),
             fail_on_data_loss=_flag(get, "failOnDataLoss", True),
             max_records_per_partition=_positive(get, "maxRecordsPerPartition"),
             min_partitions=_positive(get, "minPartitions"),
@@ -95,10 +97,10 @@ class SourceOptions:
         """The options of a write: the stream may come from each row instead."""
         get = _checked(options, WRITE_OPTIONS)
         stream = get("stream") or get("topic")
-        return cls(_url(get), _streams(stream, "stream") if stream else ())
+        return cls(_endpoint(get), _streams(stream, "stream") if stream else ())
 
     def connect(self) -> StreamClient:
-        return StreamClient.connect(self.url)
+        return StreamClient(self.endpoint)
 
 
 Getter = Callable[[str], str | None]
@@ -117,14 +119,48 @@ def _checked(options: Mapping[str, str], valid: tuple[str, ...]) -> Getter:
     return lambda name: lowered.get(name.lower())
 
 
-def _url(get: Getter) -> str:
-    url = get("url") or DEFAULT_URL
-    namespace = get("namespace")
-    if namespace is None:
-        return url
-    endpoint = Endpoint.parse(url)
-    return (f"rabbitmq-stream://{quote(endpoint.user)}:{quote(endpoint.password)}@"
-            f"{endpoint.host}:{endpoint.port}/{quote(namespace, safe='')}")
+def _endpoint(get: Getter) -> Endpoint:
+    """The URL, with what the other connection options change: the namespace (virtual
+    host), the user, the password (given, or read from a file so that it stays out of job
+    code), and TLS settings (which need a ``rabbitmq-stream+tls://`` URL)."""
+    endpoint = Endpoint.parse(get("url") or DEFAULT_URL)
+    changes: dict[str, object] = {}
+    if get("namespace") is not None:
+        changes["vhost"] = get("namespace")
+    if get("username") is not None:
+        changes["user"] = get("username")
+    password = _password(get)
+    if password is not None:
+        changes["password"] = password
+    tls = _tls(get)
+    if tls is not None:
+        if endpoint.tls is None:
+            raise SourceError("the ssl.* options need a rabbitmq-stream+tls:// url")
+        changes["tls"] = tls
+    return dataclasses.replace(endpoint, **changes)  # type: ignore[arg-type]
+
+
+def _password(get: Getter) -> str | None:
+    given, path = get("password"), get("passwordFile")
+    if given is not None and path is not None:
+        raise SourceError("give option 'password' or 'passwordFile', not both")
+    if path is None:
+        return given
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise SourceError(f"option 'passwordFile': cannot read {path!r}: "
+                          f"{exc.strerror}") from None
+
+
+def _tls(get: Getter) -> Tls | None:
+    files = {name: get(f"ssl.{name}") for name in ("cafile", "certfile", "keyfile")}
+    if all(value is None for value in files.values()) and get("ssl.checkHostname") is None:
+        return None
+    for name, path in files.items():
+        if path is not None and not Path(path).is_file():
+            raise SourceError(f"option 'ssl.{name}': no file {path!r}")
+    return Tls(**files, check_hostname=_flag(get, "ssl.checkHostname", True))
 
 
 def _streams(value: str | None, name: str) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mainstem.client.stream import StreamClient
+from mainstem.client.stream import Endpoint, StreamClient
 from mainstem.spark.options import (
     EARLIEST,
     LATEST,
@@ -63,7 +63,7 @@ class OffsetRange(InputPartition):
     physical: str
     start: int
     end: int  # exclusive
-    url: str
+    endpoint: Endpoint
     include_headers: bool
 
 
@@ -142,7 +142,7 @@ def _plan(spans: list[Span], options: SourceOptions) -> list[OffsetRange]:
         step = size if wanted is None else -(-size // max(round(size * wanted / total), 1))
         step = min(step, cap) if cap else step
         ranges += [OffsetRange(tp.stream, tp.index, tp.physical, lo, min(lo + step, end),
-                               options.url, options.include_headers)
+                               options.endpoint, options.include_headers)
                    for lo in range(start, end, step)]
     return ranges
 
@@ -150,7 +150,7 @@ def _plan(spans: list[Span], options: SourceOptions) -> list[OffsetRange]:
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(part, OffsetRange):
         return  # Spark's placeholder partition when there is nothing to read
-    with StreamClient.connect(part.url) as client:
+    with StreamClient(part.endpoint) as client:
         yield from record_batches(client.chunks(part.physical, part.start, part.end),
                                   part.stream, part.index, part.start, part.end,
                                   part.include_headers)
@@ -336,7 +336,7 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
     publishers: dict[str, tuple[int, int]] = {}  # stream -> (publisher id, last stored id)
     pending: dict[str, list[tuple[int, bytes]]] = {}
     rows = skipped = 0
-    with StreamClient.connect(options.url) as client:
+    with options.connect() as client:
         for batch in batches:
             columns = batch.to_pydict()
             values = columns.get("value") or [None] * batch.num_rows
