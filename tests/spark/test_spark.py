@@ -252,6 +252,24 @@ def test_batch_write_then_read(spark, broker) -> None:
     assert all(r.headers[0]["value"] == b"spark" for r in rows)
 
 
+def test_a_write_creates_its_streams_when_asked(spark, broker) -> None:
+    df = spark.createDataFrame([(f"c{i}",) for i in range(10)], "value STRING")
+
+    def write(frame, **options: str) -> None:
+        (frame.write.format("mainstem").option("url", broker.urls["stream"]).options(**options)
+         .mode("append").save())
+
+    with pytest.raises(Exception, match="stream 'copy' does not exist; set option "
+                                        "createStream=true"):
+        write(df, stream="copy")
+    with pytest.raises(Exception, match=r"createStream: .*stream 'aged'"):
+        write(df, stream="aged", createStream="true", maxAge="soon")
+    write(df, stream="copy", createStream="true", maxAge="7D", maxBytes="1000000")
+    write(df.selectExpr("value", "'by-row' AS stream"), createStream="true")
+    assert sorted(r.value for r in read(spark, broker, stream="copy,by-row").collect()) == \
+        sorted(2 * [f"c{i}".encode() for i in range(10)])
+
+
 def test_streaming_write_survives_a_task_retry(spark, broker, tmp_path) -> None:
     """Spark retries a write task whose first attempt failed; the output has every row once.
     (Spark hands the writer its input only once the failing upstream task is done, so the

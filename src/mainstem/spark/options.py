@@ -31,7 +31,8 @@ READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "startingOffsets", "
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
                 "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
                 "failOnDataLoss", "includeHeaders")
-WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation")
+WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation", "createStream",
+                 "maxAge", "maxBytes")
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -76,6 +77,8 @@ class SourceOptions:
     include_headers: bool = True
     starting: Start = Start()
     ending: Start = Start()
+    create_stream: bool = False  # writes: create missing target streams with these arguments
+    stream_arguments: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -97,7 +100,12 @@ class SourceOptions:
         """The options of a write: the stream may come from each row instead."""
         get = _checked(options, WRITE_OPTIONS)
         stream = get("stream") or get("topic")
-        return cls(_endpoint(get), _streams(stream, "stream") if stream else ())
+        create = _flag(get, "createStream", False)
+        arguments = _stream_arguments(get)
+        if arguments and not create:
+            raise SourceError("options 'maxAge' and 'maxBytes' apply with createStream=true")
+        return cls(_endpoint(get), _streams(stream, "stream") if stream else (),
+                   create_stream=create, stream_arguments=arguments)
 
     def connect(self) -> StreamClient:
         return StreamClient(self.endpoint)
@@ -191,6 +199,18 @@ def _positive(get: Getter, name: str) -> int | None:
     if number <= 0:
         raise SourceError(f"option {name!r} must be a positive integer, got {value!r}")
     return number
+
+
+def _stream_arguments(get: Getter) -> tuple[tuple[str, str], ...]:
+    """Retention of a stream a write creates, as the stream protocol's arguments (the
+    broker checks the age: ``7D``, ``12h``, ...)."""
+    arguments = []
+    if get("maxAge") is not None:
+        arguments.append(("max-age", str(get("maxAge")).strip()))
+    max_bytes = _positive(get, "maxBytes")
+    if max_bytes is not None:
+        arguments.append(("max-length-bytes", str(max_bytes)))
+    return tuple(arguments)
 
 
 def _timestamp(get: Getter, name: str) -> int | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -36,7 +36,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mainstem.client.stream import Endpoint, StreamClient
+from mainstem.client.stream import Endpoint, StreamClient, StreamClientError
+from mainstem.protocols.rabbit_stream.constants import ResponseCode
 from mainstem.spark.options import (
     EARLIEST,
     LATEST,
@@ -87,16 +88,34 @@ class MainstemDataSource(DataSource):
         return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
-        return BatchWriter(SourceOptions.parse_write(self.options),
-                           f"spark-batch-{uuid.uuid4().hex}")
+        options = _write_options(self.options)
+        return BatchWriter(options, f"spark-batch-{uuid.uuid4().hex}")
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
-        options = SourceOptions.parse_write(self.options)
+        options = _write_options(self.options)
         checkpoint = self.options.get("checkpointLocation")  # options ignore case
         if not checkpoint:
             raise SourceError("a streaming write needs a checkpointLocation")
         digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
         return StreamWriter(options, f"spark-sink-{digest}")
+
+
+def _write_options(raw: Mapping[str, str]) -> SourceOptions:
+    """A write's options; with createStream, the named streams are created now, so that
+    bad retention arguments fail before any task runs."""
+    options = SourceOptions.parse_write(raw)
+    if options.create_stream and options.streams:
+        with options.connect() as client:
+            for stream in options.streams:
+                _create(client, stream, options)
+    return options
+
+
+def _create(client: StreamClient, stream: str, options: SourceOptions) -> None:
+    try:
+        client.create_stream(stream, dict(options.stream_arguments))
+    except StreamClientError as exc:
+        raise SourceError(f"createStream: {exc}") from None
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -349,7 +368,7 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
                     raise SourceError("no target stream: give option 'stream' or a "
                                       "'stream' column")
                 if stream not in publishers:
-                    last = client.declare_publisher(len(publishers), writer, stream)
+                    last = _declare(client, len(publishers), writer, stream, options)
                     publishers[stream] = (len(publishers), last)
                 publishing_id = (batch_id << ROW_BITS) | rows
                 if publishing_id <= publishers[stream][1]:
@@ -362,6 +381,22 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
             for stream, queue in pending.items():  # each Arrow batch is stored as it comes
                 _flush(client, publishers, stream, queue)
     return Written(rows, skipped)
+
+
+def _declare(client: StreamClient, publisher_id: int, writer: str, stream: str,
+             options: SourceOptions) -> int:
+    """Declare the task's publisher on a stream; a missing stream named by a row is created
+    with createStream, or the error says how to get it created."""
+    try:
+        return client.declare_publisher(publisher_id, writer, stream)
+    except StreamClientError as exc:
+        if exc.code != ResponseCode.STREAM_DOES_NOT_EXIST:
+            raise
+        if not options.create_stream:
+            raise SourceError(f"{exc}; set option createStream=true (with maxAge/maxBytes "
+                              "for its retention) to create it") from None
+    _create(client, stream, options)
+    return client.declare_publisher(publisher_id, writer, stream)
 
 
 def _flush(client: StreamClient, publishers: dict[str, tuple[int, int]], stream: str,
