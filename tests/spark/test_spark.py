@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 
@@ -322,12 +323,18 @@ def test_archive_pipeline_adds_only_new_data(spark, broker, tmp_path, capsys) ->
                  "--output", str(tmp_path / "lake"), "--checkpoint", str(tmp_path / "cp"),
                  "--max-records-per-batch", "25"]
     assert cli_main(arguments) == 0
-    assert "41 records added" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "41 records added" in err
+    assert re.search(r"archive: 100%.* 41\.0/41\.0 \[.* records/s\]", err)  # the bar
     publish(broker, "archived", [f"b{i}".encode() for i in range(9)])
     assert cli_main(arguments) == 0
-    assert "10 records added" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "10 records added" in err and re.search(r" 10\.0/10\.0 \[", err)  # from the cp
+    publish(broker, "archived", [b"quiet"])
+    assert cli_main([*arguments, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
     lake = spark.read.parquet(str(tmp_path / "lake"))
-    assert sorted(r.offset for r in lake.collect()) == list(range(51))
+    assert sorted(r.offset for r in lake.collect()) == list(range(53))
     assert {r.stream for r in lake.select("stream").collect()} == {"archived"}
     assert (tmp_path / "lake" / "stream=archived").is_dir()
 
@@ -402,7 +409,8 @@ def click(i: int) -> dict:
             f"tag{i % 4}": i}
 
 
-def test_spark_projection_agrees_with_the_live_one_and_hands_over(spark, broker) -> None:
+def test_spark_projection_agrees_with_the_live_one_and_hands_over(spark, broker,
+                                                                  capsys) -> None:
     matcher = {"kind": {"$in": [0, 1]}}
     events = [click(i) for i in range(1_000)] + [{"no": "id"}, {"user": {"id": 1}, "kind": 2}]
     folds = ("replace", "merge", "increment")
@@ -423,6 +431,8 @@ def test_spark_projection_agrees_with_the_live_one_and_hands_over(spark, broker)
                      str(broker.ports["bson"]), "--name", "handed", "--channel", "clicks",
                      "--binder", "handed", "--id-field", "user.id", "--fold", "increment",
                      "--matcher", json.dumps(matcher), "--partitions", "2"]) == 0
+    bar = re.search(r"project: 100%.* (\S+)/(\S+) \[", capsys.readouterr().err)
+    assert bar and bar[1] == bar[2] == "1.00k"  # every record read, of the known total
     assert binder_contents(broker, "handed") == binder_contents(broker, "live-increment")
     more = [click(i) for i in range(1_000, 1_100)]
     bson_events(broker, "clicks", more)  # the handed-over projection goes on live
