@@ -10,6 +10,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import bson
 import pyarrow as pa
@@ -269,6 +270,35 @@ def test_a_write_creates_its_streams_when_asked(spark, broker) -> None:
     write(df.selectExpr("value", "'by-row' AS stream"), createStream="true")
     assert sorted(r.value for r in read(spark, broker, stream="copy,by-row").collect()) == \
         sorted(2 * [f"c{i}".encode() for i in range(10)])
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_python_blocks(section: str) -> list[str]:
+    """The ```python blocks of a README section (from its ## heading to the next)."""
+    text = README.read_text()
+    body = text[text.index(f"## {section}"):]
+    body = body[:body.find("\n## ", 3)]
+    return re.findall(r"```python\n(.*?)```", body, re.DOTALL)
+
+
+def test_the_readme_spark_examples_run(spark, tmp_path, monkeypatch) -> None:
+    blocks = readme_python_blocks("Spark: the `mainstem` data source")
+    assert len(blocks) == 3
+    with ThreadedBroker(tmp_path / "broker") as fresh:
+        publish(fresh, "orders", [f"o{i}".encode() for i in range(30)])
+        publish(fresh, "payments", [f"p{i}".encode() for i in range(5)])
+        monkeypatch.setenv("MAINSTEM_STREAM_URL", fresh.urls["stream"])
+        monkeypatch.chdir(tmp_path)
+        namespace: dict = {}
+        for block in blocks:
+            exec(compile(block, str(README), "exec"), namespace)
+        assert namespace["df"].count() == 37
+        assert spark.read.parquet("lake/orders").count() == 31  # the archive got everything
+        copied = read(spark, fresh, stream="copy").collect()
+        assert sorted(r.value for r in copied) == sorted(r.value for r in namespace["df"]
+                                                         .collect())
 
 
 def test_streaming_write_survives_a_task_retry(spark, broker, tmp_path) -> None:
