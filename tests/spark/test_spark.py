@@ -125,6 +125,31 @@ def test_kafka_options_mean_what_they_mean_for_kafka(spark, broker) -> None:
              startingOffsets=json.dumps({"kafkaish": {"0": 500}})).collect()
 
 
+def test_a_stream_pattern_picks_up_new_streams(spark, broker, tmp_path) -> None:
+    for name in ("pat-a", "pat-b", "other-pat-c"):
+        publish(broker, name, [name.encode()])
+    admin = broker.urls["admin"]
+    rows = read(spark, broker, subscribePattern="pat-.*", adminUrl=admin).collect()
+    assert sorted((r.topic, r.value) for r in rows) == [
+        ("pat-a", b"last"), ("pat-a", b"pat-a"), ("pat-b", b"last"), ("pat-b", b"pat-b")]
+
+    def run() -> list:
+        query = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
+                 .option("streamPattern", "pat-.*").option("adminUrl", admin)
+                 .option("startingOffsets", "earliest").load().select("value")
+                 .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "cp"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        return sorted(r.value for r in spark.read.parquet(str(tmp_path / "out")).collect())
+
+    assert run() == [b"last", b"last", b"pat-a", b"pat-b"]
+    publish(broker, "pat-new", [b"pat-new"])  # a new stream joins from its first offset
+    assert run() == [b"last", b"last", b"last", b"pat-a", b"pat-b", b"pat-new"]
+    with pytest.raises(Exception, match=r"option 'streamPattern' is not a regular expression"):
+        read(spark, broker, streamPattern="(", adminUrl=admin).schema  # noqa: B018
+
+
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("startingOffset", "latest", "unknown option 'startingoffset' \\(did you mean "
                                  "'startingOffsets'\\?\\); valid options are: url, "),

@@ -23,10 +23,12 @@ from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tl
 EARLIEST, LATEST = -2, -1
 DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's default: 15m
+ADMIN_PORT = 15672  # the management API lists the streams a pattern is matched against
 
 CONNECTION_OPTIONS = ("url", "namespace", "username", "password", "passwordFile",
                       "ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.checkHostname")
-READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "startingOffsets", "endingOffsets",
+READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "streamPattern", "subscribePattern",
+                "adminUrl", "startingOffsets", "endingOffsets",
                 "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
                 "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
@@ -79,13 +81,20 @@ class SourceOptions:
     ending: Start = Start()
     create_stream: bool = False  # writes: create missing target streams with these arguments
     stream_arguments: tuple[tuple[str, str], ...] = ()
+    pattern: str | None = None  # reads: every stream whose whole name matches, as they come
+    admin_url: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """The options of a read."""
         get = _checked(options, READ_OPTIONS)
+        named, pattern = get("stream") or get("subscribe"), _pattern(get)
+        if named and pattern:
+            raise SourceError("give 'stream' (or 'subscribe') or 'streamPattern' (or "
+                              "'subscribePattern'), not both")
         return cls(
-            _endpoint(get), _streams(get("stream") or get("subscribe"), "stream"),
+            _endpoint(get), _streams(named, "stream") if not pattern else (),
+            pattern=pattern, admin_url=get("adminUrl"),
             fail_on_data_loss=_flag(get, "failOnDataLoss", True),
             max_records_per_partition=_positive(get, "maxRecordsPerPartition"),
             min_partitions=_positive(get, "minPartitions"),
@@ -109,6 +118,25 @@ class SourceOptions:
 
     def connect(self) -> StreamClient:
         return StreamClient(self.endpoint)
+
+    def current_streams(self) -> tuple[str, ...]:
+        """The streams named, or those matching the pattern now (new ones join as Kafka's
+        subscribePattern picks up new topics)."""
+        if self.pattern is None:
+            return self.streams
+        # Imported here: only the driver lists streams, executors never load the admin client.
+        from mainstem.admin.ctl import Client
+
+        url = self.admin_url or f"http://{self.endpoint.host}:{ADMIN_PORT}"
+        try:
+            listed = Client(url, self.endpoint.user, self.endpoint.password).call(
+                "GET", "/api/streams")
+        except Exception as exc:
+            raise SourceError(f"streamPattern: cannot list the streams: {exc}") from None
+        matcher = re.compile(self.pattern)
+        return tuple(sorted(row["name"] for row in listed
+                            if row["vhost"] == self.endpoint.vhost and
+                            matcher.fullmatch(row["name"])))
 
 
 Getter = Callable[[str], str | None]
@@ -174,9 +202,21 @@ def _tls(get: Getter) -> Tls | None:
 def _streams(value: str | None, name: str) -> tuple[str, ...]:
     streams = tuple(s.strip() for s in (value or "").split(",") if s.strip())
     if not streams:
-        raise SourceError(f"option {name!r} (or Kafka's 'subscribe') is required: one stream "
-                          "or a comma list")
+        raise SourceError(f"option {name!r} (or Kafka's 'subscribe'; or 'streamPattern') is "
+                          "required: one stream or a comma list")
     return streams
+
+
+def _pattern(get: Getter) -> str | None:
+    name = "streamPattern" if get("streamPattern") is not None else "subscribePattern"
+    pattern = get(name)
+    if pattern is None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise SourceError(f"option {name!r} is not a regular expression: {exc}") from None
+    return pattern
 
 
 def _flag(get: Getter, name: str, default: bool) -> bool:

@@ -187,7 +187,7 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> list[OffsetRange]:
         opts = self.options
         with opts.connect() as client:
-            tps = topic_partitions(client, opts.streams)
+            tps = topic_partitions(client, opts.current_streams())
             bounds = _ends(client, tps)
             starts = resolve(client, opts.starting, EARLIEST, tps)
             ends = resolve(client, opts.ending, LATEST, tps)
@@ -230,7 +230,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._client
 
     def _partitions(self) -> list[TopicPartition]:
-        return topic_partitions(self.client, self.options.streams)
+        return topic_partitions(self.client, self.options.current_streams())
 
     def _now(self) -> OffsetMap:
         return to_offset_map({tp: end for tp, (_, end) in
