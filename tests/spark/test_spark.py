@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import bson
+import mmh3
 import pyarrow as pa
 import pytest
 from pyspark import TaskContext
@@ -28,6 +29,7 @@ from rstream import (
 )
 from rstream._pyamqp.message import Properties
 
+from mainstem.admin.ctl import Client
 from mainstem.broker.events.projections import Projection
 from mainstem.cli import main as cli_main
 from mainstem.client.events import EventsClient
@@ -324,6 +326,33 @@ def test_the_readme_spark_examples_run(spark, tmp_path, monkeypatch) -> None:
         copied = read(spark, fresh, stream="copy").collect()
         assert sorted(r.value for r in copied) == sorted(r.value for r in namespace["df"]
                                                          .collect())
+
+
+def test_writes_to_a_super_stream_route_by_key_or_partition(spark, broker) -> None:
+    Client(broker.urls["admin"], "guest", "guest").call("PUT", "/api/streams/%2F/routed",
+                                                        {"partitions": 3})
+    keys = [f"key-{i % 12}" for i in range(60)]
+    rows = spark.createDataFrame([(k, f"v{i}") for i, k in enumerate(keys)], "key STRING, "
+                                 "value STRING")
+    (rows.write.format("mainstem").option("url", broker.urls["stream"])
+     .option("stream", "routed").mode("append").save())
+    (spark.createDataFrame([("pinned", 2)], "value STRING, partition INT").write
+     .format("mainstem").option("url", broker.urls["stream"]).option("stream", "routed")
+     .mode("append").save())
+    stored = read(spark, broker, stream="routed").collect()
+    assert len(stored) == 61
+    by_key: dict[bytes, set[int]] = {}
+    for row in stored:
+        by_key.setdefault(row.key or row.value, set()).add(row.partition)
+    assert by_key.pop(b"pinned") == {2}
+    for key, partitions in by_key.items():  # as RabbitMQ's Java and Go clients route
+        assert partitions == {mmh3.hash(key, 104729, signed=False) % 3}
+    assert {p for ps in by_key.values() for p in ps} == {0, 1, 2}
+    with pytest.raises(Exception, match="a row for super stream 'routed' needs a key or a "
+                                        "partition"):
+        (spark.createDataFrame([("x",)], "value STRING").write.format("mainstem")
+         .option("url", broker.urls["stream"]).option("stream", "routed").mode("append")
+         .save())
 
 
 def test_streaming_write_survives_a_task_retry(spark, broker, tmp_path) -> None:

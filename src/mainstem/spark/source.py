@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import mmh3
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
@@ -55,6 +56,7 @@ from mainstem.spark.records import encode_row, record_batches, schema_ddl
 
 ROWS_PER_PUBLISH = 2000
 ROW_BITS = 32  # publishing id = batch id << 32 | row index + 1
+ROUTING_SEED = 104729  # the seed of RabbitMQ's stream clients' hash routing
 
 
 @dataclass
@@ -356,17 +358,21 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
     pending: dict[str, list[tuple[int, bytes]]] = {}
     rows = skipped = 0
     with options.connect() as client:
+        router = _Router(client)
         for batch in batches:
             columns = batch.to_pydict()
             values = columns.get("value") or [None] * batch.num_rows
             keys = columns.get("key") or [None] * batch.num_rows
             headers = columns.get("headers") or [None] * batch.num_rows
             targets = columns.get("stream") or [default_stream] * batch.num_rows
-            for value, key, header, stream in zip(values, keys, headers, targets, strict=True):
+            indexes = columns.get("partition") or [None] * batch.num_rows
+            for value, key, header, named, index in zip(values, keys, headers, targets, indexes,
+                                                        strict=True):
                 rows += 1
-                if stream is None:
+                if named is None:
                     raise SourceError("no target stream: give option 'stream' or a "
                                       "'stream' column")
+                stream = router.target(named, _bytes(key), index)
                 if stream not in publishers:
                     last = _declare(client, len(publishers), writer, stream, options)
                     publishers[stream] = (len(publishers), last)
@@ -381,6 +387,31 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
             for stream, queue in pending.items():  # each Arrow batch is stored as it comes
                 _flush(client, publishers, stream, queue)
     return Written(rows, skipped)
+
+
+class _Router:
+    """Rows addressed to a super stream go to one of its partition streams: the one their
+    ``partition`` column names, else the one their key hashes to, as RabbitMQ's stream
+    clients route (murmur3 32-bit of the key, seed 104729, modulo the partition count)."""
+
+    def __init__(self, client: StreamClient) -> None:
+        self._client = client
+        self._members: dict[str, list[str] | None] = {}  # None: a plain stream
+
+    def target(self, stream: str, key: bytes | None, index: int | None) -> str:
+        if stream not in self._members:
+            self._members[stream] = self._client.partitions(stream)
+        members = self._members[stream]
+        if not members or members == [stream]:  # the broker answers a plain stream with itself
+            return stream
+        if index is not None:
+            if not 0 <= index < len(members):
+                raise SourceError(f"partition {index} of super stream {stream!r} does not "
+                                  f"exist: it has {len(members)}")
+            return members[index]
+        if key is None:
+            raise SourceError(f"a row for super stream {stream!r} needs a key or a partition")
+        return members[mmh3.hash(key, ROUTING_SEED, signed=False) % len(members)]
 
 
 def _declare(client: StreamClient, publisher_id: int, writer: str, stream: str,
