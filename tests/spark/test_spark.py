@@ -311,18 +311,19 @@ def readme_python_blocks(section: str) -> list[str]:
 
 
 def test_the_readme_spark_examples_run(spark, tmp_path, monkeypatch) -> None:
+    """The blocks run in order in one namespace, as a reader would paste them."""
     blocks = readme_python_blocks("Spark: the `mainstem` data source")
     assert len(blocks) == 3
     with ThreadedBroker(tmp_path / "broker") as fresh:
         publish(fresh, "orders", [f"o{i}".encode() for i in range(30)])
         publish(fresh, "payments", [f"p{i}".encode() for i in range(5)])
         monkeypatch.setenv("MAINSTEM_STREAM_URL", fresh.urls["stream"])
-        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("LAKE", str(tmp_path / "lake"))
         namespace: dict = {}
         for block in blocks:
             exec(compile(block, str(README), "exec"), namespace)
         assert namespace["df"].count() == 37
-        assert spark.read.parquet("lake/orders").count() == 31  # the archive got everything
+        assert spark.read.parquet(str(tmp_path / "lake" / "orders")).count() == 31
         copied = read(spark, fresh, stream="copy").collect()
         assert sorted(r.value for r in copied) == sorted(r.value for r in namespace["df"]
                                                          .collect())
