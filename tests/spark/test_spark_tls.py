@@ -84,7 +84,8 @@ def test_tls_failures_say_what_failed(spark: SparkSession, tls_url: str,
 
 def test_credentials_stay_out_of_reprs() -> None:
     options = SourceOptions.parse({"url": "rabbitmq-stream+tls://alice:s3cret@h/%2F",
-                                   "stream": "s"})
+                                   "streamPattern": "s.*",
+                                   "adminUrl": "https://alice:s3cret@h:15671"})
     assert options.endpoint.password == "s3cret" and options.endpoint.port == 5551
     assert "s3cret" not in repr(options) and "alice" in repr(options)
     with pytest.raises(StreamClientError) as caught:

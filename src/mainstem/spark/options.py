@@ -15,7 +15,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
@@ -82,7 +82,7 @@ class SourceOptions:
     create_stream: bool = False  # writes: create missing target streams with these arguments
     stream_arguments: tuple[tuple[str, str], ...] = ()
     pattern: str | None = None  # reads: every stream whose whole name matches, as they come
-    admin_url: str | None = None
+    admin_url: str | None = field(default=None, repr=False)  # it may hold credentials
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
