@@ -71,5 +71,8 @@ async def test_streams_queues_connections_and_lag(broker, capsys):
 
 
 async def test_unreachable_broker_exits_2(capsys):
-    code = await asyncio.to_thread(main, ["ctl", "--url", "http://127.0.0.1:9", "vhosts", "list"])
-    assert code == 2 and "cannot reach" in capsys.readouterr().err
+    code = await asyncio.to_thread(main, ["ctl", "--url", "http://admin:s3cret@127.0.0.1:9",
+                                          "vhosts", "list"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot reach http://127.0.0.1:9:" in err  # never the credentials
+    assert "s3cret" not in err and "admin" not in err

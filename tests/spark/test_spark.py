@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
-import sys
+import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import bson
+import mmh3
 import pyarrow as pa
 import pytest
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from rstream import (
     AMQPMessage,
     Producer,
@@ -27,38 +29,21 @@ from rstream import (
 )
 from rstream._pyamqp.message import Properties
 
+from mainstem.admin.ctl import Client
 from mainstem.broker.events.projections import Projection
 from mainstem.cli import main as cli_main
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient
 from mainstem.client.iggy import Message as IggyMessage
 from mainstem.client.stream import StreamClient
+from mainstem.spark import records
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.projection import fold_documents
-from mainstem.spark.source import StreamWriter, publish_rows
+from mainstem.spark.records import record_batches
+from mainstem.spark.source import StreamReader, StreamWriter, publish_rows
 from mainstem.testing import ThreadedBroker
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory) -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (SparkSession.builder.master("local[2,3]")  # 3 attempts: a task may be retried
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # no INFO lines at interpreter exit
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +89,8 @@ def test_batch_read_every_offset_option(spark, broker) -> None:
     ranged = read(spark, broker, stream="batch", startingOffsets=json.dumps({"batch": {"0": 5}}),
                   endingOffsets=json.dumps({"batch": {"0": 8}}))
     assert sorted(r.offset for r in ranged.collect()) == [5, 6, 7]
-    assert read(spark, broker, stream="batch", startingOffsets="latest").count() == 0
+    with pytest.raises(Exception, match="cannot start at latest"):  # as Kafka
+        read(spark, broker, stream="batch", startingOffsets="latest").collect()
     split = read(spark, broker, stream="batch", maxRecordsPerPartition="4")
     assert split.rdd.getNumPartitions() == 6 and split.count() == 21
     future = read(spark, broker, stream="batch", startingTimestamp=str(int(time.time() * 1e3)
@@ -113,9 +99,139 @@ def test_batch_read_every_offset_option(spark, broker) -> None:
     past = read(spark, broker, stream="batch", startingTimestamp=str(before - 60_000))
     assert past.count() == 21
     assert df.schema.simpleString() == (
-        "struct<key:binary,value:binary,stream:string,partition:int,offset:bigint,"
+        "struct<key:binary,value:binary,stream:string,topic:string,partition:int,offset:bigint,"
         "timestamp:timestamp,headers:array<struct<key:string,value:binary>>,"
         "properties:map<string,string>>")
+
+
+def test_kafka_options_mean_what_they_mean_for_kafka(spark, broker) -> None:
+    publish(broker, "kafkaish", [f"k{i}".encode() for i in range(199)])  # 200 with "last"
+    wide = read(spark, broker, subscribe="kafkaish", minPartitions="8")
+    assert wide.rdd.getNumPartitions() == 8 and wide.count() == 200
+    rows = wide.collect()
+    assert {(r.topic, r.stream) for r in rows} == {("kafkaish", "kafkaish")}
+    bare = read(spark, broker, stream="kafkaish", includeHeaders="false")
+    assert "headers" not in bare.columns and bare.count() == 200
+    with StreamClient.connect(broker.urls["stream"]) as client:
+        middle = client.offset_for_timestamp("kafkaish", 0)
+    by_time = read(spark, broker, stream="kafkaish",
+                   startingOffsetsByTimestamp=json.dumps({"kafkaish": {"0": 0}}),
+                   endingTimestamp=str(int(time.time() * 1000) + 60_000))
+    assert by_time.count() == 200 - middle
+    with pytest.raises(Exception, match=r"(?i)unknown option 'startingOffsets'.* valid options "
+                                        r"are: url, namespace, .*, stream, topic,"):  # a write
+        (spark.range(1).selectExpr("CAST(id AS STRING) AS value").write.format("mainstem")
+         .option("url", broker.urls["stream"]).option("topic", "kafkaish")
+         .option("startingOffsets", "earliest").mode("append").save())
+    with pytest.raises(Exception, match="startingOffsets for stream 'kafkaish' partition 0 "
+                                        "is 500, past its end 200"):
+        read(spark, broker, stream="kafkaish",
+             startingOffsets=json.dumps({"kafkaish": {"0": 500}})).collect()
+
+
+def test_a_stream_pattern_picks_up_new_streams(spark, broker, tmp_path) -> None:
+    for name in ("pat-a", "pat-b", "other-pat-c"):
+        publish(broker, name, [name.encode()])
+    admin = broker.urls["admin"]
+    rows = read(spark, broker, subscribePattern="pat-.*", adminUrl=admin).collect()
+    assert sorted((r.topic, r.value) for r in rows) == [
+        ("pat-a", b"last"), ("pat-a", b"pat-a"), ("pat-b", b"last"), ("pat-b", b"pat-b")]
+
+    def run() -> list:
+        query = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
+                 .option("streamPattern", "pat-.*").option("adminUrl", admin)
+                 .option("startingOffsets", "earliest").load().select("value")
+                 .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "cp"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        return sorted(r.value for r in spark.read.parquet(str(tmp_path / "out")).collect())
+
+    assert run() == [b"last", b"last", b"pat-a", b"pat-b"]
+    publish(broker, "pat-new", [b"pat-new"])  # a new stream joins from its first offset
+    assert run() == [b"last", b"last", b"last", b"pat-a", b"pat-b", b"pat-new"]
+    with pytest.raises(Exception, match=r"option 'streamPattern' is not a regular expression"):
+        read(spark, broker, streamPattern="(", adminUrl=admin).schema  # noqa: B018
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("startingOffset", "latest", "unknown option 'startingoffset' \\(did you mean "
+                                 "'startingOffsets'\\?\\); valid options are: url, "),
+    ("kafka.bootstrap.servers", "h:9092", "unknown option 'kafka.bootstrap.servers'"),
+    ("minPartitions", "0", "option 'minPartitions' must be a positive integer, got '0'"),
+    ("failOnDataLoss", "yes", "option 'failOnDataLoss' must be true or false"),
+    ("maxTriggerDelay", "soon", "option 'maxTriggerDelay' must be a duration"),
+    ("startingOffsets", "{oops", "option 'startingOffsets' must be earliest, latest or JSON"),
+    ("endingTimestamp", "noon", "option 'endingTimestamp' must be milliseconds"),
+])
+def test_a_bad_option_fails_at_planning_naming_it(spark, broker, option, value,
+                                                  message) -> None:
+    publish(broker, "checked", [b"x"])
+    with pytest.raises(Exception, match=message):
+        read(spark, broker, stream="checked", **{option: value}).schema  # noqa: B018
+
+
+def test_a_streaming_start_past_the_end_is_data_loss(spark, broker, tmp_path) -> None:
+    publish(broker, "ahead", [b"a"])
+    start = json.dumps({"ahead": {"0": 50}})
+
+    def run(*options: tuple[str, str]):
+        reader = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
+                  .option("stream", "ahead").option("startingOffsets", start))
+        for name, value in options:
+            reader = reader.option(name, value)
+        query = (reader.load().writeStream.format("memory").queryName(f"ahead{len(options)}")
+                 .option("checkpointLocation", str(tmp_path / str(len(options))))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+
+    with pytest.raises(Exception, match="past its end 2; set failOnDataLoss=false"):
+        run()
+    run(("failOnDataLoss", "false"))
+    assert spark.table("ahead1").count() == 0
+
+
+def test_min_offsets_per_trigger_waits_for_records_or_the_delay(broker) -> None:
+    publish(broker, "trickle", [b"t"] * 9)  # 10 records
+    base = {"url": broker.urls["stream"], "stream": "trickle", "startingOffsets": "earliest",
+            "minOffsetsPerTrigger": "11"}
+    waiting = StreamReader(SourceOptions.parse({**base, "maxTriggerDelay": "1h"}))
+    start = waiting.initialOffset()
+    assert waiting.latestOffset(start, ReadAllAvailable()) == start  # 10 < 11: no batch
+    publish(broker, "trickle", [])  # one more: 11
+    assert waiting.latestOffset(start, ReadAllAvailable()) == {"trickle": {"0": 11}}
+    hurried = StreamReader(SourceOptions.parse({**base, "maxTriggerDelay": "0ms"}))
+    assert hurried.latestOffset(start, ReadAllAvailable()) == {"trickle": {"0": 11}}
+    waiting.stop()
+    hurried.stop()
+
+
+def test_chunks_of_alike_entries_decode_as_record_by_record(broker, monkeypatch) -> None:
+    """Chunks whose entries are all the same size take the vectorised path; every cut
+    (a range starting or ending inside a chunk, vbin8 and vbin32 bodies) gives the same
+    columns as the record-by-record decoder."""
+    async def run() -> None:
+        async with Producer("127.0.0.1", port=broker.ports["stream"], username="guest",
+                            password="guest") as producer:
+            await producer.create_stream("alike")
+            for size in (100, 300, 100):  # vbin8 bodies, then vbin32 ones
+                await producer.send_batch("alike", [AMQPMessage(body=bytes([65 + i % 26])
+                                                                * size) for i in range(50)])
+            await producer.send_wait("alike", AMQPMessage(body=b"odd one"))
+    asyncio.run(run())
+    with StreamClient.connect(broker.urls["stream"]) as client:
+        chunks = list(client.chunks("alike", 0, 151))
+
+    def decoded(start: int, end: int) -> pa.Table:
+        return pa.Table.from_batches(list(record_batches(chunks, "alike", 0, start, end)))
+
+    assert any(records._uniform_bodies(bytes(c.data), c.header.num_entries) is not None
+               for c in chunks)
+    cuts = [(0, 151), (7, 151), (0, 120), (60, 61)]
+    fast = [decoded(*cut) for cut in cuts]
+    monkeypatch.setattr(records, "_uniform_bodies", lambda raw, count: None)
+    assert fast == [decoded(*cut) for cut in cuts]
+    assert fast[0].column("value")[149].as_py() == b"X" * 100 and fast[0].num_rows == 151
 
 
 def test_super_stream_and_comma_list(spark, broker) -> None:
@@ -195,6 +311,81 @@ def test_batch_write_then_read(spark, broker) -> None:
     assert all(r.headers[0]["value"] == b"spark" for r in rows)
 
 
+def test_a_write_creates_its_streams_when_asked(spark, broker) -> None:
+    df = spark.createDataFrame([(f"c{i}",) for i in range(10)], "value STRING")
+
+    def write(frame, **options: str) -> None:
+        (frame.write.format("mainstem").option("url", broker.urls["stream"]).options(**options)
+         .mode("append").save())
+
+    with pytest.raises(Exception, match="stream 'copy' does not exist; set option "
+                                        "createStream=true"):
+        write(df, stream="copy")
+    with pytest.raises(Exception, match=r"createStream: .*stream 'aged'"):
+        write(df, stream="aged", createStream="true", maxAge="soon")
+    write(df, stream="copy", createStream="true", maxAge="7D", maxBytes="1000000")
+    write(df.selectExpr("value", "'by-row' AS stream"), createStream="true")
+    assert sorted(r.value for r in read(spark, broker, stream="copy,by-row").collect()) == \
+        sorted(2 * [f"c{i}".encode() for i in range(10)])
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_python_blocks(section: str) -> list[str]:
+    """The ```python blocks of a README section (from its ## heading to the next)."""
+    text = README.read_text()
+    body = text[text.index(f"## {section}"):]
+    body = body[:body.find("\n## ", 3)]
+    return re.findall(r"```python\n(.*?)```", body, re.DOTALL)
+
+
+def test_the_readme_spark_examples_run(spark, tmp_path, monkeypatch) -> None:
+    """The blocks run in order in one namespace, as a reader would paste them."""
+    blocks = readme_python_blocks("Spark: the `mainstem` data source")
+    assert len(blocks) == 3
+    with ThreadedBroker(tmp_path / "broker") as fresh:
+        publish(fresh, "orders", [f"o{i}".encode() for i in range(30)])
+        publish(fresh, "payments", [f"p{i}".encode() for i in range(5)])
+        monkeypatch.setenv("MAINSTEM_STREAM_URL", fresh.urls["stream"])
+        monkeypatch.setenv("LAKE", str(tmp_path / "lake"))
+        namespace: dict = {}
+        for block in blocks:
+            exec(compile(block, str(README), "exec"), namespace)
+        assert namespace["df"].count() == 37
+        assert spark.read.parquet(str(tmp_path / "lake" / "orders")).count() == 31
+        copied = read(spark, fresh, stream="copy").collect()
+        assert sorted(r.value for r in copied) == sorted(r.value for r in namespace["df"]
+                                                         .collect())
+
+
+def test_writes_to_a_super_stream_route_by_key_or_partition(spark, broker) -> None:
+    Client(broker.urls["admin"], "guest", "guest").call("PUT", "/api/streams/%2F/routed",
+                                                        {"partitions": 3})
+    keys = [f"key-{i % 12}" for i in range(60)]
+    rows = spark.createDataFrame([(k, f"v{i}") for i, k in enumerate(keys)], "key STRING, "
+                                 "value STRING")
+    (rows.write.format("mainstem").option("url", broker.urls["stream"])
+     .option("stream", "routed").mode("append").save())
+    (spark.createDataFrame([("pinned", 2)], "value STRING, partition INT").write
+     .format("mainstem").option("url", broker.urls["stream"]).option("stream", "routed")
+     .mode("append").save())
+    stored = read(spark, broker, stream="routed").collect()
+    assert len(stored) == 61
+    by_key: dict[bytes, set[int]] = {}
+    for row in stored:
+        by_key.setdefault(row.key or row.value, set()).add(row.partition)
+    assert by_key.pop(b"pinned") == {2}
+    for key, partitions in by_key.items():  # as RabbitMQ's Java and Go clients route
+        assert partitions == {mmh3.hash(key, 104729, signed=False) % 3}
+    assert {p for ps in by_key.values() for p in ps} == {0, 1, 2}
+    with pytest.raises(Exception, match="a row for super stream 'routed' needs a key or a "
+                                        "partition"):
+        (spark.createDataFrame([("x",)], "value STRING").write.format("mainstem")
+         .option("url", broker.urls["stream"]).option("stream", "routed").mode("append")
+         .save())
+
+
 def test_streaming_write_survives_a_task_retry(spark, broker, tmp_path) -> None:
     """Spark retries a write task whose first attempt failed; the output has every row once.
     (Spark hands the writer its input only once the failing upstream task is done, so the
@@ -247,12 +438,18 @@ def test_archive_pipeline_adds_only_new_data(spark, broker, tmp_path, capsys) ->
                  "--output", str(tmp_path / "lake"), "--checkpoint", str(tmp_path / "cp"),
                  "--max-records-per-batch", "25"]
     assert cli_main(arguments) == 0
-    assert "41 records added" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "41 records added" in err
+    assert re.search(r"archive: 100%.* 41\.0/41\.0 \[.* records/s\]", err)  # the bar
     publish(broker, "archived", [f"b{i}".encode() for i in range(9)])
     assert cli_main(arguments) == 0
-    assert "10 records added" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "10 records added" in err and re.search(r" 10\.0/10\.0 \[", err)  # from the cp
+    publish(broker, "archived", [b"quiet"])
+    assert cli_main([*arguments, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
     lake = spark.read.parquet(str(tmp_path / "lake"))
-    assert sorted(r.offset for r in lake.collect()) == list(range(51))
+    assert sorted(r.offset for r in lake.collect()) == list(range(53))
     assert {r.stream for r in lake.select("stream").collect()} == {"archived"}
     assert (tmp_path / "lake" / "stream=archived").is_dir()
 
@@ -327,7 +524,8 @@ def click(i: int) -> dict:
             f"tag{i % 4}": i}
 
 
-def test_spark_projection_agrees_with_the_live_one_and_hands_over(spark, broker) -> None:
+def test_spark_projection_agrees_with_the_live_one_and_hands_over(spark, broker,
+                                                                  capsys) -> None:
     matcher = {"kind": {"$in": [0, 1]}}
     events = [click(i) for i in range(1_000)] + [{"no": "id"}, {"user": {"id": 1}, "kind": 2}]
     folds = ("replace", "merge", "increment")
@@ -348,6 +546,8 @@ def test_spark_projection_agrees_with_the_live_one_and_hands_over(spark, broker)
                      str(broker.ports["bson"]), "--name", "handed", "--channel", "clicks",
                      "--binder", "handed", "--id-field", "user.id", "--fold", "increment",
                      "--matcher", json.dumps(matcher), "--partitions", "2"]) == 0
+    bar = re.search(r"project: 100%.* (\S+)/(\S+) \[", capsys.readouterr().err)
+    assert bar and bar[1] == bar[2] == "1.00k"  # every record read, of the known total
     assert binder_contents(broker, "handed") == binder_contents(broker, "live-increment")
     more = [click(i) for i in range(1_000, 1_100)]
     bson_events(broker, "clicks", more)  # the handed-over projection goes on live

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.error import HTTPError, URLError
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from urllib.request import Request, urlopen
 
 DEFAULT_URL = "http://127.0.0.1:15672"
@@ -43,16 +43,29 @@ class ApiError(Exception):
         self.status = status
 
 
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """The URL without ``user:password@`` (safe to print), and the user and password."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.netloc.rpartition("@")[2]
+    bare = urlunsplit(parts._replace(netloc=host))
+    return bare, unquote(parts.username or ""), unquote(parts.password or "")
+
+
 class Client:
     def __init__(self, url: str, user: str, password: str) -> None:
-        self._base = url.rstrip("/")
+        """Credentials in the URL take the place of `user` and `password`."""
+        url, url_user, url_password = split_credentials(url)
+        user, password = url_user or user, url_password or password
+        self.url = url.rstrip("/")  # without credentials: what messages show
         token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         self._auth = f"Basic {token}"
 
     def call(self, method: str, path: str, body: object = None,
              headers: dict[str, str] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = Request(self._base + path, data=data, method=method, headers={
+        request = Request(self.url + path, data=data, method=method, headers={
             "Authorization": self._auth, "Content-Type": "application/json", **(headers or {})})
         try:
             with urlopen(request, timeout=_TIMEOUT_S) as response:
@@ -160,7 +173,7 @@ def run_ctl(args: argparse.Namespace) -> int:
         print(f"mainstem ctl: {exc}", file=sys.stderr)
         return 1
     except (URLError, OSError) as exc:
-        print(f"mainstem ctl: cannot reach {args.url}: {exc}", file=sys.stderr)
+        print(f"mainstem ctl: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 2
     if result is None:
         if not args.json:

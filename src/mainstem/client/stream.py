@@ -8,9 +8,10 @@ Osiris chunks undecoded, so a caller can turn a whole chunk into columns at once
 from __future__ import annotations
 
 import socket
+import ssl
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -23,9 +24,44 @@ from mainstem.protocols.rabbit_stream.constants import OffsetType, ResponseCode
 from mainstem.protocols.rabbit_stream.responses import REPLY_PARSERS
 from mainstem.protocols.rabbit_stream.wire import FrameError
 
+TLS_SCHEME = "rabbitmq-stream+tls"
+PORT, TLS_PORT = 5552, 5551
 MAX_FRAME = 8 * 1024 * 1024
 CREDIT = 8  # chunks in flight per read
 
+# Every response code the stream protocol defines, in words. Fields: {user}, {vhost},
+# {request} (the frame that failed) and {target} ("stream 'x'", or "the request").
+MEANINGS: dict[ResponseCode, str] = {
+    ResponseCode.STREAM_DOES_NOT_EXIST: "{target} does not exist",
+    ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS: "the subscription id of {request} is "
+                                                 "already in use on this connection",
+    ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST: "the subscription of {request} does not exist",
+    ResponseCode.STREAM_ALREADY_EXISTS: "{target} already exists",
+    ResponseCode.STREAM_NOT_AVAILABLE: "{target} is not available (its leader is not ready)",
+    ResponseCode.SASL_MECHANISM_NOT_SUPPORTED: "the server does not offer SASL PLAIN",
+    ResponseCode.AUTHENTICATION_FAILURE: "authentication failed for user {user!r}",
+    ResponseCode.SASL_ERROR: "SASL error while authenticating user {user!r}",
+    ResponseCode.SASL_CHALLENGE: "the server sent user {user!r} a SASL challenge, which PLAIN "
+                                 "does not answer",
+    ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK: "user {user!r} may only connect from "
+                                                       "localhost",
+    ResponseCode.VIRTUAL_HOST_ACCESS_FAILURE: "user {user!r} has no access to virtual host "
+                                              "{vhost!r}",
+    ResponseCode.UNKNOWN_FRAME: "the server does not know the {request} frame",
+    ResponseCode.FRAME_TOO_LARGE: "the {request} frame is larger than the server accepts",
+    ResponseCode.INTERNAL_ERROR: "the server failed on {request} for {target} (internal error)",
+    ResponseCode.ACCESS_REFUSED: "user {user!r} may not {request} on {target}",
+    ResponseCode.PRECONDITION_FAILED: "{request} on {target}: precondition failed (arguments "
+                                      "that differ from the existing stream's, or a name in "
+                                      "use)",
+    ResponseCode.PUBLISHER_DOES_NOT_EXIST: "the publisher of {request} does not exist on this "
+                                           "connection",
+    ResponseCode.NO_OFFSET: "no offset is stored for {target}",
+    ResponseCode.SASL_CANNOT_CHANGE_MECHANISM: "user {user!r} cannot change the SASL mechanism "
+                                               "after the handshake",
+    ResponseCode.SASL_CANNOT_CHANGE_USERNAME: "user {user!r} cannot be changed on an "
+                                              "authenticated connection",
+}
 
 
 class _Answer(Protocol):
@@ -42,21 +78,53 @@ class StreamClientError(Exception):
         self.code = code
 
 
+def describe(code: int, endpoint: Endpoint, request: str, stream: str | None = None) -> str:
+    """A response code in words, naming the stream and the user it concerns."""
+    try:
+        meaning = MEANINGS[ResponseCode(code)]
+    except (ValueError, KeyError):
+        meaning = "{request} failed with unknown response code " + f"{code:#x}"
+    target = f"stream {stream!r}" if stream is not None else "the request"
+    return meaning.format(user=endpoint.user, vhost=endpoint.vhost, request=request,
+                          target=target)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """How to check the server (PEM files; the system's CAs without `cafile`) and, for
+    servers that ask, the client's certificate."""
+
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    check_hostname: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.cafile)
+        context.check_hostname = self.check_hostname  # the CA is checked either way
+        if self.certfile:
+            context.load_cert_chain(self.certfile, self.keyfile)
+        return context
+
+
 @dataclass(frozen=True)
 class Endpoint:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)  # never in a log line or an error
     vhost: str
+    tls: Tls | None = None
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
-        """``rabbitmq-stream://user:pass@host:port/vhost`` (vhost "%2F" is "/")."""
+        """``rabbitmq-stream[+tls]://user:pass@host:port/vhost`` (vhost "%2F" is "/")."""
         parts = urlsplit(url if "://" in url else "rabbitmq-stream://" + url)
+        tls = Tls() if parts.scheme == TLS_SCHEME else None
         vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
-        return cls(parts.hostname or "127.0.0.1", parts.port or 5552,
-                   unquote(parts.username or "guest"), unquote(parts.password or "guest"), vhost)
+        return cls(parts.hostname or "127.0.0.1", parts.port or (TLS_PORT if tls else PORT),
+                   unquote(parts.username or "guest"), unquote(parts.password or "guest"), vhost,
+                   tls)
 
 
 @dataclass(frozen=True)
@@ -65,16 +133,34 @@ class Offsets:
     end: int  # one past the last committed offset
 
 
+def _open_socket(endpoint: Endpoint, timeout: float) -> socket.socket:
+    """A TCP connection, wrapped in TLS when the endpoint asks for it."""
+    try:
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    except OSError as exc:
+        raise StreamClientError(f"cannot connect to {endpoint.host}:{endpoint.port}: "
+                                f"{exc.strerror or exc}") from None
+    if endpoint.tls is None:
+        return sock
+    try:
+        return endpoint.tls.context().wrap_socket(sock, server_hostname=endpoint.host)
+    except (ssl.SSLError, OSError) as exc:
+        sock.close()
+        raise StreamClientError(f"TLS with {endpoint.host}:{endpoint.port} failed: "
+                                f"{exc}") from None
+
+
 class StreamClient:
     def __init__(self, endpoint: Endpoint, timeout: float = 30.0) -> None:
         self.endpoint = endpoint
-        self._sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+        self._sock = _open_socket(endpoint, timeout)
         self._codec = StreamCodec(MAX_FRAME, REPLY_PARSERS)
         self._frames: deque[f.Frame] = deque()
         self._correlation = 0
         self._deliveries: list[memoryview] = []
         self._confirmed: set[int] = set()
         self._errors: dict[int, int] = {}
+        self._publisher_streams: dict[int, str] = {}
         self._handshake()
 
     @classmethod
@@ -107,9 +193,10 @@ class StreamClient:
                 raise StreamClientError(f"bad frame from the server: {exc}") from None
         return self._frames.popleft()
 
-    def _call(self, request: Callable[[int], f.Frame], reply: type[Reply]) -> Reply:
-        """Send the request made with the next correlation id and wait for its reply,
-        handling what arrives in between."""
+    def _call(self, request: Callable[[int], f.Frame], reply: type[Reply],
+              stream: str | None = None) -> Reply:
+        """Send the request (about `stream`, if any) made with the next correlation id and
+        wait for its reply, handling what arrives in between."""
         self._correlation += 1
         correlation_id = self._correlation
         sent = request(correlation_id)
@@ -119,8 +206,8 @@ class StreamClient:
             if isinstance(frame, reply) and frame.correlation_id == correlation_id:
                 code = frame.response_code
                 if code != ResponseCode.OK:
-                    name = type(sent).__name__
-                    raise StreamClientError(f"{name} failed with code {code:#x}", code)
+                    raise StreamClientError(
+                        describe(code, self.endpoint, type(sent).__name__, stream), code)
                 return frame
             self._other(frame)
 
@@ -155,21 +242,32 @@ class StreamClient:
 
     def offsets(self, stream: str) -> Offsets:
         stats = self._call(lambda corr: f.StreamStats(corr, stream),
-                           r.StreamStatsResponse).stats
+                           r.StreamStatsResponse, stream).stats
         return Offsets(stats.get("first_offset", max(stats["first_chunk_id"], 0)),
                        stats["committed_offset"] + 1)
+
+    def create_stream(self, stream: str, arguments: dict[str, str] | None = None) -> bool:
+        """Create a stream; False if it already exists (its arguments are left as they are)."""
+        try:
+            self._call(lambda corr: f.CreateStream(corr, stream, arguments or {}), f.Response,
+                       stream)
+        except StreamClientError as exc:
+            if exc.code == ResponseCode.STREAM_ALREADY_EXISTS:
+                return False
+            raise
+        return True
 
     def offset_for_timestamp(self, stream: str, timestamp_ms: int) -> int:
         """The first offset of the first chunk at or after a time (the end if none)."""
         spec = f.OffsetSpec(OffsetType.TIMESTAMP, timestamp_ms)
         return self._call(lambda corr: f.ResolveOffsetSpec(corr, stream, spec),
-                          r.ResolveOffsetSpecResponse).offset  # always of type offset
+                          r.ResolveOffsetSpecResponse, stream).offset  # always of type offset
 
     def partitions(self, super_stream: str) -> list[str] | None:
         """The partition streams of a super stream, None if it is not one."""
         try:
             return self._call(lambda corr: f.Partitions(corr, super_stream),
-                              r.PartitionsResponse).streams
+                              r.PartitionsResponse, super_stream).streams
         except StreamClientError:
             return None
 
@@ -180,7 +278,8 @@ class StreamClient:
             return
         subscription = 1
         spec = f.OffsetSpec(OffsetType.OFFSET, start)
-        self._call(lambda corr: f.Subscribe(corr, subscription, stream, spec, CREDIT), f.Response)
+        self._call(lambda corr: f.Subscribe(corr, subscription, stream, spec, CREDIT),
+                   f.Response, stream)
         try:
             while True:
                 while not self._deliveries:
@@ -203,9 +302,10 @@ class StreamClient:
         """Declare a deduplicating publisher; returns the last publishing id stored for
         the reference (-1 if none), so a retry can skip what already arrived."""
         self._call(lambda corr: f.DeclarePublisher(corr, publisher_id, reference, stream),
-                   f.Response)
+                   f.Response, stream)
+        self._publisher_streams[publisher_id] = stream
         sequence = self._call(lambda corr: f.QueryPublisherSequence(corr, reference, stream),
-                              r.QueryPublisherSequenceResponse).sequence
+                              r.QueryPublisherSequenceResponse, stream).sequence
         return sequence if sequence else -1
 
     def publish(self, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> None:
@@ -220,7 +320,9 @@ class StreamClient:
         self._confirmed -= wanted
         if failed:
             code = self._errors[min(failed)]
-            raise StreamClientError(f"{len(failed)} messages refused, code {code:#x}", code)
+            reason = describe(code, self.endpoint, "Publish",
+                              self._publisher_streams.get(publisher_id))
+            raise StreamClientError(f"{len(failed)} messages refused: {reason}", code)
 
     def delete_publisher(self, publisher_id: int) -> None:
         self._call(lambda corr: f.DeletePublisher(corr, publisher_id), f.Response)

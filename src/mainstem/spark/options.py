@@ -1,20 +1,42 @@
-"""The data source's options, parsed once: where the broker is, which streams, and offsets.
+"""The data source's options, parsed and checked once at planning time: where the broker is,
+which streams, offsets and limits.
 
-Offsets travel as Kafka's do: JSON ``{"<stream>": {"<partition>": offset}}`` where -2 means
-earliest and -1 latest, or the words ``earliest`` / ``latest`` for every partition.
+Options mean what Kafka's Structured Streaming source/sink options mean: offsets travel as
+JSON ``{"<stream>": {"<partition>": offset}}`` where -2 means earliest and -1 latest, or the
+words ``earliest`` / ``latest`` for every partition; ``subscribe`` is ``stream``'s Kafka
+name and ``topic`` its name on writes. An option this source does not know, or a value it
+cannot use, fails the query before it starts, naming the option and listing the valid ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from urllib.parse import quote
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from mainstem.client.stream import Endpoint, StreamClient, StreamClientError
+from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
 
 EARLIEST, LATEST = -2, -1
 DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's default: 15m
+ADMIN_PORT = 15672  # the management API lists the streams a pattern is matched against
+
+CONNECTION_OPTIONS = ("url", "namespace", "username", "password", "passwordFile",
+                      "ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.checkHostname")
+READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "streamPattern", "subscribePattern",
+                "adminUrl", "startingOffsets", "endingOffsets",
+                "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
+                "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
+                "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+                "failOnDataLoss", "includeHeaders")
+WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation", "createStream",
+                 "maxAge", "maxBytes")
+_DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 OffsetMap = dict[str, dict[str, int]]  # stream -> partition index (as a string) -> offset
 
@@ -35,56 +57,253 @@ class TopicPartition:
 
 
 @dataclass(frozen=True)
+class Start:
+    """Where a read starts, in Kafka's order of precedence: a time for every partition, a
+    time per partition, then offsets (text as given: a word or JSON)."""
+
+    timestamp: int | None = None
+    by_timestamp: dict[str, dict[str, int]] | None = None
+    offsets: str | None = None
+
+
+@dataclass(frozen=True)
 class SourceOptions:
-    url: str
+    endpoint: Endpoint  # its password is left out of repr: options may be logged
     streams: tuple[str, ...]
-    fail_on_data_loss: bool
-    max_records_per_partition: int | None
-    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool = True
+    max_records_per_partition: int | None = None
+    min_partitions: int | None = None
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    include_headers: bool = True
+    starting: Start = Start()
+    ending: Start = Start()
+    create_stream: bool = False  # writes: create missing target streams with these arguments
+    stream_arguments: tuple[tuple[str, str], ...] = ()
+    pattern: str | None = None  # reads: every stream whose whole name matches, as they come
+    admin_url: str | None = field(default=None, repr=False)  # it may hold credentials
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, need_stream: bool = True) -> SourceOptions:
-        get = _lower(options)
-        url = get("url") or DEFAULT_URL
-        namespace = get("namespace")
-        if namespace is not None:
-            endpoint = Endpoint.parse(url)
-            url = (f"rabbitmq-stream://{quote(endpoint.user)}:{quote(endpoint.password)}@"
-                   f"{endpoint.host}:{endpoint.port}/{quote(namespace, safe='')}")
-        streams = tuple(s.strip() for s in (get("stream") or "").split(",") if s.strip())
-        if need_stream and not streams:
-            raise SourceError("option 'stream' is required (one stream or a comma list)")
-        return cls(url, streams, _flag(get("failondataloss"), True),
-                   _positive(get("maxrecordsperpartition"), "maxRecordsPerPartition"),
-                   _positive(get("maxoffsetspertrigger"), "maxOffsetsPerTrigger"))
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """The options of a read."""
+        get = _checked(options, READ_OPTIONS)
+        named, pattern = get("stream") or get("subscribe"), _pattern(get)
+        if named and pattern:
+            raise SourceError("give 'stream' (or 'subscribe') or 'streamPattern' (or "
+                              "'subscribePattern'), not both")
+        return cls(
+            _endpoint(get), _streams(named, "stream") if not pattern else (),
+            pattern=pattern, admin_url=get("adminUrl"),
+            fail_on_data_loss=_flag(get, "failOnDataLoss", True),
+            max_records_per_partition=_positive(get, "maxRecordsPerPartition"),
+            min_partitions=_positive(get, "minPartitions"),
+            max_offsets_per_trigger=_positive(get, "maxOffsetsPerTrigger"),
+            min_offsets_per_trigger=_positive(get, "minOffsetsPerTrigger"),
+            max_trigger_delay_ms=_duration_ms(get, "maxTriggerDelay"),
+            include_headers=_flag(get, "includeHeaders", True),
+            starting=_start(get, "starting"), ending=_start(get, "ending"))
+
+    @classmethod
+    def parse_write(cls, options: Mapping[str, str]) -> SourceOptions:
+        """The options of a write: the stream may come from each row instead."""
+        get = _checked(options, WRITE_OPTIONS)
+        stream = get("stream") or get("topic")
+        create = _flag(get, "createStream", False)
+        arguments = _stream_arguments(get)
+        if arguments and not create:
+            raise SourceError("options 'maxAge' and 'maxBytes' apply with createStream=true")
+        return cls(_endpoint(get), _streams(stream, "stream") if stream else (),
+                   create_stream=create, stream_arguments=arguments)
 
     def connect(self) -> StreamClient:
-        return StreamClient.connect(self.url)
+        return StreamClient(self.endpoint)
+
+    def current_streams(self) -> tuple[str, ...]:
+        """The streams named, or those matching the pattern now (new ones join as Kafka's
+        subscribePattern picks up new topics)."""
+        if self.pattern is None:
+            return self.streams
+        # Imported here: only the driver lists streams, executors never load the admin client.
+        from mainstem.admin.ctl import Client
+
+        url = self.admin_url or f"http://{self.endpoint.host}:{ADMIN_PORT}"
+        try:
+            listed = Client(url, self.endpoint.user, self.endpoint.password).call(
+                "GET", "/api/streams")
+        except Exception as exc:
+            raise SourceError(f"streamPattern: cannot list the streams: {exc}") from None
+        matcher = re.compile(self.pattern)
+        return tuple(sorted(row["name"] for row in listed
+                            if row["vhost"] == self.endpoint.vhost and
+                            matcher.fullmatch(row["name"])))
 
 
-def _lower(options: Mapping[str, str]):
+Getter = Callable[[str], str | None]
+
+
+def _checked(options: Mapping[str, str], valid: tuple[str, ...]) -> Getter:
+    """A case-insensitive getter, after refusing options that are not in `valid`."""
+    known = {name.lower(): name for name in valid}
+    for name in options:  # Spark hands them over lower-cased
+        if name.lower() not in known:
+            close = difflib.get_close_matches(name.lower(), known, n=1)
+            hint = f" (did you mean {known[close[0]]!r}?)" if close else ""
+            raise SourceError(f"unknown option {name!r}{hint}; valid options are: "
+                              f"{', '.join(valid)}")
     lowered = {k.lower(): v for k, v in options.items()}
-    return lowered.get
+    return lambda name: lowered.get(name.lower())
 
 
-def _flag(value: str | None, default: bool) -> bool:
+def _endpoint(get: Getter) -> Endpoint:
+    """The URL, with what the other connection options change: the namespace (virtual
+    host), the user, the password (given, or read from a file so that it stays out of job
+    code), and TLS settings (which need a ``rabbitmq-stream+tls://`` URL)."""
+    endpoint = Endpoint.parse(get("url") or DEFAULT_URL)
+    changes: dict[str, object] = {}
+    if get("namespace") is not None:
+        changes["vhost"] = get("namespace")
+    if get("username") is not None:
+        changes["user"] = get("username")
+    password = _password(get)
+    if password is not None:
+        changes["password"] = password
+    tls = _tls(get)
+    if tls is not None:
+        if endpoint.tls is None:
+            raise SourceError("the ssl.* options need a rabbitmq-stream+tls:// url")
+        changes["tls"] = tls
+    return dataclasses.replace(endpoint, **changes)  # type: ignore[arg-type]
+
+
+def _password(get: Getter) -> str | None:
+    given, path = get("password"), get("passwordFile")
+    if given is not None and path is not None:
+        raise SourceError("give option 'password' or 'passwordFile', not both")
+    if path is None:
+        return given
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise SourceError(f"option 'passwordFile': cannot read {path!r}: "
+                          f"{exc.strerror}") from None
+
+
+def _tls(get: Getter) -> Tls | None:
+    files = {name: get(f"ssl.{name}") for name in ("cafile", "certfile", "keyfile")}
+    if all(value is None for value in files.values()) and get("ssl.checkHostname") is None:
+        return None
+    for name, path in files.items():
+        if path is not None and not Path(path).is_file():
+            raise SourceError(f"option 'ssl.{name}': no file {path!r}")
+    return Tls(**files, check_hostname=_flag(get, "ssl.checkHostname", True))
+
+
+def _streams(value: str | None, name: str) -> tuple[str, ...]:
+    streams = tuple(s.strip() for s in (value or "").split(",") if s.strip())
+    if not streams:
+        raise SourceError(f"option {name!r} (or Kafka's 'subscribe'; or 'streamPattern') is "
+                          "required: one stream or a comma list")
+    return streams
+
+
+def _pattern(get: Getter) -> str | None:
+    name = "streamPattern" if get("streamPattern") is not None else "subscribePattern"
+    pattern = get(name)
+    if pattern is None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise SourceError(f"option {name!r} is not a regular expression: {exc}") from None
+    return pattern
+
+
+def _flag(get: Getter, name: str, default: bool) -> bool:
+    value = get(name)
     if value is None:
         return default
-    if value.lower() not in ("true", "false"):
-        raise SourceError(f"expected true or false, got {value!r}")
-    return value.lower() == "true"
+    if value.strip().lower() not in ("true", "false"):
+        raise SourceError(f"option {name!r} must be true or false, got {value!r}")
+    return value.strip().lower() == "true"
 
 
-def _positive(value: str | None, name: str) -> int | None:
+def _positive(get: Getter, name: str) -> int | None:
+    value = get(name)
     if value is None:
         return None
     try:
         number = int(value)
     except ValueError:
-        raise SourceError(f"option {name} must be a positive integer, got {value!r}") from None
+        number = 0
     if number <= 0:
-        raise SourceError(f"option {name} must be a positive integer, got {value!r}")
+        raise SourceError(f"option {name!r} must be a positive integer, got {value!r}")
     return number
+
+
+def _stream_arguments(get: Getter) -> tuple[tuple[str, str], ...]:
+    """Retention of a stream a write creates, as the stream protocol's arguments (the
+    broker checks the age: ``7D``, ``12h``, ...)."""
+    arguments = []
+    if get("maxAge") is not None:
+        arguments.append(("max-age", str(get("maxAge")).strip()))
+    max_bytes = _positive(get, "maxBytes")
+    if max_bytes is not None:
+        arguments.append(("max-length-bytes", str(max_bytes)))
+    return tuple(arguments)
+
+
+def _timestamp(get: Getter, name: str) -> int | None:
+    value = get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise SourceError(f"option {name!r} must be milliseconds since the epoch, got "
+                          f"{value!r}") from None
+
+
+def _duration_ms(get: Getter, name: str) -> int:
+    """Spark's time strings: ``500ms``, ``30s``, ``15m``, ``1h``, ``1d`` (a bare number is ms)."""
+    value = get(name)
+    if value is None:
+        return DEFAULT_MAX_TRIGGER_DELAY_MS
+    match = _DURATION.fullmatch(value.strip().lower())
+    if not match:
+        raise SourceError(f"option {name!r} must be a duration such as 500ms, 30s, 15m, 1h or "
+                          f"1d, got {value!r}")
+    return int(match[1]) * _UNIT_MS[match[2] or "ms"]
+
+
+def _start(get: Getter, side: str) -> Start:
+    """One side (``starting``/``ending``) of the range: its three options, checked."""
+    offsets = get(f"{side}Offsets")
+    if offsets is not None:
+        _offset_json(offsets, f"{side}Offsets")
+    by_timestamp = get(f"{side}OffsetsByTimestamp")
+    return Start(_timestamp(get, f"{side}Timestamp"),
+                 _offset_json(by_timestamp, f"{side}OffsetsByTimestamp")
+                 if by_timestamp is not None else None,
+                 offsets)
+
+
+def _offset_json(text: str, name: str) -> dict[str, dict[str, int]] | None:
+    """``{"stream": {"partition": number}}``, or None for the words earliest/latest."""
+    if text.strip() in ("earliest", "latest") and not name.endswith("ByTimestamp"):
+        return None
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError:
+        given = None
+    if not isinstance(given, dict) or not all(
+            isinstance(parts, dict) and all(isinstance(v, int) and not isinstance(v, bool)
+                                            for v in parts.values())
+            for parts in given.values()):
+        words = "" if name.endswith("ByTimestamp") else "earliest, latest or "
+        raise SourceError(f"option {name!r} must be {words}JSON such as "
+                          f"{{\"stream\": {{\"0\": 42}}}}, got {text!r}")
+    return given
 
 
 def topic_partitions(client: StreamClient, streams: tuple[str, ...]) -> list[TopicPartition]:
@@ -97,30 +316,38 @@ def topic_partitions(client: StreamClient, streams: tuple[str, ...]) -> list[Top
             continue
         try:
             client.offsets(stream)
-        except StreamClientError:
-            raise SourceError(f"stream {stream!r} does not exist") from None
+        except StreamClientError as exc:  # in words: "stream 'x' does not exist", ...
+            raise SourceError(str(exc)) from None
         found.append(TopicPartition(stream, 0, stream))
     return found
+
+
+def resolve(client: StreamClient, side: Start, default: int, partitions: list[TopicPartition]
+            ) -> dict[TopicPartition, int]:
+    """One offset per partition for a side of the range: a real offset, or EARLIEST/LATEST.
+    A time maps to the first offset of the first chunk at or after it (the end if none)."""
+    if side.timestamp is not None:
+        return {tp: client.offset_for_timestamp(tp.physical, side.timestamp)
+                for tp in partitions}
+    if side.by_timestamp is not None:
+        times = {tp: side.by_timestamp.get(tp.stream, {}).get(tp.key) for tp in partitions}
+        return {tp: default if ms is None else client.offset_for_timestamp(tp.physical, ms)
+                for tp, ms in times.items()}
+    return parse_offsets(side.offsets, default, partitions)
 
 
 def parse_offsets(text: str | None, default: int, partitions: list[TopicPartition]
                   ) -> dict[TopicPartition, int]:
     """Resolve ``earliest``/``latest``/JSON to one (possibly symbolic) offset per partition."""
-    if text is None or text.strip() in ("earliest", "latest"):
-        word = (text or "").strip()
+    word = (text or "").strip()
+    if word in ("", "earliest", "latest"):
         value = default if not word else EARLIEST if word == "earliest" else LATEST
         return dict.fromkeys(partitions, value)
-    try:
-        given = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"offsets must be earliest, latest or JSON: {exc}") from None
-    if not isinstance(given, dict):
-        raise SourceError("offsets JSON must map streams to {partition: offset}")
+    given = _offset_json(word, "offsets") or {}
     resolved = {}
     for tp in partitions:
-        per_stream = given.get(tp.stream, {})
-        value = per_stream.get(tp.key, default) if isinstance(per_stream, dict) else default
-        if not isinstance(value, int) or value < EARLIEST:
+        value = given.get(tp.stream, {}).get(tp.key, default)
+        if value < EARLIEST:
             raise SourceError(f"bad offset {value!r} for {tp.stream} partition {tp.index}")
         resolved[tp] = value
     return resolved

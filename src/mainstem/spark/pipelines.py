@@ -15,15 +15,15 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.events.projections import FOLDS, Projection
-from mainstem.spark.options import DEFAULT_URL
+from mainstem.spark.options import DEFAULT_URL, OffsetMap, SourceOptions, topic_partitions
+from mainstem.spark.progress import INTERVAL_S, Progress, progress_bar
 from mainstem.spark.projection import DEFAULT_EVENTS_PORT, RebuildError, rebuild
-
-PROGRESS_INTERVAL_S = 1.0
+from mainstem_spark_python import point_workers_here
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +66,8 @@ def _job(jobs: Any, name: str, run: Any, summary: str, description: str
                      help="the broker's stream-protocol URL with credentials")
     job.add_argument("--master", default=None,
                      help="Spark master (default local[*], or spark-submit's)")
+    job.add_argument("--quiet", action="store_true",
+                     help="no progress bar and no summary line (for cron); errors still show")
     job.set_defaults(run=run)
     return job
 
@@ -75,7 +77,7 @@ def spark_session(master: str | None, name: str) -> Any:
         from pyspark.sql import SparkSession
     except ImportError:
         raise SystemExit("pipelines need PySpark: pip install 'mainstem[spark]'") from None
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    point_workers_here()  # also when installed editable, which has no .pth
     builder = SparkSession.builder.appName(name).config("spark.ui.showConsoleProgress", "false")
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master or not launched_by_spark_submit:
@@ -92,8 +94,10 @@ def run_archive(args: argparse.Namespace) -> int:
     query = (records.writeStream.format("parquet").option("path", args.output)
              .option("checkpointLocation", args.checkpoint).partitionBy("stream", "date")
              .trigger(availableNow=True).queryName("mainstem-archive").start())
-    total = _follow(query)
-    print(f"archive: {total} records added to {args.output}", file=sys.stderr)
+    with progress_bar("archive", args.quiet) as bar:
+        total = _follow(query, bar, lambda start: _backlog(args.url, args.stream, start))
+    if not args.quiet:
+        print(f"archive: {total} records added to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -106,34 +110,53 @@ def run_project(args: argparse.Namespace) -> int:
         return 2
     spark = spark_session(args.master, "mainstem-project")
     try:
-        rebuilt = rebuild(spark, args.url, projection, events_port=args.events_port,
-                          partitions=args.partitions)
+        with progress_bar("project", args.quiet) as bar:
+            rebuilt = rebuild(spark, args.url, projection, events_port=args.events_port,
+                              partitions=args.partitions, progress=bar)
     except RebuildError as exc:
         print(f"project: {exc}", file=sys.stderr)
         return 1
-    print(f"project: {rebuilt.documents} documents in binder {args.binder!r}; projection "
-          f"{args.name!r} goes on live from offset {rebuilt.position}", file=sys.stderr)
+    if not args.quiet:
+        print(f"project: {rebuilt.documents} documents in binder {args.binder!r}; projection "
+              f"{args.name!r} goes on live from offset {rebuilt.position}", file=sys.stderr)
     return 0
 
 
-def _follow(query: Any) -> int:
-    """Print each micro-batch as it completes; the number of records written."""
+def _follow(query: Any, progress: Progress, backlog: Callable[[OffsetMap | None], int]
+            ) -> int:
+    """Report each micro-batch as it completes; the number of records written. The total
+    is known at the first batch, which tells where the checkpoint had stopped."""
     seen: set[int] = set()
     total = 0
     while True:
-        finished = query.awaitTermination(PROGRESS_INTERVAL_S)
-        for progress in query.recentProgress:
-            if progress["batchId"] in seen:
+        finished = query.awaitTermination(INTERVAL_S)
+        for report in query.recentProgress:
+            if report["batchId"] in seen:
                 continue
-            seen.add(progress["batchId"])
-            total += progress["numInputRows"]
-            print(f"batch {progress['batchId']}: {progress['numInputRows']} records "
-                  f"({progress.get('processedRowsPerSecond', 0):.0f}/s), "
-                  f"{total} so far", file=sys.stderr)
+            if not seen:
+                start = report["sources"][0]["startOffset"]
+                progress.total = backlog(json.loads(start) if start else None)
+                progress.refresh()
+            seen.add(report["batchId"])
+            total += report["numInputRows"]
+            progress.update(report["numInputRows"])
         if finished:
             break
     if query.exception() is not None:
         raise RuntimeError(f"the archive job failed: {query.exception()}")
+    return total
+
+
+def _backlog(url: str, streams: str, start: OffsetMap | None) -> int:
+    """Records from `start` (the checkpoint's offsets; None: the first stored) to the end
+    now: what an availableNow run reads."""
+    options = SourceOptions.parse({"url": url, "stream": streams})
+    total = 0
+    with options.connect() as client:
+        for tp in topic_partitions(client, options.streams):
+            offsets = client.offsets(tp.physical)
+            begin = (start or {}).get(tp.stream, {}).get(tp.key, offsets.first)
+            total += max(offsets.end - begin, 0)
     return total
 
 

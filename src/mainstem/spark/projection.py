@@ -14,6 +14,7 @@ import asyncio
 import json
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -26,6 +27,7 @@ from mainstem.broker.events.document_matcher import compile_matcher
 from mainstem.broker.events.projections import Projection, document_id, fold
 from mainstem.client.events import EventsClient
 from mainstem.client.stream import Endpoint, StreamClient
+from mainstem.spark.progress import Progress, reporting
 
 STAGE_BATCH_BYTES = 1024 * 1024  # one LOADDOCS frame, well under the 4 MiB default limit
 DEFAULT_EVENTS_PORT = 7451
@@ -56,21 +58,25 @@ class Rebuilt:
     position: int  # the channel offset the live projection goes on from
 
 
-def fold_documents(records: Any, projection: Projection, partitions: int) -> Any:
+def fold_documents(records: Any, projection: Projection, partitions: int,
+                   read: Any = None) -> Any:
     """An RDD of (document id, document as BSON bytes): `records` (a DataFrame from the
-    mainstem source) folded per document in offset order."""
+    mainstem source) folded per document in offset order; `read`, a Spark accumulator,
+    counts the records read."""
     keyed = records.select("offset", "value").rdd.mapPartitions(
-        partial(_keyed_events, projection))
+        partial(_keyed_events, projection, read))
     ordered = keyed.repartitionAndSortWithinPartitions(partitions, _document_partition)
     return ordered.mapPartitions(partial(_fold_runs, projection))
 
 
-def _keyed_events(projection: Projection, rows: Iterable[Any]
+def _keyed_events(projection: Projection, read: Any, rows: Iterable[Any]
                   ) -> Iterator[tuple[tuple[str, int], bytes]]:
     """((document key, offset), event) for each event the projection applies; like the
     live projection, records that are not BSON or have no id are skipped."""
     matcher = compile_matcher(projection.matcher)
+    count = 0
     for offset, value in rows:
+        count += 1
         raw = bytes(value)
         try:
             event = bson.decode(raw)
@@ -79,6 +85,8 @@ def _keyed_events(projection: Projection, rows: Iterable[Any]
         doc_id = document_id(event, projection.id_field)
         if doc_id is not None and matcher(event):
             yield (document_key(doc_id), offset), raw
+    if read is not None:
+        read.add(count)  # the driver sees accumulators as tasks finish anyway
 
 
 def _document_partition(key: tuple[str, int]) -> int:
@@ -122,9 +130,11 @@ async def _stage(endpoint: EventsEndpoint, load_id: str,
 
 
 def rebuild(spark: Any, url: str, projection: Projection, *,
-            events_port: int = DEFAULT_EVENTS_PORT, partitions: int | None = None) -> Rebuilt:
+            events_port: int = DEFAULT_EVENTS_PORT, partitions: int | None = None,
+            progress: Progress | None = None) -> Rebuilt:
     """Rebuild `projection`'s binder from its channel's history up to the channel's end
-    now, and hand over to the live projection there."""
+    now, and hand over to the live projection there; `progress` follows the records read
+    (as their tasks finish)."""
     stream = Endpoint.parse(url)
     endpoint = EventsEndpoint(stream.host, events_port, stream.user, stream.password,
                               stream.vhost)
@@ -138,9 +148,13 @@ def rebuild(spark: Any, url: str, projection: Projection, *,
                .option("stream", projection.channel).option("startingOffsets", "earliest")
                .option("endingOffsets", json.dumps({projection.channel: {"0": offsets.end}}))
                .load())
+    read = spark.sparkContext.accumulator(0)
     folded = fold_documents(records, projection,
-                            partitions or spark.sparkContext.defaultParallelism)
-    folded.foreachPartition(partial(stage_partition, endpoint, load_id))
+                            partitions or spark.sparkContext.defaultParallelism, read)
+    if progress is not None:
+        progress.total = offsets.end
+    with reporting(lambda: read.value, progress) if progress else nullcontext():
+        folded.foreachPartition(partial(stage_partition, endpoint, load_id))
     documents = asyncio.run(_hand_over(endpoint, load_id, projection, offsets.end))
     return Rebuilt(documents, offsets.end)
 

@@ -12,10 +12,12 @@ stored twice.
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import mmh3
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
@@ -35,23 +37,26 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mainstem.client.stream import StreamClient
+from mainstem.client.stream import Endpoint, StreamClient, StreamClientError
+from mainstem.protocols.rabbit_stream.constants import ResponseCode
 from mainstem.spark.options import (
     EARLIEST,
     LATEST,
     OffsetMap,
     SourceError,
     SourceOptions,
+    Start,
     TopicPartition,
     from_offset_map,
-    parse_offsets,
+    resolve,
     to_offset_map,
     topic_partitions,
 )
-from mainstem.spark.records import SCHEMA_DDL, encode_row, record_batches
+from mainstem.spark.records import encode_row, record_batches, schema_ddl
 
 ROWS_PER_PUBLISH = 2000
 ROW_BITS = 32  # publishing id = batch id << 32 | row index + 1
+ROUTING_SEED = 104729  # the seed of RabbitMQ's stream clients' hash routing
 
 
 @dataclass
@@ -61,7 +66,8 @@ class OffsetRange(InputPartition):
     physical: str
     start: int
     end: int  # exclusive
-    url: str
+    endpoint: Endpoint
+    include_headers: bool
 
 
 class MainstemDataSource(DataSource):
@@ -70,25 +76,48 @@ class MainstemDataSource(DataSource):
         return "mainstem"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        # Called by load(): the first moment options can be refused.
+        return schema_ddl(SourceOptions.parse(self.options).include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(SourceOptions.parse(self.options), self.options)
+        return BatchReader(SourceOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(SourceOptions.parse(self.options), self.options)
+        options = SourceOptions.parse(self.options)
+        if options.ending != Start():  # as Kafka: a stream has no end
+            raise SourceError("endingOffsets, endingOffsetsByTimestamp and endingTimestamp "
+                              "are for batch queries only")
+        return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
-        options = SourceOptions.parse(self.options, need_stream=False)
+        options = _write_options(self.options)
         return BatchWriter(options, f"spark-batch-{uuid.uuid4().hex}")
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
-        options = SourceOptions.parse(self.options, need_stream=False)
+        options = _write_options(self.options)
         checkpoint = self.options.get("checkpointLocation")  # options ignore case
         if not checkpoint:
             raise SourceError("a streaming write needs a checkpointLocation")
         digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
         return StreamWriter(options, f"spark-sink-{digest}")
+
+
+def _write_options(raw: Mapping[str, str]) -> SourceOptions:
+    """A write's options; with createStream, the named streams are created now, so that
+    bad retention arguments fail before any task runs."""
+    options = SourceOptions.parse_write(raw)
+    if options.create_stream and options.streams:
+        with options.connect() as client:
+            for stream in options.streams:
+                _create(client, stream, options)
+    return options
+
+
+def _create(client: StreamClient, stream: str, options: SourceOptions) -> None:
+    try:
+        client.create_stream(stream, dict(options.stream_arguments))
+    except StreamClientError as exc:
+        raise SourceError(f"createStream: {exc}") from None
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -116,54 +145,69 @@ def _checked_start(tp: TopicPartition, start: int, first: int, fail_on_data_loss
     return first
 
 
-def _split(tp: TopicPartition, start: int, end: int, url: str, limit: int | None
-           ) -> list[OffsetRange]:
-    step = limit or max(end - start, 1)
-    return [OffsetRange(tp.stream, tp.index, tp.physical, lo, min(lo + step, end), url)
-            for lo in range(start, end, step)]
+Span = tuple[TopicPartition, int, int]  # a partition's offsets [start, end)
+
+
+def _plan(spans: list[Span], options: SourceOptions) -> list[OffsetRange]:
+    """Input partitions as Kafka's source cuts them: at most maxRecordsPerPartition records
+    each and, while that gives fewer than minPartitions, every span split in proportion to
+    its share of all records."""
+    spans = [span for span in spans if span[2] > span[1]]
+    total = sum(end - start for _, start, end in spans)
+    cap = options.max_records_per_partition
+    pieces = sum(-(-(end - start) // cap) if cap else 1 for _, start, end in spans)
+    wanted = options.min_partitions if (options.min_partitions or 0) > pieces else None
+    ranges = []
+    for tp, start, end in spans:
+        size = end - start
+        step = size if wanted is None else -(-size // max(round(size * wanted / total), 1))
+        step = min(step, cap) if cap else step
+        ranges += [OffsetRange(tp.stream, tp.index, tp.physical, lo, min(lo + step, end),
+                               options.endpoint, options.include_headers)
+                   for lo in range(start, end, step)]
+    return ranges
 
 
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(part, OffsetRange):
         return  # Spark's placeholder partition when there is nothing to read
-    with StreamClient.connect(part.url) as client:
+    with StreamClient(part.endpoint) as client:
         yield from record_batches(client.chunks(part.physical, part.start, part.end),
-                                  part.stream, part.index, part.start, part.end)
+                                  part.stream, part.index, part.start, part.end,
+                                  part.include_headers)
 
 
-def _timestamp_offsets(client: StreamClient, partitions: list[TopicPartition],
-                       timestamp_ms: int) -> dict[TopicPartition, int]:
-    """The first offset at or after a time, per partition (the end if none)."""
-    return {tp: client.offset_for_timestamp(tp.physical, timestamp_ms) for tp in partitions}
+def _past_the_end(tp: TopicPartition, start: int, end: int) -> str:
+    return (f"startingOffsets for stream {tp.stream!r} partition {tp.index} is {start}, "
+            f"past its end {end}")
 
 
 class BatchReader(DataSourceReader):
-    def __init__(self, options: SourceOptions, raw: Mapping[str, str]) -> None:
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.starting = raw.get("startingOffsets")
-        self.ending = raw.get("endingOffsets")
-        self.starting_timestamp = raw.get("startingTimestamp")
 
     def partitions(self) -> list[OffsetRange]:
         opts = self.options
         with opts.connect() as client:
-            tps = topic_partitions(client, opts.streams)
+            tps = topic_partitions(client, opts.current_streams())
             bounds = _ends(client, tps)
-            if self.starting_timestamp is not None:
-                starts = _timestamp_offsets(client, tps, int(self.starting_timestamp))
-            else:
-                starts = parse_offsets(self.starting, EARLIEST, tps)
-            ends = parse_offsets(self.ending, LATEST, tps)
-        ranges: list[OffsetRange] = []
+            starts = resolve(client, opts.starting, EARLIEST, tps)
+            ends = resolve(client, opts.ending, LATEST, tps)
+        spans = []
         for tp in tps:
             first, end_now = bounds[tp]
-            start = first if starts[tp] == EARLIEST else end_now if starts[tp] == LATEST \
-                else starts[tp]
-            end = end_now if ends[tp] in (LATEST, EARLIEST) else min(ends[tp], end_now)
-            start = _checked_start(tp, start, first, opts.fail_on_data_loss)
-            if end > start:
-                ranges += _split(tp, start, end, opts.url, opts.max_records_per_partition)
-        return ranges
+            if starts[tp] == LATEST or ends[tp] == EARLIEST:  # as Kafka refuses them
+                raise SourceError(f"stream {tp.stream!r} partition {tp.index}: a batch query "
+                                  "cannot start at latest (-1) or end at earliest (-2)")
+            start = first if starts[tp] == EARLIEST else starts[tp]
+            end = end_now if ends[tp] == LATEST else min(ends[tp], end_now)
+            if start > end_now:
+                raise SourceError(_past_the_end(tp, start, end_now))
+            if start > end:
+                raise SourceError(f"stream {tp.stream!r} partition {tp.index}: starting "
+                                  f"offset {start} is after the ending offset {end}")
+            spans.append((tp, _checked_start(tp, start, first, opts.fail_on_data_loss), end))
+        return _plan(spans, opts)
 
     # Spark hands back the partitions this reader planned: OffsetRanges.
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
@@ -171,15 +215,15 @@ class BatchReader(DataSourceReader):
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are checkpointed by Spark; ``maxOffsetsPerTrigger`` is admission control
-    (``ReadMaxRows``), spread over partitions by their lag."""
+    """Offsets are checkpointed by Spark. ``maxOffsetsPerTrigger`` is admission control
+    (``ReadMaxRows``), spread over partitions by their lag; ``minOffsetsPerTrigger`` holds a
+    micro-batch back until that many records arrived or ``maxTriggerDelay`` passed."""
 
-    def __init__(self, options: SourceOptions, raw: Mapping[str, str]) -> None:
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.starting = raw.get("startingOffsets")
-        self.starting_timestamp = raw.get("startingTimestamp")
         self._client: StreamClient | None = None
         self._target: OffsetMap | None = None  # availableNow: what existed at the start
+        self._last_trigger = time.monotonic()
 
     @property
     def client(self) -> StreamClient:
@@ -188,7 +232,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._client
 
     def _partitions(self) -> list[TopicPartition]:
-        return topic_partitions(self.client, self.options.streams)
+        return topic_partitions(self.client, self.options.current_streams())
 
     def _now(self) -> OffsetMap:
         return to_offset_map({tp: end for tp, (_, end) in
@@ -197,12 +241,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> OffsetMap:
         tps = self._partitions()
         bounds = _ends(self.client, tps)
-        if self.starting_timestamp is not None:
-            return to_offset_map(_timestamp_offsets(self.client, tps,
-                                                    int(self.starting_timestamp)))
-        starts = parse_offsets(self.starting, LATEST, tps)
-        return to_offset_map({tp: bounds[tp][0] if v == EARLIEST else bounds[tp][1]
-                              if v == LATEST else v for tp, v in starts.items()})
+        starts = resolve(self.client, self.options.starting, LATEST, tps)
+        return to_offset_map({tp: self._initial(tp, v, *bounds[tp]) for tp, v in starts.items()})
+
+    def _initial(self, tp: TopicPartition, wanted: int, first: int, end: int) -> int:
+        """As Kafka: a start past the end is data loss (the stream was recreated or the
+        offset is wrong), an error unless failOnDataLoss=false, which starts at the end."""
+        start = first if wanted == EARLIEST else end if wanted == LATEST else wanted
+        if start <= end:
+            return start
+        if self.options.fail_on_data_loss:
+            raise SourceError(_past_the_end(tp, start, end) + "; set failOnDataLoss=false to "
+                              "start at the end")
+        return end
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -217,23 +268,32 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key, offset in parts.items():
                 latest.setdefault(stream, {})[key] = max(latest.get(stream, {}).get(key, 0),
                                                          offset)
+        if not self._admitted(start, latest):
+            return start
         if isinstance(limit, ReadMaxRows):
             latest = _spread(start, latest, limit.max_rows)
+        self._last_trigger = time.monotonic()
         return latest
+
+    def _admitted(self, start: OffsetMap, latest: OffsetMap) -> bool:
+        """minOffsetsPerTrigger: enough new records, or waited maxTriggerDelay (availableNow
+        reads what there is)."""
+        wanted = self.options.min_offsets_per_trigger
+        if wanted is None or self._target is not None:
+            return True
+        waited_ms = (time.monotonic() - self._last_trigger) * 1000
+        return _lag(start, latest) >= wanted or waited_ms >= self.options.max_trigger_delay_ms
 
     def partitions(self, start: OffsetMap, end: OffsetMap) -> list[OffsetRange]:
         tps = self._partitions()
         bounds = _ends(self.client, tps)
         starts = from_offset_map(start, tps)
-        ranges: list[OffsetRange] = []
+        spans = []
         for tp, end_offset in from_offset_map(end, tps).items():
             first = bounds[tp][0]
-            begin = _checked_start(tp, starts.get(tp, first), first,
-                                   self.options.fail_on_data_loss)
-            if end_offset > begin:
-                ranges += _split(tp, begin, end_offset, self.options.url,
-                                 self.options.max_records_per_partition)
-        return ranges
+            spans.append((tp, _checked_start(tp, starts.get(tp, first), first,
+                                             self.options.fail_on_data_loss), end_offset))
+        return _plan(spans, self.options)
 
     # Spark hands back the partitions this reader planned: OffsetRanges.
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
@@ -248,10 +308,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = None
 
 
+def _lags(start: OffsetMap, latest: OffsetMap) -> dict[tuple[str, str], int]:
+    return {(s, k): max(e - start.get(s, {}).get(k, e), 0)
+            for s, parts in latest.items() for k, e in parts.items()}
+
+
+def _lag(start: OffsetMap, latest: OffsetMap) -> int:
+    return sum(_lags(start, latest).values())
+
+
 def _spread(start: OffsetMap, latest: OffsetMap, budget: int) -> OffsetMap:
     """Cap a micro-batch at `budget` records, shared by partitions in proportion to lag."""
-    lags = {(s, k): max(e - start.get(s, {}).get(k, e), 0)
-            for s, parts in latest.items() for k, e in parts.items()}
+    lags = _lags(start, latest)
     total = sum(lags.values())
     if total <= budget:
         return latest
@@ -289,20 +357,24 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
     publishers: dict[str, tuple[int, int]] = {}  # stream -> (publisher id, last stored id)
     pending: dict[str, list[tuple[int, bytes]]] = {}
     rows = skipped = 0
-    with StreamClient.connect(options.url) as client:
+    with options.connect() as client:
+        router = _Router(client)
         for batch in batches:
             columns = batch.to_pydict()
             values = columns.get("value") or [None] * batch.num_rows
             keys = columns.get("key") or [None] * batch.num_rows
             headers = columns.get("headers") or [None] * batch.num_rows
             targets = columns.get("stream") or [default_stream] * batch.num_rows
-            for value, key, header, stream in zip(values, keys, headers, targets, strict=True):
+            indexes = columns.get("partition") or [None] * batch.num_rows
+            for value, key, header, named, index in zip(values, keys, headers, targets, indexes,
+                                                        strict=True):
                 rows += 1
-                if stream is None:
+                if named is None:
                     raise SourceError("no target stream: give option 'stream' or a "
                                       "'stream' column")
+                stream = router.target(named, _bytes(key), index)
                 if stream not in publishers:
-                    last = client.declare_publisher(len(publishers), writer, stream)
+                    last = _declare(client, len(publishers), writer, stream, options)
                     publishers[stream] = (len(publishers), last)
                 publishing_id = (batch_id << ROW_BITS) | rows
                 if publishing_id <= publishers[stream][1]:
@@ -315,6 +387,47 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
             for stream, queue in pending.items():  # each Arrow batch is stored as it comes
                 _flush(client, publishers, stream, queue)
     return Written(rows, skipped)
+
+
+class _Router:
+    """Rows addressed to a super stream go to one of its partition streams: the one their
+    ``partition`` column names, else the one their key hashes to, as RabbitMQ's stream
+    clients route (murmur3 32-bit of the key, seed 104729, modulo the partition count)."""
+
+    def __init__(self, client: StreamClient) -> None:
+        self._client = client
+        self._members: dict[str, list[str] | None] = {}  # None: a plain stream
+
+    def target(self, stream: str, key: bytes | None, index: int | None) -> str:
+        if stream not in self._members:
+            self._members[stream] = self._client.partitions(stream)
+        members = self._members[stream]
+        if not members or members == [stream]:  # the broker answers a plain stream with itself
+            return stream
+        if index is not None:
+            if not 0 <= index < len(members):
+                raise SourceError(f"partition {index} of super stream {stream!r} does not "
+                                  f"exist: it has {len(members)}")
+            return members[index]
+        if key is None:
+            raise SourceError(f"a row for super stream {stream!r} needs a key or a partition")
+        return members[mmh3.hash(key, ROUTING_SEED, signed=False) % len(members)]
+
+
+def _declare(client: StreamClient, publisher_id: int, writer: str, stream: str,
+             options: SourceOptions) -> int:
+    """Declare the task's publisher on a stream; a missing stream named by a row is created
+    with createStream, or the error says how to get it created."""
+    try:
+        return client.declare_publisher(publisher_id, writer, stream)
+    except StreamClientError as exc:
+        if exc.code != ResponseCode.STREAM_DOES_NOT_EXIST:
+            raise
+        if not options.create_stream:
+            raise SourceError(f"{exc}; set option createStream=true (with maxAge/maxBytes "
+                              "for its retention) to create it") from None
+    _create(client, stream, options)
+    return client.declare_publisher(publisher_id, writer, stream)
 
 
 def _flush(client: StreamClient, publishers: dict[str, tuple[int, int]], stream: str,
