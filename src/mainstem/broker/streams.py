@@ -185,14 +185,19 @@ class StreamStore:
     ) -> Stream:
         """Create a stream; AlreadyExists if the name is taken (callers that
         declare idempotently compare the existing stream's arguments)."""
-        self._check_partition_count(partitions)
         arguments = dict(arguments or {})
-        retention_from_arguments(arguments, self._default_retention)  # validate first
-        self._check_names_free(namespace, name, partitions, arguments)
+        self.check_new(namespace, name, partitions, arguments)
         record = self._catalog.add_stream(namespace, name, partitions, arguments)
         # A crash during an earlier delete of this name may have left its files.
         self._discard(self._directory(record))
         return self._open_stream(record)
+
+    def check_new(self, namespace: str, name: str, partitions: int,
+                  arguments: Mapping[str, Any]) -> None:
+        """Raise what `create` would for this stream, creating nothing."""
+        self._check_partition_count(partitions)
+        retention_from_arguments(arguments, self._default_retention)
+        self._check_names_free(namespace, name, partitions, arguments)
 
     def add_partitions(self, namespace: str, name: str, partitions: int) -> Stream:
         """Grow a stream to `partitions` partitions (named `<stream>-<i>`)."""
