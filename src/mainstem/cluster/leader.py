@@ -167,12 +167,16 @@ class LeaderLog:
         """Wait for a new chunk, a moved commit point, or the heartbeat."""
         written = asyncio.ensure_future(self.partition.wait_written(position))
         moved = asyncio.ensure_future(asyncio.shield(self._commit_moved))
-        done, pending = await asyncio.wait({written, moved}, timeout=HEARTBEAT_S,
-                                           return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        for task in done:
-            task.result()  # PartitionClosed ends the feed
+        try:
+            await asyncio.wait({written, moved}, timeout=HEARTBEAT_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (written, moved):
+                task.cancel()
+            await asyncio.gather(written, moved, return_exceptions=True)
+        error = None if written.cancelled() else written.exception()
+        if error is not None:
+            raise error  # PartitionClosed ends the feed
 
 
 async def read_frame(reader: asyncio.StreamReader, limit: int) -> tuple[int, bytes]:

@@ -27,6 +27,7 @@ from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
 from mainstem.cluster.leader import LeaderLog, read_frame
 from mainstem.cluster.replica import PartitionRole
+from mainstem.log.partition import PartitionClosed
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -64,6 +65,7 @@ class ClusterNode:
         self.leading: dict[tuple[str, int], LeaderLog] = {}
         self.lease_lost = asyncio.Event()
         self._server: asyncio.Server | None = None
+        self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
 
@@ -90,6 +92,8 @@ class ClusterNode:
                              return_exceptions=True)
         if self._server is not None:
             self._server.close()
+        for writer in self._feeds:
+            writer.close()
         with contextlib.suppress(EtcdError):
             if self.lease:
                 await self.etcd.revoke(self.lease)  # let others take over at once
@@ -221,7 +225,9 @@ class ClusterNode:
         storage = layout.storage_name("stream", namespace, name)
         if storage in self.records:
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
-        replicas = self._choose_replicas(arguments)
+        live, _ = await self.etcd.get_prefix(_key("nodes", ""))  # the watch may lag behind
+        replicas = self._choose_replicas(arguments, sorted(kv.key.rpartition("/")[2]
+                                                           for kv in live))
         record = {"namespace": namespace, "name": name, "partitions": partitions,
                   "arguments": arguments, "replicas": replicas}
         operations = [put(_key("streams", storage), json.dumps(record).encode())]
@@ -244,10 +250,10 @@ class ClusterNode:
                 return
             await asyncio.sleep(0.05)
 
-    def _choose_replicas(self, arguments: Mapping[str, Any]) -> list[str]:
+    def _choose_replicas(self, arguments: Mapping[str, Any], live: list[str]) -> list[str]:
         """The replica set, leader first: `client-local` puts this node first (RabbitMQ's
-        default), `balanced` the node that leads the fewest partitions."""
-        live = sorted(self.nodes) or [self.node_name]
+        default), `balanced` the node with the fewest replicas."""
+        live = live or [self.node_name]
         wanted = next((arguments[a] for a in SIZE_ARGUMENTS if a in arguments), None)
         size = min(int(wanted) if wanted else DEFAULT_REPLICAS, len(live))
         locator = next((str(arguments[a]) for a in LOCATOR_ARGUMENTS if a in arguments),
@@ -295,6 +301,7 @@ class ClusterNode:
 
     async def _serve_follower(self, reader: asyncio.StreamReader,
                               writer: asyncio.StreamWriter) -> None:
+        self._feeds.add(writer)
         try:
             while True:  # HELLO again after each TRUNCATE
                 kind, body = await read_frame(reader, wire.MAX_CONTROL_FRAME)
@@ -315,7 +322,10 @@ class ClusterNode:
                     return
         except (asyncio.IncompleteReadError, ConnectionError, wire.WireError) as error:
             log.debug("replication.closed", extra={"error": str(error)})
+        except PartitionClosed:
+            pass  # the stream was deleted, or this node is stopping
         finally:
+            self._feeds.discard(writer)
             writer.close()
 
     def _refusal(self, hello: wire.Hello, leader: LeaderLog | None) -> str | None:
