@@ -10,10 +10,13 @@ no further than the leader's commit point.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from mainstem.cluster import wire
 from mainstem.cluster.leader import read_frame
 from mainstem.log.partition import Partition
+
+log = logging.getLogger("mainstem.cluster")
 
 MAX_CHUNK_FRAME = 1 << 30  # a chunk is at most a few MiB; refuse anything absurd
 
@@ -61,7 +64,11 @@ async def _agree(partition: Partition, hello: wire.Hello, reader: asyncio.Stream
         if kind == wire.FrameType.START:
             return
         if kind == wire.FrameType.TRUNCATE:
-            partition.truncate_from(wire.read_offset(body))
+            cut = wire.read_offset(body)
+            log.info("replica.truncated", extra={
+                "partition": str(partition.directory), "from": cut, "dropped":
+                partition.next_offset - cut})
+            partition.truncate_from(cut)
             continue
         raise Refused(body.decode(errors="replace"))
     raise wire.WireError("the leader kept asking to truncate")
