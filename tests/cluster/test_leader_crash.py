@@ -51,7 +51,7 @@ async def leader_port(port: int, stream: str) -> int | None:
     producer = Producer(**credentials(port))
     try:
         await producer.start()
-        client = await producer._get_or_create_client(stream)  # noqa: SLF001
+        client = await producer._get_or_create_client(stream)
         leader, _ = await client.query_leader_and_replicas(stream)
         return int(leader.port)
     except Exception:  # no leader yet: the metadata says the stream is not available

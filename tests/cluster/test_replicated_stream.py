@@ -62,7 +62,7 @@ async def stream_metadata(port: int, stream: str):
     producer = Producer(**credentials(port))
     await producer.start()
     try:
-        client = await producer._get_or_create_client(stream)  # noqa: SLF001
+        client = await producer._get_or_create_client(stream)
         return await client.query_leader_and_replicas(stream)
     finally:
         with contextlib.suppress(Exception):
