@@ -16,6 +16,7 @@ import json
 import logging
 import secrets
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -121,15 +122,20 @@ class ClusterNode:
 
     async def _keep_alive(self) -> None:
         """Renew the lease; without etcd for a whole TTL, this node's leaderships have
-        lapsed: it stops taking writes, then registers again once etcd answers."""
-        interval = self.lease_ttl / 3
+        lapsed (etcd lets others take them): it stops taking writes, then registers again
+        once etcd answers."""
+        interval = self.lease_ttl / 4
+        renewed = time.monotonic()
         while True:
             await asyncio.sleep(interval)
             try:
-                alive = await self.etcd.keep_alive(self.lease) > 0
+                if await self.etcd.keep_alive(self.lease) > 0:
+                    renewed = time.monotonic()
+                    continue
+                expired = True  # etcd says the lease is gone
             except EtcdError:
-                alive = False
-            if alive:
+                expired = time.monotonic() - renewed >= self.lease_ttl
+            if not expired:
                 continue
             log.warning("cluster.lease_lost", extra={"node": self.node_name})
             self.lease_lost.set()
@@ -138,9 +144,12 @@ class ClusterNode:
             while True:
                 try:
                     await self._register()
+                    renewed = time.monotonic()
                     break
                 except EtcdError:
                     await asyncio.sleep(interval)
+            for role in self.roles.values():
+                role.changed.set()
 
     # -- what etcd holds ------------------------------------------------------------------
 
