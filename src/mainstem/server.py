@@ -231,6 +231,7 @@ class Broker:
                                    settings.lease_ttl)
         await self.cluster.start()
         self.core.cluster = self.cluster
+        self.core.streams.replication = self.cluster
         self.ports["replication"] = self.cluster.replication_port
 
     async def _listen(self, spec: ProtocolSpec, host: str, port: int,

@@ -41,11 +41,20 @@ def bodies_on(port: int, stream: str) -> list[bytes]:
         client.close()
 
 
+def committed_end(port: int, stream: str) -> int:
+    """The offset after the last committed record of `stream` on the node at `port`."""
+    client = StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
+    try:
+        return client.offsets(stream).end
+    finally:
+        client.close()
+
+
 async def wait_for_count(port: int, stream: str, count: int, timeout_s: float = 20) -> None:
-    """Until the node at `port` serves at least `count` messages (a replica catching up)."""
+    """Until the node at `port` serves at least `count` records (a replica catching up)."""
     for _ in range(int(timeout_s * 10)):
         with contextlib.suppress(Exception):
-            if len(bodies_on(port, stream)) >= count:
+            if committed_end(port, stream) >= count:
                 return
         await asyncio.sleep(0.1)
     raise AssertionError(f"the node at {port} did not reach {count} messages")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mainstem.broker.streams import Stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,3 +43,13 @@ class ClusterView(Protocol):
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:
         """Where partition `index` of a stream lives; None for a stream it does not know."""
+
+
+class StreamReplication(Protocol):
+    """What the stream store tells the cluster, whichever protocol made the change."""
+
+    def adopt(self, stream: Stream) -> None:
+        """A stream was created on this node: replicate it."""
+
+    def forget(self, stream: Stream) -> None:
+        """A stream was deleted on this node: delete it everywhere."""

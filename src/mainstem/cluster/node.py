@@ -23,9 +23,12 @@ from typing import Any
 from mainstem.broker import layout
 from mainstem.broker.cluster_view import NodeAddress, Placement
 from mainstem.broker.core import BrokerCore
-from mainstem.broker.errors import AlreadyExists, NotFound
+from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
+from mainstem.broker.stream_service.forwarding import ForwardedAppend
+from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
+from mainstem.cluster.forwarding import Forwarding
 from mainstem.cluster.leader import LeaderLog, read_frame
 from mainstem.cluster.replica import PartitionRole
 from mainstem.log.partition import PartitionClosed
@@ -37,6 +40,7 @@ REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a clust
 SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size")
 LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
 DEFAULT_REPLICAS = 3
+MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 
 
 def _key(*parts: object) -> str:
@@ -67,6 +71,7 @@ class ClusterNode:
         self.lease_lost = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
+        self.forwarding = Forwarding(self)
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
 
@@ -95,6 +100,7 @@ class ClusterNode:
             self._server.close()
         for writer in self._feeds:
             writer.close()
+        self.forwarding.close()
         with contextlib.suppress(EtcdError):
             if self.lease:
                 await self.etcd.revoke(self.lease)  # let others take over at once
@@ -204,9 +210,11 @@ class ClusterNode:
             stream = streams.create(record["namespace"], record["name"], record["partitions"],
                                     arguments)
         for index, service in enumerate(stream.services):
-            if (storage, index) not in self.roles:
-                role = PartitionRole(self, storage, index, service, record)
-                self.roles[(storage, index)] = role
+            role = self.roles.get((storage, index))
+            if role is None:
+                role = self.roles[(storage, index)] = PartitionRole(self, storage, index,
+                                                                    service, record)
+            if role.task is None:
                 role.start()
 
     def _drop_stream(self, storage: str) -> None:
@@ -219,11 +227,16 @@ class ClusterNode:
             self._spawn(self.core.streams.delete(record["namespace"], record["name"]))
 
     def _forget_deleted_streams(self) -> None:
-        """Local copies of cluster streams deleted while this node was away go too."""
+        """Local copies of cluster streams deleted while this node was away go; streams
+        this node had before it joined (from single-node mode) become the cluster's."""
         for stream in self.core.streams.list():
             storage = layout.storage_name("stream", stream.namespace, stream.name)
-            if stream.record.arguments.get(REPLICATED) and storage not in self.records:
+            if storage in self.records:
+                continue
+            if stream.record.arguments.get(REPLICATED):
                 self._spawn(self.core.streams.delete(stream.namespace, stream.name))
+            else:
+                self.adopt(stream)
 
     # -- ClusterView -----------------------------------------------------------------------
 
@@ -235,22 +248,83 @@ class ClusterNode:
         if storage in self.records:
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
         live, _ = await self.etcd.get_prefix(_key("nodes", ""))  # the watch may lag behind
-        replicas = self._choose_replicas(arguments, sorted(kv.key.rpartition("/")[2]
-                                                           for kv in live))
-        record = {"namespace": namespace, "name": name, "partitions": partitions,
-                  "arguments": arguments, "replicas": replicas}
+        record = self._new_record(namespace, name, partitions, arguments,
+                                  [kv.key.rpartition("/")[2] for kv in live])
+        if not await self._claim(storage, record):
+            raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
+        self._add_stream(storage, record)
+        await self._await_leaders(namespace, name, partitions)
+
+    def _new_record(self, namespace: str, name: str, partitions: int,
+                    arguments: Mapping[str, Any], live: list[str]) -> dict[str, Any]:
+        return {"namespace": namespace, "name": name, "partitions": partitions,
+                "arguments": dict(arguments),
+                "replicas": self._choose_replicas(arguments, sorted(live))}
+
+    async def _claim(self, storage: str, record: dict[str, Any]) -> bool:
+        """Record a new stream in etcd with its replica sets; False if one of that name
+        exists. The leader is the first replica: this node, unless placement said not."""
+        replicas = record["replicas"]
         operations = [put(_key("streams", storage), json.dumps(record).encode())]
-        for index in range(partitions):
+        for index in range(record["partitions"]):
             operations += [put(_key("isr", storage, index), json.dumps(replicas).encode()),
                            put(_key("epochs", storage, index), b"1")]
             if replicas[0] == self.node_name:
                 leader = {"node": self.node_name, "epoch": 1}
                 operations.append(put(_key("leaders", storage, index),
                                       json.dumps(leader).encode(), self.lease))
-        if not await self.etcd.txn([Compare(_key("streams", storage), "CREATE", 0)], operations):
-            raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
-        self._add_stream(storage, record)
-        await self._await_leaders(namespace, name, partitions)
+        return await self.etcd.txn([Compare(_key("streams", storage), "CREATE", 0)], operations)
+
+    # -- StreamReplication: streams any protocol creates or deletes on this node ---------
+
+    def adopt(self, stream: Stream) -> None:
+        """A stream was created here by a protocol: make it the cluster's. Its partitions
+        write nothing locally (appends wait for a leader) until etcd has it."""
+        storage = layout.storage_name("stream", stream.namespace, stream.name)
+        if storage in self.records:
+            return  # one the cluster made: _add_stream created it here
+        record = self._new_record(stream.namespace, stream.name, len(stream.services),
+                                  stream.record.arguments, list(self.nodes))
+        self.records[storage] = record
+        for index, service in enumerate(stream.services):
+            self.roles[(storage, index)] = PartitionRole(self, storage, index, service, record)
+        self._spawn(self._claim_adopted(storage, record))
+
+    async def _claim_adopted(self, storage: str, record: dict[str, Any]) -> None:
+        while True:
+            try:
+                won = await self._claim(storage, record)
+                existing = None if won else await self.etcd.get(_key("streams", storage))
+                break
+            except EtcdError:
+                await asyncio.sleep(0.5)
+        if existing is not None:  # another node made it first: theirs stands
+            record = self.records[storage] = existing.json()
+        roles = [role for (s, _), role in self.roles.items() if s == storage]
+        if self.node_name not in record["replicas"]:
+            self._drop_stream(storage)
+            return
+        for role in roles:
+            role.replicas = list(record["replicas"])
+            if role.task is None:
+                role.start()
+
+    def forget(self, stream: Stream) -> None:
+        """A stream was deleted here by a protocol: delete it on every node."""
+        storage = layout.storage_name("stream", stream.namespace, stream.name)
+        record = self.records.pop(storage, None)
+        if record is None:
+            return  # the cluster deleted it: _drop_stream is deleting it here
+        for key in [k for k in self.roles if k[0] == storage]:
+            self.roles.pop(key).stop()
+        self._spawn(self._unclaim(storage, record["partitions"]))
+
+    async def _unclaim(self, storage: str, partitions: int) -> None:
+        operations = [delete(_key("streams", storage))]
+        for index in range(partitions):
+            operations += [delete(_key(kind, storage, index))
+                           for kind in ("leaders", "isr", "epochs")]
+        await self.etcd.txn([], operations)
 
     async def _await_leaders(self, namespace: str, name: str, partitions: int) -> None:
         storage = layout.storage_name("stream", namespace, name)
@@ -284,11 +358,7 @@ class ClusterNode:
         record = self.records.get(storage)
         if record is None:
             raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
-        operations = [delete(_key("streams", storage))]
-        for index in range(record["partitions"]):
-            operations += [delete(_key(kind, storage, index))
-                           for kind in ("leaders", "isr", "epochs")]
-        await self.etcd.txn([], operations)
+        await self._unclaim(storage, record["partitions"])
         self._drop_stream(storage)
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:
@@ -314,6 +384,9 @@ class ClusterNode:
         try:
             while True:  # HELLO again after each TRUNCATE
                 kind, body = await read_frame(reader, wire.MAX_CONTROL_FRAME)
+                if kind == wire.FrameType.FORWARD_HELLO:
+                    await self._serve_forwards(body, reader, writer)
+                    return
                 if kind != wire.FrameType.HELLO:
                     raise wire.WireError(f"a follower opens with HELLO, not {kind}")
                 hello = wire.Hello.decode(body)
@@ -336,6 +409,45 @@ class ClusterNode:
         finally:
             self._feeds.discard(writer)
             writer.close()
+
+    async def _serve_forwards(self, hello: bytes, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> None:
+        """Run the appends another node forwards to partitions this node leads."""
+        try:
+            secret = str(json.loads(hello)["secret"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise wire.WireError(f"bad FORWARD_HELLO: {error}") from error
+        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
+            writer.write(wire.frame(wire.FrameType.REFUSE, b"wrong cluster secret"))
+            return
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                _, body = await read_frame(reader, MAX_FORWARD_FRAME)
+                request, storage, index, append = wire.decode_forward(body)
+                task = asyncio.get_running_loop().create_task(
+                    self._run_forward(request, storage, index, append, writer))
+                running.add(task)
+                task.add_done_callback(running.discard)
+        finally:
+            for task in running:
+                task.cancel()
+
+    async def _run_forward(self, request: int, storage: str, index: int,
+                           append: ForwardedAppend, writer: asyncio.StreamWriter) -> None:
+        answer: dict[str, object] = {"id": request}
+        role = self.roles.get((storage, index))
+        if role is None or (storage, index) not in self.leading:
+            answer["error"] = f"{self.node_name} does not lead partition {index} of the stream"
+        else:
+            try:
+                receipt = role.service.appender.run_forwarded(append)
+                await receipt.durable
+                answer["offset"] = receipt.first_offset
+            except (BrokerError, PartitionClosed, OSError) as error:
+                answer["error"] = str(error)
+        if not writer.is_closing():
+            writer.write(wire.frame(wire.FrameType.FORWARDED, json.dumps(answer).encode()))
 
     def _refusal(self, hello: wire.Hello, leader: LeaderLog | None) -> str | None:
         if not hmac.compare_digest(hello.secret.encode(), self.secret.encode()):

@@ -20,6 +20,7 @@ from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
 from mainstem.cluster.follower import Refused, follow
+from mainstem.cluster.forwarding import PartitionForwarder
 from mainstem.cluster.leader import LeaderLog
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ class PartitionRole:
         self.epoch = 0
         self.epoch_revision = 0
         self._last_leader: str | None = None
-        service.partition.writable = False  # until this node is elected
+        # Until this node is elected, it writes nothing itself: appends go to the leader.
+        service.partition.writable = False
+        service.appender.forwarder = PartitionForwarder(node, self)
 
     def _key(self, kind: str) -> str:
         return f"/mainstem/{kind}/{self.storage}/{self.index}"
@@ -117,7 +120,7 @@ class PartitionRole:
             return
         preferred = self.replicas[0]
         if preferred != me and preferred in self.node.nodes and preferred in self.isr:
-            await self._wait_changed(PREFERRED_HEAD_START_S)
+            await self.wait_changed(PREFERRED_HEAD_START_S)
             if self.leader is not None:
                 return
         await asyncio.sleep(random.uniform(0, 0.2))  # spread rivals' transactions
@@ -138,9 +141,9 @@ class PartitionRole:
         else:
             await self._read_state()
             if self.leader is None:
-                await self._wait_changed(0.2)
+                await self.wait_changed(0.2)
 
-    async def _wait_changed(self, timeout: float) -> None:
+    async def wait_changed(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.changed.wait(), timeout)
 
@@ -152,6 +155,7 @@ class PartitionRole:
         leader = LeaderLog(partition, self.node.node_name, self.replicas, self.isr,
                            self._write_isr, self.node.lag_timeout)
         self.node.leading[(self.storage, self.index)] = leader
+        forwarder, self.service.appender.forwarder = self.service.appender.forwarder, None
         partition.writable = True
         try:
             while self.leader_node == self.node.node_name and self._holds_lease():
@@ -161,6 +165,7 @@ class PartitionRole:
                 await self.changed.wait()
         finally:
             partition.writable = False
+            self.service.appender.forwarder = forwarder
             leader.close()
             self.node.leading.pop((self.storage, self.index), None)
 
@@ -181,7 +186,7 @@ class PartitionRole:
         address = self.node.nodes.get(leader)
         port = self.node.replication_ports.get(leader)
         if address is None or port is None:
-            await self._wait_changed(0.5)
+            await self.wait_changed(0.5)
             return
         partition = self.service.partition
         last = partition.last_chunk()
@@ -201,4 +206,4 @@ class PartitionRole:
         if error is not None and not isinstance(error, (OSError, asyncio.IncompleteReadError,
                                                          wire.WireError, Refused)):
             raise error
-        await self._wait_changed(0.3)  # the leader went away or refused: look again soon
+        await self.wait_changed(0.3)  # the leader went away or refused: look again soon

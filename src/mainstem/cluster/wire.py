@@ -5,6 +5,9 @@
 A follower opens with HELLO (JSON: the cluster secret, the partition, who it is and
 where its log ends). The leader answers TRUNCATE (cut your log at this offset, then say
 HELLO again), START (your log agrees with mine: chunks follow) or REFUSE (a reason).
+A node that forwards appends to partitions this node leads opens with FORWARD_HELLO
+instead, then sends FORWARD frames; each is answered by a FORWARDED frame once the
+append is committed (or failed), in whatever order they complete.
 Then the leader sends CHUNK frames — whether the chunk opens a segment, the commit
 point, and the chunk itself as it lies on disk, trailer included — and COMMIT frames
 when only the commit point moved; the follower answers ACK with the offset below which
@@ -16,8 +19,10 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from mainstem.broker.stream_service.forwarding import ForwardedAppend
 
 FRAME = struct.Struct(">IB")  # length (type and body), type
 OFFSET = struct.Struct(">Q")
@@ -33,6 +38,9 @@ class FrameType(enum.IntEnum):
     CHUNK = 5
     COMMIT = 6
     REFUSE = 7
+    FORWARD_HELLO = 8  # a node that forwards appends: JSON secret and node
+    FORWARD = 9  # one append, see encode_forward
+    FORWARDED = 10  # JSON id and offset, or id and error
 
 
 class WireError(Exception):
@@ -81,3 +89,37 @@ def read_offset(body: bytes) -> int:
         raise WireError(f"an offset is {OFFSET.size} bytes, got {len(body)}")
     value: int = OFFSET.unpack(body)[0]
     return value
+
+
+ENTRY_LENGTH = struct.Struct(">I")
+_APPEND_FIELDS = [f.name for f in fields(ForwardedAppend) if f.name != "entries"]
+
+
+def encode_forward(request: int, stream: str, partition: int, append: ForwardedAppend) -> bytes:
+    """FORWARD: header length u32 | JSON header | entries, each length u32 | bytes."""
+    header = {name: getattr(append, name) for name in _APPEND_FIELDS}
+    header.update(id=request, stream=stream, partition=partition)
+    encoded = json.dumps(header).encode()
+    parts = [ENTRY_LENGTH.pack(len(encoded)), encoded]
+    for entry in append.entries:
+        parts += [ENTRY_LENGTH.pack(len(entry)), bytes(entry)]
+    return frame(FrameType.FORWARD, b"".join(parts))
+
+
+def decode_forward(body: bytes) -> tuple[int, str, int, ForwardedAppend]:
+    """(request id, stream, partition, the append) of a FORWARD frame's body."""
+    try:
+        size = ENTRY_LENGTH.unpack_from(body)[0]
+        header = json.loads(body[4:4 + size])
+        view, position, entries = memoryview(body), 4 + size, []
+        while position < len(body):
+            length = ENTRY_LENGTH.unpack_from(body, position)[0]
+            position += 4
+            if position + length > len(body):
+                raise WireError("an entry runs past the frame")
+            entries.append(view[position:position + length])
+            position += length
+        append = ForwardedAppend(entries, **{name: header[name] for name in _APPEND_FIELDS})
+        return int(header["id"]), str(header["stream"]), int(header["partition"]), append
+    except (struct.error, ValueError, KeyError, TypeError) as error:
+        raise WireError(f"bad FORWARD: {error}") from error

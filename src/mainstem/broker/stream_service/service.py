@@ -29,11 +29,6 @@ class PartitionService:
         await self.partition.aclose()
 
     @property
-    def writable(self) -> bool:
-        """False on a replica that follows its leader on another node."""
-        return self.partition.writable
-
-    @property
     def first_offset(self) -> int:
         return self.partition.first_offset
 

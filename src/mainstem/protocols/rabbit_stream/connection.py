@@ -451,10 +451,6 @@ class StreamConnection:
         except BrokerError as error:
             self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, response_code(error))
             return
-        if not partition.writable:  # a replica: publishers go to the leader (Metadata)
-            self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id,
-                         ResponseCode.STREAM_NOT_AVAILABLE)
-            return
         self.send(self.publishers.declare(frame, partition))
 
     def on_publish(self, frame: f.Publish) -> None:
