@@ -1,10 +1,13 @@
 """Clients on any node: a replica forwards appends to the partition's leader, so a
 stream publisher or a BSON event publisher connected to a replica is confirmed once the
-leader commits, and readers on every node see the same log."""
+leader commits, and readers on every node see the same log; users, vhosts and
+permissions made on one node hold on every node."""
 
 from __future__ import annotations
 
 import asyncio
+
+import aiohttp
 
 from mainstem.client.events import EventsClient
 from mainstem.client.stream import StreamClient
@@ -60,3 +63,42 @@ async def test_bson_events_published_on_every_node_reach_one_channel(
     per_node = [[n for n in received if k * 100 < n <= k * 100 + 50] for k in range(3)]
     assert all(part == sorted(part) for part in per_node)  # each node's order kept
     await asyncio.sleep(0)
+
+
+async def test_users_vhosts_and_permissions_made_on_one_node_work_on_every_node(
+        mainstem_cluster: LocalCluster) -> None:
+    """Created through node1's management API, a vhost, a user and its permissions let
+    that user in through every node; deleted through node2, they are gone everywhere."""
+    nodes = list(mainstem_cluster.nodes.values())
+    admin_headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with aiohttp.ClientSession(headers=admin_headers) as http:
+        admin = f"http://127.0.0.1:{nodes[0].ports['admin']}/api"
+        assert (await http.put(f"{admin}/vhosts/shop")).status in (201, 204)
+        assert (await http.put(f"{admin}/users/ann", json={
+            "password": "s3cret", "tags": ""})).status in (201, 204)
+        assert (await http.put(f"{admin}/permissions/shop/ann", json={
+            "configure": ".*", "write": ".*", "read": ".*"})).status in (201, 204)
+        for node in nodes:
+            for _ in range(50):
+                try:
+                    client = StreamClient.connect(
+                        f"rabbitmq-stream://ann:s3cret@127.0.0.1:{node.ports['stream']}/shop")
+                    break
+                except Exception:
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"ann cannot log in through {node.name}")
+            client.close()
+        other = f"http://127.0.0.1:{nodes[1].ports['admin']}/api"
+        assert (await http.delete(f"{other}/users/ann")).status == 204
+        for node in nodes:
+            for _ in range(50):
+                try:
+                    StreamClient.connect(
+                        f"rabbitmq-stream://ann:s3cret@127.0.0.1:{node.ports['stream']}/shop"
+                    ).close()
+                except Exception:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"ann deleted on node2 still logs in through {node.name}")

@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote, unquote
 
 from mainstem.broker import layout
 from mainstem.broker.cluster_view import NodeAddress, Placement
@@ -72,6 +73,9 @@ class ClusterNode:
         self._server: asyncio.Server | None = None
         self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
         self.forwarding = Forwarding(self)
+        # Catalog changes made here, shared through etcd in the order they were made.
+        self._changes: asyncio.Queue[tuple[str, tuple[Any, ...], dict[str, Any] | None]] = (
+            asyncio.Queue())
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
 
@@ -86,10 +90,13 @@ class ClusterNode:
         await self._load()
         self._spawn(self._keep_alive())
         self._spawn(self._watch())
+        self._spawn(self._share_changes())
+        self.core.catalog.on_change = self._queue_change
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 
     async def stop(self) -> None:
+        self.core.catalog.on_change = None
         for role in self.roles.values():
             role.stop()
         for task in self._tasks:
@@ -187,10 +194,42 @@ class ClusterNode:
                 self._drop_stream(parts[1])
             else:
                 self._add_stream(parts[1], event.kv.json())
+        elif kind == "catalog" and len(parts) >= 3:
+            self._apply_catalog(parts[1], [unquote(p) for p in parts[2:]], event.kv.json())
         elif kind in ("leaders", "isr", "epochs") and len(parts) == 3:
             role = self.roles.get((parts[1], int(parts[2])))
             if role is not None:
                 role.update(kind, None if deleted else event.kv)
+
+    def _queue_change(self, kind: str, key: tuple[Any, ...],
+                      row: dict[str, Any] | None) -> None:
+        self._changes.put_nowait((kind, key, row))
+
+    async def _share_changes(self) -> None:
+        """Write catalog changes to etcd one at a time, so every node applies them in
+        the order they were made (a user before its permissions). A deletion is a
+        tombstone (null): etcd reports no event for deleting a key it never had."""
+        while True:
+            kind, key, row = await self._changes.get()
+            path = _key("catalog", kind, *(quote(str(part), safe="") for part in key))
+            while True:
+                try:
+                    await self.etcd.put(path, json.dumps(row).encode())
+                    break
+                except EtcdError:
+                    await asyncio.sleep(0.5)
+
+    def _apply_catalog(self, kind: str, key: list[str], row: dict[str, Any] | None) -> None:
+        """A catalog change, made here or on another node (applying one's own is a
+        no-op, and keeps every node in etcd's order when two change the same thing)."""
+        if kind == "namespace" and row is None:
+            self._spawn(self._delete_namespace(key[0]))
+        else:
+            self.core.catalog.apply(kind, key, row)
+
+    async def _delete_namespace(self, name: str) -> None:
+        with contextlib.suppress(BrokerError):
+            await self.core.delete_namespace(name)
 
     def _apply_node(self, name: str, info: dict[str, Any] | None) -> None:
         if info is None:
