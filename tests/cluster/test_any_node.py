@@ -12,11 +12,7 @@ import aiohttp
 from mainstem.client.events import EventsClient
 from mainstem.client.stream import StreamClient
 from mainstem.testing_cluster import LocalCluster
-from tests.support.cluster_clients import bodies_on, wait_for_count
-
-
-def stream_client(port: int) -> StreamClient:
-    return StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
+from tests.support.cluster_clients import bodies_on, stream_client, wait_for_count
 
 
 def amqp_message(body: bytes) -> bytes:

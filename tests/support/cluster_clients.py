@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from urllib.parse import quote
 
 from rstream import AMQPMessage, ConfirmationStatus, Producer, amqp_decoder
 
@@ -28,9 +29,14 @@ def numbered(first: int, last: int) -> list[AMQPMessage]:
     return batch
 
 
+def stream_client(port: int, vhost: str = "/") -> StreamClient:
+    return StreamClient.connect(
+        f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/{quote(vhost, safe='')}")
+
+
 def bodies_on(port: int, stream: str) -> list[bytes]:
     """Every committed message of `stream` as the node at `port` itself serves it."""
-    client = StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
+    client = stream_client(port)
     try:
         offsets = client.offsets(stream)
         bodies = []
@@ -41,20 +47,21 @@ def bodies_on(port: int, stream: str) -> list[bytes]:
         client.close()
 
 
-def committed_end(port: int, stream: str) -> int:
+def committed_end(port: int, stream: str, vhost: str = "/") -> int:
     """The offset after the last committed record of `stream` on the node at `port`."""
-    client = StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
+    client = stream_client(port, vhost)
     try:
         return client.offsets(stream).end
     finally:
         client.close()
 
 
-async def wait_for_count(port: int, stream: str, count: int, timeout_s: float = 20) -> None:
+async def wait_for_count(port: int, stream: str, count: int, timeout_s: float = 20, *,
+                         vhost: str = "/") -> None:
     """Until the node at `port` serves at least `count` records (a replica catching up)."""
     for _ in range(int(timeout_s * 10)):
         with contextlib.suppress(Exception):
-            if committed_end(port, stream) >= count:
+            if committed_end(port, stream, vhost) >= count:
                 return
         await asyncio.sleep(0.1)
     raise AssertionError(f"the node at {port} did not reach {count} messages")

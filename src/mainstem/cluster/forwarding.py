@@ -35,6 +35,10 @@ class ForwardFailed(NotWritable):
     the connection to it broke before it answered)."""
 
 
+class NotRun(ForwardFailed):
+    """The node asked is not the leader: it ran nothing, so the append may go elsewhere."""
+
+
 class _Link:
     """One connection to a leader node, carrying forwarded appends and their answers."""
 
@@ -55,7 +59,8 @@ class _Link:
                 if future is None or future.done():
                     continue
                 if "error" in answer:
-                    future.set_exception(ForwardFailed(str(answer["error"])))
+                    failure = NotRun if answer.get("retry") else ForwardFailed
+                    future.set_exception(failure(str(answer["error"])))
                 else:
                     future.set_result(int(answer["offset"]))
         except (OSError, asyncio.IncompleteReadError, wire.WireError, ValueError) as error:
@@ -150,6 +155,9 @@ class PartitionForwarder:
             except OSError:
                 await role.wait_changed(0.2)
                 continue
-            return await link.send(role.storage, role.index, append)
+            try:
+                return await link.send(role.storage, role.index, append)
+            except NotRun:
+                await role.wait_changed(0.1)  # it was not the leader (any more, or yet)
         raise ForwardFailed(f"partition {role.index} of a stream has had no leader for "
                             f"{LEADER_WAIT_S:.0f} s")

@@ -42,6 +42,7 @@ SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size")
 LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
 DEFAULT_REPLICAS = 3
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
+FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 
 
 def _key(*parts: object) -> str:
@@ -169,7 +170,7 @@ class ClusterNode:
     async def _load(self) -> None:
         kvs, self._revision = await self.etcd.get_prefix(PREFIX)
         for kv in kvs:
-            self._apply(Event("PUT", kv))
+            self._apply_logged(Event("PUT", kv))
         self._forget_deleted_streams()
 
     async def _watch(self) -> None:
@@ -177,12 +178,20 @@ class ClusterNode:
             try:
                 async for event in self.etcd.watch_prefix(PREFIX, self._revision + 1):
                     self._revision = max(self._revision, event.kv.mod_revision)
-                    self._apply(event)
+                    self._apply_logged(event)
             except (EtcdError, OSError, ValueError) as error:
                 log.warning("cluster.watch_failed", extra={"error": str(error)})
             except Exception as error:  # aiohttp's errors: the watch restarts from where it was
                 log.warning("cluster.watch_failed", extra={"error": repr(error)})
             await asyncio.sleep(0.5)
+
+    def _apply_logged(self, event: Event) -> None:
+        """Apply one change; one that fails is logged and skipped, never stops the watch."""
+        try:
+            self._apply(event)
+        except (BrokerError, OSError, ValueError, KeyError) as error:
+            log.error("cluster.change_failed", extra={"key": event.kv.key,
+                                                      "error": repr(error)})
 
     def _apply(self, event: Event) -> None:
         parts = event.kv.key[len(PREFIX):].split("/")
@@ -245,6 +254,8 @@ class ClusterNode:
         streams = self.core.streams
         stream = streams.find(record["namespace"], record["name"])
         if stream is None:
+            # Its namespace's own change may come later: the stream's creator made both.
+            self.core.catalog.apply("namespace", (record["namespace"],), {})
             arguments = {**record["arguments"], REPLICATED: True}
             stream = streams.create(record["namespace"], record["name"], record["partitions"],
                                     arguments)
@@ -476,8 +487,11 @@ class ClusterNode:
                            append: ForwardedAppend, writer: asyncio.StreamWriter) -> None:
         answer: dict[str, object] = {"id": request}
         role = self.roles.get((storage, index))
+        if role is not None and role.leader_node == self.node_name:
+            await role.leading(FORWARD_LEAD_WAIT_S)  # elected, maybe not yet taking writes
         if role is None or (storage, index) not in self.leading:
             answer["error"] = f"{self.node_name} does not lead partition {index} of the stream"
+            answer["retry"] = True  # not run: the sender may try the leader it finds next
         else:
             try:
                 receipt = role.service.appender.run_forwarded(append)

@@ -50,6 +50,7 @@ class PartitionRole:
         self.epoch = 0
         self.epoch_revision = 0
         self._last_leader: str | None = None
+        self._leading = asyncio.Event()  # set while this node leads the partition
         # Until this node is elected, it writes nothing itself: appends go to the leader.
         service.partition.writable = False
         service.appender.forwarder = PartitionForwarder(node, self)
@@ -106,6 +107,12 @@ class PartitionRole:
             if kv is not None:
                 self.update(kind, kv)
 
+    async def leading(self, timeout: float) -> bool:
+        """Whether this node leads the partition, waiting up to `timeout` for it to."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._leading.wait(), timeout)
+        return self._leading.is_set()
+
     def _holds_lease(self) -> bool:
         return self.leader_lease == self.node.lease and not self.node.lease_lost.is_set()
 
@@ -157,6 +164,7 @@ class PartitionRole:
         self.node.leading[(self.storage, self.index)] = leader
         forwarder, self.service.appender.forwarder = self.service.appender.forwarder, None
         partition.writable = True
+        self._leading.set()
         try:
             while self.leader_node == self.node.node_name and self._holds_lease():
                 self.changed.clear()
@@ -164,8 +172,12 @@ class PartitionRole:
                 leader.on_ack(self.node.node_name, 0)  # the set may have changed: recompute
                 await self.changed.wait()
         finally:
+            self._leading.clear()
             partition.writable = False
             self.service.appender.forwarder = forwarder
+            log.info("replica.stepped_down", extra={
+                "stream": self.storage, "partition": self.index, "leader": self.leader_node,
+                "lease_lost": self.node.lease_lost.is_set()})
             leader.close()
             self.node.leading.pop((self.storage, self.index), None)
 
