@@ -13,8 +13,11 @@ import asyncio
 import itertools
 import json
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from mainstem.broker.stream_service import Appender
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.cluster import wire
 from mainstem.cluster.leader import read_frame
@@ -39,12 +42,23 @@ class NotRun(ForwardFailed):
     """The node asked is not the leader: it ran nothing, so the append may go elsewhere."""
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A leader's answer to a forwarded append."""
+
+    offset: int  # of the append's first record
+    sequence: int | None  # the writer's, when the append named one
+
+
 class _Link:
     """One connection to a leader node, carrying forwarded appends and their answers."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
-        self.pending: dict[int, asyncio.Future[int]] = {}
+        self.pending: dict[int, asyncio.Future[Answer]] = {}
         self.ids = itertools.count(1)
         self.task = asyncio.get_running_loop().create_task(self._read(reader))
 
@@ -62,7 +76,7 @@ class _Link:
                     failure = NotRun if answer.get("retry") else ForwardFailed
                     future.set_exception(failure(str(answer["error"])))
                 else:
-                    future.set_result(int(answer["offset"]))
+                    future.set_result(Answer(int(answer["offset"]), answer.get("sequence")))
         except (OSError, asyncio.IncompleteReadError, wire.WireError, ValueError) as error:
             self._fail(ForwardFailed(f"the leader's connection broke: {error}"))
         finally:
@@ -74,9 +88,10 @@ class _Link:
                 future.set_exception(error)
         self.pending.clear()
 
-    def send(self, stream: str, partition: int, append: ForwardedAppend) -> asyncio.Future[int]:
+    def send(self, stream: str, partition: int, append: ForwardedAppend
+             ) -> asyncio.Future[Answer]:
         request = next(self.ids)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.pending[request] = future
         self.writer.write(wire.encode_forward(request, stream, partition, append))
         return future
@@ -121,32 +136,46 @@ class PartitionForwarder:
         self.role = role
 
     def forward(self, append: ForwardedAppend) -> asyncio.Future[int]:
-        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        task = asyncio.get_running_loop().create_task(self._run(append))
+        return self._spawn(self._first_offset(append))
 
-        def done(task: asyncio.Task[int]) -> None:
+    def sequence(self, writer: str) -> asyncio.Future[int | None]:
+        return self._spawn(self._sequence(writer))
+
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+        """A future of `work`'s result that fails with ForwardFailed if it is cancelled."""
+        answer: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        task = asyncio.get_running_loop().create_task(work)
+
+        def done(task: asyncio.Task[T]) -> None:
             if answer.done():
                 return
             if task.cancelled():
                 answer.set_exception(ForwardFailed("the append was cancelled"))
-            elif task.exception() is not None:
-                answer.set_exception(task.exception())  # type: ignore[arg-type]
+            elif (error := task.exception()) is not None:
+                answer.set_exception(error)
             else:
                 answer.set_result(task.result())
 
         task.add_done_callback(done)
         return answer
 
-    async def _run(self, append: ForwardedAppend) -> int:
+    async def _first_offset(self, append: ForwardedAppend) -> int:
+        return (await self._run(append)).offset
+
+    async def _sequence(self, writer: str) -> int | None:
+        """The writer's sequence as its leader has it committed: appending nothing under
+        its name, the answer comes once everything before is committed."""
+        sequence = (await self._run(ForwardedAppend((), False, writer=writer))).sequence
+        return None if sequence is None else int(sequence)
+
+    async def _run(self, append: ForwardedAppend) -> Answer:
         role = self.role
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
         while loop.time() < deadline:
             leader = role.leader_node
             if leader == self.node.node_name and role.service.partition.writable:
-                receipt = role.service.appender.run_forwarded(append)
-                await receipt.durable
-                return receipt.first_offset
+                return await run_here(role.service.appender, append)
             if leader is None or leader == self.node.node_name or leader not in self.node.nodes:
                 await role.wait_changed(0.1)
                 continue
@@ -161,3 +190,12 @@ class PartitionForwarder:
                 await role.wait_changed(0.1)  # it was not the leader (any more, or yet)
         raise ForwardFailed(f"partition {role.index} of a stream has had no leader for "
                             f"{LEADER_WAIT_S:.0f} s")
+
+
+async def run_here(appender: Appender, append: ForwardedAppend) -> Answer:
+    """Run a forwarded append on this node, the leader: its first offset, and the
+    writer's sequence once committed."""
+    receipt = appender.run_forwarded(append)
+    await receipt.durable
+    sequence = None if append.writer is None else appender.sequence(append.writer)
+    return Answer(receipt.first_offset, sequence)

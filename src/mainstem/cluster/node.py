@@ -29,7 +29,7 @@ from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
-from mainstem.cluster.forwarding import Forwarding
+from mainstem.cluster.forwarding import Forwarding, run_here
 from mainstem.cluster.leader import LeaderLog, read_frame
 from mainstem.cluster.replica import PartitionRole
 from mainstem.log.partition import PartitionClosed
@@ -494,9 +494,8 @@ class ClusterNode:
             answer["retry"] = True  # not run: the sender may try the leader it finds next
         else:
             try:
-                receipt = role.service.appender.run_forwarded(append)
-                await receipt.durable
-                answer["offset"] = receipt.first_offset
+                ran = await run_here(role.service.appender, append)
+                answer.update(offset=ran.offset, sequence=ran.sequence)
             except (BrokerError, PartitionClosed, OSError) as error:
                 answer["error"] = str(error)
         if not writer.is_closing():

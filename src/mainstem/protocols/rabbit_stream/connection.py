@@ -497,7 +497,7 @@ class StreamConnection:
                         ids.extend(self._confirms.popleft()[2])
                 self.send(r.PublishConfirm(publisher.publisher_id, ids))
 
-    def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
+    async def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
         try:
             self._check("read", frame.stream)
             _, partition = self._resolve(frame.stream)
@@ -505,7 +505,10 @@ class StreamConnection:
             self.send(r.QueryPublisherSequenceResponse(frame.correlation_id,
                                                        response_code(error), 0))
             return
-        sequence = partition.appender.sequence(frame.reference) or 0
+        appender = partition.appender
+        # A replica asks the leader: its own log may hold chunks never committed.
+        sequence = (appender.sequence(frame.reference) if appender.forwarder is None
+                    else await appender.committed_sequence(frame.reference)) or 0
         self.send(r.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK,
                                                    sequence))
 
