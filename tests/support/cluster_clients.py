@@ -29,6 +29,11 @@ def numbered(first: int, last: int) -> list[AMQPMessage]:
     return batch
 
 
+def amqp_message(body: bytes) -> bytes:
+    """An AMQP 1.0 message of one data section (what stream clients publish)."""
+    return b"\x00\x53\x75\xb0" + len(body).to_bytes(4, "big") + body
+
+
 def stream_client(port: int, vhost: str = "/") -> StreamClient:
     return StreamClient.connect(
         f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/{quote(vhost, safe='')}")

@@ -163,6 +163,7 @@ class PartitionRole:
                            self._write_isr, self.node.lag_timeout)
         self.node.leading[(self.storage, self.index)] = leader
         forwarder, self.service.appender.forwarder = self.service.appender.forwarder, None
+        partition.resume_commits()
         partition.writable = True
         self._leading.set()
         try:
@@ -174,6 +175,9 @@ class PartitionRole:
         finally:
             self._leading.clear()
             partition.writable = False
+            partition.abandon_uncommitted(
+                f"{self.node.node_name} no longer leads partition {self.index} of this "
+                "stream: what it had not committed is the new leader's to keep or drop")
             self.service.appender.forwarder = forwarder
             log.info("replica.stepped_down", extra={
                 "stream": self.storage, "partition": self.index, "leader": self.leader_node,

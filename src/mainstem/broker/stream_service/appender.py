@@ -149,9 +149,12 @@ class Appender:
         return Receipt(last.done, first, skip)
 
     async def settled(self) -> None:
-        """Return once everything appended so far is durable."""
-        if self._forwarded is not None:
-            await asyncio.shield(self._forwarded)
+        """Return once everything appended so far is durable (on a replica: once what
+        it forwarded is committed at the leader)."""
+        if self.forwarder is not None:
+            if self._forwarded is not None:
+                await asyncio.shield(self._forwarded)
+            return
         if self._chunks:
             await asyncio.shield(self._chunks[-1].done)
         await self.partition.durable_point()

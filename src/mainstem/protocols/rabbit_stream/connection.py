@@ -506,9 +506,13 @@ class StreamConnection:
                                                        response_code(error), 0))
             return
         appender = partition.appender
-        # A replica asks the leader: its own log may hold chunks never committed.
-        sequence = (appender.sequence(frame.reference) if appender.forwarder is None
-                    else await appender.committed_sequence(frame.reference)) or 0
+        try:  # a replica asks the leader: its own log may hold chunks never committed
+            sequence = (appender.sequence(frame.reference) if appender.forwarder is None
+                        else await appender.committed_sequence(frame.reference)) or 0
+        except PartitionClosed:  # no leader answered
+            self.send(r.QueryPublisherSequenceResponse(
+                frame.correlation_id, ResponseCode.STREAM_NOT_AVAILABLE, 0))
+            return
         self.send(r.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK,
                                                    sequence))
 
