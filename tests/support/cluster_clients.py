@@ -167,5 +167,7 @@ def check_history(bodies: list[bytes], acknowledged: set[int], attempted: int) -
     assert duplicates == 0, f"{duplicates} messages stored twice"
     missing = acknowledged - set(ids)
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
-    assert ids == sorted(ids), "messages out of order"
+    backwards = next((k for k in range(1, len(ids)) if ids[k] < ids[k - 1]), None)
+    assert backwards is None, (
+        f"out of order at {backwards}: {ids[max(backwards - 3, 0):backwards + 3]}")
     assert all(1 <= i <= attempted for i in ids), "a message that was never sent"

@@ -17,7 +17,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -29,7 +29,7 @@ from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
-from mainstem.cluster.forwarding import Forwarding, run_here
+from mainstem.cluster.forwarding import Answer, Forwarding, committed
 from mainstem.cluster.leader import LeaderLog, read_frame
 from mainstem.cluster.replica import PartitionRole
 from mainstem.log.partition import PartitionClosed
@@ -475,8 +475,9 @@ class ClusterNode:
             while True:
                 _, body = await read_frame(reader, MAX_FORWARD_FRAME)
                 request, storage, index, append = wire.decode_forward(body)
-                task = asyncio.get_running_loop().create_task(
-                    self._run_forward(request, storage, index, append, writer))
+                # Staged here, in the order they came: only their answers run apart.
+                answering = await self._run_forward(request, storage, index, append, writer)
+                task = asyncio.get_running_loop().create_task(answering)
                 running.add(task)
                 task.add_done_callback(running.discard)
         finally:
@@ -484,7 +485,10 @@ class ClusterNode:
                 task.cancel()
 
     async def _run_forward(self, request: int, storage: str, index: int,
-                           append: ForwardedAppend, writer: asyncio.StreamWriter) -> None:
+                           append: ForwardedAppend, writer: asyncio.StreamWriter
+                           ) -> Coroutine[Any, Any, None]:
+        """Stage a forwarded append on this node's appender; returns the work that
+        answers it once committed."""
         answer: dict[str, object] = {"id": request}
         role = self.roles.get((storage, index))
         if role is not None and role.leader_node == self.node_name:
@@ -492,14 +496,14 @@ class ClusterNode:
         if role is None or (storage, index) not in self.leading:
             answer["error"] = f"{self.node_name} does not lead partition {index} of the stream"
             answer["retry"] = True  # not run: the sender may try the leader it finds next
-        else:
-            try:
-                ran = await run_here(role.service.appender, append)
-                answer.update(offset=ran.offset, sequence=ran.sequence)
-            except (BrokerError, PartitionClosed, OSError) as error:
-                answer["error"] = str(error)
-        if not writer.is_closing():
-            writer.write(wire.frame(wire.FrameType.FORWARDED, json.dumps(answer).encode()))
+            return _answer(writer, answer, None)
+        appender = role.service.appender
+        try:
+            receipt = appender.run_forwarded(append)
+        except (BrokerError, PartitionClosed, OSError) as error:
+            answer["error"] = str(error)
+            return _answer(writer, answer, None)
+        return _answer(writer, answer, committed(appender, receipt, append.writer))
 
     def _refusal(self, hello: wire.Hello, leader: LeaderLog | None) -> str | None:
         if not hmac.compare_digest(hello.secret.encode(), self.secret.encode()):
@@ -509,3 +513,16 @@ class ClusterNode:
         if hello.node not in leader.replicas:
             return f"{hello.node} is not a replica of {hello.stream}/{hello.partition}"
         return None
+
+
+async def _answer(writer: asyncio.StreamWriter, answer: dict[str, object],
+                  running: Awaitable[Answer] | None) -> None:
+    """Send a FORWARDED frame, once the append (if it ran) is committed or failed."""
+    if running is not None:
+        try:
+            ran = await running
+            answer.update(offset=ran.offset, sequence=ran.sequence)
+        except (BrokerError, PartitionClosed, OSError) as error:
+            answer["error"] = str(error)
+    if not writer.is_closing():
+        writer.write(wire.frame(wire.FrameType.FORWARDED, json.dumps(answer).encode()))

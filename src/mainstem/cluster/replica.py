@@ -53,7 +53,8 @@ class PartitionRole:
         self._leading = asyncio.Event()  # set while this node leads the partition
         # Until this node is elected, it writes nothing itself: appends go to the leader.
         service.partition.writable = False
-        service.appender.forwarder = PartitionForwarder(node, self)
+        self.forwarder = PartitionForwarder(node, self)
+        service.appender.forwarder = self.forwarder
 
     def _key(self, kind: str) -> str:
         return f"/mainstem/{kind}/{self.storage}/{self.index}"
@@ -162,9 +163,11 @@ class PartitionRole:
         leader = LeaderLog(partition, self.node.node_name, self.replicas, self.isr,
                            self._write_isr, self.node.lag_timeout)
         self.node.leading[(self.storage, self.index)] = leader
-        forwarder, self.service.appender.forwarder = self.service.appender.forwarder, None
+        forwarder, self.service.appender.forwarder = self.forwarder, None
         partition.resume_commits()
         partition.writable = True
+        # Appends that waited for a leader go first, before any made here from now on.
+        forwarder.answer_staged(forwarder.stage_here())
         self._leading.set()
         try:
             while self.leader_node == self.node.node_name and self._holds_lease():
