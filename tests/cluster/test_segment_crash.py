@@ -7,7 +7,6 @@ read so through every surviving node."""
 from __future__ import annotations
 
 import asyncio
-import struct
 
 from mainstem.client.segment import SegmentClient
 from mainstem.testing_cluster import LocalCluster
@@ -15,13 +14,6 @@ from mainstem.testing_cluster import LocalCluster
 SEGMENT = "/ledger/0"
 
 
-def events_of(data: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(data):
-        _, n = struct.unpack_from(">iI", data, pos)
-        out.append(data[pos + 8:pos + 8 + n])
-        pos += 8 + n
-    return out
 
 
 async def test_killing_the_leader_of_a_segment_stores_every_event_once(
@@ -51,7 +43,7 @@ async def test_killing_the_leader_of_a_segment_stores_every_event_once(
         reader = await SegmentClient.connect("127.0.0.1", cluster.nodes[name].ports["segment"])
         try:
             for _ in range(100):
-                stored = events_of(await reader.read_all(SEGMENT))
+                stored = await reader.read_events(SEGMENT)
                 if len(stored) >= len(events):
                     break
                 await asyncio.sleep(0.1)

@@ -29,6 +29,18 @@ def numbered(first: int, last: int) -> list[AMQPMessage]:
     return batch
 
 
+async def stream_metadata(port: int, stream: str):  # -> (leader, replicas) of rstream
+    """What the node at `port` answers to Metadata for `stream`, through rstream."""
+    producer = Producer(**credentials(port))
+    await producer.start()
+    try:
+        client = await producer._get_or_create_client(stream)
+        return await client.query_leader_and_replicas(stream)
+    finally:
+        with contextlib.suppress(Exception):
+            await producer.close()
+
+
 def amqp_message(body: bytes) -> bytes:
     """An AMQP 1.0 message of one data section (what stream clients publish)."""
     return b"\x00\x53\x75\xb0" + len(body).to_bytes(4, "big") + body
