@@ -6,27 +6,32 @@ Every handler reads `request.app[STATE]`; authentication happens in the app's mi
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from bson import json_util
 
 from mainstem import __version__
-from mainstem.admin.registry import ConnectionRegistry
-from mainstem.admin.resources import NODE, ResourceProvider
+from mainstem.admin.listing import list_response
+from mainstem.admin.registry import Connection, ConnectionRegistry, socket_traffic
+from mainstem.admin.resources import NODE, RABBITMQ_VERSION, ResourceProvider
+from mainstem.admin.stats import RateSampler
 from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
 from mainstem.broker.auth import PERMISSION_KINDS
 from mainstem.broker.catalog import UserRecord
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.events.projections import Projection
+from mainstem.broker.message_stats import MessageStats
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.streams import Stream
 
 routes = web.RouteTableDef()
-_RATE_WINDOW = 10  # samples (one a second) behind the rates of /api/overview
+OVERVIEW = ("overview",)
 
 
 @dataclass
@@ -37,22 +42,53 @@ class AdminState:
     monitor: AlarmMonitor | None
     listeners: dict[str, int]  # listener name -> port, as bound
     hosts: dict[str, str]  # listener name -> bind address
-    # (monotonic time, messages stored, bytes stored) once a second, for rates
-    samples: list[tuple[float, int, int]] = field(default_factory=list)
+    certfile: Path | None = None  # the TLS listeners' certificate chain
+    rates: RateSampler = field(default_factory=RateSampler)
 
     def sample(self) -> None:
-        partitions = [p for s in self.core.streams.list() for p in s.partitions]
-        self.samples.append((time.monotonic(), sum(p.committed_offset for p in partitions),
-                             sum(p.committed_byte for p in partitions)))
-        del self.samples[:-_RATE_WINDOW]
+        """Every live object's counters, once a second, for the rates of message_stats."""
+        samples: dict[Hashable, Mapping[str, int]] = {}
+        for connection in self.connections.list():
+            samples[connection_key(connection)] = traffic_counts(connection)
+            for number, channel in list(connection.ctx.channels.items()):
+                samples[channel_key(connection, number)] = channel.stats.counts()
+        for vhost in self.core.queues.vhosts.values():
+            for queue in vhost.queues.values():
+                samples[("queue", vhost.name, queue.name)] = queue.stats.counts()
+            for name, stats in vhost.exchange_stats.items():
+                if vhost.graph.has_exchange(name):
+                    samples[("exchange", vhost.name, name)] = stats.counts()
+        samples[OVERVIEW] = self.totals()
+        self.rates.record(time.monotonic(), samples)
 
-    def rates(self) -> tuple[float, float]:
-        """Messages and bytes published per second over the sample window."""
-        if len(self.samples) < 2:
-            return 0.0, 0.0
-        (t0, m0, b0), (t1, m1, b1) = self.samples[0], self.samples[-1]
-        elapsed = max(t1 - t0, 1e-3)
-        return max(m1 - m0, 0) / elapsed, max(b1 - b0, 0) / elapsed
+    def totals(self) -> dict[str, int]:
+        """The overview's counters: every AMQP channel's, closed ones included, and the
+        messages and bytes stored in streams by every protocol (mainstem's own)."""
+        totals = MessageStats()
+        totals.add(self.core.closed_channel_stats)
+        for connection in self.connections.list():
+            for channel in list(connection.ctx.channels.values()):
+                totals.add(channel.stats)
+        partitions = [p for s in self.core.streams.list() for p in s.partitions]
+        return {**totals.counts(),
+                "stream_publish": sum(p.committed_offset for p in partitions),
+                "stream_publish_bytes": sum(p.committed_byte for p in partitions)}
+
+    def message_stats(self, key: Hashable, counts: Mapping[str, int]) -> dict[str, Any]:
+        return self.rates.detailed(key, counts)
+
+
+def traffic_counts(connection: Connection) -> dict[str, int]:
+    traffic = socket_traffic(connection.ctx.writer)
+    return {"recv_oct": traffic.get("bytes_in", 0), "send_oct": traffic.get("bytes_out", 0)}
+
+
+def connection_key(connection: Connection) -> tuple[str, int]:
+    return ("connection", connection.conn_id)
+
+
+def channel_key(connection: Connection, number: int) -> tuple[str, int, int]:
+    return ("channel", connection.conn_id, number)
 
 
 STATE = web.AppKey("state", AdminState)
@@ -89,12 +125,12 @@ def no_content() -> web.Response:
 async def overview(request: web.Request) -> web.Response:
     state = state_of(request)
     queues = [q for provider in state.providers for q in provider.queues(None)]
-    published_rate, bytes_rate = state.rates()
-    messages = sum(q.get("messages", 0) for q in queues)
     return web.json_response({
         "management_version": __version__,
+        "rabbitmq_version": RABBITMQ_VERSION,
         "product_name": "mainstem",
         "product_version": __version__,
+        "cluster_name": NODE,
         "node": NODE,
         "listeners": [
             {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}
@@ -102,19 +138,15 @@ async def overview(request: web.Request) -> web.Response:
         ],
         "object_totals": {
             "connections": len(state.connections),
-            "channels": 0,
+            "channels": sum(len(c.ctx.channels) for c in state.connections.list()),
             "queues": len(queues),
             "exchanges": sum(len(p.exchanges(None)) for p in state.providers),
             "consumers": len(consumer_rows(state.connections)),
             "streams": len(state.core.streams.list()),
         },
-        "queue_totals": {"messages": messages, "messages_ready": messages,
-                         "messages_unacknowledged": 0},
-        "message_stats": {
-            "publish": state.samples[-1][1] if state.samples else 0,
-            "publish_details": {"rate": round(published_rate, 1)},
-            "publish_bytes_details": {"rate": round(bytes_rate, 1)},
-        },
+        "queue_totals": {key: sum(q.get(key, 0) for q in queues)
+                         for key in ("messages", "messages_ready", "messages_unacknowledged")},
+        "message_stats": state.message_stats(OVERVIEW, state.totals()),
         **_alarm_fields(state),
     })
 
@@ -136,7 +168,8 @@ def _alarm_fields(state: AdminState) -> dict[str, Any]:
 
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
-    return web.json_response([{"name": NODE, "running": True, **_alarm_fields(state_of(request))}])
+    node = {"name": NODE, "type": "disc", "running": True, **_alarm_fields(state_of(request))}
+    return list_response(request, [node])
 
 
 # -- virtual hosts ---------------------------------------------------------------
@@ -144,7 +177,7 @@ async def nodes(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
-    return web.json_response([_vhost_row(ns.name) for ns in state_of(request).core.catalog
+    return list_response(request, [_vhost_row(ns.name) for ns in state_of(request).core.catalog
                               .list_namespaces()])
 
 
@@ -191,7 +224,8 @@ def _user_row(record: UserRecord) -> dict[str, Any]:
 
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
-    return web.json_response([_user_row(u) for u in state_of(request).core.catalog.list_users()])
+    users = state_of(request).core.catalog.list_users()
+    return list_response(request, [_user_row(u) for u in users])
 
 
 @routes.get("/api/users/{user}")
@@ -246,18 +280,19 @@ async def delete_user(request: web.Request) -> web.Response:
 
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(state_of(request).core))
+    return list_response(request, _permission_rows(state_of(request).core))
 
 
 @routes.get("/api/users/{user}/permissions")
 async def user_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(state_of(request).core,
+    return list_response(request, _permission_rows(state_of(request).core,
                                               user=request.match_info["user"]))
 
 
 @routes.get("/api/vhosts/{vhost}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(state_of(request).core, namespace=vhost_of(request)))
+    core = state_of(request).core
+    return list_response(request, _permission_rows(core, namespace=vhost_of(request)))
 
 
 def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, str]]:
@@ -298,16 +333,20 @@ async def delete_permission(request: web.Request) -> web.Response:
 # -- connections -----------------------------------------------------------------
 
 
+def connection_row(state: AdminState, connection: Connection) -> dict[str, Any]:
+    """A connection with its traffic rates (recv_oct_details, send_oct_details)."""
+    row = connection.describe()
+    row.update(state.message_stats(connection_key(connection),
+                                   {"recv_oct": row["recv_oct"], "send_oct": row["send_oct"]}))
+    return row
+
+
 @routes.get("/api/connections")
-async def list_connections(request: web.Request) -> web.Response:
-    return web.json_response([c.describe() for c in state_of(request).connections.list()])
-
-
 @routes.get("/api/vhosts/{vhost}/connections")
-async def vhost_connections(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    return web.json_response([c.describe() for c in state_of(request).connections.list()
-                              if c.ctx.namespace == vhost])
+async def list_connections(request: web.Request) -> web.Response:
+    state, vhost = state_of(request), vhost_of(request)
+    return list_response(request, [connection_row(state, c) for c in state.connections.list()
+                                   if vhost is None or c.ctx.namespace == vhost])
 
 
 def _connection(request: web.Request):
@@ -320,7 +359,54 @@ def _connection(request: web.Request):
 
 @routes.get("/api/connections/{name}")
 async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(_connection(request).describe())
+    return web.json_response(connection_row(state_of(request), _connection(request)))
+
+
+# -- channels (AMQP 0-9-1) -------------------------------------------------------
+
+
+def channel_rows(state: AdminState, connections: list[Connection]) -> list[dict[str, Any]]:
+    rows = []
+    for connection in connections:
+        ctx = connection.ctx
+        peer_host, _, peer_port = ctx.peer.rpartition(":")
+        for number, channel in sorted(ctx.channels.items()):
+            rows.append({
+                "name": f"{connection.name} ({number})", "node": NODE, "user": ctx.user,
+                "vhost": ctx.namespace,
+                "connection_details": {"name": connection.name,
+                                       "peer_host": peer_host.strip("[]"),
+                                       "peer_port": int(peer_port) if peer_port.isdigit()
+                                       else None},
+                **channel.describe(),
+                "message_stats": state.message_stats(channel_key(connection, number),
+                                                     channel.stats.counts()),
+            })
+    return rows
+
+
+@routes.get("/api/channels")
+@routes.get("/api/vhosts/{vhost}/channels")
+async def list_channels(request: web.Request) -> web.Response:
+    state, vhost = state_of(request), vhost_of(request)
+    connections = [c for c in state.connections.list()
+                   if vhost is None or c.ctx.namespace == vhost]
+    return list_response(request, channel_rows(state, connections))
+
+
+@routes.get("/api/connections/{name}/channels")
+async def connection_channels(request: web.Request) -> web.Response:
+    return list_response(request, channel_rows(state_of(request), [_connection(request)]))
+
+
+@routes.get("/api/channels/{name}")
+async def get_channel(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    state = state_of(request)
+    for row in channel_rows(state, state.connections.list()):
+        if row["name"] == name:
+            return web.json_response(row)
+    raise NotFound(f"channel '{name}' not found")
 
 
 @routes.delete("/api/connections/{name}")
@@ -356,7 +442,7 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
 @routes.get("/api/consumers/{vhost}")
 async def list_consumers(request: web.Request) -> web.Response:
     vhost = vhost_of(request)
-    return web.json_response([row for row in consumer_rows(state_of(request).connections)
+    return list_response(request, [row for row in consumer_rows(state_of(request).connections)
                               if vhost is None or row["queue"]["vhost"] == vhost])
 
 
@@ -365,13 +451,32 @@ async def list_consumers(request: web.Request) -> web.Response:
 
 def _merged(request: web.Request, kind: str) -> list[dict]:
     state, vhost = state_of(request), vhost_of(request)
-    return [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+    rows = [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+    if kind != "bindings":
+        for row in rows:
+            _add_message_stats(state, kind[:-1], row)
+    return rows
+
+
+def _add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
+    """A classic queue's or an exchange's counters and rates, as RabbitMQ shows them."""
+    vhost = state.core.queues.vhosts.get(row["vhost"])
+    if vhost is None:
+        return
+    if kind == "queue":
+        queue = vhost.queues.get(row["name"])
+        stats = None if queue is None else queue.stats
+    else:
+        stats = vhost.exchange_stats.get(row["name"])
+    if stats is not None:
+        row["message_stats"] = state.message_stats((kind, vhost.name, row["name"]),
+                                                   stats.counts())
 
 
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 async def list_queues(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "queues"))
+    return list_response(request, _merged(request, "queues"))
 
 
 @routes.get("/api/queues/{vhost}/{name}")
@@ -395,13 +500,13 @@ async def delete_queue(request: web.Request) -> web.Response:
 @routes.get("/api/exchanges")
 @routes.get("/api/exchanges/{vhost}")
 async def list_exchanges(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "exchanges"))
+    return list_response(request, _merged(request, "exchanges"))
 
 
 @routes.get("/api/bindings")
 @routes.get("/api/bindings/{vhost}")
 async def list_bindings(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "bindings"))
+    return list_response(request, _merged(request, "bindings"))
 
 
 # -- streams (mainstem's own) -----------------------------------------------------
@@ -439,7 +544,7 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
 @routes.get("/api/streams")
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
-    return web.json_response([stream_row(s) for s in state_of(request).core.streams
+    return list_response(request, [stream_row(s) for s in state_of(request).core.streams
                               .list(vhost_of(request))])
 
 

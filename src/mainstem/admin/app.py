@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, objects
+from mainstem.admin import api, health, objects
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -38,7 +38,7 @@ CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _own_routes = web.RouteTableDef()
-ROUTE_TABLES = (api.routes, objects.routes, _own_routes)
+ROUTE_TABLES = (api.routes, objects.routes, health.routes, _own_routes)
 
 
 def create_app(broker: Broker) -> web.Application:
@@ -46,6 +46,7 @@ def create_app(broker: Broker) -> web.Application:
     state = api.AdminState(
         core=core, connections=broker.connections, providers=providers_for(core),
         monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
+        certfile=broker.config.tls.certfile,
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
     app[api.STATE] = state

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
 
 NODE = f"mainstem@{socket.gethostname()}"
+# The RabbitMQ release whose management API this one answers as (tools check it).
+RABBITMQ_VERSION = "4.0.0"
 
 
 class ResourceProvider(Protocol):
