@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, health, objects
+from mainstem.admin import api, definitions, health, objects, policies
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -38,7 +38,8 @@ CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _own_routes = web.RouteTableDef()
-ROUTE_TABLES = (api.routes, objects.routes, health.routes, _own_routes)
+ROUTE_TABLES = (api.routes, objects.routes, definitions.routes, health.routes, policies.routes,
+                _own_routes)
 
 
 def create_app(broker: Broker) -> web.Application:
