@@ -20,7 +20,12 @@ from mainstem.admin.registry import Connection, ConnectionRegistry, socket_traff
 from mainstem.admin.resources import NODE, RABBITMQ_VERSION, ResourceProvider
 from mainstem.admin.stats import RateSampler
 from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
-from mainstem.broker.auth import PERMISSION_KINDS
+from mainstem.broker.auth import (
+    DEFAULT_HASHING,
+    PERMISSION_KINDS,
+    User,
+    import_password_hash,
+)
 from mainstem.broker.catalog import UserRecord
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.events.projections import Projection
@@ -92,6 +97,7 @@ def channel_key(connection: Connection, number: int) -> tuple[str, int, int]:
 
 
 STATE = web.AppKey("state", AdminState)
+USER = web.RequestKey("user", User)  # the request's authenticated User
 
 
 def state_of(request: web.Request) -> AdminState:
@@ -222,6 +228,13 @@ def _user_row(record: UserRecord) -> dict[str, Any]:
     return {"name": record.name, "tags": list(record.tags), "limits": {}}
 
 
+@routes.get("/api/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    """The authenticated user."""
+    user = request[USER]
+    return web.json_response({"name": user.name, "tags": list(user.tags)})
+
+
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
     users = state_of(request).core.catalog.list_users()
@@ -239,12 +252,20 @@ async def get_user(request: web.Request) -> web.Response:
 
 @routes.put("/api/users/{user}")
 async def put_user(request: web.Request) -> web.Response:
-    """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}."""
+    """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}, or
+    {"password_hash": ..., "hashing_algorithm": "rabbit_password_hashing_sha256", ...}."""
     name = request.match_info["user"]
     body = await read_body(request)
     tags = _tags(body.get("tags", ""))
     core = state_of(request).core
     existing = core.catalog.get_user(name)
+    if "password_hash" in body:
+        algorithm = body.get("hashing_algorithm") or DEFAULT_HASHING
+        if not isinstance(body["password_hash"], str) or not isinstance(algorithm, str):
+            raise InvalidArgument("password_hash and hashing_algorithm must be strings")
+        core.auth.put_user_hash(name, import_password_hash(body["password_hash"], algorithm),
+                                tags)
+        return no_content() if existing else web.Response(status=201)
     password = body.get("password")
     if password is not None and not isinstance(password, str):
         raise InvalidArgument("password must be a string")
@@ -454,11 +475,11 @@ def _merged(request: web.Request, kind: str) -> list[dict]:
     rows = [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
     if kind != "bindings":
         for row in rows:
-            _add_message_stats(state, kind[:-1], row)
+            add_message_stats(state, kind[:-1], row)
     return rows
 
 
-def _add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
+def add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
     """A classic queue's or an exchange's counters and rates, as RabbitMQ shows them."""
     vhost = state.core.queues.vhosts.get(row["vhost"])
     if vhost is None:

@@ -142,6 +142,7 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         return _error(401, "not_authorised", str(exc), **challenge)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")
+    request[api.USER] = user
     return await handler(request)
 
 

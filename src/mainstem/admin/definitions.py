@@ -19,13 +19,19 @@ from mainstem.admin.objects import flag, json_object
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import Binding
-from mainstem.broker.auth import PERMISSION_KINDS, export_password_hash, import_password_hash
+from mainstem.broker.auth import (
+    DEFAULT_HASHING,
+    PERMISSION_KINDS,
+    export_password_hash,
+    import_password_hash,
+)
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import InvalidArgument
 
 routes = web.RouteTableDef()
 _UNSUPPORTED = ("policies", "parameters", "global_parameters", "topic_permissions")
-_DEFAULT_HASHING = "rabbit_password_hashing_sha256"  # RabbitMQ's default
+# global parameters every RabbitMQ export holds: they describe its cluster, set nothing
+_INFORMATIONAL = ("cluster_name", "internal_cluster_id")
 
 
 # -- export ----------------------------------------------------------------------
@@ -127,7 +133,7 @@ async def post_vhost_definitions(request: web.Request) -> web.Response:
 def import_definitions(core: BrokerCore, definitions: dict[str, Any],
                        vhost: str | None = None) -> None:
     for key in _UNSUPPORTED:
-        if _rows(definitions, key):
+        if [row for row in _rows(definitions, key) if row.get("name") not in _INFORMATIONAL]:
             raise InvalidArgument(f"mainstem has no {key.replace('_', ' ')}: remove them "
                                   "from the file (queue arguments carry queue settings)")
     if vhost is None:
@@ -170,7 +176,7 @@ def _import_user(core: BrokerCore, row: dict[str, Any]) -> None:
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise InvalidArgument("a user's tags must be a list or a comma-separated string")
     stored = import_password_hash(_text(row, "password_hash"),
-                                  row.get("hashing_algorithm") or _DEFAULT_HASHING)
+                                  row.get("hashing_algorithm") or DEFAULT_HASHING)
     core.auth.put_user_hash(_text(row, "name"), stored, tags)
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from mainstem.admin.api import no_content, read_body, state_of
+from mainstem.admin.api import add_message_stats, no_content, read_body, state_of
 from mainstem.broker.amqp.queues import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
@@ -200,7 +200,9 @@ async def get_exchange(request: web.Request) -> web.Response:
     name = exchange_name(request)
     if not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
-    return web.json_response(exchange_row(vhost.name, vhost.graph.get_exchange(name)))
+    row = exchange_row(vhost.name, vhost.graph.get_exchange(name))
+    add_message_stats(state_of(request), "exchange", row)
+    return web.json_response(row)
 
 
 @routes.put("/api/exchanges/{vhost}/{name}")

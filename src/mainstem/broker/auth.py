@@ -40,6 +40,7 @@ RABBIT_HASHING = {"rabbit_password_hashing_sha256": "sha256",
                   "rabbit_password_hashing_sha512": "sha512",
                   "rabbit_password_hashing_md5": "md5"}
 MAINSTEM_HASHING = "mainstem_password_hashing_scrypt"
+DEFAULT_HASHING = "rabbit_password_hashing_sha256"  # RabbitMQ's, for a hash without one
 _RABBIT_PREFIX = "rabbit_"
 _RABBIT_SALT_BYTES = 4
 
