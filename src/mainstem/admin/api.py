@@ -150,8 +150,7 @@ async def overview(request: web.Request) -> web.Response:
             "consumers": len(consumer_rows(state.connections)),
             "streams": len(state.core.streams.list()),
         },
-        "queue_totals": {key: sum(q.get(key, 0) for q in queues)
-                         for key in ("messages", "messages_ready", "messages_unacknowledged")},
+        "queue_totals": message_totals(queues),
         "message_stats": state.message_stats(OVERVIEW, state.totals()),
         **_alarm_fields(state),
     })
@@ -183,13 +182,21 @@ async def nodes(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
-    return list_response(request, [_vhost_row(ns.name) for ns in state_of(request).core.catalog
-                              .list_namespaces()])
+    state = state_of(request)
+    return list_response(request, [_vhost_row(state, ns.name)
+                                   for ns in state.core.catalog.list_namespaces()])
 
 
-def _vhost_row(name: str) -> dict[str, Any]:
+def _vhost_row(state: AdminState, name: str) -> dict[str, Any]:
+    """A virtual host with its queues' message totals, as RabbitMQ lists one."""
+    queues = [q for provider in state.providers for q in provider.queues(name)]
     return {"name": name, "description": "", "tags": [], "tracing": False,
-            "default_queue_type": "stream"}
+            "default_queue_type": "stream", **message_totals(queues)}
+
+
+def message_totals(queues: list[dict[str, Any]]) -> dict[str, int]:
+    return {key: sum(q.get(key, 0) for q in queues)
+            for key in ("messages", "messages_ready", "messages_unacknowledged")}
 
 
 def _existing_vhost(request: web.Request) -> str:
@@ -201,7 +208,7 @@ def _existing_vhost(request: web.Request) -> str:
 
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
-    return web.json_response(_vhost_row(_existing_vhost(request)))
+    return web.json_response(_vhost_row(state_of(request), _existing_vhost(request)))
 
 
 @routes.put("/api/vhosts/{vhost}")
@@ -446,11 +453,15 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
         ctx = connection.ctx
         for tag, details in ctx.consumers.items():
             queue = str(details.get("queue", ""))
+            channel_details: dict[str, Any] = {"connection_name": connection.name,
+                                               "peer_host": ctx.peer, "user": ctx.user}
+            if "channel" in details:  # AMQP 0-9-1: the channel's name, as /api/channels
+                channel_details.update(name=f"{connection.name} ({details['channel']})",
+                                       number=details["channel"])
             rows.append({
                 "consumer_tag": tag,
                 "queue": {"name": queue, "vhost": ctx.namespace},
-                "channel_details": {"connection_name": connection.name, "peer_host": ctx.peer,
-                                    "user": ctx.user},
+                "channel_details": channel_details,
                 "ack_required": details.get("ack_required", False),
                 "prefetch_count": details.get("prefetch_count", 0),
                 "active": details.get("active", True),
