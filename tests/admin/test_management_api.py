@@ -132,7 +132,11 @@ async def test_bindings_exchanges_publish_and_get(broker, http):
 
     await call(http, "DELETE", location, status=204)
     await call(http, "GET", location, status=404)
+    await call(http, "POST", "/api/exchanges/%2F/amq.default/publish", {
+        "routing_key": "paid", "payload": "x", "properties": {}})
+    await call(http, "DELETE", "/api/queues/%2F/paid?if-empty=true", status=400)
     await call(http, "DELETE", "/api/queues/%2F/paid/contents", status=204)
+    await call(http, "DELETE", "/api/queues/%2F/paid?if-empty=true", status=204)
     await call(http, "DELETE", "/api/exchanges/%2F/shop", status=204)
     await call(http, "DELETE", "/api/exchanges/%2F/shop", status=404)
 

@@ -27,7 +27,7 @@ from mainstem.broker.auth import (
     import_password_hash,
 )
 from mainstem.broker.catalog import UserRecord
-from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
 from mainstem.broker.message_stats import MessageStats
 
@@ -522,7 +522,15 @@ async def get_queue(request: web.Request) -> web.Response:
 
 @routes.delete("/api/queues/{vhost}/{name}")
 async def delete_queue(request: web.Request) -> web.Response:
+    """Delete a queue or stream; `?if-empty=true`, `?if-unused=true` as in RabbitMQ."""
     vhost, name = request.match_info["vhost"], request.match_info["name"]
+    host = state_of(request).core.queues.vhosts.get(vhost)
+    queue = None if host is None else host.queues.get(name)
+    if queue is not None:
+        if request.query.get("if-empty") == "true" and queue.ready_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' not empty")
+        if request.query.get("if-unused") == "true" and queue.consumers:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use")
     for provider in state_of(request).providers:
         if await provider.delete_queue(vhost, name):
             return no_content()
