@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from mainstem.broker.errors import (
 if TYPE_CHECKING:
     from mainstem.server import Broker
 
+log = logging.getLogger("mainstem.admin")
 CONSOLE_DIR = Path(__file__).parent / "console"
 _REALM = 'Basic realm="mainstem management"'
 CONSOLE_HEADER = "X-Mainstem-Console"
@@ -124,6 +126,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPMethodNotAllowed as exc:
         return _error(405, "Method Not Allowed", f"{request.method} is not allowed here",
                       Allow=",".join(sorted(exc.allowed_methods)))
+    except web.HTTPException as exc:  # aiohttp's own (413 body too large, ...): as JSON
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+    except Exception:
+        log.exception("management API request %s %s failed", request.method, request.path)
+        return _error(500, "internal_server_error", "see the broker's log")
 
 
 @web.middleware
