@@ -265,6 +265,8 @@ async def test_message_stats_and_unacked_totals(broker, http):
         assert overview["message_stats"]["confirm"] == published + 3
         assert overview["message_stats"]["deliver_get"] == 5
         assert overview["rabbitmq_version"] and overview["product_name"] == "mainstem"
+        events = await call(http, "GET", "/api/queues/%2F/events")
+        assert events["message_stats"]["publish"] == 3
         [row] = await call(http, "GET", "/api/channels")
         assert row["message_stats"]["publish"] == published + 3
         assert row["prefetch_count"] == 5

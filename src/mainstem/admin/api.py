@@ -63,6 +63,8 @@ class AdminState:
             for name, stats in vhost.exchange_stats.items():
                 if vhost.graph.has_exchange(name):
                     samples[("exchange", vhost.name, name)] = stats.counts()
+        for stream in self.core.streams.list():
+            samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
         samples[OVERVIEW] = self.totals()
         self.rates.record(time.monotonic(), samples)
 
@@ -491,18 +493,31 @@ def _merged(request: web.Request, kind: str) -> list[dict]:
 
 
 def add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
-    """A classic queue's or an exchange's counters and rates, as RabbitMQ shows them."""
-    vhost = state.core.queues.vhosts.get(row["vhost"])
-    if vhost is None:
-        return
-    if kind == "queue":
-        queue = vhost.queues.get(row["name"])
-        stats = None if queue is None else queue.stats
-    else:
-        stats = vhost.exchange_stats.get(row["name"])
-    if stats is not None:
-        row["message_stats"] = state.message_stats((kind, vhost.name, row["name"]),
-                                                   stats.counts())
+    """A queue's, stream's or exchange's counters and rates, as RabbitMQ shows them."""
+    counts = object_counts(state.core, kind, row["vhost"], row["name"])
+    if counts is not None:
+        row["message_stats"] = state.message_stats((kind, row["vhost"], row["name"]), counts)
+
+
+def object_counts(core: BrokerCore, kind: str, vhost: str, name: str
+                  ) -> Mapping[str, int] | None:
+    host = core.queues.vhosts.get(vhost)
+    if kind == "exchange":
+        stats = None if host is None else host.exchange_stats.get(name)
+        return None if stats is None else stats.counts()
+    queue = None if host is None else host.queues.get(name)
+    if queue is not None:
+        return queue.stats.counts()
+    stream = core.streams.find(vhost, name)
+    return None if stream is None else stream_counts(core, stream)
+
+
+def stream_counts(core: BrokerCore, stream: Stream) -> dict[str, int]:
+    """A stream's counters: messages ever appended (its committed offsets) and delivered
+    (as every protocol counts them), so nothing is counted per message for it."""
+    return {"publish": sum(p.committed_offset for p in stream.partitions),
+            "deliver_get": core.delivery_stats.delivered_messages(stream.namespace,
+                                                                  stream.name)}
 
 
 @routes.get("/api/queues")
