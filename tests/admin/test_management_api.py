@@ -65,6 +65,8 @@ async def test_errors_are_json_with_rabbitmqs_status_codes(broker, http):
                               status=400)
     assert inequivalent["error"] == "bad_request" and "durable" in inequivalent["reason"]
     await call(http, "PUT", "/api/exchanges/%2F/x1", {"type": "nonsense"}, status=400)
+    await call(http, "PUT", "/api/queues/%2F/amq.mine", {}, status=403)
+    await call(http, "PUT", "/api/exchanges/%2F/amq.mine", {"type": "direct"}, status=403)
     await call(http, "PUT", "/api/queues/nowhere/q1", {}, status=404)
     await call(http, "GET", "/api/exchanges/%2F/missing", status=404)
     async with aiohttp.ClientSession() as anonymous:

@@ -23,7 +23,7 @@ from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.amqp.routing.model import DestinationKind
-from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.errors import AccessRefused, InvalidArgument, NotFound
 from mainstem.protocols.amqp091.events import decode_properties
 from mainstem.protocols.amqp091.methods import BasicProperties
 from mainstem.protocols.amqp091.properties import essentials, to_stream_record
@@ -84,6 +84,8 @@ async def put_queue(request: web.Request) -> web.Response:
     """Declare a queue: {"durable", "auto_delete", "arguments": {"x-queue-type": ...}}."""
     body = await read_body(request)
     vhost, name = virtual_host(request), request.match_info["name"]
+    if name.startswith("amq."):
+        raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     existed = name in vhost.queues or vhost.stream(name) is not None
     vhost.declare_queue(name, durable=flag(body, "durable", True), exclusive=False,
                         auto_delete=flag(body, "auto_delete", False),
