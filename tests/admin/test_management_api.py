@@ -132,6 +132,15 @@ async def test_bindings_exchanges_publish_and_get(broker, http):
     # the rejected message and the routed one (shop -> all -> dead) both reached it
     assert sorted(m["payload_bytes"] for m in dead) == [3, 10]
 
+    await call(http, "PUT", "/api/queues/%2F/brief", {}, status=201)
+    for expiration, status in (("0", 200), ("soon", 400)):
+        await call(http, "POST", "/api/exchanges/%2F/amq.default/publish", {
+            "routing_key": "brief", "payload": "x",
+            "properties": {"expiration": expiration}}, status=status)
+    assert await call(http, "POST", "/api/queues/%2F/brief/get", {"count": 1}) == []
+    stats = (await call(http, "GET", "/api/queues/%2F/checked"))["message_stats"]
+    assert stats["get"] == 2 and stats["redeliver"] == 1
+
     await call(http, "DELETE", location, status=204)
     await call(http, "GET", location, status=404)
     await call(http, "POST", "/api/exchanges/%2F/amq.default/publish", {
