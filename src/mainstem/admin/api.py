@@ -60,9 +60,8 @@ class AdminState:
         for vhost in self.core.queues.vhosts.values():
             for queue in vhost.queues.values():
                 samples[("queue", vhost.name, queue.name)] = queue.stats.counts()
-            for name, stats in vhost.exchange_stats.items():
-                if vhost.graph.has_exchange(name):
-                    samples[("exchange", vhost.name, name)] = stats.counts()
+            for name, stats in list(vhost.graph.stats.items()):
+                samples[("exchange", vhost.name, name)] = stats.counts()
         for stream in self.core.streams.list():
             samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
         samples[OVERVIEW] = self.totals()
@@ -503,7 +502,7 @@ def object_counts(core: BrokerCore, kind: str, vhost: str, name: str
                   ) -> Mapping[str, int] | None:
     host = core.queues.vhosts.get(vhost)
     if kind == "exchange":
-        stats = None if host is None else host.exchange_stats.get(name)
+        stats = None if host is None else host.graph.stats.get(name)
         return None if stats is None else stats.counts()
     queue = None if host is None else host.queues.get(name)
     if queue is not None:
