@@ -527,9 +527,13 @@ async def list_queues(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
+    """One queue, with its consumers (`consumer_details`) as RabbitMQ shows one."""
+    name, vhost = request.match_info["name"], vhost_of(request)
     for row in _merged(request, "queues"):
         if row["name"] == name:
+            row["consumer_details"] = [
+                consumer for consumer in consumer_rows(state_of(request).connections)
+                if consumer["queue"] == {"name": name, "vhost": vhost}]
             return web.json_response(row)
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost_of(request)}'")
 
