@@ -1,24 +1,39 @@
 """The HTTP management API: RabbitMQ's paths and JSON shapes, plus mainstem's streams.
 
-Every handler reads `request.app[STATE]`; authentication happens in the app's middleware.
+Handlers share `state.AdminState` (`state_of(request)`); authentication happens in the
+app's middleware. Connections, channels and consumers are in `connections`, declaring and
+messaging in `objects`, definitions, health checks and policies in their own modules.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from bson import json_util
 
 from mainstem import __version__
-from mainstem.admin.registry import ConnectionRegistry
-from mainstem.admin.resources import NODE, ResourceProvider
-from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
-from mainstem.broker.auth import PERMISSION_KINDS
+from mainstem.admin.connections import consumer_rows
+from mainstem.admin.listing import list_response
+from mainstem.admin.resources import NODE, RABBITMQ_VERSION
+from mainstem.admin.state import (
+    OVERVIEW,
+    USER,
+    AdminState,
+    add_message_stats,
+    no_content,
+    read_body,
+    state_of,
+    vhost_of,
+)
+from mainstem.broker.alarms import DISK, MEMORY
+from mainstem.broker.auth import (
+    DEFAULT_HASHING,
+    PERMISSION_KINDS,
+    import_password_hash,
+)
 from mainstem.broker.catalog import UserRecord
-from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
 
 if TYPE_CHECKING:
@@ -26,75 +41,20 @@ if TYPE_CHECKING:
     from mainstem.broker.streams import Stream
 
 routes = web.RouteTableDef()
-_RATE_WINDOW = 10  # samples (one a second) behind the rates of /api/overview
-
-
-@dataclass
-class AdminState:
-    core: BrokerCore
-    connections: ConnectionRegistry
-    providers: list[ResourceProvider]
-    monitor: AlarmMonitor | None
-    listeners: dict[str, int]  # listener name -> port, as bound
-    hosts: dict[str, str]  # listener name -> bind address
-    # (monotonic time, messages stored, bytes stored) once a second, for rates
-    samples: list[tuple[float, int, int]] = field(default_factory=list)
-
-    def sample(self) -> None:
-        partitions = [p for s in self.core.streams.list() for p in s.partitions]
-        self.samples.append((time.monotonic(), sum(p.committed_offset for p in partitions),
-                             sum(p.committed_byte for p in partitions)))
-        del self.samples[:-_RATE_WINDOW]
-
-    def rates(self) -> tuple[float, float]:
-        """Messages and bytes published per second over the sample window."""
-        if len(self.samples) < 2:
-            return 0.0, 0.0
-        (t0, m0, b0), (t1, m1, b1) = self.samples[0], self.samples[-1]
-        elapsed = max(t1 - t0, 1e-3)
-        return max(m1 - m0, 0) / elapsed, max(b1 - b0, 0) / elapsed
-
-
-STATE = web.AppKey("state", AdminState)
-
-
-def _state(request: web.Request) -> AdminState:
-    return request.app[STATE]
-
-
-def _vhost(request: web.Request) -> str | None:
-    return request.match_info.get("vhost")
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json()
-    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
-        raise InvalidArgument("the request body is not JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidArgument("the request body must be a JSON object")
-    return body
-
-
-def _no_content() -> web.Response:
-    return web.Response(status=204)
-
 
 # -- overview ------------------------------------------------------------------
 
 
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
-    state = _state(request)
+    state = state_of(request)
     queues = [q for provider in state.providers for q in provider.queues(None)]
-    published_rate, bytes_rate = state.rates()
-    messages = sum(q.get("messages", 0) for q in queues)
     return web.json_response({
         "management_version": __version__,
+        "rabbitmq_version": RABBITMQ_VERSION,
         "product_name": "mainstem",
         "product_version": __version__,
+        "cluster_name": NODE,
         "node": NODE,
         "listeners": [
             {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}
@@ -102,19 +62,14 @@ async def overview(request: web.Request) -> web.Response:
         ],
         "object_totals": {
             "connections": len(state.connections),
-            "channels": 0,
+            "channels": sum(len(c.ctx.channels) for c in state.connections.list()),
             "queues": len(queues),
             "exchanges": sum(len(p.exchanges(None)) for p in state.providers),
             "consumers": len(consumer_rows(state.connections)),
             "streams": len(state.core.streams.list()),
         },
-        "queue_totals": {"messages": messages, "messages_ready": messages,
-                         "messages_unacknowledged": 0},
-        "message_stats": {
-            "publish": state.samples[-1][1] if state.samples else 0,
-            "publish_details": {"rate": round(published_rate, 1)},
-            "publish_bytes_details": {"rate": round(bytes_rate, 1)},
-        },
+        "queue_totals": message_totals(queues),
+        "message_stats": state.message_stats(OVERVIEW, state.totals()),
         **_alarm_fields(state),
     })
 
@@ -136,7 +91,8 @@ def _alarm_fields(state: AdminState) -> dict[str, Any]:
 
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
-    return web.json_response([{"name": NODE, "running": True, **_alarm_fields(_state(request))}])
+    node = {"name": NODE, "type": "disc", "running": True, **_alarm_fields(state_of(request))}
+    return list_response(request, [node])
 
 
 # -- virtual hosts ---------------------------------------------------------------
@@ -144,41 +100,49 @@ async def nodes(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
-    return web.json_response([_vhost_row(ns.name) for ns in _state(request).core.catalog
-                              .list_namespaces()])
+    state = state_of(request)
+    return list_response(request, [_vhost_row(state, ns.name)
+                                   for ns in state.core.catalog.list_namespaces()])
 
 
-def _vhost_row(name: str) -> dict[str, Any]:
+def _vhost_row(state: AdminState, name: str) -> dict[str, Any]:
+    """A virtual host with its queues' message totals, as RabbitMQ lists one."""
+    queues = [q for provider in state.providers for q in provider.queues(name)]
     return {"name": name, "description": "", "tags": [], "tracing": False,
-            "default_queue_type": "stream"}
+            "default_queue_type": "stream", **message_totals(queues)}
+
+
+def message_totals(queues: list[dict[str, Any]]) -> dict[str, int]:
+    return {key: sum(q.get(key, 0) for q in queues)
+            for key in ("messages", "messages_ready", "messages_unacknowledged")}
 
 
 def _existing_vhost(request: web.Request) -> str:
     name = request.match_info["vhost"]
-    if _state(request).core.catalog.get_namespace(name) is None:
+    if state_of(request).core.catalog.get_namespace(name) is None:
         raise NotFound(f"virtual host '{name}' not found")
     return name
 
 
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
-    return web.json_response(_vhost_row(_existing_vhost(request)))
+    return web.json_response(_vhost_row(state_of(request), _existing_vhost(request)))
 
 
 @routes.put("/api/vhosts/{vhost}")
 async def put_vhost(request: web.Request) -> web.Response:
     name = request.match_info["vhost"]
-    core = _state(request).core
+    core = state_of(request).core
     if core.catalog.get_namespace(name) is not None:
-        return _no_content()  # PUT is idempotent, as in RabbitMQ
+        return no_content()  # PUT is idempotent, as in RabbitMQ
     core.add_namespace(name)
     return web.Response(status=201)
 
 
 @routes.delete("/api/vhosts/{vhost}")
 async def delete_vhost(request: web.Request) -> web.Response:
-    await _state(request).core.delete_namespace(request.match_info["vhost"])
-    return _no_content()
+    await state_of(request).core.delete_namespace(request.match_info["vhost"])
+    return no_content()
 
 
 # -- users and permissions -------------------------------------------------------
@@ -189,15 +153,23 @@ def _user_row(record: UserRecord) -> dict[str, Any]:
     return {"name": record.name, "tags": list(record.tags), "limits": {}}
 
 
+@routes.get("/api/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    """The authenticated user."""
+    user = request[USER]
+    return web.json_response({"name": user.name, "tags": list(user.tags)})
+
+
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
-    return web.json_response([_user_row(u) for u in _state(request).core.catalog.list_users()])
+    users = state_of(request).core.catalog.list_users()
+    return list_response(request, [_user_row(u) for u in users])
 
 
 @routes.get("/api/users/{user}")
 async def get_user(request: web.Request) -> web.Response:
     name = request.match_info["user"]
-    record = _state(request).core.catalog.get_user(name)
+    record = state_of(request).core.catalog.get_user(name)
     if record is None:
         raise NotFound(f"user '{name}' not found")
     return web.json_response(_user_row(record))
@@ -205,12 +177,20 @@ async def get_user(request: web.Request) -> web.Response:
 
 @routes.put("/api/users/{user}")
 async def put_user(request: web.Request) -> web.Response:
-    """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}."""
+    """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}, or
+    {"password_hash": ..., "hashing_algorithm": "rabbit_password_hashing_sha256", ...}."""
     name = request.match_info["user"]
-    body = await _body(request)
+    body = await read_body(request)
     tags = _tags(body.get("tags", ""))
-    core = _state(request).core
+    core = state_of(request).core
     existing = core.catalog.get_user(name)
+    if "password_hash" in body:
+        algorithm = body.get("hashing_algorithm") or DEFAULT_HASHING
+        if not isinstance(body["password_hash"], str) or not isinstance(algorithm, str):
+            raise InvalidArgument("password_hash and hashing_algorithm must be strings")
+        core.auth.put_user_hash(name, import_password_hash(body["password_hash"], algorithm),
+                                tags)
+        return no_content() if existing else web.Response(status=201)
     password = body.get("password")
     if password is not None and not isinstance(password, str):
         raise InvalidArgument("password must be a string")
@@ -224,7 +204,7 @@ async def put_user(request: web.Request) -> web.Response:
         existing = core.catalog.get_user(name)
         assert existing is not None
     core.catalog.put_user(UserRecord(name, existing.password_hash, tags))
-    return _no_content()
+    return no_content()
 
 
 def _tags(value: object) -> tuple[str, ...]:
@@ -237,27 +217,28 @@ def _tags(value: object) -> tuple[str, ...]:
 @routes.delete("/api/users/{user}")
 async def delete_user(request: web.Request) -> web.Response:
     name = request.match_info["user"]
-    core = _state(request).core
+    core = state_of(request).core
     if core.catalog.get_user(name) is None:
         raise NotFound(f"user '{name}' not found")
     core.auth.delete_user(name)
-    return _no_content()
+    return no_content()
 
 
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(_state(request).core))
+    return list_response(request, _permission_rows(state_of(request).core))
 
 
 @routes.get("/api/users/{user}/permissions")
 async def user_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(_state(request).core,
+    return list_response(request, _permission_rows(state_of(request).core,
                                               user=request.match_info["user"]))
 
 
 @routes.get("/api/vhosts/{vhost}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(_state(request).core, namespace=_vhost(request)))
+    core = state_of(request).core
+    return list_response(request, _permission_rows(core, namespace=vhost_of(request)))
 
 
 def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, str]]:
@@ -268,7 +249,7 @@ def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, st
 @routes.get("/api/permissions/{vhost}/{user}")
 async def get_permission(request: web.Request) -> web.Response:
     user, vhost = request.match_info["user"], request.match_info["vhost"]
-    rows = _permission_rows(_state(request).core, user=user, namespace=vhost)
+    rows = _permission_rows(state_of(request).core, user=user, namespace=vhost)
     if not rows:
         raise NotFound(f"no permissions for user '{user}' in virtual host '{vhost}'")
     return web.json_response(rows[0])
@@ -277,131 +258,83 @@ async def get_permission(request: web.Request) -> web.Response:
 @routes.put("/api/permissions/{vhost}/{user}")
 async def put_permission(request: web.Request) -> web.Response:
     user, vhost = request.match_info["user"], request.match_info["vhost"]
-    body = await _body(request)
-    core = _state(request).core
+    body = await read_body(request)
+    core = state_of(request).core
     for what, missing in (("user", core.catalog.get_user(user) is None),
                           ("virtual host", core.catalog.get_namespace(vhost) is None)):
         if missing:
             raise NotFound(f"{what} '{user if what == 'user' else vhost}' not found")
     patterns = {kind: body.get(kind, "") for kind in PERMISSION_KINDS}
     core.auth.set_permissions(user, vhost, **patterns)
-    return _no_content()
+    return no_content()
 
 
 @routes.delete("/api/permissions/{vhost}/{user}")
 async def delete_permission(request: web.Request) -> web.Response:
-    _state(request).core.auth.clear_permissions(request.match_info["user"],
+    state_of(request).core.auth.clear_permissions(request.match_info["user"],
                                                 request.match_info["vhost"])
-    return _no_content()
+    return no_content()
 
-
-# -- connections -----------------------------------------------------------------
-
-
-@routes.get("/api/connections")
-async def list_connections(request: web.Request) -> web.Response:
-    return web.json_response([c.describe() for c in _state(request).connections.list()])
-
-
-@routes.get("/api/vhosts/{vhost}/connections")
-async def vhost_connections(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
-    return web.json_response([c.describe() for c in _state(request).connections.list()
-                              if c.ctx.namespace == vhost])
-
-
-def _connection(request: web.Request):
-    name = request.match_info["name"]
-    connection = _state(request).connections.find(name)
-    if connection is None:
-        raise NotFound(f"connection '{name}' not found")
-    return connection
-
-
-@routes.get("/api/connections/{name}")
-async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(_connection(request).describe())
-
-
-@routes.delete("/api/connections/{name}")
-async def close_connection(request: web.Request) -> web.Response:
-    connection = _connection(request)
-    # RabbitMQ passes the reason in the X-Reason header.
-    reason = request.headers.get("X-Reason", "Closed via management plugin")
-    await _state(request).connections.close(connection, reason)
-    return _no_content()
-
-
-def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
-    """Every consumer that a handler recorded with ctx.add_consumer, as RabbitMQ shows one."""
-    rows = []
-    for connection in connections.list():
-        ctx = connection.ctx
-        for tag, details in ctx.consumers.items():
-            queue = str(details.get("queue", ""))
-            rows.append({
-                "consumer_tag": tag,
-                "queue": {"name": queue, "vhost": ctx.namespace},
-                "channel_details": {"connection_name": connection.name, "peer_host": ctx.peer,
-                                    "user": ctx.user},
-                "ack_required": details.get("ack_required", False),
-                "prefetch_count": details.get("prefetch_count", 0),
-                "active": details.get("active", True),
-                "arguments": details.get("arguments", {}),
-            })
-    return rows
-
-
-@routes.get("/api/consumers")
-@routes.get("/api/consumers/{vhost}")
-async def list_consumers(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
-    return web.json_response([row for row in consumer_rows(_state(request).connections)
-                              if vhost is None or row["queue"]["vhost"] == vhost])
 
 
 # -- queues, exchanges, bindings (from every provider) ----------------------------
 
 
 def _merged(request: web.Request, kind: str) -> list[dict]:
-    state, vhost = _state(request), _vhost(request)
-    return [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+    state, vhost = state_of(request), vhost_of(request)
+    rows = [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+    if kind != "bindings":
+        for row in rows:
+            add_message_stats(state, kind[:-1], row)
+    return rows
 
 
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 async def list_queues(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "queues"))
+    return list_response(request, _merged(request, "queues"))
 
 
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
+    """One queue, with its consumers (`consumer_details`) as RabbitMQ shows one."""
+    name, vhost = request.match_info["name"], vhost_of(request)
     for row in _merged(request, "queues"):
         if row["name"] == name:
+            row["consumer_details"] = [
+                consumer for consumer in consumer_rows(state_of(request).connections)
+                if consumer["queue"] == {"name": name, "vhost": vhost}]
             return web.json_response(row)
-    raise NotFound(f"queue '{name}' not found in virtual host '{_vhost(request)}'")
+    raise NotFound(f"queue '{name}' not found in virtual host '{vhost_of(request)}'")
 
 
 @routes.delete("/api/queues/{vhost}/{name}")
 async def delete_queue(request: web.Request) -> web.Response:
+    """Delete a queue or stream; `?if-empty=true`, `?if-unused=true` as in RabbitMQ."""
     vhost, name = request.match_info["vhost"], request.match_info["name"]
-    for provider in _state(request).providers:
+    host = state_of(request).core.queues.vhosts.get(vhost)
+    queue = None if host is None else host.queues.get(name)
+    if queue is not None:
+        if request.query.get("if-empty") == "true" and queue.ready_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' not empty")
+        if request.query.get("if-unused") == "true" and queue.consumers:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use")
+    for provider in state_of(request).providers:
         if await provider.delete_queue(vhost, name):
-            return _no_content()
+            return no_content()
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost}'")
 
 
 @routes.get("/api/exchanges")
 @routes.get("/api/exchanges/{vhost}")
 async def list_exchanges(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "exchanges"))
+    return list_response(request, _merged(request, "exchanges"))
 
 
 @routes.get("/api/bindings")
 @routes.get("/api/bindings/{vhost}")
 async def list_bindings(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "bindings"))
+    return list_response(request, _merged(request, "bindings"))
 
 
 # -- streams (mainstem's own) -----------------------------------------------------
@@ -439,12 +372,12 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
 @routes.get("/api/streams")
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
-    return web.json_response([stream_row(s) for s in _state(request).core.streams
-                              .list(_vhost(request))])
+    return list_response(request, [stream_row(s) for s in state_of(request).core.streams
+                              .list(vhost_of(request))])
 
 
 def _stream(request: web.Request) -> Stream:
-    return _state(request).core.streams.get(request.match_info["vhost"],
+    return state_of(request).core.streams.get(request.match_info["vhost"],
                                             request.match_info["name"])
 
 
@@ -456,35 +389,35 @@ async def get_stream(request: web.Request) -> web.Response:
 @routes.put("/api/streams/{vhost}/{name}")
 async def put_stream(request: web.Request) -> web.Response:
     """Create a stream: {"partitions": 1, "arguments": {"x-max-age": "7D"}}."""
-    body = await _body(request)
+    body = await read_body(request)
     partitions, arguments = body.get("partitions", 1), body.get("arguments", {})
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise InvalidArgument("partitions must be a positive integer")
     if not isinstance(arguments, dict):
         raise InvalidArgument("arguments must be a JSON object")
     vhost, name = request.match_info["vhost"], request.match_info["name"]
-    core = _state(request).core
+    core = state_of(request).core
     if core.streams.find(vhost, name) is not None:
-        return _no_content()
+        return no_content()
     core.streams.create(vhost, name, partitions, arguments)
     return web.Response(status=201)
 
 
 @routes.delete("/api/streams/{vhost}/{name}")
 async def delete_stream(request: web.Request) -> web.Response:
-    await _state(request).core.streams.delete(request.match_info["vhost"],
+    await state_of(request).core.streams.delete(request.match_info["vhost"],
                                               request.match_info["name"])
-    return _no_content()
+    return no_content()
 
 
 @routes.get("/api/streams/{vhost}/{name}/offsets")
 async def stream_offsets(request: web.Request) -> web.Response:
-    return web.json_response(consumer_offsets(_state(request).core, _stream(request)))
+    return web.json_response(consumer_offsets(state_of(request).core, _stream(request)))
 
 
 @routes.get("/api/consumer-offsets")
 async def all_offsets(request: web.Request) -> web.Response:
-    core = _state(request).core
+    core = state_of(request).core
     return web.json_response([row for stream in core.streams.list()
                               for row in consumer_offsets(core, stream)])
 
@@ -521,13 +454,13 @@ def _binder_rows(core: BrokerCore, vhost: str | None) -> list[dict[str, Any]]:
 @routes.get("/api/binders")
 @routes.get("/api/binders/{vhost}")
 async def list_binders(request: web.Request) -> web.Response:
-    return web.json_response(_binder_rows(_state(request).core, _vhost(request)))
+    return web.json_response(_binder_rows(state_of(request).core, vhost_of(request)))
 
 
 @routes.get("/api/binders/{vhost}/{name}")
 async def get_binder(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    for row in _binder_rows(_state(request).core, request.match_info["vhost"]):
+    for row in _binder_rows(state_of(request).core, request.match_info["vhost"]):
         if row["name"] == name:
             return web.json_response(row)
     raise NotFound(f"no binder '{name}' in vhost '{request.match_info['vhost']}'")
@@ -536,17 +469,17 @@ async def get_binder(request: web.Request) -> web.Response:
 @routes.put("/api/binders/{vhost}/{name}")
 async def put_binder(request: web.Request) -> web.Response:
     """Create a binder."""
-    existed = _state(request).core.binders.create(_existing_vhost(request),
+    existed = state_of(request).core.binders.create(_existing_vhost(request),
                                                   request.match_info["name"])
-    return _no_content() if existed else web.Response(status=201)
+    return no_content() if existed else web.Response(status=201)
 
 
 @routes.delete("/api/binders/{vhost}/{name}")
 async def delete_binder(request: web.Request) -> web.Response:
     """Delete a binder, its documents and the projections that fill it."""
-    await _state(request).core.projections.delete_binder(request.match_info["vhost"],
+    await state_of(request).core.projections.delete_binder(request.match_info["vhost"],
                                                          request.match_info["name"])
-    return _no_content()
+    return no_content()
 
 
 @routes.get("/api/binders/{vhost}/{name}/documents")
@@ -558,7 +491,7 @@ async def binder_documents(request: web.Request) -> web.Response:
         raise InvalidArgument("limit must be an integer") from None
     if not 0 < limit <= MAX_DOCUMENTS_SHOWN:
         raise InvalidArgument(f"limit must be 1 to {MAX_DOCUMENTS_SHOWN}")
-    documents = _state(request).core.binders.documents(
+    documents = state_of(request).core.binders.documents(
         request.match_info["vhost"], request.match_info["name"], limit)
     return web.Response(text=json_util.dumps(documents), content_type="application/json")
 
@@ -566,14 +499,14 @@ async def binder_documents(request: web.Request) -> web.Response:
 @routes.get("/api/projections")
 @routes.get("/api/projections/{vhost}")
 async def list_projections(request: web.Request) -> web.Response:
-    return web.json_response(projection_rows(_state(request).core, _vhost(request)))
+    return web.json_response(projection_rows(state_of(request).core, vhost_of(request)))
 
 
 @routes.put("/api/projections/{vhost}/{name}")
 async def put_projection(request: web.Request) -> web.Response:
     """Declare (or redefine) a projection: {"channel", "binder", "id_field", "fold",
     "matcher"}; it starts at once."""
-    body = await _body(request)
+    body = await read_body(request)
     for key in ("channel", "binder", "id_field"):
         if not isinstance(body.get(key), str) or not body[key]:
             raise InvalidArgument(f"{key} must be a non-empty string")
@@ -581,17 +514,17 @@ async def put_projection(request: web.Request) -> web.Response:
     if not isinstance(matcher, dict):
         raise InvalidArgument("matcher must be a JSON object")
     vhost, name = _existing_vhost(request), request.match_info["name"]
-    core = _state(request).core
+    core = state_of(request).core
     existed = core.binders.projection(vhost, name) is not None
     core.projections.declare(vhost, Projection(name, body["channel"], body["binder"],
                                                body["id_field"], str(body.get("fold", "merge")),
                                                matcher))
-    return _no_content() if existed else web.Response(status=201)
+    return no_content() if existed else web.Response(status=201)
 
 
 @routes.delete("/api/projections/{vhost}/{name}")
 async def delete_projection(request: web.Request) -> web.Response:
     """Stop and forget a projection; its binder stays."""
-    await _state(request).core.projections.delete(request.match_info["vhost"],
+    await state_of(request).core.projections.delete(request.match_info["vhost"],
                                                   request.match_info["name"])
-    return _no_content()
+    return no_content()

@@ -11,13 +11,15 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api
+from mainstem.admin import api, connections, definitions, health, objects, policies
+from mainstem.admin import state as shared
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -32,23 +34,28 @@ from mainstem.broker.errors import (
 if TYPE_CHECKING:
     from mainstem.server import Broker
 
+log = logging.getLogger("mainstem.admin")
 CONSOLE_DIR = Path(__file__).parent / "console"
 _REALM = 'Basic realm="mainstem management"'
 CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_own_routes = web.RouteTableDef()
+ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
+                health.routes, policies.routes, _own_routes)
 
 
 def create_app(broker: Broker) -> web.Application:
     core = broker.core
-    state = api.AdminState(
+    state = shared.AdminState(
         core=core, connections=broker.connections, providers=providers_for(core),
         monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
+        certfile=broker.config.tls.certfile,
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
-    app[api.STATE] = state
-    app.add_routes(api.routes)
-    app.router.add_get("/api/openapi.json", _openapi)
+    app[shared.STATE] = state
+    for table in ROUTE_TABLES:
+        app.add_routes(table)
     metrics = Metrics(state)
     app.router.add_get("/metrics", metrics.handle)
     app.router.add_get("/", _console_index)
@@ -59,15 +66,17 @@ def create_app(broker: Broker) -> web.Application:
     return app
 
 
-async def _openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document(api.routes))
+@_own_routes.get("/api/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    """This API described in OpenAPI 3.1."""
+    return web.json_response(openapi_document(ROUTE_TABLES))
 
 
 async def _console_index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(CONSOLE_DIR / "index.html")
 
 
-def _sampling(state: api.AdminState):
+def _sampling(state: shared.AdminState):
     async def lifetime(app: web.Application):
         async def run() -> None:
             while True:
@@ -83,7 +92,7 @@ def _sampling(state: api.AdminState):
     return lifetime
 
 
-def _forgetting_deleted_streams(state: api.AdminState):
+def _forgetting_deleted_streams(state: shared.AdminState):
     """A deleted stream's delivery counters go with it, so /metrics lists live streams."""
     async def lifetime(app: web.Application):
         stats = state.core.delivery_stats
@@ -113,6 +122,18 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(403, "access_refused", str(exc))
     except BrokerError as exc:
         return _error(400, "bad_request", str(exc))
+    except web.HTTPNotFound:  # no route: RabbitMQ's JSON error, not aiohttp's text
+        return _error(404, "Object Not Found", "Not Found")
+    except web.HTTPMethodNotAllowed as exc:
+        return _error(405, "Method Not Allowed", f"{request.method} is not allowed here",
+                      Allow=",".join(sorted(exc.allowed_methods)))
+    except web.HTTPException as exc:  # aiohttp's own (413 body too large, ...): as JSON
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+    except Exception:
+        log.exception("management API request %s %s failed", request.method, request.path)
+        return _error(500, "internal_server_error", "see the broker's log")
 
 
 @web.middleware
@@ -124,13 +145,14 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
     credentials = _basic_credentials(request.headers.get("Authorization", ""))
     if credentials is None:
         return _error(401, "not_authorised", "Login failed", **challenge)
-    core = request.app[api.STATE].core
+    core = request.app[shared.STATE].core
     try:
         user = await core.login(*credentials, request.remote)
     except AuthenticationFailed as exc:
         return _error(401, "not_authorised", str(exc), **challenge)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")
+    request[shared.USER] = user
     return await handler(request)
 
 

@@ -50,7 +50,7 @@ const render = {
     const o = await api("GET", "/api/overview");
     if (!o) return;
     $("publish-rate").textContent = o.message_stats.publish_details.rate + " msg/s";
-    $("bytes-rate").textContent = bytes(o.message_stats.publish_bytes_details.rate) + "/s";
+    $("bytes-rate").textContent = bytes(o.message_stats.stream_publish_bytes_details.rate) + "/s";
     $("total-messages").textContent = o.queue_totals.messages;
     $("total-streams").textContent = o.object_totals.streams;
     $("total-queues").textContent = o.object_totals.queues;
