@@ -52,6 +52,9 @@ class ConnectionContext:
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
+    # Set by a handler whose clients declare publishers (stream protocol): their rows for
+    # /api/stream-publishers, read when asked rather than copied on every change.
+    list_publishers: Callable[[], list[dict[str, object]]] | None = None
 
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:

@@ -265,6 +265,7 @@ class StreamConnection:
         self.user, self.namespace = action.user, action.namespace
         self.ctx.identify(action.user.name, self.namespace)
         self.ctx.on_close_request = self._close_requested
+        self.ctx.list_publishers = self._publisher_rows
         self.ctx.log.info("stream connection opened", extra={
             "user": action.user.name, "namespace": self.namespace})
 
@@ -408,6 +409,12 @@ class StreamConnection:
             return
         self.send(self.publishers.declare(frame, partition))
 
+    def _publisher_rows(self) -> list[dict[str, object]]:
+        return [{"publisher_id": p.publisher_id, "stream": p.name, "vhost": self.namespace,
+                 "reference": p.reference, "published": p.published,
+                 "sequence": p.target.appender.sequence(p.reference) if p.reference else None}
+                for p in self.publishers.by_id.values()]
+
     def on_publish(self, frame: f.Publish) -> None:
         """Hand the frame's messages to its partition's appender, which batches what
         arrives together into chunks, and queue the confirms they owe."""
@@ -416,6 +423,7 @@ class StreamConnection:
             self.send(refusal(frame.publisher_id, frame.publishing_ids,
                               ResponseCode.PUBLISHER_DOES_NOT_EXIST))
             return
+        publisher.published += len(frame.publishing_ids)
         reference = publisher.reference or None
         receipt = publisher.target.appender.append_entries(
             frame.entries, all_simple=frame.num_records == len(frame.entries),
