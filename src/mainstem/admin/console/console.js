@@ -145,7 +145,7 @@ class Chart {
         width, height: 220,
         scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
         series: [{}, ...this.labels.map((label, i) => ({
-          label, stroke: COLORS[i], width: 2, fill: COLORS[i] + "22",
+          label, stroke: COLORS[i], width: 2, fill: COLORS[i] + "22", points: { show: false },
           value: (u, v) => (v === null || v === undefined ? "–" : v + this.unit),
         }))],
         axes: [{}, { size: 60 }],
@@ -286,9 +286,7 @@ const render = {
 
   async queue(vhost, name) {
     const path = enc(vhost) + "/" + enc(name);
-    const [q, bindings, consumers, connections] = await Promise.all([
-      api("GET", "/api/queues/" + path), api("GET", "/api/queues/" + path + "/bindings"),
-      api("GET", "/api/consumers/" + enc(vhost)), api("GET", "/api/connections")]);
+    const q = await api("GET", "/api/queues/" + path);
     if (!q) return;
     $("queue-title").textContent = name + " in " + vhost;
     const facts = {
@@ -308,6 +306,9 @@ const render = {
     }));
     charts.queue.push([q.messages_ready || 0, q.messages_unacknowledged || 0]);
     charts.queue.draw();
+    const [bindings, consumers, connections] = await Promise.all([
+      api("GET", "/api/queues/" + path + "/bindings"), api("GET", "/api/consumers/" + enc(vhost)),
+      api("GET", "/api/connections")]);
     table("queue-bindings-table", [
       ["from", (b) => vhostName(b.source)], ["routing key", (b) => b.routing_key],
       ["arguments", (b) => JSON.stringify(b.arguments || {})],
