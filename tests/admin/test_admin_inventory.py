@@ -3,8 +3,10 @@ Iggy streams/topics/consumer groups and segments, made by real clients."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
-from rstream import AMQPMessage, Producer
+from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
 from mainstem import Broker
 from mainstem.client.iggy import IggyClient, Message
@@ -20,17 +22,42 @@ async def get(broker: Broker, path: str):
         return await response.json()
 
 
-async def test_stream_publishers_show_their_connection_name_and_counts(broker):
-    async with Producer("127.0.0.1", broker.ports["stream"], username="guest",
-                        password="guest", connection_name="billing") as producer:
+async def test_stream_publishers_and_consumers_as_rabbitmq_lists_them(broker):
+    args = {"host": "127.0.0.1", "port": broker.ports["stream"], "username": "guest",
+            "password": "guest"}
+    received: list[bytes] = []
+
+    async def on_message(message, context) -> None:
+        received.append(message)
+
+    async with Producer(**args, connection_name="billing") as producer, \
+            Consumer(**args) as consumer:
         await producer.create_stream("invoices")
         for n in range(3):
             await producer.send_wait("invoices", AMQPMessage(body=b"%d" % n))
-        [row] = await get(broker, "/api/stream-publishers")
-        assert row["user_provided_name"] == "billing"
-        assert (row["stream"], row["vhost"], row["published"]) == ("invoices", "/", 3)
-        assert " -> " in row["connection_name"]
-    assert await get(broker, "/api/stream-publishers") == []
+        [publisher] = await get(broker, "/api/stream/publishers/%2F/invoices")
+        assert publisher["queue"] == {"name": "invoices", "vhost": "/"}
+        assert publisher["published"] == 3
+        assert publisher["connection_details"]["user"] == "guest"
+        [connection] = [c for c in await get(broker, "/api/connections")
+                        if c["name"] == publisher["connection_details"]["name"]]
+        assert connection["user_provided_name"] == "billing"
+        assert await get(broker, "/api/stream/publishers/other") == []
+
+        await consumer.subscribe("invoices", on_message, initial_credit=1,
+                                 offset_specification=ConsumerOffsetSpecification(
+                                     OffsetType.FIRST))
+        for _ in range(200):  # bounded: 10 s
+            if len(received) == 3:
+                break
+            await asyncio.sleep(0.05)
+        [subscription] = await get(broker, "/api/stream/consumers/%2F")
+        assert subscription["queue"] == {"name": "invoices", "vhost": "/"}
+        assert (subscription["consumed"], subscription["offset"],
+                subscription["offset_lag"]) == (3, 3, 0)
+        assert " -> " in subscription["connection_details"]["name"]
+    assert await get(broker, "/api/stream/publishers") == []
+    assert await get(broker, "/api/stream/consumers") == []
 
 
 async def test_iggy_streams_topics_and_group_members(broker):

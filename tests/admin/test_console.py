@@ -283,7 +283,9 @@ async def check_pages(page: Console) -> None:
     publisher = (await call(page.wait_for_rows, "publishers-table", bool))[0]
     await call(assert_shows, page, "publishers-table", publisher,
                connection="console-producer", stream="console-stream", published="5")
-    await call(page.wait_for_rows, "stream-consumers-table", lambda names: len(names) == 1)
+    consumer = (await call(page.wait_for_rows, "stream-consumers-table", bool))[0]
+    await call(assert_shows, page, "stream-consumers-table", consumer,
+               connection="console-consumer", consumed="5", lag="0")
     await call(assert_shows, page, "offsets-table", "console-stream/reader", offset="1",
                lag="3")
     assert_screenshot(await call(page.screenshot, "streams"))

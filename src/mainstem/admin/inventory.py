@@ -1,6 +1,7 @@
-"""Objects of mainstem's own protocols that RabbitMQ's API has no paths for, as the
-console shows them: stream publishers, Iggy streams with their topics and consumer
-groups, and segments (every partition, addressed as the segment protocol names it).
+"""Objects of the management API outside RabbitMQ's core plugin: stream publishers and
+consumers (the paths and shapes of RabbitMQ's stream management plugin), and mainstem's
+own Iggy streams with their topics and consumer groups, and segments (every partition,
+addressed as the segment protocol names it).
 
 Rows are read from the live broker on each request; nothing here is stored.
 """
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from mainstem.admin.api import STATE, AdminState
+from mainstem.admin.resources import NODE
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group
 from mainstem.broker.segment_store import SegmentName
 
@@ -26,17 +28,37 @@ def _state(request: web.Request) -> AdminState:
     return request.app[STATE]
 
 
-@routes.get("/api/stream-publishers")
-async def list_stream_publishers(request: web.Request) -> web.Response:
-    """Publishers declared on stream protocol connections, with what each sent."""
-    rows: list[dict[str, object]] = []
+def _stream_rows(request: web.Request, kind: str) -> list[dict[str, Any]]:
+    """Rows of one kind (publishers, consumers) of every stream connection, each with its
+    connection_details as RabbitMQ gives them, filtered by the path's vhost and queue."""
+    vhost, queue = request.match_info.get("vhost"), request.match_info.get("queue")
+    rows: list[dict[str, Any]] = []
     for connection in _state(request).connections.list():
-        describe = connection.ctx.list_publishers
-        if describe is not None:
-            rows.extend({**row, "connection_name": connection.name,
-                         "user_provided_name": connection.ctx.client_properties.get(
-                             "connection_name")} for row in describe())
-    return web.json_response(rows)
+        describe = getattr(connection.ctx, "stream_" + kind)
+        if describe is None:
+            continue
+        shown = connection.describe()
+        details = {"name": connection.name, "user": connection.ctx.user, "node": NODE,
+                   "peer_host": shown["peer_host"], "peer_port": shown["peer_port"]}
+        rows.extend({**row, "connection_details": details} for row in describe()
+                    if vhost in (None, row["queue"]["vhost"])
+                    and queue in (None, row["queue"]["name"]))
+    return rows
+
+
+@routes.get("/api/stream/publishers")
+@routes.get("/api/stream/publishers/{vhost}")
+@routes.get("/api/stream/publishers/{vhost}/{queue}")
+async def list_stream_publishers(request: web.Request) -> web.Response:
+    """Stream protocol publishers, as RabbitMQ's stream management plugin lists them."""
+    return web.json_response(_stream_rows(request, "publishers"))
+
+
+@routes.get("/api/stream/consumers")
+@routes.get("/api/stream/consumers/{vhost}")
+async def list_stream_consumers(request: web.Request) -> web.Response:
+    """Stream subscriptions with their offset and lag, as RabbitMQ's plugin lists them."""
+    return web.json_response(_stream_rows(request, "consumers"))
 
 
 def _messages(stream: Stream) -> int:

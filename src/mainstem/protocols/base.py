@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
@@ -52,9 +52,10 @@ class ConnectionContext:
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
-    # Set by a handler whose clients declare publishers (stream protocol): their rows for
-    # /api/stream-publishers, read when asked rather than copied on every change.
-    list_publishers: Callable[[], list[dict[str, object]]] | None = None
+    # Set by the stream protocol's handler: its publishers' and subscriptions' rows for
+    # /api/stream/publishers and /api/stream/consumers, built when asked, not kept in step.
+    stream_publishers: Callable[[], list[dict[str, Any]]] | None = None
+    stream_consumers: Callable[[], list[dict[str, Any]]] | None = None
 
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:

@@ -329,11 +329,13 @@ const render = {
   },
 
   async streams() {
+    // publishers and consumers as RabbitMQ's stream management plugin lists them
     const [streams, publishers, consumers, offsets, connections] = await Promise.all([
-      api("GET", "/api/streams"), api("GET", "/api/stream-publishers"),
-      api("GET", "/api/consumers"), api("GET", "/api/consumer-offsets"),
+      api("GET", "/api/streams"), api("GET", "/api/stream/publishers"),
+      api("GET", "/api/stream/consumers"), api("GET", "/api/consumer-offsets"),
       api("GET", "/api/connections")]);
     if (!streams) return;
+    const label = (row) => connectionLabel(connections, row.connection_details.name);
     table("streams-table", [
       ["vhost", (s) => s.vhost], ["name", (s) => s.name],
       ["partitions", (s) => s.partitions.length, "num"],
@@ -342,19 +344,18 @@ const render = {
       ["last offset", (s) => Math.max(...s.partitions.map((p) => p.last_offset)), "num"],
       ["size", (s) => bytes(s.size_bytes), "num"],
     ], streams);
-    const streamKeys = new Set(streams.map((s) => s.vhost + "/" + s.name));
     table("publishers-table", [
-      ["connection", (p) => p.user_provided_name || p.connection_name],
-      ["stream", (p) => p.stream], ["id", (p) => p.publisher_id, "num"],
-      ["reference", (p) => p.reference], ["published", (p) => p.published, "num"],
+      ["connection", label], ["stream", (p) => p.queue.name],
+      ["id", (p) => p.publisher_id, "num"], ["reference", (p) => p.reference],
+      ["published", (p) => p.published, "num"],
       ["last sequence", (p) => p.sequence ?? "", "num"],
-    ], publishers, (p) => p.stream + "/" + p.publisher_id);
+    ], publishers, (p) => p.connection_details.name + "/" + p.publisher_id);
     table("stream-consumers-table", [
-      ["connection", (c) => connectionLabel(connections, c.channel_details.connection_name)],
-      ["stream", (c) => c.queue.name], ["subscription", (c) => c.consumer_tag],
-      ["credit", (c) => c.prefetch_count, "num"],
-    ], consumers.filter((c) => streamKeys.has(c.queue.vhost + "/" + c.queue.name)),
-    (c) => c.queue.name + "/" + c.consumer_tag);
+      ["connection", label], ["stream", (c) => c.queue.name],
+      ["subscription", (c) => c.subscription_id, "num"],
+      ["consumed", (c) => c.consumed, "num"], ["offset", (c) => c.offset, "num"],
+      ["lag", (c) => c.offset_lag, "num"], ["credits", (c) => c.credits, "num"],
+    ], consumers, (c) => c.connection_details.name + "/" + c.subscription_id);
     table("offsets-table", [
       ["stream", (o) => o.stream], ["partition", (o) => o.partition, "num"],
       ["reference", (o) => o.reference], ["offset", (o) => o.offset, "num"],
