@@ -310,38 +310,45 @@ async def check_pages(page: Console) -> None:
     assert_screenshot(await call(page.screenshot, "segments"))
 
 
-async def test_queue_page_publishes_gets_purges_and_deletes(broker, console):
-    connection = await call(pika.BlockingConnection, pika.ConnectionParameters(
-        "127.0.0.1", broker.ports["amqp"],
-        credentials=pika.PlainCredentials("guest", "guest")))
-    try:
-        await call(lambda: connection.channel().queue_declare("console-forms"))
-        await call(console.open, "queue/%2F/console-forms")
-        assert "published" in await call(console.submit, "publish-form", payload="hello")
-        await call(console.wait, lambda _: console.text("queue-fact-ready") == "1")
+async def test_queue_and_exchange_forms_bind_publish_get_purge_delete(broker, console):
+    await call(console.open, "queues")
+    assert "added" in await call(console.submit, "queue-form", vhost="/", name="forms-q")
+    await call(console.open, "exchanges")
+    assert "added" in await call(console.submit, "exchange-form", vhost="/", name="forms-x",
+                                 type="fanout")
+    await call(assert_shows, console, "exchanges-table", "forms-x", type="fanout")
 
-        got = await call(console.submit, "get-form", ackmode="ack_requeue_false", count="2")
-        assert got == "1 message(s)"
-        assert (await call(console.cells, "got-table", "1"))["payload"] == "hello"
-        await call(console.wait, lambda _: console.text("queue-fact-ready") == "0")
+    await call(console.open, "queue/%2F/forms-q")
+    assert await call(console.submit, "bind-form", source="forms-x", routing_key="any") \
+        == "Bound"
+    await call(assert_shows, console, "queue-bindings-table", "forms-x/any")
+    assert "published" in await call(console.submit, "publish-form", payload="hello")
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "1")
 
-        for payload in ("a", "b"):
-            await call(console.submit, "publish-form", payload=payload)
-        await call(console.wait, lambda _: console.text("queue-fact-ready") == "2")
-        await call(console.click, "#purge-queue")
-        await call(console.wait, lambda _: console.text("queue-fact-ready") == "0")
-        assert_screenshot(await call(console.screenshot, "queue-forms"))
+    got = await call(console.submit, "get-form", ackmode="ack_requeue_false", count="2")
+    assert got == "1 message(s)"
+    assert (await call(console.cells, "got-table", "1"))["payload"] == "hello"
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "0")
 
-        await call(console.click, "#delete-queue")  # arms it
-        assert await call(console.text, "delete-queue") == "Really delete?"
-        await call(console.click, "#delete-queue")
-        await call(console.wait, lambda d: d.execute_script("return location.hash") ==
-                   "#queues")
-        await call(console.wait_for_rows, "queues-table",
-                   lambda names: "console-forms" not in names)
-        assert "console-forms" not in broker.core.queues.vhosts["/"].queues
-    finally:
-        await call(connection.close)
+    for payload in ("a", "b"):
+        await call(console.submit, "publish-form", payload=payload)
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "2")
+    await call(console.click, "#purge-queue")
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "0")
+    assert await call(console.driver.execute_script,
+                      "return mainstemCharts.queue.data[1].some(v => v === 2)"
+                      " && document.querySelector('#queue-chart canvas').width > 0")
+    assert_screenshot(await call(console.screenshot, "queue-forms"))
+
+    await call(console.click, "#queue-bindings-table tr[data-name='forms-x/any'] button")
+    await call(console.wait_for_rows, "queue-bindings-table",
+               lambda names: "forms-x/any" not in names)
+    await call(console.click, "#delete-queue")  # arms it
+    assert await call(console.text, "delete-queue") == "Really delete?"
+    await call(console.click, "#delete-queue")
+    await call(console.wait, lambda d: d.execute_script("return location.hash") == "#queues")
+    await call(console.wait_for_rows, "queues-table", lambda names: "forms-q" not in names)
+    assert "forms-q" not in broker.core.queues.vhosts["/"].queues
 
 
 async def test_admin_forms_create_and_delete_users_vhosts_permissions(broker, console):
