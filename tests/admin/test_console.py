@@ -192,6 +192,15 @@ def assert_shows(page: Console, table: str, name: str, **expected: str) -> None:
     assert row, (table, name)
 
 
+def double_click(page: Console, table: str, name: str) -> None:
+    """Delete a row by its danger button: the first click arms it, the second deletes."""
+    button = f"#{table} tr[data-name='{name}'] button.danger-button"
+    page.click(button)
+    page.wait(lambda d: d.find_element(By.CSS_SELECTOR, button).text.startswith("Really"))
+    page.click(button)
+    page.wait_for_rows(table, lambda names: name not in names)
+
+
 # -- the tests -----------------------------------------------------------------------------
 
 
@@ -350,6 +359,10 @@ async def test_queue_and_exchange_forms_bind_publish_get_purge_delete(broker, co
     await call(console.wait_for_rows, "queues-table", lambda names: "forms-q" not in names)
     assert "forms-q" not in broker.core.queues.vhosts["/"].queues
 
+    await call(console.open, "exchanges")
+    await call(double_click, console, "exchanges-table", "forms-x")
+    assert "forms-x" not in [e.name for e in broker.core.queues.vhosts["/"].graph.exchanges()]
+
 
 async def test_admin_forms_create_and_delete_users_vhosts_permissions(broker, console):
     catalog = broker.core.catalog
@@ -370,12 +383,7 @@ async def test_admin_forms_create_and_delete_users_vhosts_permissions(broker, co
     await call(console.wait_for_rows, "permissions-table",
                lambda names: "ann@console-vh" not in names)
     for table, name in (("users-table", "ann"), ("vhosts-table", "console-vh")):
-        button = f"#{table} tr[data-name='{name}'] button"
-        await call(console.click, button)  # arms it
-        await call(console.wait, lambda d, b=button: d.find_element(
-            By.CSS_SELECTOR, b).text.startswith("Really"))
-        await call(console.click, button)
-        await call(console.wait_for_rows, table, lambda names, n=name: n not in names)
+        await call(double_click, console, table, name)
     assert catalog.get_user("ann") is None and catalog.get_namespace("console-vh") is None
 
 
