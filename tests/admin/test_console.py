@@ -284,7 +284,7 @@ async def check_pages(page: Console) -> None:
     assert_screenshot(await call(page.screenshot, "queues"))
 
     await call(page.open, "queue/%2F/console-q")
-    # BINDINGS-PENDING await call(assert_shows, page, "queue-bindings-table", "console-x/k")
+    await call(assert_shows, page, "queue-bindings-table", "console-x/k")
     assert_screenshot(await call(page.screenshot, "queue"))
 
     await call(page.open, "streams")
