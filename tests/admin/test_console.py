@@ -139,6 +139,7 @@ class Console:
 
     def screenshot(self, name: str) -> Path:
         path = self.shots / f"{name}.png"
+        self.driver.execute_script("window.scrollTo(0, 0)")
         self.driver.save_screenshot(str(path))
         return path
 
