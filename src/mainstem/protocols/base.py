@@ -6,10 +6,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
+    from mainstem.broker.message_stats import MessageStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,8 @@ class ConnectionContext:
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
+    # channel number -> channel (AMQP 0-9-1): what /api/channels lists
+    channels: dict[int, ChannelView] = field(default_factory=dict)
     # Set by the stream protocol's handler: its publishers' and subscriptions' rows for
     # /api/stream/publishers and /api/stream/consumers, built when asked, not kept in step.
     stream_publishers: Callable[[], list[dict[str, Any]]] | None = None
@@ -70,6 +73,14 @@ class ConnectionContext:
 
     def remove_consumer(self, tag: str) -> None:
         self.consumers.pop(tag, None)
+
+
+class ChannelView(Protocol):
+    """A channel as the management API sees it."""
+
+    stats: MessageStats
+
+    def describe(self) -> dict[str, object]: ...
 
 
 ConnectionHandler = Callable[[ConnectionContext], Awaitable[None]]

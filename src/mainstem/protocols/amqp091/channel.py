@@ -21,6 +21,7 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.consumers import QueueConsumer, StreamConsumer
@@ -97,6 +98,7 @@ class Channel:
         self._tx_settles: list[tuple[Method, list[int]]] = []
         self._last_queue = ""
         self._write_allowed: set[str] = set()
+        self.stats = MessageStats()
         self._handlers: dict[type[Method], Callable[[Any], Any]] = {
             m.ChannelFlow: self.on_flow,
             m.ExchangeDeclare: self.on_exchange_declare,
@@ -122,6 +124,18 @@ class Channel:
             m.TxCommit: self.on_tx_commit,
             m.TxRollback: self.on_tx_rollback,
         }
+
+    def describe(self) -> dict[str, object]:
+        """The channel's state as RabbitMQ's /api/channels shows it, counters apart."""
+        return {"number": self.number, "consumer_count": len(self.consumers),
+                "messages_unacknowledged": len(self.unacked),
+                "messages_unconfirmed": len(self._confirms),
+                "messages_uncommitted": len(self._tx_publishes),
+                "acks_uncommitted": len(self._tx_settles),
+                "prefetch_count": self.credit.prefetch_count,
+                "global_prefetch_count": self.credit.global_prefetch,
+                "confirm": self.confirming, "transactional": self.transactional,
+                "state": "closing" if self.closing else "running"}
 
     # -- plumbing ------------------------------------------------------------
 
@@ -372,8 +386,11 @@ class Channel:
                                  class_id=method.CLASS_ID, method_id=method.METHOD_ID)
         message = queue.get()
         if message is None:
+            self.stats.get_empty += 1
             self.reply(m.BasicGetEmpty())
             return
+        for stats in (self.stats, queue.stats):
+            stats.delivered(no_ack=method.no_ack, by_get=True, redelivered=message.redelivered)
         if method.no_ack:
             queue.settle(message)
             self._delivery_tag += 1
@@ -409,6 +426,7 @@ class Channel:
 
     def _settle(self, method: Method, deliveries: list[_Delivery]) -> None:
         if isinstance(method, m.BasicAck):
+            self.stats.ack += len(deliveries)
             for delivery in deliveries:
                 if delivery.queue is not None and delivery.message is not None:
                     delivery.queue.ack(delivery.message)
@@ -467,6 +485,7 @@ class Channel:
             outcome = self._publish(content, method)
         except BrokerError as exc:
             raise broker_error(exc, method) from None
+        self.stats.publish += 1
         if self.confirming:
             self._publish_seq += 1
             self._confirms.append((self._publish_seq, outcome.waits, outcome.rejected))
@@ -499,7 +518,11 @@ class Channel:
                                      cc, to_stream_record,
                                      confirm=self.confirming or self.transactional)
         self.connection.flow.hold(outcome.backlogs)
-        if not outcome.routed and method.mandatory:
+        if not outcome.routed:
+            if not method.mandatory:
+                self.stats.drop_unroutable += 1
+                return outcome
+            self.stats.return_unroutable += 1
             returned = m.BasicReturn(NO_ROUTE, "NO_ROUTE", method.exchange, method.routing_key)
             self.connection.send(encode_content(self.number, returned, raw, content.body,
                                                 self.connection.frame_max))
@@ -533,6 +556,7 @@ class Channel:
             await asyncio.wait(waits)
             failed = {wait for wait in waits if wait.exception() is not None}
         run_end = 0
+        self.stats.confirm += len(confirms)
         for seq, futures, rejected in confirms:
             if rejected or failed.intersection(futures):
                 if run_end:

@@ -187,6 +187,7 @@ class AmqpConnection:
         self.closed = True
         for channel in self.channels.values():
             channel.close()
+            self._unregister(channel)
         self.channels.clear()
         self.table.clear()
         if self.vhost is not None:
@@ -306,7 +307,7 @@ class AmqpConnection:
             await self._guarded(channel, channel.handle, method)
             touched.add(channel)
         elif verdict is s.Verdict.OPEN:
-            self.channels[number] = Channel(self, number)
+            self.channels[number] = self.ctx.channels[number] = Channel(self, number)
             self.send_method(number, m.ChannelOpenOk())
         elif verdict is s.Verdict.CLOSE:
             channel = self.channels[number]
@@ -324,6 +325,12 @@ class AmqpConnection:
         """The channel's close handshake is over: nothing more is sent on it."""
         channel.ended = True
         del self.channels[channel.number]
+        self._unregister(channel)
+
+    def _unregister(self, channel: Channel) -> None:
+        """The API stops listing the channel; overview totals keep its counters."""
+        if self.ctx.channels.pop(channel.number, None) is channel:
+            self.core.closed_channel_stats.add(channel.stats)
 
     def _close_channel(self, channel: Channel, error: ChannelError) -> None:
         self.ctx.log.info("amqp channel %d closed: %s", channel.number, error)

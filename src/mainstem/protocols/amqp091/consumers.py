@@ -52,6 +52,9 @@ class QueueConsumer:
         tag = self.channel.next_delivery_tag(self, message)
         if not self.no_ack:
             self.unacked += 1
+        redelivered = message.redelivered
+        for stats in (self.channel.stats, queue.stats):
+            stats.delivered(no_ack=self.no_ack, by_get=False, redelivered=redelivered)
         self.channel.connection.send(self.encoder.encode(
             tag, message.redelivered, message.exchange, message.routing_key,
             message.properties, message.body))
@@ -113,6 +116,7 @@ class StreamConsumer:
         properties, body, exchange, routing_key = from_stream_record(record, offset)
         tag = self.channel.next_delivery_tag(self, None)
         self.unacked += 1
+        self.channel.stats.deliver += 1
         self.channel.connection.send(self.encoder.encode(
             tag, False, exchange, routing_key, properties, body))
         self.channel.counted(self.stream.name, len(body))

@@ -29,6 +29,7 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.streams import Stream
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class VirtualHost:
         self.manager = manager
         self.graph = ExchangeGraph(name)
         self.queues: dict[str, ClassicQueue] = {}
+        # exchange name -> its message counters (the API shows live exchanges only)
+        self.exchange_stats: dict[str, MessageStats] = {}
 
     def describe(self, kind: str, name: str) -> str:
         return f"{kind} '{name}' in vhost '{self.name}'"
@@ -260,6 +263,11 @@ class VirtualHost:
                 outcome.routed = True
                 outcome.waits.append(
                     stream.services[0].appender.append_records([to_stream(message)]).durable)
+        stats = self.exchange_stats.get(exchange)
+        if stats is None:
+            stats = self.exchange_stats[exchange] = MessageStats()
+        stats.publish_in += 1
+        stats.publish_out += outcome.routed
         return outcome
 
     def dead_letter(self, queue: ClassicQueue, message: QueueMessage, reason: str) -> None:
