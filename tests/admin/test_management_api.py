@@ -132,6 +132,15 @@ async def test_bindings_exchanges_publish_and_get(broker, http):
     # the rejected message and the routed one (shop -> all -> dead) both reached it
     assert sorted(m["payload_bytes"] for m in dead) == [3, 10]
 
+    await call(http, "PUT", "/api/queues/%2F/brief", {}, status=201)
+    for expiration, status in (("0", 200), ("soon", 400)):
+        await call(http, "POST", "/api/exchanges/%2F/amq.default/publish", {
+            "routing_key": "brief", "payload": "x",
+            "properties": {"expiration": expiration}}, status=status)
+    assert await call(http, "POST", "/api/queues/%2F/brief/get", {"count": 1}) == []
+    stats = (await call(http, "GET", "/api/queues/%2F/checked"))["message_stats"]
+    assert stats["get"] == 2 and stats["redeliver"] == 1
+
     await call(http, "DELETE", location, status=204)
     await call(http, "GET", location, status=404)
     await call(http, "POST", "/api/exchanges/%2F/amq.default/publish", {
@@ -258,6 +267,8 @@ async def test_message_stats_and_unacked_totals(broker, http):
         assert queue["message_stats"]["deliver_get"] == 5
         assert queue["messages_unacknowledged"] == 5
         assert queue["messages_ready"] == published - 5
+        [consumer] = queue["consumer_details"]
+        assert consumer["prefetch_count"] == 5 and consumer["ack_required"] is True
         overview = await call(http, "GET", "/api/overview")
         assert overview["queue_totals"] == {"messages": published + 3,
                                             "messages_ready": published - 5 + 3,

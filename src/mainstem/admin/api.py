@@ -60,9 +60,8 @@ class AdminState:
         for vhost in self.core.queues.vhosts.values():
             for queue in vhost.queues.values():
                 samples[("queue", vhost.name, queue.name)] = queue.stats.counts()
-            for name, stats in vhost.exchange_stats.items():
-                if vhost.graph.has_exchange(name):
-                    samples[("exchange", vhost.name, name)] = stats.counts()
+            for name, stats in list(vhost.graph.stats.items()):
+                samples[("exchange", vhost.name, name)] = stats.counts()
         for stream in self.core.streams.list():
             samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
         samples[OVERVIEW] = self.totals()
@@ -503,7 +502,7 @@ def object_counts(core: BrokerCore, kind: str, vhost: str, name: str
                   ) -> Mapping[str, int] | None:
     host = core.queues.vhosts.get(vhost)
     if kind == "exchange":
-        stats = None if host is None else host.exchange_stats.get(name)
+        stats = None if host is None else host.graph.stats.get(name)
         return None if stats is None else stats.counts()
     queue = None if host is None else host.queues.get(name)
     if queue is not None:
@@ -528,9 +527,13 @@ async def list_queues(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
+    """One queue, with its consumers (`consumer_details`) as RabbitMQ shows one."""
+    name, vhost = request.match_info["name"], vhost_of(request)
     for row in _merged(request, "queues"):
         if row["name"] == name:
+            row["consumer_details"] = [
+                consumer for consumer in consumer_rows(state_of(request).connections)
+                if consumer["queue"] == {"name": name, "vhost": vhost}]
             return web.json_response(row)
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost_of(request)}'")
 

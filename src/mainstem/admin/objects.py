@@ -12,6 +12,7 @@ import datetime
 import decimal
 import hashlib
 import json
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -117,6 +118,7 @@ async def get_messages(request: web.Request) -> web.Response:
     taken: list[tuple[QueueMessage, int]] = []
     while len(taken) < count and (message := queue.get()) is not None:
         queue.unacked_count += 1
+        queue.stats.delivered(no_ack=False, by_get=True, redelivered=message.redelivered)
         taken.append((message, queue.ready_count))
     rows = [_message_row(message, remaining, encoding, limit) for message, remaining in taken]
     messages = [message for message, _ in taken]
@@ -252,8 +254,13 @@ async def publish(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)
     if name and not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
+    expires_at = None
+    if facts.expiration is not None:  # milliseconds, as a string (AMQP's expiration)
+        if not facts.expiration.isdigit():
+            raise InvalidArgument(f"invalid expiration '{facts.expiration}'")
+        expires_at = time.monotonic() + int(facts.expiration) / 1000
     message = QueueMessage(name, routing_key, raw, data, persistent=facts.persistent,
-                           priority=facts.priority)
+                           priority=facts.priority, expires_at=expires_at)
     headers = json_object(json_object(body, "properties"), "headers")
     outcome = vhost.publish(name, routing_key, message, headers, (), to_stream_record)
     return web.json_response({"routed": outcome.routed})

@@ -60,8 +60,6 @@ class VirtualHost:
         self.manager = manager
         self.graph = ExchangeGraph(name)
         self.queues: dict[str, ClassicQueue] = {}
-        # exchange name -> its message counters (the API shows live exchanges only)
-        self.exchange_stats: dict[str, MessageStats] = {}
 
     def describe(self, kind: str, name: str) -> str:
         return f"{kind} '{name}' in vhost '{self.name}'"
@@ -263,9 +261,9 @@ class VirtualHost:
                 outcome.routed = True
                 outcome.waits.append(
                     stream.services[0].appender.append_records([to_stream(message)]).durable)
-        stats = self.exchange_stats.get(exchange)
+        stats = self.graph.stats.get(exchange)
         if stats is None:
-            stats = self.exchange_stats[exchange] = MessageStats()
+            stats = self.graph.stats[exchange] = MessageStats()
         stats.publish_in += 1
         stats.publish_out += outcome.routed
         return outcome
