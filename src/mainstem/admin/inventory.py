@@ -14,6 +14,7 @@ from aiohttp import web
 
 from mainstem.admin.api import STATE, AdminState
 from mainstem.admin.resources import NODE
+from mainstem.broker.errors import NotFound
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group
 from mainstem.broker.segment_store import SegmentName
 
@@ -32,6 +33,11 @@ def _stream_rows(request: web.Request, kind: str) -> list[dict[str, Any]]:
     """Rows of one kind (publishers, consumers) of every stream connection, each with its
     connection_details as RabbitMQ gives them, filtered by the path's vhost and queue."""
     vhost, queue = request.match_info.get("vhost"), request.match_info.get("queue")
+    core = _state(request).core
+    if vhost is not None and core.catalog.get_namespace(vhost) is None:
+        raise NotFound(f"virtual host '{vhost}' not found")  # as RabbitMQ: 404
+    if vhost is not None and queue is not None and core.streams.find(vhost, queue) is None:
+        raise NotFound(f"stream '{queue}' not found in virtual host '{vhost}'")
     rows: list[dict[str, Any]] = []
     for connection in _state(request).connections.list():
         describe = getattr(connection.ctx, "stream_" + kind)
