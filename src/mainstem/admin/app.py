@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, connections, definitions, health, objects, policies
+from mainstem.admin import api, connections, definitions, health, inventory, objects, policies
 from mainstem.admin import state as shared
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
@@ -42,7 +42,7 @@ _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
-                health.routes, policies.routes, _own_routes)
+                health.routes, policies.routes, inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker) -> web.Application:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
@@ -55,6 +55,10 @@ class ConnectionContext:
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
     # channel number -> channel (AMQP 0-9-1): what /api/channels lists
     channels: dict[int, ChannelView] = field(default_factory=dict)
+    # Set by the stream protocol's handler: its publishers' and subscriptions' rows for
+    # /api/stream/publishers and /api/stream/consumers, built when asked, not kept in step.
+    stream_publishers: Callable[[], list[dict[str, Any]]] | None = None
+    stream_consumers: Callable[[], list[dict[str, Any]]] | None = None
 
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:
