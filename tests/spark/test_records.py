@@ -101,20 +101,26 @@ def test_vectorised_decoder_equals_the_per_record_one(chunk_list, data, headers)
 
 
 def test_rows_of_mixed_shapes() -> None:
-    """The two decoders agreeing could hide a shared mistake: one mixed chunk, checked
-    column by column."""
-    made = [simple(encode_message(Message(body=b"a" * 3))),
-            simple(DATA32 + SIMPLE_ENTRY.pack(300) + b"b" * 300),
-            simple(with_sections(b"c", "subj", {"h": "v"}, "k", False)),
-            sub_batch(2, b"zz"),
-            simple(b"raw")]
-    data = b"".join(entry for entry, _ in made)
-    header = parse_header(encode_header(chunk_id=10, data=data, num_entries=5, num_records=6,
-                                        timestamp=1_700_000_000_000))
-    rows = table([Chunk(header, memoryview(data), memoryview(b""))], 0, 100, True,
-                 per_record=False).to_pylist()
-    assert [row["offset"] for row in rows] == [10, 11, 12, 15]
-    assert [row["value"] for row in rows] == [b"aaa", b"b" * 300, b"c", b"raw"]
+    """The two decoders agreeing could hide a shared mistake: a mixed chunk and a chunk of
+    one size after it, checked column by column."""
+    mixed = [simple(encode_message(Message(body=b"a" * 3))),
+             simple(DATA32 + SIMPLE_ENTRY.pack(300) + b"b" * 300),
+             simple(with_sections(b"c", "subj", {"h": "v"}, "k", False)),
+             sub_batch(2, b"zz"),
+             simple(b"raw")]
+    alike = [simple(encode_message(Message(body=b"d")))] * 2
+    chunk_list = []
+    for first, made, moment in ((10, mixed, 1_700_000_000_000), (16, alike, 1_700_000_001_000)):
+        data = b"".join(entry for entry, _ in made)
+        header = parse_header(encode_header(
+            chunk_id=first, data=data, num_entries=len(made),
+            num_records=sum(count for _, count in made), timestamp=moment))
+        chunk_list.append(Chunk(header, memoryview(data), memoryview(b"")))
+    rows = table(chunk_list, 0, 100, True, per_record=False).to_pylist()
+    assert [row["offset"] for row in rows] == [10, 11, 12, 15, 16, 17]
+    assert [row["value"] for row in rows] == [b"aaa", b"b" * 300, b"c", b"raw", b"d", b"d"]
+    assert [row["timestamp"].timestamp() for row in rows] == [1_700_000_000.0] * 4 + [
+        1_700_000_001.0] * 2
     assert rows[2]["key"] == b"k" and rows[2]["headers"] == [{"key": "h", "value": b"v"}]
     assert ("subject", "subj") in rows[2]["properties"]
     assert {row["stream"] for row in rows} == {"s"} and {row["topic"] for row in rows} == {"s"}

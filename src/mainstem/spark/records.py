@@ -344,12 +344,22 @@ def _batch(pieces: list[_Rows], stream: str, partition: int, include_headers: bo
         names,
         pa.repeat(pa.scalar(partition, pa.int32()), rows),
         pa.concat_arrays([piece.offsets for piece in pieces]),
-        pa.concat_arrays([pa.repeat(pa.scalar(piece.timestamp_ms * 1000, _TIMESTAMP),
-                                    len(piece)) for piece in pieces]),
+        _timestamps(pieces),
         _sparse(pieces, "headers", rows, HEADER_TYPE),
         _sparse(pieces, "properties", rows, PROPERTIES_TYPE),
     ], schema=ARROW_SCHEMA)
     return batch if include_headers else batch.drop_columns([HEADERS_COLUMN])
+
+
+def _timestamps(pieces: list[_Rows]) -> pa.Array:
+    """Each piece's chunk timestamp, once per row: a run per piece, decoded by Arrow."""
+    ends, total = [], 0
+    for piece in pieces:
+        total += len(piece)
+        ends.append(total)
+    runs = pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(
+        [piece.timestamp_ms * 1000 for piece in pieces], _TIMESTAMP))
+    return pc.run_end_decode(runs)
 
 
 def _sparse(pieces: list[_Rows], column: str, rows: int, kind: pa.DataType) -> pa.Array:
