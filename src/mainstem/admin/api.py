@@ -33,6 +33,7 @@ from mainstem.broker.auth import (
     import_password_hash,
 )
 from mainstem.broker.catalog import UserRecord
+from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
 
@@ -91,8 +92,16 @@ def _alarm_fields(state: AdminState) -> dict[str, Any]:
 
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
-    node = {"name": NODE, "type": "disc", "running": True, **_alarm_fields(state_of(request))}
-    return list_response(request, [node])
+    state = state_of(request)
+    cluster = state.core.cluster
+    me = {"name": NODE if cluster is None else cluster.node_name, "type": "disc",
+          "running": True, **_alarm_fields(state)}
+    if cluster is None:
+        return list_response(request, [me])
+    others = [{"name": name, "type": "disc", "running": True, "host": node.host,
+               "listeners": dict(node.ports)}
+              for name, node in sorted(cluster.nodes.items()) if name != cluster.node_name]
+    return list_response(request, [me, *others])
 
 
 # -- virtual hosts ---------------------------------------------------------------
@@ -340,11 +349,12 @@ async def list_bindings(request: web.Request) -> web.Response:
 # -- streams (mainstem's own) -----------------------------------------------------
 
 
-def stream_row(stream: Stream) -> dict[str, Any]:
+def stream_row(stream: Stream, cluster: ClusterView | None = None) -> dict[str, Any]:
     partitions: list[dict[str, Any]] = [
         {"index": i, "name": name, "first_offset": p.first_offset,
          "last_offset": p.committed_offset - 1, "committed_offset": p.committed_offset,
-         "size_bytes": p.size_bytes, "segments": p.segment_count}
+         "size_bytes": p.size_bytes, "segments": p.segment_count,
+         **replication_fields(cluster, stream, i)}
         for i, (name, p) in enumerate(zip(stream.partition_names, stream.partitions,
                                           strict=True))
     ]
@@ -355,6 +365,17 @@ def stream_row(stream: Stream) -> dict[str, Any]:
         "size_bytes": sum(p["size_bytes"] for p in partitions),
         "created_at": stream.record.created_at,
     }
+
+
+def replication_fields(cluster: ClusterView | None, stream: Stream, index: int
+                       ) -> dict[str, Any]:
+    """A replicated partition's leader, epoch, replicas, in-sync set and (on its leader)
+    each follower's lag in records; nothing for a broker that runs alone."""
+    status = None if cluster is None else cluster.status(stream.namespace, stream.name, index)
+    if status is None:
+        return {}
+    return {"leader": status.leader, "epoch": status.epoch, "replicas": list(status.replicas),
+            "in_sync": list(status.in_sync), "replica_lag": dict(status.lag)}
 
 
 def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
@@ -372,8 +393,9 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
 @routes.get("/api/streams")
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
-    return list_response(request, [stream_row(s) for s in state_of(request).core.streams
-                              .list(vhost_of(request))])
+    core = state_of(request).core
+    return list_response(request, [stream_row(s, core.cluster)
+                                   for s in core.streams.list(vhost_of(request))])
 
 
 def _stream(request: web.Request) -> Stream:
@@ -383,7 +405,7 @@ def _stream(request: web.Request) -> Stream:
 
 @routes.get("/api/streams/{vhost}/{name}")
 async def get_stream(request: web.Request) -> web.Response:
-    return web.json_response(stream_row(_stream(request)))
+    return web.json_response(stream_row(_stream(request), state_of(request).core.cluster))
 
 
 @routes.put("/api/streams/{vhost}/{name}")

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
+    from mainstem.broker.streams import Stream
 
 NODE = f"mainstem@{socket.gethostname()}"
 # The RabbitMQ release whose management API this one answers as (tools check it).
@@ -55,6 +56,17 @@ class StreamQueues:
     def __init__(self, core: BrokerCore) -> None:
         self._core = core
 
+    def _members(self, stream: Stream) -> dict[str, Any]:
+        """In a cluster, the first partition's leader, replicas and the live ones among
+        them, under RabbitMQ's names for a replicated queue."""
+        cluster = self._core.cluster
+        status = None if cluster is None else cluster.status(stream.namespace, stream.name, 0)
+        if cluster is None or status is None:
+            return {}
+        return {"node": status.leader, "leader": status.leader,
+                "members": list(status.replicas),
+                "online": [n for n in status.replicas if n in cluster.nodes]}
+
     def queues(self, vhost: str | None) -> list[dict]:
         rows = []
         for stream in self._core.streams.list(vhost):
@@ -75,6 +87,7 @@ class StreamQueues:
                 "memory": 0,
                 "partitions": len(stream.partitions),
                 "size_bytes": sum(p.size_bytes for p in stream.partitions),
+                **self._members(stream),
             })
         return rows
 

@@ -30,8 +30,24 @@ class Placement:
     replicas: tuple[NodeAddress, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """A replicated partition as this node knows it, for operators."""
+
+    leader: str | None
+    epoch: int
+    replicas: tuple[str, ...]
+    in_sync: tuple[str, ...]
+    # Records each follower lacks of what the leader wrote: known on the leader only.
+    lag: Mapping[str, int] = field(default_factory=dict)
+
+
 class ClusterView(Protocol):
     node_name: str
+
+    @property
+    def nodes(self) -> Mapping[str, NodeAddress]:
+        """The live nodes, this one included."""
 
     async def create_stream(self, namespace: str, name: str, partitions: int,
                             arguments: Mapping[str, Any]) -> None:
@@ -43,6 +59,9 @@ class ClusterView(Protocol):
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:
         """Where partition `index` of a stream lives; None for a stream it does not know."""
+
+    def status(self, namespace: str, name: str, index: int) -> PartitionStatus | None:
+        """Leader, epoch, replicas, in-sync set and lag of a partition; None if unknown."""
 
 
 class StreamReplication(Protocol):

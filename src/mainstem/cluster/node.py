@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from mainstem.broker import layout
-from mainstem.broker.cluster_view import NodeAddress, Placement
+from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
@@ -419,6 +419,18 @@ class ClusterNode:
         leader = self.leader_of(storage, index)
         replicas = tuple(self.nodes[n] for n in record["replicas"] if n in self.nodes)
         return Placement(self.nodes.get(leader) if leader else None, replicas)
+
+    def status(self, namespace: str, name: str, index: int) -> PartitionStatus | None:
+        storage = layout.storage_name("stream", namespace, name)
+        record = self.records.get(storage)
+        role = self.roles.get((storage, index))
+        if record is None or not 0 <= index < record["partitions"]:
+            return None
+        if role is None:  # a stream this node holds no replica of
+            return PartitionStatus(None, 0, tuple(record["replicas"]), ())
+        leading = self.leading.get((storage, index))
+        return PartitionStatus(role.leader_node, role.epoch, tuple(role.replicas),
+                               tuple(role.isr), leading.lag() if leading else {})
 
     def leader_of(self, storage: str, index: int) -> str | None:
         role = self.roles.get((storage, index))

@@ -1,0 +1,54 @@
+"""What operators see of a cluster through RabbitMQ's tools: Debian's `rabbitmqadmin`
+lists the nodes, and the management API shows each stream's leader, epoch, replicas,
+in-sync set and (on the leader) each follower's lag."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+
+from mainstem.testing_cluster import LocalCluster
+from tests.support.cluster_clients import FollowingPublisher
+
+RABBITMQADMIN = "/usr/bin/rabbitmqadmin"
+HEADERS = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+
+
+async def rabbitmqadmin(port: int, *args: str) -> list[dict]:
+    process = await asyncio.create_subprocess_exec(
+        RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(port), "-u", "guest", "-p", "guest",
+        "--format", "raw_json", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def test_nodes_leaders_replicas_and_lag(mainstem_cluster: LocalCluster) -> None:
+    node1 = mainstem_cluster.nodes["node1"]
+    listed = await rabbitmqadmin(node1.ports["admin"], "list", "nodes")
+    assert sorted(node["name"] for node in listed) == ["node1", "node2", "node3"]
+    assert all(node["running"] for node in listed)
+
+    publisher = FollowingPublisher(mainstem_cluster, "watched")
+    await publisher.create()
+    await publisher.publish(1_000)
+    await publisher.settle()
+    await publisher.close()
+    async with aiohttp.ClientSession(headers=HEADERS) as http:
+        url = f"http://127.0.0.1:{node1.ports['admin']}/api"
+        async with http.get(f"{url}/streams/%2F/watched") as response:
+            partition = (await response.json())["partitions"][0]
+        assert partition["leader"] == "node1" and partition["epoch"] == 1
+        assert sorted(partition["replicas"]) == sorted(partition["in_sync"]) == [
+            "node1", "node2", "node3"]
+        assert partition["replica_lag"] == {"node2": 0, "node3": 0}
+        follower = f"http://127.0.0.1:{mainstem_cluster.nodes['node2'].ports['admin']}/api"
+        async with http.get(f"{follower}/queues/%2F/watched") as response:
+            queue = await response.json()
+        assert queue["leader"] == "node1"
+        assert sorted(queue["online"]) == sorted(queue["members"]) == [
+            "node1", "node2", "node3"]
+        assert queue["messages"] == 1_000
