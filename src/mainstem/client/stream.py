@@ -64,12 +64,16 @@ MEANINGS: dict[ResponseCode, str] = {
 }
 
 
-class _Answer(Protocol):
+class _Correlated(Protocol):
     correlation_id: int
+
+
+class _Answer(_Correlated, Protocol):
     response_code: int
 
 
 Reply = TypeVar("Reply", bound=_Answer)
+AnyReply = TypeVar("AnyReply", bound=_Correlated)  # Metadata's has no top-level code
 
 
 class StreamClientError(Exception):
@@ -205,6 +209,16 @@ class StreamClient:
               stream: str | None = None) -> Reply:
         """Send the request (about `stream`, if any) made with the next correlation id and
         wait for its reply, handling what arrives in between."""
+        sent, frame = self._exchange(request, reply)
+        code = frame.response_code
+        if code != ResponseCode.OK:
+            raise StreamClientError(
+                describe(code, self.endpoint, type(sent).__name__, stream), code)
+        return frame
+
+    def _exchange(self, request: Callable[[int], f.Frame], reply: type[AnyReply]
+                  ) -> tuple[f.Frame, AnyReply]:
+        """The request sent with the next correlation id, and its reply."""
         self._correlation += 1
         correlation_id = self._correlation
         sent = request(correlation_id)
@@ -212,11 +226,7 @@ class StreamClient:
         while True:
             frame = self._read_frame()
             if isinstance(frame, reply) and frame.correlation_id == correlation_id:
-                code = frame.response_code
-                if code != ResponseCode.OK:
-                    raise StreamClientError(
-                        describe(code, self.endpoint, type(sent).__name__, stream), code)
-                return frame
+                return sent, frame
             self._other(frame)
 
     def _other(self, frame: f.Frame) -> None:
@@ -264,6 +274,21 @@ class StreamClient:
                 return False
             raise
         return True
+
+    def replicas(self, streams: Sequence[str]) -> dict[str, list[tuple[str, int]]]:
+        """Where each stream may be read, as Metadata says: its replicas, or its leader
+        when it has none (a broker that runs alone); streams it does not know are left
+        out."""
+        _, answer = self._exchange(lambda corr: f.Metadata(corr, list(streams)),
+                                   r.MetadataResponse)
+        nodes = {b.reference: (b.host, b.port) for b in answer.brokers}
+        found = {}
+        for meta in answer.streams:
+            if meta.response_code != ResponseCode.OK or meta.leader_reference is None:
+                continue
+            refs = meta.replica_references or [meta.leader_reference]
+            found[meta.name] = [nodes[ref] for ref in refs if ref in nodes]
+        return found
 
     def offset_for_timestamp(self, stream: str, timestamp_ms: int) -> int:
         """The first offset of the first chunk at or after a time (the end if none)."""

@@ -11,10 +11,11 @@ stored twice.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import mmh3
@@ -148,10 +149,21 @@ def _checked_start(tp: TopicPartition, start: int, first: int, fail_on_data_loss
 Span = tuple[TopicPartition, int, int]  # a partition's offsets [start, end)
 
 
-def _plan(spans: list[Span], options: SourceOptions) -> list[OffsetRange]:
+def _readers(client: StreamClient, endpoint: Endpoint, tps: Iterable[TopicPartition]
+             ) -> dict[str, list[Endpoint]]:
+    """Where each partition is read: in a cluster, its replicas (as Metadata names them,
+    so the leader keeps its CPU for writers); alone, the node of the source's URL."""
+    located = client.replicas(sorted({tp.physical for tp in tps}))
+    return {physical: [dataclasses.replace(endpoint, host=host, port=port)
+                       for host, port in nodes]
+            for physical, nodes in located.items() if len(nodes) > 1}
+
+
+def _plan(spans: list[Span], options: SourceOptions,
+          readers: Mapping[str, list[Endpoint]]) -> list[OffsetRange]:
     """Input partitions as Kafka's source cuts them: at most maxRecordsPerPartition records
     each and, while that gives fewer than minPartitions, every span split in proportion to
-    its share of all records."""
+    its share of all records. A partition's ranges take turns among its `readers`."""
     spans = [span for span in spans if span[2] > span[1]]
     total = sum(end - start for _, start, end in spans)
     cap = options.max_records_per_partition
@@ -162,9 +174,10 @@ def _plan(spans: list[Span], options: SourceOptions) -> list[OffsetRange]:
         size = end - start
         step = size if wanted is None else -(-size // max(round(size * wanted / total), 1))
         step = min(step, cap) if cap else step
+        endpoints = readers.get(tp.physical) or [options.endpoint]
         ranges += [OffsetRange(tp.stream, tp.index, tp.physical, lo, min(lo + step, end),
-                               options.endpoint, options.include_headers)
-                   for lo in range(start, end, step)]
+                               endpoints[k % len(endpoints)], options.include_headers)
+                   for k, lo in enumerate(range(start, end, step))]
     return ranges
 
 
@@ -193,6 +206,7 @@ class BatchReader(DataSourceReader):
             bounds = _ends(client, tps)
             starts = resolve(client, opts.starting, EARLIEST, tps)
             ends = resolve(client, opts.ending, LATEST, tps)
+            readers = _readers(client, opts.endpoint, tps)
         spans = []
         for tp in tps:
             first, end_now = bounds[tp]
@@ -207,7 +221,7 @@ class BatchReader(DataSourceReader):
                 raise SourceError(f"stream {tp.stream!r} partition {tp.index}: starting "
                                   f"offset {start} is after the ending offset {end}")
             spans.append((tp, _checked_start(tp, start, first, opts.fail_on_data_loss), end))
-        return _plan(spans, opts)
+        return _plan(spans, opts, readers)
 
     # Spark hands back the partitions this reader planned: OffsetRanges.
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
@@ -293,7 +307,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = bounds[tp][0]
             spans.append((tp, _checked_start(tp, starts.get(tp, first), first,
                                              self.options.fail_on_data_loss), end_offset))
-        return _plan(spans, self.options)
+        return _plan(spans, self.options, _readers(self.client, self.options.endpoint, tps))
 
     # Spark hands back the partitions this reader planned: OffsetRanges.
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
