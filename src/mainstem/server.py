@@ -340,6 +340,7 @@ class Broker:
         )
         loop = asyncio.get_running_loop()
         opened_at = loop.time()
+        self.core.counters.connections_opened += 1
         ctx.log.info("connection opened")
         handshake = _HandshakeDeadline(ctx, task, self._handshake_timeout_s)
         outcome = "ended"
@@ -361,6 +362,7 @@ class Broker:
             handshake.cancel()
             self._connections.discard(task)
             self.connections.remove(conn_id)
+            self.core.counters.connections_closed += 1
             traffic = socket_traffic(writer)
             await _close_writer(writer)
             # ctx.log, not the local fields: the handler may have bound user and namespace.

@@ -50,7 +50,7 @@ def create_app(broker: Broker) -> web.Application:
     app.add_routes(api.routes)
     app.router.add_get("/api/openapi.json", _openapi)
     metrics = Metrics(state)
-    app.router.add_get("/metrics", metrics.handle)
+    metrics.add_routes(app)
     app.router.add_get("/", _console_index)
     app.router.add_static("/console/", CONSOLE_DIR)
     app.cleanup_ctx.append(_sampling(state))

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
@@ -52,6 +52,11 @@ class ConnectionContext:
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
+    # publisher id -> publisher (with `name`, its stream), for protocols that declare them
+    publishers: dict[Any, Any] = field(default_factory=dict)
+    # channel number -> channel, for protocols with channels (AMQP): each has `stats`
+    # (MessageCounters), `consumers` and `unacked`, read by /metrics at scrape time
+    channels: dict[int, Any] = field(default_factory=dict)
 
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:

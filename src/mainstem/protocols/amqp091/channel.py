@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from mainstem.broker.amqp.queues import ClassicQueue, PublishOutcome, QueueMessage, ResourceLocked
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.auth import PermissionKind
+from mainstem.broker.counters import AMQP091, MessageCounters
 from mainstem.broker.errors import (
     AccessRefused,
     BrokerError,
@@ -90,12 +91,15 @@ class Channel:
         self.credit = ChannelCredit(self.unacked)
         self.confirming = False
         self._publish_seq = 0
+        self._answered_seq = 0  # the last publish confirmed or refused
         self._confirms: list[tuple[int, list[asyncio.Future[None]], bool]] = []
         self._confirm_chain: asyncio.Future[None] | None = None
         self.transactional = False
         self._tx_publishes: list[ContentMessage] = []
         self._tx_settles: list[tuple[Method, list[int]]] = []
         self._last_queue = ""
+        self.stats = MessageCounters()  # folded into the node's totals when the channel ends
+        self._retired = False
         self._write_allowed: set[str] = set()
         self._handlers: dict[type[Method], Callable[[Any], Any]] = {
             m.ChannelFlow: self.on_flow,
@@ -180,6 +184,11 @@ class Channel:
 
     def close(self) -> None:
         """The channel ends: consumers stop, unacked messages go back to their queues."""
+        if not self._retired:
+            self._retired = True
+            counters = self.connection.core.counters
+            counters.channels_closed += 1
+            counters.retire(AMQP091, self.stats)
         self.credit.close()
         for consumer in list(self.consumers.values()):
             consumer.stop()
@@ -371,14 +380,19 @@ class Channel:
                                  f"vhost '{self.vhost.name}'",
                                  class_id=method.CLASS_ID, method_id=method.METHOD_ID)
         message = queue.get()
+        stats = self.stats
         if message is None:
+            stats.get_empty += 1
             self.reply(m.BasicGetEmpty())
             return
+        stats.redelivered += message.redelivered
         if method.no_ack:
+            stats.delivered_get_auto_ack += 1
             queue.settle(message)
             self._delivery_tag += 1
             tag = self._delivery_tag
         else:
+            stats.delivered_get_manual_ack += 1
             queue.unacked_count += 1
             self._delivery_tag += 1
             tag = self._delivery_tag
@@ -409,6 +423,7 @@ class Channel:
 
     def _settle(self, method: Method, deliveries: list[_Delivery]) -> None:
         if isinstance(method, m.BasicAck):
+            self.stats.acknowledged += len(deliveries)
             for delivery in deliveries:
                 if delivery.queue is not None and delivery.message is not None:
                     delivery.queue.ack(delivery.message)
@@ -499,6 +514,15 @@ class Channel:
                                      cc, to_stream_record,
                                      confirm=self.confirming or self.transactional)
         self.connection.flow.hold(outcome.backlogs)
+        stats = self.stats
+        stats.received += 1
+        stats.received_confirm += self.confirming
+        if outcome.routed:
+            stats.routed += 1
+        elif method.mandatory:
+            stats.unroutable_returned += 1
+        else:
+            stats.unroutable_dropped += 1
         if not outcome.routed and method.mandatory:
             returned = m.BasicReturn(NO_ROUTE, "NO_ROUTE", method.exchange, method.routing_key)
             self.connection.send(encode_content(self.number, returned, raw, content.body,
@@ -540,9 +564,16 @@ class Channel:
                     run_end = 0
                 self.reply(m.BasicNack(seq, False, False))
             else:
+                self.stats.confirmed += 1
                 run_end = seq
         if run_end:
             self.reply(m.BasicAck(run_end, True))  # everything before is confirmed already
+        self._answered_seq = confirms[-1][0]
+
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes in confirm mode not yet confirmed (or refused)."""
+        return self._publish_seq - self._answered_seq
 
     async def confirms_sent(self) -> None:
         if self._confirm_chain is not None:

@@ -62,6 +62,7 @@ class AmqpConnection:
         self.vhost: Any = None
         self.table = s.ChannelTable(limits.channel_max)
         self.channels: dict[int, Channel] = {}
+        ctx.channels = self.channels  # the same dict, for metrics
         self.closed = False
         self._clock: s.HeartbeatClock | None = None
         self._resuming: asyncio.Task[None] | None = None
@@ -307,6 +308,7 @@ class AmqpConnection:
             touched.add(channel)
         elif verdict is s.Verdict.OPEN:
             self.channels[number] = Channel(self, number)
+            self.core.counters.channels_opened += 1
             self.send_method(number, m.ChannelOpenOk())
         elif verdict is s.Verdict.CLOSE:
             channel = self.channels[number]

@@ -50,7 +50,12 @@ class QueueConsumer:
 
     def deliver(self, queue: ClassicQueue, message: QueueMessage) -> None:
         tag = self.channel.next_delivery_tag(self, message)
-        if not self.no_ack:
+        stats = self.channel.stats
+        stats.redelivered += message.redelivered
+        if self.no_ack:
+            stats.delivered_consume_auto_ack += 1
+        else:
+            stats.delivered_consume_manual_ack += 1
             self.unacked += 1
         self.channel.connection.send(self.encoder.encode(
             tag, message.redelivered, message.exchange, message.routing_key,
@@ -112,6 +117,7 @@ class StreamConsumer:
     def _deliver(self, offset: int, record: memoryview) -> None:
         properties, body, exchange, routing_key = from_stream_record(record, offset)
         tag = self.channel.next_delivery_tag(self, None)
+        self.channel.stats.delivered_consume_manual_ack += 1
         self.unacked += 1
         self.channel.connection.send(self.encoder.encode(
             tag, False, exchange, routing_key, properties, body))

@@ -57,6 +57,7 @@ class ClassicQueue:
         self.ready_count = 0
         self.ready_bytes = 0
         self.unacked_count = 0
+        self.published = 0  # messages accepted since the broker started, for metrics
         self.consumers: list[Consumer] = []
         self._next_consumer = 0
         self._had_consumers = False
@@ -83,6 +84,7 @@ class ClassicQueue:
             if message.expires_at is None or expires < message.expires_at:
                 message.expires_at = expires
         self._seq += 1
+        self.published += 1
         message.seq = self._seq
         durable_write = None
         if self.journal is not None and message.persistent:
