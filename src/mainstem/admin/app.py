@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from mainstem.broker.errors import (
 if TYPE_CHECKING:
     from mainstem.server import Broker
 
+log = logging.getLogger("mainstem.admin")
 CONSOLE_DIR = Path(__file__).parent / "console"
 _REALM = 'Basic realm="mainstem management"'
 CONSOLE_HEADER = "X-Mainstem-Console"
@@ -128,6 +130,8 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
     try:
         user = await core.login(*credentials, request.remote)
     except AuthenticationFailed as exc:
+        log.warning("auth.failed", extra={"user": credentials[0], "peer": request.remote,
+                                          "protocol": "http", "reason": exc.message})
         return _error(401, "not_authorised", str(exc), **challenge)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")

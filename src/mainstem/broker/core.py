@@ -167,7 +167,7 @@ class BrokerCore:
             try:
                 deleted = self.streams.apply_retention()
             except OSError:
-                log.exception("retention pass failed")
+                log.exception("retention.failed")
                 continue
             if deleted:
-                log.info("retention deleted %d segments", deleted)
+                log.info("retention.deleted", extra={"segments": deleted})

@@ -284,7 +284,7 @@ class VirtualHost:
         key = settings.dead_letter_routing_key or message.routing_key
         names = self.graph.route(exchange, key, headers)
         if _is_cycle(headers, names, queue.name):
-            log.debug("dead-letter cycle dropped a message from %s", queue.name)
+            log.debug("dead_letter.cycle_dropped", extra={"vhost": self.name, "queue": queue.name})
             return
         dead = QueueMessage(exchange, key,
                             codec.with_headers(message.properties, headers, drop_expiration=True),
