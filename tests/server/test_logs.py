@@ -151,8 +151,8 @@ async def test_failed_logins_are_logged_alike_on_every_listener(broker, caplog):
     with pytest.raises(Exception, match=r"(?i)auth|credential|login"):
         await SegmentClient.connect("127.0.0.1", broker.ports["segment"], "guest", "nope")
     admin = f"http://127.0.0.1:{broker.ports['admin']}/api/overview"
-    async with aiohttp.ClientSession() as http, \
-            http.get(admin, auth=aiohttp.BasicAuth("guest", "nope")) as response:
+    wrong = {"Authorization": aiohttp.encode_basic_auth("guest", "nope")}
+    async with aiohttp.ClientSession() as http, http.get(admin, headers=wrong) as response:
         assert response.status == 401
 
     failed = {r.protocol: r for r in records(caplog, "auth.failed")}
