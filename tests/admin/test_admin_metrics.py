@@ -137,6 +137,11 @@ async def test_the_overview_dashboards_series_are_all_there(broker):
     assert value(samples, "rabbitmq_connections") == 0
     assert value(samples, "rabbitmq_connections_opened_total") >= 3  # pika, two rstream
     assert value(samples, "rabbitmq_process_resident_memory_bytes") > 0
+    # mainstem's own series stay beside RabbitMQ's
+    [(labels, written)] = [(dict(labels), v) for (name, labels), v in samples.items()
+                           if name == "mainstem_segment_write_offset_bytes"]
+    assert labels["stream"] == "events" and written > 0
+    assert value(samples, "mainstem_stream_messages_in_total", vhost="/", stream="events") == 3
 
 
 async def test_global_counters_carry_the_protocol_label(broker):

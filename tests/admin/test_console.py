@@ -1,28 +1,41 @@
 """The web console in a real headless Chromium (Debian's chromium + chromedriver, driven by
-Selenium): pages load, show what a test created, and closing a connection works."""
+Selenium): every page shows what real clients created, the charts draw, the queue page's
+forms publish, get, purge and delete, the admin forms create and delete, and a screenshot
+of each page lands under the test's tmp_path.
+
+The broker runs on the test's event loop, so every blocking call (Selenium, pika) goes
+through asyncio.to_thread.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import pika
 import pytest
-from rstream import Producer
+from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from mainstem.client.events import EventsClient
+from mainstem.client.iggy import IggyClient, Message
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 WAIT_S = 20
+MIN_SCREENSHOT_BYTES = 20_000  # a rendered page with tables; a blank one is ~5 KB
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage")
+                  "--disable-dev-shm-usage", "--window-size=1400,1100")
 
 
 @pytest.fixture(scope="module")
@@ -45,81 +58,347 @@ def test_chromium_is_installed():
     assert shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)
 
 
-def log_in(driver: webdriver.Chrome, base: str, page: str) -> None:
-    driver.get(f"{base}/?poll_ms=300#{page}")
-    wait = WebDriverWait(driver, WAIT_S)
-    if driver.find_element(By.ID, "login").is_displayed():
-        driver.find_element(By.ID, "login-user").send_keys("guest")
-        driver.find_element(By.ID, "login-password").send_keys("guest")
-        driver.find_element(By.ID, "login-submit").click()
-    wait.until(expected_conditions.visibility_of_element_located((By.ID, page)))
+# -- driving the page (blocking: call through asyncio.to_thread) ---------------------------
 
 
-# The console redraws its tables on every poll, so read them in one script, atomically.
-def table_names(driver: webdriver.Chrome, table: str) -> list[str]:
-    return driver.execute_script(
-        "return [...document.querySelectorAll(arguments[0])].map(r => r.dataset.name)",
-        f"#{table} tbody tr")
+class Console:
+    def __init__(self, driver: webdriver.Chrome, admin_port: int, shots: Path) -> None:
+        self.driver = driver
+        self.base = f"http://127.0.0.1:{admin_port}"
+        self.shots = shots
+
+    def wait(self, condition: Callable[[webdriver.Chrome], Any]) -> Any:
+        return WebDriverWait(self.driver, WAIT_S,
+                             ignored_exceptions=(StaleElementReferenceException,)
+                             ).until(condition)
+
+    def log_in(self, page: str) -> None:
+        self.driver.get(f"{self.base}/?poll_ms=300#{page}")
+        if self.driver.find_element(By.ID, "login").is_displayed():
+            self.driver.find_element(By.ID, "login-user").send_keys("guest")
+            self.driver.find_element(By.ID, "login-password").send_keys("guest")
+            self.driver.find_element(By.ID, "login-submit").click()
+        self.wait(expected_conditions.visibility_of_element_located((By.ID, page)))
+
+    def open(self, hash_route: str) -> None:
+        self.driver.execute_script("location.hash = arguments[0]", hash_route)
+        self.wait(expected_conditions.visibility_of_element_located(
+            (By.ID, hash_route.split("/")[0])))
+
+    # The console redraws its tables on every poll, so read them in one script, atomically.
+    def names(self, table: str) -> list[str]:
+        return self.driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(r => r.dataset.name)",
+            f"#{table} tbody tr")
+
+    def cells(self, table: str, name: str) -> dict[str, str]:
+        """The row's cells by column title."""
+        return self.driver.execute_script(
+            "const table = document.getElementById(arguments[0]);"
+            "if (!table.tHead) return {};"
+            "const row = [...table.tBodies[0].rows].find(r => r.dataset.name === arguments[1]);"
+            "if (!row) return {};"
+            "const titles = [...table.tHead.rows[0].cells].map(c => c.textContent);"
+            "return Object.fromEntries([...row.cells].map((c, i) => [titles[i], c.textContent]))",
+            table, name)
+
+    def wait_for_row(self, table: str, name: str,
+                     check: Callable[[dict[str, str]], bool] = bool) -> dict[str, str]:
+        return self.wait(lambda _: (row := self.cells(table, name)) and check(row) and row)
+
+    def wait_for_rows(self, table: str, predicate: Callable[[list[str]], bool]) -> list[str]:
+        self.wait(lambda _: predicate(self.names(table)))
+        return self.names(table)
+
+    def click(self, css: str) -> None:
+        """A real click, retried if a redraw replaced the element in between."""
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True)
+
+    def text(self, element_id: str) -> str:
+        return self.driver.find_element(By.ID, element_id).text
+
+    def submit(self, form: str, **fields: str) -> str:
+        """Fill a form's fields by name, submit it and wait for its result line."""
+        form_element = self.driver.find_element(By.ID, form)
+        for name, value in fields.items():
+            field = form_element.find_element(By.NAME, name)
+            if field.tag_name == "select":
+                self.choose(Select(field), value)
+            else:
+                field.clear()
+                field.send_keys(value)
+        result = form_element.find_element(By.CLASS_NAME, "result")
+        self.driver.execute_script("arguments[0].textContent = ''", result)
+        form_element.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        return self.wait(lambda _: result.text)
+
+    def choose(self, select: Select, value: str) -> None:
+        """Select an option once a poll has filled it in (vhost and user lists)."""
+        self.wait(lambda _: value in [o.get_attribute("value") for o in select.options])
+        select.select_by_value(value)
+
+    def screenshot(self, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        self.driver.save_screenshot(str(path))
+        return path
 
 
-def row_cells(driver: webdriver.Chrome, table: str, name: str) -> list[str]:
-    return driver.execute_script(
-        "const row = [...document.querySelectorAll(arguments[0])]"
-        ".find(r => r.dataset.name === arguments[1]);"
-        "return row ? [...row.cells].map(c => c.textContent) : [];", f"#{table} tbody tr", name)
+def assert_screenshot(path: Path) -> None:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > MIN_SCREENSHOT_BYTES, path
 
 
-def click(driver: webdriver.Chrome, css: str) -> None:
-    """A real click, retried if a redraw replaced the element in between."""
-    WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
-        lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True)
+@pytest.fixture
+async def console(broker, browser, tmp_path) -> Console:
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    page = Console(browser, broker.ports["admin"], shots)
+    await asyncio.to_thread(page.log_in, "overview")
+    return page
 
 
-def wait_for_rows(driver: webdriver.Chrome, table: str, predicate) -> list[str]:
-    WebDriverWait(driver, WAIT_S).until(lambda d: predicate(table_names(d, table)))
-    return table_names(driver, table)
+def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return asyncio.to_thread(function, *args, **kwargs)
 
 
-async def test_overview_streams_and_queues_pages(broker, browser):
-    base = f"http://127.0.0.1:{broker.ports['admin']}"
-    await asyncio.to_thread(log_in, browser, base, "overview")
-    listeners = await asyncio.to_thread(
-        wait_for_rows, browser, "listeners-table", lambda names: "stream" in names)
-    assert "admin" in listeners
-
-    broker.core.streams.create("/", "console-visible", 2)
-    browser.find_element(By.ID, "nav-streams").click()
-    assert "console-visible" in await asyncio.to_thread(
-        wait_for_rows, browser, "streams-table", lambda names: "console-visible" in names)
-    assert row_cells(browser, "streams-table", "console-visible")[2] == "2"  # partitions
-
-    browser.find_element(By.ID, "nav-queues").click()
-    await asyncio.to_thread(
-        wait_for_rows, browser, "queues-table", lambda names: "console-visible" in names)
-    # live update: a stream deleted elsewhere disappears without reloading the page
-    await broker.core.streams.delete("/", "console-visible")
-    assert await asyncio.to_thread(wait_for_rows, browser, "queues-table", lambda n: not n) == []
-
-    browser.find_element(By.ID, "nav-overview").click()
-    await asyncio.to_thread(WebDriverWait(browser, WAIT_S).until,
-                            lambda d: d.find_element(By.ID, "total-streams").text == "0")
+# -- the clients that make the objects -----------------------------------------------------
 
 
-async def test_closing_a_connection_from_the_console(broker, browser):
-    base = f"http://127.0.0.1:{broker.ports['admin']}"
+def amqp_objects(port: int) -> pika.BlockingConnection:
+    """An exchange bound to a queue holding 3 ready messages, and a queue with a consumer
+    holding 2 unacked ones; the connection stays open."""
+    parameters = pika.ConnectionParameters(
+        "127.0.0.1", port, credentials=pika.PlainCredentials("guest", "guest"),
+        client_properties={"connection_name": "console-pika"})
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    channel.exchange_declare("console-x", "direct")
+    channel.queue_declare("console-q", durable=True)
+    channel.queue_bind("console-q", "console-x", "k")
+    channel.queue_declare("console-work")
+    for n in range(3):
+        channel.basic_publish("console-x", "k", f"ready-{n}".encode())
+    for n in range(2):
+        channel.basic_publish("", "console-work", f"work-{n}".encode())
+    channel.basic_qos(prefetch_count=10)
+    channel.basic_consume("console-work", lambda *_: None, consumer_tag="console-worker")
+    connection.process_data_events(time_limit=0.2)
+    return connection
+
+
+def assert_shows(page: Console, table: str, name: str, **expected: str) -> None:
+    row = page.wait_for_row(table, name, lambda r: all(r.get(k) == v
+                                                       for k, v in expected.items()))
+    assert row, (table, name)
+
+
+def double_click(page: Console, table: str, name: str) -> None:
+    """Delete a row by its danger button: the first click arms it, the second deletes."""
+    button = f"#{table} tr[data-name='{name}'] button.danger-button"
+    page.click(button)
+    page.wait(lambda d: d.find_element(By.CSS_SELECTOR, button).text.startswith("Really"))
+    page.click(button)
+    page.wait_for_rows(table, lambda names: name not in names)
+
+
+# -- the tests -----------------------------------------------------------------------------
+
+
+async def test_every_page_shows_what_real_clients_made(broker, console):
+    ports = broker.ports
+    pika_connection = await call(amqp_objects, ports["amqp"])
+    stream_args = {"host": "127.0.0.1", "port": ports["stream"], "username": "guest",
+                   "password": "guest"}
+    producer = Producer(**stream_args, connection_name="console-producer")
+    consumer = Consumer(**stream_args, connection_name="console-consumer")
+    iggy = await IggyClient.connect("127.0.0.1", ports["iggy"])
+    events = await EventsClient.connect("127.0.0.1", ports["bson"], "guest", "guest")
+    try:
+        await producer.start()
+        await producer.create_stream("console-stream")
+        for n in range(5):
+            await producer.send_wait("console-stream", AMQPMessage(body=f"m{n}".encode()))
+        await consumer.start()
+        await consumer.subscribe("console-stream", lambda *_: None, subscriber_name="reader",
+                                 offset_specification=ConsumerOffsetSpecification(
+                                     OffsetType.FIRST))
+        await consumer.store_offset("console-stream", "reader", 1)
+
+        await iggy.login("guest", "guest")
+        await iggy.create_stream("shop")
+        await iggy.create_topic("shop", "orders", partitions=2)
+        await iggy.send("shop", "orders", [Message(b"o1"), Message(b"o2")], key=b"c")
+        await iggy.create_group("shop", "orders", 1, "billing")
+        await iggy.join_group("shop", "orders", "billing")
+
+        await events.create_channel("visits")
+        await events.publish_many("visits", [{"page": p} for p in "aab"])
+        await events.create_projection("per_page", "visits", "pages", "page", "increment")
+
+        await check_overview_charts(console)
+        await check_pages(console)
+    finally:
+        await call(pika_connection.close)
+        await consumer.close()
+        await producer.close()
+        await iggy.close()
+        await events.close()
+
+
+async def check_overview_charts(page: Console) -> None:
+    # rates from the stream traffic, depth from the AMQP queues: both charts have points
+    drawn = await call(page.wait, lambda d: d.execute_script(
+        "const c = window.mainstemCharts;"
+        "const canvases = [...document.querySelectorAll('#overview .chart canvas')];"
+        "return c.rates.plot && c.depth.plot && canvases.length === 2"
+        " && canvases.every(e => e.width > 0 && e.height > 0)"
+        " && c.rates.data[1].some(v => v > 0) && c.depth.data[1].some(v => v > 0)"
+        " && c.rates.data[0].length"))
+    assert drawn > 0
+    assert (await call(page.text, "total-unacked")) != ""
+    assert_screenshot(await call(page.screenshot, "overview"))
+
+
+async def check_pages(page: Console) -> None:
+    await call(page.open, "connections")
+    for name in ("console-pika", "console-producer", "console-consumer"):
+        await call(page.wait, lambda _, n=name: any(
+            page.cells("connections-table", row).get("name") == n
+            for row in page.names("connections-table")))
+    assert_screenshot(await call(page.screenshot, "connections"))
+
+    await call(page.open, "channels")
+    # CHANNELS-PENDING
+    # await call(page.wait_for_rows, "channels-table", lambda names: len(names) == 1)
+    assert_screenshot(await call(page.screenshot, "channels"))
+
+    await call(page.open, "exchanges")
+    await call(assert_shows, page, "exchanges-table", "console-x", type="direct")
+    assert_screenshot(await call(page.screenshot, "exchanges"))
+
+    await call(page.open, "queues")
+    await call(assert_shows, page, "queues-table", "console-q", ready="3", unacked="0",
+               type="classic")
+    await call(assert_shows, page, "queues-table", "console-work", ready="0", unacked="2",
+               consumers="1")
+    assert_screenshot(await call(page.screenshot, "queues"))
+
+    await call(page.open, "queue/%2F/console-q")
+    # BINDINGS-PENDING await call(assert_shows, page, "queue-bindings-table", "console-x/k")
+    assert_screenshot(await call(page.screenshot, "queue"))
+
+    await call(page.open, "streams")
+    await call(assert_shows, page, "streams-table", "console-stream", messages="5")
+    publisher = (await call(page.wait_for_rows, "publishers-table", bool))[0]
+    await call(assert_shows, page, "publishers-table", publisher,
+               connection="console-producer", stream="console-stream", published="5")
+    consumer = (await call(page.wait_for_rows, "stream-consumers-table", bool))[0]
+    await call(assert_shows, page, "stream-consumers-table", consumer,
+               connection="console-consumer", consumed="5", lag="0")
+    await call(assert_shows, page, "offsets-table", "console-stream/reader", offset="1",
+               lag="3")
+    assert_screenshot(await call(page.screenshot, "streams"))
+
+    await call(page.open, "events")
+    await call(assert_shows, page, "event-channels-table", "visits", events="3")
+    await call(assert_shows, page, "binders-table", "pages", documents="2")
+    await call(assert_shows, page, "projections-table", "per_page", lag="0")
+    assert_screenshot(await call(page.screenshot, "events"))
+
+    await call(page.open, "iggy")
+    await call(assert_shows, page, "iggy-streams-table", "shop", topics="1")
+    await call(assert_shows, page, "iggy-topics-table", "orders", partitions="2",
+               messages="2")
+    await call(assert_shows, page, "iggy-groups-table", "billing", members="1")
+    assert_screenshot(await call(page.screenshot, "iggy"))
+
+    await call(page.open, "segments")
+    await call(assert_shows, page, "segments-table", "/console-stream/0", events="5",
+               sealed="open")
+    await call(assert_shows, page, "segments-table", "shop/orders/1")
+    assert_screenshot(await call(page.screenshot, "segments"))
+
+
+async def test_queue_and_exchange_forms_bind_publish_get_purge_delete(broker, console):
+    await call(console.open, "queues")
+    assert "added" in await call(console.submit, "queue-form", vhost="/", name="forms-q")
+    await call(console.open, "exchanges")
+    assert "added" in await call(console.submit, "exchange-form", vhost="/", name="forms-x",
+                                 type="fanout")
+    await call(assert_shows, console, "exchanges-table", "forms-x", type="fanout")
+
+    await call(console.open, "queue/%2F/forms-q")
+    assert await call(console.submit, "bind-form", source="forms-x", routing_key="any") \
+        == "Bound"
+    await call(assert_shows, console, "queue-bindings-table", "forms-x/any")
+    assert "published" in await call(console.submit, "publish-form", payload="hello")
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "1")
+
+    got = await call(console.submit, "get-form", ackmode="ack_requeue_false", count="2")
+    assert got == "1 message(s)"
+    assert (await call(console.cells, "got-table", "1"))["payload"] == "hello"
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "0")
+
+    for payload in ("a", "b"):
+        await call(console.submit, "publish-form", payload=payload)
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "2")
+    await call(console.click, "#purge-queue")
+    await call(console.wait, lambda _: console.text("queue-fact-ready") == "0")
+    assert await call(console.driver.execute_script,
+                      "return mainstemCharts.queue.data[1].some(v => v === 2)"
+                      " && document.querySelector('#queue-chart canvas').width > 0")
+    assert_screenshot(await call(console.screenshot, "queue-forms"))
+
+    await call(console.click, "#queue-bindings-table tr[data-name='forms-x/any'] button")
+    await call(console.wait_for_rows, "queue-bindings-table",
+               lambda names: "forms-x/any" not in names)
+    await call(console.click, "#delete-queue")  # arms it
+    assert await call(console.text, "delete-queue") == "Really delete?"
+    await call(console.click, "#delete-queue")
+    await call(console.wait, lambda d: d.execute_script("return location.hash") == "#queues")
+    await call(console.wait_for_rows, "queues-table", lambda names: "forms-q" not in names)
+    assert "forms-q" not in broker.core.queues.vhosts["/"].queues
+
+    await call(console.open, "exchanges")
+    await call(double_click, console, "exchanges-table", "forms-x")
+    assert "forms-x" not in [e.name for e in broker.core.queues.vhosts["/"].graph.exchanges()]
+
+
+async def test_admin_forms_create_and_delete_users_vhosts_permissions(broker, console):
+    catalog = broker.core.catalog
+    await call(console.open, "admin")
+    assert "added" in await call(console.submit, "vhost-form", name="console-vh")
+    assert "added" in await call(console.submit, "user-form", name="ann", password="pw",
+                                 tags="monitoring")
+    await call(assert_shows, console, "users-table", "ann", tags="monitoring")
+    assert "set" in await call(console.submit, "permission-form", user="ann",
+                               vhost="console-vh", write="^ann-")
+    await call(assert_shows, console, "permissions-table", "ann@console-vh", write="^ann-",
+               read=".*")
+    assert [(p.user, p.write) for p in catalog.list_permissions(namespace="console-vh")] \
+        == [("ann", "^ann-")]
+    assert_screenshot(await call(console.screenshot, "admin"))
+
+    await call(console.click, "#permissions-table tr[data-name='ann@console-vh'] button")
+    await call(console.wait_for_rows, "permissions-table",
+               lambda names: "ann@console-vh" not in names)
+    for table, name in (("users-table", "ann"), ("vhosts-table", "console-vh")):
+        await call(double_click, console, table, name)
+    assert catalog.get_user("ann") is None and catalog.get_namespace("console-vh") is None
+
+
+async def test_closing_a_connection_from_the_console(broker, console):
     args = {"host": "127.0.0.1", "port": broker.ports["stream"], "username": "guest",
             "password": "guest"}
-    closed = asyncio.Event()
-    producer = Producer(**args, on_close_handler=lambda *_: closed.set())
+    producer = Producer(**args, connection_name="to-close")
     await producer.start()
     try:
-        await asyncio.to_thread(log_in, browser, base, "connections")
-        names = await asyncio.to_thread(wait_for_rows, browser, "connections-table",
-                                        lambda n: len(n) == 1)
+        await call(console.open, "connections")
+        names = await call(console.wait_for_rows, "connections-table",
+                           lambda n: len(n) == 1)
         assert names == [broker.connections.list()[0].name]
-        await asyncio.to_thread(click, browser, "#connections-table .close-connection")
-        assert await asyncio.to_thread(
-            wait_for_rows, browser, "connections-table", lambda n: not n) == []
+        await call(console.click, "#connections-table .close-connection")
+        assert await call(console.wait_for_rows, "connections-table", lambda n: not n) == []
         assert len(broker.connections) == 0
     finally:
         await producer.close()
@@ -127,11 +406,11 @@ async def test_closing_a_connection_from_the_console(broker, browser):
 
 async def test_wrong_password_shows_the_login_again(broker, browser):
     base = f"http://127.0.0.1:{broker.ports['admin']}"
-    await asyncio.to_thread(browser.get, base + "/")
-    await asyncio.to_thread(browser.execute_script, "sessionStorage.clear()")
-    await asyncio.to_thread(browser.get, base + "/?again=1#overview")  # a real reload
-    browser.find_element(By.ID, "login-user").send_keys("guest")
-    browser.find_element(By.ID, "login-password").send_keys("nope")
-    browser.find_element(By.ID, "login-submit").click()
-    await asyncio.to_thread(WebDriverWait(browser, WAIT_S).until, lambda d: "Login failed" in
-                            d.find_element(By.ID, "login-error").text)
+    await call(browser.get, base + "/")
+    await call(browser.execute_script, "sessionStorage.clear()")
+    await call(browser.get, base + "/?again=1#overview")  # a real reload
+    await call(lambda: browser.find_element(By.ID, "login-user").send_keys("guest"))
+    await call(lambda: browser.find_element(By.ID, "login-password").send_keys("nope"))
+    await call(lambda: browser.find_element(By.ID, "login-submit").click())
+    await call(WebDriverWait(browser, WAIT_S).until, lambda d: "Login failed" in
+               d.find_element(By.ID, "login-error").text)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api
+from mainstem.admin import api, inventory
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -50,6 +50,7 @@ def create_app(broker: Broker) -> web.Application:
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
     app[api.STATE] = state
     app.add_routes(api.routes)
+    app.add_routes(inventory.routes)
     app.router.add_get("/api/openapi.json", _openapi)
     metrics = Metrics(state)
     metrics.add_routes(app)
@@ -62,7 +63,7 @@ def create_app(broker: Broker) -> web.Application:
 
 
 async def _openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document(api.routes))
+    return web.json_response(openapi_document([*api.routes, *inventory.routes]))
 
 
 async def _console_index(request: web.Request) -> web.FileResponse:

@@ -38,6 +38,7 @@ from mainstem.admin.registry import Connection
 from mainstem.admin.resources import NODE
 from mainstem.broker.alarms import DISK, MEMORY, measure
 from mainstem.broker.counters import AMQP091, COUNTER_NAMES, STREAM, MessageCounters
+from mainstem.broker.segment_store import SegmentName
 
 _FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _PROTOCOLS = (AMQP091, STREAM)  # RabbitMQ exports its global counters for each, even at 0
@@ -321,7 +322,8 @@ class _RabbitCollector:
             if protocol is None:
                 continue
             consumers[protocol] += len(connection.ctx.consumers)
-            publishers[protocol] += len(connection.ctx.publishers) + sum(
+            stream_publishers = connection.ctx.stream_publishers
+            publishers[protocol] += (len(stream_publishers()) if stream_publishers else 0) + sum(
                 1 for channel in connection.ctx.channels.values() if channel.stats.received)
         for name, counts in (("publishers", publishers), ("consumers", consumers)):
             gauge = GaugeMetricFamily(f"rabbitmq_global_{name}", f"Current number of {name}",
@@ -345,7 +347,8 @@ def _open_files_limit() -> int:
 
 
 class _BrokerCollector:
-    """mainstem's own series: streams, lag, binders, projections, alarms."""
+    """mainstem's own series: streams, lag, binders, projections, Iggy consumer groups,
+    segments, alarms."""
 
     def __init__(self, state: AdminState) -> None:
         self._state = state
@@ -357,6 +360,7 @@ class _BrokerCollector:
         yield from self._connections()
         yield from self._streams()
         yield from self._binders()
+        yield from self._iggy_and_segments()
         yield from self._alarms()
 
     def _connections(self) -> Iterator[Metric]:
@@ -434,6 +438,28 @@ class _BrokerCollector:
         for row in projection_rows(core):
             lag.add_metric([row["vhost"], row["name"]], row["lag"])
         yield from (documents, lag)
+
+    def _iggy_and_segments(self) -> Iterator[Metric]:
+        core = self._state.core
+        members = GaugeMetricFamily("mainstem_iggy_consumer_group_members",
+                                    "Clients in an Iggy consumer group",
+                                    labels=["vhost", "topic", "group"])
+        segment_labels = ["vhost", "stream", "segment"]
+        written = GaugeMetricFamily("mainstem_segment_write_offset_bytes",
+                                    "Byte offset after a segment's last event",
+                                    labels=segment_labels)
+        start = GaugeMetricFamily("mainstem_segment_start_offset_bytes",
+                                  "Byte offset a segment is truncated at", labels=segment_labels)
+        for stream in core.streams.list():
+            for group in core.iggy.list_groups(stream.namespace, stream.name):
+                members.add_metric([stream.namespace, stream.name, group.name],
+                                   len(group.members))
+            for number in range(len(stream.partitions)):
+                name = SegmentName(stream.namespace, stream.name, number)
+                key = [stream.namespace, stream.name, str(name)]
+                written.add_metric(key, core.segments.write_offset(name))
+                start.add_metric(key, core.segments.start_offset(name))
+        yield from (members, written, start)
 
     def _alarms(self) -> Iterator[Metric]:
         active = self._state.core.alarms.active

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
@@ -13,7 +14,7 @@ _PARAMETER = re.compile(r"{(\w+)}")
 _JSON = {"application/json": {"schema": {"type": "object"}}}
 
 
-def openapi_document(routes: web.RouteTableDef) -> dict[str, Any]:
+def openapi_document(routes: Iterable[web.AbstractRouteDef]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         if not isinstance(route, web.RouteDef):

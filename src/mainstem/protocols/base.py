@@ -55,8 +55,10 @@ class ConnectionContext:
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
-    # publisher id -> publisher (with `name`, its stream), for protocols that declare them
-    publishers: dict[Any, Any] = field(default_factory=dict)
+    # Set by the stream protocol's handler: its publishers' and subscriptions' rows for
+    # /api/stream/publishers and /api/stream/consumers, built when asked, not kept in step.
+    stream_publishers: Callable[[], list[dict[str, Any]]] | None = None
+    stream_consumers: Callable[[], list[dict[str, Any]]] | None = None
     # channel number -> channel, for protocols with channels (AMQP): each has `stats`
     # (MessageCounters), `consumers` and `unacked`, read by /metrics at scrape time
     channels: dict[int, Any] = field(default_factory=dict)

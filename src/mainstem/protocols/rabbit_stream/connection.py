@@ -66,6 +66,7 @@ class Subscription:
     reader: Reader  # credit, position and the chunks this subscriber wants
     task: asyncio.Task[None] | None = None
     membership: ActiveConsumer | None = None
+    consumed: int = 0  # messages delivered
 
 
 class StreamConnection:
@@ -81,7 +82,6 @@ class StreamConnection:
         self.user: User | None = None  # both set when the state says Opened
         self.namespace = "/"
         self.publishers: Publishers[PartitionService] = Publishers()
-        ctx.publishers = self.publishers.by_id  # the same dict, for metrics
         self.stats = ctx.core.counters.protocol(STREAM)
         self.subscriptions: dict[int, Subscription] = {}
         # Each Publish frame's durability, in arrival order, with the confirms it owes.
@@ -270,6 +270,8 @@ class StreamConnection:
         self.user, self.namespace = action.user, action.namespace
         self.ctx.identify(action.user.name, self.namespace)
         self.ctx.on_close_request = self._close_requested
+        self.ctx.stream_publishers = self._publisher_rows
+        self.ctx.stream_consumers = self._consumer_rows
         self.ctx.log.info("session.opened", extra={
             "user": action.user.name, "namespace": self.namespace})
 
@@ -413,6 +415,29 @@ class StreamConnection:
             return
         self.send(self.publishers.declare(frame, partition))
 
+    def _publisher_rows(self) -> list[dict[str, object]]:
+        """As RabbitMQ's /api/stream/publishers shows them, with the last stored sequence
+        of a deduplicating publisher."""
+        return [{"publisher_id": p.publisher_id, "reference": p.reference,
+                 "queue": {"name": p.name, "vhost": self.namespace},
+                 "published": p.published,
+                 "sequence": p.target.appender.sequence(p.reference) if p.reference else None}
+                for p in self.publishers.by_id.values()]
+
+    def _consumer_rows(self) -> list[dict[str, object]]:
+        """As RabbitMQ's /api/stream/consumers shows them: the offset read next and the
+        committed messages not sent yet."""
+        rows: list[dict[str, object]] = []
+        for sub in self.subscriptions.values():
+            offset = sub.reader.position
+            rows.append({"subscription_id": sub.subscription_id,
+                         "queue": {"name": sub.name, "vhost": self.namespace},
+                         "consumed": sub.consumed, "offset": offset,
+                         "offset_lag": max(sub.service.committed_offset - offset, 0),
+                         "credits": sub.reader.credit or 0,
+                         "active": sub.membership is None or sub.membership.is_active})
+        return rows
+
     def on_publish(self, frame: f.Publish) -> None:
         """Hand the frame's messages to its partition's appender, which batches what
         arrives together into chunks, and queue the confirms they owe."""
@@ -421,8 +446,9 @@ class StreamConnection:
             self.send(refusal(frame.publisher_id, frame.publishing_ids,
                               ResponseCode.PUBLISHER_DOES_NOT_EXIST))
             return
-        reference = publisher.reference or None
         count = len(frame.publishing_ids)
+        publisher.published += count
+        reference = publisher.reference or None
         stats = self.stats
         stats.received += count
         stats.received_confirm += count
@@ -541,6 +567,7 @@ class StreamConnection:
                                                self.state.deliver_version, chunk.wire_size,
                                                service.committed_chunk_id)
                 reader.send(chunk, header, self._transport)
+                subscription.consumed += chunk.num_records
                 self.stats.delivered_consume_auto_ack += chunk.num_records
                 self.core.delivery_stats.delivered(
                     self.namespace, subscription.name, chunk.num_records, chunk.location.send_size)

@@ -24,6 +24,7 @@ class Publisher(Generic[T]):
     name: str  # the stream or partition it publishes to
     target: T
     reference: str  # "" when the publisher does not deduplicate
+    published: int = 0  # messages received from it, duplicates included
 
 
 class Publishers(Generic[T]):
