@@ -484,7 +484,7 @@ class FirstBytesReader(asyncio.StreamReader):
             arrived, head = self._mismatch
             self._log.warning("protocol.mismatch", extra={
                 "arrived": arrived, "expected": self._spec.name, "first_bytes": head.hex(),
-                "closed": not self._spec.answers_wrong_protocol})
+                "answered": self._spec.answers_wrong_protocol})
             self._mismatch = None
 
 
