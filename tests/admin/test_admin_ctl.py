@@ -130,6 +130,9 @@ async def test_queues_with_ready_unacked_consumers_and_connections(broker):
         code, rows, _ = await ctl(broker, "connections", "list", json_output=True)
         [connection] = rows
         assert connection["user_provided_name"] == "worker-1"
+        code, rows, _ = await ctl(broker, "connections", "list", "--vhost", "/",
+                                  json_output=True)
+        assert [row["id"] for row in rows] == [connection["id"]]  # /api/vhosts/%2F/connections
         code, table, _ = await ctl(broker, "connections", "list")
         assert "worker-1" in rows_of(table)[1]
         code, table, _ = await ctl(broker, "consumers", "list")

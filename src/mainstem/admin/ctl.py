@@ -78,10 +78,18 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
+# collections that RabbitMQ filters by vhost as /api/vhosts/VHOST/COLLECTION
+_UNDER_VHOST = frozenset({"connections", "channels"})
+
+
 def _in_vhost(args: argparse.Namespace, collection: str) -> str:
-    """/api/COLLECTION, or /api/COLLECTION/VHOST with --vhost."""
+    """/api/COLLECTION, or with --vhost the path RabbitMQ gives that vhost's part."""
     vhost = getattr(args, "vhost", None)
-    return f"/api/{collection}" + (f"/{_q(vhost)}" if vhost else "")
+    if not vhost:
+        return f"/api/{collection}"
+    if collection in _UNDER_VHOST:
+        return f"/api/vhosts/{_q(vhost)}/{collection}"
+    return f"/api/{collection}/{_q(vhost)}"
 
 
 @dataclass(frozen=True, slots=True)
