@@ -58,15 +58,15 @@ class AdminState:
 STATE = web.AppKey("state", AdminState)
 
 
-def _state(request: web.Request) -> AdminState:
+def state_of(request: web.Request) -> AdminState:
     return request.app[STATE]
 
 
-def _vhost(request: web.Request) -> str | None:
+def vhost_of(request: web.Request) -> str | None:
     return request.match_info.get("vhost")
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def read_body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
     try:
@@ -78,7 +78,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _no_content() -> web.Response:
+def no_content() -> web.Response:
     return web.Response(status=204)
 
 
@@ -87,7 +87,7 @@ def _no_content() -> web.Response:
 
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
-    state = _state(request)
+    state = state_of(request)
     queues = [q for provider in state.providers for q in provider.queues(None)]
     published_rate, bytes_rate = state.rates()
     messages = sum(q.get("messages", 0) for q in queues)
@@ -136,7 +136,7 @@ def _alarm_fields(state: AdminState) -> dict[str, Any]:
 
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
-    return web.json_response([{"name": NODE, "running": True, **_alarm_fields(_state(request))}])
+    return web.json_response([{"name": NODE, "running": True, **_alarm_fields(state_of(request))}])
 
 
 # -- virtual hosts ---------------------------------------------------------------
@@ -144,7 +144,7 @@ async def nodes(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
-    return web.json_response([_vhost_row(ns.name) for ns in _state(request).core.catalog
+    return web.json_response([_vhost_row(ns.name) for ns in state_of(request).core.catalog
                               .list_namespaces()])
 
 
@@ -155,7 +155,7 @@ def _vhost_row(name: str) -> dict[str, Any]:
 
 def _existing_vhost(request: web.Request) -> str:
     name = request.match_info["vhost"]
-    if _state(request).core.catalog.get_namespace(name) is None:
+    if state_of(request).core.catalog.get_namespace(name) is None:
         raise NotFound(f"virtual host '{name}' not found")
     return name
 
@@ -168,17 +168,17 @@ async def get_vhost(request: web.Request) -> web.Response:
 @routes.put("/api/vhosts/{vhost}")
 async def put_vhost(request: web.Request) -> web.Response:
     name = request.match_info["vhost"]
-    core = _state(request).core
+    core = state_of(request).core
     if core.catalog.get_namespace(name) is not None:
-        return _no_content()  # PUT is idempotent, as in RabbitMQ
+        return no_content()  # PUT is idempotent, as in RabbitMQ
     core.add_namespace(name)
     return web.Response(status=201)
 
 
 @routes.delete("/api/vhosts/{vhost}")
 async def delete_vhost(request: web.Request) -> web.Response:
-    await _state(request).core.delete_namespace(request.match_info["vhost"])
-    return _no_content()
+    await state_of(request).core.delete_namespace(request.match_info["vhost"])
+    return no_content()
 
 
 # -- users and permissions -------------------------------------------------------
@@ -191,13 +191,13 @@ def _user_row(record: UserRecord) -> dict[str, Any]:
 
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
-    return web.json_response([_user_row(u) for u in _state(request).core.catalog.list_users()])
+    return web.json_response([_user_row(u) for u in state_of(request).core.catalog.list_users()])
 
 
 @routes.get("/api/users/{user}")
 async def get_user(request: web.Request) -> web.Response:
     name = request.match_info["user"]
-    record = _state(request).core.catalog.get_user(name)
+    record = state_of(request).core.catalog.get_user(name)
     if record is None:
         raise NotFound(f"user '{name}' not found")
     return web.json_response(_user_row(record))
@@ -207,9 +207,9 @@ async def get_user(request: web.Request) -> web.Response:
 async def put_user(request: web.Request) -> web.Response:
     """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}."""
     name = request.match_info["user"]
-    body = await _body(request)
+    body = await read_body(request)
     tags = _tags(body.get("tags", ""))
-    core = _state(request).core
+    core = state_of(request).core
     existing = core.catalog.get_user(name)
     password = body.get("password")
     if password is not None and not isinstance(password, str):
@@ -224,7 +224,7 @@ async def put_user(request: web.Request) -> web.Response:
         existing = core.catalog.get_user(name)
         assert existing is not None
     core.catalog.put_user(UserRecord(name, existing.password_hash, tags))
-    return _no_content()
+    return no_content()
 
 
 def _tags(value: object) -> tuple[str, ...]:
@@ -237,27 +237,27 @@ def _tags(value: object) -> tuple[str, ...]:
 @routes.delete("/api/users/{user}")
 async def delete_user(request: web.Request) -> web.Response:
     name = request.match_info["user"]
-    core = _state(request).core
+    core = state_of(request).core
     if core.catalog.get_user(name) is None:
         raise NotFound(f"user '{name}' not found")
     core.auth.delete_user(name)
-    return _no_content()
+    return no_content()
 
 
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(_state(request).core))
+    return web.json_response(_permission_rows(state_of(request).core))
 
 
 @routes.get("/api/users/{user}/permissions")
 async def user_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(_state(request).core,
+    return web.json_response(_permission_rows(state_of(request).core,
                                               user=request.match_info["user"]))
 
 
 @routes.get("/api/vhosts/{vhost}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(_state(request).core, namespace=_vhost(request)))
+    return web.json_response(_permission_rows(state_of(request).core, namespace=vhost_of(request)))
 
 
 def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, str]]:
@@ -268,7 +268,7 @@ def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, st
 @routes.get("/api/permissions/{vhost}/{user}")
 async def get_permission(request: web.Request) -> web.Response:
     user, vhost = request.match_info["user"], request.match_info["vhost"]
-    rows = _permission_rows(_state(request).core, user=user, namespace=vhost)
+    rows = _permission_rows(state_of(request).core, user=user, namespace=vhost)
     if not rows:
         raise NotFound(f"no permissions for user '{user}' in virtual host '{vhost}'")
     return web.json_response(rows[0])
@@ -277,22 +277,22 @@ async def get_permission(request: web.Request) -> web.Response:
 @routes.put("/api/permissions/{vhost}/{user}")
 async def put_permission(request: web.Request) -> web.Response:
     user, vhost = request.match_info["user"], request.match_info["vhost"]
-    body = await _body(request)
-    core = _state(request).core
+    body = await read_body(request)
+    core = state_of(request).core
     for what, missing in (("user", core.catalog.get_user(user) is None),
                           ("virtual host", core.catalog.get_namespace(vhost) is None)):
         if missing:
             raise NotFound(f"{what} '{user if what == 'user' else vhost}' not found")
     patterns = {kind: body.get(kind, "") for kind in PERMISSION_KINDS}
     core.auth.set_permissions(user, vhost, **patterns)
-    return _no_content()
+    return no_content()
 
 
 @routes.delete("/api/permissions/{vhost}/{user}")
 async def delete_permission(request: web.Request) -> web.Response:
-    _state(request).core.auth.clear_permissions(request.match_info["user"],
+    state_of(request).core.auth.clear_permissions(request.match_info["user"],
                                                 request.match_info["vhost"])
-    return _no_content()
+    return no_content()
 
 
 # -- connections -----------------------------------------------------------------
@@ -300,19 +300,19 @@ async def delete_permission(request: web.Request) -> web.Response:
 
 @routes.get("/api/connections")
 async def list_connections(request: web.Request) -> web.Response:
-    return web.json_response([c.describe() for c in _state(request).connections.list()])
+    return web.json_response([c.describe() for c in state_of(request).connections.list()])
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
 async def vhost_connections(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
-    return web.json_response([c.describe() for c in _state(request).connections.list()
+    vhost = vhost_of(request)
+    return web.json_response([c.describe() for c in state_of(request).connections.list()
                               if c.ctx.namespace == vhost])
 
 
 def _connection(request: web.Request):
     name = request.match_info["name"]
-    connection = _state(request).connections.find(name)
+    connection = state_of(request).connections.find(name)
     if connection is None:
         raise NotFound(f"connection '{name}' not found")
     return connection
@@ -328,8 +328,8 @@ async def close_connection(request: web.Request) -> web.Response:
     connection = _connection(request)
     # RabbitMQ passes the reason in the X-Reason header.
     reason = request.headers.get("X-Reason", "Closed via management plugin")
-    await _state(request).connections.close(connection, reason)
-    return _no_content()
+    await state_of(request).connections.close(connection, reason)
+    return no_content()
 
 
 def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
@@ -355,8 +355,8 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
 @routes.get("/api/consumers")
 @routes.get("/api/consumers/{vhost}")
 async def list_consumers(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
-    return web.json_response([row for row in consumer_rows(_state(request).connections)
+    vhost = vhost_of(request)
+    return web.json_response([row for row in consumer_rows(state_of(request).connections)
                               if vhost is None or row["queue"]["vhost"] == vhost])
 
 
@@ -364,7 +364,7 @@ async def list_consumers(request: web.Request) -> web.Response:
 
 
 def _merged(request: web.Request, kind: str) -> list[dict]:
-    state, vhost = _state(request), _vhost(request)
+    state, vhost = state_of(request), vhost_of(request)
     return [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
 
 
@@ -380,15 +380,15 @@ async def get_queue(request: web.Request) -> web.Response:
     for row in _merged(request, "queues"):
         if row["name"] == name:
             return web.json_response(row)
-    raise NotFound(f"queue '{name}' not found in virtual host '{_vhost(request)}'")
+    raise NotFound(f"queue '{name}' not found in virtual host '{vhost_of(request)}'")
 
 
 @routes.delete("/api/queues/{vhost}/{name}")
 async def delete_queue(request: web.Request) -> web.Response:
     vhost, name = request.match_info["vhost"], request.match_info["name"]
-    for provider in _state(request).providers:
+    for provider in state_of(request).providers:
         if await provider.delete_queue(vhost, name):
-            return _no_content()
+            return no_content()
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost}'")
 
 
@@ -439,12 +439,12 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
 @routes.get("/api/streams")
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
-    return web.json_response([stream_row(s) for s in _state(request).core.streams
-                              .list(_vhost(request))])
+    return web.json_response([stream_row(s) for s in state_of(request).core.streams
+                              .list(vhost_of(request))])
 
 
 def _stream(request: web.Request) -> Stream:
-    return _state(request).core.streams.get(request.match_info["vhost"],
+    return state_of(request).core.streams.get(request.match_info["vhost"],
                                             request.match_info["name"])
 
 
@@ -456,35 +456,35 @@ async def get_stream(request: web.Request) -> web.Response:
 @routes.put("/api/streams/{vhost}/{name}")
 async def put_stream(request: web.Request) -> web.Response:
     """Create a stream: {"partitions": 1, "arguments": {"x-max-age": "7D"}}."""
-    body = await _body(request)
+    body = await read_body(request)
     partitions, arguments = body.get("partitions", 1), body.get("arguments", {})
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise InvalidArgument("partitions must be a positive integer")
     if not isinstance(arguments, dict):
         raise InvalidArgument("arguments must be a JSON object")
     vhost, name = request.match_info["vhost"], request.match_info["name"]
-    core = _state(request).core
+    core = state_of(request).core
     if core.streams.find(vhost, name) is not None:
-        return _no_content()
+        return no_content()
     core.streams.create(vhost, name, partitions, arguments)
     return web.Response(status=201)
 
 
 @routes.delete("/api/streams/{vhost}/{name}")
 async def delete_stream(request: web.Request) -> web.Response:
-    await _state(request).core.streams.delete(request.match_info["vhost"],
+    await state_of(request).core.streams.delete(request.match_info["vhost"],
                                               request.match_info["name"])
-    return _no_content()
+    return no_content()
 
 
 @routes.get("/api/streams/{vhost}/{name}/offsets")
 async def stream_offsets(request: web.Request) -> web.Response:
-    return web.json_response(consumer_offsets(_state(request).core, _stream(request)))
+    return web.json_response(consumer_offsets(state_of(request).core, _stream(request)))
 
 
 @routes.get("/api/consumer-offsets")
 async def all_offsets(request: web.Request) -> web.Response:
-    core = _state(request).core
+    core = state_of(request).core
     return web.json_response([row for stream in core.streams.list()
                               for row in consumer_offsets(core, stream)])
 
@@ -521,13 +521,13 @@ def _binder_rows(core: BrokerCore, vhost: str | None) -> list[dict[str, Any]]:
 @routes.get("/api/binders")
 @routes.get("/api/binders/{vhost}")
 async def list_binders(request: web.Request) -> web.Response:
-    return web.json_response(_binder_rows(_state(request).core, _vhost(request)))
+    return web.json_response(_binder_rows(state_of(request).core, vhost_of(request)))
 
 
 @routes.get("/api/binders/{vhost}/{name}")
 async def get_binder(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    for row in _binder_rows(_state(request).core, request.match_info["vhost"]):
+    for row in _binder_rows(state_of(request).core, request.match_info["vhost"]):
         if row["name"] == name:
             return web.json_response(row)
     raise NotFound(f"no binder '{name}' in vhost '{request.match_info['vhost']}'")
@@ -536,17 +536,17 @@ async def get_binder(request: web.Request) -> web.Response:
 @routes.put("/api/binders/{vhost}/{name}")
 async def put_binder(request: web.Request) -> web.Response:
     """Create a binder."""
-    existed = _state(request).core.binders.create(_existing_vhost(request),
+    existed = state_of(request).core.binders.create(_existing_vhost(request),
                                                   request.match_info["name"])
-    return _no_content() if existed else web.Response(status=201)
+    return no_content() if existed else web.Response(status=201)
 
 
 @routes.delete("/api/binders/{vhost}/{name}")
 async def delete_binder(request: web.Request) -> web.Response:
     """Delete a binder, its documents and the projections that fill it."""
-    await _state(request).core.projections.delete_binder(request.match_info["vhost"],
+    await state_of(request).core.projections.delete_binder(request.match_info["vhost"],
                                                          request.match_info["name"])
-    return _no_content()
+    return no_content()
 
 
 @routes.get("/api/binders/{vhost}/{name}/documents")
@@ -558,7 +558,7 @@ async def binder_documents(request: web.Request) -> web.Response:
         raise InvalidArgument("limit must be an integer") from None
     if not 0 < limit <= MAX_DOCUMENTS_SHOWN:
         raise InvalidArgument(f"limit must be 1 to {MAX_DOCUMENTS_SHOWN}")
-    documents = _state(request).core.binders.documents(
+    documents = state_of(request).core.binders.documents(
         request.match_info["vhost"], request.match_info["name"], limit)
     return web.Response(text=json_util.dumps(documents), content_type="application/json")
 
@@ -566,14 +566,14 @@ async def binder_documents(request: web.Request) -> web.Response:
 @routes.get("/api/projections")
 @routes.get("/api/projections/{vhost}")
 async def list_projections(request: web.Request) -> web.Response:
-    return web.json_response(projection_rows(_state(request).core, _vhost(request)))
+    return web.json_response(projection_rows(state_of(request).core, vhost_of(request)))
 
 
 @routes.put("/api/projections/{vhost}/{name}")
 async def put_projection(request: web.Request) -> web.Response:
     """Declare (or redefine) a projection: {"channel", "binder", "id_field", "fold",
     "matcher"}; it starts at once."""
-    body = await _body(request)
+    body = await read_body(request)
     for key in ("channel", "binder", "id_field"):
         if not isinstance(body.get(key), str) or not body[key]:
             raise InvalidArgument(f"{key} must be a non-empty string")
@@ -581,17 +581,17 @@ async def put_projection(request: web.Request) -> web.Response:
     if not isinstance(matcher, dict):
         raise InvalidArgument("matcher must be a JSON object")
     vhost, name = _existing_vhost(request), request.match_info["name"]
-    core = _state(request).core
+    core = state_of(request).core
     existed = core.binders.projection(vhost, name) is not None
     core.projections.declare(vhost, Projection(name, body["channel"], body["binder"],
                                                body["id_field"], str(body.get("fold", "merge")),
                                                matcher))
-    return _no_content() if existed else web.Response(status=201)
+    return no_content() if existed else web.Response(status=201)
 
 
 @routes.delete("/api/projections/{vhost}/{name}")
 async def delete_projection(request: web.Request) -> web.Response:
     """Stop and forget a projection; its binder stays."""
-    await _state(request).core.projections.delete(request.match_info["vhost"],
+    await state_of(request).core.projections.delete(request.match_info["vhost"],
                                                   request.match_info["name"])
-    return _no_content()
+    return no_content()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, inventory
+from mainstem.admin import api, inventory, objects
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -39,6 +39,8 @@ _REALM = 'Basic realm="mainstem management"'
 CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_own_routes = web.RouteTableDef()
+ROUTE_TABLES = (api.routes, objects.routes, inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker) -> web.Application:
@@ -49,9 +51,8 @@ def create_app(broker: Broker) -> web.Application:
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
     app[api.STATE] = state
-    app.add_routes(api.routes)
-    app.add_routes(inventory.routes)
-    app.router.add_get("/api/openapi.json", _openapi)
+    for table in ROUTE_TABLES:
+        app.add_routes(table)
     metrics = Metrics(state)
     metrics.add_routes(app)
     app.router.add_get("/", _console_index)
@@ -62,8 +63,10 @@ def create_app(broker: Broker) -> web.Application:
     return app
 
 
-async def _openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document([*api.routes, *inventory.routes]))
+@_own_routes.get("/api/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    """This API described in OpenAPI 3.1."""
+    return web.json_response(openapi_document(ROUTE_TABLES))
 
 
 async def _console_index(request: web.Request) -> web.FileResponse:
@@ -116,6 +119,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(403, "access_refused", str(exc))
     except BrokerError as exc:
         return _error(400, "bad_request", str(exc))
+    except web.HTTPNotFound:  # no route: RabbitMQ's JSON error, not aiohttp's text
+        return _error(404, "Object Not Found", "Not Found")
+    except web.HTTPMethodNotAllowed as exc:
+        return _error(405, "Method Not Allowed", f"{request.method} is not allowed here",
+                      Allow=",".join(sorted(exc.allowed_methods)))
 
 
 @web.middleware

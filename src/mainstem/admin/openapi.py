@@ -14,9 +14,9 @@ _PARAMETER = re.compile(r"{(\w+)}")
 _JSON = {"application/json": {"schema": {"type": "object"}}}
 
 
-def openapi_document(routes: Iterable[web.AbstractRouteDef]) -> dict[str, Any]:
+def openapi_document(tables: Iterable[web.RouteTableDef]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
-    for route in routes:
+    for route in (route for table in tables for route in table):
         if not isinstance(route, web.RouteDef):
             continue
         operation: dict[str, Any] = {
