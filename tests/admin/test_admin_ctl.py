@@ -191,3 +191,53 @@ async def test_bad_usage_exits_2_with_the_groups_actions():
     assert code == 2 and "ACTION" in err
     code, _, err = await run("ctl", "queues", "declare", "q", "--argument", "novalue")
     assert code != 0 and "KEY=VALUE" in err
+
+
+def publish(broker: Broker, exchange: str, routing_key: str, count: int) -> None:
+    parameters = pika.ConnectionParameters("127.0.0.1", broker.ports["amqp"])
+    with pika.BlockingConnection(parameters) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for i in range(count):
+            channel.basic_publish(exchange, routing_key, b"m%d" % i)
+
+
+async def test_declare_purge_and_delete_queues(broker):
+    code, out, err = await ctl(broker, "queues", "declare", "orders", "--argument",
+                               "x-max-length=100", "--argument", "x-overflow=reject-publish")
+    assert code == 0 and out.strip() == "ok", err
+    await asyncio.to_thread(publish, broker, "", "orders", 3)
+    code, rows, _ = await ctl(broker, "queues", "list", "--vhost", "/", json_output=True)
+    [orders] = [row for row in rows if row["name"] == "orders"]
+    assert orders["arguments"] == {"x-max-length": 100, "x-overflow": "reject-publish"}
+    assert (orders["durable"], orders["auto_delete"], orders["messages_ready"]) == (True, False,
+                                                                                     3)
+    code, _, err = await ctl(broker, "queues", "declare", "orders", "--no-durable")
+    assert code == 1 and "durable" in err  # inequivalent to the existing queue
+    assert (await ctl(broker, "queues", "purge", "orders"))[0] == 0
+    code, table, _ = await ctl(broker, "queues", "list")
+    assert ["/", "orders", "classic", "0", "0", "0", "0"] in rows_of(table)
+    assert (await ctl(broker, "queues", "delete", "orders", "--if-empty"))[0] == 0
+    code, rows, _ = await ctl(broker, "queues", "list", json_output=True)
+    assert "orders" not in [row["name"] for row in rows]
+    assert (await ctl(broker, "queues", "declare", "log", "--type", "stream"))[0] == 0
+    assert broker.core.streams.find("/", "log") is not None
+
+
+async def test_exchanges_and_bindings(broker):
+    assert (await ctl(broker, "exchanges", "declare", "events", "--type", "topic"))[0] == 0
+    assert (await ctl(broker, "queues", "declare", "audit"))[0] == 0
+    code, _, err = await ctl(broker, "bindings", "declare", "events", "audit",
+                             "--routing-key", "order.*")
+    assert code == 0, err
+    code, table, _ = await ctl(broker, "bindings", "list")
+    assert ["/", "events", "audit", "queue", "order.*"] in rows_of(table)
+    code, table, _ = await ctl(broker, "exchanges", "list", "--vhost", "/")
+    assert ["/", "events", "topic", "True", "False"] in rows_of(table)
+    await asyncio.to_thread(publish, broker, "events", "order.created", 2)
+    await asyncio.to_thread(publish, broker, "events", "invoice.sent", 1)
+    code, rows, _ = await ctl(broker, "queues", "list", json_output=True)
+    assert [row["messages_ready"] for row in rows if row["name"] == "audit"] == [2]
+    assert (await ctl(broker, "exchanges", "delete", "events"))[0] == 0
+    code, rows, _ = await ctl(broker, "exchanges", "list", json_output=True)
+    assert "events" not in [row["name"] for row in rows]
