@@ -35,6 +35,7 @@ LOG_FORMATS = ("json", "text")
 MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit its handshake
 ADMIN = "admin"  # the management API's listener name in flags, ports and URLs
 ADMIN_PORT = 15672
+REPLICATION_PORT = 5553  # followers fetch chunks from their leader here (cluster only)
 # The TLS twin of each listener, where RabbitMQ or the protocol's project has a convention
 # (AMQP 5671, stream 5551, management 15671); the others take the next port up.
 DEFAULT_TLS_PORTS = {"amqp": 5671, "stream": 5551, "iggy": 8091, "bson": 7452,
@@ -107,6 +108,21 @@ class AlarmConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """[cluster]: with etcd endpoints, this node joins the cluster they coordinate."""
+
+    etcd: tuple[str, ...] = ()  # host:port of each etcd member; empty: a single node
+    node_name: str | None = None  # default: the host name
+    advertise_host: str | None = None  # what other nodes and clients reach this node at
+    replication_port: int = REPLICATION_PORT
+    lease_ttl: int = 5  # seconds without etcd before this node's leaderships lapse
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.etcd)
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: str = "info"
     format: str = "json"
@@ -120,6 +136,7 @@ class ServerConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # The management API's listener, outside `listeners` as it is HTTP, not a protocol.
     admin: ListenerConfig = field(default_factory=lambda: ListenerConfig(port=ADMIN_PORT))
     tls: TlsConfig = field(default_factory=TlsConfig)
@@ -311,6 +328,18 @@ def _names(value: object) -> tuple[str, ...]:
     return tuple(name.strip() for name in items if name.strip())
 
 
+def _etcd_endpoints(value: object) -> tuple[str, ...]:
+    """`etcd://HOST:PORT[,HOST:PORT...]` (flag, env) or a TOML list of HOST:PORT."""
+    if isinstance(value, str):
+        value = value.removeprefix("etcd://").split(",")
+    endpoints = _names(value)
+    for endpoint in endpoints:
+        host, _, port = endpoint.removeprefix("etcd://").rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"expected HOST:PORT, got {endpoint!r}")
+    return tuple(e.removeprefix("etcd://") for e in endpoints)
+
+
 def _choice(choices: Sequence[str]) -> Callable[[object], str]:
     def parse(value: object) -> str:
         text = str(value).strip().lower()
@@ -383,6 +412,11 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "alarms.memory_high_watermark": _fraction,
     "alarms.disk_free_limit": _disk_limit,
     "alarms.check_interval_ms": _int_at_least(10),
+    "cluster.etcd": _etcd_endpoints,
+    "cluster.node_name": _text,
+    "cluster.advertise_host": _text,
+    "cluster.replication_port": _port,
+    "cluster.lease_ttl": _int_at_least(2),
 }
 _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "host": _text,
@@ -427,6 +461,10 @@ _ENV_VARS = {
     "MAINSTEM_MEMORY_HIGH_WATERMARK": "alarms.memory_high_watermark",
     "MAINSTEM_DISK_FREE_LIMIT": "alarms.disk_free_limit",
     "MAINSTEM_ALARM_CHECK_INTERVAL_MS": "alarms.check_interval_ms",
+    "MAINSTEM_CLUSTER": "cluster.etcd",
+    "MAINSTEM_NODE_NAME": "cluster.node_name",
+    "MAINSTEM_ADVERTISE_HOST": "cluster.advertise_host",
+    "MAINSTEM_REPLICATION_PORT": "cluster.replication_port",
 }
 _LISTENER_ENV_VAR = re.compile(
     r"MAINSTEM_(\w+?)_(HOST|PORT|ENABLED|ADVERTISED_HOST|ADVERTISED_PORT)")
@@ -466,6 +504,15 @@ _FLAGS = (
      "memory alarm above this fraction of RAM (default: 0.4)"),
     ("--disk-free-limit", "alarms.disk_free_limit", "SIZE",
      "disk alarm below this much free space (default: 50MB)"),
+    ("--cluster", "cluster.etcd", "etcd://HOST:PORT[,HOST:PORT]",
+     "join the cluster these etcd members coordinate (default: run alone)"),
+    ("--node-name", "cluster.node_name", "NAME", "this node's name (default: the host name)"),
+    ("--advertise-host", "cluster.advertise_host", "HOST",
+     "host other nodes and clients reach this node at (default: its bind address)"),
+    ("--replication-port", "cluster.replication_port", "PORT",
+     f"port followers fetch from (default: {REPLICATION_PORT}; 0: ephemeral)"),
+    ("--lease-ttl", "cluster.lease_ttl", "SECONDS",
+     "seconds without etcd before this node's leaderships lapse (default: 5)"),
 )
 
 # dotted key -> (raw value, where it came from)
@@ -685,6 +732,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         retention=section(RetentionConfig, "retention", max_age="max_age_ms"),
         auth=section(AuthConfig, "auth"),
         log=section(LogConfig, "log"),
+        cluster=section(ClusterConfig, "cluster"),
         max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
         heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
         max_connections=values.get("limits.max_connections", default.max_connections),

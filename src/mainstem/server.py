@@ -16,6 +16,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from mainstem.admin.registry import ConnectionRegistry, socket_traffic
 from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
+from mainstem.cluster.node import ClusterNode
 from mainstem.config import ServerConfig
 from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
@@ -111,6 +113,7 @@ class Broker:
         self._grace_s = shutdown_grace_s
         self._lock = _DataDirLock(self.data_dir)
         self._core: BrokerCore | None = None
+        self.cluster: ClusterNode | None = None
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task] = set()
         self._conn_ids = itertools.count(1)
@@ -178,6 +181,8 @@ class Broker:
                     if tls is not None:
                         tls_port = self.config.tls_port(spec.name)
                         await self._listen(spec, listener.host, tls_port, tls)
+            if self.config.cluster.enabled:
+                await self._join_cluster()
             self._start_alarm_monitor()
             if self.config.admin.enabled:
                 await self._start_admin(tls)
@@ -215,6 +220,20 @@ class Broker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await self.stop()
+
+    async def _join_cluster(self) -> None:
+        """Join the cluster once the listeners are bound: other nodes learn their ports."""
+        settings = self.config.cluster
+        host = self._hosts.get("stream") or next(iter(self._hosts.values()), "127.0.0.1")
+        advertise = settings.advertise_host or (socket.gethostname() if host in ("0.0.0.0", "::")
+                                                else host)
+        self.cluster = ClusterNode(self.core, list(settings.etcd), settings.node_name,
+                                   advertise, dict(self.ports), host, settings.replication_port,
+                                   settings.lease_ttl)
+        await self.cluster.start()
+        self.core.cluster = self.cluster
+        self.core.streams.replication = self.cluster
+        self.ports["replication"] = self.cluster.replication_port
 
     async def _listen(self, spec: ProtocolSpec, host: str, port: int,
                       tls: ssl.SSLContext | None = None) -> None:
@@ -404,6 +423,9 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
+        if self.cluster is not None:
+            await self.cluster.stop()
+            self.cluster = None
         self.ports.clear()
         core, self._core = self._core, None
         try:

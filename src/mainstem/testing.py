@@ -8,6 +8,9 @@ Fixtures (the plugin is registered by installing mainstem):
 - ``mainstem_server`` (sync): the same broker on its own event loop in a background thread,
   for synchronous clients (pika, kombu) and tests that do not use asyncio; it has
   ``.ports``, ``.urls`` and ``.data_dir``.
+- ``mainstem_cluster`` (sync): a real etcd (Debian's etcd-server) and three ``mainstem
+  serve`` processes joined in a cluster on loopback, each with its own data directory
+  (see ``mainstem.testing_cluster.LocalCluster``: kill, restart and inspect nodes).
 
 This module is imported by pytest at startup in every project that has mainstem
 installed, so the server is imported only when a fixture is used.
@@ -98,6 +101,15 @@ def mainstem_server(tmp_path: Path) -> Iterator[ThreadedBroker]:
     """A broker in a background thread: 127.0.0.1, ephemeral ports, data in tmp_path."""
     with ThreadedBroker(tmp_path / "mainstem") as server:
         yield server
+
+
+@pytest.fixture
+def mainstem_cluster(tmp_path: Path) -> Iterator[Any]:
+    """An etcd and three nodes on 127.0.0.1, ephemeral ports, data in tmp_path."""
+    from mainstem.testing_cluster import LocalCluster
+
+    with LocalCluster(tmp_path / "cluster") as cluster:
+        yield cluster
 
 
 if pytest_asyncio is not None:

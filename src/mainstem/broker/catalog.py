@@ -18,11 +18,12 @@ them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ MAX_NAME_BYTES = 255
 # Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
+# (kind, key, row): "namespace", "user", "permission" or "offset"; row None when deleted
+ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None], None]
 
 Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
 
@@ -301,6 +304,45 @@ class Catalog:
         # Every publish checks a permission: read once, kept until a change that may
         # touch permissions (setting, clearing, deleting a user or a namespace).
         self._permissions: dict[tuple[str, str], PermissionRecord | None] = {}
+        # In a cluster: told of every change to namespaces, users, permissions and offsets
+        # made here, to share it (a change applied from elsewhere is not told again).
+        self.on_change: ChangeListener | None = None
+        self._applying = False
+
+    def _changed(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
+        if self.on_change is not None and not self._applying:
+            self.on_change(kind, key, row)
+
+    def apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
+        """Apply a change another node made (see `on_change`); one that no longer applies
+        (its user or stream is gone already) is skipped. Namespace deletions go through
+        the broker core instead, which closes their streams first."""
+        self._applying = True
+        try:
+            with contextlib.suppress(NotFound, AlreadyExists):
+                self._apply(kind, key, row)
+        finally:
+            self._applying = False
+
+    def _apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
+        if kind == "namespace" and row is not None:
+            self.add_namespace(key[0])
+        elif kind == "user":
+            if row is None:
+                self.delete_user(key[0])
+            else:
+                self.put_user(UserRecord(key[0], row["password_hash"], tuple(row["tags"])))
+        elif kind == "permission":
+            if row is None:
+                self.clear_permissions(key[0], key[1])
+            else:
+                self.set_permissions(key[0], key[1], row["configure"], row["write"],
+                                     row["read"])
+        elif kind == "offset":
+            if row is None:
+                self.delete_offset(key[0], key[1], int(key[2]), key[3])
+            else:
+                self.store_offset(key[0], key[1], int(key[2]), key[3], int(row["offset"]))
 
     @classmethod
     def open(cls, path: Path) -> Catalog:
@@ -364,6 +406,7 @@ class Catalog:
         )
         if not added:
             raise AlreadyExists(f"namespace '{name}' already exists")
+        self._changed("namespace", (name,), {"created_at": record.created_at})
         return record
 
     def delete_namespace(self, name: str) -> None:
@@ -376,6 +419,7 @@ class Catalog:
         self._permissions.clear()
         if not self._write("DELETE FROM namespaces WHERE name = ?", (name,)):
             raise NotFound(f"namespace '{name}' not found")
+        self._changed("namespace", (name,), None)
 
     def get_namespace(self, name: str) -> NamespaceRecord | None:
         row = self._row("SELECT name, created_at FROM namespaces WHERE name = ?", (name,))
@@ -490,6 +534,8 @@ class Catalog:
             " SET password_hash = excluded.password_hash, tags = excluded.tags",
             (user.name, user.password_hash, json.dumps(list(user.tags))),
         )
+        self._changed("user", (user.name,), {"password_hash": user.password_hash,
+                                             "tags": list(user.tags)})
 
     def get_user(self, name: str) -> UserRecord | None:
         row = self._row("SELECT name, password_hash, tags FROM users WHERE name = ?", (name,))
@@ -504,6 +550,7 @@ class Catalog:
         self._permissions.clear()
         if not self._write("DELETE FROM users WHERE name = ?", (name,)):
             raise NotFound(f"user '{name}' not found")
+        self._changed("user", (name,), None)
 
     # -- permissions --------------------------------------------------------------
 
@@ -524,6 +571,8 @@ class Catalog:
                 " read = excluded.read",
                 (user, namespace, configure, write, read),
             )
+        self._changed("permission", (user, namespace),
+                      {"configure": configure, "write": write, "read": read})
         return record
 
     def clear_permissions(self, user: str, namespace: str) -> None:
@@ -533,6 +582,7 @@ class Catalog:
         )
         if not cleared:
             raise NotFound(f"user '{user}' has no permissions in namespace '{namespace}'")
+        self._changed("permission", (user, namespace), None)
 
     def get_permissions(self, user: str, namespace: str) -> PermissionRecord | None:
         key = (user, namespace)
@@ -572,6 +622,7 @@ class Catalog:
             ).rowcount
         if not stored:
             self._raise_missing_partition(namespace, stream, partition)
+        self._changed("offset", (namespace, stream, partition, reference), {"offset": offset})
 
     def delete_offset(self, namespace: str, stream: str, partition: int, reference: str) -> None:
         """Forget a consumer's stored offset (a deleted durable subscription)."""
@@ -579,6 +630,7 @@ class Catalog:
             self._offsets_db.execute(
                 "DELETE FROM offsets WHERE namespace = ? AND stream = ? AND partition = ?"
                 " AND reference = ?", (namespace, stream, partition, reference))
+        self._changed("offset", (namespace, stream, partition, reference), None)
 
     def _raise_missing_partition(self, namespace: str, stream: str, partition: int) -> None:
         record = self.get_stream(namespace, stream)

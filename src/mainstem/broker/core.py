@@ -18,6 +18,7 @@ from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.amqp.queues import QueueManager
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
+from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.delivery_stats import DeliveryStats
 from mainstem.broker.errors import AuthenticationFailed
@@ -66,6 +67,7 @@ class BrokerCore:
         self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None
+        self.cluster: ClusterView | None = None  # set by a node that joins a cluster
 
     @classmethod
     async def open(cls, data_dir: Path, settings: CoreSettings) -> BrokerCore:

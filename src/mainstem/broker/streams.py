@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog, StreamRecord
+from mainstem.broker.cluster_view import StreamReplication
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.retention import retention_from_arguments
 from mainstem.broker.stream_service import PartitionService, WriteGate
@@ -112,6 +113,7 @@ class StreamStore:
         # (namespace, partition name) -> (stream, partition index), for super streams.
         self._partition_names: dict[tuple[str, str], tuple[Stream, int]] = {}
         self._watchers: set[DeletionWatcher] = set()
+        self.replication: StreamReplication | None = None  # set by a node in a cluster
 
     def open_all(self) -> None:
         """Open every stream of the catalog, once moved out of an old layout, and clear out
@@ -185,14 +187,22 @@ class StreamStore:
     ) -> Stream:
         """Create a stream; AlreadyExists if the name is taken (callers that
         declare idempotently compare the existing stream's arguments)."""
-        self._check_partition_count(partitions)
         arguments = dict(arguments or {})
-        retention_from_arguments(arguments, self._default_retention)  # validate first
-        self._check_names_free(namespace, name, partitions, arguments)
+        self.check_new(namespace, name, partitions, arguments)
         record = self._catalog.add_stream(namespace, name, partitions, arguments)
         # A crash during an earlier delete of this name may have left its files.
         self._discard(self._directory(record))
-        return self._open_stream(record)
+        stream = self._open_stream(record)
+        if self.replication is not None:
+            self.replication.adopt(stream)
+        return stream
+
+    def check_new(self, namespace: str, name: str, partitions: int,
+                  arguments: Mapping[str, Any]) -> None:
+        """Raise what `create` would for this stream, creating nothing."""
+        self._check_partition_count(partitions)
+        retention_from_arguments(arguments, self._default_retention)
+        self._check_names_free(namespace, name, partitions, arguments)
 
     def add_partitions(self, namespace: str, name: str, partitions: int) -> Stream:
         """Grow a stream to `partitions` partitions (named `<stream>-<i>`)."""
@@ -234,6 +244,8 @@ class StreamStore:
         self._catalog.delete_stream(namespace, name)
         del self._open[(namespace, name)]
         self._forget_names(stream)
+        if self.replication is not None:
+            self.replication.forget(stream)
         for watcher in list(self._watchers):
             watcher(stream)
         for service in stream.services:

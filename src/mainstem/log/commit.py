@@ -60,7 +60,7 @@ class GroupCommit:
         # needs the page cache, not the disk; its readers do not wait for durability).
         self.on_demand = on_demand
         self._sync = sync  # blocking: runs in a worker thread
-        self._timings = timings
+        self.timings = timings
         self._on_durable = on_durable
         self._written = durable
         self._durable = durable
@@ -112,7 +112,7 @@ class GroupCommit:
                 if self.policy.mode is FsyncMode.INTERVAL:
                     await asyncio.sleep(self.policy.interval_ms / 1000)
                 target = self._written
-                await loop.run_in_executor(_FSYNC_POOL, _timed, self._sync, self._timings)
+                await loop.run_in_executor(_FSYNC_POOL, _timed, self._sync, self.timings)
                 self._advance(target)
         except BaseException as error:  # a failed fsync must fail every waiter, not hang it
             self._fail(error)

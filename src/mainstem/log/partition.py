@@ -13,7 +13,7 @@ import os
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from mainstem.log.chunk import (
     TRAILER_CRC,
     Chunk,
     ChunkType,
+    CorruptChunk,
     encode_header,
     encode_simple_entries,
     payload_size,
@@ -32,12 +33,22 @@ from mainstem.log.commit import FsyncTimings, GroupCommit
 from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
-from mainstem.log.segment_file import FILE_HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
+from mainstem.log.segment_file import (
+    FILE_HEADER_SIZE,
+    INDEX_SUFFIX,
+    SEGMENT_SUFFIX,
+    Segment,
+    chunk_from,
+)
 from mainstem.log.writer_state import WriterState
 
 
 class PartitionClosed(Exception):
     """The partition was closed while a caller waited on it."""
+
+
+class NotWritable(PartitionClosed):
+    """This replica of the partition takes no writes: its leader is on another node."""
 
 
 class DataRemoved(Exception):
@@ -70,6 +81,20 @@ class ChunkLocation:
     next_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class WrittenChunk:
+    """A written chunk (durable or not yet) whole, trailer included, for a follower:
+    where it lies, and whether it opens a segment (the follower rolls there too, so that
+    each of its segments also starts with a chunk restating every writer sequence)."""
+
+    segment: Segment
+    file_pos: int
+    size: int
+    chunk_id: int
+    next_offset: int
+    opens_segment: bool
+
+
 @dataclass(slots=True)
 class _Committed:
     offset: int = 0  # every record below it is durable and visible
@@ -95,6 +120,13 @@ class Partition:
         self.writers = WriterState.recover(segments)
         self._pending: deque[tuple[int, int, int]] = deque()  # next offset, chunk id, next byte
         self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
+        self._durable_mark = self.next_offset  # what this disk holds durably
+        # A replicated partition commits no further than its replica set agreed on; None
+        # for a partition of one replica, where durable means committed.
+        self.commit_limit: int | None = None
+        self.on_durable: Callable[[int], None] | None = None  # replication's vote
+        self.writable = True  # False on a follower: only its leader's chunks come in
+        self._written_tail: asyncio.Future[None] | None = None
         self._dirty: dict[int, Segment] = {}
         self._commit = GroupCommit(durability, self._sync_dirty, self._on_durable,
                                    durable=self.next_offset, on_demand=fsync_on_demand,
@@ -194,6 +226,8 @@ class Partition:
         """
         if self._closed:
             raise PartitionClosed(f"{self.directory} is closed")
+        if not self.writable:
+            raise NotWritable(f"{self.directory} is a follower: write to its leader")
         if num_records < 1 or num_entries < 1 or num_entries > MAX_CHUNK_ENTRIES:
             raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_ENTRIES} entries "
                              "and at least one record")
@@ -219,6 +253,7 @@ class Partition:
         self._dirty[id(segment)] = segment
         self._pending.append((self.next_offset, chunk_id, self.next_byte))
         self._commit.written(self.next_offset)
+        self._wake_written()
         return Appended(chunk_id, self.next_offset)
 
     def write_records(self, records: Sequence[bytes | memoryview], **options: object) -> Appended:
@@ -234,8 +269,14 @@ class Partition:
                           **options)  # type: ignore[arg-type]
 
     async def commit(self, appended: Appended) -> None:
-        """Return once the chunk reached the durability policy's point."""
-        await self._commit.wait(appended.next_offset)
+        """Return once the chunk reached the durability policy's point (and, replicated,
+        the replica set's commit point)."""
+        await self._reach(appended.next_offset)
+
+    async def _reach(self, mark: int) -> None:
+        await self._commit.wait(mark)
+        if self.commit_limit is not None and self.committed_offset < mark:
+            await self.wait_for(mark - 1)
 
     async def append(self, records: Sequence[bytes | memoryview], *,
                      sequences: Mapping[str, int] | None = None) -> Appended:
@@ -246,7 +287,7 @@ class Partition:
     async def durable_point(self) -> None:
         """Return once everything written so far is durable: a publish that was
         dropped as a duplicate is confirmed only when the original it repeats is."""
-        await self._commit.wait(self.next_offset)
+        await self._reach(self.next_offset)
 
     def flush(self) -> None:
         """Blocking fsync of everything written, making it visible."""
@@ -257,14 +298,19 @@ class Partition:
         full = (active.size + chunk_size > self.retention.max_segment_bytes
                 or active.num_chunks >= self.retention.max_segment_chunks)
         if active.num_chunks and full:
-            active.index.close()
-            active = Segment.create(self.directory, self.next_offset, self.next_byte,
-                                    self._descriptors)
-            fsync_directory(self.directory)
-            self._segments.append(active)
-            self._segment_starts.append(active.first_chunk_id)
-            self.writers.restate()
-            self.apply_retention()
+            active = self._roll()
+        return active
+
+    def _roll(self) -> Segment:
+        """Start a new segment at the end of the log."""
+        self._segments[-1].index.close()
+        active = Segment.create(self.directory, self.next_offset, self.next_byte,
+                                self._descriptors)
+        fsync_directory(self.directory)
+        self._segments.append(active)
+        self._segment_starts.append(active.first_chunk_id)
+        self.writers.restate()
+        self.apply_retention()
         return active
 
     def _sync_dirty(self) -> None:
@@ -275,6 +321,15 @@ class Partition:
                 segment.sync()
 
     def _on_durable(self, mark: int) -> None:
+        self._durable_mark = mark
+        if self.on_durable is not None:
+            self.on_durable(mark)
+        self._advance_commit()
+
+    def _advance_commit(self) -> None:
+        mark = self._durable_mark
+        if self.commit_limit is not None:
+            mark = min(mark, self.commit_limit)
         committed = self._committed
         while self._pending and self._pending[0][0] <= mark:
             committed.offset, committed.chunk_id, committed.byte = self._pending.popleft()
@@ -394,6 +449,134 @@ class Partition:
             if k < len(self._segments):
                 offset = max(offset, self._segments[k].first_chunk_id)
         return None
+
+    # -- replication -----------------------------------------------------------
+    # A leader sends followers every written chunk, durable or not, byte for byte; a
+    # follower appends them as they are, and both move their commit point only as far as
+    # the replica set agreed (`set_commit_limit`).
+
+    @property
+    def local_durable(self) -> int:
+        """Every record below it is durable on this disk (committed or not)."""
+        return self._durable_mark
+
+    def set_commit_limit(self, limit: int) -> None:
+        self.commit_limit = limit
+        self._advance_commit()
+
+    def written_chunk(self, offset: int) -> WrittenChunk | None:
+        """The written chunk holding `offset` (or the first after a gap); None past the end."""
+        if offset >= self.next_offset:
+            return None
+        found = self._find(max(offset, self.first_offset))
+        if found is None:
+            return None
+        segment, i = found
+        file_pos, size = segment.chunk_span(i)
+        chunk_id = segment.index.chunk_ids[i]
+        return WrittenChunk(segment, file_pos, size, chunk_id,
+                            chunk_id + segment.index.record_counts[i],
+                            i == 0 and segment is not self._segments[0])
+
+    async def wait_written(self, offset: int) -> None:
+        """Return once a record at or past `offset` is written (durable or not)."""
+        while self.next_offset <= offset:
+            if self._closed:
+                raise PartitionClosed(f"{self.directory} is closed")
+            if self._written_tail is None:
+                self._written_tail = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._written_tail)
+
+    def _wake_written(self) -> None:
+        if self._written_tail is not None and not self._written_tail.done():
+            self._written_tail.set_result(None)
+        self._written_tail = None
+
+    def append_chunk(self, raw: memoryview, opens_segment: bool) -> Appended:
+        """Append a chunk a leader wrote, unchanged, after checking its CRCs and that it
+        continues this log. Raises CorruptChunk when it does not."""
+        if self._closed:
+            raise PartitionClosed(f"{self.directory} is closed")
+        chunk = chunk_from(raw)
+        header = chunk.header
+        if header.chunk_id != self.next_offset or header.size != len(raw):
+            raise CorruptChunk(f"chunk {header.chunk_id} of {len(raw)} bytes does not follow "
+                               f"offset {self.next_offset} in {self.directory}")
+        segment = self._segments[-1]
+        if opens_segment and segment.num_chunks:
+            segment = self._roll()
+        sequences = chunk.sequences()
+        payload = payload_size(chunk.data, header.num_entries)
+        entry = IndexEntry(header.chunk_id, header.timestamp, segment.size, self.next_byte,
+                           header.num_records, header.trailer_length)
+        segment.append((raw,), entry, payload)
+        self.writers.written(sequences)
+        self.epoch = max(self.epoch, header.epoch)
+        self.next_offset = header.next_offset
+        self.next_byte += payload
+        self._last_chunk_id, self._last_timestamp = header.chunk_id, header.timestamp
+        self._dirty[id(segment)] = segment
+        self._pending.append((self.next_offset, header.chunk_id, self.next_byte))
+        self._commit.written(self.next_offset)
+        self._wake_written()
+        return Appended(header.chunk_id, self.next_offset)
+
+    def last_chunk(self) -> tuple[int, int] | None:
+        """(chunk id, epoch) of the last written chunk; None for an empty log."""
+        if self._last_chunk_id < 0 or self.next_offset <= self.first_offset:
+            return None
+        return self._last_chunk_id, self.chunk_epoch(self._last_chunk_id) or 0
+
+    def chunk_epoch(self, chunk_id: int) -> int | None:
+        """The epoch of the chunk that starts at `chunk_id`; None when none does."""
+        found = self._find(chunk_id) if self.first_offset <= chunk_id < self.next_offset else None
+        if found is None or found[0].index.chunk_ids[found[1]] != chunk_id:
+            return None
+        return found[0].read_header(found[1]).epoch
+
+    def epoch_end(self, epoch: int) -> int:
+        """Where the log's records of epochs up to `epoch` end: the first chunk of a later
+        epoch, or the end of the log. Epochs never decrease along a log, so a binary
+        search over the chunks finds it."""
+        chunks = [(segment, i) for segment in self._segments for i in range(segment.num_chunks)]
+        low, high = 0, len(chunks)
+        while low < high:
+            middle = (low + high) // 2
+            segment, i = chunks[middle]
+            if segment.read_header(i).epoch <= epoch:
+                low = middle + 1
+            else:
+                high = middle
+        if low == len(chunks):
+            return self.next_offset
+        segment, i = chunks[low]
+        return segment.index.chunk_ids[i]
+
+    def truncate_from(self, offset: int) -> None:
+        """Drop every chunk at or after `offset` (a chunk boundary): a follower's divergent
+        tail, which its leader never committed. (A replica that restarted takes its whole
+        log for committed until its leader says otherwise.)"""
+        if offset >= self.next_offset:
+            return
+        self._commit.sync_now()
+        while len(self._segments) > 1 and self._segments[-1].first_chunk_id >= offset:
+            self._segments.pop().delete()
+            self._segment_starts.pop()
+        segment = self._segments[-1]
+        segment.truncate_chunks(bisect_right(segment.index.chunk_ids, offset - 1)
+                                if offset > segment.first_chunk_id else 0,
+                                self._descriptors)
+        segment.sync()
+        fsync_directory(self.directory)
+        self.next_offset, self.next_byte = segment.next_offset, segment.next_byte
+        self._last_chunk_id, self._last_timestamp = _last_chunk_of(self._segments)
+        self.writers = WriterState.recover(self._segments)
+        self._pending = deque(p for p in self._pending if p[0] <= self.next_offset)
+        self._durable_mark = min(self._durable_mark, self.next_offset)
+        if self._committed.offset > self.next_offset:
+            self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
+        self._commit = GroupCommit(self._commit.policy, self._sync_dirty, self._on_durable,
+                                   durable=self.next_offset, timings=self._commit.timings)
 
     # -- retention -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.chunk import (
     TRAILER_CRC,
     Chunk,
+    ChunkHeader,
     CorruptChunk,
     check_data,
     decode_sequences,
@@ -154,6 +155,17 @@ class Segment:
         self.next_byte += payload
         self.index.append(entry)
 
+    def truncate_chunks(self, count: int, descriptors: DescriptorCache) -> None:
+        """Keep only the first `count` chunks: a follower cutting a divergent tail."""
+        if count >= self.num_chunks:
+            return
+        entry = self.index.entry(count)
+        os.ftruncate(self._file.fileno(), entry.file_pos)
+        self.size, self.next_byte = entry.file_pos, entry.byte_pos
+        self.index.close()
+        self.index.truncate(count)
+        self.index.open_for_append(descriptors)  # rewrites the file from memory
+
     # -- reading -----------------------------------------------------------
 
     def chunk_span(self, i: int) -> tuple[int, int]:
@@ -168,7 +180,12 @@ class Segment:
         raw = memoryview(os.pread(self._file.fileno(), size, start))
         if len(raw) != size:
             raise CorruptChunk(f"{self.path}: chunk at {start} is short")
-        return _chunk_from(raw)
+        return chunk_from(raw)
+
+    def read_header(self, i: int) -> ChunkHeader:
+        """Chunk i's header (unchecked beyond its magic: recovery checked the chunk)."""
+        position = self.index.file_positions[i]
+        return parse_header(os.pread(self._file.fileno(), HEADER_SIZE, position))
 
     def read_sequences(self, i: int) -> dict[str, int]:
         """Publisher sequences stored in chunk i's trailer."""
@@ -231,7 +248,7 @@ class Segment:
             if header.chunk_id != expected_offset or pos + header.size > self.size:
                 return None
             raw = memoryview(os.pread(fd, header.size, pos))
-            chunk = _chunk_from(raw)
+            chunk = chunk_from(raw)
             payload = payload_size(chunk.data, header.num_entries)
             chunk.sequences()  # the tracking entries must parse, not only match their CRC
         except CorruptChunk:
@@ -241,8 +258,9 @@ class Segment:
         return entry, header.size, payload
 
 
-def _chunk_from(raw: memoryview) -> Chunk:
-    """Decode a whole chunk, checking both of its CRCs."""
+def chunk_from(raw: memoryview) -> Chunk:
+    """Decode a whole chunk (header, bloom filter, data, trailer), checking both of its
+    CRCs."""
     header = parse_header(raw)
     data_end = header.data_start + header.data_length
     data = raw[header.data_start:data_end]

@@ -54,7 +54,13 @@ def send_chunk(view: ChunkView, frame_header: bytes, socket_fd: int | None,
     if view.bloom:
         prefix += view.header
         start, length = start + HEADER_SIZE + len(view.bloom), view.wire_size - HEADER_SIZE
-    segment_fd = location.segment.fileno()
+    send_range(location.segment.fileno(), start, length, prefix, socket_fd, write)
+
+
+def send_range(segment_fd: int, start: int, length: int, prefix: bytes, socket_fd: int | None,
+               write: Callable[[bytes], None]) -> None:
+    """Send `prefix`, then `length` bytes of a segment file from `start`: by sendfile as
+    far as the kernel takes them at once (with `socket_fd`), the rest through `write`."""
     sent = 0 if socket_fd is None else _send_now(socket_fd, prefix, segment_fd, start, length)
     if sent < len(prefix):
         write(prefix[sent:])

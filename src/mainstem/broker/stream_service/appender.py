@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mainstem.broker.stream_service.forwarding import ForwardedAppend, Forwarder
 from mainstem.broker.stream_service.gate import WriteGate
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES, SIMPLE_ENTRY, SUB_BATCH_ENTRY, SUB_BATCH_FLAG
 from mainstem.log.chunk import UNFILTERED, bloom_filter
@@ -90,6 +91,9 @@ class Appender:
         self._staged: dict[str, int] = {}  # writer -> highest sequence staged
         self._flushing = False
         self._settling: set[asyncio.Task[None]] = set()
+        # Set on a replica whose leader is elsewhere: appends go there instead.
+        self.forwarder: Forwarder | None = None
+        self._forwarded: asyncio.Future[None] | None = None  # the last one, for settled()
 
     def sequence(self, writer: str) -> int | None:
         """The writer's last sequence, staged or stored; None for an unknown writer."""
@@ -102,6 +106,9 @@ class Appender:
         whole append is dropped when the writer stored that sequence already. Records
         appended `together` (at most a chunk's worth) share one chunk: after a crash,
         all of them are there or none."""
+        if self.forwarder is not None:
+            return self._forward(ForwardedAppend(records, False, writer=writer,
+                                                 sequence=sequence, together=together))
         stored = None if writer is None or sequence is None else (writer, sequence)
         if stored is not None and stored[1] <= _or_below(self.sequence(stored[0])):
             return self._nothing()
@@ -121,6 +128,11 @@ class Appender:
         """Stage encoded Osiris entries (a stream Publish's own). With `writer`, one
         sequence per entry: those at or below the writer's last are dropped, as Osiris
         drops them. `filter_values` (one per entry) go into the chunk's bloom filter."""
+        if self.forwarder is not None:
+            return self._forward(ForwardedAppend(
+                entries, True, all_simple, writer, sequences=sequences,
+                filter_values=filter_values, limit_entries=limits.entries,
+                limit_bytes=limits.bytes))
         tracked = None
         if writer is not None and sequences is not None:
             kept = _kept(_or_below(self.sequence(writer)), sequences)
@@ -138,6 +150,8 @@ class Appender:
 
     async def settled(self) -> None:
         """Return once everything appended so far is durable."""
+        if self._forwarded is not None:
+            await asyncio.shield(self._forwarded)
         if self._chunks:
             await asyncio.shield(self._chunks[-1].done)
         await self.partition.durable_point()
@@ -148,6 +162,34 @@ class Appender:
         writers are held it stays staged (and fails if the partition closes meanwhile)."""
         if self._chunks:
             self._flush()
+
+    def _forward(self, append: ForwardedAppend) -> Receipt:
+        assert self.forwarder is not None
+        chunk = _Chunk(asyncio.get_running_loop().create_future())
+        answer = self.forwarder.forward(append)
+
+        def settle(answer: asyncio.Future[int]) -> None:
+            error = (PartitionClosed("the forward was cancelled") if answer.cancelled()
+                     else answer.exception())
+            if error is not None:
+                chunk.done.set_exception(error)
+            else:
+                chunk.chunk_id = answer.result()
+                chunk.done.set_result(None)
+
+        answer.add_done_callback(settle)
+        self._forwarded = chunk.done
+        return Receipt(chunk.done, chunk, 0)
+
+    def run_forwarded(self, append: ForwardedAppend) -> Receipt:
+        """Run an append a replica forwarded (this node leads the partition)."""
+        if append.encoded:
+            limits = ChunkLimits(append.limit_entries or MAX_CHUNK_ENTRIES, append.limit_bytes)
+            return self.append_entries(append.entries, all_simple=append.all_simple,
+                                       writer=append.writer, sequences=append.sequences,
+                                       filter_values=append.filter_values, limits=limits)
+        return self.append_records(append.entries, writer=append.writer,
+                                   sequence=append.sequence, together=append.together)
 
     # -- staging and writing -----------------------------------------------------
 

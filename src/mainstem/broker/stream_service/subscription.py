@@ -63,7 +63,7 @@ class Subscription:
         queued on the transport before it, else through the transport."""
         if self.credit is not None:
             self.credit -= 1
-        fd = _sendfile_socket(transport) if transport.get_write_buffer_size() == 0 else None
+        fd = sendfile_socket(transport) if transport.get_write_buffer_size() == 0 else None
         send_chunk(view, frame_header, fd, transport.write)
 
     async def next_chunk(self) -> Chunk:
@@ -74,7 +74,7 @@ class Subscription:
         return self._reader.next_chunk_nowait()
 
 
-def _sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
+def sendfile_socket(transport: asyncio.BaseTransport) -> int | None:
     """The raw socket to sendfile into, or None where bytes must go through the
     transport (TLS, or anything that is not a plain TCP socket)."""
     if transport.get_extra_info("sslcontext") is not None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from mainstem.broker.active_consumers import ActiveConsumer
 from mainstem.broker.auth import User
+from mainstem.broker.cluster_view import ClusterView, NodeAddress
 from mainstem.broker.counters import STREAM
 from mainstem.broker.errors import AuthenticationFailed, BrokerError, NotFound
 from mainstem.broker.stream_service import ChunkLimits, PartitionClosed, PartitionService
@@ -294,17 +295,23 @@ class StreamConnection:
         assert self.user is not None
         self.core.auth.check(self.user, self.namespace, kind, name)  # type: ignore[arg-type]
 
-    def on_create_stream(self, frame: f.CreateStream) -> None:
+    async def on_create_stream(self, frame: f.CreateStream) -> None:
         try:
             self._check("configure", frame.stream)
-            self.core.streams.create(self.namespace, frame.stream,
-                                     arguments=stream_arguments(frame.arguments))
+            await self._create(frame.stream, 1, stream_arguments(frame.arguments))
         except BrokerError as error:
             self.respond(Key.CREATE_STREAM, frame.correlation_id, response_code(error))
         except CommandFailed as failed:
             self.respond(Key.CREATE_STREAM, frame.correlation_id, failed.code)
         else:
             self.respond(Key.CREATE_STREAM, frame.correlation_id)
+
+    async def _create(self, name: str, partitions: int, arguments: dict[str, Any]) -> None:
+        """Create here, or in the cluster, which places the stream's replicas."""
+        if self.core.cluster is None:
+            self.core.streams.create(self.namespace, name, partitions, arguments)
+        else:
+            await self.core.cluster.create_stream(self.namespace, name, partitions, arguments)
 
     async def on_delete_stream(self, frame: f.DeleteStream) -> None:
         code = await self._delete(frame.stream, single_partition=True)
@@ -317,12 +324,15 @@ class StreamConnection:
             if (len(stream.services) == 1) != single_partition:
                 kind = "stream" if single_partition else "super stream"
                 raise NotFound(f"'{name}' is not a {kind}")
-            await self.core.streams.delete(self.namespace, name)
+            if self.core.cluster is None:
+                await self.core.streams.delete(self.namespace, name)
+            else:
+                await self.core.cluster.delete_stream(self.namespace, name)
         except BrokerError as error:
             return response_code(error)
         return ResponseCode.OK
 
-    def on_create_super_stream(self, frame: f.CreateSuperStream) -> None:
+    async def on_create_super_stream(self, frame: f.CreateSuperStream) -> None:
         try:
             self._check("configure", frame.name)
             arguments = stream_arguments(frame.arguments)
@@ -332,7 +342,7 @@ class StreamConnection:
                 self._check("configure", partition_name)
             if not frame.partitions:
                 raise CommandFailed(ResponseCode.PRECONDITION_FAILED)
-            self.core.streams.create(self.namespace, frame.name, len(frame.partitions), arguments)
+            await self._create(frame.name, len(frame.partitions), arguments)
         except BrokerError as error:
             self.respond(Key.CREATE_SUPER_STREAM, frame.correlation_id, response_code(error))
         except CommandFailed as failed:
@@ -345,6 +355,9 @@ class StreamConnection:
         self.respond(Key.DELETE_SUPER_STREAM, frame.correlation_id, code)
 
     def on_metadata(self, frame: f.Metadata) -> None:
+        if self.core.cluster is not None:
+            self._cluster_metadata(frame, self.core.cluster)
+            return
         host, port = self._advertised()
         streams = []
         for name in frame.streams:
@@ -355,6 +368,38 @@ class StreamConnection:
             else:
                 streams.append(r.StreamMetadata(name, ResponseCode.OK, 0))
         self.send(r.MetadataResponse(frame.correlation_id, [r.Broker(0, host, port)], streams))
+
+    def _cluster_metadata(self, frame: f.Metadata, cluster: ClusterView) -> None:
+        """Each stream's leader and replicas with the host and port clients reach them at,
+        as RabbitMQ answers: publishers go to the leader, consumers to any of them."""
+        brokers: dict[str, r.Broker] = {}
+
+        def reference(node: NodeAddress) -> int:
+            if node.name not in brokers:
+                if node.name == cluster.node_name:
+                    host, port = self._advertised()
+                else:
+                    host, port = node.host, int(node.ports.get(self.ctx.listener, 0))
+                brokers[node.name] = r.Broker(len(brokers), host, port)
+            return brokers[node.name].reference
+
+        streams = []
+        for name in frame.streams:
+            try:
+                stream, index = self.core.streams.resolve(self.namespace, name)
+                placement = cluster.placement(self.namespace, stream.name, index)
+            except NotFound:
+                placement = None
+            if placement is None:
+                streams.append(r.StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST, None))
+                continue
+            if placement.leader is None:
+                streams.append(r.StreamMetadata(name, ResponseCode.STREAM_NOT_AVAILABLE, None))
+                continue
+            leader = reference(placement.leader)
+            replicas = [reference(n) for n in placement.replicas if n != placement.leader]
+            streams.append(r.StreamMetadata(name, ResponseCode.OK, leader, replicas))
+        self.send(r.MetadataResponse(frame.correlation_id, list(brokers.values()), streams))
 
     def on_route(self, frame: f.Route) -> None:
         stream = self.core.streams.find(self.namespace, frame.super_stream)

@@ -1,0 +1,498 @@
+"""This node's part in a cluster coordinated by etcd.
+
+etcd holds what must be agreed on (see docs/cluster.md): the live nodes (keys under
+this node's lease, with the listeners it advertises), the replicated streams and their
+replica sets, and per partition its leader (a key under the leader's lease, so it
+lapses with the leader), its epoch and its in-sync replica set. Each node keeps its own
+catalog and log for the streams it replicates, kept current by one watch on etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, unquote
+
+from mainstem.broker import layout
+from mainstem.broker.cluster_view import NodeAddress, Placement
+from mainstem.broker.core import BrokerCore
+from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
+from mainstem.broker.stream_service.forwarding import ForwardedAppend
+from mainstem.broker.streams import Stream
+from mainstem.cluster import wire
+from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
+from mainstem.cluster.forwarding import Forwarding
+from mainstem.cluster.leader import LeaderLog, read_frame
+from mainstem.cluster.replica import PartitionRole
+from mainstem.log.partition import PartitionClosed
+
+log = logging.getLogger("mainstem.cluster")
+
+PREFIX = "/mainstem/"
+REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a cluster stream
+SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size")
+LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
+DEFAULT_REPLICAS = 3
+MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
+
+
+def _key(*parts: object) -> str:
+    return PREFIX + "/".join(str(p) for p in parts)
+
+
+class ClusterNode:
+    """Implements `broker.cluster_view.ClusterView` for the protocols."""
+
+    def __init__(self, core: BrokerCore, endpoints: list[str], node_name: str | None,
+                 advertise_host: str, listener_ports: Mapping[str, int],
+                 replication_host: str, replication_port: int, lease_ttl: int) -> None:
+        self.core = core
+        self.etcd = EtcdClient(endpoints)
+        self.node_name = node_name or socket.gethostname()
+        self.advertise_host = advertise_host
+        self.listener_ports = dict(listener_ports)
+        self.lease_ttl = lease_ttl
+        self.lag_timeout = max(2.0, lease_ttl * 0.8)
+        self._replication_host, self._replication_port = replication_host, replication_port
+        self.lease = 0
+        self.secret = ""
+        self.nodes: dict[str, NodeAddress] = {}
+        self.replication_ports: dict[str, int] = {}
+        self.records: dict[str, dict[str, Any]] = {}  # storage name -> stream record
+        self.roles: dict[tuple[str, int], PartitionRole] = {}
+        self.leading: dict[tuple[str, int], LeaderLog] = {}
+        self.lease_lost = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
+        self.forwarding = Forwarding(self)
+        # Catalog changes made here, shared through etcd in the order they were made.
+        self._changes: asyncio.Queue[tuple[str, tuple[Any, ...], dict[str, Any] | None]] = (
+            asyncio.Queue())
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._revision = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve_follower, self._replication_host,
+                                                  self._replication_port)
+        self.replication_port = self._server.sockets[0].getsockname()[1]
+        self.secret = await self._shared_secret()
+        await self._register()
+        await self._load()
+        self._spawn(self._keep_alive())
+        self._spawn(self._watch())
+        self._spawn(self._share_changes())
+        self.core.catalog.on_change = self._queue_change
+        log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
+                                          "replication_port": self.replication_port})
+
+    async def stop(self) -> None:
+        self.core.catalog.on_change = None
+        for role in self.roles.values():
+            role.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *(r.task for r in self.roles.values() if r.task),
+                             return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+        for writer in self._feeds:
+            writer.close()
+        self.forwarding.close()
+        with contextlib.suppress(EtcdError):
+            if self.lease:
+                await self.etcd.revoke(self.lease)  # let others take over at once
+        await self.etcd.close()
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _shared_secret(self) -> str:
+        """The cluster's replication secret: made by the first node, read by the others."""
+        await self.etcd.txn([Compare(_key("secret"), "CREATE", 0)],
+                            [put(_key("secret"), secrets.token_hex(32).encode())])
+        found = await self.etcd.get(_key("secret"))
+        assert found is not None
+        return found.value.decode()
+
+    async def _register(self) -> None:
+        self.lease = await self.etcd.grant(self.lease_ttl)
+        self.lease_lost.clear()
+        me = {"host": self.advertise_host, "ports": self.listener_ports,
+              "replication_port": self.replication_port}
+        await self.etcd.put(_key("nodes", self.node_name), json.dumps(me).encode(), self.lease)
+
+    async def _keep_alive(self) -> None:
+        """Renew the lease; without etcd for a whole TTL, this node's leaderships have
+        lapsed (etcd lets others take them): it stops taking writes, then registers again
+        once etcd answers."""
+        interval = self.lease_ttl / 4
+        renewed = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if await self.etcd.keep_alive(self.lease) > 0:
+                    renewed = time.monotonic()
+                    continue
+                expired = True  # etcd says the lease is gone
+            except EtcdError:
+                expired = time.monotonic() - renewed >= self.lease_ttl
+            if not expired:
+                continue
+            log.warning("cluster.lease_lost", extra={"node": self.node_name})
+            self.lease_lost.set()
+            for role in self.roles.values():
+                role.changed.set()
+            while True:
+                try:
+                    await self._register()
+                    renewed = time.monotonic()
+                    break
+                except EtcdError:
+                    await asyncio.sleep(interval)
+            for role in self.roles.values():
+                role.changed.set()
+
+    # -- what etcd holds ------------------------------------------------------------------
+
+    async def _load(self) -> None:
+        kvs, self._revision = await self.etcd.get_prefix(PREFIX)
+        for kv in kvs:
+            self._apply(Event("PUT", kv))
+        self._forget_deleted_streams()
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                async for event in self.etcd.watch_prefix(PREFIX, self._revision + 1):
+                    self._revision = max(self._revision, event.kv.mod_revision)
+                    self._apply(event)
+            except (EtcdError, OSError, ValueError) as error:
+                log.warning("cluster.watch_failed", extra={"error": str(error)})
+            except Exception as error:  # aiohttp's errors: the watch restarts from where it was
+                log.warning("cluster.watch_failed", extra={"error": repr(error)})
+            await asyncio.sleep(0.5)
+
+    def _apply(self, event: Event) -> None:
+        parts = event.kv.key[len(PREFIX):].split("/")
+        kind, deleted = parts[0], event.kind == "DELETE"
+        if kind == "nodes" and len(parts) == 2:
+            self._apply_node(parts[1], None if deleted else event.kv.json())
+        elif kind == "streams" and len(parts) == 2:
+            if deleted:
+                self._drop_stream(parts[1])
+            else:
+                self._add_stream(parts[1], event.kv.json())
+        elif kind == "catalog" and len(parts) >= 3:
+            self._apply_catalog(parts[1], [unquote(p) for p in parts[2:]], event.kv.json())
+        elif kind in ("leaders", "isr", "epochs") and len(parts) == 3:
+            role = self.roles.get((parts[1], int(parts[2])))
+            if role is not None:
+                role.update(kind, None if deleted else event.kv)
+
+    def _queue_change(self, kind: str, key: tuple[Any, ...],
+                      row: dict[str, Any] | None) -> None:
+        self._changes.put_nowait((kind, key, row))
+
+    async def _share_changes(self) -> None:
+        """Write catalog changes to etcd one at a time, so every node applies them in
+        the order they were made (a user before its permissions). A deletion is a
+        tombstone (null): etcd reports no event for deleting a key it never had."""
+        while True:
+            kind, key, row = await self._changes.get()
+            path = _key("catalog", kind, *(quote(str(part), safe="") for part in key))
+            while True:
+                try:
+                    await self.etcd.put(path, json.dumps(row).encode())
+                    break
+                except EtcdError:
+                    await asyncio.sleep(0.5)
+
+    def _apply_catalog(self, kind: str, key: list[str], row: dict[str, Any] | None) -> None:
+        """A catalog change, made here or on another node (applying one's own is a
+        no-op, and keeps every node in etcd's order when two change the same thing)."""
+        if kind == "namespace" and row is None:
+            self._spawn(self._delete_namespace(key[0]))
+        else:
+            self.core.catalog.apply(kind, key, row)
+
+    async def _delete_namespace(self, name: str) -> None:
+        with contextlib.suppress(BrokerError):
+            await self.core.delete_namespace(name)
+
+    def _apply_node(self, name: str, info: dict[str, Any] | None) -> None:
+        if info is None:
+            self.nodes.pop(name, None)
+            return
+        self.nodes[name] = NodeAddress(name, info["host"], info.get("ports", {}))
+        self.replication_ports[name] = int(info["replication_port"])
+
+    def _add_stream(self, storage: str, record: dict[str, Any]) -> None:
+        self.records[storage] = record
+        if self.node_name not in record["replicas"]:
+            return
+        streams = self.core.streams
+        stream = streams.find(record["namespace"], record["name"])
+        if stream is None:
+            arguments = {**record["arguments"], REPLICATED: True}
+            stream = streams.create(record["namespace"], record["name"], record["partitions"],
+                                    arguments)
+        for index, service in enumerate(stream.services):
+            role = self.roles.get((storage, index))
+            if role is None:
+                role = self.roles[(storage, index)] = PartitionRole(self, storage, index,
+                                                                    service, record)
+            if role.task is None:
+                role.start()
+
+    def _drop_stream(self, storage: str) -> None:
+        record = self.records.pop(storage, None)
+        for key in [k for k in self.roles if k[0] == storage]:
+            self.roles.pop(key).stop()
+        if record is None:
+            return
+        if self.core.streams.find(record["namespace"], record["name"]) is not None:
+            self._spawn(self.core.streams.delete(record["namespace"], record["name"]))
+
+    def _forget_deleted_streams(self) -> None:
+        """Local copies of cluster streams deleted while this node was away go; streams
+        this node had before it joined (from single-node mode) become the cluster's."""
+        for stream in self.core.streams.list():
+            storage = layout.storage_name("stream", stream.namespace, stream.name)
+            if storage in self.records:
+                continue
+            if stream.record.arguments.get(REPLICATED):
+                self._spawn(self.core.streams.delete(stream.namespace, stream.name))
+            else:
+                self.adopt(stream)
+
+    # -- ClusterView -----------------------------------------------------------------------
+
+    async def create_stream(self, namespace: str, name: str, partitions: int,
+                            arguments: Mapping[str, Any]) -> None:
+        arguments = dict(arguments)
+        self.core.streams.check_new(namespace, name, partitions, arguments)
+        storage = layout.storage_name("stream", namespace, name)
+        if storage in self.records:
+            raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
+        live, _ = await self.etcd.get_prefix(_key("nodes", ""))  # the watch may lag behind
+        record = self._new_record(namespace, name, partitions, arguments,
+                                  [kv.key.rpartition("/")[2] for kv in live])
+        if not await self._claim(storage, record):
+            raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
+        self._add_stream(storage, record)
+        await self._await_leaders(namespace, name, partitions)
+
+    def _new_record(self, namespace: str, name: str, partitions: int,
+                    arguments: Mapping[str, Any], live: list[str]) -> dict[str, Any]:
+        return {"namespace": namespace, "name": name, "partitions": partitions,
+                "arguments": dict(arguments),
+                "replicas": self._choose_replicas(arguments, sorted(live))}
+
+    async def _claim(self, storage: str, record: dict[str, Any]) -> bool:
+        """Record a new stream in etcd with its replica sets; False if one of that name
+        exists. The leader is the first replica: this node, unless placement said not."""
+        replicas = record["replicas"]
+        operations = [put(_key("streams", storage), json.dumps(record).encode())]
+        for index in range(record["partitions"]):
+            operations += [put(_key("isr", storage, index), json.dumps(replicas).encode()),
+                           put(_key("epochs", storage, index), b"1")]
+            if replicas[0] == self.node_name:
+                leader = {"node": self.node_name, "epoch": 1}
+                operations.append(put(_key("leaders", storage, index),
+                                      json.dumps(leader).encode(), self.lease))
+        return await self.etcd.txn([Compare(_key("streams", storage), "CREATE", 0)], operations)
+
+    # -- StreamReplication: streams any protocol creates or deletes on this node ---------
+
+    def adopt(self, stream: Stream) -> None:
+        """A stream was created here by a protocol: make it the cluster's. Its partitions
+        write nothing locally (appends wait for a leader) until etcd has it."""
+        storage = layout.storage_name("stream", stream.namespace, stream.name)
+        if storage in self.records:
+            return  # one the cluster made: _add_stream created it here
+        record = self._new_record(stream.namespace, stream.name, len(stream.services),
+                                  stream.record.arguments, list(self.nodes))
+        self.records[storage] = record
+        for index, service in enumerate(stream.services):
+            self.roles[(storage, index)] = PartitionRole(self, storage, index, service, record)
+        self._spawn(self._claim_adopted(storage, record))
+
+    async def _claim_adopted(self, storage: str, record: dict[str, Any]) -> None:
+        while True:
+            try:
+                won = await self._claim(storage, record)
+                existing = None if won else await self.etcd.get(_key("streams", storage))
+                break
+            except EtcdError:
+                await asyncio.sleep(0.5)
+        if existing is not None:  # another node made it first: theirs stands
+            record = self.records[storage] = existing.json()
+        roles = [role for (s, _), role in self.roles.items() if s == storage]
+        if self.node_name not in record["replicas"]:
+            self._drop_stream(storage)
+            return
+        for role in roles:
+            role.replicas = list(record["replicas"])
+            if role.task is None:
+                role.start()
+
+    def forget(self, stream: Stream) -> None:
+        """A stream was deleted here by a protocol: delete it on every node."""
+        storage = layout.storage_name("stream", stream.namespace, stream.name)
+        record = self.records.pop(storage, None)
+        if record is None:
+            return  # the cluster deleted it: _drop_stream is deleting it here
+        for key in [k for k in self.roles if k[0] == storage]:
+            self.roles.pop(key).stop()
+        self._spawn(self._unclaim(storage, record["partitions"]))
+
+    async def _unclaim(self, storage: str, partitions: int) -> None:
+        operations = [delete(_key("streams", storage))]
+        for index in range(partitions):
+            operations += [delete(_key(kind, storage, index))
+                           for kind in ("leaders", "isr", "epochs")]
+        await self.etcd.txn([], operations)
+
+    async def _await_leaders(self, namespace: str, name: str, partitions: int) -> None:
+        storage = layout.storage_name("stream", namespace, name)
+        for _ in range(200):
+            if all(self.leader_of(storage, i) is not None for i in range(partitions)):
+                return
+            await asyncio.sleep(0.05)
+
+    def _choose_replicas(self, arguments: Mapping[str, Any], live: list[str]) -> list[str]:
+        """The replica set, leader first: `client-local` puts this node first (RabbitMQ's
+        default), `balanced` the node with the fewest replicas."""
+        live = live or [self.node_name]
+        wanted = next((arguments[a] for a in SIZE_ARGUMENTS if a in arguments), None)
+        size = min(int(wanted) if wanted else DEFAULT_REPLICAS, len(live))
+        locator = next((str(arguments[a]) for a in LOCATOR_ARGUMENTS if a in arguments),
+                       "client-local")
+        load = {n: 0 for n in live}
+        for record in self.records.values():
+            for n in record["replicas"]:
+                if n in load:
+                    load[n] += 1
+        if locator == "balanced" or self.node_name not in load:
+            first = min(live, key=lambda n: (load[n], n))
+        else:
+            first = self.node_name
+        others = sorted((n for n in live if n != first), key=lambda n: (load[n], n))
+        return [first, *others[:size - 1]]
+
+    async def delete_stream(self, namespace: str, name: str) -> None:
+        storage = layout.storage_name("stream", namespace, name)
+        record = self.records.get(storage)
+        if record is None:
+            raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
+        await self._unclaim(storage, record["partitions"])
+        self._drop_stream(storage)
+
+    def placement(self, namespace: str, name: str, index: int) -> Placement | None:
+        storage = layout.storage_name("stream", namespace, name)
+        record = self.records.get(storage)
+        if record is None or not 0 <= index < record["partitions"]:
+            return None
+        leader = self.leader_of(storage, index)
+        replicas = tuple(self.nodes[n] for n in record["replicas"] if n in self.nodes)
+        return Placement(self.nodes.get(leader) if leader else None, replicas)
+
+    def leader_of(self, storage: str, index: int) -> str | None:
+        role = self.roles.get((storage, index))
+        if role is not None:
+            return role.leader_node
+        return None
+
+    # -- the replication listener -----------------------------------------------------------
+
+    async def _serve_follower(self, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> None:
+        self._feeds.add(writer)
+        try:
+            while True:  # HELLO again after each TRUNCATE
+                kind, body = await read_frame(reader, wire.MAX_CONTROL_FRAME)
+                if kind == wire.FrameType.FORWARD_HELLO:
+                    await self._serve_forwards(body, reader, writer)
+                    return
+                if kind != wire.FrameType.HELLO:
+                    raise wire.WireError(f"a follower opens with HELLO, not {kind}")
+                hello = wire.Hello.decode(body)
+                leader = self.leading.get((hello.stream, hello.partition))
+                refusal = self._refusal(hello, leader)
+                if refusal is not None or leader is None:
+                    writer.write(wire.frame(wire.FrameType.REFUSE, (refusal or "").encode()))
+                    await writer.drain()
+                    return
+                answer = leader.handshake(hello)
+                writer.write(answer)
+                await writer.drain()
+                if answer[wire.FRAME.size - 1] == wire.FrameType.START:
+                    await leader.feed(hello.node, hello.next_offset, reader, writer)
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, wire.WireError) as error:
+            log.debug("replication.closed", extra={"error": str(error)})
+        except PartitionClosed:
+            pass  # the stream was deleted, or this node is stopping
+        finally:
+            self._feeds.discard(writer)
+            writer.close()
+
+    async def _serve_forwards(self, hello: bytes, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> None:
+        """Run the appends another node forwards to partitions this node leads."""
+        try:
+            secret = str(json.loads(hello)["secret"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise wire.WireError(f"bad FORWARD_HELLO: {error}") from error
+        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
+            writer.write(wire.frame(wire.FrameType.REFUSE, b"wrong cluster secret"))
+            return
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                _, body = await read_frame(reader, MAX_FORWARD_FRAME)
+                request, storage, index, append = wire.decode_forward(body)
+                task = asyncio.get_running_loop().create_task(
+                    self._run_forward(request, storage, index, append, writer))
+                running.add(task)
+                task.add_done_callback(running.discard)
+        finally:
+            for task in running:
+                task.cancel()
+
+    async def _run_forward(self, request: int, storage: str, index: int,
+                           append: ForwardedAppend, writer: asyncio.StreamWriter) -> None:
+        answer: dict[str, object] = {"id": request}
+        role = self.roles.get((storage, index))
+        if role is None or (storage, index) not in self.leading:
+            answer["error"] = f"{self.node_name} does not lead partition {index} of the stream"
+        else:
+            try:
+                receipt = role.service.appender.run_forwarded(append)
+                await receipt.durable
+                answer["offset"] = receipt.first_offset
+            except (BrokerError, PartitionClosed, OSError) as error:
+                answer["error"] = str(error)
+        if not writer.is_closing():
+            writer.write(wire.frame(wire.FrameType.FORWARDED, json.dumps(answer).encode()))
+
+    def _refusal(self, hello: wire.Hello, leader: LeaderLog | None) -> str | None:
+        if not hmac.compare_digest(hello.secret.encode(), self.secret.encode()):
+            return "wrong cluster secret"
+        if leader is None:
+            return f"{self.node_name} does not lead {hello.stream}/{hello.partition}"
+        if hello.node not in leader.replicas:
+            return f"{hello.node} is not a replica of {hello.stream}/{hello.partition}"
+        return None

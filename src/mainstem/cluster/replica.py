@@ -1,0 +1,209 @@
+"""One partition's replica on this node: leading it, following its leader, or standing
+for election when it has none.
+
+Leadership is a key under the leader's lease, taken by an etcd transaction that also
+bumps the partition's epoch, and only by a member of the in-sync set etcd records: every
+committed chunk is on each of them, so the new leader lacks none. The old leader leaves
+the set; once back it cuts what it wrote past the new leader's log and catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+from mainstem.broker.stream_service import PartitionService
+from mainstem.cluster import wire
+from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
+from mainstem.cluster.follower import Refused, follow
+from mainstem.cluster.forwarding import PartitionForwarder
+from mainstem.cluster.leader import LeaderLog
+
+if TYPE_CHECKING:
+    from mainstem.cluster.node import ClusterNode
+
+log = logging.getLogger("mainstem.cluster")
+
+PREFERRED_HEAD_START_S = 1.0  # others stand only if the preferred leader has not
+
+
+class PartitionRole:
+    def __init__(self, node: ClusterNode, storage: str, index: int, service: PartitionService,
+                 record: dict[str, Any]) -> None:
+        self.node = node
+        self.storage = storage
+        self.index = index
+        self.service = service
+        self.replicas: list[str] = list(record["replicas"])
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        # What etcd says, with the revisions a transaction compares.
+        self.leader: dict[str, Any] | None = None
+        self.leader_lease = 0
+        self.leader_value = b""
+        self.isr: list[str] = list(self.replicas)
+        self.isr_revision = 0
+        self.epoch = 0
+        self.epoch_revision = 0
+        self._last_leader: str | None = None
+        # Until this node is elected, it writes nothing itself: appends go to the leader.
+        service.partition.writable = False
+        service.appender.forwarder = PartitionForwarder(node, self)
+
+    def _key(self, kind: str) -> str:
+        return f"/mainstem/{kind}/{self.storage}/{self.index}"
+
+    @property
+    def leader_node(self) -> str | None:
+        return None if self.leader is None else str(self.leader["node"])
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    def update(self, kind: str, kv: KeyValue | None) -> None:
+        """A change of this partition's keys, from the node's watch (or its first read)."""
+        if kind == "leaders":
+            if kv is None:
+                self._last_leader = self.leader_node or self._last_leader
+                self.leader, self.leader_lease, self.leader_value = None, 0, b""
+            else:
+                self.leader, self.leader_lease, self.leader_value = kv.json(), kv.lease, kv.value
+        elif kind == "isr" and kv is not None:
+            self.isr, self.isr_revision = kv.json(), kv.mod_revision
+        elif kind == "epochs" and kv is not None:
+            self.epoch, self.epoch_revision = int(kv.value), kv.mod_revision
+        self.changed.set()
+
+    async def _run(self) -> None:
+        await self._read_state()
+        while True:
+            self.changed.clear()
+            try:
+                if self.leader is None:
+                    await self._stand()
+                elif self.leader_node == self.node.node_name and self._holds_lease():
+                    await self._lead()
+                elif self.leader_node == self.node.node_name:
+                    await self.changed.wait()  # a key of a lapsed lease: it will expire
+                else:
+                    await self._follow()
+            except EtcdError as error:
+                log.warning("replica.etcd_unreachable", extra={
+                    "stream": self.storage, "partition": self.index, "error": str(error)})
+                await asyncio.sleep(0.5)
+
+    async def _read_state(self) -> None:
+        for kind in ("leaders", "isr", "epochs"):
+            kv = await self.node.etcd.get(self._key(kind))
+            if kv is not None:
+                self.update(kind, kv)
+
+    def _holds_lease(self) -> bool:
+        return self.leader_lease == self.node.lease and not self.node.lease_lost.is_set()
+
+    # -- election --------------------------------------------------------------------
+
+    async def _stand(self) -> None:
+        """Stand for leader if in sync: the transaction succeeds only if no one else was
+        elected and neither the in-sync set nor the epoch changed since read."""
+        me = self.node.node_name
+        if me not in self.isr or self.node.lease_lost.is_set():
+            await self.changed.wait()
+            return
+        preferred = self.replicas[0]
+        if preferred != me and preferred in self.node.nodes and preferred in self.isr:
+            await self.wait_changed(PREFERRED_HEAD_START_S)
+            if self.leader is not None:
+                return
+        await asyncio.sleep(random.uniform(0, 0.2))  # spread rivals' transactions
+        epoch = self.epoch + 1
+        isr = [n for n in self.isr if n != self._last_leader] or [me]
+        value = json.dumps({"node": me, "epoch": epoch}).encode()
+        won = await self.node.etcd.txn(
+            [Compare(self._key("leaders"), "CREATE", 0),
+             Compare(self._key("isr"), "MOD", self.isr_revision),
+             Compare(self._key("epochs"), "MOD", self.epoch_revision)],
+            [put(self._key("leaders"), value, self.node.lease),
+             put(self._key("epochs"), str(epoch).encode()),
+             put(self._key("isr"), json.dumps(isr).encode())])
+        if won:
+            log.info("replica.elected", extra={"stream": self.storage, "partition": self.index,
+                                               "epoch": epoch, "isr": isr})
+            await self._read_state()
+        else:
+            await self._read_state()
+            if self.leader is None:
+                await self.wait_changed(0.2)
+
+    async def wait_changed(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout)
+
+    # -- leading --------------------------------------------------------------------------
+
+    async def _lead(self) -> None:
+        partition = self.service.partition
+        partition.epoch = int(self.leader["epoch"]) if self.leader else self.epoch
+        leader = LeaderLog(partition, self.node.node_name, self.replicas, self.isr,
+                           self._write_isr, self.node.lag_timeout)
+        self.node.leading[(self.storage, self.index)] = leader
+        forwarder, self.service.appender.forwarder = self.service.appender.forwarder, None
+        partition.writable = True
+        try:
+            while self.leader_node == self.node.node_name and self._holds_lease():
+                self.changed.clear()
+                leader.isr = [n for n in self.isr if n in self.replicas]
+                leader.on_ack(self.node.node_name, 0)  # the set may have changed: recompute
+                await self.changed.wait()
+        finally:
+            partition.writable = False
+            self.service.appender.forwarder = forwarder
+            leader.close()
+            self.node.leading.pop((self.storage, self.index), None)
+
+    async def _write_isr(self, isr: list[str]) -> bool:
+        """Record a new in-sync set, only while this node still leads in its epoch."""
+        try:
+            return await self.node.etcd.txn(
+                [Compare(self._key("leaders"), "VALUE", self.leader_value)],
+                [put(self._key("isr"), json.dumps(isr).encode())])
+        except EtcdError:
+            return False
+
+    # -- following --------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        leader = self.leader_node
+        assert leader is not None
+        address = self.node.nodes.get(leader)
+        port = self.node.replication_ports.get(leader)
+        if address is None or port is None:
+            await self.wait_changed(0.5)
+            return
+        partition = self.service.partition
+        last = partition.last_chunk()
+        hello = wire.Hello(self.node.secret, self.storage, self.index, self.node.node_name,
+                           int(self.leader["epoch"]) if self.leader else 0,
+                           partition.next_offset, last[0] if last else -1,
+                           last[1] if last else 0)
+        fetching = asyncio.ensure_future(follow(partition, hello, address.host, port))
+        changed = asyncio.ensure_future(self.changed.wait())
+        done, _ = await asyncio.wait({fetching, changed}, return_when=asyncio.FIRST_COMPLETED)
+        changed.cancel()
+        if fetching not in done:
+            fetching.cancel()
+            await asyncio.gather(fetching, return_exceptions=True)
+            return
+        error = fetching.exception()
+        if error is not None and not isinstance(error, (OSError, asyncio.IncompleteReadError,
+                                                         wire.WireError, Refused)):
+            raise error
+        await self.wait_changed(0.3)  # the leader went away or refused: look again soon

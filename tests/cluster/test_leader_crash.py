@@ -1,0 +1,146 @@
+"""SIGKILL a replicated stream's leader in the middle of confirmed publishing: a new
+leader is elected among the in-sync replicas, the publisher resumes on it (deduplicated
+by its publisher name), and every confirmed message is read exactly once, in order,
+through every surviving node and through the killed one once it has caught up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from rstream import AMQPMessage, ConfirmationStatus, Producer, amqp_decoder
+
+from mainstem.client.stream import StreamClient
+from mainstem.testing_cluster import LocalCluster
+
+BATCH = 100
+CONFIRMED_BEFORE_KILL = 3_000
+IN_FLIGHT_AT_KILL = 20
+STREAM = "ledger"
+PUBLISHER = "ledger-writer"
+
+
+def credentials(port: int) -> dict[str, object]:
+    return {"host": "127.0.0.1", "port": port, "username": "guest", "password": "guest"}
+
+
+def numbered(first: int, last: int) -> list[AMQPMessage]:
+    batch = []
+    for i in range(first, last + 1):
+        message = AMQPMessage(body=f"m{i}".encode())
+        message.publishing_id = i
+        batch.append(message)
+    return batch
+
+
+def bodies_on(port: int, stream: str) -> list[bytes]:
+    """Every committed message of `stream` as the node at `port` itself serves it."""
+    client = StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
+    try:
+        offsets = client.offsets(stream)
+        bodies = []
+        for chunk in client.chunks(stream, offsets.first, offsets.end):
+            bodies += [bytes(amqp_decoder(bytes(e.body)).body) for e in chunk.entries()]
+        return bodies
+    finally:
+        client.close()
+
+
+async def leader_port(port: int, stream: str) -> int | None:
+    producer = Producer(**credentials(port))
+    try:
+        await producer.start()
+        client = await producer._get_or_create_client(stream)
+        leader, _ = await client.query_leader_and_replicas(stream)
+        return int(leader.port)
+    except Exception:  # no leader yet: the metadata says the stream is not available
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            await producer.close()
+
+
+async def publish_until_killed(cluster: LocalCluster, port: int) -> tuple[set[int], int]:
+    """Publish numbered messages to the leader; SIGKILL it once enough are confirmed, with
+    more in flight. Returns the confirmed publishing ids and the last id sent."""
+    confirmed: set[int] = set()
+
+    def on_confirm(status: ConfirmationStatus) -> None:
+        if status.is_confirmed:
+            confirmed.add(status.message_id)
+
+    producer = Producer(**credentials(port))
+    await producer.start()
+    await producer.create_stream(STREAM)
+    sent = 0
+    for _ in range(2_000):  # bounded: normally ends far sooner
+        await producer.send_batch(STREAM, numbered(sent + 1, sent + BATCH), PUBLISHER,
+                                  on_publish_confirm=on_confirm)
+        sent += BATCH
+        if len(confirmed) >= CONFIRMED_BEFORE_KILL:
+            break
+        await asyncio.sleep(0)
+    for _ in range(IN_FLIGHT_AT_KILL):
+        with contextlib.suppress(Exception):
+            await producer.send_batch(STREAM, numbered(sent + 1, sent + BATCH), PUBLISHER,
+                                      on_publish_confirm=on_confirm)
+        sent += BATCH
+    cluster.kill("node1")
+    survivors = set(confirmed)  # no confirm can arrive after the kill
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(producer.close(), 5)
+    return survivors, sent
+
+
+async def resume(port: int, last: int, more: int) -> set[int]:
+    """A new producer (same publisher name) resends everything and publishes `more`:
+    what the old leader stored already is dropped as a duplicate."""
+    confirmed: set[int] = set()
+
+    def on_confirm(status: ConfirmationStatus) -> None:
+        if status.is_confirmed:
+            confirmed.add(status.message_id)
+
+    async with Producer(**credentials(port)) as producer:
+        for first in range(1, last + more + 1, BATCH):
+            await producer.send_batch(STREAM, numbered(first, first + BATCH - 1), PUBLISHER,
+                                      on_publish_confirm=on_confirm)
+        for _ in range(400):
+            if len(confirmed) == last + more:
+                break
+            await asyncio.sleep(0.05)
+    return confirmed
+
+
+async def test_killing_the_leader_mid_publish_loses_no_confirmed_message(
+        mainstem_cluster: LocalCluster) -> None:
+    cluster = mainstem_cluster
+    ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
+    confirmed, sent = await publish_until_killed(cluster, ports["node1"])
+    assert len(confirmed) >= CONFIRMED_BEFORE_KILL
+
+    killed_at = time.monotonic()
+    new_leader = None
+    while time.monotonic() - killed_at < 15 and new_leader is None:
+        found = await leader_port(ports["node2"], STREAM)
+        new_leader = found if found in (ports["node2"], ports["node3"]) else None
+        await asyncio.sleep(0.1)
+    assert new_leader is not None, "no new leader within 15 s"
+    assert time.monotonic() - killed_at <= 12  # the lease TTL (5 s) plus an election
+
+    resumed = await resume(new_leader, sent, 1_000)
+    total = sent + 1_000
+    assert resumed == set(range(1, total + 1))
+    expected = [f"m{i}".encode() for i in range(1, total + 1)]
+    for name in ("node2", "node3"):
+        assert bodies_on(ports[name], STREAM) == expected, name
+
+    cluster.start("node1")
+    restarted = cluster.nodes["node1"].ports["stream"]
+    for _ in range(100):  # the restarted replica cuts its divergent tail and catches up
+        with contextlib.suppress(Exception):
+            if len(bodies_on(restarted, STREAM)) >= total:
+                break
+        await asyncio.sleep(0.1)
+    assert bodies_on(restarted, STREAM) == expected

@@ -1,0 +1,115 @@
+"""The log side of replication, without a network: a follower appends its leader's
+chunks byte for byte, checks them, and cuts a divergent tail where the leader's epochs
+say it must (Kafka's leader epochs, Raft's log matching)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mainstem.cluster import wire
+from mainstem.cluster.leader import LeaderLog
+from mainstem.log.chunk import CorruptChunk
+from mainstem.log.partition import NotWritable, Partition
+from mainstem.log.policy import RetentionPolicy
+
+
+def raw_chunks(partition: Partition, start: int = 0) -> list[tuple[bytes, bool]]:
+    """Every written chunk from `start`, as a leader sends them."""
+    chunks, position = [], start
+    while (chunk := partition.written_chunk(position)) is not None:
+        raw = os.pread(chunk.segment.fileno(), chunk.size, chunk.file_pos)
+        chunks.append((raw, chunk.opens_segment))
+        position = chunk.next_offset
+    return chunks
+
+
+def copy_into(follower: Partition, leader: Partition, start: int) -> None:
+    for raw, opens in raw_chunks(leader, start):
+        follower.append_chunk(memoryview(raw), opens)
+
+
+def records(partition: Partition) -> list[bytes]:
+    partition.flush()
+    reader = partition.reader(partition.first_offset)
+    found = []
+    while (chunk := reader.next_chunk_nowait()) is not None:
+        found += [bytes(entry.body) for entry in chunk.entries()]
+    return found
+
+
+def hello(follower: Partition) -> wire.Hello:
+    last = follower.last_chunk()
+    return wire.Hello("s", "stream", 0, "f", 2, follower.next_offset,
+                      last[0] if last else -1, last[1] if last else 0)
+
+
+async def test_a_follower_holds_its_leaders_chunks_segments_and_sequences(tmp_path: Path) -> None:
+    small = RetentionPolicy(max_segment_bytes=300)  # several segments
+    leader = Partition.open(tmp_path / "leader", retention=small)
+    follower = Partition.open(tmp_path / "follower", retention=small)
+    follower.writable = False
+    for i in range(20):
+        leader.write_records([f"r{i}".encode() * 10], sequences={"writer": i})
+    copy_into(follower, leader, 0)
+    assert records(follower) == records(leader)
+    assert follower.segment_count == leader.segment_count > 1
+    assert follower.sequences == {"writer": 19}
+    with pytest.raises(NotWritable):
+        follower.write_records([b"local"])
+    follower.close()
+    reopened = Partition.open(tmp_path / "follower")  # sequences recovered from its segments
+    assert reopened.sequences == {"writer": 19}
+    reopened.close()
+    leader.close()
+
+
+async def test_a_damaged_or_misplaced_chunk_is_refused(tmp_path: Path) -> None:
+    leader = Partition.open(tmp_path / "leader")
+    follower = Partition.open(tmp_path / "follower")
+    leader.write_records([b"a", b"b"])
+    leader.write_records([b"c"])
+    (first, _), (second, _) = raw_chunks(leader)
+    with pytest.raises(CorruptChunk):
+        follower.append_chunk(memoryview(second), False)  # does not continue the log
+    damaged = bytearray(first)
+    damaged[60] ^= 0xFF
+    with pytest.raises(CorruptChunk):
+        follower.append_chunk(memoryview(bytes(damaged)), False)
+    assert follower.next_offset == 0
+    follower.append_chunk(memoryview(first), False)
+    assert follower.next_offset == 2
+    leader.close()
+    follower.close()
+
+
+async def test_a_returning_leader_cuts_what_it_wrote_in_an_old_epoch(tmp_path: Path) -> None:
+    new_leader = Partition.open(tmp_path / "new")
+    old_leader = Partition.open(tmp_path / "old")
+    for i in range(3):  # both hold the committed history of epoch 1
+        old_leader.write_records([f"c{i}".encode()])
+    copy_into(new_leader, old_leader, 0)
+    old_leader.write_records([b"lost-1"])  # written by the old leader, never replicated
+    old_leader.write_records([b"lost-2"])
+    new_leader.epoch = 2
+    new_leader.write_records([b"n1"])
+    new_leader.write_records([b"n2"])
+    new_leader.flush()
+    feeder = LeaderLog(new_leader, "new", ["new", "old"], ["new"], _no_isr_change, 5.0)
+    answer = feeder.handshake(hello(old_leader))
+    assert answer[4] == wire.FrameType.TRUNCATE
+    cut = wire.read_offset(answer[5:])
+    assert cut == 3  # where epoch 2 began on the new leader
+    old_leader.truncate_from(cut)
+    assert feeder.handshake(hello(old_leader))[4] == wire.FrameType.START
+    copy_into(old_leader, new_leader, old_leader.next_offset)
+    assert records(old_leader) == [b"c0", b"c1", b"c2", b"n1", b"n2"] == records(new_leader)
+    feeder.close()
+    new_leader.close()
+    old_leader.close()
+
+
+async def _no_isr_change(isr: list[str]) -> bool:
+    return False

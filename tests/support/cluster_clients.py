@@ -1,0 +1,159 @@
+"""Clients for cluster tests: a publisher that follows a stream's leader across
+failovers, a reader of what one node itself serves, and a Jepsen-style history check."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from rstream import AMQPMessage, ConfirmationStatus, Producer, amqp_decoder
+
+from mainstem.client.stream import StreamClient
+from mainstem.testing_cluster import LocalCluster
+
+BATCH = 100
+
+
+def credentials(port: int) -> dict[str, object]:
+    return {"host": "127.0.0.1", "port": port, "username": "guest", "password": "guest"}
+
+
+def numbered(first: int, last: int) -> list[AMQPMessage]:
+    """Messages whose publishing ids are the numbers in their bodies."""
+    batch = []
+    for i in range(first, last + 1):
+        message = AMQPMessage(body=f"m{i}".encode())
+        message.publishing_id = i
+        batch.append(message)
+    return batch
+
+
+def bodies_on(port: int, stream: str) -> list[bytes]:
+    """Every committed message of `stream` as the node at `port` itself serves it."""
+    client = StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
+    try:
+        offsets = client.offsets(stream)
+        bodies = []
+        for chunk in client.chunks(stream, offsets.first, offsets.end):
+            bodies += [bytes(amqp_decoder(bytes(e.body)).body) for e in chunk.entries()]
+        return bodies
+    finally:
+        client.close()
+
+
+def committed_end(port: int, stream: str) -> int:
+    """The offset after the last committed record of `stream` on the node at `port`."""
+    client = StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
+    try:
+        return client.offsets(stream).end
+    finally:
+        client.close()
+
+
+async def wait_for_count(port: int, stream: str, count: int, timeout_s: float = 20) -> None:
+    """Until the node at `port` serves at least `count` records (a replica catching up)."""
+    for _ in range(int(timeout_s * 10)):
+        with contextlib.suppress(Exception):
+            if committed_end(port, stream) >= count:
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the node at {port} did not reach {count} messages")
+
+
+class FollowingPublisher:
+    """Publishes numbered messages under one publisher name; when its connection fails
+    (the leader died or stepped down) it opens another through any live node, whose
+    metadata names the leader, and resends what is unconfirmed: the stream drops what
+    it stored already, so nothing is stored twice."""
+
+    def __init__(self, cluster: LocalCluster, stream: str, name: str = "following") -> None:
+        self.cluster = cluster
+        self.stream = stream
+        self.name = name
+        self.sent = 0  # highest publishing id sent
+        self.confirmed: set[int] = set()
+        self._producer: Producer | None = None
+
+    def _on_confirm(self, status: ConfirmationStatus) -> None:
+        if status.is_confirmed:
+            self.confirmed.add(status.message_id)
+
+    async def _connect(self) -> Producer:
+        if self._producer is None:
+            for node in self.cluster.live():
+                producer = Producer(**credentials(node.ports["stream"]))
+                try:
+                    await asyncio.wait_for(producer.start(), 5)
+                except Exception:
+                    continue
+                self._producer = producer
+                break
+            else:
+                raise ConnectionError("no live node accepts a connection")
+        return self._producer
+
+    async def _drop(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.close(), 3)
+
+    async def _send(self, first: int, last: int) -> None:
+        for start in range(first, last + 1, BATCH):
+            producer = await self._connect()
+            await asyncio.wait_for(producer.send_batch(
+                self.stream, numbered(start, min(start + BATCH - 1, last)), self.name,
+                on_publish_confirm=self._on_confirm), 5)
+
+    async def create(self, arguments: dict[str, object] | None = None) -> None:
+        """Create the stream through the first node (its leader, by RabbitMQ's default
+        client-local placement)."""
+        producer = await self._connect()
+        await producer.create_stream(self.stream, arguments=arguments)
+
+    async def publish(self, count: int) -> None:
+        """Send `count` more messages, reconnecting and resending on failure."""
+        first, self.sent = self.sent + 1, self.sent + count
+        await self._with_retries(first, self.sent)
+
+    async def settle(self, timeout_s: float = 30) -> None:
+        """Until every message sent is confirmed, resending the unconfirmed ones to
+        whichever node leads when confirms stop coming."""
+        for _ in range(int(timeout_s / 2)):
+            for _ in range(20):
+                if len(self.confirmed) >= self.sent:
+                    return
+                await asyncio.sleep(0.1)
+            unconfirmed = min(set(range(1, self.sent + 1)) - self.confirmed)
+            await self._drop()
+            await self._with_retries(unconfirmed, self.sent)
+        raise AssertionError(f"{self.sent - len(self.confirmed)} messages never confirmed")
+
+    async def _with_retries(self, first: int, last: int) -> None:
+        for _ in range(100):
+            try:
+                await self._send(first, last)
+                return
+            except Exception:
+                await self._drop()
+                await asyncio.sleep(0.2)
+                first = min(set(range(first, last + 1)) - self.confirmed, default=last + 1)
+                if first > last:
+                    return
+        raise AssertionError("the publisher found no leader to publish to")
+
+    async def close(self) -> None:
+        await self._drop()
+
+
+def check_history(bodies: list[bytes], acknowledged: set[int], attempted: int) -> None:
+    """As Jepsen's checkers: every acknowledged write is there exactly once, nothing was
+    stored twice, nothing appears that was never sent, and the order is the send order
+    (so nothing unacknowledged was reordered before an acknowledged write)."""
+    ids = [int(body[1:]) for body in bodies]
+    duplicates = len(ids) - len(set(ids))
+    assert duplicates == 0, f"{duplicates} messages stored twice"
+    missing = acknowledged - set(ids)
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    assert ids == sorted(ids), "messages out of order"
+    assert all(1 <= i <= attempted for i in ids), "a message that was never sent"
