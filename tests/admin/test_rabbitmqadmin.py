@@ -106,9 +106,18 @@ async def test_overview_channels_connections_and_consumers(broker):
         assert connections[0]["channels"] == 1
         consumers = await listed(broker, "consumers")
         assert [c["queue"]["name"] for c in consumers] == ["work"]
-        assert "name" in (await admin(broker, "list", "channels"))  # the table form
+        assert consumers[0]["channel_details"]["name"] == channels[0]["name"]
+        assert channels[0]["name"] in await admin(broker, "list", "channels")  # a table
+        vhosts = {v["name"]: v for v in await listed(broker, "vhosts")}
+        assert vhosts["/"]["messages_unacknowledged"] == 2
+
+        await admin(broker, "close", "connection", f"name={connections[0]['name']}")
+        with pytest.raises(pika.exceptions.ConnectionClosed):
+            await asyncio.to_thread(connection.process_data_events, 2)
+        assert await listed(broker, "connections") == []
     finally:
-        await asyncio.to_thread(connection.close)
+        if connection.is_open:
+            await asyncio.to_thread(connection.close)
 
 
 async def test_users_vhosts_permissions(broker):
@@ -122,6 +131,12 @@ async def test_users_vhosts_permissions(broker):
     assert {"user": "alice", "vhost": "staging", "configure": ".*", "write": ".*",
             "read": ".*"} in await listed(broker, "permissions")
     await broker.core.login("alice", "s3cret", "127.0.0.1")
+    # a user from RabbitMQ with its salted SHA-256 hash (of "ops-secret")
+    await admin(broker, "declare", "user", "name=bob", "tags=",
+                "password_hash=H5oDxBvOn/mO9+decJFJr99vDyplg3tHaTM+khZkvhWlZJ0f",
+                "hashing_algorithm=rabbit_password_hashing_sha256")
+    await broker.core.login("bob", "ops-secret", "127.0.0.1")
+    await admin(broker, "delete", "user", "name=bob")
     await admin(broker, "delete", "permission", "vhost=staging", "user=alice")
     await admin(broker, "delete", "user", "name=alice")
     await admin(broker, "delete", "vhost", "name=staging")

@@ -6,27 +6,37 @@ Every handler reads `request.app[STATE]`; authentication happens in the app's mi
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from bson import json_util
 
 from mainstem import __version__
-from mainstem.admin.registry import ConnectionRegistry
-from mainstem.admin.resources import NODE, ResourceProvider
+from mainstem.admin.listing import list_response
+from mainstem.admin.registry import Connection, ConnectionRegistry, socket_traffic
+from mainstem.admin.resources import NODE, RABBITMQ_VERSION, ResourceProvider
+from mainstem.admin.stats import RateSampler
 from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
-from mainstem.broker.auth import PERMISSION_KINDS
+from mainstem.broker.auth import (
+    DEFAULT_HASHING,
+    PERMISSION_KINDS,
+    User,
+    import_password_hash,
+)
 from mainstem.broker.catalog import UserRecord
-from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
+from mainstem.broker.message_stats import MessageStats
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.streams import Stream
 
 routes = web.RouteTableDef()
-_RATE_WINDOW = 10  # samples (one a second) behind the rates of /api/overview
+OVERVIEW = ("overview",)
 
 
 @dataclass
@@ -37,25 +47,58 @@ class AdminState:
     monitor: AlarmMonitor | None
     listeners: dict[str, int]  # listener name -> port, as bound
     hosts: dict[str, str]  # listener name -> bind address
-    # (monotonic time, messages stored, bytes stored) once a second, for rates
-    samples: list[tuple[float, int, int]] = field(default_factory=list)
+    certfile: Path | None = None  # the TLS listeners' certificate chain
+    rates: RateSampler = field(default_factory=RateSampler)
 
     def sample(self) -> None:
-        partitions = [p for s in self.core.streams.list() for p in s.partitions]
-        self.samples.append((time.monotonic(), sum(p.committed_offset for p in partitions),
-                             sum(p.committed_byte for p in partitions)))
-        del self.samples[:-_RATE_WINDOW]
+        """Every live object's counters, once a second, for the rates of message_stats."""
+        samples: dict[Hashable, Mapping[str, int]] = {}
+        for connection in self.connections.list():
+            samples[connection_key(connection)] = traffic_counts(connection)
+            for number, channel in list(connection.ctx.channels.items()):
+                samples[channel_key(connection, number)] = channel.stats.counts()
+        for vhost in self.core.queues.vhosts.values():
+            for queue in vhost.queues.values():
+                samples[("queue", vhost.name, queue.name)] = queue.stats.counts()
+            for name, stats in list(vhost.graph.stats.items()):
+                samples[("exchange", vhost.name, name)] = stats.counts()
+        for stream in self.core.streams.list():
+            samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
+        samples[OVERVIEW] = self.totals()
+        self.rates.record(time.monotonic(), samples)
 
-    def rates(self) -> tuple[float, float]:
-        """Messages and bytes published per second over the sample window."""
-        if len(self.samples) < 2:
-            return 0.0, 0.0
-        (t0, m0, b0), (t1, m1, b1) = self.samples[0], self.samples[-1]
-        elapsed = max(t1 - t0, 1e-3)
-        return max(m1 - m0, 0) / elapsed, max(b1 - b0, 0) / elapsed
+    def totals(self) -> dict[str, int]:
+        """The overview's counters: every AMQP channel's, closed ones included, and the
+        messages and bytes stored in streams by every protocol (mainstem's own)."""
+        totals = MessageStats()
+        totals.add(self.core.closed_channel_stats)
+        for connection in self.connections.list():
+            for channel in list(connection.ctx.channels.values()):
+                totals.add(channel.stats)
+        partitions = [p for s in self.core.streams.list() for p in s.partitions]
+        return {**totals.counts(),
+                "stream_publish": sum(p.committed_offset for p in partitions),
+                "stream_publish_bytes": sum(p.committed_byte for p in partitions)}
+
+    def message_stats(self, key: Hashable, counts: Mapping[str, int]) -> dict[str, Any]:
+        return self.rates.detailed(key, counts)
+
+
+def traffic_counts(connection: Connection) -> dict[str, int]:
+    traffic = socket_traffic(connection.ctx.writer)
+    return {"recv_oct": traffic.get("bytes_in", 0), "send_oct": traffic.get("bytes_out", 0)}
+
+
+def connection_key(connection: Connection) -> tuple[str, int]:
+    return ("connection", connection.conn_id)
+
+
+def channel_key(connection: Connection, number: int) -> tuple[str, int, int]:
+    return ("channel", connection.conn_id, number)
 
 
 STATE = web.AppKey("state", AdminState)
+USER = web.RequestKey("user", User)  # the request's authenticated User
 
 
 def state_of(request: web.Request) -> AdminState:
@@ -89,12 +132,12 @@ def no_content() -> web.Response:
 async def overview(request: web.Request) -> web.Response:
     state = state_of(request)
     queues = [q for provider in state.providers for q in provider.queues(None)]
-    published_rate, bytes_rate = state.rates()
-    messages = sum(q.get("messages", 0) for q in queues)
     return web.json_response({
         "management_version": __version__,
+        "rabbitmq_version": RABBITMQ_VERSION,
         "product_name": "mainstem",
         "product_version": __version__,
+        "cluster_name": NODE,
         "node": NODE,
         "listeners": [
             {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}
@@ -102,19 +145,14 @@ async def overview(request: web.Request) -> web.Response:
         ],
         "object_totals": {
             "connections": len(state.connections),
-            "channels": 0,
+            "channels": sum(len(c.ctx.channels) for c in state.connections.list()),
             "queues": len(queues),
             "exchanges": sum(len(p.exchanges(None)) for p in state.providers),
             "consumers": len(consumer_rows(state.connections)),
             "streams": len(state.core.streams.list()),
         },
-        "queue_totals": {"messages": messages, "messages_ready": messages,
-                         "messages_unacknowledged": 0},
-        "message_stats": {
-            "publish": state.samples[-1][1] if state.samples else 0,
-            "publish_details": {"rate": round(published_rate, 1)},
-            "publish_bytes_details": {"rate": round(bytes_rate, 1)},
-        },
+        "queue_totals": message_totals(queues),
+        "message_stats": state.message_stats(OVERVIEW, state.totals()),
         **_alarm_fields(state),
     })
 
@@ -136,7 +174,8 @@ def _alarm_fields(state: AdminState) -> dict[str, Any]:
 
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
-    return web.json_response([{"name": NODE, "running": True, **_alarm_fields(state_of(request))}])
+    node = {"name": NODE, "type": "disc", "running": True, **_alarm_fields(state_of(request))}
+    return list_response(request, [node])
 
 
 # -- virtual hosts ---------------------------------------------------------------
@@ -144,13 +183,21 @@ async def nodes(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
-    return web.json_response([_vhost_row(ns.name) for ns in state_of(request).core.catalog
-                              .list_namespaces()])
+    state = state_of(request)
+    return list_response(request, [_vhost_row(state, ns.name)
+                                   for ns in state.core.catalog.list_namespaces()])
 
 
-def _vhost_row(name: str) -> dict[str, Any]:
+def _vhost_row(state: AdminState, name: str) -> dict[str, Any]:
+    """A virtual host with its queues' message totals, as RabbitMQ lists one."""
+    queues = [q for provider in state.providers for q in provider.queues(name)]
     return {"name": name, "description": "", "tags": [], "tracing": False,
-            "default_queue_type": "stream"}
+            "default_queue_type": "stream", **message_totals(queues)}
+
+
+def message_totals(queues: list[dict[str, Any]]) -> dict[str, int]:
+    return {key: sum(q.get(key, 0) for q in queues)
+            for key in ("messages", "messages_ready", "messages_unacknowledged")}
 
 
 def _existing_vhost(request: web.Request) -> str:
@@ -162,7 +209,7 @@ def _existing_vhost(request: web.Request) -> str:
 
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
-    return web.json_response(_vhost_row(_existing_vhost(request)))
+    return web.json_response(_vhost_row(state_of(request), _existing_vhost(request)))
 
 
 @routes.put("/api/vhosts/{vhost}")
@@ -189,9 +236,17 @@ def _user_row(record: UserRecord) -> dict[str, Any]:
     return {"name": record.name, "tags": list(record.tags), "limits": {}}
 
 
+@routes.get("/api/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    """The authenticated user."""
+    user = request[USER]
+    return web.json_response({"name": user.name, "tags": list(user.tags)})
+
+
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
-    return web.json_response([_user_row(u) for u in state_of(request).core.catalog.list_users()])
+    users = state_of(request).core.catalog.list_users()
+    return list_response(request, [_user_row(u) for u in users])
 
 
 @routes.get("/api/users/{user}")
@@ -205,12 +260,20 @@ async def get_user(request: web.Request) -> web.Response:
 
 @routes.put("/api/users/{user}")
 async def put_user(request: web.Request) -> web.Response:
-    """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}."""
+    """Create a user or change its password and tags: {"password": ..., "tags": "a,b"}, or
+    {"password_hash": ..., "hashing_algorithm": "rabbit_password_hashing_sha256", ...}."""
     name = request.match_info["user"]
     body = await read_body(request)
     tags = _tags(body.get("tags", ""))
     core = state_of(request).core
     existing = core.catalog.get_user(name)
+    if "password_hash" in body:
+        algorithm = body.get("hashing_algorithm") or DEFAULT_HASHING
+        if not isinstance(body["password_hash"], str) or not isinstance(algorithm, str):
+            raise InvalidArgument("password_hash and hashing_algorithm must be strings")
+        core.auth.put_user_hash(name, import_password_hash(body["password_hash"], algorithm),
+                                tags)
+        return no_content() if existing else web.Response(status=201)
     password = body.get("password")
     if password is not None and not isinstance(password, str):
         raise InvalidArgument("password must be a string")
@@ -246,18 +309,19 @@ async def delete_user(request: web.Request) -> web.Response:
 
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(state_of(request).core))
+    return list_response(request, _permission_rows(state_of(request).core))
 
 
 @routes.get("/api/users/{user}/permissions")
 async def user_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(state_of(request).core,
+    return list_response(request, _permission_rows(state_of(request).core,
                                               user=request.match_info["user"]))
 
 
 @routes.get("/api/vhosts/{vhost}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
-    return web.json_response(_permission_rows(state_of(request).core, namespace=vhost_of(request)))
+    core = state_of(request).core
+    return list_response(request, _permission_rows(core, namespace=vhost_of(request)))
 
 
 def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, str]]:
@@ -298,16 +362,20 @@ async def delete_permission(request: web.Request) -> web.Response:
 # -- connections -----------------------------------------------------------------
 
 
+def connection_row(state: AdminState, connection: Connection) -> dict[str, Any]:
+    """A connection with its traffic rates (recv_oct_details, send_oct_details)."""
+    row = connection.describe()
+    row.update(state.message_stats(connection_key(connection),
+                                   {"recv_oct": row["recv_oct"], "send_oct": row["send_oct"]}))
+    return row
+
+
 @routes.get("/api/connections")
-async def list_connections(request: web.Request) -> web.Response:
-    return web.json_response([c.describe() for c in state_of(request).connections.list()])
-
-
 @routes.get("/api/vhosts/{vhost}/connections")
-async def vhost_connections(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    return web.json_response([c.describe() for c in state_of(request).connections.list()
-                              if c.ctx.namespace == vhost])
+async def list_connections(request: web.Request) -> web.Response:
+    state, vhost = state_of(request), vhost_of(request)
+    return list_response(request, [connection_row(state, c) for c in state.connections.list()
+                                   if vhost is None or c.ctx.namespace == vhost])
 
 
 def _connection(request: web.Request):
@@ -320,7 +388,54 @@ def _connection(request: web.Request):
 
 @routes.get("/api/connections/{name}")
 async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(_connection(request).describe())
+    return web.json_response(connection_row(state_of(request), _connection(request)))
+
+
+# -- channels (AMQP 0-9-1) -------------------------------------------------------
+
+
+def channel_rows(state: AdminState, connections: list[Connection]) -> list[dict[str, Any]]:
+    rows = []
+    for connection in connections:
+        ctx = connection.ctx
+        peer_host, _, peer_port = ctx.peer.rpartition(":")
+        for number, channel in sorted(ctx.channels.items()):
+            rows.append({
+                "name": f"{connection.name} ({number})", "node": NODE, "user": ctx.user,
+                "vhost": ctx.namespace,
+                "connection_details": {"name": connection.name,
+                                       "peer_host": peer_host.strip("[]"),
+                                       "peer_port": int(peer_port) if peer_port.isdigit()
+                                       else None},
+                **channel.describe(),
+                "message_stats": state.message_stats(channel_key(connection, number),
+                                                     channel.stats.counts()),
+            })
+    return rows
+
+
+@routes.get("/api/channels")
+@routes.get("/api/vhosts/{vhost}/channels")
+async def list_channels(request: web.Request) -> web.Response:
+    state, vhost = state_of(request), vhost_of(request)
+    connections = [c for c in state.connections.list()
+                   if vhost is None or c.ctx.namespace == vhost]
+    return list_response(request, channel_rows(state, connections))
+
+
+@routes.get("/api/connections/{name}/channels")
+async def connection_channels(request: web.Request) -> web.Response:
+    return list_response(request, channel_rows(state_of(request), [_connection(request)]))
+
+
+@routes.get("/api/channels/{name}")
+async def get_channel(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    state = state_of(request)
+    for row in channel_rows(state, state.connections.list()):
+        if row["name"] == name:
+            return web.json_response(row)
+    raise NotFound(f"channel '{name}' not found")
 
 
 @routes.delete("/api/connections/{name}")
@@ -339,11 +454,15 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
         ctx = connection.ctx
         for tag, details in ctx.consumers.items():
             queue = str(details.get("queue", ""))
+            channel_details: dict[str, Any] = {"connection_name": connection.name,
+                                               "peer_host": ctx.peer, "user": ctx.user}
+            if "channel" in details:  # AMQP 0-9-1: the channel's name, as /api/channels
+                channel_details.update(name=f"{connection.name} ({details['channel']})",
+                                       number=details["channel"])
             rows.append({
                 "consumer_tag": tag,
                 "queue": {"name": queue, "vhost": ctx.namespace},
-                "channel_details": {"connection_name": connection.name, "peer_host": ctx.peer,
-                                    "user": ctx.user},
+                "channel_details": channel_details,
                 "ack_required": details.get("ack_required", False),
                 "prefetch_count": details.get("prefetch_count", 0),
                 "active": details.get("active", True),
@@ -356,7 +475,7 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
 @routes.get("/api/consumers/{vhost}")
 async def list_consumers(request: web.Request) -> web.Response:
     vhost = vhost_of(request)
-    return web.json_response([row for row in consumer_rows(state_of(request).connections)
+    return list_response(request, [row for row in consumer_rows(state_of(request).connections)
                               if vhost is None or row["queue"]["vhost"] == vhost])
 
 
@@ -365,13 +484,45 @@ async def list_consumers(request: web.Request) -> web.Response:
 
 def _merged(request: web.Request, kind: str) -> list[dict]:
     state, vhost = state_of(request), vhost_of(request)
-    return [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+    rows = [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+    if kind != "bindings":
+        for row in rows:
+            add_message_stats(state, kind[:-1], row)
+    return rows
+
+
+def add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
+    """A queue's, stream's or exchange's counters and rates, as RabbitMQ shows them."""
+    counts = object_counts(state.core, kind, row["vhost"], row["name"])
+    if counts is not None:
+        row["message_stats"] = state.message_stats((kind, row["vhost"], row["name"]), counts)
+
+
+def object_counts(core: BrokerCore, kind: str, vhost: str, name: str
+                  ) -> Mapping[str, int] | None:
+    host = core.queues.vhosts.get(vhost)
+    if kind == "exchange":
+        stats = None if host is None else host.graph.stats.get(name)
+        return None if stats is None else stats.counts()
+    queue = None if host is None else host.queues.get(name)
+    if queue is not None:
+        return queue.stats.counts()
+    stream = core.streams.find(vhost, name)
+    return None if stream is None else stream_counts(core, stream)
+
+
+def stream_counts(core: BrokerCore, stream: Stream) -> dict[str, int]:
+    """A stream's counters: messages ever appended (its committed offsets) and delivered
+    (as every protocol counts them), so nothing is counted per message for it."""
+    return {"publish": sum(p.committed_offset for p in stream.partitions),
+            "deliver_get": core.delivery_stats.delivered_messages(stream.namespace,
+                                                                  stream.name)}
 
 
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 async def list_queues(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "queues"))
+    return list_response(request, _merged(request, "queues"))
 
 
 @routes.get("/api/queues/{vhost}/{name}")
@@ -385,7 +536,15 @@ async def get_queue(request: web.Request) -> web.Response:
 
 @routes.delete("/api/queues/{vhost}/{name}")
 async def delete_queue(request: web.Request) -> web.Response:
+    """Delete a queue or stream; `?if-empty=true`, `?if-unused=true` as in RabbitMQ."""
     vhost, name = request.match_info["vhost"], request.match_info["name"]
+    host = state_of(request).core.queues.vhosts.get(vhost)
+    queue = None if host is None else host.queues.get(name)
+    if queue is not None:
+        if request.query.get("if-empty") == "true" and queue.ready_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' not empty")
+        if request.query.get("if-unused") == "true" and queue.consumers:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost}' in use")
     for provider in state_of(request).providers:
         if await provider.delete_queue(vhost, name):
             return no_content()
@@ -395,13 +554,13 @@ async def delete_queue(request: web.Request) -> web.Response:
 @routes.get("/api/exchanges")
 @routes.get("/api/exchanges/{vhost}")
 async def list_exchanges(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "exchanges"))
+    return list_response(request, _merged(request, "exchanges"))
 
 
 @routes.get("/api/bindings")
 @routes.get("/api/bindings/{vhost}")
 async def list_bindings(request: web.Request) -> web.Response:
-    return web.json_response(_merged(request, "bindings"))
+    return list_response(request, _merged(request, "bindings"))
 
 
 # -- streams (mainstem's own) -----------------------------------------------------
@@ -439,7 +598,7 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
 @routes.get("/api/streams")
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
-    return web.json_response([stream_row(s) for s in state_of(request).core.streams
+    return list_response(request, [stream_row(s) for s in state_of(request).core.streams
                               .list(vhost_of(request))])
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, inventory, objects
+from mainstem.admin import api, definitions, health, inventory, objects, policies
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -40,7 +40,8 @@ CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _own_routes = web.RouteTableDef()
-ROUTE_TABLES = (api.routes, objects.routes, inventory.routes, _own_routes)
+ROUTE_TABLES = (api.routes, objects.routes, definitions.routes, health.routes,
+                policies.routes, inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker) -> web.Application:
@@ -48,6 +49,7 @@ def create_app(broker: Broker) -> web.Application:
     state = api.AdminState(
         core=core, connections=broker.connections, providers=providers_for(core),
         monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
+        certfile=broker.config.tls.certfile,
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
     app[api.STATE] = state
@@ -124,6 +126,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPMethodNotAllowed as exc:
         return _error(405, "Method Not Allowed", f"{request.method} is not allowed here",
                       Allow=",".join(sorted(exc.allowed_methods)))
+    except web.HTTPException as exc:  # aiohttp's own (413 body too large, ...): as JSON
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+    except Exception:
+        log.exception("management API request %s %s failed", request.method, request.path)
+        return _error(500, "internal_server_error", "see the broker's log")
 
 
 @web.middleware
@@ -144,6 +153,7 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         return _error(401, "not_authorised", str(exc), **challenge)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")
+    request[api.USER] = user
     return await handler(request)
 
 

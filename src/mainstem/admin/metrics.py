@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import platform
 import resource
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import prometheus_client
 from aiohttp import web
@@ -37,27 +38,46 @@ from mainstem.admin.api import AdminState, consumer_offsets, projection_rows
 from mainstem.admin.registry import Connection
 from mainstem.admin.resources import NODE
 from mainstem.broker.alarms import DISK, MEMORY, measure
-from mainstem.broker.counters import AMQP091, COUNTER_NAMES, STREAM, MessageCounters
+from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.segment_store import SegmentName
 
 _FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+AMQP091, STREAM = "amqp091", "stream"  # RabbitMQ's values of the `protocol` label
 _PROTOCOLS = (AMQP091, STREAM)  # RabbitMQ exports its global counters for each, even at 0
 _CLUSTER = NODE  # a single node is its own cluster
 Row = tuple[list[str], float]
 
-# rabbitmq_channel_* counter -> the MessageCounters field it reads
+# rabbitmq_channel_<name>_total -> the MessageStats field it reads
 _CHANNEL_COUNTERS = {
-    "messages_published": "received",
-    "messages_confirmed": "confirmed",
-    "messages_unroutable_dropped": "unroutable_dropped",
-    "messages_unroutable_returned": "unroutable_returned",
-    "messages_delivered": "delivered_consume_auto_ack",
-    "messages_delivered_ack": "delivered_consume_manual_ack",
-    "get": "delivered_get_auto_ack",
-    "get_ack": "delivered_get_manual_ack",
+    "messages_published": "publish",
+    "messages_confirmed": "confirm",
+    "messages_unroutable_dropped": "drop_unroutable",
+    "messages_unroutable_returned": "return_unroutable",
+    "messages_delivered": "deliver_no_ack",
+    "messages_delivered_ack": "deliver",
+    "get": "get_no_ack",
+    "get_ack": "get",
     "get_empty": "get_empty",
-    "messages_redelivered": "redelivered",
-    "messages_acked": "acknowledged",
+    "messages_redelivered": "redeliver",
+    "messages_acked": "ack",
+}
+
+# rabbitmq_global_messages_<name>_total (RabbitMQ 3.10+) from MessageStats
+_GLOBAL_COUNTERS: dict[str, Callable[[MessageStats], int]] = {
+    "received": lambda s: s.publish,
+    "received_confirm": lambda s: s.publish_confirm,
+    "routed": lambda s: s.publish - s.drop_unroutable - s.return_unroutable,
+    "unroutable_dropped": lambda s: s.drop_unroutable,
+    "unroutable_returned": lambda s: s.return_unroutable,
+    "confirmed": lambda s: s.confirm,
+    "delivered": lambda s: s.deliver + s.deliver_no_ack + s.get + s.get_no_ack,
+    "delivered_consume_auto_ack": lambda s: s.deliver_no_ack,
+    "delivered_consume_manual_ack": lambda s: s.deliver,
+    "delivered_get_auto_ack": lambda s: s.get_no_ack,
+    "delivered_get_manual_ack": lambda s: s.get,
+    "get_empty": lambda s: s.get_empty,
+    "acknowledged": lambda s: s.ack,
+    "redelivered": lambda s: s.redeliver,
 }
 
 
@@ -213,7 +233,7 @@ class _RabbitCollector:
     def _queue_rows(self, connections: list[Connection]) -> list[_QueueRow]:
         core = self._state.core
         rows = [_QueueRow(host.name, queue.name, queue.ready_count, queue.unacked_count,
-                          len(queue.consumers), queue.published, queue.ready_bytes)
+                          len(queue.consumers), queue.stats.publish, queue.ready_bytes)
                 for host in core.queues.vhosts.values() for queue in host.queues.values()]
         subscribers: dict[tuple[str | None, object], int] = {}
         for connection in connections:
@@ -268,52 +288,52 @@ class _RabbitCollector:
 
     def _channels(self, connections: list[Connection]) -> Iterator[Metric]:
         """Per channel, or (aggregated) the node's AMQP 0-9-1 totals, closed channels too."""
-        live = [(c, channel) for c in connections for channel in c.ctx.channels.values()]
+        live = [(c, channel, channel.describe()) for c in connections
+                for channel in c.ctx.channels.values()]
         labels = ["vhost", "channel"]
 
-        def rows(value_of) -> list[Row]:
-            return [([c.ctx.namespace or "", f"{c.name} ({channel.number})"],
-                     value_of(channel)) for c, channel in live]
+        def rows(value_of: Callable[[Any, dict], int]) -> list[Row]:
+            return [([c.ctx.namespace or "", f"{c.name} ({row['number']})"],
+                     value_of(channel, row)) for c, channel, row in live]
 
-        for name, value_of, documentation in (
-                ("rabbitmq_channel_consumers", lambda ch: len(ch.consumers),
-                 "Consumers on a channel"),
-                ("rabbitmq_channel_messages_unacked", lambda ch: len(ch.unacked),
+        for name, key, documentation in (
+                ("consumers", "consumer_count", "Consumers on a channel"),
+                ("messages_unacked", "messages_unacknowledged",
                  "Delivered but not yet acknowledged messages"),
-                ("rabbitmq_channel_messages_unconfirmed", lambda ch: ch.unconfirmed,
+                ("messages_unconfirmed", "messages_unconfirmed",
                  "Published but not yet confirmed messages")):
-            yield _family(GaugeMetricFamily, name, documentation, labels, rows(value_of),
-                          self._per_object)
+            yield _family(GaugeMetricFamily, f"rabbitmq_channel_{name}", documentation, labels,
+                          rows(_described(key)), self._per_object)
         totals = self._protocol_totals(connections)[AMQP091]
         for suffix, field in _CHANNEL_COUNTERS.items():
             name = f"rabbitmq_channel_{suffix}_total"
-            documentation = f"Total number of messages: {field.replace('_', ' ')}"
+            documentation = f"Total number of messages counted as {field} on channels"
             if self._per_object:
                 yield _family(CounterMetricFamily, name, documentation, labels,
-                              rows(lambda ch, f=field: getattr(ch.stats, f)), True)
+                              rows(_counted(field)), True)
             else:
                 yield CounterMetricFamily(name, documentation, value=getattr(totals, field))
 
-    def _protocol_totals(self, connections: list[Connection]) -> dict[str, MessageCounters]:
-        """Each protocol's counters: those of closed channels plus those of open ones."""
-        counters = self._state.core.counters
-        totals = {label: MessageCounters() for label in _PROTOCOLS}
-        for label, counted in counters.messages.items():
-            totals.setdefault(label, MessageCounters()).add(counted)
+    def _protocol_totals(self, connections: list[Connection]) -> dict[str, MessageStats]:
+        """Each protocol's counts: AMQP's closed channels plus its open ones, and the
+        stream protocol's."""
+        core = self._state.core
+        amqp = MessageStats()
+        amqp.add(core.closed_channel_stats)
         for connection in connections:
             for channel in connection.ctx.channels.values():
-                totals[AMQP091].add(channel.stats)
-        return totals
+                amqp.add(channel.stats)
+        return {AMQP091: amqp, STREAM: core.counters.stream}
 
     def _global(self, connections: list[Connection]) -> Iterator[Metric]:
         totals = self._protocol_totals(connections)
         labels = ["protocol"]
-        for field in (*COUNTER_NAMES, "delivered"):
-            family = CounterMetricFamily(f"rabbitmq_global_messages_{field}_total",
-                                         f"Total number of messages {field.replace('_', ' ')}",
+        for name, value_of in _GLOBAL_COUNTERS.items():
+            family = CounterMetricFamily(f"rabbitmq_global_messages_{name}_total",
+                                         f"Total number of messages {name.replace('_', ' ')}",
                                          labels=labels)
             for label, counted in sorted(totals.items()):
-                family.add_metric([label], getattr(counted, field))
+                family.add_metric([label], value_of(counted))
             yield family
         publishers = dict.fromkeys(_PROTOCOLS, 0)
         consumers = dict.fromkeys(_PROTOCOLS, 0)
@@ -324,13 +344,23 @@ class _RabbitCollector:
             consumers[protocol] += len(connection.ctx.consumers)
             stream_publishers = connection.ctx.stream_publishers
             publishers[protocol] += (len(stream_publishers()) if stream_publishers else 0) + sum(
-                1 for channel in connection.ctx.channels.values() if channel.stats.received)
+                1 for channel in connection.ctx.channels.values() if channel.stats.publish)
         for name, counts in (("publishers", publishers), ("consumers", consumers)):
             gauge = GaugeMetricFamily(f"rabbitmq_global_{name}", f"Current number of {name}",
                                       labels=labels)
             for label, count in sorted(counts.items()):
                 gauge.add_metric([label], count)
             yield gauge
+
+
+def _described(key: str) -> Callable[[Any, dict], int]:
+    """A channel's value from its describe() row."""
+    return lambda channel, row: row[key]
+
+
+def _counted(field: str) -> Callable[[Any, dict], int]:
+    """A channel's count from its MessageStats."""
+    return lambda channel, row: getattr(channel.stats, field)
 
 
 def _label(listener: str) -> str | None:

@@ -12,18 +12,19 @@ import datetime
 import decimal
 import hashlib
 import json
+import time
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
-from mainstem.admin.api import no_content, read_body, state_of
+from mainstem.admin.api import add_message_stats, no_content, read_body, state_of
 from mainstem.broker.amqp.queues import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.amqp.routing.model import DestinationKind
-from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.errors import AccessRefused, InvalidArgument, NotFound
 from mainstem.protocols.amqp091.events import decode_properties
 from mainstem.protocols.amqp091.methods import BasicProperties
 from mainstem.protocols.amqp091.properties import essentials, to_stream_record
@@ -84,6 +85,8 @@ async def put_queue(request: web.Request) -> web.Response:
     """Declare a queue: {"durable", "auto_delete", "arguments": {"x-queue-type": ...}}."""
     body = await read_body(request)
     vhost, name = virtual_host(request), request.match_info["name"]
+    if name.startswith("amq."):
+        raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     existed = name in vhost.queues or vhost.stream(name) is not None
     vhost.declare_queue(name, durable=flag(body, "durable", True), exclusive=False,
                         auto_delete=flag(body, "auto_delete", False),
@@ -115,6 +118,7 @@ async def get_messages(request: web.Request) -> web.Response:
     taken: list[tuple[QueueMessage, int]] = []
     while len(taken) < count and (message := queue.get()) is not None:
         queue.unacked_count += 1
+        queue.stats.delivered(no_ack=False, by_get=True, redelivered=message.redelivered)
         taken.append((message, queue.ready_count))
     rows = [_message_row(message, remaining, encoding, limit) for message, remaining in taken]
     messages = [message for message, _ in taken]
@@ -200,7 +204,9 @@ async def get_exchange(request: web.Request) -> web.Response:
     name = exchange_name(request)
     if not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
-    return web.json_response(exchange_row(vhost.name, vhost.graph.get_exchange(name)))
+    row = exchange_row(vhost.name, vhost.graph.get_exchange(name))
+    add_message_stats(state_of(request), "exchange", row)
+    return web.json_response(row)
 
 
 @routes.put("/api/exchanges/{vhost}/{name}")
@@ -248,8 +254,13 @@ async def publish(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)
     if name and not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
+    expires_at = None
+    if facts.expiration is not None:  # milliseconds, as a string (AMQP's expiration)
+        if not facts.expiration.isdigit():
+            raise InvalidArgument(f"invalid expiration '{facts.expiration}'")
+        expires_at = time.monotonic() + int(facts.expiration) / 1000
     message = QueueMessage(name, routing_key, raw, data, persistent=facts.persistent,
-                           priority=facts.priority)
+                           priority=facts.priority, expires_at=expires_at)
     headers = json_object(json_object(body, "properties"), "headers")
     outcome = vhost.publish(name, routing_key, message, headers, (), to_stream_record)
     return web.json_response({"routed": outcome.routed})

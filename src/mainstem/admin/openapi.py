@@ -11,6 +11,7 @@ from aiohttp import web
 from mainstem import __version__
 
 _PARAMETER = re.compile(r"{(\w+)}")
+_CONSTRAINED = re.compile(r"{(\w+):[^}]+}")  # aiohttp's {name:regex}: OpenAPI has {name}
 _JSON = {"application/json": {"schema": {"type": "object"}}}
 
 
@@ -19,20 +20,21 @@ def openapi_document(tables: Iterable[web.RouteTableDef]) -> dict[str, Any]:
     for route in (route for table in tables for route in table):
         if not isinstance(route, web.RouteDef):
             continue
+        path = _CONSTRAINED.sub(r"{\1}", route.path)
         operation: dict[str, Any] = {
             "summary": (route.handler.__doc__ or route.handler.__name__.replace("_", " "))
             .strip().splitlines()[0],
             "parameters": [
                 {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-                for name in _PARAMETER.findall(route.path)
+                for name in _PARAMETER.findall(path)
             ],
             "responses": {"200": {"description": "JSON", "content": _JSON}}
             if route.method == "GET" else {"201": {"description": "created"},
                                            "204": {"description": "done"}},
         }
-        if route.method == "PUT":
+        if route.method in ("PUT", "POST"):
             operation["requestBody"] = {"content": _JSON}
-        paths.setdefault(route.path, {})[route.method.lower()] = operation
+        paths.setdefault(path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.1.0",
         "info": {"title": "mainstem management API", "version": __version__,

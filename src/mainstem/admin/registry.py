@@ -78,6 +78,7 @@ class Connection:
             "state": "running",
             "recv_oct": traffic.get("bytes_in", 0),
             "send_oct": traffic.get("bytes_out", 0),
+            "channels": len(ctx.channels),
             "client_properties": dict(ctx.client_properties),
             "user_provided_name": ctx.client_properties.get("connection_name"),
         }

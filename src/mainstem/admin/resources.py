@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
 
 NODE = f"mainstem@{socket.gethostname()}"
+# The RabbitMQ release whose management API this one answers as (tools check it).
+RABBITMQ_VERSION = "4.0.0"
 
 
 class ResourceProvider(Protocol):
@@ -96,8 +98,13 @@ class ClassicQueues:
         self._core = core
 
     def _vhosts(self, vhost: str | None) -> list:
-        hosts = self._core.queues.vhosts
-        return [hosts[vhost]] if vhost in hosts else [] if vhost else list(hosts.values())
+        """Every namespace as a virtual host, with its predeclared amq.* exchanges even
+        before an AMQP client used it."""
+        names = [vhost] if vhost is not None else [ns.name for ns in self._core.catalog
+                                                   .list_namespaces()]
+        queues = self._core.queues
+        return [queues.vhost(name) for name in names
+                if self._core.catalog.get_namespace(name) is not None]
 
     def queues(self, vhost: str | None) -> list[dict]:
         return [{

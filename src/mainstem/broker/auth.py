@@ -1,6 +1,8 @@
 """Authentication and per-namespace authorization, with RabbitMQ's semantics.
 
-Passwords are stored as scrypt hashes. A successful login is remembered in memory,
+Passwords are stored as scrypt hashes; hashes imported from RabbitMQ's definitions files
+(salted SHA-256, SHA-512 or MD5) are kept as they are and verified as RabbitMQ does. A
+successful login is remembered in memory,
 so a client that reconnects often pays the deliberately slow KDF once, not per
 connection. Permissions are three regular expressions (configure, write, read) per
 user and namespace, matched unanchored against the resource name as RabbitMQ does.
@@ -33,6 +35,14 @@ PermissionKind = Literal["configure", "write", "read"]
 PERMISSION_KINDS: tuple[PermissionKind, ...] = ("configure", "write", "read")
 ADMINISTRATOR_TAG = "administrator"
 _SCRYPT_PREFIX = "scrypt"
+# RabbitMQ's hashing algorithms: base64(4-byte salt + H(salt + UTF-8 password))
+RABBIT_HASHING = {"rabbit_password_hashing_sha256": "sha256",
+                  "rabbit_password_hashing_sha512": "sha512",
+                  "rabbit_password_hashing_md5": "md5"}
+MAINSTEM_HASHING = "mainstem_password_hashing_scrypt"
+DEFAULT_HASHING = "rabbit_password_hashing_sha256"  # RabbitMQ's, for a hash without one
+_RABBIT_PREFIX = "rabbit_"
+_RABBIT_SALT_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +90,8 @@ def hash_password(password: str, params: ScryptParams = PRODUCTION_SCRYPT) -> st
 
 def verify_password(password: str, password_hash: str) -> bool:
     """True if `password` produces `password_hash`; False also for a malformed hash."""
+    if password_hash.startswith(_RABBIT_PREFIX):
+        return _verify_rabbit_hash(password, password_hash)
     try:
         prefix, n, r, p, salt, expected = password_hash.split("$")
         if prefix != _SCRYPT_PREFIX:
@@ -99,6 +111,44 @@ def verify_password(password: str, password_hash: str) -> bool:
     ):  # wrong field count, bad base64 or integers, costs OpenSSL refuses
         return False
     return hmac.compare_digest(key, expected_key)
+
+
+def _verify_rabbit_hash(password: str, stored: str) -> bool:
+    prefix, _, encoded = stored.partition("$")
+    salted = base64.b64decode(encoded)
+    salt, expected = salted[:_RABBIT_SALT_BYTES], salted[_RABBIT_SALT_BYTES:]
+    digest = hashlib.new(prefix.removeprefix(_RABBIT_PREFIX), salt + password.encode("utf-8"))
+    return hmac.compare_digest(digest.digest(), expected)
+
+
+def import_password_hash(password_hash: str, algorithm: str) -> str:
+    """A definitions file's password hash as mainstem stores it; "" stays "" (a user who
+    cannot log in with a password, as in RabbitMQ)."""
+    if not password_hash:
+        return ""
+    if algorithm == MAINSTEM_HASHING:
+        if not password_hash.startswith(_SCRYPT_PREFIX + "$"):
+            raise InvalidArgument("password_hash is not a mainstem scrypt hash")
+        return password_hash
+    digest = RABBIT_HASHING.get(algorithm)
+    if digest is None:
+        known = ", ".join([*RABBIT_HASHING, MAINSTEM_HASHING])
+        raise InvalidArgument(f"unknown hashing_algorithm '{algorithm}': expected one of {known}")
+    try:
+        salted = base64.b64decode(password_hash, validate=True)
+    except ValueError:
+        raise InvalidArgument("password_hash is not base64") from None
+    if len(salted) != _RABBIT_SALT_BYTES + hashlib.new(digest).digest_size:
+        raise InvalidArgument(f"password_hash is not a salted {digest} hash")
+    return f"{_RABBIT_PREFIX}{digest}${password_hash}"
+
+
+def export_password_hash(stored: str) -> tuple[str, str]:
+    """(password_hash, hashing_algorithm) of a stored hash, for a definitions file."""
+    if stored.startswith(_RABBIT_PREFIX):
+        prefix, _, encoded = stored.partition("$")
+        return encoded, f"rabbit_password_hashing_{prefix.removeprefix(_RABBIT_PREFIX)}"
+    return stored, MAINSTEM_HASHING
 
 
 def _b64(data: bytes) -> str:
@@ -230,6 +280,11 @@ class Auth:
         if record is None:
             raise NotFound(f"user '{name}' not found")
         self._catalog.put_user(UserRecord(name, hash_password(password, self._kdf), record.tags))
+        self._verified.pop(name, None)
+
+    def put_user_hash(self, name: str, stored_hash: str, tags: Iterable[str]) -> None:
+        """Create or replace a user with an already hashed password (definitions import)."""
+        self._catalog.put_user(UserRecord(name, stored_hash, tuple(tags)))
         self._verified.pop(name, None)
 
     def delete_user(self, name: str) -> None:

@@ -26,6 +26,7 @@ from mainstem.broker.events.binders import BinderStore
 from mainstem.broker.events.projections import Projections
 from mainstem.broker.iggy.model import IggyModel
 from mainstem.broker.login_throttle import LoginThrottle
+from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
@@ -61,6 +62,7 @@ class BrokerCore:
         self.segments = SegmentStore(self.streams, catalog.connect())
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self.counters = BrokerCounters()  # RabbitMQ's global counters, read by /metrics
+        self.closed_channel_stats = MessageStats()  # of channels gone, for overview totals
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
                                    self.descriptors, settings.queue_memory,
                                    self.fsync_timings, self.counters)

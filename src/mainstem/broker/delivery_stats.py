@@ -19,6 +19,10 @@ class DeliveryStats:
         counts[0] += messages
         counts[1] += size
 
+    def delivered_messages(self, namespace: str, name: str) -> int:
+        counts = self._delivered.get((namespace, name))
+        return 0 if counts is None else counts[0]
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop the counters of a deleted stream or queue."""
         self._delivered.pop((namespace, name), None)

@@ -6,13 +6,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.errors import AuthenticationFailed
 
 if TYPE_CHECKING:
     from mainstem.broker.auth import User
     from mainstem.broker.core import BrokerCore
+    from mainstem.broker.message_stats import MessageStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,8 @@ class ConnectionContext:
     # /api/stream/publishers and /api/stream/consumers, built when asked, not kept in step.
     stream_publishers: Callable[[], list[dict[str, Any]]] | None = None
     stream_consumers: Callable[[], list[dict[str, Any]]] | None = None
-    # channel number -> channel, for protocols with channels (AMQP): each has `stats`
-    # (MessageCounters), `consumers` and `unacked`, read by /metrics at scrape time
-    channels: dict[int, Any] = field(default_factory=dict)
+    # channel number -> channel (AMQP 0-9-1): what /api/channels and /metrics list
+    channels: dict[int, ChannelView] = field(default_factory=dict)
 
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:
@@ -91,6 +91,14 @@ class ConnectionContext:
 
     def remove_consumer(self, tag: str) -> None:
         self.consumers.pop(tag, None)
+
+
+class ChannelView(Protocol):
+    """A channel as the management API sees it."""
+
+    stats: MessageStats
+
+    def describe(self) -> dict[str, object]: ...
 
 
 ConnectionHandler = Callable[[ConnectionContext], Awaitable[None]]

@@ -192,7 +192,7 @@ const render = {
       (o.product_version || "");
     $("publish-rate").textContent = perSecond(rate(o, "publish"));
     $("deliver-rate").textContent = perSecond(rate(o, "deliver_get"));
-    $("bytes-rate").textContent = bytes(rate(o, "publish_bytes")) + "/s";
+    $("bytes-rate").textContent = bytes(rate(o, "stream_publish_bytes")) + "/s";
     const totals = o.queue_totals || {};
     $("total-ready").textContent = totals.messages_ready || 0;
     $("total-unacked").textContent = totals.messages_unacknowledged || 0;

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from mainstem.broker.amqp.queues import ClassicQueue, PublishOutcome, QueueMessage, ResourceLocked
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.auth import PermissionKind
-from mainstem.broker.counters import AMQP091, MessageCounters
 from mainstem.broker.errors import (
     AccessRefused,
     BrokerError,
@@ -22,6 +21,7 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.consumers import QueueConsumer, StreamConsumer
@@ -98,9 +98,8 @@ class Channel:
         self._tx_publishes: list[ContentMessage] = []
         self._tx_settles: list[tuple[Method, list[int]]] = []
         self._last_queue = ""
-        self.stats = MessageCounters()  # folded into the node's totals when the channel ends
-        self._retired = False
         self._write_allowed: set[str] = set()
+        self.stats = MessageStats()
         self._handlers: dict[type[Method], Callable[[Any], Any]] = {
             m.ChannelFlow: self.on_flow,
             m.ExchangeDeclare: self.on_exchange_declare,
@@ -126,6 +125,18 @@ class Channel:
             m.TxCommit: self.on_tx_commit,
             m.TxRollback: self.on_tx_rollback,
         }
+
+    def describe(self) -> dict[str, object]:
+        """The channel's state as RabbitMQ's /api/channels shows it, counters apart."""
+        return {"number": self.number, "consumer_count": len(self.consumers),
+                "messages_unacknowledged": len(self.unacked),
+                "messages_unconfirmed": self.unconfirmed,
+                "messages_uncommitted": len(self._tx_publishes),
+                "acks_uncommitted": len(self._tx_settles),
+                "prefetch_count": self.credit.prefetch_count,
+                "global_prefetch_count": self.credit.global_prefetch,
+                "confirm": self.confirming, "transactional": self.transactional,
+                "state": "closing" if self.closing else "running"}
 
     # -- plumbing ------------------------------------------------------------
 
@@ -184,11 +195,6 @@ class Channel:
 
     def close(self) -> None:
         """The channel ends: consumers stop, unacked messages go back to their queues."""
-        if not self._retired:
-            self._retired = True
-            counters = self.connection.core.counters
-            counters.channels_closed += 1
-            counters.retire(AMQP091, self.stats)
         self.credit.close()
         for consumer in list(self.consumers.values()):
             consumer.stop()
@@ -380,19 +386,17 @@ class Channel:
                                  f"vhost '{self.vhost.name}'",
                                  class_id=method.CLASS_ID, method_id=method.METHOD_ID)
         message = queue.get()
-        stats = self.stats
         if message is None:
-            stats.get_empty += 1
+            self.stats.get_empty += 1
             self.reply(m.BasicGetEmpty())
             return
-        stats.redelivered += message.redelivered
+        for stats in (self.stats, queue.stats):
+            stats.delivered(no_ack=method.no_ack, by_get=True, redelivered=message.redelivered)
         if method.no_ack:
-            stats.delivered_get_auto_ack += 1
             queue.settle(message)
             self._delivery_tag += 1
             tag = self._delivery_tag
         else:
-            stats.delivered_get_manual_ack += 1
             queue.unacked_count += 1
             self._delivery_tag += 1
             tag = self._delivery_tag
@@ -423,7 +427,7 @@ class Channel:
 
     def _settle(self, method: Method, deliveries: list[_Delivery]) -> None:
         if isinstance(method, m.BasicAck):
-            self.stats.acknowledged += len(deliveries)
+            self.stats.ack += len(deliveries)
             for delivery in deliveries:
                 if delivery.queue is not None and delivery.message is not None:
                     delivery.queue.ack(delivery.message)
@@ -482,7 +486,9 @@ class Channel:
             outcome = self._publish(content, method)
         except BrokerError as exc:
             raise broker_error(exc, method) from None
+        self.stats.publish += 1
         if self.confirming:
+            self.stats.publish_confirm += 1
             self._publish_seq += 1
             self._confirms.append((self._publish_seq, outcome.waits, outcome.rejected))
 
@@ -514,16 +520,11 @@ class Channel:
                                      cc, to_stream_record,
                                      confirm=self.confirming or self.transactional)
         self.connection.flow.hold(outcome.backlogs)
-        stats = self.stats
-        stats.received += 1
-        stats.received_confirm += self.confirming
-        if outcome.routed:
-            stats.routed += 1
-        elif method.mandatory:
-            stats.unroutable_returned += 1
-        else:
-            stats.unroutable_dropped += 1
-        if not outcome.routed and method.mandatory:
+        if not outcome.routed:
+            if not method.mandatory:
+                self.stats.drop_unroutable += 1
+                return outcome
+            self.stats.return_unroutable += 1
             returned = m.BasicReturn(NO_ROUTE, "NO_ROUTE", method.exchange, method.routing_key)
             self.connection.send(encode_content(self.number, returned, raw, content.body,
                                                 self.connection.frame_max))
@@ -564,7 +565,7 @@ class Channel:
                     run_end = 0
                 self.reply(m.BasicNack(seq, False, False))
             else:
-                self.stats.confirmed += 1
+                self.stats.confirm += 1
                 run_end = seq
         if run_end:
             self.reply(m.BasicAck(run_end, True))  # everything before is confirmed already

@@ -63,7 +63,6 @@ class AmqpConnection:
         self.vhost: Any = None
         self.table = s.ChannelTable(limits.channel_max)
         self.channels: dict[int, Channel] = {}
-        ctx.channels = self.channels  # the same dict, for metrics
         self.closed = False
         self._clock: s.HeartbeatClock | None = None
         self._resuming: asyncio.Task[None] | None = None
@@ -186,6 +185,7 @@ class AmqpConnection:
         self.closed = True
         for channel in self.channels.values():
             channel.close()
+            self._unregister(channel)
         self.channels.clear()
         self.table.clear()
         if self.vhost is not None:
@@ -305,7 +305,7 @@ class AmqpConnection:
             await self._guarded(channel, channel.handle, method)
             touched.add(channel)
         elif verdict is s.Verdict.OPEN:
-            self.channels[number] = Channel(self, number)
+            self.channels[number] = self.ctx.channels[number] = Channel(self, number)
             self.core.counters.channels_opened += 1
             self.send_method(number, m.ChannelOpenOk())
         elif verdict is s.Verdict.CLOSE:
@@ -324,6 +324,13 @@ class AmqpConnection:
         """The channel's close handshake is over: nothing more is sent on it."""
         channel.ended = True
         del self.channels[channel.number]
+        self._unregister(channel)
+
+    def _unregister(self, channel: Channel) -> None:
+        """The API stops listing the channel; overview totals keep its counters."""
+        if self.ctx.channels.pop(channel.number, None) is channel:
+            self.core.closed_channel_stats.add(channel.stats)
+            self.core.counters.channels_closed += 1
 
     def _close_channel(self, channel: Channel, error: ChannelError) -> None:
         self.ctx.log.info("channel.closed", extra={

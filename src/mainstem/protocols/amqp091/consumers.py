@@ -50,13 +50,11 @@ class QueueConsumer:
 
     def deliver(self, queue: ClassicQueue, message: QueueMessage) -> None:
         tag = self.channel.next_delivery_tag(self, message)
-        stats = self.channel.stats
-        stats.redelivered += message.redelivered
-        if self.no_ack:
-            stats.delivered_consume_auto_ack += 1
-        else:
-            stats.delivered_consume_manual_ack += 1
+        if not self.no_ack:
             self.unacked += 1
+        redelivered = message.redelivered
+        for stats in (self.channel.stats, queue.stats):
+            stats.delivered(no_ack=self.no_ack, by_get=False, redelivered=redelivered)
         self.channel.connection.send(self.encoder.encode(
             tag, message.redelivered, message.exchange, message.routing_key,
             message.properties, message.body))
@@ -117,8 +115,8 @@ class StreamConsumer:
     def _deliver(self, offset: int, record: memoryview) -> None:
         properties, body, exchange, routing_key = from_stream_record(record, offset)
         tag = self.channel.next_delivery_tag(self, None)
-        self.channel.stats.delivered_consume_manual_ack += 1
         self.unacked += 1
+        self.channel.stats.deliver += 1
         self.channel.connection.send(self.encoder.encode(
             tag, False, exchange, routing_key, properties, body))
         self.channel.counted(self.stream.name, len(body))

@@ -22,7 +22,6 @@ from typing import Any
 from mainstem.broker.active_consumers import ActiveConsumer
 from mainstem.broker.auth import User
 from mainstem.broker.cluster_view import ClusterView, NodeAddress
-from mainstem.broker.counters import STREAM
 from mainstem.broker.errors import AuthenticationFailed, BrokerError, NotFound
 from mainstem.broker.stream_service import ChunkLimits, PartitionClosed, PartitionService
 from mainstem.broker.stream_service import Subscription as Reader
@@ -83,7 +82,7 @@ class StreamConnection:
         self.user: User | None = None  # both set when the state says Opened
         self.namespace = "/"
         self.publishers: Publishers[PartitionService] = Publishers()
-        self.stats = ctx.core.counters.protocol(STREAM)
+        self.stats = ctx.core.counters.stream  # message counts for /metrics
         self.subscriptions: dict[int, Subscription] = {}
         # Each Publish frame's durability, in arrival order, with the confirms it owes.
         self._confirms: deque[tuple[asyncio.Future[None], Publisher[PartitionService],
@@ -495,9 +494,8 @@ class StreamConnection:
         publisher.published += count
         reference = publisher.reference or None
         stats = self.stats
-        stats.received += count
-        stats.received_confirm += count
-        stats.routed += count
+        stats.publish += count
+        stats.publish_confirm += count  # every stream publish is confirmed
         receipt = publisher.target.appender.append_entries(
             frame.entries, all_simple=frame.num_records == len(frame.entries),
             writer=reference, sequences=frame.publishing_ids if reference else None,
@@ -531,7 +529,7 @@ class StreamConnection:
                     while (self._confirms and self._confirms[0][1] is publisher
                            and _succeeded(self._confirms[0][0])):
                         ids.extend(self._confirms.popleft()[2])
-                self.stats.confirmed += len(ids)
+                self.stats.confirm += len(ids)
                 self.send(r.PublishConfirm(publisher.publisher_id, ids))
 
     def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
@@ -613,7 +611,7 @@ class StreamConnection:
                                                service.committed_chunk_id)
                 reader.send(chunk, header, self._transport)
                 subscription.consumed += chunk.num_records
-                self.stats.delivered_consume_auto_ack += chunk.num_records
+                self.stats.deliver_no_ack += chunk.num_records
                 self.core.delivery_stats.delivered(
                     self.namespace, subscription.name, chunk.num_records, chunk.location.send_size)
                 if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:

@@ -19,6 +19,7 @@ from mainstem.broker.amqp.queues.journal import QueueJournal, Replay
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.paging import MemoryBound, ReadyMessages
 from mainstem.broker.errors import AccessRefused
+from mainstem.broker.message_stats import MessageStats
 
 DeadLetter = Callable[["ClassicQueue", QueueMessage, str], None]
 
@@ -57,7 +58,7 @@ class ClassicQueue:
         self.ready_count = 0
         self.ready_bytes = 0
         self.unacked_count = 0
-        self.published = 0  # messages accepted since the broker started, for metrics
+        self.stats = MessageStats()
         self.consumers: list[Consumer] = []
         self._next_consumer = 0
         self._had_consumers = False
@@ -84,7 +85,7 @@ class ClassicQueue:
             if message.expires_at is None or expires < message.expires_at:
                 message.expires_at = expires
         self._seq += 1
-        self.published += 1
+        self.stats.publish += 1
         message.seq = self._seq
         durable_write = None
         if self.journal is not None and message.persistent:
@@ -168,6 +169,7 @@ class ClassicQueue:
 
     def ack(self, message: QueueMessage) -> None:
         self.unacked_count -= 1
+        self.stats.ack += 1
         self.settle(message)
 
     def reject(self, message: QueueMessage) -> None:

@@ -29,6 +29,7 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.streams import Stream
 
 if TYPE_CHECKING:
@@ -267,6 +268,11 @@ class VirtualHost:
                 outcome.routed = True
                 outcome.waits.append(
                     stream.services[0].appender.append_records([to_stream(message)]).durable)
+        stats = self.graph.stats.get(exchange)
+        if stats is None:
+            stats = self.graph.stats[exchange] = MessageStats()
+        stats.publish_in += 1
+        stats.publish_out += outcome.routed
         return outcome
 
     def dead_letter(self, queue: ClassicQueue, message: QueueMessage, reason: str) -> None:

@@ -29,6 +29,7 @@ from mainstem.broker.amqp.routing.model import (
 )
 from mainstem.broker.amqp.routing.topic import TopicMatcher
 from mainstem.broker.errors import AccessRefused, NotFound, PreconditionFailed
+from mainstem.broker.message_stats import MessageStats
 
 DEFAULT_EXCHANGE = ""
 PREDECLARED: Mapping[str, ExchangeType] = {
@@ -67,6 +68,8 @@ class ExchangeGraph:
         self._queues: dict[str, bool] = {}  # name -> durable
         # Bindings by destination, to drop them when a queue or exchange goes.
         self._incoming: dict[Destination, set[Binding]] = {}
+        # exchange name -> its message counters, kept by the publisher (VirtualHost)
+        self.stats: dict[str, MessageStats] = {}
         for name, exchange_type in PREDECLARED.items():
             self._create(Exchange(name, exchange_type))
 
@@ -316,6 +319,7 @@ class ExchangeGraph:
         for binding in list(self._exchanges[name].outgoing):
             self._unlink(binding)
         del self._exchanges[name]
+        self.stats.pop(name, None)
         self._remove_bindings_to(("exchange", name))
 
     def _maybe_auto_delete(self, name: str) -> None:
