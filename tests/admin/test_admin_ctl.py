@@ -215,6 +215,8 @@ async def test_declare_purge_and_delete_queues(broker):
                                                                                      3)
     code, _, err = await ctl(broker, "queues", "declare", "orders", "--no-durable")
     assert code == 1 and "durable" in err  # inequivalent to the existing queue
+    code, _, err = await ctl(broker, "queues", "delete", "orders", "--if-empty")
+    assert code == 1 and "HTTP 400" in err
     assert (await ctl(broker, "queues", "purge", "orders"))[0] == 0
     code, table, _ = await ctl(broker, "queues", "list")
     assert ["/", "orders", "classic", "0", "0", "0", "0"] in rows_of(table)
