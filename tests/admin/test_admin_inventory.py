@@ -15,10 +15,10 @@ from mainstem.client.segment import SegmentClient
 ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
 
 
-async def get(broker: Broker, path: str):
+async def get(broker: Broker, path: str, status: int = 200):
     async with aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}",
                                      headers=ADMIN) as http, http.get(path) as response:
-        assert response.status == 200, await response.text()
+        assert response.status == status, await response.text()
         return await response.json()
 
 
@@ -42,7 +42,8 @@ async def test_stream_publishers_and_consumers_as_rabbitmq_lists_them(broker):
         [connection] = [c for c in await get(broker, "/api/connections")
                         if c["name"] == publisher["connection_details"]["name"]]
         assert connection["user_provided_name"] == "billing"
-        assert await get(broker, "/api/stream/publishers/other") == []
+        await get(broker, "/api/stream/publishers/other", status=404)
+        await get(broker, "/api/stream/publishers/%2F/other", status=404)
 
         await consumer.subscribe("invoices", on_message, initial_credit=1,
                                  offset_specification=ConsumerOffsetSpecification(

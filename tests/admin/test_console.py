@@ -139,6 +139,7 @@ class Console:
 
     def screenshot(self, name: str) -> Path:
         path = self.shots / f"{name}.png"
+        self.driver.execute_script("window.scrollTo(0, 0)")
         self.driver.save_screenshot(str(path))
         return path
 
@@ -253,7 +254,7 @@ async def check_overview_charts(page: Console) -> None:
         "return c.rates.plot && c.depth.plot && canvases.length === 2"
         " && canvases.every(e => e.width > 0 && e.height > 0)"
         " && c.rates.data[1].some(v => v > 0) && c.depth.data[1].some(v => v > 0)"
-        " && c.rates.data[0].length"))
+        " && c.depth.data[2].some(v => v > 0) && c.rates.data[0].length"))
     assert drawn > 0
     assert (await call(page.text, "total-unacked")) != ""
     assert_screenshot(await call(page.screenshot, "overview"))
@@ -268,8 +269,9 @@ async def check_pages(page: Console) -> None:
     assert_screenshot(await call(page.screenshot, "connections"))
 
     await call(page.open, "channels")
-    # CHANNELS-PENDING
-    # await call(page.wait_for_rows, "channels-table", lambda names: len(names) == 1)
+    [channel] = await call(page.wait_for_rows, "channels-table", lambda names: len(names) == 1)
+    await call(assert_shows, page, "channels-table", channel, connection="console-pika",
+               consumers="1", unacked="2", prefetch="10")
     assert_screenshot(await call(page.screenshot, "channels"))
 
     await call(page.open, "exchanges")
@@ -284,7 +286,7 @@ async def check_pages(page: Console) -> None:
     assert_screenshot(await call(page.screenshot, "queues"))
 
     await call(page.open, "queue/%2F/console-q")
-    # BINDINGS-PENDING await call(assert_shows, page, "queue-bindings-table", "console-x/k")
+    await call(assert_shows, page, "queue-bindings-table", "console-x/k")
     assert_screenshot(await call(page.screenshot, "queue"))
 
     await call(page.open, "streams")

@@ -267,6 +267,8 @@ async def test_message_stats_and_unacked_totals(broker, http):
         assert queue["message_stats"]["deliver_get"] == 5
         assert queue["messages_unacknowledged"] == 5
         assert queue["messages_ready"] == published - 5
+        [consumer] = queue["consumer_details"]
+        assert consumer["prefetch_count"] == 5 and consumer["ack_required"] is True
         overview = await call(http, "GET", "/api/overview")
         assert overview["queue_totals"] == {"messages": published + 3,
                                             "messages_ready": published - 5 + 3,

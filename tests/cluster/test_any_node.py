@@ -12,16 +12,12 @@ import aiohttp
 from mainstem.client.events import EventsClient
 from mainstem.client.stream import StreamClient
 from mainstem.testing_cluster import LocalCluster
-from tests.support.cluster_clients import bodies_on, wait_for_count
-
-
-def stream_client(port: int) -> StreamClient:
-    return StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
-
-
-def amqp_message(body: bytes) -> bytes:
-    """An AMQP 1.0 message of one data section (what stream clients publish)."""
-    return b"\x00\x53\x75\xb0" + len(body).to_bytes(4, "big") + body
+from tests.support.cluster_clients import (
+    amqp_message,
+    bodies_on,
+    stream_client,
+    wait_for_count,
+)
 
 
 async def test_a_publisher_on_a_replica_is_forwarded_to_the_leader(

@@ -11,8 +11,10 @@ import signal
 from mainstem.testing_cluster import LocalCluster
 from tests.support.cluster_clients import (
     FollowingPublisher,
+    amqp_message,
     bodies_on,
     check_history,
+    stream_client,
     wait_for_count,
 )
 
@@ -100,3 +102,42 @@ async def test_a_node_with_an_old_data_directory_catches_up(
     await publisher.settle()
     await publisher.close()
     await check_every_node(mainstem_cluster, publisher)
+
+
+async def test_a_leader_cut_off_from_etcd_stops_taking_writes(
+        mainstem_cluster: LocalCluster) -> None:
+    """etcd frozen for longer than the lease TTL: the leader steps down (its leadership
+    may be anyone's now) and takes no write until etcd answers again; then publishing
+    resumes and nothing acknowledged is lost."""
+    publisher = FollowingPublisher(mainstem_cluster, STREAM)
+    await publisher.create()
+    await publisher.publish(500)
+    await publisher.settle()
+    await publisher.close()
+    leader = mainstem_cluster.nodes["node1"]
+    etcd = mainstem_cluster.etcd.process
+    assert etcd is not None
+    client = stream_client(leader.ports["stream"])
+    client.declare_publisher(1, "frozen", STREAM)
+    etcd.send_signal(signal.SIGSTOP)
+    try:
+        for _ in range(200):
+            if leader.log_events("replica.stepped_down"):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the leader kept leading without etcd")
+        messages = [(i, amqp_message(f"late{i}".encode())) for i in range(1, 11)]
+        pending = asyncio.ensure_future(asyncio.to_thread(client.publish, 1, messages))
+        await asyncio.sleep(1)
+        assert not pending.done(), "a write was confirmed while etcd was unreachable"
+    finally:
+        etcd.send_signal(signal.SIGCONT)
+    await pending  # confirmed once a leader is elected again
+    client.close()
+    publisher = FollowingPublisher(mainstem_cluster, STREAM, name="after")
+    await publisher.publish(500)
+    await publisher.settle()
+    await publisher.close()
+    for node in mainstem_cluster.live():
+        await wait_for_count(node.ports["stream"], STREAM, 1_010)

@@ -9,10 +9,10 @@ import asyncio
 import contextlib
 import time
 
-from rstream import AMQPMessage, ConfirmationStatus, Producer, amqp_decoder
+from rstream import ConfirmationStatus, Producer
 
-from mainstem.client.stream import StreamClient
 from mainstem.testing_cluster import LocalCluster
+from tests.support.cluster_clients import bodies_on, credentials, numbered, stream_metadata
 
 BATCH = 100
 CONFIRMED_BEFORE_KILL = 3_000
@@ -21,44 +21,14 @@ STREAM = "ledger"
 PUBLISHER = "ledger-writer"
 
 
-def credentials(port: int) -> dict[str, object]:
-    return {"host": "127.0.0.1", "port": port, "username": "guest", "password": "guest"}
-
-
-def numbered(first: int, last: int) -> list[AMQPMessage]:
-    batch = []
-    for i in range(first, last + 1):
-        message = AMQPMessage(body=f"m{i}".encode())
-        message.publishing_id = i
-        batch.append(message)
-    return batch
-
-
-def bodies_on(port: int, stream: str) -> list[bytes]:
-    """Every committed message of `stream` as the node at `port` itself serves it."""
-    client = StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F")
-    try:
-        offsets = client.offsets(stream)
-        bodies = []
-        for chunk in client.chunks(stream, offsets.first, offsets.end):
-            bodies += [bytes(amqp_decoder(bytes(e.body)).body) for e in chunk.entries()]
-        return bodies
-    finally:
-        client.close()
-
-
 async def leader_port(port: int, stream: str) -> int | None:
-    producer = Producer(**credentials(port))
+    """The stream port of the stream's leader, as the node at `port` knows it; None while
+    it has none (Metadata answers the stream is not available)."""
     try:
-        await producer.start()
-        client = await producer._get_or_create_client(stream)
-        leader, _ = await client.query_leader_and_replicas(stream)
-        return int(leader.port)
-    except Exception:  # no leader yet: the metadata says the stream is not available
+        leader, _ = await stream_metadata(port, stream)
+    except Exception:
         return None
-    finally:
-        with contextlib.suppress(Exception):
-            await producer.close()
+    return int(leader.port)
 
 
 async def publish_until_killed(cluster: LocalCluster, port: int) -> tuple[set[int], int]:

@@ -1,129 +1,46 @@
 """The HTTP management API: RabbitMQ's paths and JSON shapes, plus mainstem's streams.
 
-Every handler reads `request.app[STATE]`; authentication happens in the app's middleware.
+Handlers share `state.AdminState` (`state_of(request)`); authentication happens in the
+app's middleware. Connections, channels and consumers are in `connections`, declaring and
+messaging in `objects`, definitions, health checks and policies in their own modules.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from bson import json_util
 
 from mainstem import __version__
+from mainstem.admin.connections import consumer_rows
 from mainstem.admin.listing import list_response
-from mainstem.admin.registry import Connection, ConnectionRegistry, socket_traffic
-from mainstem.admin.resources import NODE, RABBITMQ_VERSION, ResourceProvider
-from mainstem.admin.stats import RateSampler
-from mainstem.broker.alarms import DISK, MEMORY, AlarmMonitor
+from mainstem.admin.resources import NODE, RABBITMQ_VERSION
+from mainstem.admin.state import (
+    OVERVIEW,
+    USER,
+    AdminState,
+    add_message_stats,
+    no_content,
+    read_body,
+    state_of,
+    vhost_of,
+)
+from mainstem.broker.alarms import DISK, MEMORY
 from mainstem.broker.auth import (
     DEFAULT_HASHING,
     PERMISSION_KINDS,
-    User,
     import_password_hash,
 )
 from mainstem.broker.catalog import UserRecord
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
-from mainstem.broker.message_stats import MessageStats
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.streams import Stream
 
 routes = web.RouteTableDef()
-OVERVIEW = ("overview",)
-
-
-@dataclass
-class AdminState:
-    core: BrokerCore
-    connections: ConnectionRegistry
-    providers: list[ResourceProvider]
-    monitor: AlarmMonitor | None
-    listeners: dict[str, int]  # listener name -> port, as bound
-    hosts: dict[str, str]  # listener name -> bind address
-    certfile: Path | None = None  # the TLS listeners' certificate chain
-    rates: RateSampler = field(default_factory=RateSampler)
-
-    def sample(self) -> None:
-        """Every live object's counters, once a second, for the rates of message_stats."""
-        samples: dict[Hashable, Mapping[str, int]] = {}
-        for connection in self.connections.list():
-            samples[connection_key(connection)] = traffic_counts(connection)
-            for number, channel in list(connection.ctx.channels.items()):
-                samples[channel_key(connection, number)] = channel.stats.counts()
-        for vhost in self.core.queues.vhosts.values():
-            for queue in vhost.queues.values():
-                samples[("queue", vhost.name, queue.name)] = queue.stats.counts()
-            for name, stats in list(vhost.graph.stats.items()):
-                samples[("exchange", vhost.name, name)] = stats.counts()
-        for stream in self.core.streams.list():
-            samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
-        samples[OVERVIEW] = self.totals()
-        self.rates.record(time.monotonic(), samples)
-
-    def totals(self) -> dict[str, int]:
-        """The overview's counters: every AMQP channel's, closed ones included, and the
-        messages and bytes stored in streams by every protocol (mainstem's own)."""
-        totals = MessageStats()
-        totals.add(self.core.closed_channel_stats)
-        for connection in self.connections.list():
-            for channel in list(connection.ctx.channels.values()):
-                totals.add(channel.stats)
-        partitions = [p for s in self.core.streams.list() for p in s.partitions]
-        return {**totals.counts(),
-                "stream_publish": sum(p.committed_offset for p in partitions),
-                "stream_publish_bytes": sum(p.committed_byte for p in partitions)}
-
-    def message_stats(self, key: Hashable, counts: Mapping[str, int]) -> dict[str, Any]:
-        return self.rates.detailed(key, counts)
-
-
-def traffic_counts(connection: Connection) -> dict[str, int]:
-    traffic = socket_traffic(connection.ctx.writer)
-    return {"recv_oct": traffic.get("bytes_in", 0), "send_oct": traffic.get("bytes_out", 0)}
-
-
-def connection_key(connection: Connection) -> tuple[str, int]:
-    return ("connection", connection.conn_id)
-
-
-def channel_key(connection: Connection, number: int) -> tuple[str, int, int]:
-    return ("channel", connection.conn_id, number)
-
-
-STATE = web.AppKey("state", AdminState)
-USER = web.RequestKey("user", User)  # the request's authenticated User
-
-
-def state_of(request: web.Request) -> AdminState:
-    return request.app[STATE]
-
-
-def vhost_of(request: web.Request) -> str | None:
-    return request.match_info.get("vhost")
-
-
-async def read_body(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json()
-    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
-        raise InvalidArgument("the request body is not JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidArgument("the request body must be a JSON object")
-    return body
-
-
-def no_content() -> web.Response:
-    return web.Response(status=204)
-
 
 # -- overview ------------------------------------------------------------------
 
@@ -359,125 +276,6 @@ async def delete_permission(request: web.Request) -> web.Response:
     return no_content()
 
 
-# -- connections -----------------------------------------------------------------
-
-
-def connection_row(state: AdminState, connection: Connection) -> dict[str, Any]:
-    """A connection with its traffic rates (recv_oct_details, send_oct_details)."""
-    row = connection.describe()
-    row.update(state.message_stats(connection_key(connection),
-                                   {"recv_oct": row["recv_oct"], "send_oct": row["send_oct"]}))
-    return row
-
-
-@routes.get("/api/connections")
-@routes.get("/api/vhosts/{vhost}/connections")
-async def list_connections(request: web.Request) -> web.Response:
-    state, vhost = state_of(request), vhost_of(request)
-    return list_response(request, [connection_row(state, c) for c in state.connections.list()
-                                   if vhost is None or c.ctx.namespace == vhost])
-
-
-def _connection(request: web.Request):
-    name = request.match_info["name"]
-    connection = state_of(request).connections.find(name)
-    if connection is None:
-        raise NotFound(f"connection '{name}' not found")
-    return connection
-
-
-@routes.get("/api/connections/{name}")
-async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(connection_row(state_of(request), _connection(request)))
-
-
-# -- channels (AMQP 0-9-1) -------------------------------------------------------
-
-
-def channel_rows(state: AdminState, connections: list[Connection]) -> list[dict[str, Any]]:
-    rows = []
-    for connection in connections:
-        ctx = connection.ctx
-        peer_host, _, peer_port = ctx.peer.rpartition(":")
-        for number, channel in sorted(ctx.channels.items()):
-            rows.append({
-                "name": f"{connection.name} ({number})", "node": NODE, "user": ctx.user,
-                "vhost": ctx.namespace,
-                "connection_details": {"name": connection.name,
-                                       "peer_host": peer_host.strip("[]"),
-                                       "peer_port": int(peer_port) if peer_port.isdigit()
-                                       else None},
-                **channel.describe(),
-                "message_stats": state.message_stats(channel_key(connection, number),
-                                                     channel.stats.counts()),
-            })
-    return rows
-
-
-@routes.get("/api/channels")
-@routes.get("/api/vhosts/{vhost}/channels")
-async def list_channels(request: web.Request) -> web.Response:
-    state, vhost = state_of(request), vhost_of(request)
-    connections = [c for c in state.connections.list()
-                   if vhost is None or c.ctx.namespace == vhost]
-    return list_response(request, channel_rows(state, connections))
-
-
-@routes.get("/api/connections/{name}/channels")
-async def connection_channels(request: web.Request) -> web.Response:
-    return list_response(request, channel_rows(state_of(request), [_connection(request)]))
-
-
-@routes.get("/api/channels/{name}")
-async def get_channel(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    state = state_of(request)
-    for row in channel_rows(state, state.connections.list()):
-        if row["name"] == name:
-            return web.json_response(row)
-    raise NotFound(f"channel '{name}' not found")
-
-
-@routes.delete("/api/connections/{name}")
-async def close_connection(request: web.Request) -> web.Response:
-    connection = _connection(request)
-    # RabbitMQ passes the reason in the X-Reason header.
-    reason = request.headers.get("X-Reason", "Closed via management plugin")
-    await state_of(request).connections.close(connection, reason)
-    return no_content()
-
-
-def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
-    """Every consumer that a handler recorded with ctx.add_consumer, as RabbitMQ shows one."""
-    rows = []
-    for connection in connections.list():
-        ctx = connection.ctx
-        for tag, details in ctx.consumers.items():
-            queue = str(details.get("queue", ""))
-            channel_details: dict[str, Any] = {"connection_name": connection.name,
-                                               "peer_host": ctx.peer, "user": ctx.user}
-            if "channel" in details:  # AMQP 0-9-1: the channel's name, as /api/channels
-                channel_details.update(name=f"{connection.name} ({details['channel']})",
-                                       number=details["channel"])
-            rows.append({
-                "consumer_tag": tag,
-                "queue": {"name": queue, "vhost": ctx.namespace},
-                "channel_details": channel_details,
-                "ack_required": details.get("ack_required", False),
-                "prefetch_count": details.get("prefetch_count", 0),
-                "active": details.get("active", True),
-                "arguments": details.get("arguments", {}),
-            })
-    return rows
-
-
-@routes.get("/api/consumers")
-@routes.get("/api/consumers/{vhost}")
-async def list_consumers(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    return list_response(request, [row for row in consumer_rows(state_of(request).connections)
-                              if vhost is None or row["queue"]["vhost"] == vhost])
-
 
 # -- queues, exchanges, bindings (from every provider) ----------------------------
 
@@ -491,34 +289,6 @@ def _merged(request: web.Request, kind: str) -> list[dict]:
     return rows
 
 
-def add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
-    """A queue's, stream's or exchange's counters and rates, as RabbitMQ shows them."""
-    counts = object_counts(state.core, kind, row["vhost"], row["name"])
-    if counts is not None:
-        row["message_stats"] = state.message_stats((kind, row["vhost"], row["name"]), counts)
-
-
-def object_counts(core: BrokerCore, kind: str, vhost: str, name: str
-                  ) -> Mapping[str, int] | None:
-    host = core.queues.vhosts.get(vhost)
-    if kind == "exchange":
-        stats = None if host is None else host.graph.stats.get(name)
-        return None if stats is None else stats.counts()
-    queue = None if host is None else host.queues.get(name)
-    if queue is not None:
-        return queue.stats.counts()
-    stream = core.streams.find(vhost, name)
-    return None if stream is None else stream_counts(core, stream)
-
-
-def stream_counts(core: BrokerCore, stream: Stream) -> dict[str, int]:
-    """A stream's counters: messages ever appended (its committed offsets) and delivered
-    (as every protocol counts them), so nothing is counted per message for it."""
-    return {"publish": sum(p.committed_offset for p in stream.partitions),
-            "deliver_get": core.delivery_stats.delivered_messages(stream.namespace,
-                                                                  stream.name)}
-
-
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 async def list_queues(request: web.Request) -> web.Response:
@@ -527,9 +297,13 @@ async def list_queues(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
+    """One queue, with its consumers (`consumer_details`) as RabbitMQ shows one."""
+    name, vhost = request.match_info["name"], vhost_of(request)
     for row in _merged(request, "queues"):
         if row["name"] == name:
+            row["consumer_details"] = [
+                consumer for consumer in consumer_rows(state_of(request).connections)
+                if consumer["queue"] == {"name": name, "vhost": vhost}]
             return web.json_response(row)
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost_of(request)}'")
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, definitions, health, inventory, objects, policies
+from mainstem.admin import api, connections, definitions, health, inventory, objects, policies
+from mainstem.admin import state as shared
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -40,19 +41,19 @@ CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _own_routes = web.RouteTableDef()
-ROUTE_TABLES = (api.routes, objects.routes, definitions.routes, health.routes,
-                policies.routes, inventory.routes, _own_routes)
+ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
+                health.routes, policies.routes, inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker) -> web.Application:
     core = broker.core
-    state = api.AdminState(
+    state = shared.AdminState(
         core=core, connections=broker.connections, providers=providers_for(core),
         monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
         certfile=broker.config.tls.certfile,
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
-    app[api.STATE] = state
+    app[shared.STATE] = state
     for table in ROUTE_TABLES:
         app.add_routes(table)
     metrics = Metrics(state)
@@ -75,7 +76,7 @@ async def _console_index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(CONSOLE_DIR / "index.html")
 
 
-def _sampling(state: api.AdminState):
+def _sampling(state: shared.AdminState):
     async def lifetime(app: web.Application):
         async def run() -> None:
             while True:
@@ -91,7 +92,7 @@ def _sampling(state: api.AdminState):
     return lifetime
 
 
-def _forgetting_deleted_streams(state: api.AdminState):
+def _forgetting_deleted_streams(state: shared.AdminState):
     """A deleted stream's delivery counters go with it, so /metrics lists live streams."""
     async def lifetime(app: web.Application):
         stats = state.core.delivery_stats
@@ -144,7 +145,7 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
     credentials = _basic_credentials(request.headers.get("Authorization", ""))
     if credentials is None:
         return _error(401, "not_authorised", "Login failed", **challenge)
-    core = request.app[api.STATE].core
+    core = request.app[shared.STATE].core
     try:
         user = await core.login(*credentials, request.remote)
     except AuthenticationFailed as exc:
@@ -153,7 +154,7 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         return _error(401, "not_authorised", str(exc), **challenge)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")
-    request[api.USER] = user
+    request[shared.USER] = user
     return await handler(request)
 
 

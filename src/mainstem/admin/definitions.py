@@ -14,9 +14,9 @@ from typing import Any
 from aiohttp import web
 
 from mainstem import __version__
-from mainstem.admin.api import read_body, state_of
 from mainstem.admin.objects import flag, json_object
 from mainstem.admin.resources import RABBITMQ_VERSION
+from mainstem.admin.state import read_body, state_of
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.auth import (

@@ -10,9 +10,9 @@ from typing import Any
 from aiohttp import web
 from cryptography import x509
 
-from mainstem.admin.api import state_of
 from mainstem.admin.objects import virtual_host
 from mainstem.admin.resources import NODE
+from mainstem.admin.state import state_of
 from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import InvalidArgument
 from mainstem.protocols.amqp091.properties import EMPTY_PROPERTIES, to_stream_record

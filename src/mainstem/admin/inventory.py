@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from mainstem.admin.api import STATE, AdminState
 from mainstem.admin.resources import NODE
+from mainstem.admin.state import state_of
+from mainstem.broker.errors import NotFound
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group
 from mainstem.broker.segment_store import SegmentName
 
@@ -24,16 +25,17 @@ if TYPE_CHECKING:
 routes = web.RouteTableDef()
 
 
-def _state(request: web.Request) -> AdminState:
-    return request.app[STATE]
-
-
 def _stream_rows(request: web.Request, kind: str) -> list[dict[str, Any]]:
     """Rows of one kind (publishers, consumers) of every stream connection, each with its
     connection_details as RabbitMQ gives them, filtered by the path's vhost and queue."""
     vhost, queue = request.match_info.get("vhost"), request.match_info.get("queue")
+    core = state_of(request).core
+    if vhost is not None and core.catalog.get_namespace(vhost) is None:
+        raise NotFound(f"virtual host '{vhost}' not found")  # as RabbitMQ: 404
+    if vhost is not None and queue is not None and core.streams.find(vhost, queue) is None:
+        raise NotFound(f"stream '{queue}' not found in virtual host '{vhost}'")
     rows: list[dict[str, Any]] = []
-    for connection in _state(request).connections.list():
+    for connection in state_of(request).connections.list():
         describe = getattr(connection.ctx, "stream_" + kind)
         if describe is None:
             continue
@@ -93,7 +95,7 @@ def iggy_stream_rows(core: BrokerCore) -> list[dict[str, Any]]:
 @routes.get("/api/iggy/streams")
 async def list_iggy_streams(request: web.Request) -> web.Response:
     """Iggy streams (namespaces) with their topics and consumer groups."""
-    return web.json_response(iggy_stream_rows(_state(request).core))
+    return web.json_response(iggy_stream_rows(state_of(request).core))
 
 
 def segment_rows(core: BrokerCore) -> list[dict[str, Any]]:
@@ -114,4 +116,4 @@ def segment_rows(core: BrokerCore) -> list[dict[str, Any]]:
 @routes.get("/api/segments")
 async def list_segments(request: web.Request) -> web.Response:
     """Segments: every partition of every stream, by its segment name."""
-    return web.json_response(segment_rows(_state(request).core))
+    return web.json_response(segment_rows(state_of(request).core))

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from mainstem.admin.api import add_message_stats, no_content, read_body, state_of
+from mainstem.admin.state import add_message_stats, no_content, read_body, state_of
 from mainstem.broker.amqp.queues import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost

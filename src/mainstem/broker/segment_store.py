@@ -152,9 +152,8 @@ class SegmentStore:
 
     async def ack_level(self, name: SegmentName, connection_id: uuid.UUID) -> int:
         """The highest connection offset durably stored for this appender."""
-        appender = self.service(name).appender
-        await appender.settled()
-        return appender.sequence(writer_key(connection_id)) or 0
+        return await self.service(name).appender.committed_sequence(
+            writer_key(connection_id)) or 0
 
     def write(self, name: SegmentName, connection_id: uuid.UUID,
               events: Sequence[bytes | memoryview], level: int) -> PartitionService:

@@ -112,6 +112,10 @@ class SegmentClient:
             if got.at_tail:
                 return b"".join(parts)
 
+    async def read_events(self, segment: str, offset: int = 0) -> list[bytes]:
+        """Every event from `offset` to the current tail, unframed."""
+        return split_events(await self.read_all(segment, offset))
+
     async def appender(self, segment: str, connection_id: uuid.UUID | None = None
                        ) -> Appender:
         appender = Appender(self, segment, connection_id or uuid.uuid4())
@@ -172,3 +176,13 @@ class Appender:
         level = self.client.acks[self.connection_id]
         self._forget(level)
         return level
+
+
+def split_events(data: bytes) -> list[bytes]:
+    """The events in segment bytes: each stored as its Event frame (type, length, body)."""
+    events, position = [], 0
+    while position < len(data):
+        _, length = c.HEADER.unpack_from(data, position)
+        events.append(data[position + c.HEADER.size:position + c.HEADER.size + length])
+        position += c.HEADER.size + length
+    return events

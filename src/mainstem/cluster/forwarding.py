@@ -13,8 +13,12 @@ import asyncio
 import itertools
 import json
 import logging
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
+from mainstem.broker.stream_service import Appender, Receipt
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.cluster import wire
 from mainstem.cluster.leader import read_frame
@@ -35,12 +39,27 @@ class ForwardFailed(NotWritable):
     the connection to it broke before it answered)."""
 
 
+class NotRun(ForwardFailed):
+    """The node asked is not the leader: it ran nothing, so the append may go elsewhere."""
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A leader's answer to a forwarded append."""
+
+    offset: int  # of the append's first record
+    sequence: int | None  # the writer's, when the append named one
+
+
 class _Link:
     """One connection to a leader node, carrying forwarded appends and their answers."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
-        self.pending: dict[int, asyncio.Future[int]] = {}
+        self.pending: dict[int, asyncio.Future[Answer]] = {}
         self.ids = itertools.count(1)
         self.task = asyncio.get_running_loop().create_task(self._read(reader))
 
@@ -55,9 +74,10 @@ class _Link:
                 if future is None or future.done():
                     continue
                 if "error" in answer:
-                    future.set_exception(ForwardFailed(str(answer["error"])))
+                    failure = NotRun if answer.get("retry") else ForwardFailed
+                    future.set_exception(failure(str(answer["error"])))
                 else:
-                    future.set_result(int(answer["offset"]))
+                    future.set_result(Answer(int(answer["offset"]), answer.get("sequence")))
         except (OSError, asyncio.IncompleteReadError, wire.WireError, ValueError) as error:
             self._fail(ForwardFailed(f"the leader's connection broke: {error}"))
         finally:
@@ -69,9 +89,10 @@ class _Link:
                 future.set_exception(error)
         self.pending.clear()
 
-    def send(self, stream: str, partition: int, append: ForwardedAppend) -> asyncio.Future[int]:
+    def send(self, stream: str, partition: int, append: ForwardedAppend
+             ) -> asyncio.Future[Answer]:
         request = next(self.ids)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.pending[request] = future
         self.writer.write(wire.encode_forward(request, stream, partition, append))
         return future
@@ -108,41 +129,61 @@ class Forwarding:
         self._links.clear()
 
 
+@dataclass(eq=False, slots=True)
+class _Pending:
+    append: ForwardedAppend
+    answer: asyncio.Future[Answer]
+
+
 class PartitionForwarder:
-    """What a replica's Appender forwards through: to the leader of its partition."""
+    """What a replica's Appender forwards through: to the leader of its partition.
+
+    Appends leave in the order they were made (a publisher's messages stay in order): one
+    pump sends whatever has queued up to the leader, waits for the answers, and puts any
+    the node asked did not run (it was not the leader, or not yet) back at the head of
+    the queue for the next leader."""
 
     def __init__(self, node: ClusterNode, role: PartitionRole) -> None:
         self.node = node
         self.role = role
+        self._queue: deque[_Pending] = deque()
+        self._pump: asyncio.Task[None] | None = None
 
     def forward(self, append: ForwardedAppend) -> asyncio.Future[int]:
-        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        task = asyncio.get_running_loop().create_task(self._run(append))
+        answer = self._enqueue(append)
+        offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        _chain(answer, offset, lambda ran: ran.offset)
+        return offset
 
-        def done(task: asyncio.Task[int]) -> None:
-            if answer.done():
-                return
-            if task.cancelled():
-                answer.set_exception(ForwardFailed("the append was cancelled"))
-            elif task.exception() is not None:
-                answer.set_exception(task.exception())  # type: ignore[arg-type]
-            else:
-                answer.set_result(task.result())
+    def sequence(self, writer: str) -> asyncio.Future[int | None]:
+        """The writer's sequence as its leader has it committed: appending nothing under
+        its name, the answer comes once everything before is committed."""
+        answer = self._enqueue(ForwardedAppend((), False, writer=writer))
+        sequence: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        _chain(answer, sequence, lambda ran: ran.sequence)
+        return sequence
 
-        task.add_done_callback(done)
+    def _enqueue(self, append: ForwardedAppend) -> asyncio.Future[Answer]:
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(append, answer))
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run())
         return answer
 
-    async def _run(self, append: ForwardedAppend) -> int:
+    async def _run(self) -> None:
         role = self.role
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + LEADER_WAIT_S
-        while loop.time() < deadline:
+        waited_since = loop.time()
+        while self._queue:
             leader = role.leader_node
             if leader == self.node.node_name and role.service.partition.writable:
-                receipt = role.service.appender.run_forwarded(append)
-                await receipt.durable
-                return receipt.first_offset
+                await self._run_here()
+                continue
             if leader is None or leader == self.node.node_name or leader not in self.node.nodes:
+                if loop.time() - waited_since > LEADER_WAIT_S:
+                    self._fail_all(ForwardFailed(f"partition {role.index} of a stream has had "
+                                                 f"no leader for {LEADER_WAIT_S:.0f} s"))
+                    return
                 await role.wait_changed(0.1)
                 continue
             try:
@@ -150,6 +191,83 @@ class PartitionForwarder:
             except OSError:
                 await role.wait_changed(0.2)
                 continue
-            return await link.send(role.storage, role.index, append)
-        raise ForwardFailed(f"partition {role.index} of a stream has had no leader for "
-                            f"{LEADER_WAIT_S:.0f} s")
+            if await self._send_all(link):
+                waited_since = loop.time()
+            else:
+                await role.wait_changed(0.1)  # not the leader (any more, or yet)
+
+    async def _send_all(self, link: _Link) -> bool:
+        """Send everything queued; True unless the node ran none of it. The first goes
+        alone: a node just elected may refuse it and take the next, which would reorder
+        them; once it took one, it refuses only a suffix (if it stops leading)."""
+        batch, self._queue = list(self._queue), deque()
+        first, rest = batch[0], batch[1:]
+        if not await self._settle(first, link.send(self.role.storage, self.role.index,
+                                                   first.append)):
+            self._queue.extendleft(reversed(batch))
+            return False
+        sent = [(item, link.send(self.role.storage, self.role.index, item.append))
+                for item in rest]
+        not_run = [item for item, answer in sent if not await self._settle(item, answer)]
+        self._queue.extendleft(reversed(not_run))
+        return True
+
+    @staticmethod
+    async def _settle(item: _Pending, answer: asyncio.Future[Answer]) -> bool:
+        """Pass the leader's answer on; False when it ran nothing (not the leader)."""
+        try:
+            item.answer.set_result(await answer)
+        except NotRun:
+            return False
+        except Exception as error:  # the leader failed it, or the link broke
+            item.answer.set_exception(error)
+        return True
+
+    async def _run_here(self) -> None:
+        """This node leads now: run what is queued on its own appender, in order."""
+        await self._answer_all(self.stage_here())
+
+    def stage_here(self) -> list[tuple[_Pending, Receipt]]:
+        """Stage what is queued on this node's appender, in order, at once: called as
+        this node starts leading, before any append made here can go ahead of them."""
+        batch, self._queue = list(self._queue), deque()
+        appender = self.role.service.appender
+        return [(item, appender.run_forwarded(item.append)) for item in batch]
+
+    def answer_staged(self, staged: list[tuple[_Pending, Receipt]]) -> None:
+        if staged:
+            asyncio.get_running_loop().create_task(self._answer_all(staged))
+
+    async def _answer_all(self, staged: list[tuple[_Pending, Receipt]]) -> None:
+        appender = self.role.service.appender
+        for item, receipt in staged:
+            try:
+                item.answer.set_result(await committed(appender, receipt, item.append.writer))
+            except Exception as error:
+                item.answer.set_exception(error)
+
+    def _fail_all(self, error: Exception) -> None:
+        while self._queue:
+            self._queue.popleft().answer.set_exception(error)
+
+
+def _chain(source: asyncio.Future[Answer], target: asyncio.Future[T],
+           pick: Callable[[Answer], T]) -> None:
+    def done(source: asyncio.Future[Answer]) -> None:
+        if target.done():
+            return
+        if source.cancelled():
+            target.set_exception(ForwardFailed("the append was cancelled"))
+        elif (error := source.exception()) is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(pick(source.result()))
+
+    source.add_done_callback(done)
+
+
+async def committed(appender: Appender, receipt: Receipt, writer: str | None) -> Answer:
+    """What a leader answers for an append it staged: its first offset and the writer's
+    sequence, once committed."""
+    await receipt.durable
+    return Answer(receipt.first_offset, None if writer is None else appender.sequence(writer))

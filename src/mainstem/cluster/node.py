@@ -17,7 +17,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -29,7 +29,7 @@ from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
-from mainstem.cluster.forwarding import Forwarding
+from mainstem.cluster.forwarding import Answer, Forwarding, committed
 from mainstem.cluster.leader import LeaderLog, read_frame
 from mainstem.cluster.replica import PartitionRole
 from mainstem.log.partition import PartitionClosed
@@ -42,6 +42,7 @@ SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size")
 LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
 DEFAULT_REPLICAS = 3
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
+FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 
 
 def _key(*parts: object) -> str:
@@ -169,7 +170,7 @@ class ClusterNode:
     async def _load(self) -> None:
         kvs, self._revision = await self.etcd.get_prefix(PREFIX)
         for kv in kvs:
-            self._apply(Event("PUT", kv))
+            self._apply_logged(Event("PUT", kv))
         self._forget_deleted_streams()
 
     async def _watch(self) -> None:
@@ -177,12 +178,20 @@ class ClusterNode:
             try:
                 async for event in self.etcd.watch_prefix(PREFIX, self._revision + 1):
                     self._revision = max(self._revision, event.kv.mod_revision)
-                    self._apply(event)
+                    self._apply_logged(event)
             except (EtcdError, OSError, ValueError) as error:
                 log.warning("cluster.watch_failed", extra={"error": str(error)})
             except Exception as error:  # aiohttp's errors: the watch restarts from where it was
                 log.warning("cluster.watch_failed", extra={"error": repr(error)})
             await asyncio.sleep(0.5)
+
+    def _apply_logged(self, event: Event) -> None:
+        """Apply one change; one that fails is logged and skipped, never stops the watch."""
+        try:
+            self._apply(event)
+        except (BrokerError, OSError, ValueError, KeyError) as error:
+            log.error("cluster.change_failed", extra={"key": event.kv.key,
+                                                      "error": repr(error)})
 
     def _apply(self, event: Event) -> None:
         parts = event.kv.key[len(PREFIX):].split("/")
@@ -245,6 +254,8 @@ class ClusterNode:
         streams = self.core.streams
         stream = streams.find(record["namespace"], record["name"])
         if stream is None:
+            # Its namespace's own change may come later: the stream's creator made both.
+            self.core.catalog.apply("namespace", (record["namespace"],), {})
             arguments = {**record["arguments"], REPLICATED: True}
             stream = streams.create(record["namespace"], record["name"], record["partitions"],
                                     arguments)
@@ -464,8 +475,9 @@ class ClusterNode:
             while True:
                 _, body = await read_frame(reader, MAX_FORWARD_FRAME)
                 request, storage, index, append = wire.decode_forward(body)
-                task = asyncio.get_running_loop().create_task(
-                    self._run_forward(request, storage, index, append, writer))
+                # Staged here, in the order they came: only their answers run apart.
+                answering = await self._run_forward(request, storage, index, append, writer)
+                task = asyncio.get_running_loop().create_task(answering)
                 running.add(task)
                 task.add_done_callback(running.discard)
         finally:
@@ -473,20 +485,25 @@ class ClusterNode:
                 task.cancel()
 
     async def _run_forward(self, request: int, storage: str, index: int,
-                           append: ForwardedAppend, writer: asyncio.StreamWriter) -> None:
+                           append: ForwardedAppend, writer: asyncio.StreamWriter
+                           ) -> Coroutine[Any, Any, None]:
+        """Stage a forwarded append on this node's appender; returns the work that
+        answers it once committed."""
         answer: dict[str, object] = {"id": request}
         role = self.roles.get((storage, index))
+        if role is not None and role.leader_node == self.node_name:
+            await role.leading(FORWARD_LEAD_WAIT_S)  # elected, maybe not yet taking writes
         if role is None or (storage, index) not in self.leading:
             answer["error"] = f"{self.node_name} does not lead partition {index} of the stream"
-        else:
-            try:
-                receipt = role.service.appender.run_forwarded(append)
-                await receipt.durable
-                answer["offset"] = receipt.first_offset
-            except (BrokerError, PartitionClosed, OSError) as error:
-                answer["error"] = str(error)
-        if not writer.is_closing():
-            writer.write(wire.frame(wire.FrameType.FORWARDED, json.dumps(answer).encode()))
+            answer["retry"] = True  # not run: the sender may try the leader it finds next
+            return _answer(writer, answer, None)
+        appender = role.service.appender
+        try:
+            receipt = appender.run_forwarded(append)
+        except (BrokerError, PartitionClosed, OSError) as error:
+            answer["error"] = str(error)
+            return _answer(writer, answer, None)
+        return _answer(writer, answer, committed(appender, receipt, append.writer))
 
     def _refusal(self, hello: wire.Hello, leader: LeaderLog | None) -> str | None:
         if not hmac.compare_digest(hello.secret.encode(), self.secret.encode()):
@@ -496,3 +513,16 @@ class ClusterNode:
         if hello.node not in leader.replicas:
             return f"{hello.node} is not a replica of {hello.stream}/{hello.partition}"
         return None
+
+
+async def _answer(writer: asyncio.StreamWriter, answer: dict[str, object],
+                  running: Awaitable[Answer] | None) -> None:
+    """Send a FORWARDED frame, once the append (if it ran) is committed or failed."""
+    if running is not None:
+        try:
+            ran = await running
+            answer.update(offset=ran.offset, sequence=ran.sequence)
+        except (BrokerError, PartitionClosed, OSError) as error:
+            answer["error"] = str(error)
+    if not writer.is_closing():
+        writer.write(wire.frame(wire.FrameType.FORWARDED, json.dumps(answer).encode()))

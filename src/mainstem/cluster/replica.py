@@ -50,9 +50,11 @@ class PartitionRole:
         self.epoch = 0
         self.epoch_revision = 0
         self._last_leader: str | None = None
+        self._leading = asyncio.Event()  # set while this node leads the partition
         # Until this node is elected, it writes nothing itself: appends go to the leader.
         service.partition.writable = False
-        service.appender.forwarder = PartitionForwarder(node, self)
+        self.forwarder = PartitionForwarder(node, self)
+        service.appender.forwarder = self.forwarder
 
     def _key(self, kind: str) -> str:
         return f"/mainstem/{kind}/{self.storage}/{self.index}"
@@ -106,6 +108,12 @@ class PartitionRole:
             if kv is not None:
                 self.update(kind, kv)
 
+    async def leading(self, timeout: float) -> bool:
+        """Whether this node leads the partition, waiting up to `timeout` for it to."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._leading.wait(), timeout)
+        return self._leading.is_set()
+
     def _holds_lease(self) -> bool:
         return self.leader_lease == self.node.lease and not self.node.lease_lost.is_set()
 
@@ -155,8 +163,12 @@ class PartitionRole:
         leader = LeaderLog(partition, self.node.node_name, self.replicas, self.isr,
                            self._write_isr, self.node.lag_timeout)
         self.node.leading[(self.storage, self.index)] = leader
-        forwarder, self.service.appender.forwarder = self.service.appender.forwarder, None
+        forwarder, self.service.appender.forwarder = self.forwarder, None
+        partition.resume_commits()
         partition.writable = True
+        # Appends that waited for a leader go first, before any made here from now on.
+        forwarder.answer_staged(forwarder.stage_here())
+        self._leading.set()
         try:
             while self.leader_node == self.node.node_name and self._holds_lease():
                 self.changed.clear()
@@ -164,8 +176,15 @@ class PartitionRole:
                 leader.on_ack(self.node.node_name, 0)  # the set may have changed: recompute
                 await self.changed.wait()
         finally:
+            self._leading.clear()
             partition.writable = False
+            partition.abandon_uncommitted(
+                f"{self.node.node_name} no longer leads partition {self.index} of this "
+                "stream: what it had not committed is the new leader's to keep or drop")
             self.service.appender.forwarder = forwarder
+            log.info("replica.stepped_down", extra={
+                "stream": self.storage, "partition": self.index, "leader": self.leader_node,
+                "lease_lost": self.node.lease_lost.is_set()})
             leader.close()
             self.node.leading.pop((self.storage, self.index), None)
 

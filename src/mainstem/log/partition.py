@@ -126,6 +126,7 @@ class Partition:
         self.commit_limit: int | None = None
         self.on_durable: Callable[[int], None] | None = None  # replication's vote
         self.writable = True  # False on a follower: only its leader's chunks come in
+        self._abandoned: NotWritable | None = None  # see abandon_uncommitted
         self._written_tail: asyncio.Future[None] | None = None
         self._dirty: dict[int, Segment] = {}
         self._commit = GroupCommit(durability, self._sync_dirty, self._on_durable,
@@ -275,8 +276,14 @@ class Partition:
 
     async def _reach(self, mark: int) -> None:
         await self._commit.wait(mark)
-        if self.commit_limit is not None and self.committed_offset < mark:
-            await self.wait_for(mark - 1)
+        while self.commit_limit is not None and self.committed_offset < mark:
+            if self._abandoned is not None:
+                raise self._abandoned
+            if self._closed:
+                raise PartitionClosed(f"{self.directory} is closed")
+            if self._tail is None:
+                self._tail = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._tail)
 
     async def append(self, records: Sequence[bytes | memoryview], *,
                      sequences: Mapping[str, int] | None = None) -> Appended:
@@ -459,6 +466,18 @@ class Partition:
     def local_durable(self) -> int:
         """Every record below it is durable on this disk (committed or not)."""
         return self._durable_mark
+
+    def abandon_uncommitted(self, reason: str) -> None:
+        """This node stopped leading: whoever waits for a write of its own to commit is
+        told it may not (the new leader decides), instead of waiting for ever."""
+        self._abandoned = NotWritable(reason)
+        if self._tail is not None and not self._tail.done():
+            self._tail.set_result(None)
+        self._tail = None
+
+    def resume_commits(self) -> None:
+        """This node leads again: its writes commit as the replica set acks them."""
+        self._abandoned = None
 
     def set_commit_limit(self, limit: int) -> None:
         self.commit_limit = limit

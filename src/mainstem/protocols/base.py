@@ -56,12 +56,12 @@ class ConnectionContext:
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
+    # channel number -> channel (AMQP 0-9-1): what /api/channels lists
+    channels: dict[int, ChannelView] = field(default_factory=dict)
     # Set by the stream protocol's handler: its publishers' and subscriptions' rows for
     # /api/stream/publishers and /api/stream/consumers, built when asked, not kept in step.
     stream_publishers: Callable[[], list[dict[str, Any]]] | None = None
     stream_consumers: Callable[[], list[dict[str, Any]]] | None = None
-    # channel number -> channel (AMQP 0-9-1): what /api/channels and /metrics list
-    channels: dict[int, ChannelView] = field(default_factory=dict)
 
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:

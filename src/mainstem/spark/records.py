@@ -13,20 +13,32 @@ headers    array<struct<key string, value binary>>  the application properties
 properties map<string, string>  the AMQP 1.0 properties that are set
 
 ``includeHeaders=false`` leaves out the headers column.
+
+Reads are Spark's hot loop: a chunk is decoded by Arrow's kernels over its bytes (see
+``_chunk_rows``); the record-by-record decoder is kept for chunks with compressed sub-batches
+and as the reference the tests hold the vectorised one to.
 """
 
 from __future__ import annotations
 
 import datetime
+import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mainstem.formats.amqp10 import Amqp10DecodeError, Message, Symbol, decode_message
+from mainstem.formats.amqp10 import Amqp10DecodeError, Message, Section, Symbol, decode_message
 from mainstem.formats.amqp10 import encode_message as encode_amqp10
-from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY
+from mainstem.formats.osiris import (
+    MAX_CHUNK_ENTRIES,
+    MAX_ENTRY_LENGTH,
+    SIMPLE_ENTRY,
+    SUB_BATCH_BIT,
+    SUB_BATCH_ENTRY,
+)
 from mainstem.log.chunk import Chunk
 
 HEADERS_COLUMN = "headers"
@@ -41,10 +53,13 @@ ARROW_SCHEMA = pa.schema([
 KEY_ANNOTATION = "x-routing-key"
 BATCH_ROWS = 65536  # fewer, larger batches: Spark's cost per Arrow batch is high
 BATCH_BYTES = 32 * 1024 * 1024  # ... unless the messages are large
-# A message that is only a data section: descriptor 0x00 0x53 0x75, then vbin8 or vbin32.
-_DATA8, _DATA32 = b"\x00\x53\x75\xa0", b"\x00\x53\x75\xb0"
-
-
+# A message that is only a data section: its described-type constructor (0x00, smallulong
+# 0x53, the section's code), then vbin8 (one length byte) or vbin32 (four).
+_DATA8, _DATA32 = bytes([0x00, 0x53, Section.DATA, 0xA0]), bytes([0x00, 0x53, Section.DATA, 0xB0])
+_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
+_ARANGE = pa.array(range(MAX_CHUNK_ENTRIES + 1), pa.int64())  # entry indexes of a chunk
+_PAD = bytes(12)  # read past a short last entry by the header probes: zeros, not an error
+_MAX_SLICE = MAX_ENTRY_LENGTH  # binary_slice's "to the end"
 
 
 def schema_ddl(include_headers: bool) -> str:
@@ -59,75 +74,194 @@ _SPARK_TYPES = {"key": "BINARY", "value": "BINARY", "stream": "STRING", "topic":
                 "properties": "MAP<STRING, STRING>"}
 
 
-class _Columns:
-    """Column lists of one Arrow batch. Values decoded record by record wait in `values`;
-    `pieces` holds the ones before them, as Arrow arrays. Keys, headers and properties are
-    sparse (most records have none), so they are kept by row index and filled in at the
-    end."""
+class _Sparse:
+    """Keys, headers and properties of the rows of a piece that were decoded one by one
+    (most records have none), by row index within the piece."""
 
-    __slots__ = ("headers", "keys", "offsets", "pieces", "properties", "size", "timestamps",
-                 "values")
+    __slots__ = ("headers", "keys", "properties")
 
     def __init__(self) -> None:
-        self.size = 0  # bytes of the chunks read into the batch
-        self.pieces: list[pa.Array] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
         self.keys: dict[int, bytes | None] = {}
         self.headers: dict[int, list[dict[str, Any]]] = {}
         self.properties: dict[int, list[tuple[str, str]]] = {}
 
+
+@dataclass(slots=True)
+class _Rows:
+    """The rows one chunk gives in the offset range: its values and offsets as Arrow
+    arrays, the chunk's timestamp, and the sparse columns."""
+
+    values: pa.Array
+    offsets: pa.Array
+    timestamp_ms: int
+    sparse: _Sparse
+
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add_array(self, values: pa.Array) -> None:
-        if self.values:
-            self.pieces.append(pa.array(self.values, pa.binary()))
-            self.values = []
-        self.pieces.append(values)
-
-    def value_array(self) -> pa.Array:
-        if not self.pieces:
-            return pa.array(self.values, pa.binary())
-        return pa.concat_arrays([*self.pieces, pa.array(self.values, pa.binary())])
-
 
 def record_batches(chunks: Iterable[Chunk], stream: str, partition: int, start: int, end: int,
-                   include_headers: bool = True) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the records with offsets in [start, end)."""
-    columns = _Columns()
+                   include_headers: bool = True, *, per_record: bool = False
+                   ) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the records with offsets in [start, end). ``per_record`` decodes
+    every chunk record by record: the reference the vectorised decoder is tested against."""
+    decode = _per_record_rows if per_record else _chunk_rows
+    pieces: list[_Rows] = []
+    rows = size = 0
     for chunk in chunks:
-        _add_chunk(columns, chunk, start, end)
-        columns.size += len(chunk.data)
-        if len(columns) >= BATCH_ROWS or columns.size >= BATCH_BYTES:
-            yield _batch(columns, stream, partition, include_headers)
-            columns = _Columns()
-    if len(columns):
-        yield _batch(columns, stream, partition, include_headers)
+        piece = decode(chunk, start, end)
+        if len(piece):
+            pieces.append(piece)
+            rows += len(piece)
+        size += len(chunk.data)
+        if pieces and (rows >= BATCH_ROWS or size >= BATCH_BYTES):
+            yield _batch(pieces, stream, partition, include_headers)
+            pieces, rows, size = [], 0, 0
+    if pieces:
+        yield _batch(pieces, stream, partition, include_headers)
 
 
-def _add_chunk(columns: _Columns, chunk: Chunk, start: int, end: int) -> None:
-    """The hot loop of every Spark read: one pass over the chunk's entries; a message that
-    is only a data section (what most clients send) costs one slice. A chunk inside the
-    range whose entries are all alike takes no per-record Python at all."""
+# -- the vectorised decoder ---------------------------------------------------------------
+
+
+def _chunk_rows(chunk: Chunk, start: int, end: int) -> _Rows:
+    """A chunk's rows with no per-record Python beyond one scan of the entries' size
+    prefixes (and none when all entries are the same size): the entries become one Arrow
+    binary array over the chunk's bytes, Arrow's kernels tell the common shape (a message
+    that is only a data section, vbin8 or vbin32) from the rest and cut its bodies out;
+    only the other shapes are decoded one by one. Chunks with sub-batches take the
+    per-record decoder."""
+    header = chunk.header
+    size, count = len(chunk.data), header.num_entries
+    data = b"".join((chunk.data, _PAD))  # one copy, padded
+    stride = _uniform_stride(data, size, count)
+    bounds = _scanned_bounds(data, size, count) if stride is None else _strided_bounds(
+        stride, count)
+    if bounds is None:
+        return _per_record_rows(chunk, start, end)
+    lo, hi = max(start - header.chunk_id, 0), max(min(end - header.chunk_id, count), 0)
+    lo = min(lo, hi)
+    entries = pa.BinaryArray.from_buffers(pa.binary(), count, [
+        None, bounds.buffers()[1], pa.py_buffer(data)]).slice(lo, hi - lo)
+    sparse = _Sparse()
+    head_size = None if stride is None else _alike_head_size(data, stride, count)
+    if head_size is not None:
+        values = pc.binary_slice(entries, head_size, _MAX_SLICE)
+    else:
+        values = _bodies(entries, data, bounds.slice(lo, hi - lo + 1), sparse)
+    offsets = pc.add(_ARANGE.slice(0, hi - lo), header.chunk_id + lo)
+    return _Rows(values, offsets, header.timestamp, sparse)
+
+
+def _uniform_stride(data: bytes, size: int, count: int) -> int | None:
+    """The entries' size when all are simple entries of one size: their size prefixes,
+    checked byte by byte for every entry at once by strided slices."""
+    if count == 0 or size % count or size // count < SIMPLE_ENTRY.size:
+        return None
+    stride = size // count
+    prefix = SIMPLE_ENTRY.pack(stride - SIMPLE_ENTRY.size)
+    if any(data[k:size:stride] != prefix[k:k + 1] * count for k in range(len(prefix))):
+        return None
+    return stride
+
+
+def _strided_bounds(stride: int, count: int) -> pa.Array:
+    return pc.cast(pc.multiply(_ARANGE.slice(0, count + 1), stride), pa.int32())
+
+
+def _scanned_bounds(data: bytes, size: int, count: int) -> pa.Array | None:
+    """Where each entry starts (and the last ends), from one pass over the size prefixes:
+    the only step that must be sequential, as each entry's place follows from the sizes
+    before it. None for a chunk with sub-batch entries (their flag bit makes the size
+    overshoot the data) or entries that do not fill the data exactly."""
+    if size > MAX_ENTRY_LENGTH:
+        return None
+    bounds = [0]
+    append, unpack, pos = bounds.append, SIMPLE_ENTRY.unpack_from, 0
+    try:
+        for _ in range(count):
+            pos += SIMPLE_ENTRY.size + unpack(data, pos)[0]
+            append(pos)
+    except struct.error:
+        return None
+    return pa.array(bounds, pa.int32()) if pos == size else None
+
+
+def _data_head(length: int) -> bytes | None:
+    """An entry's first bytes when its message of `length` bytes is only a data section
+    (vbin8 when the body fits, as encoders write it); None when too short to be one."""
+    body = length - len(_DATA8) - 1
+    if body < 0:
+        return None
+    if body < 256:
+        return SIMPLE_ENTRY.pack(length) + _DATA8 + bytes([body])
+    return SIMPLE_ENTRY.pack(length) + _DATA32 + SIMPLE_ENTRY.pack(length - len(_DATA32) - 4)
+
+
+def _alike_head_size(data: bytes, stride: int, count: int) -> int | None:
+    """The head size of entries of one size when all are only a data section: every entry
+    starts with the same head, checked byte by byte for all entries at once."""
+    head = _data_head(stride - SIMPLE_ENTRY.size)
+    if head is None:
+        return None
+    size = stride * count
+    if any(data[k:size:stride] != head[k:k + 1] * count
+           for k in range(SIMPLE_ENTRY.size, len(head))):
+        return None
+    return len(head)
+
+
+def _bodies(entries: pa.Array, data: bytes, bounds: pa.Array, sparse: _Sparse) -> pa.Array:
+    """The values of entries of any sizes: messages that are only a data section (the
+    head's length agreeing with the entry's) are cut by Arrow's kernels, the others decoded
+    one by one into `sparse`."""
+    starts = bounds.slice(0, len(entries))
+    lengths = pc.subtract(pc.subtract(bounds.slice(1), starts), SIMPLE_ENTRY.size)
+    octets = pa.Array.from_buffers(pa.uint8(), len(data), [None, pa.py_buffer(data)])
+
+    def octet(at: int) -> pa.Array:  # the byte at `at` of every entry, as int64
+        return pc.cast(pc.take(octets, pc.add(starts, at)), pa.int64())
+
+    head = pc.binary_slice(entries, SIMPLE_ENTRY.size, SIMPLE_ENTRY.size + len(_DATA8))
+    data8 = pc.and_(pc.equal(head, _DATA8),
+                    pc.equal(octet(8), pc.subtract(lengths, len(_DATA8) + 1)))
+    values = pc.binary_slice(entries, SIMPLE_ENTRY.size + len(_DATA8) + 1, _MAX_SLICE)
+    if pc.all(data8).as_py():
+        return values
+    length32 = octet(8)
+    for at in (9, 10, 11):
+        length32 = pc.add(pc.multiply(length32, 256), octet(at))
+    data32 = pc.and_(pc.equal(head, _DATA32),
+                     pc.equal(length32, pc.subtract(lengths, len(_DATA32) + 4)))
+    values = pc.if_else(data8, values, pc.binary_slice(
+        entries, SIMPLE_ENTRY.size + len(_DATA32) + 4, _MAX_SLICE))
+    others = pc.invert(pc.or_(data8, data32))
+    rows = pc.indices_nonzero(others)
+    if not len(rows):
+        return values
+    view = memoryview(data)
+    decoded = [_decode_record(sparse, row, view[at:at + length]) for row, at, length in zip(
+        rows.to_pylist(), pc.add(pc.take(starts, rows), SIMPLE_ENTRY.size).to_pylist(),
+        pc.take(lengths, rows).to_pylist(), strict=True)]
+    return pc.replace_with_mask(values, others, pa.array(decoded, pa.binary()))
+
+
+# -- the per-record decoder ---------------------------------------------------------------
+
+
+def _per_record_rows(chunk: Chunk, start: int, end: int) -> _Rows:
+    """A chunk's rows decoded record by record; compressed sub-batches are skipped (the log
+    keeps their records opaque)."""
     raw = bytes(chunk.data)
-    first, count = chunk.header.chunk_id, chunk.header.num_entries
-    if start <= first and first + count <= end:
-        uniform = _uniform_bodies(raw, count)
-        if uniform is not None:
-            columns.add_array(uniform)
-            columns.offsets.extend(range(first, first + count))
-            columns.timestamps.extend([chunk.header.timestamp * 1000] * count)
-            return
     unpack = SIMPLE_ENTRY.unpack_from
-    values, offsets = columns.values, columns.offsets
-    before = len(offsets)
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    sparse = _Sparse()
     offset = chunk.header.chunk_id
     pos = 0
     for _ in range(chunk.header.num_entries):
         (length,) = unpack(raw, pos)
-        if length & SUB_BATCH_BIT:  # a compressed sub-batch: records the log keeps opaque
+        if length & SUB_BATCH_BIT:
             _, count, _, length = SUB_BATCH_ENTRY.unpack_from(raw, pos)
             pos += SUB_BATCH_ENTRY.size + length
             offset += count
@@ -136,56 +270,36 @@ def _add_chunk(columns: _Columns, chunk: Chunk, start: int, end: int) -> None:
         pos = body + length
         if start <= offset < end:
             head = raw[body:body + 4]
-            if head == _DATA8 and raw[body + 4] == length - 5:
+            if head == _DATA8 and length > 4 and raw[body + 4] == length - 5:
                 values.append(raw[body + 5:pos])
-            elif head == _DATA32 and unpack(raw, body + 4)[0] == length - 8:
+            elif head == _DATA32 and length > 7 and unpack(raw, body + 4)[0] == length - 8:
                 values.append(raw[body + 8:pos])
             else:
-                _add_decoded(columns, len(offsets), memoryview(raw)[body:pos])
+                values.append(_decode_record(sparse, len(offsets), memoryview(raw)[body:pos]))
             offsets.append(offset)
         offset += 1
-    columns.timestamps.extend([chunk.header.timestamp * 1000] * (len(offsets) - before))
+    return _Rows(pa.array(values, pa.binary()), pa.array(offsets, pa.int64()),
+                 chunk.header.timestamp, sparse)
 
 
-def _uniform_bodies(raw: bytes, count: int) -> pa.Array | None:
-    """The bodies of a chunk whose entries are all the same size and all one data section
-    (a producer's batch of fixed-size messages), cut out by Arrow's kernels: the entries
-    become one binary array over the chunk's bytes and a slice drops their headers. None
-    for any other chunk."""
-    if count == 0 or len(raw) % count:
-        return None
-    stride = len(raw) // count
-    length = stride - SIMPLE_ENTRY.size
-    if length - 5 < 0:
-        return None
-    prefix = SIMPLE_ENTRY.pack(length) + (_DATA8 + bytes([length - 5]) if length - 5 < 256
-                                          else _DATA32 + SIMPLE_ENTRY.pack(length - 8))
-    # Each header byte, checked for every entry at once by a strided slice.
-    if any(raw[k::stride] != prefix[k:k + 1] * count for k in range(len(prefix))):
-        return None
-    bounds = pa.array(range(0, len(raw) + 1, stride), pa.int32())
-    entries = pa.BinaryArray.from_buffers(pa.binary(), count,
-                                          [None, bounds.buffers()[1], pa.py_buffer(raw)])
-    return pc.binary_slice(entries, len(prefix), stride)
-
-
-def _add_decoded(columns: _Columns, row: int, record: memoryview) -> None:
+def _decode_record(sparse: _Sparse, row: int, record: memoryview) -> bytes | None:
+    """The value of a record that is not only a data section; its key, headers and
+    properties go into `sparse`."""
     try:
         message = decode_message(record)
     except Amqp10DecodeError:
-        columns.values.append(bytes(record))  # not AMQP 1.0: a BSON event or other raw record
-        return
-    columns.values.append(_body_bytes(message.body))
+        return bytes(record)  # not AMQP 1.0: a BSON event or other raw record
     key = (message.message_annotations or {}).get(KEY_ANNOTATION)
     if key is not None:
-        columns.keys[row] = _as_bytes(key)
+        sparse.keys[row] = _as_bytes(key)
     application = message.application_properties
     if application:
-        columns.headers[row] = [{"key": str(k), "value": _as_bytes(v)}
-                                for k, v in application.items()]
+        sparse.headers[row] = [{"key": str(k), "value": _as_bytes(v)}
+                               for k, v in application.items()]
     properties = _properties(message)
     if properties:
-        columns.properties[row] = properties
+        sparse.properties[row] = properties
+    return _body_bytes(message.body)
 
 
 def _body_bytes(body: Any) -> bytes | None:
@@ -223,31 +337,46 @@ def _properties(message: Message) -> list[tuple[str, str]] | None:
     return found or None
 
 
-def _batch(columns: _Columns, stream: str, partition: int, include_headers: bool
+def _batch(pieces: list[_Rows], stream: str, partition: int, include_headers: bool
            ) -> pa.RecordBatch:
-    rows = len(columns)
-    names = pa.array([stream] * rows, pa.string())
+    rows = sum(len(piece) for piece in pieces)
+    names = pa.repeat(pa.scalar(stream, pa.string()), rows)
     batch = pa.RecordBatch.from_arrays([
-        _sparse(columns.keys, rows, pa.binary()),
-        columns.value_array(),
+        _sparse(pieces, "keys", rows, pa.binary()),
+        pa.concat_arrays([piece.values for piece in pieces]),
         names,
         names,
-        pa.array([partition] * rows, pa.int32()),
-        pa.array(columns.offsets, pa.int64()),
-        pa.array(columns.timestamps, pa.timestamp("us", tz="UTC")),
-        _sparse(columns.headers, rows, HEADER_TYPE),
-        _sparse(columns.properties, rows, PROPERTIES_TYPE),
+        pa.repeat(pa.scalar(partition, pa.int32()), rows),
+        pa.concat_arrays([piece.offsets for piece in pieces]),
+        _timestamps(pieces),
+        _sparse(pieces, "headers", rows, HEADER_TYPE),
+        _sparse(pieces, "properties", rows, PROPERTIES_TYPE),
     ], schema=ARROW_SCHEMA)
     return batch if include_headers else batch.drop_columns([HEADERS_COLUMN])
 
 
-def _sparse(by_row: dict[int, Any], rows: int, kind: pa.DataType) -> pa.Array:
-    if not by_row:
-        return pa.nulls(rows, kind)
-    filled: list[Any] = [None] * rows
-    for row, value in by_row.items():
-        filled[row] = value
-    return pa.array(filled, kind)
+def _timestamps(pieces: list[_Rows]) -> pa.Array:
+    """Each piece's chunk timestamp, once per row: a run per piece, decoded by Arrow."""
+    ends, total = [], 0
+    for piece in pieces:
+        total += len(piece)
+        ends.append(total)
+    runs = pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(
+        [piece.timestamp_ms * 1000 for piece in pieces], _TIMESTAMP))
+    return pc.run_end_decode(runs)
+
+
+def _sparse(pieces: list[_Rows], column: str, rows: int, kind: pa.DataType) -> pa.Array:
+    """One of the sparse columns of the pieces: nulls but where a row has a value."""
+    filled: list[Any] | None = None
+    base = 0
+    for piece in pieces:
+        for row, value in getattr(piece.sparse, column).items():
+            if filled is None:
+                filled = [None] * rows
+            filled[base + row] = value
+        base += len(piece)
+    return pa.nulls(rows, kind) if filled is None else pa.array(filled, kind)
 
 
 def encode_row(value: bytes | None, key: bytes | None, headers: Any) -> bytes:

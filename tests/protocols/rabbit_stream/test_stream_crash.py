@@ -11,13 +11,10 @@ from pathlib import Path
 from rstream import (
     AMQPMessage,
     ConfirmationStatus,
-    Consumer,
-    ConsumerOffsetSpecification,
-    OffsetType,
     Producer,
-    amqp_decoder,
 )
 
+from tests.support.rstream_reads import read_with_rstream
 from tests.support.server_process import kill, start_server, started_ports
 
 BATCH = 100
@@ -70,29 +67,6 @@ async def publish_until_killed(port: int, server) -> set[int]:
     return survivors
 
 
-async def read_everything(port: int) -> list[bytes]:
-    """Every message of the stream, from the first, until a second passes with none new."""
-    bodies: list[bytes] = []
-    arrived = asyncio.Event()
-
-    async def on_message(message: AMQPMessage, context) -> None:
-        bodies.append(bytes(message.body))
-        arrived.set()
-
-    async with Consumer(**credentials(port)) as consumer:
-        await consumer.start()
-        await consumer.subscribe("crash", on_message, decoder=amqp_decoder,
-                                 offset_specification=ConsumerOffsetSpecification(
-                                     OffsetType.FIRST, None))
-        for _ in range(60):
-            arrived.clear()
-            try:
-                await asyncio.wait_for(arrived.wait(), 1.0)
-            except TimeoutError:
-                break
-    return bodies
-
-
 async def test_sigkill_mid_publish_keeps_every_confirmed_message_once(tmp_path: Path) -> None:
     data, log = tmp_path / "data", tmp_path / "server.log"
     server = start_server(data, log)
@@ -104,7 +78,7 @@ async def test_sigkill_mid_publish_keeps_every_confirmed_message_once(tmp_path: 
 
     restarted = start_server(data, log)
     try:
-        bodies = await read_everything(started_ports(restarted, log)["stream"])
+        bodies = await read_with_rstream(started_ports(restarted, log)["stream"], "crash")
     finally:
         kill(restarted)
     assert len(bodies) == len(set(bodies)), "a message was stored twice"

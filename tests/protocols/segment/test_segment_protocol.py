@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import dataclasses
 import random
-import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
 
 from mainstem import Broker
-from mainstem.client.segment import SegmentClient, SegmentClientError
+from mainstem.client.segment import SegmentClient, SegmentClientError, split_events
 from mainstem.config import ServerConfig
 from mainstem.protocols.segment import codec as c
 
@@ -27,13 +26,6 @@ def frames_of(events: list[bytes]) -> bytes:
     return b"".join(c.Event(e).encode() for e in events)
 
 
-def events_of(data: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(data):
-        _, n = struct.unpack_from(">iI", data, pos)
-        out.append(data[pos + 8:pos + 8 + n])
-        pos += 8 + n
-    return out
 
 
 @pytest.fixture
@@ -77,7 +69,7 @@ async def test_tail_wait_then_new_data(client: SegmentClient, broker: Broker) ->
     await asyncio.sleep(0.1)
     appender.append_block([b"late"])
     got = await reading
-    assert events_of(bytes(got.data)) == [b"late"]
+    assert split_events(bytes(got.data)) == [b"late"]
 
 
 async def test_exactly_once_across_reconnect(broker: Broker) -> None:
@@ -102,7 +94,7 @@ async def test_exactly_once_across_reconnect(broker: Broker) -> None:
     await appender.resend()
     appender.append_block([b"a4"])
     await appender.flush()
-    assert events_of(await second.read_all(NS_SEGMENT)) == [b"a1", b"a2", b"a3", b"a4"]
+    assert await second.read_events(NS_SEGMENT) == [b"a1", b"a2", b"a3", b"a4"]
     await second.close()
 
 
@@ -138,7 +130,7 @@ async def test_partial_messages_split_at_every_boundary(client: SegmentClient) -
         client.writer.write(out)
         appender.offset = start + len(body)
         assert await appender.flush() == appender.offset
-    assert events_of(await client.read_all(NS_SEGMENT)) == events * (len(body) - 1)
+    assert await client.read_events(NS_SEGMENT) == events * (len(body) - 1)
 
 
 async def test_several_appenders_on_one_connection(client: SegmentClient) -> None:
@@ -151,8 +143,8 @@ async def test_several_appenders_on_one_connection(client: SegmentClient) -> Non
         two.append_block([b"two%d" % i])
     await one.flush()
     await two.flush()
-    assert events_of(await client.read_all("/s1/0")) == [b"one%d" % i for i in range(5)]
-    assert events_of(await client.read_all("/s2/0")) == [b"two%d" % i for i in range(5)]
+    assert await client.read_events("/s1/0") == [b"one%d" % i for i in range(5)]
+    assert await client.read_events("/s2/0") == [b"two%d" % i for i in range(5)]
 
 
 async def test_seal_truncate_delete(client: SegmentClient) -> None:
@@ -166,7 +158,7 @@ async def test_seal_truncate_delete(client: SegmentClient) -> None:
     with pytest.raises(SegmentClientError, match="SegmentIsTruncated"):
         await client.read(NS_SEGMENT, 0)
     got = await client.read(NS_SEGMENT, 10)
-    assert events_of(bytes(got.data)) == [b"e2"]
+    assert split_events(bytes(got.data)) == [b"e2"]
     await client.seal(NS_SEGMENT)
     got = await client.read(NS_SEGMENT, 20)
     assert (got.at_tail, got.end_of_segment, bytes(got.data)) == (True, True, b"")
@@ -238,7 +230,7 @@ async def test_block_length_mismatch_closes_only_that_connection(
     good = await client.appender(NS_SEGMENT)
     good.append_block([b"fine"])
     await good.flush()
-    assert events_of(await client.read_all(NS_SEGMENT)) == [b"fine"]  # nothing of "abc"
+    assert await client.read_events(NS_SEGMENT) == [b"fine"]  # nothing of "abc"
 
 
 async def test_permissions_per_namespace(client: SegmentClient, broker: Broker) -> None:
@@ -270,7 +262,7 @@ async def test_large_reply_split_into_partials_and_idle_peer_dropped(tmp_path: P
             appender.append_block([event])
         await appender.flush()
         got = await client.read(NS_SEGMENT, 0, 1 << 20)  # > the frame limit: sent as partials
-        assert events_of(bytes(got.data)) == events
+        assert split_events(bytes(got.data)) == events
         reader, writer = await asyncio.open_connection("127.0.0.1", running.ports["segment"])
         writer.write(c.Authenticate("guest", "guest").encode())
         started = asyncio.get_running_loop().time()

@@ -149,12 +149,24 @@ class Appender:
         return Receipt(last.done, first, skip)
 
     async def settled(self) -> None:
-        """Return once everything appended so far is durable."""
-        if self._forwarded is not None:
-            await asyncio.shield(self._forwarded)
+        """Return once everything appended so far is durable (on a replica: once what
+        it forwarded is committed at the leader)."""
+        if self.forwarder is not None:
+            if self._forwarded is not None:
+                await asyncio.shield(self._forwarded)
+            return
         if self._chunks:
             await asyncio.shield(self._chunks[-1].done)
         await self.partition.durable_point()
+
+    async def committed_sequence(self, writer: str) -> int | None:
+        """The writer's last sequence once everything appended so far is committed (a
+        writer resuming after a reconnect resends what follows it). A replica asks the
+        leader: what it holds itself may include chunks its leader never committed."""
+        if self.forwarder is not None:
+            return await self.forwarder.sequence(writer)
+        await self.settled()
+        return self.sequence(writer)
 
     def write_staged(self) -> None:
         """Write what is staged now rather than at the end of the turn: for a writer that

@@ -36,3 +36,6 @@ class Forwarder(Protocol):
     def forward(self, append: ForwardedAppend) -> asyncio.Future[int]:
         """Run `append` at the leader; the future holds the offset of its first record
         once committed there, or the leader's error."""
+
+    def sequence(self, writer: str) -> asyncio.Future[int | None]:
+        """The writer's last sequence at the leader, once all before is committed."""

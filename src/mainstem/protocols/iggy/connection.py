@@ -32,7 +32,7 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
-from mainstem.broker.stream_service import PartitionService, WritesHeld
+from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
 from mainstem.broker.streams import Stream, TooManyPartitions
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
@@ -461,7 +461,10 @@ class IggyConnection:
         index = self._choose(stream, kind, value)
         records = [encode_record(m.id or _unique_id(), m.headers, m.payload) for m in messages]
         receipt = stream.services[index].appender.append_records(records)
-        await receipt.durable
+        try:
+            await receipt.durable
+        except PartitionClosed as failed:  # deleted meanwhile, or no leader took it
+            raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, str(failed)) from None
         return self.layout.sent(self.model.id_of(STREAM, "", stream.namespace),
                                  self.model.id_of(TOPIC, stream.namespace, stream.name), index,
                                  receipt.first_offset)

@@ -67,8 +67,12 @@ class StreamCodec:
         if end:
             # A private copy of the complete frames: parsed frames keep memoryviews into it,
             # and a bytearray with live views could not be shrunk by the del below.
-            block = memoryview(self._buffer[:end])
-            del self._buffer[:end]
+            if end == len(self._buffer):  # the usual case: hand the buffer over whole
+                block = memoryview(self._buffer)
+                self._buffer = bytearray()
+            else:
+                block = memoryview(self._buffer[:end])
+                del self._buffer[:end]
             pos = 0
             while pos < end:
                 (size,) = U32.unpack_from(block, pos)

@@ -532,7 +532,7 @@ class StreamConnection:
                 self.stats.confirm += len(ids)
                 self.send(r.PublishConfirm(publisher.publisher_id, ids))
 
-    def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
+    async def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
         try:
             self._check("read", frame.stream)
             _, partition = self._resolve(frame.stream)
@@ -540,7 +540,14 @@ class StreamConnection:
             self.send(r.QueryPublisherSequenceResponse(frame.correlation_id,
                                                        response_code(error), 0))
             return
-        sequence = partition.appender.sequence(frame.reference) or 0
+        appender = partition.appender
+        try:  # a replica asks the leader: its own log may hold chunks never committed
+            sequence = (appender.sequence(frame.reference) if appender.forwarder is None
+                        else await appender.committed_sequence(frame.reference)) or 0
+        except PartitionClosed:  # no leader answered
+            self.send(r.QueryPublisherSequenceResponse(
+                frame.correlation_id, ResponseCode.STREAM_NOT_AVAILABLE, 0))
+            return
         self.send(r.QueryPublisherSequenceResponse(frame.correlation_id, ResponseCode.OK,
                                                    sequence))
 

@@ -1,0 +1,141 @@
+"""What every management API handler shares: the broker it looks at, the sampled
+counters behind message_stats rates, and the request helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from mainstem.admin.registry import Connection, ConnectionRegistry, socket_traffic
+from mainstem.admin.resources import ResourceProvider
+from mainstem.admin.stats import RateSampler
+from mainstem.broker.alarms import AlarmMonitor
+from mainstem.broker.auth import User
+from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.message_stats import MessageStats
+
+if TYPE_CHECKING:
+    from mainstem.broker.core import BrokerCore
+    from mainstem.broker.streams import Stream
+
+OVERVIEW = ("overview",)
+
+
+@dataclass
+class AdminState:
+    core: BrokerCore
+    connections: ConnectionRegistry
+    providers: list[ResourceProvider]
+    monitor: AlarmMonitor | None
+    listeners: dict[str, int]  # listener name -> port, as bound
+    hosts: dict[str, str]  # listener name -> bind address
+    certfile: Path | None = None  # the TLS listeners' certificate chain
+    rates: RateSampler = field(default_factory=RateSampler)
+
+    def sample(self) -> None:
+        """Every live object's counters, once a second, for the rates of message_stats."""
+        samples: dict[Hashable, Mapping[str, int]] = {}
+        for connection in self.connections.list():
+            samples[connection_key(connection)] = traffic_counts(connection)
+            for number, channel in list(connection.ctx.channels.items()):
+                samples[channel_key(connection, number)] = channel.stats.counts()
+        for vhost in self.core.queues.vhosts.values():
+            for queue in vhost.queues.values():
+                samples[("queue", vhost.name, queue.name)] = queue.stats.counts()
+            for name, stats in list(vhost.graph.stats.items()):
+                samples[("exchange", vhost.name, name)] = stats.counts()
+        for stream in self.core.streams.list():
+            samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
+        samples[OVERVIEW] = self.totals()
+        self.rates.record(time.monotonic(), samples)
+
+    def totals(self) -> dict[str, int]:
+        """The overview's counters: every AMQP channel's, closed ones included, and the
+        messages and bytes stored in streams by every protocol (mainstem's own)."""
+        totals = MessageStats()
+        totals.add(self.core.closed_channel_stats)
+        for connection in self.connections.list():
+            for channel in list(connection.ctx.channels.values()):
+                totals.add(channel.stats)
+        partitions = [p for s in self.core.streams.list() for p in s.partitions]
+        return {**totals.counts(),
+                "stream_publish": sum(p.committed_offset for p in partitions),
+                "stream_publish_bytes": sum(p.committed_byte for p in partitions)}
+
+    def message_stats(self, key: Hashable, counts: Mapping[str, int]) -> dict[str, Any]:
+        return self.rates.detailed(key, counts)
+
+
+def traffic_counts(connection: Connection) -> dict[str, int]:
+    traffic = socket_traffic(connection.ctx.writer)
+    return {"recv_oct": traffic.get("bytes_in", 0), "send_oct": traffic.get("bytes_out", 0)}
+
+
+def connection_key(connection: Connection) -> tuple[str, int]:
+    return ("connection", connection.conn_id)
+
+
+def channel_key(connection: Connection, number: int) -> tuple[str, int, int]:
+    return ("channel", connection.conn_id, number)
+
+
+STATE = web.AppKey("state", AdminState)
+USER = web.RequestKey("user", User)  # the request's authenticated User
+
+
+def state_of(request: web.Request) -> AdminState:
+    return request.app[STATE]
+
+
+def vhost_of(request: web.Request) -> str | None:
+    return request.match_info.get("vhost")
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
+        raise InvalidArgument("the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return body
+
+
+def no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+
+def add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
+    """A queue's, stream's or exchange's counters and rates, as RabbitMQ shows them."""
+    counts = object_counts(state.core, kind, row["vhost"], row["name"])
+    if counts is not None:
+        row["message_stats"] = state.message_stats((kind, row["vhost"], row["name"]), counts)
+
+
+def object_counts(core: BrokerCore, kind: str, vhost: str, name: str
+                  ) -> Mapping[str, int] | None:
+    host = core.queues.vhosts.get(vhost)
+    if kind == "exchange":
+        stats = None if host is None else host.graph.stats.get(name)
+        return None if stats is None else stats.counts()
+    queue = None if host is None else host.queues.get(name)
+    if queue is not None:
+        return queue.stats.counts()
+    stream = core.streams.find(vhost, name)
+    return None if stream is None else stream_counts(core, stream)
+
+
+def stream_counts(core: BrokerCore, stream: Stream) -> dict[str, int]:
+    """A stream's counters: messages ever appended (its committed offsets) and delivered
+    (as every protocol counts them), so nothing is counted per message for it."""
+    return {"publish": sum(p.committed_offset for p in stream.partitions),
+            "deliver_get": core.delivery_stats.delivered_messages(stream.namespace,
+                                                                  stream.name)}
