@@ -39,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
     ctl = commands.add_parser(
         "ctl", help="operate a running broker over its management API",
-        description="Users, permissions, virtual hosts, streams, queues, connections and"
-        " consumer lag, over the HTTP management API.",
+        description="The everyday tasks of rabbitmqctl and rabbitmqadmin over the HTTP"
+        " management API: queues, exchanges, bindings, connections, channels, consumers,"
+        " users, permissions, vhosts, definitions, and mainstem's streams and consumer lag."
+        " `mainstem ctl GROUP --help` lists a group's actions.",
     )
     add_ctl_arguments(ctl)
     ctl.set_defaults(run=run_ctl)

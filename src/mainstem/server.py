@@ -18,9 +18,9 @@ import resource
 import signal
 import socket
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, SupportsIndex
 from urllib.parse import quote
 
 from mainstem.admin.registry import ConnectionRegistry, socket_traffic
@@ -33,6 +33,7 @@ from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
+from mainstem.protocols.sniff import HEAD_SIZE, identify
 from mainstem.tls import server_context
 
 log = logging.getLogger("mainstem.server")
@@ -188,7 +189,7 @@ class Broker:
         except BaseException:
             await self._release()
             raise
-        log.info("broker started", extra={
+        log.info("broker.started", extra={
             "data_dir": str(self.data_dir), "ports": dict(self.ports), "pid": os.getpid(),
             "max_connections": self.max_connections,
         })
@@ -203,7 +204,7 @@ class Broker:
         self._closing.set()
         await self._end_connections()
         await self._release()
-        log.info("broker stopped", extra={"data_dir": str(self.data_dir)})
+        log.info("broker.stopped", extra={"data_dir": str(self.data_dir)})
 
     async def serve_forever(self) -> None:
         """Run until SIGTERM or SIGINT, then shut down gracefully (starting first if needed)."""
@@ -243,10 +244,17 @@ class Broker:
         async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
             await self._serve_connection(spec, reader, writer, name)
 
+        loop = asyncio.get_running_loop()
+        limit = self._read_buffer_limit()
+
+        def accept() -> asyncio.StreamReaderProtocol:  # asyncio.start_server's, our reader
+            return asyncio.StreamReaderProtocol(FirstBytesReader(spec, limit, loop),
+                                                on_connection)
+
         try:
-            server = await asyncio.start_server(
-                on_connection, host, port, limit=self._read_buffer_limit(), backlog=LISTEN_BACKLOG,
-                ssl=tls, ssl_handshake_timeout=self._handshake_timeout_s if tls else None,
+            server = await loop.create_server(
+                accept, host, port, backlog=LISTEN_BACKLOG, ssl=tls,
+                ssl_handshake_timeout=self._handshake_timeout_s if tls else None,
             )
         except OSError as exc:
             raise ListenerBindError(name, host, port, _bind_reason(exc)) from exc
@@ -256,7 +264,7 @@ class Broker:
     def _bound(self, name: str, host: str, port: int) -> None:
         self.ports[name] = port
         self._hosts[name] = host
-        log.info("listener started", extra={"listener": name, "host": host, "port": port})
+        log.info("listener.started", extra={"listener": name, "host": host, "port": port})
 
     async def _start_admin(self, tls: ssl.SSLContext | None) -> None:
         """The management API, metrics and console: HTTP on its port, HTTPS on its twin."""
@@ -329,8 +337,9 @@ class Broker:
         if not limit or self._open_connections() < limit:
             return False
         # Refused before any protocol byte, as RabbitMQ does past its connection_max.
-        log.warning("connection refused: connection limit reached",
-                    extra={"listener": listener, "peer": peer, "max_connections": limit})
+        log.warning("connection.refused", extra={"reason": "connection limit reached",
+                                             "listener": listener, "peer": peer,
+                                             "max_connections": limit})
         return True
 
     async def _serve_connection(
@@ -359,7 +368,10 @@ class Broker:
         )
         loop = asyncio.get_running_loop()
         opened_at = loop.time()
-        ctx.log.info("connection opened")
+        self.core.counters.connections_opened += 1
+        ctx.log.info("connection.opened")
+        if isinstance(reader, FirstBytesReader):
+            reader.on_wrong_protocol(ctx.log)
         handshake = _HandshakeDeadline(ctx, task, self._handshake_timeout_s)
         outcome = "ended"
         try:
@@ -372,18 +384,19 @@ class Broker:
             task.uncancel()
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             outcome = "lost"
-            ctx.log.warning("connection lost", extra={"error": describe_error(exc)})
+            ctx.log.warning("connection.lost", extra={"error": describe_error(exc)})
         except Exception as exc:
             outcome = "failed"
-            ctx.log.exception("connection failed", extra={"error": describe_error(exc)})
+            ctx.log.exception("connection.failed", extra={"error": describe_error(exc)})
         finally:
             handshake.cancel()
             self._connections.discard(task)
             self.connections.remove(conn_id)
+            self.core.counters.connections_closed += 1
             traffic = socket_traffic(writer)
             await _close_writer(writer)
             # ctx.log, not the local fields: the handler may have bound user and namespace.
-            ctx.log.info("connection closed", extra={
+            ctx.log.info("connection.closed", extra={
                 "outcome": outcome, "duration_s": round(loop.time() - opened_at, 3), **traffic,
             })
 
@@ -392,7 +405,7 @@ class Broker:
             return
         _done, pending = await asyncio.wait(set(self._connections), timeout=self._grace_s)
         if pending:
-            log.warning("cancelling connections after the shutdown grace period",
+            log.warning("shutdown.cancelling_connections",
                         extra={"connections": len(pending), "grace_s": self._grace_s})
             for task in pending:
                 task.cancel()
@@ -434,7 +447,7 @@ class _HandshakeDeadline:
 
     def _expire(self, timeout_s: float) -> None:
         if self._ctx.user is None:
-            self._ctx.log.warning("closing connection: no login within the handshake timeout",
+            self._ctx.log.warning("handshake.timeout",
                                   extra={"handshake_timeout_s": timeout_s})
             self.expired = True
             self._task.cancel()
@@ -448,6 +461,53 @@ class _Refused(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.close()
+
+
+class FirstBytesReader(asyncio.StreamReader):
+    """The reader of one accepted socket: before the handler reads anything, the first
+    bytes are checked once for another protocol's opening (`sniff.identify`). Those are
+    logged (`protocol.mismatch`: what arrived, on which listener) and, unless the listener's
+    protocol answers them itself, the handler sees the end of the stream instead."""
+
+    def __init__(self, spec: ProtocolSpec, limit: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self._spec = spec
+        self._checked = False
+        self._refused = False
+        self._mismatch: tuple[str, bytes] | None = None  # (what arrived, its first bytes)
+        self._log: logging.LoggerAdapter | None = None
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if not self._checked:
+            self._checked = True
+            self._check(bytes(data))  # the first chunk only
+        if self._refused:
+            return  # the handler already saw the end
+        super().feed_data(data)
+
+    def _check(self, data: bytes) -> None:
+        arrived = identify(data)
+        if arrived is None or arrived == self._spec.name:
+            return
+        self._mismatch = (arrived, bytes(data[:HEAD_SIZE]))
+        self._report()
+        if not self._spec.answers_wrong_protocol:
+            self._refused = True
+            self.feed_eof()
+
+    def on_wrong_protocol(self, connection_log: logging.LoggerAdapter) -> None:
+        """Log a mismatch through the connection's log (its fields: listener, peer)."""
+        self._log = connection_log
+        self._report()
+
+    def _report(self) -> None:
+        if self._log is not None and self._mismatch is not None:
+            arrived, head = self._mismatch
+            self._log.warning("protocol.mismatch", extra={
+                "arrived": arrived, "expected": self._spec.name, "first_bytes": head.hex(),
+                "answered": self._spec.answers_wrong_protocol})
+            self._mismatch = None
 
 
 def _connection_limit(configured: int | None) -> int:
@@ -526,7 +586,7 @@ class _DataDirLock:
 
 
 def _on_signal(signum: int, stop_requested: asyncio.Event) -> None:
-    log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
+    log.info("shutdown.requested", extra={"signal": signal.Signals(signum).name})
     stop_requested.set()
 
 

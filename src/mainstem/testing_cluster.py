@@ -168,7 +168,7 @@ class LocalCluster:
         node = self.nodes[name]
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            for entry in node.log_events("broker started"):
+            for entry in node.log_events("broker.started"):
                 if entry.get("pid") == node.pid:
                     node.ports = dict(entry["ports"])
                     return node.ports

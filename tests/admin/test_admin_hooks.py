@@ -72,6 +72,7 @@ async def test_identify_consumers_and_polite_close(tmp_path):
         assert consumer["prefetch_count"] == 10
         async with http.get("/api/overview") as response:
             assert (await response.json())["object_totals"]["consumers"] == 1
+        broker.core.streams.create("/", "orders")  # only a live queue's series are listed
         for line in (b"deliver orders 10 1000\n", b"deliver orders 5 500\n"):
             writer.write(line)
             assert await asyncio.wait_for(reader.readline(), TIMEOUT_S) == b"ok\n"
@@ -79,7 +80,6 @@ async def test_identify_consumers_and_polite_close(tmp_path):
             text = await response.text()
         assert 'mainstem_messages_out_total{queue="orders",vhost="/"} 15.0' in text
         assert 'mainstem_bytes_out_total{queue="orders",vhost="/"} 1500.0' in text
-        broker.core.streams.create("/", "orders")
         await broker.core.streams.delete("/", "orders")
         async with http.get("/metrics") as response:
             assert 'queue="orders"' not in await response.text()

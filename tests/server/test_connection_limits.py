@@ -129,7 +129,7 @@ def test_connection_limit_defaults_from_the_descriptor_limit(tmp_path: Path) -> 
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors, descriptors)),
     )
     try:
-        started = wait_for_event(process, log_path, "broker started", after_pid=process.pid)
+        started = wait_for_event(process, log_path, "broker.started", after_pid=process.pid)
         limit = default_max_connections(descriptors)
         assert started["max_connections"] == limit
         asyncio.run(fill_to_the_limit(started["ports"], limit))

@@ -20,6 +20,7 @@ import pytest
 import mainstem
 from mainstem import server as server_module
 from mainstem.broker.alarms import ResourceAlarms
+from mainstem.broker.counters import BrokerCounters
 from mainstem.config import ListenerConfig, ServerConfig
 from mainstem.logging_setup import ContextLog, JsonFormatter, TextFormatter, configure_logging
 from mainstem.protocols import all_protocols
@@ -137,15 +138,15 @@ async def test_serves_connections_on_loopback_and_logs_them(tmp_path, caplog):
         assert await exchange(port, b"ping\n") == b"ping\n"
         assert await exchange(port, b"who\n") == b"1048576 60\n"
 
-    opened = [r for r in caplog.records if r.getMessage() == "connection opened"]
-    closed = [r for r in caplog.records if r.getMessage() == "connection closed"]
+    opened = [r for r in caplog.records if r.getMessage() == "connection.opened"]
+    closed = [r for r in caplog.records if r.getMessage() == "connection.closed"]
     assert len(opened) == len(closed) == 2
     assert {r.conn_id for r in opened} == {r.conn_id for r in closed} == {1, 2}
     assert all(r.listener == "echo" and r.peer.startswith("127.0.0.1:") for r in opened)
     assert all(r.outcome == "ended" and r.duration_s >= 0 for r in closed)
     if sys.platform == "linux":  # traffic comes from the kernel's TCP_INFO counters
         assert all(r.bytes_in >= 5 and r.bytes_out >= 5 for r in closed)
-    started = next(r for r in caplog.records if r.getMessage() == "broker started")
+    started = next(r for r in caplog.records if r.getMessage() == "broker.started")
     assert started.ports == {"echo": port}
 
 
@@ -161,11 +162,11 @@ async def test_handler_failure_is_logged_and_isolated(tmp_path, caplog):
         bystander.close()
         await bystander.wait_closed()
 
-    failed = [r for r in caplog.records if r.getMessage() == "connection failed"]
+    failed = [r for r in caplog.records if r.getMessage() == "connection.failed"]
     assert len(failed) == 1
     assert failed[0].levelno == logging.ERROR and failed[0].error == "RuntimeError: boom"
     assert failed[0].exc_info is not None
-    outcomes = [r.outcome for r in caplog.records if r.getMessage() == "connection closed"]
+    outcomes = [r.outcome for r in caplog.records if r.getMessage() == "connection.closed"]
     assert sorted(outcomes) == ["ended", "ended", "failed"]
 
 
@@ -198,11 +199,13 @@ class RecordingCore:
 
     events: list[str]
     alarms: ResourceAlarms
+    counters: BrokerCounters
 
     @classmethod
     async def open(cls, data_dir: Path, settings) -> RecordingCore:
         core = cls()
         core.alarms = ResourceAlarms()
+        core.counters = BrokerCounters()
         core.events = ["open"]
         return core
 
@@ -233,7 +236,7 @@ async def test_shutdown_cancels_handlers_after_the_grace_period(tmp_path, caplog
     assert time.monotonic() - began < 2.0
     assert await asyncio.wait_for(reader.read(), TIMEOUT_S) == b""
     writer.close()
-    closed = next(r for r in caplog.records if r.getMessage() == "connection closed")
+    closed = next(r for r in caplog.records if r.getMessage() == "connection.closed")
     assert closed.outcome == "cancelled"
 
 
@@ -313,12 +316,12 @@ def test_cli_serves_until_sigterm(tmp_path):
     log_path = tmp_path / "server.log"
     process = start_server(tmp_path / "data", log_path)
     try:
-        started = wait_for_event(process, log_path, "broker started")
+        started = wait_for_event(process, log_path, "broker.started")
         assert started["pid"] == process.pid
         assert set(started["ports"]) == {spec.name for spec in all_protocols()} | {"admin"}
         os.kill(process.pid, signal.SIGTERM)
         assert process.wait(TIMEOUT_S) == 0
-        wait_for_event(process, log_path, "broker stopped")
+        wait_for_event(process, log_path, "broker.stopped")
     finally:
         kill(process)
 
@@ -328,7 +331,7 @@ def test_cli_refuses_a_data_dir_in_use(tmp_path):
     log_path = tmp_path / "server.log"
     process = start_server(data_dir, log_path)
     try:
-        wait_for_event(process, log_path, "broker started")
+        wait_for_event(process, log_path, "broker.started")
         second = subprocess.run(
             [str(MAINSTEM), "serve", "--data-dir", str(data_dir), *loopback_listener_flags()],
             capture_output=True, text=True, timeout=TIMEOUT_S, env=clean_env(),

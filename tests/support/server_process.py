@@ -58,7 +58,7 @@ def wait_for_event(process: subprocess.Popen, log_path: Path, event: str,
 
 
 def started_ports(process: subprocess.Popen, log_path: Path) -> dict[str, int]:
-    return wait_for_event(process, log_path, "broker started", after_pid=process.pid)["ports"]
+    return wait_for_event(process, log_path, "broker.started", after_pid=process.pid)["ports"]
 
 
 def kill(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:

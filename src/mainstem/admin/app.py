@@ -57,7 +57,7 @@ def create_app(broker: Broker) -> web.Application:
     for table in ROUTE_TABLES:
         app.add_routes(table)
     metrics = Metrics(state)
-    app.router.add_get("/metrics", metrics.handle)
+    metrics.add_routes(app)
     app.router.add_get("/", _console_index)
     app.router.add_static("/console/", CONSOLE_DIR)
     app.cleanup_ctx.append(_sampling(state))
@@ -149,6 +149,8 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
     try:
         user = await core.login(*credentials, request.remote)
     except AuthenticationFailed as exc:
+        log.warning("auth.failed", extra={"user": credentials[0], "peer": request.remote,
+                                          "protocol": "http", "reason": exc.message})
         return _error(401, "not_authorised", str(exc), **challenge)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")

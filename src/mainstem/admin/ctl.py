@@ -1,7 +1,10 @@
 """`mainstem ctl`: operate a running broker over its HTTP management API.
 
-Table output by default, `--json` for scripts. Exit code 0 on success, 1 when the API
-refuses (the reason goes to stderr), 2 when the broker cannot be reached.
+The everyday tasks of rabbitmqctl and rabbitmqadmin, on RabbitMQ's documented API paths:
+queues with ready/unacked/consumers, declare/purge/delete, connections and channels,
+users, vhosts and permissions, definitions export/import, plus mainstem's streams and
+consumer lag. Table output by default, `--json` for scripts. Exit code 0 on success, 1 when
+the API refuses (the reason goes to stderr), 2 when the broker cannot be reached.
 """
 
 from __future__ import annotations
@@ -12,29 +15,18 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError, URLError
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit, urlunsplit
 from urllib.request import Request, urlopen
 
 DEFAULT_URL = "http://127.0.0.1:15672"
 _TIMEOUT_S = 30
 
-# what a table shows for each listing: (column title, row key)
-_COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "users": [("name", "name"), ("tags", "tags")],
-    "permissions": [("user", "user"), ("vhost", "vhost"), ("configure", "configure"),
-                    ("write", "write"), ("read", "read")],
-    "vhosts": [("name", "name")],
-    "streams": [("vhost", "vhost"), ("name", "name"), ("partitions", "partition_count"),
-                ("messages", "messages"), ("size_bytes", "size_bytes")],
-    "queues": [("vhost", "vhost"), ("name", "name"), ("type", "type"),
-               ("messages", "messages")],
-    "connections": [("id", "id"), ("name", "name"), ("protocol", "protocol"), ("user", "user"),
-                    ("vhost", "vhost"), ("recv_oct", "recv_oct"), ("send_oct", "send_oct")],
-    "lag": [("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
-            ("reference", "reference"), ("offset", "offset"), ("lag", "lag")],
-}
+Argument = tuple[tuple[str, ...], dict[str, Any]]
+Columns = tuple[tuple[str, str], ...]  # (column title, row key; dots go into nested objects)
 
 
 class ApiError(Exception):
@@ -86,61 +78,68 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
-def add_ctl_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("MAINSTEM_ADMIN_URL", DEFAULT_URL),
-                        help=f"management API (default: $MAINSTEM_ADMIN_URL or {DEFAULT_URL})")
-    parser.add_argument("--user", default=os.environ.get("MAINSTEM_ADMIN_USER", "guest"))
-    parser.add_argument("--password", default=os.environ.get("MAINSTEM_ADMIN_PASS", "guest"))
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
+# collections that RabbitMQ filters by vhost as /api/vhosts/VHOST/COLLECTION
+_UNDER_VHOST = frozenset({"connections", "channels"})
 
-    def action(group: str, name: str, run: Callable, *arguments: tuple) -> None:
-        sub = subparsers[group].add_parser(name)
-        for names, options in arguments:
-            sub.add_argument(*names, **options)
-        sub.set_defaults(ctl=run)
 
-    subparsers = {}
-    for group in ("users", "permissions", "vhosts", "streams", "queues", "connections"):
-        subparsers[group] = groups.add_parser(group).add_subparsers(
-            dest="action", metavar="ACTION", required=True)
-    vhost = (("--vhost",), {"default": "/"})
-    name: tuple[tuple[str, ...], dict[str, str]] = (("name",), {})
-    # not "user": that is the login of --user
-    user = (("target_user",), {"metavar": "USER"})
-    action("users", "list", lambda c, a: c.call("GET", "/api/users"))
-    action("users", "add", _add_user, name, (("new_password",), {"metavar": "PASSWORD"}),
-           (("--tags",), {"default": ""}))
-    action("users", "delete", lambda c, a: c.call("DELETE", f"/api/users/{_q(a.name)}"), name)
-    action("permissions", "list", lambda c, a: c.call("GET", "/api/permissions"))
-    action("permissions", "set", _set_permissions, user, vhost,
-           *((("--" + kind,), {"default": ".*"}) for kind in ("configure", "write", "read")))
-    action("permissions", "clear", lambda c, a: c.call(
-        "DELETE", f"/api/permissions/{_q(a.vhost)}/{_q(a.target_user)}"), user, vhost)
-    action("vhosts", "list", lambda c, a: c.call("GET", "/api/vhosts"))
-    action("vhosts", "add", lambda c, a: c.call("PUT", f"/api/vhosts/{_q(a.name)}", {}), name)
-    action("vhosts", "delete", lambda c, a: c.call("DELETE", f"/api/vhosts/{_q(a.name)}"), name)
-    action("streams", "list", _list_streams)
-    action("streams", "add", lambda c, a: c.call(
-        "PUT", f"/api/streams/{_q(a.vhost)}/{_q(a.name)}", {"partitions": a.partitions}),
-        name, vhost, (("--partitions",), {"type": int, "default": 1}))
-    action("streams", "delete", lambda c, a: c.call(
-        "DELETE", f"/api/streams/{_q(a.vhost)}/{_q(a.name)}"), name, vhost)
-    action("queues", "list", lambda c, a: c.call("GET", "/api/queues"))
-    action("queues", "delete", lambda c, a: c.call(
-        "DELETE", f"/api/queues/{_q(a.vhost)}/{_q(a.name)}"), name, vhost)
-    action("connections", "list", lambda c, a: c.call("GET", "/api/connections"))
-    action("connections", "close", _close_connection, name,
-           (("--reason",), {"default": "closed by mainstem ctl"}))
-    lag = groups.add_parser("lag", help="consumer offsets and lag")
-    lag.add_argument("stream", nargs="?")
-    lag.add_argument("--vhost", default="/")
-    lag.set_defaults(ctl=_lag, action="lag")
+def _in_vhost(args: argparse.Namespace, collection: str) -> str:
+    """/api/COLLECTION, or with --vhost the path RabbitMQ gives that vhost's part."""
+    vhost = getattr(args, "vhost", None)
+    if not vhost:
+        return f"/api/{collection}"
+    if collection in _UNDER_VHOST:
+        return f"/api/vhosts/{_q(vhost)}/{collection}"
+    return f"/api/{collection}/{_q(vhost)}"
 
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    name: str
+    help: str
+    run: Callable[[Client, argparse.Namespace], Any]
+    arguments: tuple[Argument, ...] = ()
+    columns: Columns = ()  # how a table shows the rows the action returns
+
+
+# -- arguments shared by many actions ---------------------------------------------------
+
+NAME: Argument = (("name",), {"help": "the object's name"})
+VHOST: Argument = (("--vhost",), {"default": "/", "help": "virtual host (default: /)"})
+VHOST_FILTER: Argument = (("--vhost",), {"help": "only this virtual host (default: all)"})
+# not "user": that is the login of --user
+TARGET_USER: Argument = (("target_user",), {"metavar": "USER", "help": "the user"})
+ARGUMENT: Argument = (("--argument",), {
+    "action": "append", "default": [], "metavar": "KEY=VALUE",
+    "help": "an x-argument, e.g. x-max-length=1000 (VALUE is read as JSON if it parses,"
+            " else as text); repeatable"})
+
+
+def _arguments(pairs: Sequence[str]) -> dict[str, Any]:
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, text = pair.partition("=")
+        if not equals or not key:
+            raise SystemExit(f"mainstem ctl: --argument wants KEY=VALUE, got {pair!r}")
+        try:
+            arguments[key] = json.loads(text)
+        except ValueError:
+            arguments[key] = text
+    return arguments
+
+
+# -- actions ----------------------------------------------------------------------------
 
 def _add_user(client: Client, args: argparse.Namespace) -> None:
     client.call("PUT", f"/api/users/{_q(args.name)}",
                 {"password": args.new_password, "tags": args.tags})
+
+
+def _list_permissions(client: Client, args: argparse.Namespace) -> Any:
+    if args.target_user:
+        return client.call("GET", f"/api/users/{_q(args.target_user)}/permissions")
+    if args.vhost:
+        return client.call("GET", f"/api/vhosts/{_q(args.vhost)}/permissions")
+    return client.call("GET", "/api/permissions")
 
 
 def _set_permissions(client: Client, args: argparse.Namespace) -> None:
@@ -149,14 +148,61 @@ def _set_permissions(client: Client, args: argparse.Namespace) -> None:
 
 
 def _list_streams(client: Client, args: argparse.Namespace) -> list[dict]:
-    rows = client.call("GET", "/api/streams")
+    rows = client.call("GET", _in_vhost(args, "streams"))
     for row in rows:
         row["partition_count"] = len(row["partitions"])
     return rows
 
 
+def _declare_queue(client: Client, args: argparse.Namespace) -> None:
+    arguments = _arguments(args.argument)
+    if args.type:
+        arguments["x-queue-type"] = args.type
+    client.call("PUT", f"/api/queues/{_q(args.vhost)}/{_q(args.name)}", {
+        "durable": args.durable, "auto_delete": args.auto_delete, "arguments": arguments})
+
+
+def _delete_queue(client: Client, args: argparse.Namespace) -> None:
+    conditions = {key: "true" for key, wanted in (("if-unused", args.if_unused),
+                                                   ("if-empty", args.if_empty)) if wanted}
+    query = "?" + urlencode(conditions) if conditions else ""
+    client.call("DELETE", f"/api/queues/{_q(args.vhost)}/{_q(args.name)}{query}")
+
+
+def _declare_exchange(client: Client, args: argparse.Namespace) -> None:
+    client.call("PUT", f"/api/exchanges/{_q(args.vhost)}/{_q(args.name)}", {
+        "type": args.type, "durable": args.durable, "auto_delete": args.auto_delete,
+        "internal": args.internal, "arguments": _arguments(args.argument)})
+
+
+def _declare_binding(client: Client, args: argparse.Namespace) -> None:
+    kind = "e" if args.destination_type == "exchange" else "q"
+    client.call("POST", f"/api/bindings/{_q(args.vhost)}/e/{_q(args.source)}/{kind}/"
+                f"{_q(args.destination)}", {"routing_key": args.routing_key,
+                                            "arguments": _arguments(args.argument)})
+
+
 def _close_connection(client: Client, args: argparse.Namespace) -> None:
     client.call("DELETE", f"/api/connections/{_q(args.name)}", headers={"X-Reason": args.reason})
+
+
+def _export_definitions(client: Client, args: argparse.Namespace) -> None:
+    definitions = client.call("GET", _in_vhost(args, "definitions"))
+    text = json.dumps(definitions, indent=2) + "\n"
+    if args.file == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.file).write_text(text)
+        print(f"definitions written to {args.file}", file=sys.stderr)
+
+
+def _import_definitions(client: Client, args: argparse.Namespace) -> None:
+    source = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        definitions = json.loads(source)
+    except ValueError as exc:
+        raise SystemExit(f"mainstem ctl: {args.file} is not JSON: {exc}") from None
+    client.call("POST", _in_vhost(args, "definitions"), definitions)
 
 
 def _lag(client: Client, args: argparse.Namespace) -> list[dict]:
@@ -165,10 +211,204 @@ def _lag(client: Client, args: argparse.Namespace) -> list[dict]:
     return client.call("GET", "/api/consumer-offsets")
 
 
+def _list(collection: str) -> Callable[[Client, argparse.Namespace], Any]:
+    return lambda client, args: client.call("GET", _in_vhost(args, collection))
+
+
+def _delete(collection: str) -> Callable[[Client, argparse.Namespace], Any]:
+    return lambda client, args: client.call(
+        "DELETE", f"/api/{collection}/{_q(args.vhost)}/{_q(args.name)}")
+
+
+def _durability(noun: str) -> tuple[Argument, Argument]:
+    return ((("--durable",), {"action": argparse.BooleanOptionalAction, "default": True,
+                              "help": f"the {noun} survives a restart (default: durable)"}),
+            (("--auto-delete",), {"action": "store_true",
+                                  "help": f"delete the {noun} when its last user goes"}))
+
+
+# group -> (help, actions); the order here is the order of --help
+GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
+    "overview": ("node totals: connections, queues, messages ready and unacked", (
+        Action("show", "the node's overview, as rabbitmqadmin show overview",
+               lambda c, a: [c.call("GET", "/api/overview")],
+               columns=(("version", "product_version"), ("node", "node"),
+                        ("connections", "object_totals.connections"),
+                        ("channels", "object_totals.channels"),
+                        ("queues", "object_totals.queues"),
+                        ("consumers", "object_totals.consumers"),
+                        ("messages", "queue_totals.messages"),
+                        ("ready", "queue_totals.messages_ready"),
+                        ("unacked", "queue_totals.messages_unacknowledged"))),
+    )),
+    "queues": ("classic queues and streams: list, declare, purge, delete", (
+        Action("list", "queues with messages ready, unacknowledged and consumers",
+               _list("queues"), (VHOST_FILTER,),
+               (("vhost", "vhost"), ("name", "name"), ("type", "type"),
+                ("messages", "messages"), ("ready", "messages_ready"),
+                ("unacked", "messages_unacknowledged"), ("consumers", "consumers"))),
+        Action("declare", "declare a queue (PUT /api/queues/VHOST/NAME)", _declare_queue,
+               (NAME, VHOST, *_durability("queue"),
+                (("--type",), {"choices": ("classic", "quorum", "stream"),
+                               "help": "x-queue-type (default: the broker's, classic)"}),
+                ARGUMENT)),
+        Action("purge", "delete every ready message of a queue", lambda c, a: c.call(
+            "DELETE", f"/api/queues/{_q(a.vhost)}/{_q(a.name)}/contents"), (NAME, VHOST)),
+        Action("delete", "delete a queue with its messages", _delete_queue,
+               (NAME, VHOST,
+                (("--if-unused",), {"action": "store_true",
+                                    "help": "only if it has no consumers"}),
+                (("--if-empty",), {"action": "store_true",
+                                   "help": "only if it holds no ready messages"}))),
+    )),
+    "exchanges": ("exchanges: list, declare, delete", (
+        Action("list", "exchanges with their type and durability", _list("exchanges"),
+               (VHOST_FILTER,),
+               (("vhost", "vhost"), ("name", "name"), ("type", "type"),
+                ("durable", "durable"), ("auto_delete", "auto_delete"))),
+        Action("declare", "declare an exchange (PUT /api/exchanges/VHOST/NAME)",
+               _declare_exchange,
+               (NAME, VHOST,
+                (("--type",), {"default": "direct",
+                               "help": "direct, fanout, topic or headers (default: direct)"}),
+                *_durability("exchange"),
+                (("--internal",), {"action": "store_true",
+                                   "help": "only other exchanges may publish to it"}),
+                ARGUMENT)),
+        Action("delete", "delete an exchange and its bindings", _delete("exchanges"),
+               (NAME, VHOST)),
+    )),
+    "bindings": ("bindings between exchanges and queues: list, declare", (
+        Action("list", "every binding, the default exchange's included", _list("bindings"),
+               (VHOST_FILTER,),
+               (("vhost", "vhost"), ("source", "source"), ("destination", "destination"),
+                ("type", "destination_type"), ("routing_key", "routing_key"))),
+        Action("declare", "bind a queue (or exchange) to an exchange", _declare_binding,
+               ((("source",), {"help": "the exchange messages come from"}),
+                (("destination",), {"help": "the queue (or exchange) they go to"}), VHOST,
+                (("--destination-type",), {"choices": ("queue", "exchange"),
+                                           "default": "queue",
+                                           "help": "what the destination is (default: queue)"}),
+                (("--routing-key",), {"default": "", "help": "the binding key"}), ARGUMENT)),
+    )),
+    "connections": ("client connections of every protocol: list, close", (
+        Action("list", "open connections with their client-provided name and traffic",
+               _list("connections"), (VHOST_FILTER,),
+               (("id", "id"), ("name", "name"), ("protocol", "protocol"), ("user", "user"),
+                ("vhost", "vhost"), ("client", "user_provided_name"),
+                ("recv_oct", "recv_oct"), ("send_oct", "send_oct"))),
+        Action("close", "close a connection, by name or id, telling the client why",
+               _close_connection,
+               ((("name",), {"help": "the connection's name or numeric id"}),
+                (("--reason",), {"default": "closed by mainstem ctl",
+                                 "help": "what the client is told"}))),
+    )),
+    "channels": ("AMQP 0-9-1 channels", (
+        Action("list", "open channels with consumers, unacknowledged messages and prefetch",
+               _list("channels"), (VHOST_FILTER,),
+               (("name", "name"), ("vhost", "vhost"), ("user", "user"),
+                ("consumers", "consumer_count"), ("unacked", "messages_unacknowledged"),
+                ("prefetch", "prefetch_count"))),
+    )),
+    "consumers": ("consumers and subscriptions of every protocol", (
+        Action("list", "consumers with their queue, connection and acknowledgement mode",
+               _list("consumers"), (VHOST_FILTER,),
+               (("vhost", "queue.vhost"), ("queue", "queue.name"), ("tag", "consumer_tag"),
+                ("connection", "channel_details.connection_name"),
+                ("ack_required", "ack_required"), ("prefetch", "prefetch_count"))),
+    )),
+    "users": ("users: list, add, delete", (
+        Action("list", "users and their tags", lambda c, a: c.call("GET", "/api/users"),
+               columns=(("name", "name"), ("tags", "tags"))),
+        Action("add", "add a user, or change its password and tags", _add_user,
+               (NAME, (("new_password",), {"metavar": "PASSWORD", "help": "its password"}),
+                (("--tags",), {"default": "",
+                               "help": "comma-separated, e.g. administrator,monitoring"}))),
+        Action("delete", "delete a user with its permissions", lambda c, a: c.call(
+            "DELETE", f"/api/users/{_q(a.name)}"), (NAME,)),
+    )),
+    "permissions": ("what users may configure, write and read in each vhost", (
+        Action("list", "permissions of every user in every vhost (or of one of them)",
+               _list_permissions,
+               ((("target_user",), {"metavar": "USER", "nargs": "?",
+                                    "help": "only this user's"}), VHOST_FILTER),
+               (("user", "user"), ("vhost", "vhost"), ("configure", "configure"),
+                ("write", "write"), ("read", "read"))),
+        Action("set", "set a user's permissions in a vhost (regular expressions)",
+               _set_permissions,
+               (TARGET_USER, VHOST,
+                *((("--" + kind,), {"default": ".*", "help": f"{kind} pattern (default: .*)"})
+                  for kind in ("configure", "write", "read")))),
+        Action("clear", "remove a user's permissions in a vhost", lambda c, a: c.call(
+            "DELETE", f"/api/permissions/{_q(a.vhost)}/{_q(a.target_user)}"),
+            (TARGET_USER, VHOST)),
+    )),
+    "vhosts": ("virtual hosts: list, add, delete", (
+        Action("list", "virtual hosts", lambda c, a: c.call("GET", "/api/vhosts"),
+               columns=(("name", "name"),)),
+        Action("add", "add a virtual host", lambda c, a: c.call(
+            "PUT", f"/api/vhosts/{_q(a.name)}", {}), (NAME,)),
+        Action("delete", "delete a virtual host and everything in it", lambda c, a: c.call(
+            "DELETE", f"/api/vhosts/{_q(a.name)}"), (NAME,)),
+    )),
+    "streams": ("mainstem's streams (partitioned logs): list, add, delete", (
+        Action("list", "streams with partitions, messages and size", _list_streams,
+               (VHOST_FILTER,),
+               (("vhost", "vhost"), ("name", "name"), ("partitions", "partition_count"),
+                ("messages", "messages"), ("size_bytes", "size_bytes"))),
+        Action("add", "create a stream", lambda c, a: c.call(
+            "PUT", f"/api/streams/{_q(a.vhost)}/{_q(a.name)}", {"partitions": a.partitions}),
+            (NAME, VHOST, (("--partitions",), {"type": int, "default": 1,
+                                               "help": "number of partitions (default: 1)"}))),
+        Action("delete", "delete a stream with its data", _delete("streams"), (NAME, VHOST)),
+    )),
+    "definitions": ("users, vhosts, permissions, queues, exchanges and bindings as JSON, in"
+                    " RabbitMQ's definitions format", (
+        Action("export", "write the definitions to FILE (- for stdout)", _export_definitions,
+               ((("file",), {"nargs": "?", "default": "-", "help": "default: stdout"}),
+                VHOST_FILTER)),
+        Action("import", "load definitions from FILE (- for stdin), e.g. one exported from"
+               " RabbitMQ", _import_definitions,
+               ((("file",), {"help": "a definitions JSON file, - for stdin"}),
+                VHOST_FILTER)),
+    )),
+}
+
+_LAG_COLUMNS: Columns = (("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
+                         ("reference", "reference"), ("offset", "offset"), ("lag", "lag"))
+
+
+def add_ctl_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("MAINSTEM_ADMIN_URL", DEFAULT_URL),
+                        help=f"management API (default: $MAINSTEM_ADMIN_URL or {DEFAULT_URL})")
+    parser.add_argument("--user", default=os.environ.get("MAINSTEM_ADMIN_USER", "guest"),
+                        help="login (default: $MAINSTEM_ADMIN_USER or guest)")
+    parser.add_argument("--password", default=os.environ.get("MAINSTEM_ADMIN_PASS", "guest"),
+                        help="password (default: $MAINSTEM_ADMIN_PASS or guest)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True,
+                                   title="groups")
+    for group, (summary, actions) in GROUPS.items():
+        group_parser = groups.add_parser(group, help=summary, description=summary)
+        subparsers = group_parser.add_subparsers(dest="action", metavar="ACTION",
+                                                 required=True, title="actions")
+        for action in actions:
+            sub = subparsers.add_parser(action.name, help=action.help, description=action.help)
+            for names, options in action.arguments:
+                sub.add_argument(*names, **options)
+            sub.set_defaults(ctl=action)
+    lag = groups.add_parser("lag", help="stored consumer offsets of streams and their lag",
+                            description="stored consumer offsets of streams and their lag")
+    lag.add_argument("stream", nargs="?", help="only this stream's (default: every stream)")
+    lag.add_argument("--vhost", default="/", help="the stream's virtual host (default: /)")
+    lag.set_defaults(ctl=Action("lag", "", _lag, columns=_LAG_COLUMNS), action="lag")
+
+
 def run_ctl(args: argparse.Namespace) -> int:
     client = Client(args.url, args.user, args.password)
+    action: Action = args.ctl
     try:
-        result = args.ctl(client, args)
+        result = action.run(client, args)
     except ApiError as exc:
         print(f"mainstem ctl: {exc}", file=sys.stderr)
         return 1
@@ -176,22 +416,31 @@ def run_ctl(args: argparse.Namespace) -> int:
         print(f"mainstem ctl: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 2
     if result is None:
-        if not args.json:
+        if not args.json and action.run not in _SILENT:
             print("ok")
         return 0
-    group = "lag" if args.action == "lag" else args.group
-    print(json.dumps(result, indent=2) if args.json else format_table(result, _COLUMNS[group]))
+    print(json.dumps(result, indent=2) if args.json else format_table(result, action.columns))
     return 0
+
+
+_SILENT = (_export_definitions,)  # their output is the definitions themselves
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
     cells = [[title for title, _ in columns]]
     for row in rows:
-        cells.append([_cell(row.get(key)) for _, key in columns])
+        cells.append([_cell(_lookup(row, key)) for _, key in columns])
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths,
                                                                         strict=True)).rstrip()
                      for line in cells)
+
+
+def _lookup(row: dict, key: str) -> object:
+    value: object = row
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _cell(value: object) -> str:

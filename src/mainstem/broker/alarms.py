@@ -62,17 +62,17 @@ class ResourceAlarms:
         if on:
             self._active.add(resource)
             self._clear.clear()
-            log.warning("resource alarm set", extra={"resource": resource})
+            log.warning("alarm.set", extra={"resource": resource})
         else:
             self._active.discard(resource)
-            log.info("resource alarm cleared", extra={"resource": resource})
+            log.info("alarm.cleared", extra={"resource": resource})
             if not self._active:
                 self._clear.set()
         for listener in list(self._listeners):
             try:
                 listener(self.active)
             except Exception:  # one broken listener must not stop the others being told
-                log.exception("alarm listener failed")
+                log.exception("alarm.listener_failed")
 
 
 @dataclass(slots=True)
@@ -121,5 +121,5 @@ class AlarmMonitor:
             try:
                 await asyncio.to_thread(self.check)
             except OSError:
-                log.exception("resource check failed")
+                log.exception("alarm.check_failed")
             await asyncio.sleep(self._interval_s)

@@ -19,6 +19,7 @@ from mainstem.broker.amqp.queues import QueueManager
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, NamespaceRecord
 from mainstem.broker.cluster_view import ClusterView
+from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.delivery_stats import DeliveryStats
 from mainstem.broker.errors import AuthenticationFailed
 from mainstem.broker.events.binders import BinderStore
@@ -60,10 +61,11 @@ class BrokerCore:
         self.iggy = IggyModel(catalog.connect())
         self.segments = SegmentStore(self.streams, catalog.connect())
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
+        self.counters = BrokerCounters()  # RabbitMQ's global counters, read by /metrics
         self.closed_channel_stats = MessageStats()  # of channels gone, for overview totals
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
                                    self.descriptors, settings.queue_memory,
-                                   self.fsync_timings)
+                                   self.fsync_timings, self.counters)
         self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
         self._retention_task: asyncio.Task[None] | None = None
@@ -169,7 +171,7 @@ class BrokerCore:
             try:
                 deleted = self.streams.apply_retention()
             except OSError:
-                log.exception("retention pass failed")
+                log.exception("retention.failed")
                 continue
             if deleted:
-                log.info("retention deleted %d segments", deleted)
+                log.info("retention.deleted", extra={"segments": deleted})

@@ -61,12 +61,14 @@ def migrate(root: Path, objects: Iterable[tuple[Sequence[str], Path]]) -> None:
         if not old.is_dir():
             continue
         if len(news) > 1:
-            log.error("old data directory %s was shared by %d objects; its files are left "
-                      "there for manual recovery", old, len(news))
+            # its files are left there for manual recovery
+            log.error("layout.shared_directory", extra={"directory": str(old),
+                                                        "objects": len(news)})
         elif old in shared:
             _move_log_files(old, news[0])
         elif news[0].exists():
-            log.error("not moving old data directory %s: %s exists", old, news[0])
+            log.error("layout.target_exists", extra={"directory": str(old),
+                                                     "target": str(news[0])})
         else:
             _move_directory(old, news[0])
             if old.parent != root:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 @dataclass(slots=True)
 class MessageStats:
     publish: int = 0
+    publish_confirm: int = 0  # of publish: those on a channel in confirm mode
     publish_in: int = 0  # exchanges: messages published into it
     publish_out: int = 0  # exchanges: messages it routed onwards
     confirm: int = 0

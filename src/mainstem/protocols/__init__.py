@@ -21,7 +21,7 @@ def all_protocols() -> list[ProtocolSpec]:
 
     return [
         ProtocolSpec("stream", 5552, stream),
-        ProtocolSpec("amqp", 5672, amqp),
+        ProtocolSpec("amqp", 5672, amqp, answers_wrong_protocol=True),
         ProtocolSpec("iggy", 8090, iggy),
         ProtocolSpec("bson", 7451, bson_events),
         ProtocolSpec("segment", 12345, segment),

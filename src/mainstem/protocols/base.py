@@ -8,7 +8,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mainstem.broker.errors import AuthenticationFailed
+
 if TYPE_CHECKING:
+    from mainstem.broker.auth import User
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.message_stats import MessageStats
 
@@ -67,6 +70,21 @@ class ConnectionContext:
         self.namespace = namespace
         self.client_properties.update(client_properties)
 
+    @property
+    def peer_host(self) -> str | None:
+        peer = self.writer.get_extra_info("peername")
+        return peer[0] if isinstance(peer, tuple) else None
+
+    async def login(self, username: str, password: str) -> User:
+        """Check credentials with the broker; a refusal is logged the same way on every
+        listener (warning `auth.failed` with user, peer, protocol and reason), then raised."""
+        try:
+            return await self.core.login(username, password, self.peer_host)
+        except AuthenticationFailed as error:
+            self.log.warning("auth.failed", extra={
+                "user": username, "protocol": self.listener, "reason": error.message})
+            raise
+
     def add_consumer(self, tag: str, queue: str, **details: object) -> None:
         """Record a subscription (AMQP consumer, stream subscription, ...) for the API."""
         self.consumers[tag] = {"queue": queue, **details}
@@ -91,3 +109,6 @@ class ProtocolSpec:
     name: str  # listener name in configuration and logs: "stream", "amqp", ...
     default_port: int
     handler: ConnectionHandler
+    # A client speaking another protocol (see `sniff`) is logged and, unless the protocol
+    # answers such clients itself (AMQP sends its own header back), cut off at once.
+    answers_wrong_protocol: bool = False

@@ -172,7 +172,7 @@ async def test_peer_properties_are_shown_and_the_connection_closed_by_name(
         tmp_path: Path) -> None:
     """Against `mainstem serve` (on uvloop, whose closed sockets raised ValueError in the
     traffic counters): the stream connection's properties are listed, the management API
-    closes it by name, and its "connection closed" line is logged."""
+    closes it by name, and its "connection.closed" line is logged."""
     log_path = tmp_path / "server.log"
     server = start_server(tmp_path / "data", log_path)
     try:
@@ -198,7 +198,7 @@ async def test_peer_properties_are_shown_and_the_connection_closed_by_name(
                 async with http.delete("/api/connections/" + name) as response:
                     assert response.status == 204
                 closed = await asyncio.to_thread(
-                    wait_for_event, server, log_path, "connection closed")
+                    wait_for_event, server, log_path, "connection.closed")
             finally:
                 await producer.close()
     finally:

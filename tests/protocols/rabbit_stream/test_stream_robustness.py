@@ -208,7 +208,7 @@ def test_fuzzed_frames_never_break_the_server(port: int, data: list[bytes],
     finally:
         client.close()
     assert_still_serving(port)
-    failures = [r for r in caplog.records if "connection failed" in r.getMessage()]
+    failures = [r for r in caplog.records if "connection.failed" in r.getMessage()]
     assert not failures, failures[0].__dict__.get("traceback", failures[0].getMessage())
 
 

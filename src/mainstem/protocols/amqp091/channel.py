@@ -91,6 +91,7 @@ class Channel:
         self.credit = ChannelCredit(self.unacked)
         self.confirming = False
         self._publish_seq = 0
+        self._answered_seq = 0  # the last publish confirmed or refused
         self._confirms: list[tuple[int, list[asyncio.Future[None]], bool]] = []
         self._confirm_chain: asyncio.Future[None] | None = None
         self.transactional = False
@@ -129,7 +130,7 @@ class Channel:
         """The channel's state as RabbitMQ's /api/channels shows it, counters apart."""
         return {"number": self.number, "consumer_count": len(self.consumers),
                 "messages_unacknowledged": len(self.unacked),
-                "messages_unconfirmed": len(self._confirms),
+                "messages_unconfirmed": self.unconfirmed,
                 "messages_uncommitted": len(self._tx_publishes),
                 "acks_uncommitted": len(self._tx_settles),
                 "prefetch_count": self.credit.prefetch_count,
@@ -487,6 +488,7 @@ class Channel:
             raise broker_error(exc, method) from None
         self.stats.publish += 1
         if self.confirming:
+            self.stats.publish_confirm += 1
             self._publish_seq += 1
             self._confirms.append((self._publish_seq, outcome.waits, outcome.rejected))
 
@@ -556,7 +558,6 @@ class Channel:
             await asyncio.wait(waits)
             failed = {wait for wait in waits if wait.exception() is not None}
         run_end = 0
-        self.stats.confirm += len(confirms)
         for seq, futures, rejected in confirms:
             if rejected or failed.intersection(futures):
                 if run_end:
@@ -564,9 +565,16 @@ class Channel:
                     run_end = 0
                 self.reply(m.BasicNack(seq, False, False))
             else:
+                self.stats.confirm += 1
                 run_end = seq
         if run_end:
             self.reply(m.BasicAck(run_end, True))  # everything before is confirmed already
+        self._answered_seq = confirms[-1][0]
+
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes in confirm mode not yet confirmed (or refused)."""
+        return self._publish_seq - self._answered_seq
 
     async def confirms_sent(self) -> None:
         if self._confirm_chain is not None:

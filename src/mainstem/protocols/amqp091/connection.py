@@ -25,6 +25,7 @@ from typing import Any
 from mainstem.broker.amqp.queues.credit_flow import CreditFlow
 from mainstem.broker.auth import User
 from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
+from mainstem.logging_setup import describe_error
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091 import state as s
 from mainstem.protocols.amqp091.channel import Channel, ChannelError
@@ -135,12 +136,9 @@ class AmqpConnection:
             self.transport.write(encode_method(send.channel, send.method))
 
     async def _login(self, check: s.CheckLogin) -> s.LoginAccepted | s.LoginRefused:
-        peer = self.ctx.writer.get_extra_info("peername")
         try:
-            return s.LoginAccepted(await self.core.login(
-                check.username, check.password, peer[0] if isinstance(peer, tuple) else None))
+            return s.LoginAccepted(await self.ctx.login(check.username, check.password))
         except AuthenticationFailed:
-            self.ctx.log.info("amqp login refused for user %r", check.username)
             return s.LoginRefused()
 
     def _open_virtual_host(self, name: str) -> s.VirtualHostOpened | s.VirtualHostRefused:
@@ -263,7 +261,7 @@ class AmqpConnection:
         return self._close_reason if self._close_request.is_set() else SHUTDOWN_REASON
 
     def _internal_error(self, exc: Exception) -> AmqpCodecError:
-        self.ctx.log.exception("amqp connection failed: %r", exc)
+        self.ctx.log.exception("connection.failed", extra={"error": describe_error(exc)})
         return AmqpCodecError(ReplyCode.INTERNAL_ERROR, "internal error")
 
     async def _handle_events(self, events: list) -> bool:
@@ -308,6 +306,7 @@ class AmqpConnection:
             touched.add(channel)
         elif verdict is s.Verdict.OPEN:
             self.channels[number] = self.ctx.channels[number] = Channel(self, number)
+            self.core.counters.channels_opened += 1
             self.send_method(number, m.ChannelOpenOk())
         elif verdict is s.Verdict.CLOSE:
             channel = self.channels[number]
@@ -331,9 +330,11 @@ class AmqpConnection:
         """The API stops listing the channel; overview totals keep its counters."""
         if self.ctx.channels.pop(channel.number, None) is channel:
             self.core.closed_channel_stats.add(channel.stats)
+            self.core.counters.channels_closed += 1
 
     def _close_channel(self, channel: Channel, error: ChannelError) -> None:
-        self.ctx.log.info("amqp channel %d closed: %s", channel.number, error)
+        self.ctx.log.info("channel.closed", extra={
+            "channel": channel.number, "code": error.code.name, "reason": str(error)})
         channel.close()
         channel.closing = True
         self.table.close_sent(channel.number)
@@ -341,7 +342,8 @@ class AmqpConnection:
 
     async def _close_with(self, error: AmqpCodecError) -> None:
         """Connection.Close with the error; then wait for the client's close-ok."""
-        self.ctx.log.info("amqp connection closed: %s", error)
+        self.ctx.log.info("connection.closing", extra={
+            "code": error.reply_code.name, "reason": str(error)})
         await self._perform(self.state.fail(error))
 
     async def _send_pending_confirms(self) -> None:
@@ -384,8 +386,8 @@ class AmqpConnection:
                 if isinstance(action, s.SendHeartbeat):
                     self.send(HEARTBEAT_FRAME)
                 elif isinstance(action, s.PeerDead):
-                    self.ctx.log.info("missed heartbeats from client, timeout: %ds",
-                                      clock.interval)
+                    self.ctx.log.warning("heartbeat.missed",
+                                         extra={"timeout_s": clock.interval})
                     self.closed = True
                     self.transport.abort()
                     return

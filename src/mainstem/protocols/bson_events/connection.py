@@ -134,7 +134,7 @@ class EventsConnection:
                 try:
                     events = self.codec.next_events()
                 except FramingError as exc:
-                    self.ctx.log.info("bson framing error: %s", exc)
+                    self.ctx.log.warning("frame.invalid", extra={"reason": str(exc)})
                     return
                 if not await self._handle(events):
                     return
@@ -192,7 +192,7 @@ class EventsConnection:
                 if not await self.perform(outcome):
                     return False
         elif isinstance(action, Close):
-            self.ctx.log.info("%s", action.reason)
+            self.ctx.log.info("connection.closing", extra={"reason": action.reason})
             return False
         return True
 
@@ -214,10 +214,8 @@ class EventsConnection:
 
     async def connect(self, login: Login) -> tuple[Action, ...]:
         """Check a CONNECT's credentials and namespace with the broker."""
-        peer = self.writer.get_extra_info("peername")
         try:
-            user = await self.core.login(login.username, login.password,
-                                         peer[0] if isinstance(peer, tuple) else None)
+            user = await self.ctx.login(login.username, login.password)
             self.core.open_namespace(user, login.namespace)
         except BrokerError as exc:
             return self.state.refused(login.request_id, _error_code(exc), exc.message)

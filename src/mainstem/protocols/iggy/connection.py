@@ -72,7 +72,6 @@ class IggyConnection:
         self.user: User | None = None
         self.client_id = self.model.new_client_id()
         peer = ctx.writer.get_extra_info("peername")
-        self.peer_host = peer[0] if isinstance(peer, tuple) else None
         self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.handlers: dict[int, Handler] = {
             Code.PING: self.on_ping, Code.GET_STATS: self.on_get_stats,
@@ -141,7 +140,8 @@ class IggyConnection:
         try:
             requests, used = self.state.parse(buf, self.ctx.limits.max_frame_size)
         except c.FramingError as exc:
-            self.ctx.log.info("iggy framing error (%s layout): %s", self.layout.name, exc)
+            self.ctx.log.warning("frame.invalid", extra={"layout": self.layout.name,
+                                                        "reason": str(exc)})
             self.ctx.writer.write(self.state.framing_failed())
             return None
         self.ctx.writer.writelines([await self.answer(request) for request in requests])
@@ -162,12 +162,12 @@ class IggyConnection:
         if isinstance(action, Logout):
             self._logged_in(None)
         elif action.note:
-            self.ctx.log.info("%s", action.note)
+            self.ctx.log.info("request.refused", extra={"reason": action.note})
         return action.data
 
     async def login(self, login: Login) -> bytes:
         try:
-            user = await self.core.login(login.username, login.password, self.peer_host)
+            user = await self.ctx.login(login.username, login.password)
         except AuthenticationFailed:
             return self.state.login_refused(login)
         self._logged_in(user)

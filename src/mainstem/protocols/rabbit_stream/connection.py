@@ -26,6 +26,7 @@ from mainstem.broker.errors import AuthenticationFailed, BrokerError, NotFound
 from mainstem.broker.stream_service import ChunkLimits, PartitionClosed, PartitionService
 from mainstem.broker.stream_service import Subscription as Reader
 from mainstem.broker.streams import BINDING_KEYS, PARTITION_NAMES, Stream
+from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.rabbit_stream import credit as c
 from mainstem.protocols.rabbit_stream import frames as f
@@ -41,7 +42,7 @@ from mainstem.protocols.rabbit_stream.commands import (
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
 from mainstem.protocols.rabbit_stream.publishers import Publisher, Publishers, refusal
 from mainstem.protocols.rabbit_stream.state import CONNECTION_FRAMES
-from mainstem.protocols.rabbit_stream.wire import FrameError
+from mainstem.protocols.rabbit_stream.wire import FrameError, FrameTooLarge
 
 READ_SIZE = 256 * 1024
 # Stop shipping chunks to a connection whose socket buffer holds this much.
@@ -81,6 +82,7 @@ class StreamConnection:
         self.user: User | None = None  # both set when the state says Opened
         self.namespace = "/"
         self.publishers: Publishers[PartitionService] = Publishers()
+        self.stats = ctx.core.counters.stream  # message counts for /metrics
         self.subscriptions: dict[int, Subscription] = {}
         # Each Publish frame's durability, in arrival order, with the confirms it owes.
         self._confirms: deque[tuple[asyncio.Future[None], Publisher[PartitionService],
@@ -162,6 +164,8 @@ class StreamConnection:
             try:
                 frames = self.codec.next_frames()
             except FrameError as error:
+                event = "frame.too_large" if isinstance(error, FrameTooLarge) else "frame.invalid"
+                self.log.warning(event, extra={"reason": error.message})
                 raise s.ProtocolError(error.code, error.message) from None
             for frame in frames:
                 await self._dispatch(frame)
@@ -204,7 +208,7 @@ class StreamConnection:
                 await task
 
     async def _close_from_server(self, code: int, reason: str) -> None:
-        self.log.info("closing stream connection: %s", reason)
+        self.log.info("connection.closing", extra={"code": code, "reason": reason})
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self._perform(self.state.close(code, reason))
             await asyncio.wait_for(self.ctx.writer.drain(), 2)
@@ -245,14 +249,13 @@ class StreamConnection:
                 case s.Close(code, reason):
                     raise s.ProtocolError(code, reason)
                 case s.Drop(reason):
-                    self.log.info(reason)
+                    self.log.warning("heartbeat.missed", extra={"reason": reason})
                     self._transport.abort()
 
     async def _login(self, action: s.Authenticate) -> list[s.Action]:
         try:
-            user = await self.core.login(action.username, action.password, self._peer_host())
+            user = await self.ctx.login(action.username, action.password)
         except AuthenticationFailed as error:
-            self.log.warning("stream authentication failed: %s", error.message)
             return self.state.login_failed(error.message)
         return self.state.login_succeeded(user)
 
@@ -269,7 +272,7 @@ class StreamConnection:
         self.ctx.on_close_request = self._close_requested
         self.ctx.stream_publishers = self._publisher_rows
         self.ctx.stream_consumers = self._consumer_rows
-        self.ctx.log.info("stream connection opened", extra={
+        self.ctx.log.info("session.opened", extra={
             "user": action.user.name, "namespace": self.namespace})
 
     # -- output --------------------------------------------------------------
@@ -487,8 +490,12 @@ class StreamConnection:
             self.send(refusal(frame.publisher_id, frame.publishing_ids,
                               ResponseCode.PUBLISHER_DOES_NOT_EXIST))
             return
-        publisher.published += len(frame.publishing_ids)
+        count = len(frame.publishing_ids)
+        publisher.published += count
         reference = publisher.reference or None
+        stats = self.stats
+        stats.publish += count
+        stats.publish_confirm += count  # every stream publish is confirmed
         receipt = publisher.target.appender.append_entries(
             frame.entries, all_simple=frame.num_records == len(frame.entries),
             writer=reference, sequences=frame.publishing_ids if reference else None,
@@ -513,7 +520,7 @@ class StreamConnection:
                                       ResponseCode.STREAM_DOES_NOT_EXIST))
                     continue
                 except Exception as error:  # disk full, file too big: these, not the link
-                    self.log.warning("stream write failed: %s", error)
+                    self.log.warning("write.failed", extra={"error": describe_error(error)})
                     self.send(refusal(publisher.publisher_id, ids,
                                       ResponseCode.STREAM_NOT_AVAILABLE))
                     continue
@@ -522,6 +529,7 @@ class StreamConnection:
                     while (self._confirms and self._confirms[0][1] is publisher
                            and _succeeded(self._confirms[0][0])):
                         ids.extend(self._confirms.popleft()[2])
+                self.stats.confirm += len(ids)
                 self.send(r.PublishConfirm(publisher.publisher_id, ids))
 
     async def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
@@ -610,6 +618,7 @@ class StreamConnection:
                                                service.committed_chunk_id)
                 reader.send(chunk, header, self._transport)
                 subscription.consumed += chunk.num_records
+                self.stats.deliver_no_ack += chunk.num_records
                 self.core.delivery_stats.delivered(
                     self.namespace, subscription.name, chunk.num_records, chunk.location.send_size)
                 if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
@@ -632,7 +641,8 @@ class StreamConnection:
             self.core.store_offset(self.namespace, stream.name, index, frame.reference,
                                    frame.offset)
         except BrokerError as error:
-            self.log.info("store offset refused: %s", error.message)
+            self.log.info("offset.store_refused", extra={"stream": frame.stream,
+                                                         "reason": error.message})
 
     def on_query_offset(self, frame: f.QueryOffset) -> None:
         try:
@@ -673,10 +683,6 @@ class StreamConnection:
             deactivate=lambda: self._flow(self.flows.activation(subscription_id, False)))
 
     # -- helpers -------------------------------------------------------------
-
-    def _peer_host(self) -> str | None:
-        peer = self.ctx.writer.get_extra_info("peername")
-        return peer[0] if isinstance(peer, tuple) else None
 
     def _advertised(self) -> tuple[str, int]:
         """The listener's advertised host and port, else the address the client reached

@@ -93,7 +93,7 @@ class SegmentConnection:
             elif isinstance(action, Close):
                 raise Violation(action.reply)
             elif isinstance(action, Drop):
-                self.ctx.log.info("%s", action.reason)
+                self.ctx.log.warning("heartbeat.missed", extra={"reason": action.reason})
                 self.ctx.writer.close()
 
     # -- main loop -----------------------------------------------------------
@@ -123,7 +123,7 @@ class SegmentConnection:
                 self.flush()
                 await self.ctx.writer.drain()
         except c.FrameError as error:
-            self.ctx.log.info("segment protocol error: %s", error)
+            self.ctx.log.warning("frame.invalid", extra={"reason": str(error)})
             self.send(c.ProtocolError("", str(error)))
         except Violation as violation:
             self.send(violation.reply)
@@ -139,7 +139,7 @@ class SegmentConnection:
     async def _wait_out_alarm(self) -> None:
         """Hold an appending connection back as Pravega does under pressure: read nothing
         (appends wait in TCP buffers) until the alarm clears."""
-        self.ctx.log.info("segment appends held: %s", self.core.write_gate.reason)
+        self.ctx.log.info("alarm.appends_held", extra={"reason": self.core.write_gate.reason})
         self.state.hold()
         try:
             await self.core.write_gate.opened()
@@ -155,10 +155,8 @@ class SegmentConnection:
             await self.perform(self.state.tick(self.loop.time()))
 
     async def login(self, login: Login) -> tuple[Action, ...]:
-        peer = self.ctx.writer.get_extra_info("peername")
         try:
-            self.user = await self.core.login(login.username, login.password,
-                                              peer[0] if peer else None)
+            self.user = await self.ctx.login(login.username, login.password)
         except AuthenticationFailed as error:
             return self.state.login_refused(error.message)
         self.ctx.identify(self.user.name)

@@ -19,6 +19,7 @@ from mainstem.broker.amqp.queues.spill import wipe
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
+from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
 from mainstem.broker.streams import StreamStore
 from mainstem.log.commit import FsyncTimings
@@ -32,11 +33,13 @@ class QueueManager:
     def __init__(self, data_dir: Path, catalog: Catalog, streams: StreamStore,
                  durability: DurabilityPolicy, descriptors: DescriptorCache | None = None,
                  memory: MemoryBound | None = None,
-                 fsync_timings: FsyncTimings | None = None) -> None:
+                 fsync_timings: FsyncTimings | None = None,
+                 counters: BrokerCounters | None = None) -> None:
         self.directory = data_dir / "queues"
         self.spill_directory = data_dir / SPILL_DIRECTORY
         self.descriptors = descriptors
         self.fsync_timings = fsync_timings
+        self.counters = counters or BrokerCounters()  # queues declared, created, deleted
         self.memory = memory or MemoryBound()
         self.catalog = catalog
         self.streams = streams

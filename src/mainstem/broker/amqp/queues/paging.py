@@ -28,6 +28,7 @@ from pathlib import Path
 from mainstem.broker.amqp.queues.journal import QueueJournal, Replay, decode_enqueue
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.spill import SpillStore
+from mainstem.logging_setup import describe_error
 
 log = logging.getLogger("mainstem.amqp")
 
@@ -272,7 +273,7 @@ class ReadyMessages:
                 if budget <= 0:
                     break
         except OSError as exc:  # a full disk: they stay in memory; the next publish retries
-            log.warning("paging out messages failed: %s", exc)
+            log.warning("queue.page_out_failed", extra={"error": describe_error(exc)})
             self._release_publishers()
             return
         if self.incoming:  # over budget, or waiting for this turn's journal write

@@ -93,6 +93,8 @@ class VirtualHost:
     def declare_queue(self, name: str, *, durable: bool, exclusive: bool, auto_delete: bool,
                       arguments: Mapping[str, Any], owner: object) -> ClassicQueue | Stream:
         settings = parse_queue_arguments(name, self.name, arguments)
+        counters = self.manager.counters
+        counters.queues_declared += 1
         existing = self.queues.get(name) or self.stream(name)
         if existing is not None:
             found = self.lookup(name, owner)
@@ -101,9 +103,12 @@ class VirtualHost:
                 found.touch()
             return found
         if settings.queue_type == STREAM:
-            return self._declare_stream(name, durable, exclusive, auto_delete, arguments)
+            stream = self._declare_stream(name, durable, exclusive, auto_delete, arguments)
+            counters.queues_created += 1
+            return stream
         queue = self._new_queue(name, durable, auto_delete, owner if exclusive else None,
                                 dict(arguments), settings)
+        counters.queues_created += 1
         if durable:
             self.manager.save()
         return queue
@@ -176,6 +181,7 @@ class VirtualHost:
         if isinstance(queue, Stream):
             await self.manager.streams.delete(self.name, name)
             self.graph.remove_queue(name)
+            self.manager.counters.queues_deleted += 1
             return 0
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"{self.describe('queue', name)} in use")
@@ -186,6 +192,7 @@ class VirtualHost:
     def remove_queue(self, queue: ClassicQueue) -> int:
         count = queue.ready_count
         queue.deleted = True
+        self.manager.counters.queues_deleted += 1
         queue.stop_timers()
         self.queues.pop(queue.name, None)
         self.graph.remove_queue(queue.name)
@@ -283,7 +290,7 @@ class VirtualHost:
         key = settings.dead_letter_routing_key or message.routing_key
         names = self.graph.route(exchange, key, headers)
         if _is_cycle(headers, names, queue.name):
-            log.debug("dead-letter cycle dropped a message from %s", queue.name)
+            log.debug("dead_letter.cycle_dropped", extra={"vhost": self.name, "queue": queue.name})
             return
         dead = QueueMessage(exchange, key,
                             codec.with_headers(message.properties, headers, drop_expiration=True),
