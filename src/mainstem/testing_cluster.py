@@ -53,12 +53,28 @@ class Etcd:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.started = False
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
     def start(self) -> None:
+        """Start etcd; its loopback ports were free when chosen, but another process may
+        take one meanwhile: then it starts again on new ports (on a first start only)."""
+        retries = 0 if self.started else 2  # a restart keeps the ports the nodes know
+        for attempt in range(retries + 1):
+            try:
+                self._start_once()
+                break
+            except RuntimeError:
+                if attempt == retries:
+                    raise
+                shutil.rmtree(self.directory / "data", ignore_errors=True)
+                self.client_port, self.peer_port = free_port(), free_port()
+        self.started = True
+
+    def _start_once(self) -> None:
         if shutil.which(ETCD) is None:
             raise RuntimeError("etcd is not installed (Debian: apt-get install etcd-server)")
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """What operators see of a cluster through RabbitMQ's tools: Debian's `rabbitmqadmin`
 lists the nodes, and the management API shows each stream's leader, epoch, replicas,
-in-sync set and (on the leader) each follower's lag."""
+in-sync set and (on the leader) each follower's lag, also on /metrics."""
 
 from __future__ import annotations
 
@@ -52,3 +52,10 @@ async def test_nodes_leaders_replicas_and_lag(mainstem_cluster: LocalCluster) ->
         assert sorted(queue["online"]) == sorted(queue["members"]) == [
             "node1", "node2", "node3"]
         assert queue["messages"] == 1_000
+        async with http.get(f"http://127.0.0.1:{node1.ports['admin']}/metrics") as response:
+            exposition = await response.text()
+        for replica in ("node2", "node3"):
+            assert (f'mainstem_replication_lag{{partition="0",replica="{replica}",'
+                    f'stream="watched",vhost="/"}} 0.0') in exposition
+        assert 'mainstem_replicas_in_sync{partition="0",stream="watched",vhost="/"} 3.0' \
+            in exposition

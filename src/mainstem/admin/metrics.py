@@ -389,6 +389,7 @@ class _BrokerCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._connections()
         yield from self._streams()
+        yield from self._replication()
         yield from self._binders()
         yield from self._iggy_and_segments()
         yield from self._alarms()
@@ -455,6 +456,29 @@ class _BrokerCollector:
                 messages.add_metric([namespace, name], count)
                 sent.add_metric([namespace, name], size)
         yield from (messages, sent)
+
+    def _replication(self) -> Iterator[Metric]:
+        """In a cluster, on each partition's leader: how many records each follower
+        lacks, and how many replicas are in sync."""
+        cluster = self._state.core.cluster
+        if cluster is None:
+            return
+        labels = ["vhost", "stream", "partition"]
+        lag = GaugeMetricFamily("mainstem_replication_lag",
+                                "Records a follower lacks of what its leader wrote",
+                                labels=[*labels, "replica"])
+        in_sync = GaugeMetricFamily("mainstem_replicas_in_sync",
+                                    "Replicas in a led partition's in-sync set", labels=labels)
+        for stream in self._state.core.streams.list():
+            for index in range(len(stream.partitions)):
+                status = cluster.status(stream.namespace, stream.name, index)
+                if status is None or status.leader != cluster.node_name:
+                    continue
+                key = [stream.namespace, stream.name, str(index)]
+                in_sync.add_metric(key, len(status.in_sync))
+                for replica, behind in sorted(status.lag.items()):
+                    lag.add_metric([*key, replica], behind)
+        yield from (lag, in_sync)
 
     def _binders(self) -> Iterator[Metric]:
         core = self._state.core
