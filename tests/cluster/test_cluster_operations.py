@@ -1,11 +1,13 @@
-"""What operators see of a cluster through RabbitMQ's tools: Debian's `rabbitmqadmin`
-lists the nodes, and the management API shows each stream's leader, epoch, replicas,
-in-sync set and (on the leader) each follower's lag, also on /metrics."""
+"""What operators see of a cluster through RabbitMQ's tools and `mainstem ctl`: the
+nodes (`rabbitmqadmin list nodes`, `ctl nodes list`), and each stream's leader, epoch,
+replicas, in-sync set and followers' lag (management API, `ctl streams replicas`,
+/metrics)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import aiohttp
 
@@ -21,6 +23,16 @@ async def rabbitmqadmin(port: int, *args: str) -> list[dict]:
         RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(port), "-u", "guest", "-p", "guest",
         "--format", "raw_json", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def ctl(port: int, *argv: str) -> list[dict]:
+    """`mainstem ctl --json ARGV` against the node whose management port is `port`."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mainstem", "ctl", "--url", f"http://127.0.0.1:{port}",
+        "--json", *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await process.communicate()
     assert process.returncode == 0, err.decode()
     return json.loads(out)
@@ -59,3 +71,9 @@ async def test_nodes_leaders_replicas_and_lag(mainstem_cluster: LocalCluster) ->
                     f'stream="watched",vhost="/"}} 0.0') in exposition
         assert 'mainstem_replicas_in_sync{partition="0",stream="watched",vhost="/"} 3.0' \
             in exposition
+    nodes = await ctl(node1.ports["admin"], "nodes", "list")
+    assert {(n["name"], n["host"]) for n in nodes} == {
+        (f"node{i}", "127.0.0.1") for i in (1, 2, 3)}
+    (replicas,) = await ctl(node1.ports["admin"], "streams", "replicas")
+    assert replicas["leader"] == "node1" and replicas["lag"] == "node2=0,node3=0"
+    assert set(replicas["in_sync"].split(",")) == {"node1", "node2", "node3"}

@@ -98,6 +98,9 @@ async def nodes(request: web.Request) -> web.Response:
           "running": True, **_alarm_fields(state)}
     if cluster is None:
         return list_response(request, [me])
+    known = cluster.nodes.get(cluster.node_name)
+    if known is not None:
+        me.update(host=known.host, listeners=dict(known.ports))
     others = [{"name": name, "type": "disc", "running": True, "host": node.host,
                "listeners": dict(node.ports)}
               for name, node in sorted(cluster.nodes.items()) if name != cluster.node_name]

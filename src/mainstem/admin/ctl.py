@@ -154,6 +154,24 @@ def _list_streams(client: Client, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def _stream_replicas(client: Client, args: argparse.Namespace) -> list[dict]:
+    """One row per partition: where it lives in a cluster, and how far behind each
+    follower is (known to the node that leads it: ask that node for lag)."""
+    rows = []
+    for stream in client.call("GET", _in_vhost(args, "streams")):
+        for partition in stream["partitions"]:
+            lag = partition.get("replica_lag") or {}
+            rows.append({
+                "vhost": stream["vhost"], "stream": stream["name"],
+                "partition": partition["index"], "leader": partition.get("leader") or "",
+                "epoch": partition.get("epoch", ""),
+                "replicas": ",".join(partition.get("replicas", [])),
+                "in_sync": ",".join(partition.get("in_sync", [])),
+                "lag": ",".join(f"{node}={behind}" for node, behind in sorted(lag.items())),
+            })
+    return rows
+
+
 def _declare_queue(client: Client, args: argparse.Namespace) -> None:
     arguments = _arguments(args.argument)
     if args.type:
@@ -361,6 +379,16 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
             (NAME, VHOST, (("--partitions",), {"type": int, "default": 1,
                                                "help": "number of partitions (default: 1)"}))),
         Action("delete", "delete a stream with its data", _delete("streams"), (NAME, VHOST)),
+        Action("replicas", "each partition's leader, epoch, replicas, in-sync set and "
+               "followers' lag (in a cluster)", _stream_replicas, (VHOST_FILTER,),
+               (("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
+                ("leader", "leader"), ("epoch", "epoch"), ("replicas", "replicas"),
+                ("in_sync", "in_sync"), ("lag", "lag"))),
+    )),
+    "nodes": ("the cluster's live nodes (this node alone without a cluster)", (
+        Action("list", "live nodes with their host and whether they run",
+               lambda c, a: c.call("GET", "/api/nodes"), (),
+               (("name", "name"), ("running", "running"), ("host", "host"))),
     )),
     "definitions": ("users, vhosts, permissions, queues, exchanges and bindings as JSON, in"
                     " RabbitMQ's definitions format", (
