@@ -23,6 +23,9 @@ def spark(tmp_path_factory) -> Iterator[SparkSession]:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
+               # A loaded 2-core machine can take longer than the default 15 s to start a
+               # Python worker: "Python worker failed to connect back".
+               .config("spark.python.authenticate.socketTimeout", "120s")
                .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
