@@ -10,6 +10,7 @@ no further than the leader's commit point.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from mainstem.cluster import wire
@@ -57,9 +58,9 @@ async def _agree(partition: Partition, hello: wire.Hello, reader: asyncio.Stream
     """HELLO until the leader says START, cutting the log where it says TRUNCATE."""
     for _ in range(10_000):  # each TRUNCATE drops at least one chunk
         last = partition.last_chunk()
-        writer.write(wire.Hello(
-            hello.secret, hello.stream, hello.partition, hello.node, hello.epoch,
-            partition.next_offset, last[0] if last else -1, last[1] if last else 0).encode())
+        writer.write(dataclasses.replace(
+            hello, next_offset=partition.next_offset, last_chunk_id=last[0] if last else -1,
+            last_epoch=last[1] if last else 0).encode())
         kind, body = await read_frame(reader, wire.MAX_CONTROL_FRAME)
         if kind == wire.FrameType.START:
             return

@@ -267,10 +267,13 @@ class ClusterNode:
             if role.task is None:
                 role.start()
 
-    def _drop_stream(self, storage: str) -> None:
-        record = self.records.pop(storage, None)
+    def _stop_roles(self, storage: str) -> None:
         for key in [k for k in self.roles if k[0] == storage]:
             self.roles.pop(key).stop()
+
+    def _drop_stream(self, storage: str) -> None:
+        record = self.records.pop(storage, None)
+        self._stop_roles(storage)
         if record is None:
             return
         if self.core.streams.find(record["namespace"], record["name"]) is not None:
@@ -365,8 +368,7 @@ class ClusterNode:
         record = self.records.pop(storage, None)
         if record is None:
             return  # the cluster deleted it: _drop_stream is deleting it here
-        for key in [k for k in self.roles if k[0] == storage]:
-            self.roles.pop(key).stop()
+        self._stop_roles(storage)
         self._spawn(self._unclaim(storage, record["partitions"]))
 
     async def _unclaim(self, storage: str, partitions: int) -> None:
