@@ -8,6 +8,9 @@ import asyncio
 import shutil
 import signal
 
+import pytest
+
+from mainstem.client.stream import StreamClientError
 from mainstem.testing_cluster import LocalCluster
 from tests.support.cluster_clients import (
     FollowingPublisher,
@@ -107,8 +110,9 @@ async def test_a_node_with_an_old_data_directory_catches_up(
 async def test_a_leader_cut_off_from_etcd_stops_taking_writes(
         mainstem_cluster: LocalCluster) -> None:
     """etcd frozen for longer than the lease TTL: the leader steps down (its leadership
-    may be anyone's now) and takes no write until etcd answers again; then publishing
-    resumes and nothing acknowledged is lost."""
+    may be anyone's now), drops its publishers with a MetadataUpdate as RabbitMQ does, and
+    takes no write until etcd answers again; then publishing resumes and nothing
+    acknowledged is lost."""
     publisher = FollowingPublisher(mainstem_cluster, STREAM)
     await publisher.create()
     await publisher.publish(500)
@@ -127,8 +131,12 @@ async def test_a_leader_cut_off_from_etcd_stops_taking_writes(
             await asyncio.sleep(0.1)
         else:
             raise AssertionError("the leader kept leading without etcd")
+        client.declare_publisher(2, "", STREAM)  # the frames before its answer are read
+        assert client.unavailable == [STREAM]
+        with pytest.raises(StreamClientError):  # publisher 1 is gone
+            client.publish(1, [(1, amqp_message(b"to a dropped publisher"))])
         messages = [(i, amqp_message(f"late{i}".encode())) for i in range(1, 11)]
-        pending = asyncio.ensure_future(asyncio.to_thread(client.publish, 1, messages))
+        pending = asyncio.ensure_future(asyncio.to_thread(client.publish, 2, messages))
         await asyncio.sleep(1)
         assert not pending.done(), "a write was confirmed while etcd was unreachable"
     finally:

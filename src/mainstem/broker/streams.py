@@ -44,6 +44,8 @@ PARTITION_NAMES = "x-partition-names"
 BINDING_KEYS = "x-binding-keys"
 
 DeletionWatcher = Callable[["Stream"], None]
+# Called with the stream and the partition whose leader moved to another node.
+LeaderWatcher = Callable[["Stream", PartitionService], None]
 
 
 class TooManyPartitions(InvalidArgument):
@@ -113,6 +115,7 @@ class StreamStore:
         # (namespace, partition name) -> (stream, partition index), for super streams.
         self._partition_names: dict[tuple[str, str], tuple[Stream, int]] = {}
         self._watchers: set[DeletionWatcher] = set()
+        self._leader_watchers: set[LeaderWatcher] = set()
         self.replication: StreamReplication | None = None  # set by a node in a cluster
 
     def open_all(self) -> None:
@@ -156,6 +159,21 @@ class StreamStore:
         """Call `watcher` whenever a stream is deleted; returns the unwatch function."""
         self._watchers.add(watcher)
         return lambda: self._watchers.discard(watcher)
+
+    def watch_leaders(self, watcher: LeaderWatcher) -> Callable[[], None]:
+        """Call `watcher` whenever a partition's leader moves to another node (in a
+        cluster); returns the unwatch function."""
+        self._leader_watchers.add(watcher)
+        return lambda: self._leader_watchers.discard(watcher)
+
+    def leader_moved(self, service: PartitionService) -> None:
+        """A cluster elected another leader for this partition, or this node stepped down:
+        its publishers must look the leader up again."""
+        stream = next((s for s in self._open.values() if service in s.services), None)
+        if stream is None:
+            return
+        for watcher in list(self._leader_watchers):
+            watcher(stream, service)
 
     def partition(self, namespace: str, name: str, index: int = 0) -> Partition:
         return self.service(namespace, name, index).partition

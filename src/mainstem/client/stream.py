@@ -172,6 +172,9 @@ class StreamClient:
         self._deliveries: list[memoryview] = []
         self._confirmed: set[int] = set()
         self._errors: dict[int, int] = {}
+        # Streams the server said are no longer available here (MetadataUpdate): deleted,
+        # or their leader moved, which drops this connection's publishers to them.
+        self.unavailable: list[str] = []
         self._publisher_streams: dict[int, str] = {}
         self._handshake()
 
@@ -238,9 +241,11 @@ class StreamClient:
             self._errors.update(frame.errors)
         elif isinstance(frame, f.Tune):
             self._send(frame)  # accept the server's proposal
+        elif isinstance(frame, r.MetadataUpdate):
+            self.unavailable.append(frame.stream)
         elif isinstance(frame, f.Close):
             raise StreamClientError("the server closed the connection")
-        # heartbeats, metadata updates and the rest need no answer here
+        # heartbeats and the rest need no answer here
 
     def _handshake(self) -> None:
         e = self.endpoint
@@ -344,11 +349,14 @@ class StreamClient:
     # -- publishing ------------------------------------------------------------
 
     def declare_publisher(self, publisher_id: int, reference: str, stream: str) -> int:
-        """Declare a deduplicating publisher; returns the last publishing id stored for
-        the reference (-1 if none), so a retry can skip what already arrived."""
+        """Declare a publisher, deduplicating if it has a reference; returns the last
+        publishing id stored for the reference (-1 if none, or without a reference), so a
+        retry can skip what already arrived."""
         self._call(lambda corr: f.DeclarePublisher(corr, publisher_id, reference, stream),
                    f.Response, stream)
         self._publisher_streams[publisher_id] = stream
+        if not reference:
+            return -1
         sequence = self._call(lambda corr: f.QueryPublisherSequence(corr, reference, stream),
                               r.QueryPublisherSequenceResponse, stream).sequence
         return sequence if sequence else -1
@@ -365,6 +373,8 @@ class StreamClient:
         self._confirmed -= wanted
         if failed:
             code = self._errors[min(failed)]
+            for publishing_id in failed:
+                del self._errors[publishing_id]
             reason = describe(code, self.endpoint, "Publish",
                               self._publisher_streams.get(publisher_id))
             raise StreamClientError(f"{len(failed)} messages refused: {reason}", code)

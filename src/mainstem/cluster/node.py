@@ -43,6 +43,7 @@ LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
 DEFAULT_REPLICAS = 3
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
+COMMIT_POINT_EVERY_S = 1.0  # how stale a restarted replica's commit point may be
 
 
 def _key(*parts: object) -> str:
@@ -92,6 +93,7 @@ class ClusterNode:
         self._spawn(self._keep_alive())
         self._spawn(self._watch())
         self._spawn(self._share_changes())
+        self._spawn(self._save_commit_points())
         self.core.catalog.on_change = self._queue_change
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
@@ -104,6 +106,8 @@ class ClusterNode:
             task.cancel()
         await asyncio.gather(*self._tasks, *(r.task for r in self.roles.values() if r.task),
                              return_exceptions=True)
+        for role in self.roles.values():
+            role.save_commit_point()
         if self._server is not None:
             self._server.close()
         for writer in self._feeds:
@@ -113,6 +117,12 @@ class ClusterNode:
             if self.lease:
                 await self.etcd.revoke(self.lease)  # let others take over at once
         await self.etcd.close()
+
+    async def _save_commit_points(self) -> None:
+        while True:
+            await asyncio.sleep(COMMIT_POINT_EVERY_S)
+            for role in list(self.roles.values()):
+                role.save_commit_point()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)

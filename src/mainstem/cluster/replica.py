@@ -22,6 +22,7 @@ from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
 from mainstem.cluster.follower import Refused, follow
 from mainstem.cluster.forwarding import PartitionForwarder
 from mainstem.cluster.leader import LeaderLog
+from mainstem.log import commit_point
 
 if TYPE_CHECKING:
     from mainstem.cluster.node import ClusterNode
@@ -53,6 +54,9 @@ class PartitionRole:
         self._leading = asyncio.Event()  # set while this node leads the partition
         # Until this node is elected, it writes nothing itself: appends go to the leader.
         service.partition.writable = False
+        # Nor does it serve what its replica set may not have committed before a restart.
+        self._saved_commit = commit_point.load(service.partition.directory)
+        service.partition.rewind_commit(self._saved_commit)
         self.forwarder = PartitionForwarder(node, self)
         service.appender.forwarder = self.forwarder
 
@@ -70,14 +74,25 @@ class PartitionRole:
         if self.task is not None:
             self.task.cancel()
 
+    def save_commit_point(self) -> None:
+        """Keep the commit point for a restart, if it moved (see log.commit_point)."""
+        committed = self.service.partition.committed_offset
+        if committed != self._saved_commit:
+            with contextlib.suppress(OSError):  # the stream may be going away
+                commit_point.save(self.service.partition.directory, committed)
+                self._saved_commit = committed
+
     def update(self, kind: str, kv: KeyValue | None) -> None:
         """A change of this partition's keys, from the node's watch (or its first read)."""
         if kind == "leaders":
+            before = self.leader_node or self._last_leader
             if kv is None:
-                self._last_leader = self.leader_node or self._last_leader
+                self._last_leader = before
                 self.leader, self.leader_lease, self.leader_value = None, 0, b""
             else:
                 self.leader, self.leader_lease, self.leader_value = kv.json(), kv.lease, kv.value
+                if before is not None and self.leader_node != before:
+                    self.node.core.streams.leader_moved(self.service)
         elif kind == "isr" and kv is not None:
             self.isr, self.isr_revision = kv.json(), kv.mod_revision
         elif kind == "epochs" and kv is not None:
@@ -182,6 +197,7 @@ class PartitionRole:
                 f"{self.node.node_name} no longer leads partition {self.index} of this "
                 "stream: what it had not committed is the new leader's to keep or drop")
             self.service.appender.forwarder = forwarder
+            self.node.core.streams.leader_moved(self.service)
             log.info("replica.stepped_down", extra={
                 "stream": self.storage, "partition": self.index, "leader": self.leader_node,
                 "lease_lost": self.node.lease_lost.is_set()})

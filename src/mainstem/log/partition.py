@@ -479,6 +479,30 @@ class Partition:
         """This node leads again: its writes commit as the replica set acks them."""
         self._abandoned = None
 
+    def rewind_commit(self, offset: int) -> None:
+        """Show readers only the chunks that end at or below `offset` (the replica set's
+        last known commit point); those after it wait for the replica set's word again.
+        For a replica that restarted and may hold a tail no majority ever acked."""
+        if offset >= self._committed.offset:
+            return
+        k = max(bisect_right(self._segment_starts, offset) - 1, 0)
+        before = self._segments[k - 1].index.last() if k else None
+        committed = _Committed(self._segments[k].first_chunk_id,
+                               before.chunk_id if before else -1, self._segments[k].first_byte)
+        pending: deque[tuple[int, int, int]] = deque()
+        for segment in self._segments[k:]:
+            index = segment.index
+            for i, chunk_id in enumerate(index.chunk_ids):
+                end = chunk_id + index.record_counts[i]
+                next_byte = (index.byte_positions[i + 1] if i + 1 < len(index.chunk_ids)
+                             else segment.next_byte)
+                if end <= offset:
+                    committed = _Committed(end, chunk_id, next_byte)
+                else:
+                    pending.append((end, chunk_id, next_byte))
+        self._committed, self._pending = committed, pending
+        self.commit_limit = committed.offset
+
     def set_commit_limit(self, limit: int) -> None:
         self.commit_limit = limit
         self._advance_commit()

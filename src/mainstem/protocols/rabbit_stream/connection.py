@@ -90,7 +90,7 @@ class StreamConnection:
         self._confirm_ready = asyncio.Event()
         self._staging: set[PartitionService] = set()  # handed this read's Publish frames
         self._tasks: list[asyncio.Task[None]] = []
-        self._unwatch: Callable[[], None] | None = None
+        self._unwatch: list[Callable[[], None]] = []
         self._transport = ctx.writer.transport
         self._handlers: dict[type, Callable[[Any], Any]] = {
             f.DeclarePublisher: self.on_declare_publisher,
@@ -121,7 +121,8 @@ class StreamConnection:
         loop = asyncio.get_running_loop()
         self.state.heard_from_peer(loop.time())
         self._tasks.append(loop.create_task(self._confirm_loop()))
-        self._unwatch = self.core.streams.watch(self._on_stream_deleted)
+        self._unwatch = [self.core.streams.watch(self._on_stream_deleted),
+                         self.core.streams.watch_leaders(self._on_leader_moved)]
         reading = loop.create_task(self._read_loop())
         shutdown = loop.create_task(self.ctx.closing.wait())
         try:
@@ -197,8 +198,8 @@ class StreamConnection:
 
     async def _release(self) -> None:
         self.state.connection_lost()
-        if self._unwatch is not None:
-            self._unwatch()
+        for unwatch in self._unwatch:
+            unwatch()
         for subscription_id in list(self.subscriptions):
             self._flow(self.flows.end(subscription_id))
         for task in self._tasks:
@@ -445,7 +446,19 @@ class StreamConnection:
             if id(subscription.service) in gone:
                 notified.add(subscription.name)
                 self._flow(self.flows.end(subscription.subscription_id))
-        for partition_name in sorted(notified):
+        self._send_metadata_updates(notified)
+
+    def _on_leader_moved(self, stream: Stream, service: PartitionService) -> None:
+        """A partition's leader moved to another node: its publishers here are dropped and
+        told, as RabbitMQ does when a stream's writer changes, so clients look the new
+        leader up and redeclare there. Subscriptions stay: every replica serves the same
+        committed chunks, so a consumer has nothing to move for."""
+        if stream.namespace != self.namespace or not self.state.is_open:
+            return
+        self._send_metadata_updates(self.publishers.drop(lambda target: target is service))
+
+    def _send_metadata_updates(self, partition_names: set[str]) -> None:
+        for partition_name in sorted(partition_names):
             self.send(r.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, partition_name))
 
     # -- publishing ----------------------------------------------------------
