@@ -4,6 +4,7 @@ say it must (Kafka's leader epochs, Raft's log matching)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -114,6 +115,35 @@ async def test_a_returning_leader_cuts_what_it_wrote_in_an_old_epoch(tmp_path: P
 
 async def _no_isr_change(isr: list[str]) -> bool:
     return False
+
+
+async def test_a_follower_joins_the_in_sync_set_only_with_all_its_leader_had(
+        tmp_path: Path) -> None:
+    """A leader restarted with an old commit point must not take a follower that has
+    reached that point but lacks chunks committed before: elected, it would lose them."""
+    leader = Partition.open(tmp_path / "leader")
+    for i in range(20):
+        leader.write_records([f"r{i}".encode()])
+    leader.flush()
+    leader.rewind_commit(5)  # restarted: its saved commit point was 5
+    written: list[list[str]] = []
+
+    async def write_isr(isr: list[str]) -> bool:
+        written.append(isr)
+        return True
+
+    feeder = LeaderLog(leader, "a", ["a", "b", "c"], ["a", "b"], write_isr, 5.0)
+    feeder.on_ack("c", 10)  # past the commit point, short of the leader's log
+    await asyncio.sleep(0)
+    assert written == [] and feeder.isr == ["a", "b"]
+    feeder.on_ack("b", 20)
+    assert leader.committed_offset == 20  # the in-sync set holds it all
+    feeder.on_ack("c", 20)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert written == [["a", "b", "c"]] and feeder.isr == ["a", "b", "c"]
+    feeder.close()
+    leader.close()
 
 
 async def test_a_restarted_replica_serves_only_its_last_known_commit_point(

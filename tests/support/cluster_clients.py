@@ -87,8 +87,11 @@ async def wait_for_count(port: int, stream: str, count: int, timeout_s: float = 
 class FollowingPublisher:
     """Publishes numbered messages under one publisher name; when its connection fails
     (the leader died or stepped down) it opens another through any live node, whose
-    metadata names the leader, and resends what is unconfirmed: the stream drops what
-    it stored already, so nothing is stored twice."""
+    metadata names the leader, and resends everything from its oldest unconfirmed
+    message on, in order: the stream drops what it stored already, so nothing is stored
+    twice. In order matters: deduplication drops any id at or below the last one stored,
+    so sending a newer message before an older unconfirmed one would have the older one
+    dropped (and confirmed) unstored."""
 
     def __init__(self, cluster: LocalCluster, stream: str, name: str = "following") -> None:
         self.cluster = cluster
@@ -97,10 +100,19 @@ class FollowingPublisher:
         self.sent = 0  # highest publishing id sent
         self.confirmed: set[int] = set()
         self._producer: Producer | None = None
+        self._floor = 1  # every id below it is confirmed
+        self._refused = False  # a confirm failed (rstream fails them on MetadataUpdate)
 
     def _on_confirm(self, status: ConfirmationStatus) -> None:
         if status.is_confirmed:
             self.confirmed.add(status.message_id)
+        else:
+            self._refused = True
+
+    def _oldest_unconfirmed(self) -> int:
+        while self._floor in self.confirmed:
+            self._floor += 1
+        return self._floor
 
     async def _connect(self) -> Producer:
         if self._producer is None:
@@ -124,6 +136,9 @@ class FollowingPublisher:
 
     async def _send(self, first: int, last: int) -> None:
         for start in range(first, last + 1, BATCH):
+            if self._refused:
+                self._refused = False
+                raise ConnectionError("a publish was refused: resend from the oldest")
             producer = await self._connect()
             await asyncio.wait_for(producer.send_batch(
                 self.stream, numbered(start, min(start + BATCH - 1, last)), self.name,
@@ -148,9 +163,8 @@ class FollowingPublisher:
                 if len(self.confirmed) >= self.sent:
                     return
                 await asyncio.sleep(0.1)
-            unconfirmed = min(set(range(1, self.sent + 1)) - self.confirmed)
             await self._drop()
-            await self._with_retries(unconfirmed, self.sent)
+            await self._with_retries(self._oldest_unconfirmed(), self.sent)
         raise AssertionError(f"{self.sent - len(self.confirmed)} messages never confirmed")
 
     async def _with_retries(self, first: int, last: int) -> None:
@@ -161,7 +175,7 @@ class FollowingPublisher:
             except Exception:
                 await self._drop()
                 await asyncio.sleep(0.2)
-                first = min(set(range(first, last + 1)) - self.confirmed, default=last + 1)
+                first = self._oldest_unconfirmed()
                 if first > last:
                     return
         raise AssertionError("the publisher found no leader to publish to")

@@ -5,7 +5,9 @@ As Kafka's ISR: a chunk is committed once each replica in the in-sync set has ac
 and the set must hold a majority of the replica set, so a committed chunk is on a
 majority and any in-sync replica can take over without losing it. A follower that stops
 acking for `lag_timeout` while behind leaves the set (written to etcd before the commit
-point moves on without it); one that catches up joins it again.
+point moves on without it); one that catches up joins it again, once it holds both the
+commit point and everything this leader had when elected (Kafka's rule since leader
+epochs: a leader's commit point may lag what was committed before it took over).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class LeaderLog:
         self._write_isr = write_isr
         self._lag_timeout = lag_timeout
         self.acked: dict[str, int] = {}  # follower -> durable offset it acked
+        # Where this leader's log ended when it took over: it holds every chunk committed
+        # before, so a follower that has this much lacks none of them. Its own commit
+        # point may be lower (restarted, see log.commit_point), so it cannot say that.
+        self.epoch_start = partition.next_offset
         self._behind_since: dict[str, float] = {}
         self._commit_moved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._isr_task: asyncio.Task[None] | None = None
@@ -66,7 +72,8 @@ class LeaderLog:
 
     def on_ack(self, follower: str, offset: int) -> None:
         self.acked[follower] = max(offset, self.acked.get(follower, 0))
-        if follower not in self.isr and self.acked[follower] >= self.partition.committed_offset:
+        if follower not in self.isr and self.acked[follower] >= max(
+                self.partition.committed_offset, self.epoch_start):
             self._change_isr([*self.isr, follower])
         self._recompute()
 
