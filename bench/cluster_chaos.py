@@ -1,21 +1,25 @@
 """Faults at random under confirmed publishing, checked as Jepsen checks a history.
 
-    .venv/bin/python -m bench.cluster_chaos [--seconds 300] [--seed N]
+    .venv/bin/python -m bench.cluster_chaos [--seconds 300] [--seed N] [--via leader|any]
 
 Starts an etcd and three `mainstem serve` nodes on loopback (the tests' LocalCluster), one
-replicated stream, and a deduplicating rstream publisher that follows the leader. While it
+replicated stream, and a deduplicating publisher: rstream following the leader, or
+(`--via any`) one that publishes through random nodes, which forward to the leader. While it
 publishes, a nemesis does one fault at a time, each healed before the next, so at most a
 minority is down: SIGKILL a node (the leader more often than not) and restart it, freeze
 a node (SIGSTOP/SIGCONT), freeze etcd. At the end everything is healed and every node's
 copy of the stream is checked: every confirmed message present exactly once, in send
-order, nothing that was never sent. Prints one JSON line per fault and a summary. It is a
-soak, not a test: too long and too random for the suite.
+order, nothing that was never sent. Meanwhile a reader per node polls what that node
+serves as committed; every record any of them saw must be in the final log at the same
+offset (no reader saw a record that a failover later cut). Prints one JSON line per fault
+and a summary. It is a soak, not a test: too long and too random for the suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import shutil
@@ -26,13 +30,16 @@ from pathlib import Path
 
 from tests.support.cluster_clients import (
     FollowingPublisher,
+    amqp_message,
     bodies_on,
     check_history,
     committed_end,
+    stream_client,
     stream_metadata,
     wait_for_count,
 )
 
+from mainstem.client.stream import Endpoint, StreamClient
 from mainstem.testing_cluster import LocalCluster
 
 STREAM = "chaos"
@@ -74,19 +81,136 @@ async def fault(cluster: LocalCluster, rng: random.Random) -> dict[str, object]:
     return {"fault": kind, "target": name, "seconds": hold}
 
 
-async def publish_until(publisher: FollowingPublisher, deadline: float) -> None:
+def read_new(port: int, seen: dict[int, bytes]) -> None:
+    """Record every committed record the node at `port` serves past what was seen."""
+    client = stream_client(port)
+    try:
+        start = max(seen, default=-1) + 1
+        end = client.offsets(STREAM).end
+        for chunk in client.chunks(STREAM, start, end):
+            for offset, entry in enumerate(chunk.entries(), chunk.chunk_id):
+                if start <= offset < end:
+                    seen[offset] = bytes(entry.body)
+    finally:
+        client.close()
+
+
+async def read_until(cluster: LocalCluster, name: str, seen: dict[int, bytes],
+                     stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        node = cluster.nodes[name]
+        if node.alive:
+            with contextlib.suppress(Exception):  # a node down or frozen: read later
+                await asyncio.wait_for(
+                    asyncio.to_thread(read_new, node.ports["stream"], seen), 10)
+        await asyncio.sleep(0.5)
+
+
+def check_reads(final: list[bytes], reads: dict[str, dict[int, bytes]]) -> int:
+    """Every record a reader saw is the final log's record at that offset."""
+    checked = 0
+    for name, seen in reads.items():
+        for offset, body in seen.items():
+            assert offset < len(final) and final[offset] == body, (
+                f"a reader on {name} saw offset {offset} as {body!r}, which the final log "
+                f"has as {final[offset] if offset < len(final) else None!r}")
+            checked += 1
+    return checked
+
+
+class AnyNodePublisher:
+    """Publishes through a node picked at random, live or not, a batch at a time, each
+    waiting for its confirms (a replica forwards to the leader); on any error it moves to
+    another node and resends from its oldest unconfirmed message, in order."""
+
+    def __init__(self, cluster: LocalCluster, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.sent = 0
+        self.confirmed_up_to = 0  # each batch waits for its confirms: they come in order
+        self._client: StreamClient | None = None
+
+    @property
+    def confirmed(self) -> set[int]:
+        return set(range(1, self.confirmed_up_to + 1))
+
+    def _connect(self) -> StreamClient:
+        if self._client is None:
+            node = self.rng.choice(list(self.cluster.nodes.values()))
+            client = StreamClient(Endpoint.parse(
+                f"rabbitmq-stream://guest:guest@127.0.0.1:{node.ports['stream']}/%2F"),
+                timeout=5.0)
+            try:
+                client.declare_publisher(1, "any-node", STREAM)
+            except BaseException:
+                client.close()
+                raise
+            self._client = client
+        return self._client
+
+    def _drop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def publish(self, count: int) -> None:
+        self.sent += count
+        for _ in range(600):  # bounded: a healed cluster answers within seconds
+            if self.confirmed_up_to == self.sent:
+                return
+            try:
+                client = self._connect()
+                for start in range(self.confirmed_up_to + 1, self.sent + 1, 100):
+                    ids = range(start, min(start + 99, self.sent) + 1)
+                    client.publish(1, [(i, amqp_message(f"m{i}".encode())) for i in ids])
+                    self.confirmed_up_to = ids[-1]
+            except Exception:
+                self._drop()
+                time.sleep(0.2)
+        raise AssertionError("no node took the publisher's messages")
+
+    async def create(self) -> None:
+        await FollowingPublisher(self.cluster, STREAM).create()
+
+    async def settle(self, timeout_s: float) -> None:
+        await asyncio.to_thread(self.publish, 0)
+
+    async def close(self) -> None:
+        self._drop()
+
+
+Publisher = FollowingPublisher | AnyNodePublisher
+
+
+async def publish_until(publisher: Publisher, deadline: float) -> None:
     while time.monotonic() < deadline:
-        await publisher.publish(100)
+        if isinstance(publisher, AnyNodePublisher):
+            await asyncio.to_thread(publisher.publish, 100)
+        else:
+            await publisher.publish(100)
         await asyncio.sleep(0.05)
 
 
-async def run(directory: Path, seconds: float, seed: int) -> dict[str, object]:
+def raw_bodies(port: int) -> list[bytes]:
+    """The node's whole committed log, entry bodies by offset."""
+    seen: dict[int, bytes] = {}
+    read_new(port, seen)
+    return [seen[offset] for offset in range(len(seen))]
+
+
+async def run(directory: Path, seconds: float, seed: int, via: str) -> dict[str, object]:
     rng = random.Random(seed)
     with LocalCluster(directory) as cluster:
-        publisher = FollowingPublisher(cluster, STREAM)
+        publisher: Publisher = (FollowingPublisher(cluster, STREAM) if via == "leader"
+                                else AnyNodePublisher(cluster, random.Random(seed + 1)))
         await publisher.create()
         deadline = time.monotonic() + seconds
         publishing = asyncio.ensure_future(publish_until(publisher, deadline))
+        reads: dict[str, dict[int, bytes]] = {name: {} for name in cluster.nodes}
+        stop_reading = asyncio.Event()
+        readers = [asyncio.ensure_future(read_until(cluster, name, seen, stop_reading))
+                   for name, seen in reads.items()]
         faults = 0
         while time.monotonic() < deadline and not publishing.done():
             await asyncio.sleep(rng.uniform(2, 6))
@@ -95,6 +219,8 @@ async def run(directory: Path, seconds: float, seed: int) -> dict[str, object]:
         await publishing
         await publisher.settle(60)
         await publisher.close()
+        stop_reading.set()
+        await asyncio.gather(*readers)
         for node in cluster.nodes.values():
             port = node.ports["stream"]
             try:
@@ -105,8 +231,11 @@ async def run(directory: Path, seconds: float, seed: int) -> dict[str, object]:
                     f"{len(publisher.confirmed)} confirmed messages after {CATCH_UP_S} s; "
                     f"logs and data kept in {directory}") from None
             check_history(bodies_on(port, STREAM), publisher.confirmed, publisher.sent)
-        return {"seed": seed, "seconds": seconds, "faults": faults, "sent": publisher.sent,
+        checked = check_reads(raw_bodies(cluster.nodes["node1"].ports["stream"]), reads)
+        return {"seed": seed, "via": via, "seconds": seconds, "faults": faults,
+                "sent": publisher.sent,
                 "confirmed": len(publisher.confirmed), "checked_nodes": len(cluster.nodes),
+                "reads_checked": checked,
                 "result": "every confirmed message once, in order, on every node"}
 
 
@@ -115,10 +244,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--via", choices=("leader", "any"), default="leader",
+                        help="publish to the leader (rstream, following Metadata) or through "
+                             "random nodes (forwarded by replicas)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     directory = Path(tempfile.mkdtemp(prefix="chaos-", dir=args.dir))
-    summary = asyncio.run(run(directory, args.seconds, seed))
+    summary = asyncio.run(run(directory, args.seconds, seed, args.via))
     shutil.rmtree(directory)  # kept when the check failed
     print(json.dumps(summary), flush=True)
 

@@ -8,6 +8,7 @@ import contextlib
 from urllib.parse import quote
 
 from rstream import AMQPMessage, ConfirmationStatus, Producer, amqp_decoder
+from rstream.recovery import BackOffRecoveryStrategy
 
 from mainstem.client.stream import StreamClient
 from mainstem.testing_cluster import LocalCluster
@@ -90,8 +91,10 @@ class FollowingPublisher:
     metadata names the leader, and resends everything from its oldest unconfirmed
     message on, in order: the stream drops what it stored already, so nothing is stored
     twice. In order matters: deduplication drops any id at or below the last one stored,
-    so sending a newer message before an older unconfirmed one would have the older one
-    dropped (and confirmed) unstored."""
+    so a newer message stored before an older unconfirmed one would have the older one
+    dropped (and confirmed) unstored when resent. Hence one batch in flight: the next
+    goes only once the last is confirmed (rstream may learn of a failed publish only
+    after it has sent newer ones through a new connection)."""
 
     def __init__(self, cluster: LocalCluster, stream: str, name: str = "following") -> None:
         self.cluster = cluster
@@ -117,7 +120,10 @@ class FollowingPublisher:
     async def _connect(self) -> Producer:
         if self._producer is None:
             for node in self.cluster.live():
-                producer = Producer(**credentials(node.ports["stream"]))
+                # It reconnects on its own terms (resending in order): rstream's own
+                # recovery would go on retrying a dropped producer's old address.
+                producer = Producer(**credentials(node.ports["stream"]),
+                                    recovery_strategy=BackOffRecoveryStrategy(enable=False))
                 try:
                     await asyncio.wait_for(producer.start(), 5)
                 except Exception:
@@ -136,13 +142,22 @@ class FollowingPublisher:
 
     async def _send(self, first: int, last: int) -> None:
         for start in range(first, last + 1, BATCH):
-            if self._refused:
-                self._refused = False
-                raise ConnectionError("a publish was refused: resend from the oldest")
             producer = await self._connect()
+            end = min(start + BATCH - 1, last)
             await asyncio.wait_for(producer.send_batch(
-                self.stream, numbered(start, min(start + BATCH - 1, last)), self.name,
+                self.stream, numbered(start, end), self.name,
                 on_publish_confirm=self._on_confirm), 5)
+            await self._confirmed_through(end)
+
+    async def _confirmed_through(self, last: int) -> None:
+        for _ in range(500):
+            if self._oldest_unconfirmed() > last:
+                return
+            if self._refused:
+                break
+            await asyncio.sleep(0.01)
+        self._refused = False
+        raise ConnectionError("a publish was refused or not confirmed: resend in order")
 
     async def create(self, arguments: dict[str, object] | None = None) -> None:
         """Create the stream through the first node (its leader, by RabbitMQ's default
