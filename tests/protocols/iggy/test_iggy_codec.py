@@ -104,23 +104,23 @@ def test_vsr_frame_bounds_are_framing_errors() -> None:
 
 def test_batch_round_trip_and_headers_of_both_generations() -> None:
     seed_headers = c.encode_headers({"k": (2, b"v"), "n": (11, struct.pack("<I", 7))})
-    polled = [batch.PolledMessage(10, 1, seed_headers, b"one"),
-              batch.PolledMessage(11, 2, b"", b"two")]
+    polled = [(10, (1).to_bytes(16, "little"), seed_headers, b"one"),
+              (11, (2).to_bytes(16, "little"), b"", b"two")]
     encoded = batch.encode_batch(3, 1_700_000_000_000_000, polled)
     head = batch.BATCH_HEADER.unpack_from(encoded)
     assert head == (3, 10, 1_700_000_000_000_000, 1_700_000_000_000_000, len(encoded), 0, 2)
-    sent = batch.read_batch(c.Reader(memoryview(encoded)))
+    sent = batch.read_batch(c.Reader(memoryview(encoded)), c.sent_message)
     assert [(m.id, m.headers, bytes(m.payload)) for m in sent] == \
         [(1, seed_headers, b"one"), (2, b"", b"two")]
     vsr_headers = batch.to_vsr_headers(seed_headers)
     assert vsr_headers.startswith(b"\x02\x01\x00\x00\x00k\x02\x01\x00\x00\x00v")
     assert batch.to_seed_headers(vsr_headers) == seed_headers
-    assert batch.group_by_timestamp([(1, polled[0]), (1, polled[1]), (2, polled[0])]) == \
+    assert batch.group_by_timestamp([(1, polled[:1]), (1, polled[1:]), (2, polled[:1])]) == \
         [(1, polled), (2, [polled[0]])]
 
 
 def test_bad_batches_are_refused() -> None:
-    good = batch.encode_batch(0, 0, [batch.PolledMessage(0, 1, b"", b"abc")])
+    good = batch.encode_batch(0, 0, [(0, (1).to_bytes(16, "little"), b"", b"abc")])
     wrong_count = bytearray(good)
     struct.pack_into("<I", wrong_count, 48, 2)
     reserved = bytearray(good)
@@ -131,7 +131,7 @@ def test_bad_batches_are_refused() -> None:
              (bytes(reserved), c.ErrorCode.INVALID_FORMAT)]
     for raw, code in cases:
         with pytest.raises(c.IggyError) as refused:
-            batch.read_batch(c.Reader(memoryview(raw)))
+            batch.read_batch(c.Reader(memoryview(raw)), c.sent_message)
         assert refused.value.code == code
     with pytest.raises(c.IggyError):
         batch.to_seed_headers(raw_key)
@@ -159,7 +159,7 @@ def test_vsr_parser_on_random_bytes_frames_or_refuses(raw: bytes) -> None:
     assert used <= len(raw)
     for frame in frames:
         with contextlib.suppress(c.IggyError):
-            batch.read_batch(c.Reader(frame.body))
+            batch.read_batch(c.Reader(frame.body), c.sent_message)
 
 
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes
@@ -436,8 +436,8 @@ def test_a_list_reply_decodes_item_after_item() -> None:
 
 
 def test_the_clients_poll_decoder_reads_the_servers_poll_reply() -> None:
-    polled = [(1_700_000_000_000_000, batch.PolledMessage(7, 42, c.encode_headers(
-        {"k": (2, b"v")}), b"payload"))]
+    polled = [(1_700_000_000_000_000, [(7, (42).to_bytes(16, "little"), c.encode_headers(
+        {"k": (2, b"v")}), b"payload")])]
     reply = layouts.SEED.polled(0, 9, 1, polled)
     assert cmd.Polled.decode(c.Reader(memoryview(reply))) == cmd.Polled(1, 9, [cmd.PolledMessage(
         7, 1_700_000_000_000_000, 42, zlib.crc32(b"payload"), {"k": (2, b"v")}, b"payload")])
