@@ -60,7 +60,7 @@ class Chunklet:
     """Bytes read from a segment."""
 
     offset: int
-    data: bytes
+    data: bytes | memoryview
     at_tail: bool
     end_of_segment: bool
 
@@ -156,14 +156,16 @@ class SegmentStore:
             writer_key(connection_id)) or 0
 
     def write(self, name: SegmentName, connection_id: uuid.UUID,
-              events: Sequence[bytes | memoryview], level: int) -> PartitionService:
-        """Append events (not yet durable) with the appender's new connection offset
-        stored with them, so the level never runs ahead of the data."""
+              framed: Sequence[bytes | memoryview], level: int) -> PartitionService:
+        """Append events, each as its length (u32, big-endian) and data: the simple Osiris
+        entry of the record that stores it, so what was read goes to the log uncopied.
+        They are not yet durable; the appender's new connection offset is stored with
+        them, so the level never runs ahead of the data."""
         if self.is_sealed(name):
             raise SegmentSealed(f"segment {name} is sealed")
         service = self.service(name)
-        service.appender.append_records(events, writer=writer_key(connection_id),
-                                        sequence=level)
+        service.appender.append_simple_entries(framed, writer=writer_key(connection_id),
+                                               sequence=level)
         return service
 
     # -- reading -----------------------------------------------------------------
@@ -206,27 +208,25 @@ def _chunk_for(partition: Partition, pos: int) -> tuple[object, int] | None:
     return best
 
 
-def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes:
+def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes | memoryview:
+    """Up to `max_bytes` of event frames from segment byte `pos`: the chunks that hold
+    them framed whole, joined once, then cut to the range."""
     if pos < segment_byte(partition.first_offset, partition.first_byte):
         raise DataRemoved(f"byte {pos} was removed", partition.first_byte)
     found = _chunk_for(partition, pos)
-    parts: list[bytes] = []
-    wanted = max_bytes
-    while found is not None and wanted > 0:
+    parts: list[bytes | memoryview] = []
+    start = end = pos
+    pack = EVENT_HEADER.pack
+    while found is not None and end < pos + max_bytes:
         segment, i = found
         chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
-        at = segment_byte(chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
+        if not parts:
+            start = end = segment_byte(chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
         for _, body in chunk.records():
-            size = EVENT_HEADER.size + len(body)
-            if at + size > pos and wanted > 0:
-                frame = EVENT_HEADER.pack(0, len(body)) + body
-                piece = frame[pos - at:pos - at + wanted]
-                parts.append(piece)
-                wanted -= len(piece)
-                pos += len(piece)
-            at += size
+            parts += (pack(0, len(body)), body)
+            end += EVENT_HEADER.size + len(body)
         found = partition.find_committed(chunk.next_offset, found)  # type: ignore[arg-type]
-    return b"".join(parts)
+    return memoryview(b"".join(parts))[pos - start:pos - start + max_bytes]
 
 
 def check_found(name: SegmentName, streams: StreamStore) -> None:
