@@ -4,8 +4,8 @@
 
 Starts a real `mainstem serve` subprocess and, for each event size, appends --mib MiB
 as 1 MiB blocks through mainstem's segment client (waiting for the last ack), then
-reads the segment back in reads of just under 1 MiB (a reply in one frame); the
-broker's CPU seconds come from /proc.
+reads the segment back in reads of just under 1 MiB (a reply in one frame), four
+requests ahead; the broker's CPU seconds come from /proc. The client runs on uvloop.
 
 The raw figures are measured in the same run, directory and file system:
 - raw write: the same bytes in writes of what the broker writes per socket read
@@ -22,7 +22,6 @@ Prints one JSON line per phase; asserts nothing. `run()` returns the rows.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -30,6 +29,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import uvloop
 
 from bench.broker_process import cpu_seconds, start_server, stop_server
 from mainstem.client.segment import SegmentClient
@@ -39,6 +40,7 @@ MIB = 1 << 20
 BROKER_WRITE = 256 * 1024  # what the broker reads per socket read, and writes per chunk
 EVENT_HEADER = 8  # an Event frame's type and length
 READ_BYTES = MIB - 1024  # per read request: the reply fits the broker's 1 MiB frame limit
+READS_AHEAD = 4
 
 
 def raw_write_s(path: Path, total: int) -> float:
@@ -112,10 +114,17 @@ async def _append(client: SegmentClient, segment: str, total: int, event_size: i
 
 
 async def _read(client: SegmentClient, segment: str, total: int) -> None:
-    offset = 0
-    while offset < total:
-        got = await client.read(segment, offset, READ_BYTES)
-        offset += len(got.data)
+    """Read everything with READS_AHEAD requests outstanding, as a streaming reader
+    prefetches."""
+    asked = received = 0
+    while received < total:
+        while asked < total and asked - received < READS_AHEAD * READ_BYTES:
+            client.send(c.ReadSegment(segment, asked, READ_BYTES))
+            asked += READ_BYTES
+        got = await client.expect(c.SegmentRead, timeout=60)
+        if got.offset != received:  # type: ignore[attr-defined]
+            raise RuntimeError(f"read at {got.offset}, expected {received}")  # type: ignore[attr-defined]
+        received += len(got.data)  # type: ignore[attr-defined]
 
 
 def _row(phase: str, event_size: int, total: int, seconds: float,
@@ -168,8 +177,8 @@ def run(mib: int = 256, event_sizes: tuple[int, ...] = (1024, 65536),
         server, ports = start_server(work / "data", work / "server.log")
         try:
             for size in event_sizes:
-                rows += asyncio.run(_event_size_rows(ports["segment"], server.pid, work, mib,
-                                                     size))
+                rows += uvloop.run(_event_size_rows(ports["segment"], server.pid, work, mib,
+                                                    size))
         finally:
             stop_server(server)
     finally:

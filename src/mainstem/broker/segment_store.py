@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import StreamStore
+from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
+from mainstem.log.chunk import Chunk
 from mainstem.log.partition import DataRemoved, Partition
 
 EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
+EVENT_TYPE = bytes(4)
 DEFAULT_SCOPE = "/"  # an empty scope names the default namespace
 
 
@@ -216,17 +219,33 @@ def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes | memo
     found = _chunk_for(partition, pos)
     parts: list[bytes | memoryview] = []
     start = end = pos
-    pack = EVENT_HEADER.pack
     while found is not None and end < pos + max_bytes:
         segment, i = found
         chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
         if not parts:
             start = end = segment_byte(chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
-        for _, body in chunk.records():
-            parts += (pack(0, len(body)), body)
-            end += EVENT_HEADER.size + len(body)
+        frames = _event_frames(chunk)
+        parts += frames
+        end += sum(map(len, frames))
         found = partition.find_committed(chunk.next_offset, found)  # type: ignore[arg-type]
     return memoryview(b"".join(parts))[pos - start:pos - start + max_bytes]
+
+
+def _event_frames(chunk: Chunk) -> list[bytes | memoryview]:
+    """A chunk's records as Event frames, in pieces: a record stored as a simple entry
+    (length, body) is its frame once the event type goes in front."""
+    data = chunk.data
+    parts: list[bytes | memoryview] = []
+    pos = 0
+    unpack = SIMPLE_ENTRY.unpack_from
+    for _ in range(chunk.header.num_entries):
+        (length,) = unpack(data, pos)
+        if length & SUB_BATCH_BIT:  # not written here: the log's walk, a frame per entry
+            return [piece for _, body in chunk.records()
+                    for piece in (EVENT_HEADER.pack(0, len(body)), body)]
+        parts += (EVENT_TYPE, data[pos:pos + 4 + length])
+        pos += 4 + length
+    return parts
 
 
 def check_found(name: SegmentName, streams: StreamStore) -> None:
