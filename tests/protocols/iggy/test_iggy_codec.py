@@ -18,7 +18,9 @@ from iggy_py import PollingStrategy, SendMessage
 
 from mainstem import Broker
 from mainstem.client.iggy import IggyClient, IggyClientError
-from mainstem.protocols.iggy import batch, layouts, vsr
+from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_ENTRY
+from mainstem.log.chunk import Chunk, ChunkHeader
+from mainstem.protocols.iggy import batch, layouts, records, vsr
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import commands as cmd
 from mainstem.protocols.iggy.records import decode_record, encode_record
@@ -493,3 +495,37 @@ async def test_iggy_py_sends_what_our_commands_encode(tmp_path: Path) -> None:
     for request in sent:
         command = decoders[request.code](c.Reader(request.payload))
         assert command.encode() == bytes(request.payload), command
+
+
+def chunk_of(entries: list[bytes], chunk_id: int = 100) -> Chunk:
+    """A chunk of these Osiris entries, a simple entry or a sub-batch of one record each."""
+    data = b"".join(entries)
+    header = ChunkHeader(0, len(entries), len(entries), 0, 1, chunk_id, 0, len(data), 0, 0)
+    return Chunk(header, memoryview(data), memoryview(b""))
+
+
+def test_sent_messages_become_entries_that_polls_read_back_in_place() -> None:
+    headers = c.encode_headers({"k": (2, b"v")})
+    foreign = b"\x00\x53\x75\xa0\x03raw"  # an AMQP 1.0 data section: a stream publisher's
+    entries = [records.entry((5).to_bytes(16, "little"), b"", b"plain"),
+               records.entry(records.NO_ID, headers, b"with headers"),
+               SIMPLE_ENTRY.pack(len(foreign)) + foreign]
+    stored, size = records.read_chunk(chunk_of(entries), 0, 10, 1 << 20)
+    assert [(offset, head, bytes(payload)) for offset, _, head, payload in stored] == [
+        (100, b"", b"plain"), (101, headers, b"with headers"), (102, b"", b"raw")]
+    assert (stored[0][1], stored[2][1]) == ((5).to_bytes(16, "little"), bytes(16))
+    assert stored[1][1] != bytes(16)  # the server gave the message an id
+    assert size == len(b"plainwith headersraw")
+    for (_, raw_id, head, payload), raw in zip(stored, entries, strict=True):
+        message_id, decoded_headers, body = decode_record(memoryview(raw)[4:])
+        assert (raw_id, head, bytes(payload)) == \
+            (message_id.to_bytes(16, "little"), decoded_headers, bytes(body))
+    assert [s[0] for s in records.read_chunk(chunk_of(entries), 101, 1, 1 << 20)[0]] == [101]
+    assert [s[0] for s in records.read_chunk(chunk_of(entries), 0, 10, 1)[0]] == [100]
+
+
+def test_a_chunk_holding_a_sub_batch_is_read_the_generic_way() -> None:
+    plain = records.entry((1).to_bytes(16, "little"), b"", b"p")
+    sub_batch = SUB_BATCH_ENTRY.pack(0x80, 2, 6, 6) + b"opaque"
+    stored, _ = records.read_chunk(chunk_of([plain, sub_batch, plain]), 101, 10, 1 << 20)
+    assert [(o, bytes(p)) for o, _, _, p in stored] == [(101, b"opaque"), (103, b"p")]
