@@ -183,3 +183,26 @@ def _check(state: SegmentState) -> None:
         assert appender.flushed <= appender.level and appender.acked <= appender.flushed
     if state.block is not None:
         assert state.block.appender is state.appenders[state.block.appender.connection_id]
+
+
+def feed_block_runs(state: SegmentState, offset: int, events: list[bytes]) -> int:
+    """As the server feeds a block: its events as one run."""
+    frame, end = c.encode_append_block(CID, offset, events)
+    for item in c.Decoder().feed_events(frame):
+        if isinstance(item, c.Events):
+            state.on_events(item)
+        else:
+            assert state.receive(*item) == ()
+    return end
+
+
+def test_a_resent_run_keeps_only_the_events_past_the_stored_level() -> None:
+    state = ready()
+    level = feed_block_runs(state, 0, [b"a", b"b"])
+    state.writes()
+    end = feed_block_runs(state, 0, [b"a", b"b", b"c", b"de"])
+    (write,) = state.writes()
+    assert [bytes(e) for e in write.events] == [b"\0\0\0\1c", b"\0\0\0\2de"]
+    assert write.level == end == level + 9 + 10
+    assert feed_block_runs(state, 0, [b"a", b"b", b"c", b"de"]) == end
+    assert state.writes() == []
