@@ -425,7 +425,8 @@ class Decoder:
                 out.append((decode_body(type_code, view[pos + HEADER.size:stop]), stop - pos))
                 pos = stop
                 continue
-            first, framed = pos, []
+            first = pos
+            framed: list[bytes | memoryview] = []
             append = framed.append
             while True:  # the hot loop: a run of Event frames
                 append(view[pos + 4:stop])
