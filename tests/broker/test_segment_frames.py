@@ -23,9 +23,9 @@ async def test_records_read_as_event_frames_from_any_byte(tmp_path: Path) -> Non
         await appender.append_simple_entries(
             [encode_simple_entries([b"one"]), encode_simple_entries([b"three"])]).durable
         sub_batch = SUB_BATCH_ENTRY.pack(0x80, 2, 6, 6) + b"opaque"  # a stream publisher's
-        await appender.append_entries([sub_batch, encode_simple_entries([b"x"])],
-                                      all_simple=False).durable
-        whole = frame(b"one") + frame(b"three") + frame(b"opaque") + frame(b"x")
+        await appender.append_entries([encode_simple_entries([b"w"]), sub_batch,
+                                       encode_simple_entries([b"x"])], all_simple=False).durable
+        whole = frame(b"one") + frame(b"three") + frame(b"w") + frame(b"opaque") + frame(b"x")
         partition = service.partition
         assert bytes(_read_frames(partition, 0, 1 << 20)) == whole
         for start in range(len(whole)):
