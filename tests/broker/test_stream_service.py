@@ -22,6 +22,7 @@ from mainstem.broker.stream_service import (
     WriteGate,
     WritesHeld,
 )
+from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.chunk import Chunk, encode_simple_entries
 from mainstem.log.commit import FsyncTimings
@@ -195,6 +196,43 @@ async def test_a_record_writer_repeating_its_sequence_stores_nothing(
     await appender.append_records([b"c"], writer="seg", sequence=11).durable
     assert bodies(service.partition) == [b"a", b"b", b"c"]
     assert appender.sequence("seg") == 11
+
+
+async def test_records_framed_by_the_protocol_are_stored_as_records_are(
+        service: PartitionService) -> None:
+    appender = service.appender
+    receipt = appender.append_simple_entries([entry(b"a"), memoryview(entry(b"bc"))],
+                                             writer="seg", sequence=3)
+    await receipt.durable
+    assert receipt.first_offset == 0
+    assert (await appender.append_simple_entries([entry(b"bc")], writer="seg",
+                                                 sequence=3).durable) is None  # a repeat
+    await appender.append_records([b"d"], writer="seg", sequence=4).durable
+    assert bodies(service.partition) == [b"a", b"bc", b"d"]
+    assert appender.sequence("seg") == 4
+
+
+async def test_a_replica_forwards_framed_records_as_bodies(service: PartitionService) -> None:
+    forwarded: list[ForwardedAppend] = []
+
+    class Leader:
+        def forward(self, append: ForwardedAppend) -> asyncio.Future[int]:
+            forwarded.append(append)
+            answer = asyncio.get_running_loop().create_future()
+            answer.set_result(7)
+            return answer
+
+        def sequence(self, writer: str) -> asyncio.Future[int | None]:
+            raise AssertionError("not asked")
+
+    service.appender.forwarder = Leader()
+    receipt = service.appender.append_simple_entries([entry(b"a"), entry(b"bc")],
+                                                     writer="seg", sequence=5)
+    await receipt.durable
+    assert receipt.first_offset == 7
+    (append,) = forwarded
+    assert ([bytes(b) for b in append.entries], append.encoded, append.writer,
+            append.sequence) == ([b"a", b"bc"], False, "seg", 5)
 
 
 async def test_an_append_is_reported_only_once_its_chunk_is_durable(tmp_path: Path) -> None:

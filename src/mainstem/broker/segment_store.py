@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import StreamStore
+from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
+from mainstem.log.chunk import Chunk, encode_simple_entries
 from mainstem.log.partition import DataRemoved, Partition
 
 EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
+EVENT_TYPE = bytes(4)
 DEFAULT_SCOPE = "/"  # an empty scope names the default namespace
 
 
@@ -60,7 +63,7 @@ class Chunklet:
     """Bytes read from a segment."""
 
     offset: int
-    data: bytes
+    data: bytes | memoryview
     at_tail: bool
     end_of_segment: bool
 
@@ -156,14 +159,16 @@ class SegmentStore:
             writer_key(connection_id)) or 0
 
     def write(self, name: SegmentName, connection_id: uuid.UUID,
-              events: Sequence[bytes | memoryview], level: int) -> PartitionService:
-        """Append events (not yet durable) with the appender's new connection offset
-        stored with them, so the level never runs ahead of the data."""
+              framed: Sequence[bytes | memoryview], level: int) -> PartitionService:
+        """Append events, each as its length (u32, big-endian) and data: the simple Osiris
+        entry of the record that stores it, so what was read goes to the log uncopied.
+        They are not yet durable; the appender's new connection offset is stored with
+        them, so the level never runs ahead of the data."""
         if self.is_sealed(name):
             raise SegmentSealed(f"segment {name} is sealed")
         service = self.service(name)
-        service.appender.append_records(events, writer=writer_key(connection_id),
-                                        sequence=level)
+        service.appender.append_simple_entries(framed, writer=writer_key(connection_id),
+                                               sequence=level)
         return service
 
     # -- reading -----------------------------------------------------------------
@@ -206,27 +211,66 @@ def _chunk_for(partition: Partition, pos: int) -> tuple[object, int] | None:
     return best
 
 
-def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes:
+def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes | memoryview:
+    """Up to `max_bytes` of event frames from segment byte `pos`: the frames that overlap
+    the range, joined once, then cut to it."""
     if pos < segment_byte(partition.first_offset, partition.first_byte):
         raise DataRemoved(f"byte {pos} was removed", partition.first_byte)
     found = _chunk_for(partition, pos)
-    parts: list[bytes] = []
-    wanted = max_bytes
-    while found is not None and wanted > 0:
+    stored: list[bytes | memoryview] = [b""]  # the records' simple entries (length, body)
+    first: int | None = None  # the segment byte where the first of them begins
+    at, high = pos, pos + max_bytes
+    while found is not None and at < high:
         segment, i = found
         chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
         at = segment_byte(chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
-        for _, body in chunk.records():
-            size = EVENT_HEADER.size + len(body)
-            if at + size > pos and wanted > 0:
-                frame = EVENT_HEADER.pack(0, len(body)) + body
-                piece = frame[pos - at:pos - at + wanted]
-                parts.append(piece)
-                wanted -= len(piece)
-                pos += len(piece)
-            at += size
+        begins, at = _overlapping_entries(chunk, at, pos, high, stored)
+        first = begins if first is None else first
         found = partition.find_committed(chunk.next_offset, found)  # type: ignore[arg-type]
-    return b"".join(parts)
+    if first is None:
+        return b""
+    # An entry is its record's Event frame once the event type goes in front.
+    return memoryview(EVENT_TYPE.join(stored))[pos - first:high - first]
+
+
+def _overlapping_entries(chunk: Chunk, at: int, low: int, high: int,
+                         stored: list[bytes | memoryview]) -> tuple[int | None, int]:
+    """Add to `stored` the simple entries of the chunk's records whose frames overlap
+    segment bytes [low, high), the chunk starting at byte `at`. Returns where the first
+    added frame starts (None: none added) and the byte after the last record seen."""
+    mark = len(stored)
+    done = _simple_entries(chunk.data, chunk.header.num_entries, at, low, high, stored)
+    if done is None:  # sub-batches inside (a stream publisher's): a frame per entry body
+        del stored[mark:]
+        bodies = [body for _, body in chunk.records()]
+        done = _simple_entries(memoryview(encode_simple_entries(bodies)), len(bodies), at, low,
+                               high, stored)
+        assert done is not None
+    return done
+
+
+def _simple_entries(data: memoryview, entries: int, at: int, low: int, high: int,
+                    stored: list[bytes | memoryview]) -> tuple[int | None, int] | None:
+    """`_overlapping_entries` of a data section of simple entries; None when a sub-batch
+    turns up. Two tight loops: skip to `low`, then take up to `high`."""
+    pos = n = 0
+    unpack = SIMPLE_ENTRY.unpack_from
+    while n < entries:
+        (length,) = unpack(data, pos)
+        if length & SUB_BATCH_BIT:
+            return None
+        if at + EVENT_HEADER.size + length > low:
+            break
+        pos, at, n = pos + 4 + length, at + EVENT_HEADER.size + length, n + 1
+    begins = at if n < entries and at < high else None
+    take = stored.append
+    while n < entries and at < high:
+        (length,) = unpack(data, pos)
+        if length & SUB_BATCH_BIT:
+            return None
+        take(data[pos:pos + 4 + length])
+        pos, at, n = pos + 4 + length, at + EVENT_HEADER.size + length, n + 1
+    return begins, at
 
 
 def check_found(name: SegmentName, streams: StreamStore) -> None:

@@ -18,7 +18,9 @@ from iggy_py import PollingStrategy, SendMessage
 
 from mainstem import Broker
 from mainstem.client.iggy import IggyClient, IggyClientError
-from mainstem.protocols.iggy import batch, layouts, vsr
+from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_ENTRY
+from mainstem.log.chunk import Chunk, ChunkHeader
+from mainstem.protocols.iggy import batch, layouts, records, vsr
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import commands as cmd
 from mainstem.protocols.iggy.records import decode_record, encode_record
@@ -104,23 +106,23 @@ def test_vsr_frame_bounds_are_framing_errors() -> None:
 
 def test_batch_round_trip_and_headers_of_both_generations() -> None:
     seed_headers = c.encode_headers({"k": (2, b"v"), "n": (11, struct.pack("<I", 7))})
-    polled = [batch.PolledMessage(10, 1, seed_headers, b"one"),
-              batch.PolledMessage(11, 2, b"", b"two")]
+    polled = [(10, (1).to_bytes(16, "little"), seed_headers, b"one"),
+              (11, (2).to_bytes(16, "little"), b"", b"two")]
     encoded = batch.encode_batch(3, 1_700_000_000_000_000, polled)
     head = batch.BATCH_HEADER.unpack_from(encoded)
     assert head == (3, 10, 1_700_000_000_000_000, 1_700_000_000_000_000, len(encoded), 0, 2)
-    sent = batch.read_batch(c.Reader(memoryview(encoded)))
+    sent = batch.read_batch(c.Reader(memoryview(encoded)), c.sent_message)
     assert [(m.id, m.headers, bytes(m.payload)) for m in sent] == \
         [(1, seed_headers, b"one"), (2, b"", b"two")]
     vsr_headers = batch.to_vsr_headers(seed_headers)
     assert vsr_headers.startswith(b"\x02\x01\x00\x00\x00k\x02\x01\x00\x00\x00v")
     assert batch.to_seed_headers(vsr_headers) == seed_headers
-    assert batch.group_by_timestamp([(1, polled[0]), (1, polled[1]), (2, polled[0])]) == \
+    assert batch.group_by_timestamp([(1, polled[:1]), (1, polled[1:]), (2, polled[:1])]) == \
         [(1, polled), (2, [polled[0]])]
 
 
 def test_bad_batches_are_refused() -> None:
-    good = batch.encode_batch(0, 0, [batch.PolledMessage(0, 1, b"", b"abc")])
+    good = batch.encode_batch(0, 0, [(0, (1).to_bytes(16, "little"), b"", b"abc")])
     wrong_count = bytearray(good)
     struct.pack_into("<I", wrong_count, 48, 2)
     reserved = bytearray(good)
@@ -131,7 +133,7 @@ def test_bad_batches_are_refused() -> None:
              (bytes(reserved), c.ErrorCode.INVALID_FORMAT)]
     for raw, code in cases:
         with pytest.raises(c.IggyError) as refused:
-            batch.read_batch(c.Reader(memoryview(raw)))
+            batch.read_batch(c.Reader(memoryview(raw)), c.sent_message)
         assert refused.value.code == code
     with pytest.raises(c.IggyError):
         batch.to_seed_headers(raw_key)
@@ -159,7 +161,7 @@ def test_vsr_parser_on_random_bytes_frames_or_refuses(raw: bytes) -> None:
     assert used <= len(raw)
     for frame in frames:
         with contextlib.suppress(c.IggyError):
-            batch.read_batch(c.Reader(frame.body))
+            batch.read_batch(c.Reader(frame.body), c.sent_message)
 
 
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes
@@ -436,8 +438,8 @@ def test_a_list_reply_decodes_item_after_item() -> None:
 
 
 def test_the_clients_poll_decoder_reads_the_servers_poll_reply() -> None:
-    polled = [(1_700_000_000_000_000, batch.PolledMessage(7, 42, c.encode_headers(
-        {"k": (2, b"v")}), b"payload"))]
+    polled = [(1_700_000_000_000_000, [(7, (42).to_bytes(16, "little"), c.encode_headers(
+        {"k": (2, b"v")}), b"payload")])]
     reply = layouts.SEED.polled(0, 9, 1, polled)
     assert cmd.Polled.decode(c.Reader(memoryview(reply))) == cmd.Polled(1, 9, [cmd.PolledMessage(
         7, 1_700_000_000_000_000, 42, zlib.crc32(b"payload"), {"k": (2, b"v")}, b"payload")])
@@ -493,3 +495,37 @@ async def test_iggy_py_sends_what_our_commands_encode(tmp_path: Path) -> None:
     for request in sent:
         command = decoders[request.code](c.Reader(request.payload))
         assert command.encode() == bytes(request.payload), command
+
+
+def chunk_of(entries: list[bytes], chunk_id: int = 100) -> Chunk:
+    """A chunk of these Osiris entries, a simple entry or a sub-batch of one record each."""
+    data = b"".join(entries)
+    header = ChunkHeader(0, len(entries), len(entries), 0, 1, chunk_id, 0, len(data), 0, 0)
+    return Chunk(header, memoryview(data), memoryview(b""))
+
+
+def test_sent_messages_become_entries_that_polls_read_back_in_place() -> None:
+    headers = c.encode_headers({"k": (2, b"v")})
+    foreign = b"\x00\x53\x75\xa0\x03raw"  # an AMQP 1.0 data section: a stream publisher's
+    entries = [records.entry((5).to_bytes(16, "little"), b"", b"plain"),
+               records.entry(records.NO_ID, headers, b"with headers"),
+               SIMPLE_ENTRY.pack(len(foreign)) + foreign]
+    stored, size = records.read_chunk(chunk_of(entries), 0, 10, 1 << 20)
+    assert [(offset, head, bytes(payload)) for offset, _, head, payload in stored] == [
+        (100, b"", b"plain"), (101, headers, b"with headers"), (102, b"", b"raw")]
+    assert (stored[0][1], stored[2][1]) == ((5).to_bytes(16, "little"), bytes(16))
+    assert stored[1][1] != bytes(16)  # the server gave the message an id
+    assert size == len(b"plainwith headersraw")
+    for (_, raw_id, head, payload), raw in zip(stored, entries, strict=True):
+        message_id, decoded_headers, body = decode_record(memoryview(raw)[4:])
+        assert (raw_id, head, bytes(payload)) == \
+            (message_id.to_bytes(16, "little"), decoded_headers, bytes(body))
+    assert [s[0] for s in records.read_chunk(chunk_of(entries), 101, 1, 1 << 20)[0]] == [101]
+    assert [s[0] for s in records.read_chunk(chunk_of(entries), 0, 10, 1)[0]] == [100]
+
+
+def test_a_chunk_holding_a_sub_batch_is_read_the_generic_way() -> None:
+    plain = records.entry((1).to_bytes(16, "little"), b"", b"p")
+    sub_batch = SUB_BATCH_ENTRY.pack(0x80, 2, 6, 6) + b"opaque"
+    stored, _ = records.read_chunk(chunk_of([plain, sub_batch, plain]), 101, 10, 1 << 20)
+    assert [(o, bytes(p)) for o, _, _, p in stored] == [(101, b"opaque"), (103, b"p")]

@@ -113,3 +113,23 @@ def test_an_append_block_is_begin_events_end(cid: uuid.UUID, offset: int,
     assert end == offset + sum(c.event_length(e) for e in events)
     assert decoded == [c.BeginAppendBlock(cid, offset, end - offset),
                        *(c.Event(e) for e in events), c.EndAppendBlock(cid, end, end - offset)]
+
+
+@settings(max_examples=300)
+@given(st.lists(messages(), min_size=1, max_size=6), st.integers(1, 64))
+def test_event_runs_decode_as_their_frames_split_anywhere(sent: list[c.Message],
+                                                          step: int) -> None:
+    """feed_events gives what feed gives, with each run of Events as their frames minus
+    the type (length and data) and the run's bytes on the wire."""
+    data = b"".join(m.encode() for m in sent)
+    decoder = c.Decoder()
+    got: list[tuple[c.Message, int]] = []
+    for i in range(0, len(data), step):
+        for item in decoder.feed_events(data[i:i + step]):
+            if isinstance(item, c.Events):
+                assert item.size == sum(len(f) + 4 for f in item.framed)
+                got += [(c.Event(bytes(f[4:])), len(f) + 4) for f in item.framed]
+                assert all(len(f) == 4 + int.from_bytes(f[:4], "big") for f in item.framed)
+            else:
+                got.append(item)
+    assert got == [(m, len(m.encode())) for m in sent]

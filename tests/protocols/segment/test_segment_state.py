@@ -71,7 +71,7 @@ def test_events_of_a_block_are_written_once_and_acked_at_their_level() -> None:
     state = ready()
     end = feed_block(state, 0, [b"a", b"bc"])
     (write,) = state.writes()
-    assert [bytes(e) for e in write.events] == [b"a", b"bc"] and write.level == end
+    assert [bytes(e) for e in write.events] == [b"\0\0\0\1a", b"\0\0\0\2bc"] and write.level == end
     assert state.writes() == []
     assert state.ack_due(CID) == end
     assert state.settled(CID, end) == (Send(c.DataAppended(CID, end)),)
@@ -119,7 +119,8 @@ def test_an_event_split_across_blocks_is_joined() -> None:
     state.receive(c.Partial(c.PARTIAL_END, second), 0)
     state.receive(c.EndAppendBlock(CID, len(frame), len(second)), 0)
     (write,) = state.writes()
-    assert [bytes(e) for e in write.events] == [b"x" * 100] and write.level == len(frame)
+    assert [bytes(e) for e in write.events] == [b"\0\0\0\x64" + b"x" * 100]
+    assert write.level == len(frame)
 
 
 def test_keepalives_and_idleness() -> None:
@@ -182,3 +183,26 @@ def _check(state: SegmentState) -> None:
         assert appender.flushed <= appender.level and appender.acked <= appender.flushed
     if state.block is not None:
         assert state.block.appender is state.appenders[state.block.appender.connection_id]
+
+
+def feed_block_runs(state: SegmentState, offset: int, events: list[bytes]) -> int:
+    """As the server feeds a block: its events as one run."""
+    frame, end = c.encode_append_block(CID, offset, events)
+    for item in c.Decoder().feed_events(frame):
+        if isinstance(item, c.Events):
+            state.on_events(item)
+        else:
+            assert state.receive(*item) == ()
+    return end
+
+
+def test_a_resent_run_keeps_only_the_events_past_the_stored_level() -> None:
+    state = ready()
+    level = feed_block_runs(state, 0, [b"a", b"b"])
+    state.writes()
+    end = feed_block_runs(state, 0, [b"a", b"b", b"c", b"de"])
+    (write,) = state.writes()
+    assert [bytes(e) for e in write.events] == [b"\0\0\0\1c", b"\0\0\0\2de"]
+    assert write.level == end == level + 9 + 10
+    assert feed_block_runs(state, 0, [b"a", b"b", b"c", b"de"]) == end
+    assert state.writes() == []

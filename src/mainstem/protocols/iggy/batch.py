@@ -15,19 +15,19 @@ string key). Records keep the 2024 map, so both generations of client read them.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 
 from mainstem.protocols.iggy.codec import (
     U32,
     ErrorCode,
     IggyError,
     Reader,
-    SentMessage,
+    T,
     encode_long_string,
     iter_headers,
     validate_headers,
 )
+from mainstem.protocols.iggy.records import Stored
 
 BATCH_HEADER = struct.Struct("<QQQQQQI")  # partition, base offset, base and origin
 #                                           timestamps, length, checksum, message count
@@ -37,50 +37,58 @@ FRAME_HEADER = struct.Struct("<Q16sIIIIQ")  # checksum, id, offset and timestamp
 STRING_KEY = 2
 
 
-@dataclass(frozen=True, slots=True)
-class PolledMessage:
-    offset: int
-    id: int
-    headers: bytes  # the 2024 header map
-    payload: bytes | memoryview
-
-
-def read_batch(reader: Reader) -> list[SentMessage]:
-    """The batch that ends a SEND_MESSAGES body, its headers turned into the 2024 map."""
+def read_batch(reader: Reader, make: Callable[[bytes, bytes, memoryview], T]) -> list[T]:
+    """`make(id as sent (u128 LE), headers as the 2024 map, payload)` of each message of
+    the batch that ends a SEND_MESSAGES body. One tight loop: this is the hot path."""
     body = reader.remaining
     _, _, _, _, length, _, count = BATCH_HEADER.unpack(reader.take(BATCH_HEADER.size))
     if length != body:
         raise IggyError(ErrorCode.INVALID_FORMAT, f"batch length {length}, body {body} bytes")
     reader.take(BATCH_HEADER_SIZE - BATCH_HEADER.size)
-    messages = []
-    while reader.remaining:
-        _, raw_id, _, _, headers_length, length, reserved = FRAME_HEADER.unpack(
-            reader.take(FRAME_HEADER.size))
-        if reserved:
-            raise IggyError(ErrorCode.INVALID_FORMAT, "message frame reserved bytes are set")
-        payload = reader.take(length)
-        headers = to_seed_headers(bytes(reader.take(headers_length)))
-        messages.append(SentMessage(int.from_bytes(raw_id, "little"), headers, payload))
-    if len(messages) != count:
+    buf, pos, end = reader.buf, reader.pos, len(reader.buf)
+    unpack = FRAME_HEADER.unpack_from
+    made = []
+    try:
+        while pos < end:
+            _, raw_id, _, _, headers_length, length, reserved = unpack(buf, pos)
+            if reserved:
+                raise IggyError(ErrorCode.INVALID_FORMAT, "message frame reserved bytes are set")
+            pos += FRAME_HEADER.size + length
+            payload = buf[pos - length:pos]
+            headers = b""
+            if headers_length:
+                headers = to_seed_headers(bytes(buf[pos:pos + headers_length]))
+                pos += headers_length
+            made.append(make(raw_id, headers, payload))
+    except struct.error:
+        raise IggyError(ErrorCode.INVALID_FORMAT, "truncated request") from None
+    if pos > end:
+        raise IggyError(ErrorCode.INVALID_FORMAT, "truncated request")
+    reader.pos = pos
+    if len(made) != count:
         raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT,
-                        f"batch says {count} messages, holds {len(messages)}")
-    return messages
+                        f"batch says {count} messages, holds {len(made)}")
+    return made
 
 
-def encode_batch(partition: int, timestamp_us: int, messages: list[PolledMessage]) -> bytes:
+def encode_batch(partition: int, timestamp_us: int, messages: list[Stored]) -> bytes:
     """One batch of messages stored at the same time, as a poll serves it."""
-    frames = bytearray()
-    base = messages[0].offset
-    for m in messages:
-        headers = to_vsr_headers(m.headers)
-        frames += FRAME_HEADER.pack(0, m.id.to_bytes(16, "little"), m.offset - base, 0,
-                                    len(headers), len(m.payload), 0)
-        frames += m.payload
-        frames += headers
+    frames: list[bytes | memoryview] = []
+    base = messages[0][0]
+    pack = FRAME_HEADER.pack
+    size = BATCH_HEADER_SIZE
+    for offset, raw_id, headers, payload in messages:
+        if headers:
+            headers = to_vsr_headers(headers)
+            frames += (pack(0, raw_id, offset - base, 0, len(headers), len(payload), 0),
+                       payload, headers)
+        else:
+            frames += (pack(0, raw_id, offset - base, 0, 0, len(payload), 0), payload)
+        size += FRAME_HEADER.size + len(headers) + len(payload)
     header = bytearray(BATCH_HEADER_SIZE)
-    BATCH_HEADER.pack_into(header, 0, partition, base, timestamp_us, timestamp_us,
-                           BATCH_HEADER_SIZE + len(frames), 0, len(messages))
-    return bytes(header) + frames
+    BATCH_HEADER.pack_into(header, 0, partition, base, timestamp_us, timestamp_us, size, 0,
+                           len(messages))
+    return b"".join((header, *frames))
 
 
 def to_seed_headers(raw: bytes) -> bytes:
@@ -107,13 +115,13 @@ def _vsr_header(key: str, kind: int, value: bytes) -> bytes:
         U32.pack(len(value)) + value
 
 
-def group_by_timestamp(messages: Iterable[tuple[int, PolledMessage]]
-                       ) -> list[tuple[int, list[PolledMessage]]]:
+def group_by_timestamp(chunks: Iterable[tuple[int, list[Stored]]]
+                       ) -> list[tuple[int, list[Stored]]]:
     """Consecutive messages of one store time make one batch."""
-    batches: list[tuple[int, list[PolledMessage]]] = []
-    for timestamp, message in messages:
+    batches: list[tuple[int, list[Stored]]] = []
+    for timestamp, messages in chunks:
         if batches and batches[-1][0] == timestamp:
-            batches[-1][1].append(message)
+            batches[-1][1].extend(messages)
         else:
-            batches.append((timestamp, [message]))
+            batches.append((timestamp, list(messages)))
     return batches

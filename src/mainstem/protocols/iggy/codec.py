@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 U8 = struct.Struct("<B")
 U32 = struct.Struct("<I")
@@ -18,6 +19,7 @@ U64 = struct.Struct("<Q")
 REQUEST_HEADER = struct.Struct("<II")  # length, code
 RESPONSE_HEADER = struct.Struct("<II")  # status, length
 MAX_IDENTIFIER = 255
+T = TypeVar("T")
 
 
 class Code(enum.IntEnum):
@@ -266,31 +268,38 @@ class SentMessage:
 
 def read_messages(reader: Reader) -> list[SentMessage]:
     """The rest of a SEND_MESSAGES body: id u128, headers length u32 + headers,
-    payload length u32 + payload, repeated. One tight loop: this is the hot path."""
+    payload length u32 + payload, repeated."""
+    return read_each(reader, sent_message)
+
+
+def sent_message(raw_id: bytes, headers: bytes, payload: memoryview) -> SentMessage:
+    return SentMessage(int.from_bytes(raw_id, "little"), headers, payload)
+
+
+def read_each(reader: Reader, make: Callable[[bytes, bytes, memoryview], T]) -> list[T]:
+    """`make(id as sent (u128 LE), headers, payload)` of each message that ends a
+    SEND_MESSAGES body (headers checked). One tight loop: this is the hot path."""
     buf, pos, end = reader.buf, reader.pos, len(reader.buf)
-    messages = []
+    made = []
     unpack_head, unpack_u32 = SEND_MESSAGE_HEADER.unpack_from, U32.unpack_from
-    while pos < end:
-        if pos + 20 > end:
-            raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message")
-        raw_id, headers_length = unpack_head(buf, pos)
-        pos += 20
-        headers = b""
-        if headers_length:
-            headers = bytes(buf[pos:pos + headers_length])
-            pos += headers_length
-            validate_headers(headers)
-        if pos + 4 > end:
-            raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message")
-        (length,) = unpack_u32(buf, pos)
-        pos += 4
-        if pos + length > end:
-            raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message payload")
-        messages.append(SentMessage(int.from_bytes(raw_id, "little"), headers,
-                                    buf[pos:pos + length]))
-        pos += length
+    try:
+        while pos < end:
+            raw_id, headers_length = unpack_head(buf, pos)
+            pos += 20
+            headers = b""
+            if headers_length:
+                headers = bytes(buf[pos:pos + headers_length])
+                pos += headers_length
+                validate_headers(headers)
+            (length,) = unpack_u32(buf, pos)
+            pos += 4 + length
+            made.append(make(raw_id, headers, buf[pos - length:pos]))
+    except struct.error:
+        raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message") from None
+    if pos > end:
+        raise IggyError(ErrorCode.INVALID_FORMAT, "truncated message payload")
     reader.pos = pos
-    return messages
+    return made
 
 
 HEADER_KINDS = range(1, 16)  # raw, string, bool, int8..int128, uint8..uint128, f32, f64

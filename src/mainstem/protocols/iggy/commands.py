@@ -439,13 +439,19 @@ class TopicInfo:
 
 
 def add_polled_message(out: list[bytes | memoryview], offset: int, timestamp_us: int,
-                       message_id: int, checksum: int, headers: bytes,
+                       raw_id: bytes, checksum: int, headers: bytes,
                        payload: bytes | memoryview) -> None:
-    """One message of a POLL_MESSAGES reply, appended to `out` in parts to join."""
-    out.append(POLLED_HEADER.pack(offset, POLLED_STATE, timestamp_us,
-                                  message_id.to_bytes(16, "little"), checksum))
-    out.append(U32.pack(len(headers)) + headers + U32.pack(len(payload)))
-    out.append(payload)
+    """One message of a POLL_MESSAGES reply (its id as u128 LE), appended to `out` in parts
+    to join."""
+    if headers:
+        out += (POLLED_HEADER.pack(offset, POLLED_STATE, timestamp_us, raw_id, checksum),
+                U32.pack(len(headers)), headers, U32.pack(len(payload)), payload)
+    else:
+        out += (_POLLED_PLAIN.pack(offset, POLLED_STATE, timestamp_us, raw_id, checksum, 0,
+                                   len(payload)), payload)
+
+
+_POLLED_PLAIN = struct.Struct(POLLED_HEADER.format + "II")  # and both lengths, no headers
 
 
 @dataclass(slots=True)
@@ -470,7 +476,7 @@ class Polled:
         out: list[bytes | memoryview] = [
             POLL_REPLY_HEADER.pack(self.partition_id, self.current_offset, len(self.messages))]
         for m in self.messages:
-            add_polled_message(out, m.offset, m.timestamp, m.id, m.checksum,
+            add_polled_message(out, m.offset, m.timestamp, m.id.to_bytes(16, "little"), m.checksum,
                                c.encode_headers(m.headers), m.payload)
         return b"".join(out)
 

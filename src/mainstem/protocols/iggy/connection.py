@@ -12,7 +12,6 @@ order; every complete request in the read buffer is handled before the next read
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import resource
 import socket
@@ -37,7 +36,6 @@ from mainstem.broker.streams import Stream, TooManyPartitions
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import vsr
-from mainstem.protocols.iggy.batch import PolledMessage
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
 from mainstem.protocols.iggy.commands import (
     CLIENT_GROUP,
@@ -47,7 +45,7 @@ from mainstem.protocols.iggy.commands import (
     STATS,
 )
 from mainstem.protocols.iggy.layouts import SeedLayout
-from mainstem.protocols.iggy.records import decode_record, encode_record
+from mainstem.protocols.iggy.records import Stored, read_chunk
 from mainstem.protocols.iggy.state import Execute, IggyState, Login, Logout, user_id
 
 READ_SIZE = 256 * 1024
@@ -450,8 +448,8 @@ class IggyConnection:
         stream = self._stream_and_topic(r)
         kind, length = r.u8(), r.u8()
         value = r.take(length)
-        messages = self.layout.messages(r)
-        if not messages:
+        entries = self.layout.entries(r)
+        if not entries:
             raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
         self._check("write", stream)
         try:
@@ -459,8 +457,7 @@ class IggyConnection:
         except WritesHeld as held:
             raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, str(held)) from None
         index = self._choose(stream, kind, value)
-        records = [encode_record(m.id or _unique_id(), m.headers, m.payload) for m in messages]
-        receipt = stream.services[index].appender.append_records(records)
+        receipt = stream.services[index].appender.append_simple_entries(entries)
         try:
             await receipt.durable
         except PartitionClosed as failed:  # deleted meanwhile, or no leader took it
@@ -491,11 +488,11 @@ class IggyConnection:
         reference, index = self._consumer(stream, consumer, index)
         partition = self._partition(stream, index)
         start = self._start(stream, partition, index, reference, kind, value, count)
-        messages, last = self._read(stream, partition, start, count)
-        if auto_commit and messages:
+        chunks, polled, last = self._read(stream, partition, start, count)
+        if auto_commit and polled:
             self.core.store_offset(stream.namespace, stream.name, index, reference, last)
-        return self.layout.polled(index, max(partition.committed_offset - 1, 0), len(messages),
-                                   messages)
+        return self.layout.polled(index, max(partition.committed_offset - 1, 0), polled,
+                                   chunks)
 
     def _consumer(self, stream: Stream, consumer: c.Consumer, index: int | None
                   ) -> tuple[str, int]:
@@ -525,13 +522,13 @@ class IggyConnection:
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad polling kind {kind}")
 
     def _read(self, stream: Stream, partition: PartitionService, start: int, count: int
-              ) -> tuple[list[tuple[int, PolledMessage]], int]:
-        """Up to `count` messages from `start` with their store time (µs), and the last
-        offset read."""
+              ) -> tuple[list[tuple[int, list[Stored]]], int, int]:
+        """Up to `count` messages from `start`, by chunk with its store time (µs); how many,
+        and the last offset read."""
         expiry_us = stream.record.arguments.get(EXPIRY_ARG)
         oldest_ms = time.time() * 1000 - expiry_us / 1000 if expiry_us else 0
         reader = partition.subscribe(start)
-        out: list[tuple[int, PolledMessage]] = []
+        out: list[tuple[int, list[Stored]]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
             chunk = reader.next_chunk_nowait()
@@ -540,15 +537,11 @@ class IggyConnection:
             timestamp = chunk.header.timestamp
             if timestamp < oldest_ms:
                 continue
-            for offset, record in chunk.records():
-                if offset < start:
-                    continue
-                message_id, headers, payload = decode_record(record)
-                out.append((timestamp * 1000, PolledMessage(offset, message_id, headers, payload)))
-                n, last, size = n + 1, offset, size + len(payload)
-                if n == count or size >= MAX_POLL_BYTES:
-                    break
-        return out, last
+            messages, taken = read_chunk(chunk, start, count - n, MAX_POLL_BYTES - size)
+            if messages:
+                out.append((timestamp * 1000, messages))
+                n, last, size = n + len(messages), messages[-1][0], size + taken
+        return out, n, last
 
     # -- consumer offsets -------------------------------------------------------------
 
@@ -674,14 +667,6 @@ def _count(partition: PartitionService) -> int:
 
 def _micros(created_at: object) -> int:
     return int(float(created_at or 0) * 1e6) if isinstance(created_at, int | float) else 0
-
-
-_ids = itertools.count(time.time_ns() << 32)
-
-
-def _unique_id() -> int:
-    """Server-assigned message id: unique within this process and across restarts."""
-    return next(_ids)
 
 
 async def handle(ctx: ConnectionContext) -> None:

@@ -16,10 +16,11 @@ import struct
 
 from isal.isal_zlib import crc32
 
-from mainstem.protocols.iggy import batch, commands
+from mainstem.protocols.iggy import batch, commands, records
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
 from mainstem.protocols.iggy.commands import NewTopic, StreamInfo, TopicInfo
+from mainstem.protocols.iggy.records import Stored
 
 VSR_TOPIC_INFO = struct.Struct("<IQIQBQQQ")  # the same without replicas
 PARTITION_INFO = struct.Struct("<IQIQQQ")  # id, created, segments, current offset, size, msgs
@@ -51,9 +52,10 @@ class SeedLayout:
     def send_prefix(self, r: c.Reader) -> None:
         """What comes before the stream and topic identifiers."""
 
-    def messages(self, r: c.Reader) -> list[c.SentMessage]:
-        """The messages that end a SEND_MESSAGES body, after the partitioning."""
-        return c.read_messages(r)
+    def entries(self, r: c.Reader) -> list[bytes]:
+        """The messages that end a SEND_MESSAGES body, after the partitioning, as the
+        Osiris entries of their records."""
+        return c.read_each(r, records.entry)
 
     def consumer(self, r: c.Reader, tail: int) -> c.Consumer:
         """A poll's or an offset request's consumer; `tail` bytes follow the identifiers."""
@@ -88,12 +90,14 @@ class SeedLayout:
         return b""
 
     def polled(self, index: int, current: int, count: int,
-               messages: list[tuple[int, batch.PolledMessage]]) -> bytes:
+               chunks: list[tuple[int, list[Stored]]]) -> bytes:
+        """The reply to a poll of `count` messages, read as (store time in µs, messages)."""
         out: list[bytes | memoryview] = [
             c.POLL_REPLY_HEADER.pack(index + self.partition_base, current, count)]
-        for timestamp_us, m in messages:
-            commands.add_polled_message(out, m.offset, timestamp_us, m.id, crc32(m.payload),
-                                        m.headers, m.payload)
+        add = commands.add_polled_message
+        for timestamp_us, messages in chunks:
+            for offset, raw_id, headers, payload in messages:
+                add(out, offset, timestamp_us, raw_id, crc32(payload), headers, payload)
         return b"".join(out)
 
 
@@ -123,9 +127,9 @@ class VsrLayout(SeedLayout):
     def send_prefix(self, r: c.Reader) -> None:
         r.u32()  # the length of the routing part (identifiers, partitioning, count)
 
-    def messages(self, r: c.Reader) -> list[c.SentMessage]:
+    def entries(self, r: c.Reader) -> list[bytes]:
         r.u32()  # the message count, checked against the batch's own
-        return batch.read_batch(r)
+        return batch.read_batch(r, records.entry)
 
     def consumer(self, r: c.Reader, tail: int) -> c.Consumer:
         kind = r.u8()
@@ -161,10 +165,10 @@ class VsrLayout(SeedLayout):
         return SEND_CONFIRMATION.pack(1, stream_id, topic_id, index, base_offset)
 
     def polled(self, index: int, current: int, count: int,
-               messages: list[tuple[int, batch.PolledMessage]]) -> bytes:
+               chunks: list[tuple[int, list[Stored]]]) -> bytes:
         return c.POLL_REPLY_HEADER.pack(index, current, count) + b"".join(
             batch.encode_batch(index, timestamp_us, group)
-            for timestamp_us, group in batch.group_by_timestamp(messages))
+            for timestamp_us, group in batch.group_by_timestamp(chunks))
 
 
 def read_options(r: c.Reader) -> dict[str, int]:

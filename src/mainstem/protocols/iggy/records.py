@@ -10,13 +10,21 @@ Iggy messages like any other:
 The layout is fixed, so writing is a join of constant prefixes and reading is
 a prefix check plus struct unpacks; records written by other protocols are
 read with the generic AMQP 1.0 decoder (id 0, no headers, body as payload).
+Sends and polls handle a thousand messages at a time, so both ways have one loop
+over a batch with a single struct call per message for the common record without
+headers: sends build the chunk's Osiris entries directly, polls read them back from
+a chunk's bytes.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
+import time
 
 from mainstem.formats.amqp10 import Amqp10DecodeError, message_body
+from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
+from mainstem.log.chunk import Chunk
 
 _BE32 = struct.Struct(">I")
 _ID_KEY = b"\xa1\x07iggy-id\xa0\x10"
@@ -26,6 +34,33 @@ _DATA = b"\x00\x53\x75\xb0"
 # map32 size counts the 4-byte count field and the items.
 _PLAIN_PREFIX = _APP_PROPS + struct.pack(">II", 4 + len(_ID_KEY) + 16, 2) + _ID_KEY
 _ID_END = len(_PLAIN_PREFIX) + 16
+_PAYLOAD_AT = _ID_END + len(_DATA) + 4  # of a record without headers
+# A record without headers as its Osiris entry, up to the payload: entry length, prefix,
+# id, data section code, payload length.
+_PLAIN_ENTRY = struct.Struct(f">I{len(_PLAIN_PREFIX)}s16s{len(_DATA)}sI")
+NO_ID = bytes(16)  # a message sent with id 0: the server gives it one
+
+# A message polled back: offset, id as the wire carries it (u128 LE), the 2024 header
+# map, payload.
+Stored = tuple[int, bytes, bytes, bytes | memoryview]
+
+_ids = itertools.count(time.time_ns() << 32)
+
+
+def unique_id() -> int:
+    """Server-assigned message id: unique within this process and across restarts."""
+    return next(_ids)
+
+
+def entry(raw_id: bytes, headers: bytes, payload: bytes | memoryview) -> bytes:
+    """A sent message (id as sent, u128 LE) as the simple Osiris entry of its record."""
+    if raw_id == NO_ID:
+        raw_id = unique_id().to_bytes(16, "little")
+    if not headers:
+        return _PLAIN_ENTRY.pack(_PAYLOAD_AT + len(payload), _PLAIN_PREFIX, raw_id[::-1],
+                                 _DATA, len(payload)) + payload
+    record = encode_record(int.from_bytes(raw_id, "little"), headers, payload)
+    return SIMPLE_ENTRY.pack(len(record)) + record
 
 
 def encode_record(message_id: int, headers: bytes, payload: bytes | memoryview) -> bytes:
@@ -56,3 +91,49 @@ def decode_record(record: memoryview) -> tuple[int, bytes, memoryview]:
         return 0, b"", message_body(record)
     except Amqp10DecodeError:
         return 0, b"", record
+
+
+
+def read_chunk(chunk: Chunk, start: int, count: int, max_bytes: int) -> tuple[list[Stored], int]:
+    """Up to `count` messages of a chunk from offset `start`, stopping once their payloads
+    reach `max_bytes`; and the payload bytes taken. Records written without headers are
+    read in place with one struct call each; others are decoded."""
+    data = bytes(chunk.data)
+    out: list[Stored] = []
+    offset, pos, size = chunk.chunk_id, 0, 0
+    unpack_length, unpack = SIMPLE_ENTRY.unpack_from, _PLAIN_ENTRY.unpack_from
+    for _ in range(chunk.header.num_entries):
+        if len(out) == count or size >= max_bytes:
+            break
+        (length,) = unpack_length(data, pos)
+        if length & SUB_BATCH_BIT:  # written by a stream publisher: the log's own walk
+            return _decoded(chunk, max(start, offset), count, max_bytes, out, size)
+        end = pos + 4 + length
+        if offset >= start:
+            plain = None
+            if length >= _PAYLOAD_AT:
+                _, prefix, raw_id, code, payload_length = unpack(data, pos)
+                if prefix == _PLAIN_PREFIX and code == _DATA and \
+                        _PAYLOAD_AT + payload_length == length:
+                    plain = (offset, raw_id[::-1], b"", data[end - payload_length:end])
+            out.append(plain or _stored(offset, memoryview(data)[pos + 4:end]))
+            size += len(out[-1][3])
+        pos = end
+        offset += 1
+    return out, size
+
+
+def _decoded(chunk: Chunk, start: int, count: int, max_bytes: int, out: list[Stored],
+             size: int) -> tuple[list[Stored], int]:
+    for offset, record in chunk.records():
+        if len(out) == count or size >= max_bytes:
+            break
+        if offset >= start:
+            out.append(_stored(offset, record))
+            size += len(out[-1][3])
+    return out, size
+
+
+def _stored(offset: int, record: memoryview) -> Stored:
+    message_id, headers, payload = decode_record(record)
+    return offset, message_id.to_bytes(16, "little"), headers, payload

@@ -119,14 +119,19 @@ class Message:
     FIELDS: ClassVar[str]  # per field: s string, u uuid, q long, i int, ? bool, b rest
 
     def body(self) -> bytes:
-        parts: list[bytes] = []
-        for kind, value in zip(self.FIELDS, _values(self), strict=True):
-            parts.append(_ENCODERS[kind](value))
-        return b"".join(parts)
+        return _encode_fields(self.FIELDS, _values(self))
 
     def encode(self) -> bytes:
         body = self.body()
         return HEADER.pack(self.TYPE, len(body)) + body
+
+    def encode_parts(self) -> list[bytes | memoryview]:
+        """The frame as pieces to write one after the other."""
+        return [self.encode()]
+
+
+def _encode_fields(kinds: str, values: list[object]) -> bytes:
+    return b"".join([_ENCODERS[kind](value) for kind, value in zip(kinds, values, strict=True)])
 
 
 def _values(message: Message) -> list[object]:
@@ -227,6 +232,11 @@ class SegmentRead(Message):
     at_tail: bool
     end_of_segment: bool
     data: bytes | memoryview
+
+    def encode_parts(self) -> list[bytes | memoryview]:
+        """The fields, then the data as it is: megabytes read are not copied again."""
+        head = _encode_fields(self.FIELDS[:-1], _values(self)[:-1])
+        return [HEADER.pack(self.TYPE, len(head) + len(self.data)) + head, self.data]
 
 
 @_message(11, "qs")
@@ -338,30 +348,97 @@ def decode_body(type_code: int, body: memoryview) -> Message:
     return cls(*values)
 
 
+@dataclass(slots=True)
+class Events:
+    """Consecutive Event frames, each without its type: its length (u32, big-endian) and
+    data, a slice of the bytes read."""
+
+    framed: list[bytes | memoryview]
+    size: int  # bytes on the wire
+
+
 class Decoder:
-    """Splits a byte stream into messages; lengths are checked before buffering."""
+    """Splits a byte stream into messages; lengths are checked before buffering. What
+    was read is sliced, not copied: only a frame split across reads is joined."""
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame_size = max_frame_size
-        self._buffer = bytearray()
+        self._pending = bytearray()  # the start of a frame split across reads
 
     def feed(self, data: bytes) -> list[tuple[Message, int]]:
         """Every complete message in the buffer, with its size on the wire."""
-        self._buffer += data
-        view = memoryview(bytes(self._buffer))  # one copy per read: messages keep slices
-        out: list[tuple[Message, int]] = []
-        pos = 0
-        while len(view) - pos >= HEADER.size:
-            type_code, length = HEADER.unpack_from(view, pos)
-            if length > self.max_frame_size:
-                raise FrameError(f"frame length {length} exceeds {self.max_frame_size}")
-            end = pos + HEADER.size + length
-            if end > len(view):
-                break
-            out.append((decode_body(type_code, view[pos + HEADER.size:end]), end - pos))
-            pos = end
-        del self._buffer[:pos]
+        return self._decode(data, False)  # type: ignore[return-value]
+
+    def feed_events(self, data: bytes) -> list[tuple[Message, int] | Events]:
+        """As `feed`, but each run of Event frames comes as one Events, undecoded (the
+        hot path of an append connection)."""
+        return self._decode(data, True)
+
+    def _decode(self, data: bytes, runs: bool) -> list[tuple[Message, int] | Events]:
+        out: list[tuple[Message, int] | Events] = []
+        view = memoryview(data)
+        if self._pending:
+            joined = self._join(view)
+            if joined is None:
+                return out
+            frame, used = joined
+            self._walk(memoryview(frame), runs, out)
+            view = view[used:]
+        pos = self._walk(view, runs, out)
+        self._pending[:] = view[pos:]
         return out
+
+    def _join(self, view: memoryview) -> tuple[bytes, int] | None:
+        """The pending frame completed from the head of `view`, and the bytes it took."""
+        pending = self._pending
+        used = min(max(HEADER.size - len(pending), 0), len(view))
+        pending += view[:used]
+        if len(pending) < HEADER.size:
+            return None
+        _, length = HEADER.unpack_from(pending)
+        self._check(length)
+        more = min(HEADER.size + length - len(pending), len(view) - used)
+        pending += view[used:used + more]
+        used += more
+        if len(pending) < HEADER.size + length:
+            return None
+        frame = bytes(pending)
+        pending.clear()
+        return frame, used
+
+    def _check(self, length: int) -> None:
+        if length > self.max_frame_size:
+            raise FrameError(f"frame length {length} exceeds {self.max_frame_size}")
+
+    def _walk(self, view: memoryview, runs: bool,
+              out: list[tuple[Message, int] | Events]) -> int:
+        """Decode the complete frames at the start of `view` into `out`; the bytes used."""
+        pos, end = 0, len(view)
+        unpack = HEADER.unpack_from
+        while end - pos >= HEADER.size:
+            type_code, length = unpack(view, pos)
+            self._check(length)
+            stop = pos + HEADER.size + length
+            if stop > end:
+                break
+            if not runs or type_code != Event.TYPE:
+                out.append((decode_body(type_code, view[pos + HEADER.size:stop]), stop - pos))
+                pos = stop
+                continue
+            first = pos
+            framed: list[bytes | memoryview] = []
+            append = framed.append
+            while True:  # the hot loop: a run of Event frames
+                append(view[pos + 4:stop])
+                pos = stop
+                if end - pos < HEADER.size:
+                    break
+                type_code, length = unpack(view, pos)
+                stop = pos + HEADER.size + length
+                if type_code != Event.TYPE or stop > end or length > self.max_frame_size:
+                    break
+            out.append(Events(framed, pos - first))
+        return pos
 
 
 class Reassembler:
@@ -405,7 +482,8 @@ def encode_append_block(connection_id: uuid.UUID, offset: int,
                         events: list[bytes]) -> tuple[bytes, int]:
     """Events appended at connection offset `offset` as one block (BeginAppendBlock, the
     Event frames, EndAppendBlock), and the connection offset after it."""
-    body = b"".join(Event(e).encode() for e in events)
+    pack = HEADER.pack
+    body = b"".join([piece for e in events for piece in (pack(Event.TYPE, len(e)), e)])
     end = offset + len(body)
     return (BeginAppendBlock(connection_id, offset, len(body)).encode() + body
             + EndAppendBlock(connection_id, end, len(body)).encode()), end

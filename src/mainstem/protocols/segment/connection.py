@@ -45,7 +45,7 @@ from mainstem.protocols.segment.state import (
     Violation,
 )
 
-READ_SIZE = 256 * 1024
+READ_SIZE = 1024 * 1024  # a read's events go to the log as one chunk
 MAX_READ_BYTES = 8 * 1024 * 1024  # a SegmentRead carries at most this much data
 MAX_CONCURRENT_READS = 16
 
@@ -71,8 +71,11 @@ class SegmentConnection:
     # -- sending -------------------------------------------------------------
 
     def send(self, message: c.Message) -> None:
-        frame = message.encode()
-        for piece in c.split_partial(frame, self.decoder.max_frame_size):
+        parts = message.encode_parts()
+        if sum(map(len, parts)) - c.HEADER.size <= self.decoder.max_frame_size:
+            self.ctx.writer.writelines(parts)
+            return
+        for piece in c.split_partial(b"".join(parts), self.decoder.max_frame_size):
             self.ctx.writer.write(piece)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -115,10 +118,11 @@ class SegmentConnection:
                 if self.state.appending and self.core.write_gate.held:
                     await self._wait_out_alarm()  # what was read waits with the rest
                 self.state.heard(self.loop.time())
-                receive = self.state.receive
-                for message, size in self.decoder.feed(data):
-                    actions = receive(message, size)
-                    if actions:
+                receive, on_events = self.state.receive, self.state.on_events
+                for item in self.decoder.feed_events(data):
+                    if isinstance(item, c.Events):
+                        on_events(item)
+                    elif actions := receive(*item):
                         await self.perform(actions)
                 self.flush()
                 await self.ctx.writer.drain()

@@ -10,12 +10,14 @@ asyncio connection moves bytes, carries out the actions and calls the broker.
 from __future__ import annotations
 
 import enum
+import struct
 import uuid
 from dataclasses import dataclass, field
 
 from mainstem.protocols.segment import codec as c
 
 MAX_MESSAGE_SIZE = 16 * 1024 * 1024  # a message joined from partial pieces
+FRAMED_LENGTH = struct.Struct(">I")  # an event's length, as c.Events frames it
 
 
 class Violation(Exception):
@@ -85,7 +87,7 @@ class Appender:
     connection_id: uuid.UUID
     level: int  # connection offset after the last complete event received
     cursor: int  # connection offset after the last byte received
-    events: list[bytes | memoryview] = field(default_factory=list)
+    events: list[bytes | memoryview] = field(default_factory=list)  # framed as in c.Events
     flushed: int = 0  # level of the last write to the log
     acked: int = -1  # level of the last DataAppended sent
 
@@ -99,7 +101,8 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """Buffered events of one appender for the log, stored up to connection offset `level`."""
+    """Buffered events of one appender for the log (each its length u32 and data, as
+    c.Events holds them), stored up to connection offset `level`."""
 
     appender: Appender
     events: list[bytes | memoryview]
@@ -236,16 +239,30 @@ class SegmentState:
         self.block = None
 
     def on_event(self, event: c.Event, size: int) -> None:
-        """The hot path: one event of the open block, kept unless it is a resend."""
+        """One event of the open block (joined from partial pieces), kept unless it is a
+        resend."""
+        self.on_events(c.Events([FRAMED_LENGTH.pack(len(event.data)) + event.data], size))
+
+    def on_events(self, events: c.Events) -> None:
+        """The hot path: a run of events of the open block; those at or below the stored
+        level are resends, dropped."""
         block = self.block
         if block is None:
             raise Violation(c.ProtocolError("", "an Event outside of an append block"))
-        block.received += size
+        start = block.start + block.received
+        block.received += events.size
         appender = block.appender
         end = block.start + block.received
-        if end > appender.level:  # at or below the stored level: a resend, dropped
-            appender.events.append(event.data)
-            appender.level = end
+        if end <= appender.level:
+            return
+        if start >= appender.level:
+            appender.events += events.framed
+        else:  # a resend reaching past the stored level: keep the events past it
+            for framed in events.framed:
+                start += c.HEADER.size + len(framed) - FRAMED_LENGTH.size
+                if start > appender.level:
+                    appender.events.append(framed)
+        appender.level = end
 
     def _partial(self, piece: c.Partial, size: int) -> tuple[Action, ...]:
         if self.block is not None:
