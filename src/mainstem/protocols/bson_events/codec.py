@@ -27,8 +27,8 @@ class FramingError(Exception):
     """The byte stream cannot be framed any more: close the connection."""
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+@dataclass(slots=True)
+class Frame:  # not frozen: one is made for every frame, and frozen ones cost more
     type: str
     body: dict[str, Any]
     size: int
@@ -66,14 +66,18 @@ class EventCodec:
         self._buffer += data
 
     def next_events(self) -> list[Event]:
+        """The frames complete in the buffer. Consecutive frames within the bound are
+        decoded by one call, which validates each of them whole as before."""
         events: list[Event] = []
         buf = self._buffer
-        pos = 0
+        pos = run = 0  # `run`: where the frames not yet decoded start
+        sizes: list[int] = []  # of those frames
         while len(buf) - pos >= 4 and not self._skip:
             (length,) = _LENGTH.unpack_from(buf, pos)
             if length < MIN_DOCUMENT:
                 raise FramingError(f"BSON length {length} is below {MIN_DOCUMENT}")
             if length > self.max_frame_size:
+                events += _decode_run(buf, run, sizes)
                 events.append(Oversized(length))
                 available = len(buf) - pos
                 if available >= length:
@@ -81,29 +85,98 @@ class EventCodec:
                 else:
                     self._skip = length - available
                     pos = len(buf)
+                run, sizes = pos, []
                 continue
             if len(buf) - pos < length:
                 break
-            events.append(_parse(bytes(buf[pos:pos + length])))
+            sizes.append(length)
             pos += length
+        events += _decode_run(buf, run, sizes)
         del buf[:pos]
         return events
 
 
-def _parse(raw: bytes) -> Frame | Malformed:
-    try:
-        document = bson.decode(raw)
-    except (BSONError, ValueError, OverflowError) as exc:
-        raise FramingError(f"not a BSON document: {exc}") from None
+def _decode_run(buf: bytearray, start: int, sizes: list[int]) -> list[Event]:
+    """The frames of `sizes` bytes each from `start`, decoded at once."""
+    if not sizes:
+        return []
+    with memoryview(buf) as view:
+        try:
+            documents = bson.decode_all(view[start:start + sum(sizes)])
+        except (BSONError, ValueError, OverflowError) as exc:
+            raise FramingError(f"not a BSON document: {exc}") from None
+    return [_frame(document, size) for document, size in zip(documents, sizes, strict=True)]
+
+
+def _frame(document: dict[str, Any], size: int) -> Frame | Malformed:
     kind, body = document.get("type"), document.get("frame")
+    if type(kind) is str and type(body) is dict:  # the usual frame, checked cheaply
+        return Frame(kind, body, size)
     request_id = body.get("rID") if isinstance(body, dict) else None
     if not isinstance(kind, str):
         return Malformed("the frame has no string 'type'", request_id)
     if not isinstance(body, dict):
         return Malformed("the frame has no document 'frame'", request_id)
-    return Frame(kind, body, len(raw))
+    return Frame(kind, body, size)
 
 
 def encode_frame(kind: str, body: dict[str, Any]) -> bytes:
     """One frame of either direction: a request, a response, an event, a query result."""
     return bson.encode({"type": kind, "frame": body})
+
+
+# -- the server's hottest frames, built from bytes encode_frame makes once -------------
+
+_INT32 = struct.Struct("<i")
+_INT64 = struct.Struct("<q")
+_SENTINEL = 0x5A5A5A5A  # an int32 whose bytes mark where a template's value goes
+
+
+def _template(kind: str, body: dict[str, Any]) -> tuple[bytes, bytes]:
+    """encode_frame's bytes for `body` around the int32 `_SENTINEL` it holds once."""
+    raw = encode_frame(kind, body)
+    head, tail = raw.split(_INT32.pack(_SENTINEL))
+    return head, tail
+
+
+_OK_HEAD, _OK_TAIL = _template("RESPONSE", {"ok": True, "rID": _SENTINEL})
+
+
+def encode_ok(request_ids: list[Any]) -> bytes:
+    """``RESPONSE {ok: true, rID}`` for each request, the bytes encode_frame gives."""
+    pack = _INT32.pack
+    return b"".join([_OK_HEAD + pack(rid) + _OK_TAIL
+                     if type(rid) is int and -2**31 <= rid < 2**31
+                     else encode_frame("RESPONSE", {"ok": True, "rID": rid})
+                     for rid in request_ids])
+
+
+def _int_element(name: bytes, value: int) -> bytes:
+    """A BSON integer element as encode_frame writes it: int32 where it fits."""
+    if -2**31 <= value < 2**31:
+        return b"\x10" + name + b"\x00" + _INT32.pack(value)
+    return b"\x12" + name + b"\x00" + _INT64.pack(value)
+
+
+_RECEV_TYPE = bson.encode({"type": "RECEV"})[4:-1]  # the "type" element
+_EVENT_KEY = b"\x03event\x00"
+
+
+class RecevEncoder:
+    """``RECEV {subID, timestamp, pos, event}`` frames of one subscription, with the
+    event's stored bytes copied in as they are (no decode and re-encode)."""
+
+    def __init__(self, sub_id: int) -> None:
+        self._sub_id = _int_element(b"subID", sub_id)
+        self._timestamp = -1
+        self._known = b""  # subID and timestamp elements, for `_timestamp`
+
+    def encode(self, timestamp: int, position: int, event: bytes | memoryview) -> bytes:
+        if timestamp != self._timestamp:  # one per chunk
+            self._timestamp = timestamp
+            self._known = self._sub_id + _int_element(b"timestamp", timestamp)
+        body = self._known + _int_element(b"pos", position) + _EVENT_KEY
+        body_size = 4 + len(body) + len(event) + 1
+        total = 4 + len(_RECEV_TYPE) + 7 + body_size + 1
+        return b"".join((_INT32.pack(total), _RECEV_TYPE, b"\x03frame\x00",
+                         _INT32.pack(body_size), body, event, b"\x00\x00"))

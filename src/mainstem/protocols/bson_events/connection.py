@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import bson
-from bson.raw_bson import RawBSONDocument
 
 from mainstem.broker.auth import User
 from mainstem.broker.errors import (
@@ -38,7 +37,9 @@ from mainstem.protocols.bson_events.codec import (
     EventCodec,
     Frame,
     FramingError,
+    RecevEncoder,
     encode_frame,
+    encode_ok,
 )
 from mainstem.protocols.bson_events.outbox import Outbox
 from mainstem.protocols.bson_events.state import (
@@ -238,7 +239,17 @@ class EventsConnection:
     def _stage_publish(self, event: Frame, batch: Batch) -> None:
         """Validate a PUBLISH; stage it in this read's batch or answer it now."""
         body = event.body
-        request_id = body.get("rID")
+        request_id, document, channel = body.get("rID"), body.get("event"), body.get("channel")
+        # A channel staged in this batch was found and its write right checked since the
+        # last await: the usual PUBLISH needs only its own fields checked.
+        staged = batch.get(channel) if type(channel) is str else None
+        if (staged is not None and type(request_id) is int and type(document) is dict
+                and body.get("sessID") is None):
+            raw = bson.encode(document)
+            if len(raw) <= self.limits.max_event_size:
+                staged[1].append(raw)
+                staged[2].append(request_id)
+                return
         try:
             raw = self._event_bytes(body)
             channel = _channel_name(body)
@@ -295,11 +306,11 @@ class EventsConnection:
         batch.clear()
         results = await asyncio.gather(*(w for w, _ in writes), return_exceptions=True)
         for result, (_, request_ids) in zip(results, writes, strict=True):
-            for request_id in request_ids:
-                if isinstance(result, BaseException):
+            if isinstance(result, BaseException):
+                for request_id in request_ids:
                     self.fail(request_id, "STORAGE_FAILED", str(result))
-                else:
-                    self.respond(request_id)
+            elif not self.writer.transport.is_closing():
+                self.outbox.add(encode_ok(request_ids))
 
     # -- transactions ----------------------------------------------------------------
 
@@ -386,6 +397,8 @@ class EventsConnection:
     async def _deliver(self, flow: SubscriptionFlow, sender: Sender, partition: PartitionService,
                        start: int, predicate: Callable[[Any], bool]) -> None:
         reader = partition.subscribe(start)
+        encoder = RecevEncoder(flow.sub_id)
+        in_flight, decode, send = flow.in_flight, bson.decode, self.outbox.add
         try:
             while True:
                 chunk = await reader.next_chunk()
@@ -393,21 +406,21 @@ class EventsConnection:
                 for position, record in chunk.records():
                     if position < start:
                         continue
-                    raw = bytes(record)
                     try:
-                        matched = predicate(bson.decode(raw))
+                        matched = predicate(decode(record))
                     except Exception:
                         continue  # a record of another protocol, not a BSON event
                     if not matched:
                         continue
                     if self.outbox.size > WRITE_HIGH_WATER:
                         await self.outbox.drain_above(WRITE_HIGH_WATER)
-                    while len(flow.in_flight) >= flow.window:  # no credit: wait for ACKEV
+                    while len(in_flight) >= flow.window:  # no credit: wait for ACKEV
                         sender.wake.clear()
                         await sender.wake.wait()
-                    self.send("RECEV", {"subID": flow.sub_id, "timestamp": timestamp,
-                                        "pos": position, "event": RawBSONDocument(raw)})
-                    flow.in_flight.append(position)
+                    if self.writer.transport.is_closing():
+                        return
+                    send(encoder.encode(timestamp, position, record))
+                    in_flight.append(position)
                 await self.outbox.drain_above(WRITE_HIGH_WATER)
         except (PartitionClosed, ConnectionError):
             return
