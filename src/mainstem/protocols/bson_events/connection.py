@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,7 @@ from mainstem.protocols.bson_events.state import (
 )
 
 READ_SIZE = 256 * 1024
+MAX_UNANSWERED_READS = 4  # reads of publishes waiting for durability before reading on
 MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 DURABLE_PREFIX = "bson-durable:"
@@ -91,6 +93,7 @@ class EventsConnection:
         self.transactions: dict[int, list[tuple[PartitionService, bytes]]] = {}
         self.subscriptions: dict[int, Sender] = {}  # by subscription id
         self.queries: dict[int, Sender] = {}  # by query id
+        self.answers: deque[asyncio.Future[None]] = deque()  # appended publishes' answers
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "STARTTX": self.on_start_tx, "COMMITTX": self.on_commit_tx,
             "ABORTTX": self.on_abort_tx, "SUBSCRIBE": self.on_subscribe,
@@ -123,6 +126,8 @@ class EventsConnection:
         closing = asyncio.ensure_future(self.ctx.closing.wait())
         try:
             while True:
+                if len(self.answers) >= MAX_UNANSWERED_READS:
+                    await asyncio.wait((self.answers[0],))
                 read = asyncio.ensure_future(self.ctx.reader.read(READ_SIZE))
                 await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
                 if not read.done():
@@ -144,7 +149,10 @@ class EventsConnection:
             return
         finally:
             closing.cancel()
-            self._release()
+            try:
+                await self._answered()  # publishes already appended are answered first
+            finally:
+                self._release()
 
     def _release(self) -> None:
         self.transactions.clear()  # an open transaction is aborted
@@ -165,10 +173,11 @@ class EventsConnection:
                 continue
             for action in actions:
                 if isinstance(action, Flush):
-                    await self._flush(batch)
+                    self._append(batch)
+                    await self._answered()
                 elif not await self.perform(action):
                     return False
-        await self._flush(batch)
+        self._append(batch)  # answered once durable, while the next reads go on
         return True
 
     async def perform(self, action: Action) -> bool:
@@ -289,8 +298,9 @@ class EventsConnection:
                               f"limit of {self.limits.max_event_size}")
         return raw
 
-    async def _flush(self, batch: Batch) -> None:
-        """Hand each channel's staged events to its appender; answer once durable."""
+    def _append(self, batch: Batch) -> None:
+        """Hand each channel's staged events to its appender; they are answered once
+        durable, after every publish appended before them."""
         if not batch:
             return
         try:
@@ -304,6 +314,15 @@ class EventsConnection:
         writes = [(partition.appender.append_records(records).durable, request_ids)
                   for partition, records, request_ids in batch.values()]
         batch.clear()
+        earlier = self.answers[-1] if self.answers else None
+        answer = asyncio.ensure_future(self._answer(earlier, writes))
+        self.answers.append(answer)
+        answer.add_done_callback(self._answer_done)
+
+    async def _answer(self, earlier: asyncio.Future[None] | None,
+                      writes: list[tuple[asyncio.Future[None], list[Any]]]) -> None:
+        if earlier is not None:
+            await asyncio.wait((earlier,))  # answers keep the order of the appends
         results = await asyncio.gather(*(w for w, _ in writes), return_exceptions=True)
         for result, (_, request_ids) in zip(results, writes, strict=True):
             if isinstance(result, BaseException):
@@ -311,6 +330,14 @@ class EventsConnection:
                     self.fail(request_id, "STORAGE_FAILED", str(result))
             elif not self.writer.transport.is_closing():
                 self.outbox.add(encode_ok(request_ids))
+
+    def _answer_done(self, answer: asyncio.Future[None]) -> None:
+        self.answers.remove(answer)  # the oldest: answers finish in order
+
+    async def _answered(self) -> None:
+        """Return once every publish appended so far is answered."""
+        if self.answers:
+            await asyncio.wait((self.answers[-1],))
 
     # -- transactions ----------------------------------------------------------------
 
