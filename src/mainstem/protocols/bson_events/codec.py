@@ -158,25 +158,43 @@ def _int_element(name: bytes, value: int) -> bytes:
     return b"\x12" + name + b"\x00" + _INT64.pack(value)
 
 
-_RECEV_TYPE = bson.encode({"type": "RECEV"})[4:-1]  # the "type" element
+_RECEV_HEAD = bson.encode({"type": "RECEV"})[4:-1] + b"\x03frame\x00"  # to its body
 _EVENT_KEY = b"\x03event\x00"
+EVENT_TAIL = b"\x00\x00"  # what follows a RECEV frame's event: the ends of both documents
+
+
+class _RecevLayout:
+    """RECEV frames whose body starts with the elements `known`: their bytes up to the
+    event from one struct."""
+
+    def __init__(self, known: bytes, position: str) -> None:
+        self._pack = struct.Struct(
+            f"<i{len(_RECEV_HEAD)}si{len(known)}s{position}{len(_EVENT_KEY)}s").pack
+        self._known = known
+        self._body = 4 + len(known) + struct.calcsize(position) + len(_EVENT_KEY) + 1
+        self._total = 4 + len(_RECEV_HEAD) + self._body + 1
+
+    def head(self, position: int, event_size: int) -> bytes:
+        return self._pack(self._total + event_size, _RECEV_HEAD, self._body + event_size,
+                          self._known, position, _EVENT_KEY)
 
 
 class RecevEncoder:
-    """``RECEV {subID, timestamp, pos, event}`` frames of one subscription, with the
-    event's stored bytes copied in as they are (no decode and re-encode)."""
+    """``RECEV {subID, timestamp, pos, event}`` frames of one subscription, the bytes
+    encode_frame gives, with the event's stored bytes copied in as they are: a frame is
+    `head(...)`, the event, then EVENT_TAIL."""
 
     def __init__(self, sub_id: int) -> None:
         self._sub_id = _int_element(b"subID", sub_id)
-        self._timestamp = -1
-        self._known = b""  # subID and timestamp elements, for `_timestamp`
+        self._timestamp: int | None = None
+        self._int32 = self._int64 = _RecevLayout(b"", "i")  # set for each timestamp
 
-    def encode(self, timestamp: int, position: int, event: bytes | memoryview) -> bytes:
+    def head(self, timestamp: int, position: int, event_size: int) -> bytes:
         if timestamp != self._timestamp:  # one per chunk
             self._timestamp = timestamp
-            self._known = self._sub_id + _int_element(b"timestamp", timestamp)
-        body = self._known + _int_element(b"pos", position) + _EVENT_KEY
-        body_size = 4 + len(body) + len(event) + 1
-        total = 4 + len(_RECEV_TYPE) + 7 + body_size + 1
-        return b"".join((_INT32.pack(total), _RECEV_TYPE, b"\x03frame\x00",
-                         _INT32.pack(body_size), body, event, b"\x00\x00"))
+            known = self._sub_id + _int_element(b"timestamp", timestamp)
+            self._int32 = _RecevLayout(known + b"\x10pos\x00", "i")
+            self._int64 = _RecevLayout(known + b"\x12pos\x00", "q")
+        if -2**31 <= position < 2**31:
+            return self._int32.head(position, event_size)
+        return self._int64.head(position, event_size)

@@ -35,6 +35,7 @@ from mainstem.broker.stream_service import PartitionClosed, PartitionService, Wr
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events.codec import (
+    EVENT_TAIL,
     EventCodec,
     Frame,
     FramingError,
@@ -424,8 +425,9 @@ class EventsConnection:
     async def _deliver(self, flow: SubscriptionFlow, sender: Sender, partition: PartitionService,
                        start: int, predicate: Callable[[Any], bool]) -> None:
         reader = partition.subscribe(start)
-        encoder = RecevEncoder(flow.sub_id)
-        in_flight, decode, send = flow.in_flight, bson.decode, self.outbox.add
+        head = RecevEncoder(flow.sub_id).head
+        in_flight, decode, outbox = flow.in_flight, bson.decode, self.outbox
+        frames: list[bytes | memoryview] = []  # a chunk's RECEV frames, sent in one piece
         try:
             while True:
                 chunk = await reader.next_chunk()
@@ -439,18 +441,23 @@ class EventsConnection:
                         continue  # a record of another protocol, not a BSON event
                     if not matched:
                         continue
-                    if self.outbox.size > WRITE_HIGH_WATER:
-                        await self.outbox.drain_above(WRITE_HIGH_WATER)
-                    while len(in_flight) >= flow.window:  # no credit: wait for ACKEV
-                        sender.wake.clear()
-                        await sender.wake.wait()
-                    if self.writer.transport.is_closing():
-                        return
-                    send(encoder.encode(timestamp, position, record))
+                    if len(in_flight) >= flow.window or outbox.size > WRITE_HIGH_WATER:
+                        self._send_frames(frames)
+                        await outbox.drain_above(WRITE_HIGH_WATER)
+                        while len(in_flight) >= flow.window:  # no credit: wait for ACKEV
+                            sender.wake.clear()
+                            await sender.wake.wait()
+                    frames += (head(timestamp, position, len(record)), record, EVENT_TAIL)
                     in_flight.append(position)
-                await self.outbox.drain_above(WRITE_HIGH_WATER)
+                self._send_frames(frames)
+                await outbox.drain_above(WRITE_HIGH_WATER)
         except (PartitionClosed, ConnectionError):
             return
+
+    def _send_frames(self, frames: list[bytes | memoryview]) -> None:
+        if frames and not self.writer.transport.is_closing():
+            self.outbox.add(b"".join(frames))
+        frames.clear()
 
     def _end(self, flow: SubscriptionFlow) -> None:
         self.state.end_subscription(flow.sub_id)
