@@ -427,10 +427,17 @@ class EventsConnection:
         reader = partition.subscribe(start)
         head = RecevEncoder(flow.sub_id).head
         in_flight, decode, outbox = flow.in_flight, bson.decode, self.outbox
-        frames: list[bytes | memoryview] = []  # a chunk's RECEV frames, sent in one piece
+        # RECEV frames go out in one piece for all the chunks at hand, up to the first
+        # wait (for credit, the socket, or new events)
+        frames: list[bytes | memoryview] = []
+        pending = 0  # their bytes
         try:
             while True:
-                chunk = await reader.next_chunk()
+                chunk = reader.next_chunk_nowait()
+                if chunk is None:
+                    self._send_frames(frames)
+                    pending = 0
+                    chunk = await reader.next_chunk()
                 timestamp = chunk.header.timestamp
                 for position, record in chunk.records():
                     if position < start:
@@ -441,16 +448,16 @@ class EventsConnection:
                         continue  # a record of another protocol, not a BSON event
                     if not matched:
                         continue
-                    if len(in_flight) >= flow.window or outbox.size > WRITE_HIGH_WATER:
+                    if len(in_flight) >= flow.window or outbox.size + pending > WRITE_HIGH_WATER:
                         self._send_frames(frames)
+                        pending = 0
                         await outbox.drain_above(WRITE_HIGH_WATER)
                         while len(in_flight) >= flow.window:  # no credit: wait for ACKEV
                             sender.wake.clear()
                             await sender.wake.wait()
                     frames += (head(timestamp, position, len(record)), record, EVENT_TAIL)
+                    pending += len(record)
                     in_flight.append(position)
-                self._send_frames(frames)
-                await outbox.drain_above(WRITE_HIGH_WATER)
         except (PartitionClosed, ConnectionError):
             return
 
