@@ -125,6 +125,6 @@ def test_recev_frames_are_the_bytes_encode_frame_gives(sub_id: int, deliveries: 
     raw = bson.encode(event)
     encoder = RecevEncoder(sub_id)
     for timestamp, position in deliveries:
-        built = encoder.head(timestamp, position, len(raw)) + raw + EVENT_TAIL
+        built = encoder.heads(timestamp)(position, len(raw)) + raw + EVENT_TAIL
         assert built == encode_frame("RECEV", {"subID": sub_id, "timestamp": timestamp,
                                                "pos": position, "event": RawBSONDocument(raw)})

@@ -11,6 +11,7 @@ goes on); a length below 5 or bytes that are not BSON are a ``FramingError`` (cl
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,33 +169,33 @@ class _RecevLayout:
     event from one struct."""
 
     def __init__(self, known: bytes, position: str) -> None:
-        self._pack = struct.Struct(
+        self.pack = struct.Struct(
             f"<i{len(_RECEV_HEAD)}si{len(known)}s{position}{len(_EVENT_KEY)}s").pack
-        self._known = known
-        self._body = 4 + len(known) + struct.calcsize(position) + len(_EVENT_KEY) + 1
-        self._total = 4 + len(_RECEV_HEAD) + self._body + 1
-
-    def head(self, position: int, event_size: int) -> bytes:
-        return self._pack(self._total + event_size, _RECEV_HEAD, self._body + event_size,
-                          self._known, position, _EVENT_KEY)
+        self.known = known
+        self.body = 4 + len(known) + struct.calcsize(position) + len(_EVENT_KEY) + 1
+        self.total = 4 + len(_RECEV_HEAD) + self.body + 1
 
 
 class RecevEncoder:
     """``RECEV {subID, timestamp, pos, event}`` frames of one subscription, the bytes
     encode_frame gives, with the event's stored bytes copied in as they are: a frame is
-    `head(...)`, the event, then EVENT_TAIL."""
+    what `heads(timestamp)(position, event_size)` gives, the event, then EVENT_TAIL."""
 
     def __init__(self, sub_id: int) -> None:
         self._sub_id = _int_element(b"subID", sub_id)
-        self._timestamp: int | None = None
-        self._int32 = self._int64 = _RecevLayout(b"", "i")  # set for each timestamp
 
-    def head(self, timestamp: int, position: int, event_size: int) -> bytes:
-        if timestamp != self._timestamp:  # one per chunk
-            self._timestamp = timestamp
-            known = self._sub_id + _int_element(b"timestamp", timestamp)
-            self._int32 = _RecevLayout(known + b"\x10pos\x00", "i")
-            self._int64 = _RecevLayout(known + b"\x12pos\x00", "q")
-        if -2**31 <= position < 2**31:
-            return self._int32.head(position, event_size)
-        return self._int64.head(position, event_size)
+    def heads(self, timestamp: int) -> Callable[[int, int], bytes]:
+        """The heads of the frames of events stored at `timestamp` (a chunk's)."""
+        known = self._sub_id + _int_element(b"timestamp", timestamp)
+        int32 = _RecevLayout(known + b"\x10pos\x00", "i")
+        int64 = _RecevLayout(known + b"\x12pos\x00", "q")
+        pack, total, body, known = int32.pack, int32.total, int32.body, int32.known
+
+        def head(position: int, event_size: int) -> bytes:
+            if -2**31 <= position < 2**31:
+                return pack(total + event_size, _RECEV_HEAD, body + event_size, known,
+                            position, _EVENT_KEY)
+            return int64.pack(int64.total + event_size, _RECEV_HEAD, int64.body + event_size,
+                              int64.known, position, _EVENT_KEY)
+
+        return head

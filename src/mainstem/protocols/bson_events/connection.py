@@ -425,7 +425,7 @@ class EventsConnection:
     async def _deliver(self, flow: SubscriptionFlow, sender: Sender, partition: PartitionService,
                        start: int, predicate: Callable[[Any], bool]) -> None:
         reader = partition.subscribe(start)
-        head = RecevEncoder(flow.sub_id).head
+        encoder = RecevEncoder(flow.sub_id)
         in_flight, decode, outbox = flow.in_flight, bson.decode, self.outbox
         # RECEV frames go out in one piece for all the chunks at hand, up to the first
         # wait (for credit, the socket, or new events)
@@ -438,7 +438,7 @@ class EventsConnection:
                     self._send_frames(frames)
                     pending = 0
                     chunk = await reader.next_chunk()
-                timestamp = chunk.header.timestamp
+                head = encoder.heads(chunk.header.timestamp)
                 for position, record in chunk.records():
                     if position < start:
                         continue
@@ -455,7 +455,7 @@ class EventsConnection:
                         while len(in_flight) >= flow.window:  # no credit: wait for ACKEV
                             sender.wake.clear()
                             await sender.wake.wait()
-                    frames += (head(timestamp, position, len(record)), record, EVENT_TAIL)
+                    frames += (head(position, len(record)), record, EVENT_TAIL)
                     pending += len(record)
                     in_flight.append(position)
         except (PartitionClosed, ConnectionError):
