@@ -128,3 +128,36 @@ def test_recev_frames_are_the_bytes_encode_frame_gives(sub_id: int, deliveries: 
         built = encoder.heads(timestamp)(position, len(raw)) + raw + EVENT_TAIL
         assert built == encode_frame("RECEV", {"subID": sub_id, "timestamp": timestamp,
                                                "pos": position, "event": RawBSONDocument(raw)})
+
+
+def _read_one(raw: bytes) -> tuple[EventCodec, Frame]:
+    codec = EventCodec(None)
+    codec.receive_data(encode_frame("PING", {"rID": 1}) + raw[:9])  # the frame in two reads
+    codec.next_events()
+    codec.receive_data(raw[9:])
+    [frame] = codec.next_events()
+    return codec, frame
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(["PUBLISH", "PUB", "EMIT"]), keys, bodies,
+       st.integers(-(2**31), 2**31 - 1))
+def test_a_publish_as_the_client_writes_it_is_stored_as_read(kind: str, channel: str,
+                                                            event: dict, rid: int) -> None:
+    codec, frame = _read_one(encode_frame(kind, {"channel": channel, "event": event,
+                                                 "rID": rid}))
+    as_read = codec.publish_event(frame, channel)
+    assert as_read is not None and bytes(as_read) == bson.encode(event)
+
+
+@pytest.mark.parametrize("frame", [
+    {"type": "PUBLISH", "frame": {"event": {"a": 1}, "channel": "c", "rID": 1}},
+    {"type": "PUBLISH", "frame": {"channel": "c", "event": {"a": 1}, "rID": 2**40}},
+    {"type": "PUBLISH", "frame": {"channel": "c", "event": {"a": 1}, "rID": 1, "sessID": 2}},
+    {"type": "PUBLISH", "frame": {"channel": "c", "event": [1], "rID": 1}},
+    {"type": "PUBLISH", "frame": {"channel": "c", "event": {"a": 1}, "rID": 1}, "more": 1},
+    {"more": 1, "type": "PUBLISH", "frame": {"channel": "c", "event": {"a": 1}, "rID": 1}},
+])
+def test_any_other_publish_layout_is_not_taken_as_read(frame: dict) -> None:
+    codec, read = _read_one(bson.encode(frame))
+    assert codec.publish_event(read, "c") is None

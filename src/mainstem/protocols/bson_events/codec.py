@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import bson
@@ -33,6 +33,9 @@ class Frame:  # not frozen: one is made for every frame, and frozen ones cost mo
     type: str
     body: dict[str, Any]
     size: int
+    # Where it was read: `source` holds it from `start` (a read shared by its frames).
+    source: bytes = field(default=b"", compare=False, repr=False)
+    start: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,69 +59,128 @@ class EventCodec:
         # None: any size BSON can state (a client trusts its server's frames).
         self.max_frame_size = (MAX_DOCUMENT if max_event_size is None
                                else max_event_size + FRAME_OVERHEAD)
-        self._buffer = bytearray()
+        # Reads not framed yet, joined once they hold what `_wanted` says (a length, or
+        # the frame it states): a large frame is copied once, not once per read.
+        self._pieces: list[bytes] = []
+        self._buffered = 0
+        self._wanted = 4
         self._skip = 0  # bytes of an oversized frame still to drop
+        self._layouts: dict[tuple[str, str], _PublishLayout] = {}  # publish_event's
 
     def receive_data(self, data: bytes) -> None:
         if self._skip:
             dropped = min(self._skip, len(data))
             self._skip -= dropped
             data = data[dropped:]
-        self._buffer += data
+        if data:
+            self._pieces.append(bytes(data))
+            self._buffered += len(data)
 
     def next_events(self) -> list[Event]:
         """The frames complete in the buffer. Consecutive frames within the bound are
         decoded by one call, which validates each of them whole as before."""
+        if self._buffered < self._wanted:
+            return []
+        data = self._pieces[0] if len(self._pieces) == 1 else b"".join(self._pieces)
         events: list[Event] = []
-        buf = self._buffer
         pos = run = 0  # `run`: where the frames not yet decoded start
         sizes: list[int] = []  # of those frames
-        while len(buf) - pos >= 4 and not self._skip:
-            (length,) = _LENGTH.unpack_from(buf, pos)
+        wanted = 4
+        while len(data) - pos >= 4 and not self._skip:
+            (length,) = _LENGTH.unpack_from(data, pos)
             if length < MIN_DOCUMENT:
                 raise FramingError(f"BSON length {length} is below {MIN_DOCUMENT}")
             if length > self.max_frame_size:
-                events += _decode_run(buf, run, sizes)
+                events += _decode_run(data, run, sizes)
                 events.append(Oversized(length))
-                available = len(buf) - pos
+                available = len(data) - pos
                 if available >= length:
                     pos += length
                 else:
                     self._skip = length - available
-                    pos = len(buf)
+                    pos = len(data)
                 run, sizes = pos, []
                 continue
-            if len(buf) - pos < length:
+            if len(data) - pos < length:
+                wanted = length
                 break
             sizes.append(length)
             pos += length
-        events += _decode_run(buf, run, sizes)
-        del buf[:pos]
+        events += _decode_run(data, run, sizes)
+        rest = data[pos:]
+        self._pieces = [rest] if rest else []
+        self._buffered, self._wanted = len(rest), wanted
         return events
 
+    def publish_event(self, frame: Frame, channel: str) -> memoryview | None:
+        """The bytes of a PUBLISH's event as read, when the frame has the layout
+        mainstem's client writes, ``{type, frame: {channel, event, rID: int32}}`` and no
+        other element; None for any other (the event is then encoded from the body).
+        The layout is checked byte for byte: the bytes are those the frame decoded to."""
+        layout = self._layouts.get((frame.type, channel))
+        if layout is None:
+            if len(self._layouts) >= MAX_LAYOUTS:
+                self._layouts.clear()
+            layout = self._layouts[frame.type, channel] = _PublishLayout(frame.type, channel)
+        return layout.event(frame)
 
-def _decode_run(buf: bytearray, start: int, sizes: list[int]) -> list[Event]:
+
+MAX_LAYOUTS = 256  # publish_event's layouts by (type, channel) kept per connection
+_RID_PREFIX = b"\x10rID\x00"  # an int32 rID element closes the body
+_AFTER_EVENT = len(_RID_PREFIX) + 4 + 2  # that element, then the ends of both documents
+
+
+class _PublishLayout:
+    """PUBLISH frames of one type to one channel as mainstem's client writes them: the
+    type element, the frame's key, the body's length, the channel element and the
+    event's key, read with one struct."""
+
+    def __init__(self, kind: str, channel: str) -> None:
+        self._head = bson.encode({"type": kind, "frame": {}})[4:-6]
+        self._channel = bson.encode({"channel": channel, "event": {}})[4:-6]
+        self._unpack = struct.Struct(f"<{len(self._head)}si{len(self._channel)}si").unpack_from
+        self._event_start = 4 + len(self._head) + 4 + len(self._channel)
+
+    def event(self, frame: Frame) -> memoryview | None:
+        source, start, size = frame.source, frame.start, frame.size
+        if size < self._event_start + MIN_DOCUMENT + _AFTER_EVENT:
+            return None
+        head, body_size, channel, event_size = self._unpack(source, start + 4)
+        event = start + self._event_start
+        end = start + size - _AFTER_EVENT
+        if (head != self._head or channel != self._channel or event_size != end - event
+                or body_size != size - 5 - len(head) or not source.startswith(_RID_PREFIX, end)):
+            return None
+        return memoryview(source)[event:end]
+
+
+def _decode_run(data: bytes, start: int, sizes: list[int]) -> list[Event]:
     """The frames of `sizes` bytes each from `start`, decoded at once."""
     if not sizes:
         return []
-    with memoryview(buf) as view:
-        try:
+    try:
+        with memoryview(data) as view:
             documents = bson.decode_all(view[start:start + sum(sizes)])
-        except (BSONError, ValueError, OverflowError) as exc:
-            raise FramingError(f"not a BSON document: {exc}") from None
-    return [_frame(document, size) for document, size in zip(documents, sizes, strict=True)]
+    except (BSONError, ValueError, OverflowError) as exc:
+        raise FramingError(f"not a BSON document: {exc}") from None
+    frames: list[Event] = []
+    for document, size in zip(documents, sizes, strict=True):
+        frames.append(_frame(document, size, data, start))
+        start += size
+    return frames
 
 
-def _frame(document: dict[str, Any], size: int) -> Frame | Malformed:
+def _frame(document: dict[str, Any], size: int, source: bytes, start: int
+           ) -> Frame | Malformed:
     kind, body = document.get("type"), document.get("frame")
     if type(kind) is str and type(body) is dict:  # the usual frame, checked cheaply
-        return Frame(kind, body, size)
+        return Frame(kind, body, size, source, start)
     request_id = body.get("rID") if isinstance(body, dict) else None
     if not isinstance(kind, str):
         return Malformed("the frame has no string 'type'", request_id)
     if not isinstance(body, dict):
         return Malformed("the frame has no document 'frame'", request_id)
-    return Frame(kind, body, size)
+    return Frame(kind, body, size, source, start)
 
 
 def encode_frame(kind: str, body: dict[str, Any]) -> bytes:

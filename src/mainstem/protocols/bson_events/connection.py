@@ -68,7 +68,7 @@ MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 DURABLE_PREFIX = "bson-durable:"
 
-Batch = dict[str, tuple[PartitionService, list[bytes], list[Any]]]
+Batch = dict[str, tuple[PartitionService, list[bytes | memoryview], list[Any]]]
 
 
 @dataclass
@@ -249,15 +249,17 @@ class EventsConnection:
     def _stage_publish(self, event: Frame, batch: Batch) -> None:
         """Validate a PUBLISH; stage it in this read's batch or answer it now."""
         body = event.body
-        request_id, document, channel = body.get("rID"), body.get("event"), body.get("channel")
+        request_id, document = body.get("rID"), body.get("event")
+        channel: Any = body.get("channel")
         # A channel staged in this batch was found and its write right checked since the
         # last await: the usual PUBLISH needs only its own fields checked.
         staged = batch.get(channel) if type(channel) is str else None
         if (staged is not None and type(request_id) is int and type(document) is dict
                 and body.get("sessID") is None):
-            raw = bson.encode(document)
-            if len(raw) <= self.limits.max_event_size:
-                staged[1].append(raw)
+            as_read = self.codec.publish_event(event, channel)
+            stored = bson.encode(document) if as_read is None else as_read
+            if len(stored) <= self.limits.max_event_size:
+                staged[1].append(stored)
                 staged[2].append(request_id)
                 return
         try:
