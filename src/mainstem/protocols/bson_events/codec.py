@@ -10,6 +10,7 @@ goes on); a length below 5 or bytes that are not BSON are a ``FramingError`` (cl
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -226,13 +227,18 @@ _EVENT_KEY = b"\x03event\x00"
 EVENT_TAIL = b"\x00\x00"  # what follows a RECEV frame's event: the ends of both documents
 
 
+@functools.cache
+def _recev_struct(known_size: int, position: str) -> struct.Struct:
+    """One per layout, not per chunk: a chunk may hold a single event."""
+    return struct.Struct(f"<i{len(_RECEV_HEAD)}si{known_size}s{position}{len(_EVENT_KEY)}s")
+
+
 class _RecevLayout:
     """RECEV frames whose body starts with the elements `known`: their bytes up to the
     event from one struct."""
 
     def __init__(self, known: bytes, position: str) -> None:
-        self.pack = struct.Struct(
-            f"<i{len(_RECEV_HEAD)}si{len(known)}s{position}{len(_EVENT_KEY)}s").pack
+        self.pack = _recev_struct(len(known), position).pack
         self.known = known
         self.body = 4 + len(known) + struct.calcsize(position) + len(_EVENT_KEY) + 1
         self.total = 4 + len(_RECEV_HEAD) + self.body + 1
