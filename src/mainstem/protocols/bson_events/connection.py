@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import bson
-from bson.raw_bson import RawBSONDocument
 
 from mainstem.broker.auth import User
 from mainstem.broker.errors import (
@@ -35,10 +35,13 @@ from mainstem.broker.stream_service import PartitionClosed, PartitionService, Wr
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events.codec import (
+    EVENT_TAIL,
     EventCodec,
     Frame,
     FramingError,
+    RecevEncoder,
     encode_frame,
+    encode_ok,
 )
 from mainstem.protocols.bson_events.outbox import Outbox
 from mainstem.protocols.bson_events.state import (
@@ -60,11 +63,12 @@ from mainstem.protocols.bson_events.state import (
 )
 
 READ_SIZE = 256 * 1024
+MAX_UNANSWERED_READS = 4  # reads of publishes waiting for durability before reading on
 MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 DURABLE_PREFIX = "bson-durable:"
 
-Batch = dict[str, tuple[PartitionService, list[bytes], list[Any]]]
+Batch = dict[str, tuple[PartitionService, list[bytes | memoryview], list[Any]]]
 
 
 @dataclass
@@ -90,6 +94,7 @@ class EventsConnection:
         self.transactions: dict[int, list[tuple[PartitionService, bytes]]] = {}
         self.subscriptions: dict[int, Sender] = {}  # by subscription id
         self.queries: dict[int, Sender] = {}  # by query id
+        self.answers: deque[asyncio.Future[None]] = deque()  # appended publishes' answers
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "STARTTX": self.on_start_tx, "COMMITTX": self.on_commit_tx,
             "ABORTTX": self.on_abort_tx, "SUBSCRIBE": self.on_subscribe,
@@ -122,6 +127,8 @@ class EventsConnection:
         closing = asyncio.ensure_future(self.ctx.closing.wait())
         try:
             while True:
+                if len(self.answers) >= MAX_UNANSWERED_READS:
+                    await asyncio.wait((self.answers[0],))
                 read = asyncio.ensure_future(self.ctx.reader.read(READ_SIZE))
                 await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
                 if not read.done():
@@ -143,7 +150,10 @@ class EventsConnection:
             return
         finally:
             closing.cancel()
-            self._release()
+            try:
+                await self._answered()  # publishes already appended are answered first
+            finally:
+                self._release()
 
     def _release(self) -> None:
         self.transactions.clear()  # an open transaction is aborted
@@ -164,10 +174,11 @@ class EventsConnection:
                 continue
             for action in actions:
                 if isinstance(action, Flush):
-                    await self._flush(batch)
+                    self._append(batch)
+                    await self._answered()
                 elif not await self.perform(action):
                     return False
-        await self._flush(batch)
+        self._append(batch)  # answered once durable, while the next reads go on
         return True
 
     async def perform(self, action: Action) -> bool:
@@ -238,7 +249,19 @@ class EventsConnection:
     def _stage_publish(self, event: Frame, batch: Batch) -> None:
         """Validate a PUBLISH; stage it in this read's batch or answer it now."""
         body = event.body
-        request_id = body.get("rID")
+        request_id, document = body.get("rID"), body.get("event")
+        channel: Any = body.get("channel")
+        # A channel staged in this batch was found and its write right checked since the
+        # last await: the usual PUBLISH needs only its own fields checked.
+        staged = batch.get(channel) if type(channel) is str else None
+        if (staged is not None and type(request_id) is int and type(document) is dict
+                and body.get("sessID") is None):
+            as_read = self.codec.publish_event(event, channel)
+            stored = bson.encode(document) if as_read is None else as_read
+            if len(stored) <= self.limits.max_event_size:
+                staged[1].append(stored)
+                staged[2].append(request_id)
+                return
         try:
             raw = self._event_bytes(body)
             channel = _channel_name(body)
@@ -278,8 +301,9 @@ class EventsConnection:
                               f"limit of {self.limits.max_event_size}")
         return raw
 
-    async def _flush(self, batch: Batch) -> None:
-        """Hand each channel's staged events to its appender; answer once durable."""
+    def _append(self, batch: Batch) -> None:
+        """Hand each channel's staged events to its appender; they are answered once
+        durable, after every publish appended before them."""
         if not batch:
             return
         try:
@@ -293,13 +317,30 @@ class EventsConnection:
         writes = [(partition.appender.append_records(records).durable, request_ids)
                   for partition, records, request_ids in batch.values()]
         batch.clear()
+        earlier = self.answers[-1] if self.answers else None
+        answer = asyncio.ensure_future(self._answer(earlier, writes))
+        self.answers.append(answer)
+        answer.add_done_callback(self._answer_done)
+
+    async def _answer(self, earlier: asyncio.Future[None] | None,
+                      writes: list[tuple[asyncio.Future[None], list[Any]]]) -> None:
+        if earlier is not None:
+            await asyncio.wait((earlier,))  # answers keep the order of the appends
         results = await asyncio.gather(*(w for w, _ in writes), return_exceptions=True)
         for result, (_, request_ids) in zip(results, writes, strict=True):
-            for request_id in request_ids:
-                if isinstance(result, BaseException):
+            if isinstance(result, BaseException):
+                for request_id in request_ids:
                     self.fail(request_id, "STORAGE_FAILED", str(result))
-                else:
-                    self.respond(request_id)
+            elif not self.writer.transport.is_closing():
+                self.outbox.add(encode_ok(request_ids))
+
+    def _answer_done(self, answer: asyncio.Future[None]) -> None:
+        self.answers.remove(answer)  # the oldest: answers finish in order
+
+    async def _answered(self) -> None:
+        """Return once every publish appended so far is answered."""
+        if self.answers:
+            await asyncio.wait((self.answers[-1],))
 
     # -- transactions ----------------------------------------------------------------
 
@@ -386,31 +427,46 @@ class EventsConnection:
     async def _deliver(self, flow: SubscriptionFlow, sender: Sender, partition: PartitionService,
                        start: int, predicate: Callable[[Any], bool]) -> None:
         reader = partition.subscribe(start)
+        encoder = RecevEncoder(flow.sub_id)
+        in_flight, decode, outbox = flow.in_flight, bson.decode, self.outbox
+        # RECEV frames go out in one piece for all the chunks at hand, up to the first
+        # wait (for credit, the socket, or new events)
+        frames: list[bytes | memoryview] = []
+        pending = 0  # their bytes
         try:
             while True:
-                chunk = await reader.next_chunk()
-                timestamp = chunk.header.timestamp
+                chunk = reader.next_chunk_nowait()
+                if chunk is None:
+                    self._send_frames(frames)
+                    pending = 0
+                    chunk = await reader.next_chunk()
+                head = encoder.heads(chunk.header.timestamp)
                 for position, record in chunk.records():
                     if position < start:
                         continue
-                    raw = bytes(record)
                     try:
-                        matched = predicate(bson.decode(raw))
+                        matched = predicate(decode(record))
                     except Exception:
                         continue  # a record of another protocol, not a BSON event
                     if not matched:
                         continue
-                    if self.outbox.size > WRITE_HIGH_WATER:
-                        await self.outbox.drain_above(WRITE_HIGH_WATER)
-                    while len(flow.in_flight) >= flow.window:  # no credit: wait for ACKEV
-                        sender.wake.clear()
-                        await sender.wake.wait()
-                    self.send("RECEV", {"subID": flow.sub_id, "timestamp": timestamp,
-                                        "pos": position, "event": RawBSONDocument(raw)})
-                    flow.in_flight.append(position)
-                await self.outbox.drain_above(WRITE_HIGH_WATER)
+                    if len(in_flight) >= flow.window or outbox.size + pending > WRITE_HIGH_WATER:
+                        self._send_frames(frames)
+                        pending = 0
+                        await outbox.drain_above(WRITE_HIGH_WATER)
+                        while len(in_flight) >= flow.window:  # no credit: wait for ACKEV
+                            sender.wake.clear()
+                            await sender.wake.wait()
+                    frames += (head(position, len(record)), record, EVENT_TAIL)
+                    pending += len(record)
+                    in_flight.append(position)
         except (PartitionClosed, ConnectionError):
             return
+
+    def _send_frames(self, frames: list[bytes | memoryview]) -> None:
+        if frames and not self.writer.transport.is_closing():
+            self.outbox.add(b"".join(frames))
+        frames.clear()
 
     def _end(self, flow: SubscriptionFlow) -> None:
         self.state.end_subscription(flow.sub_id)
