@@ -43,6 +43,8 @@ CLOSING_TIMEOUT_S = 30.0  # RabbitMQ's: how long a closing connection waits for 
 SHUTDOWN_REASON = "broker forced connection closure with reason 'shutdown'"
 # Deliveries pause while the socket holds this much unsent data (a slow consumer).
 WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+# What one event-loop turn sends is written once, at its end, or sooner past this size.
+OUTPUT_FLUSH_BYTES = 256 * 1024
 
 
 class ConnectionClosed(Exception):
@@ -71,6 +73,8 @@ class AmqpConnection:
         self._close_request = asyncio.Event()  # an administrator closes us
         self._close_reason = ""
         self.flow = CreditFlow()  # held by queues whose pager is behind
+        self._output: list[bytes] = []  # this turn's frames, written together (_flush_output)
+        self._output_bytes = 0
 
     @property
     def user(self) -> User:
@@ -84,13 +88,33 @@ class AmqpConnection:
 
     def send(self, data: bytes) -> None:
         if not self.closed:
-            self.transport.write(data)
+            self._write(data)
 
     def send_method(self, channel: int, method: Method) -> None:
         self.send(encode_method(channel, method))
 
+    def _write(self, data: bytes) -> None:
+        """Queue frames for the turn's one socket write (a delivery or a confirm costs no
+        syscall of its own); everything goes out in the order it was queued."""
+        output = self._output
+        output.append(data)
+        self._output_bytes += len(data)
+        if len(output) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_output)
+        elif self._output_bytes >= OUTPUT_FLUSH_BYTES:
+            self._flush_output()
+
+    def _flush_output(self) -> None:
+        output = self._output
+        if not output:
+            return
+        self._output = []
+        self._output_bytes = 0
+        if not self.transport.is_closing():
+            self.transport.write(output[0] if len(output) == 1 else b"".join(output))
+
     def can_write(self) -> bool:
-        if self.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT:
+        if self.transport.get_write_buffer_size() + self._output_bytes < WRITE_BUFFER_LIMIT:
             return True
         if self._resuming is None and not self.closed:
             self._resuming = asyncio.ensure_future(self._resume_after_drain())
@@ -104,6 +128,7 @@ class AmqpConnection:
             channel.resume()
 
     async def drain(self) -> None:
+        self._flush_output()
         await self.ctx.writer.drain()
 
     # -- the state's actions ---------------------------------------------------
@@ -114,7 +139,7 @@ class AmqpConnection:
             if isinstance(action, s.Send):
                 self._write_method(action)
             elif isinstance(action, s.SendProtocolHeader):
-                self.transport.write(PROTOCOL_HEADER)
+                self._write(PROTOCOL_HEADER)
             elif isinstance(action, s.CheckLogin):
                 await self._perform(self.state.answer(await self._login(action)))
             elif isinstance(action, s.Tuned):
@@ -128,12 +153,13 @@ class AmqpConnection:
             elif isinstance(action, s.DiscardInput):
                 await self._drop_client_frames()
             elif isinstance(action, s.HangUp):
+                self._flush_output()
                 self.transport.close()
         return self.state.phase is s.Phase.CLOSED
 
     def _write_method(self, send: s.Send) -> None:
         if not self.transport.is_closing():  # written even after _release_all
-            self.transport.write(encode_method(send.channel, send.method))
+            self._write(encode_method(send.channel, send.method))
 
     async def _login(self, check: s.CheckLogin) -> s.LoginAccepted | s.LoginRefused:
         try:
@@ -155,6 +181,12 @@ class AmqpConnection:
     # -- the connection's life -------------------------------------------------
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self._flush_output()  # before the server closes the socket
+
+    async def _run(self) -> None:
         try:
             await self._handshake()  # the server closes it if it takes too long
         except (ConnectionClosed, ConnectionError):
