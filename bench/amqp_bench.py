@@ -43,7 +43,7 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
         yield
         return
     spy = subprocess.Popen([PY_SPY, "record", "-p", str(pid), "-o", str(out), "--format", "raw",
-                            "--rate", "250", "--nonblocking"],
+                            "--rate", "250"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield

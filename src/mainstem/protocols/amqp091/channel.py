@@ -419,7 +419,14 @@ class Channel:
     def _tags_of(self, method: m.BasicAck | m.BasicNack | m.BasicReject) -> list[int]:
         tag = method.delivery_tag
         if getattr(method, "multiple", False):
-            return [t for t in self.unacked if t <= tag] if tag else list(self.unacked)
+            if not tag:
+                return list(self.unacked)
+            tags = []
+            for unacked in self.unacked:  # in increasing order: tags are added that way
+                if unacked > tag:
+                    break
+                tags.append(unacked)
+            return tags
         if tag not in self.unacked:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}",
                                method)
@@ -519,7 +526,8 @@ class Channel:
         outcome = self.vhost.publish(method.exchange, method.routing_key, message, headers,
                                      cc, to_stream_record,
                                      confirm=self.confirming or self.transactional)
-        self.connection.flow.hold(outcome.backlogs)
+        if outcome.backlogs:
+            self.connection.flow.hold(outcome.backlogs)
         if not outcome.routed:
             if not method.mandatory:
                 self.stats.drop_unroutable += 1

@@ -309,7 +309,10 @@ class AmqpConnection:
                         await self.core.write_gate.opened()
                     if self.flow.blocked:
                         await self.flow.wait()
-                    await self._guarded(channel, channel.on_publish, event)
+                    try:
+                        channel.on_publish(event)  # synchronous: no coroutine per message
+                    except ChannelError as exc:
+                        self._close_channel(channel, exc)
                     touched.add(channel)
                 elif isinstance(event, MethodFrame):
                     if event.channel == 0:
