@@ -32,8 +32,8 @@ BENCH_PYTHON = os.environ.get("MAINSTEM_BENCH_PYTHON", "/tmp/bench-venv/bin/pyth
 PY_SPY = os.environ.get("MAINSTEM_PY_SPY", "/tmp/spy-venv/bin/py-spy")
 SCENARIOS = ("amqp_pub_confirm", "amqp_consume", "amqp_latency")
 REPORTED = ("scenario", "msgs", "seconds", "msgs_per_s", "broker_us_per_msg", "client_us_per_msg",
-            "broker_cpu_pct", "p50_ms", "p99_ms", "p999_ms", "neighbour_cpu_pct", "attempts",
-            "notes", "error")
+            "broker_cpu_pct", "p50_ms", "p99_ms", "p999_ms", "neighbour_cpu_pct",
+            "broker_runq_s", "client_runq_s", "attempts", "notes", "error")
 
 
 @contextmanager
