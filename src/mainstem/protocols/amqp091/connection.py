@@ -75,6 +75,9 @@ class AmqpConnection:
         self._close_reason = ""
         self.flow = CreditFlow()  # held by queues whose pager is behind
         self._in_turn = False  # something was written in this event-loop turn
+        self._serving: asyncio.Task[None] | None = None  # the task serving the channels
+        self._reading = False  # it waits for the socket (_next_read)
+        self._read_interrupted = False  # a stop request cancelled that wait
         self._output: list[bytes] = []  # the turn's later frames, written together at its end
         self._output_bytes = 0
 
@@ -256,7 +259,9 @@ class AmqpConnection:
         in the stream is the one answered."""
         events: list = list(self._pending)  # what came with connection.open
         failure: AmqpCodecError | None = None
+        self._serving = asyncio.current_task()
         stopping = asyncio.ensure_future(self._stop_requested())
+        stopping.add_done_callback(self._interrupt_read)
         try:
             while True:
                 try:
@@ -280,16 +285,31 @@ class AmqpConnection:
     async def _next_read(self, stopping: asyncio.Future[str]
                          ) -> tuple[list, AmqpCodecError | None]:
         """The next read's frames, with the codec's error if it refused what followed them;
-        a shutdown or a close request comes as connection.close 320."""
-        read = asyncio.ensure_future(self._read_events())
-        await asyncio.wait((read, stopping), return_when=asyncio.FIRST_COMPLETED)
-        if not read.done():
-            read.cancel()
+        a shutdown or a close request comes as connection.close 320. The read is awaited
+        in place (no task and wait per read); a stop request cancels it
+        (``_interrupt_read``), which leaves any bytes that arrived meanwhile buffered."""
+        if stopping.done():
             return [], AmqpCodecError(ReplyCode.CONNECTION_FORCED, stopping.result())
+        self._reading = True
         try:
-            return read.result(), None
+            return await self._read_events(), None
         except AmqpCodecError as exc:
             return exc.events, exc
+        except asyncio.CancelledError:
+            if not self._read_interrupted:
+                raise
+            self._read_interrupted = False
+            assert self._serving is not None
+            if self._serving.uncancel():  # cancelled by someone else as well
+                raise
+            return [], AmqpCodecError(ReplyCode.CONNECTION_FORCED, stopping.result())
+        finally:
+            self._reading = False
+
+    def _interrupt_read(self, stopping: asyncio.Future[str]) -> None:
+        if self._reading and not stopping.cancelled() and self._serving is not None:
+            self._read_interrupted = True
+            self._serving.cancel()
 
     async def _stop_requested(self) -> str:
         """Why to close, once the broker shuts down or an administrator closes us."""
