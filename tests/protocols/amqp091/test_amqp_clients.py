@@ -268,3 +268,46 @@ def test_channel_and_consumer_limits(tmp_path: Path) -> None:
         assert close[7:11] == b"\x00\x0a\x00\x32"  # connection.close
         assert close[11:13] == (530).to_bytes(2, "big") and b"channel_max" in close
         sock.close()
+
+
+CONNECTION_CLOSE = b"\x00\x0a\x00\x32"
+
+
+def _answer_close(sock: socket.socket) -> bytes:
+    """Read until the server's connection.close, answer close-ok, and return the close's
+    arguments (reply code first) once the server hung up."""
+    received = b""
+    while CONNECTION_CLOSE not in received:
+        chunk = sock.recv(65536)
+        assert chunk, f"hung up without connection.close: {received!r}"
+        received += chunk
+    arguments = received.split(CONNECTION_CLOSE, 1)[1]
+    sock.sendall(_frame(1, 0, b"\x00\x0a\x00\x33"))  # close-ok
+    with contextlib.suppress(ConnectionError):
+        while sock.recv(65536):
+            pass
+    return arguments
+
+
+async def test_an_idle_connection_closed_by_an_administrator_hears_why(broker: Broker) -> None:
+    """The connection waits for the socket when the close request comes: it gets
+    connection.close 320 with the reason, and ends after the client's close-ok."""
+    sock = await asyncio.to_thread(_handshake, broker.ports["amqp"])
+    with sock:
+        (connection,) = broker.connections.list()
+        answered = asyncio.ensure_future(asyncio.to_thread(_answer_close, sock))
+        await broker.connections.close(connection, "maintenance window")
+        arguments = await answered
+    assert int.from_bytes(arguments[:2], "big") == 320
+    assert b"maintenance window" in arguments
+    assert broker.connections.list() == []
+
+
+async def test_shutdown_closes_an_idle_connection_with_connection_forced(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path / "data") as broker:
+        sock = await asyncio.to_thread(_handshake, broker.ports["amqp"])
+        answered = asyncio.ensure_future(asyncio.to_thread(_answer_close, sock))
+    with sock:
+        arguments = await answered
+    assert int.from_bytes(arguments[:2], "big") == 320
+    assert b"broker forced connection closure with reason 'shutdown'" in arguments

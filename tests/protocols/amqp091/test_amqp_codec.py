@@ -796,3 +796,24 @@ def test_fuzz_mutated_frames_raise_only_codec_errors(mutations, cut):
             data[position] = value
     with contextlib.suppress(AmqpCodecError):
         feed_and_touch(bytes(data), expect_protocol_header=False)
+
+
+@pytest.mark.parametrize("body_size", [0, 1, FRAME_MAX - 8, FRAME_MAX - 7, 3 * FRAME_MAX])
+def test_publish_read_at_once_equals_publish_read_frame_by_frame(body_size):
+    """A publish whose frames arrive together takes the one-step path; split into its
+    frames it takes the frame-by-frame one: the same messages either way."""
+    properties = BasicProperties(delivery_mode=2, headers={"k": "v"})
+    data = b"".join(encode_content(channel, m.BasicPublish(0, "ex", f"key{i}", i % 2 == 0),
+                                   properties, bytes([i]) * body_size, FRAME_MAX)
+                    for i, channel in enumerate((1, 2, 1, 1)))
+    at_once = decode_all(data)
+    codec = AmqpCodec(expect_protocol_header=False)
+    frame_by_frame = []
+    for frame in split_frames(data):
+        codec.receive_data(frame)
+        frame_by_frame += codec.next_frames()
+    assert at_once == frame_by_frame
+    assert [(e.channel, e.method.routing_key, e.method.mandatory, len(e.body))
+            for e in at_once] == [(1, "key0", True, body_size), (2, "key1", False, body_size),
+                                  (1, "key2", True, body_size), (1, "key3", False, body_size)]
+    assert all(e.properties == properties for e in at_once)

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from mainstem.protocols.amqp091.connection import AmqpConnection
 
 Consumer = QueueConsumer | StreamConsumer
+_Confirm = tuple[int, list[asyncio.Future[None]], bool]  # publish seq, its writes, refused
 NO_ROUTE = 312  # basic.return's reply code for an unroutable mandatory message
 
 
@@ -92,8 +94,11 @@ class Channel:
         self.confirming = False
         self._publish_seq = 0
         self._answered_seq = 0  # the last publish confirmed or refused
-        self._confirms: list[tuple[int, list[asyncio.Future[None]], bool]] = []
-        self._confirm_chain: asyncio.Future[None] | None = None
+        self._confirms: list[_Confirm] = []  # this read's publishes
+        # Reads' publishes waiting for their writes, oldest first, with those writes.
+        self._confirm_batches: deque[tuple[list[_Confirm], set[asyncio.Future[None]]]] = \
+            deque()
+        self._confirms_drained: asyncio.Future[None] | None = None
         self.transactional = False
         self._tx_publishes: list[ContentMessage] = []
         self._tx_settles: list[tuple[Method, list[int]]] = []
@@ -419,7 +424,14 @@ class Channel:
     def _tags_of(self, method: m.BasicAck | m.BasicNack | m.BasicReject) -> list[int]:
         tag = method.delivery_tag
         if getattr(method, "multiple", False):
-            return [t for t in self.unacked if t <= tag] if tag else list(self.unacked)
+            if not tag:
+                return list(self.unacked)
+            tags = []
+            for unacked in self.unacked:  # in increasing order: tags are added that way
+                if unacked > tag:
+                    break
+                tags.append(unacked)
+            return tags
         if tag not in self.unacked:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}",
                                method)
@@ -519,7 +531,8 @@ class Channel:
         outcome = self.vhost.publish(method.exchange, method.routing_key, message, headers,
                                      cc, to_stream_record,
                                      confirm=self.confirming or self.transactional)
-        self.connection.flow.hold(outcome.backlogs)
+        if outcome.backlogs:
+            self.connection.flow.hold(outcome.backlogs)
         if not outcome.routed:
             if not method.mandatory:
                 self.stats.drop_unroutable += 1
@@ -541,22 +554,36 @@ class Channel:
             self.reply(m.ConfirmSelectOk())
 
     def flush_confirms(self) -> None:
-        """Send this read's confirms once their messages are durable, in publish order."""
+        """Send this read's confirms once their messages are durable, in publish order:
+        callbacks on the writes, no task per read."""
         if not self._confirms:
             return
         confirms, self._confirms = self._confirms, []
-        previous = self._confirm_chain
-        self._confirm_chain = asyncio.ensure_future(self._confirm(confirms, previous))
-
-    async def _confirm(self, confirms: list[tuple[int, list[asyncio.Future[None]], bool]],
-                       previous: asyncio.Future[None] | None) -> None:
-        if previous is not None:
-            await previous
         waits = {wait for _, futures, _ in confirms for wait in futures}
-        failed: set[asyncio.Future[None]] = set()
-        if waits:
-            await asyncio.wait(waits)
-            failed = {wait for wait in waits if wait.exception() is not None}
+        self._confirm_batches.append((confirms, waits))
+        pending = [wait for wait in waits if not wait.done()]
+        for wait in pending:
+            wait.add_done_callback(self._send_durable_confirms)
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._send_durable_confirms)
+
+    def _send_durable_confirms(self, _done: object = None) -> None:
+        """Answer the oldest reads whose writes are all over (a later read waits for the
+        ones before it)."""
+        batches = self._confirm_batches
+        while batches and all(wait.done() for wait in batches[0][1]):
+            confirms, waits = batches.popleft()
+            self._answer(confirms, {wait for wait in waits
+                                    if wait.cancelled() or wait.exception() is not None})
+        drained = self._confirms_drained
+        if not batches and drained is not None:
+            self._confirms_drained = None
+            if not drained.done():
+                drained.set_result(None)
+
+    def _answer(self, confirms: list[_Confirm], failed: set[asyncio.Future[None]]) -> None:
+        """basic.ack multiple=true for each run of durable publishes, basic.nack for a
+        refused or failed one."""
         run_end = 0
         for seq, futures, rejected in confirms:
             if rejected or failed.intersection(futures):
@@ -577,8 +604,10 @@ class Channel:
         return self._publish_seq - self._answered_seq
 
     async def confirms_sent(self) -> None:
-        if self._confirm_chain is not None:
-            await self._confirm_chain
+        if self._confirm_batches:
+            if self._confirms_drained is None:
+                self._confirms_drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._confirms_drained)  # a caller's timeout ends its wait only
 
     # -- transactions ------------------------------------------------------------
 

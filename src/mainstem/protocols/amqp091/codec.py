@@ -31,6 +31,7 @@ from mainstem.protocols.amqp091.methods import (
     FRAME_HEARTBEAT,
     FRAME_METHOD,
     METHODS_BY_INDEX,
+    BasicPublish,
     ReplyCode,
 )
 from mainstem.protocols.amqp091.wire import MalformedData, Method
@@ -43,6 +44,11 @@ FRAME_OVERHEAD = 8  # type, channel, size, frame-end
 _FRAME_HEAD = Struct(">BHI")
 _METHOD_IDS = Struct(">HH")
 _CONTENT_HEAD = Struct(">HHQ")  # class id, weight, body size
+_U32 = Struct(">I")
+_PUBLISH_INDEX = BasicPublish.INDEX
+# Decoded basic.publish methods by their argument bytes: a publisher repeats a handful of
+# (exchange, routing key, flags). The methods are never modified, so they can be shared.
+_PUBLISH_CACHE_SIZE = 256
 
 
 class HeaderCheck(enum.Enum):
@@ -96,6 +102,7 @@ class AmqpCodec:
         self._awaiting_protocol_header = expect_protocol_header
         self._partial: dict[int, _PartialContent] = {}
         self._error: AmqpCodecError | None = None
+        self._publishes: dict[bytes, Method] = {}
 
     @property
     def failed(self) -> bool:
@@ -153,11 +160,64 @@ class AmqpCodec:
                 raise AmqpCodecError(
                     ReplyCode.FRAME_ERROR, f"bad frame end octet {buf[frame_end]:#04x}"
                 )
+            if (frame_type == FRAME_METHOD and size >= 4
+                    and _U32.unpack_from(buf, pos + 7)[0] == _PUBLISH_INDEX
+                    and channel not in self._partial):
+                whole = self._whole_publish(view, pos, frame_end, channel, max_payload, events)
+                if whole:
+                    pos = whole
+                    continue
             self._handle_frame(frame_type, channel, view[pos + 7 : frame_end], events)
             pos = frame_end + 1
         # Payload slices are copied by the handlers, so the buffer can shrink after this.
         view.release()
         return pos
+
+    def _whole_publish(self, view: memoryview, pos: int, method_end: int, channel: int,
+                       max_payload: int, events: list[Event]) -> int:
+        """The common case in one step: a basic.publish whose content header and single
+        body frame follow it in the buffer; where they end, or 0 for anything else (the
+        frame-by-frame path then handles it, errors included)."""
+        end = len(view)
+        header = method_end + 1
+        if end - header < 7:
+            return 0
+        frame_type, header_channel, size = _FRAME_HEAD.unpack_from(view, header)
+        header_end = header + 7 + size
+        if (frame_type != FRAME_HEADER or header_channel != channel or size > max_payload
+                or size < _CONTENT_HEAD.size + 2 or header_end >= end
+                or view[header_end] != FRAME_END):
+            return 0
+        class_id, _weight, body_size = _CONTENT_HEAD.unpack_from(view, header + 7)
+        if class_id != BasicPublish.CLASS_ID or body_size > self.max_body_size:
+            return 0
+        after = header_end + 1
+        if body_size:
+            if end - after < 7:
+                return 0
+            frame_type, body_channel, size = _FRAME_HEAD.unpack_from(view, after)
+            body_end = after + 7 + size
+            if (frame_type != FRAME_BODY or body_channel != channel or size != body_size
+                    or size > max_payload or body_end >= end or view[body_end] != FRAME_END):
+                return 0
+            body = bytes(view[after + 7 : body_end])
+            after = body_end + 1
+        else:
+            body = b""
+        method = self._publish_method(view, pos, method_end)
+        properties_raw = bytes(view[header + 7 + _CONTENT_HEAD.size : header_end])
+        events.append(ContentMessage(channel, method, properties_raw, body))
+        return after
+
+    def _publish_method(self, view: memoryview, pos: int, method_end: int) -> Method:
+        arguments = bytes(view[pos + 11 : method_end])
+        method = self._publishes.get(arguments)
+        if method is None:
+            method = decode_method(view[pos + 7 : method_end])
+            if len(self._publishes) >= _PUBLISH_CACHE_SIZE:
+                self._publishes.clear()
+            self._publishes[arguments] = method
+        return method
 
     def _handle_frame(
         self, frame_type: int, channel: int, payload: memoryview, events: list[Event]

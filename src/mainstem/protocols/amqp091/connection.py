@@ -43,6 +43,9 @@ CLOSING_TIMEOUT_S = 30.0  # RabbitMQ's: how long a closing connection waits for 
 SHUTDOWN_REASON = "broker forced connection closure with reason 'shutdown'"
 # Deliveries pause while the socket holds this much unsent data (a slow consumer).
 WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+# What one event-loop turn sends after its first frames is written at its end, or sooner
+# past this size.
+OUTPUT_FLUSH_BYTES = 256 * 1024
 
 
 class ConnectionClosed(Exception):
@@ -71,6 +74,12 @@ class AmqpConnection:
         self._close_request = asyncio.Event()  # an administrator closes us
         self._close_reason = ""
         self.flow = CreditFlow()  # held by queues whose pager is behind
+        self._in_turn = False  # something was written in this event-loop turn
+        self._serving: asyncio.Task[None] | None = None  # the task serving the channels
+        self._reading = False  # it waits for the socket (_next_read)
+        self._read_interrupted = False  # a stop request cancelled that wait
+        self._output: list[bytes] = []  # the turn's later frames, written together at its end
+        self._output_bytes = 0
 
     @property
     def user(self) -> User:
@@ -84,13 +93,41 @@ class AmqpConnection:
 
     def send(self, data: bytes) -> None:
         if not self.closed:
-            self.transport.write(data)
+            self._write(data)
 
     def send_method(self, channel: int, method: Method) -> None:
         self.send(encode_method(channel, method))
 
+    def _write(self, data: bytes) -> None:
+        """The turn's first frames go out at once (no added latency); what follows them in
+        the same event-loop turn is written together at its end, so a burst of deliveries
+        or confirms costs two socket writes, not one each. Order is kept."""
+        if not self._in_turn:
+            self._in_turn = True
+            asyncio.get_running_loop().call_soon(self._end_turn)
+            if not self.transport.is_closing():
+                self.transport.write(data)
+            return
+        self._output.append(data)
+        self._output_bytes += len(data)
+        if self._output_bytes >= OUTPUT_FLUSH_BYTES:
+            self._flush_output()
+
+    def _end_turn(self) -> None:
+        self._in_turn = False
+        self._flush_output()
+
+    def _flush_output(self) -> None:
+        output = self._output
+        if not output:
+            return
+        self._output = []
+        self._output_bytes = 0
+        if not self.transport.is_closing():
+            self.transport.write(output[0] if len(output) == 1 else b"".join(output))
+
     def can_write(self) -> bool:
-        if self.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT:
+        if self.transport.get_write_buffer_size() + self._output_bytes < WRITE_BUFFER_LIMIT:
             return True
         if self._resuming is None and not self.closed:
             self._resuming = asyncio.ensure_future(self._resume_after_drain())
@@ -104,6 +141,7 @@ class AmqpConnection:
             channel.resume()
 
     async def drain(self) -> None:
+        self._flush_output()
         await self.ctx.writer.drain()
 
     # -- the state's actions ---------------------------------------------------
@@ -114,7 +152,7 @@ class AmqpConnection:
             if isinstance(action, s.Send):
                 self._write_method(action)
             elif isinstance(action, s.SendProtocolHeader):
-                self.transport.write(PROTOCOL_HEADER)
+                self._write(PROTOCOL_HEADER)
             elif isinstance(action, s.CheckLogin):
                 await self._perform(self.state.answer(await self._login(action)))
             elif isinstance(action, s.Tuned):
@@ -128,12 +166,13 @@ class AmqpConnection:
             elif isinstance(action, s.DiscardInput):
                 await self._drop_client_frames()
             elif isinstance(action, s.HangUp):
+                self._flush_output()
                 self.transport.close()
         return self.state.phase is s.Phase.CLOSED
 
     def _write_method(self, send: s.Send) -> None:
         if not self.transport.is_closing():  # written even after _release_all
-            self.transport.write(encode_method(send.channel, send.method))
+            self._write(encode_method(send.channel, send.method))
 
     async def _login(self, check: s.CheckLogin) -> s.LoginAccepted | s.LoginRefused:
         try:
@@ -155,6 +194,12 @@ class AmqpConnection:
     # -- the connection's life -------------------------------------------------
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self._flush_output()  # before the server closes the socket
+
+    async def _run(self) -> None:
         try:
             await self._handshake()  # the server closes it if it takes too long
         except (ConnectionClosed, ConnectionError):
@@ -214,7 +259,9 @@ class AmqpConnection:
         in the stream is the one answered."""
         events: list = list(self._pending)  # what came with connection.open
         failure: AmqpCodecError | None = None
+        self._serving = asyncio.current_task()
         stopping = asyncio.ensure_future(self._stop_requested())
+        stopping.add_done_callback(self._interrupt_read)
         try:
             while True:
                 try:
@@ -238,16 +285,31 @@ class AmqpConnection:
     async def _next_read(self, stopping: asyncio.Future[str]
                          ) -> tuple[list, AmqpCodecError | None]:
         """The next read's frames, with the codec's error if it refused what followed them;
-        a shutdown or a close request comes as connection.close 320."""
-        read = asyncio.ensure_future(self._read_events())
-        await asyncio.wait((read, stopping), return_when=asyncio.FIRST_COMPLETED)
-        if not read.done():
-            read.cancel()
+        a shutdown or a close request comes as connection.close 320. The read is awaited
+        in place (no task and wait per read); a stop request cancels it
+        (``_interrupt_read``), which leaves any bytes that arrived meanwhile buffered."""
+        if stopping.done():
             return [], AmqpCodecError(ReplyCode.CONNECTION_FORCED, stopping.result())
+        self._reading = True
         try:
-            return read.result(), None
+            return await self._read_events(), None
         except AmqpCodecError as exc:
             return exc.events, exc
+        except asyncio.CancelledError:
+            if not self._read_interrupted:
+                raise
+            self._read_interrupted = False
+            assert self._serving is not None
+            if self._serving.uncancel():  # cancelled by someone else as well
+                raise
+            return [], AmqpCodecError(ReplyCode.CONNECTION_FORCED, stopping.result())
+        finally:
+            self._reading = False
+
+    def _interrupt_read(self, stopping: asyncio.Future[str]) -> None:
+        if self._reading and not stopping.cancelled() and self._serving is not None:
+            self._read_interrupted = True
+            self._serving.cancel()
 
     async def _stop_requested(self) -> str:
         """Why to close, once the broker shuts down or an administrator closes us."""
@@ -277,7 +339,10 @@ class AmqpConnection:
                         await self.core.write_gate.opened()
                     if self.flow.blocked:
                         await self.flow.wait()
-                    await self._guarded(channel, channel.on_publish, event)
+                    try:
+                        channel.on_publish(event)  # synchronous: no coroutine per message
+                    except ChannelError as exc:
+                        self._close_channel(channel, exc)
                     touched.add(channel)
                 elif isinstance(event, MethodFrame):
                     if event.channel == 0:

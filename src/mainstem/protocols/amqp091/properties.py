@@ -22,7 +22,7 @@ HEADERS_FLAG, EXPIRATION_FLAG = 0x2000, 0x0100
 EMPTY_PROPERTIES = b"\x00\x00"
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Essentials:
     persistent: bool = False
     priority: int = 0
@@ -30,10 +30,27 @@ class Essentials:
     has_headers: bool = False
 
 
+# Essentials by encoded properties: a publisher mostly repeats the same few (small) ones.
+_ESSENTIALS: dict[bytes, Essentials] = {}
+_ESSENTIALS_CACHED = 1024
+_ESSENTIALS_CACHED_SIZE = 256  # bytes: larger properties are read each time
+
+
 def essentials(raw: bytes) -> Essentials:
     """Delivery mode, priority and expiration from encoded properties (flags in order:
     content-type, content-encoding, headers, delivery-mode, priority, correlation-id,
     reply-to, expiration, ...). Malformed bytes raise (IndexError, struct.error)."""
+    found = _ESSENTIALS.get(raw)
+    if found is None:
+        found = _read_essentials(raw)
+        if len(raw) <= _ESSENTIALS_CACHED_SIZE:
+            if len(_ESSENTIALS) >= _ESSENTIALS_CACHED:
+                _ESSENTIALS.clear()
+            _ESSENTIALS[raw] = found
+    return found
+
+
+def _read_essentials(raw: bytes) -> Essentials:
     (flags,) = _U16.unpack_from(raw, 0)
     pos = 2
     if flags & 0x8000:
@@ -42,12 +59,12 @@ def essentials(raw: bytes) -> Essentials:
         pos += 1 + raw[pos]
     if flags & HEADERS_FLAG:
         pos += 4 + _U32.unpack_from(raw, pos)[0]
-    found = Essentials(has_headers=bool(flags & HEADERS_FLAG))
+    persistent, priority, expiration = False, 0, None
     if flags & 0x1000:
-        found.persistent = raw[pos] == 2
+        persistent = raw[pos] == 2
         pos += 1
     if flags & 0x0800:
-        found.priority = raw[pos]
+        priority = raw[pos]
         pos += 1
     if flags & EXPIRATION_FLAG:
         if flags & 0x0400:
@@ -57,8 +74,8 @@ def essentials(raw: bytes) -> Essentials:
         length = raw[pos]
         if pos + 1 + length > len(raw):
             raise IndexError("expiration beyond the properties")
-        found.expiration = raw[pos + 1:pos + 1 + length].decode("utf-8", "surrogateescape")
-    return found
+        expiration = raw[pos + 1:pos + 1 + length].decode("utf-8", "surrogateescape")
+    return Essentials(persistent, priority, expiration, bool(flags & HEADERS_FLAG))
 
 
 def headers_of(raw: bytes) -> dict[str, Any]:

@@ -43,14 +43,13 @@ def encode_enqueue(message: QueueMessage) -> bytes:
 
 def decode_enqueue(record: memoryview) -> QueueMessage:
     _, exchange_len, key_len, properties_len = _ENQUEUE_HEAD.unpack_from(record)
-    pos = _ENQUEUE_HEAD.size
-    exchange = bytes(record[pos:pos + exchange_len]).decode("utf-8", "surrogateescape")
-    pos += exchange_len
-    routing_key = bytes(record[pos:pos + key_len]).decode("utf-8", "surrogateescape")
-    pos += key_len
-    properties = bytes(record[pos:pos + properties_len])
-    body = bytes(record[pos + properties_len:])
-    return QueueMessage(exchange, routing_key, properties, body, persistent=True)
+    key_at = _ENQUEUE_HEAD.size + exchange_len
+    properties_at = key_at + key_len
+    body_at = properties_at + properties_len
+    return QueueMessage(str(record[_ENQUEUE_HEAD.size:key_at], "utf-8", "surrogateescape"),
+                        str(record[key_at:properties_at], "utf-8", "surrogateescape"),
+                        bytes(record[properties_at:body_at]), bytes(record[body_at:]),
+                        persistent=True)
 
 
 def body_size(record: memoryview) -> int:

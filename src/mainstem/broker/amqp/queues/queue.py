@@ -54,6 +54,7 @@ class ClassicQueue:
         self._dead_letter = dead_letter
         self._on_unused = on_unused  # x-expires elapsed or the last auto-delete consumer left
         self._ready = ReadyMessages(settings.max_priority + 1, memory, journal, spill_root)
+        self._bounded = settings.max_length is not None or settings.max_length_bytes is not None
         self._seq = 0
         self.ready_count = 0
         self.ready_bytes = 0
@@ -75,7 +76,7 @@ class ClassicQueue:
         """Enqueue; returns False when refused (x-overflow reject-publish), else the
         durability future of a journaled message (fsynced if `confirm`) or None."""
         settings = self.settings
-        if self._is_full(message) and settings.overflow != "drop-head":
+        if self._bounded and self._is_full(message) and settings.overflow != "drop-head":
             if settings.overflow == "reject-publish-dlx":
                 self._dead_letter(self, message, "maxlen")
             return False
@@ -91,7 +92,8 @@ class ClassicQueue:
         if self.journal is not None and message.persistent:
             durable_write = self.journal.enqueue(message, confirm)
         self._push(message)
-        self._enforce_drop_head()
+        if self._bounded:
+            self._enforce_drop_head()
         if self.consumers:
             self.dispatch()
         if message.expires_at is not None:
