@@ -36,6 +36,7 @@ MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit it
 ADMIN = "admin"  # the management API's listener name in flags, ports and URLs
 ADMIN_PORT = 15672
 REPLICATION_PORT = 5553  # followers fetch chunks from their leader here (cluster only)
+MAX_WORKERS = 64  # [server] workers: more only adds processes a machine cannot feed
 # The TLS twin of each listener, where RabbitMQ or the protocol's project has a convention
 # (AMQP 5671, stream 5551, management 15671); the others take the next port up.
 DEFAULT_TLS_PORTS = {"amqp": 5671, "stream": 5551, "iggy": 8091, "bson": 7452,
@@ -157,6 +158,8 @@ class ServerConfig:
     max_event_size: int = 4 * 1024 * 1024  # BSON events
     max_unacked_events: int = 1000  # per BSON subscription
     max_unacked_results: int = 100  # per BSON query
+    # [server] workers: processes that decode stream Publish frames (0: all in one process)
+    workers: int = 0
     # [[projections]] tables: name, channel, binder, id_field, fold, matcher, namespace
     projections: tuple[dict[str, object], ...] = ()
 
@@ -368,6 +371,13 @@ def _path(value: object) -> Path:
     return Path(_text(value))
 
 
+def _workers(value: object) -> int:
+    count = _int_at_least(0)(value)
+    if count > MAX_WORKERS:
+        raise ValueError(f"at most {MAX_WORKERS}")
+    return count
+
+
 def _fsync_mode(value: object) -> FsyncMode:
     return FsyncMode(_choice([mode.value for mode in FsyncMode])(value))
 
@@ -417,6 +427,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "cluster.advertise_host": _text,
     "cluster.replication_port": _port,
     "cluster.lease_ttl": _int_at_least(2),
+    "server.workers": _workers,
 }
 _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "host": _text,
@@ -465,6 +476,7 @@ _ENV_VARS = {
     "MAINSTEM_NODE_NAME": "cluster.node_name",
     "MAINSTEM_ADVERTISE_HOST": "cluster.advertise_host",
     "MAINSTEM_REPLICATION_PORT": "cluster.replication_port",
+    "MAINSTEM_WORKERS": "server.workers",
 }
 _LISTENER_ENV_VAR = re.compile(
     r"MAINSTEM_(\w+?)_(HOST|PORT|ENABLED|ADVERTISED_HOST|ADVERTISED_PORT)")
@@ -513,6 +525,8 @@ _FLAGS = (
      f"port followers fetch from (default: {REPLICATION_PORT}; 0: ephemeral)"),
     ("--lease-ttl", "cluster.lease_ttl", "SECONDS",
      "seconds without etcd before this node's leaderships lapse (default: 5)"),
+    ("--workers", "server.workers", "N",
+     "processes that decode stream Publish frames beside the broker (default: 0)"),
 )
 
 # dotted key -> (raw value, where it came from)
@@ -750,6 +764,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         max_unacked_results=values.get("limits.max_unacked_results",
                                        default.max_unacked_results),
         projections=values.get("projections", default.projections),
+        workers=values.get("server.workers", default.workers),
     )
 
 
