@@ -176,9 +176,9 @@ class StreamConnection:
             frames, malformed = await self._decoded(frames)
             for frame in frames:
                 await self._dispatch(frame)
+            self._write_staged()
             if malformed is not None:
                 raise self._refuse_frame(malformed)
-            self._write_staged()
             if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                 await self.ctx.writer.drain()
 
