@@ -37,6 +37,7 @@ ADMIN = "admin"  # the management API's listener name in flags, ports and URLs
 ADMIN_PORT = 15672
 REPLICATION_PORT = 5553  # followers fetch chunks from their leader here (cluster only)
 MAX_WORKERS = 64  # [server] workers: more only adds processes a machine cannot feed
+AUTO_WORKERS = 4  # "auto" stops here: beyond, the broker's own loop is the limit
 # The TLS twin of each listener, where RabbitMQ or the protocol's project has a convention
 # (AMQP 5671, stream 5551, management 15671); the others take the next port up.
 DEFAULT_TLS_PORTS = {"amqp": 5671, "stream": 5551, "iggy": 8091, "bson": 7452,
@@ -158,8 +159,9 @@ class ServerConfig:
     max_event_size: int = 4 * 1024 * 1024  # BSON events
     max_unacked_events: int = 1000  # per BSON subscription
     max_unacked_results: int = 100  # per BSON query
-    # [server] workers: processes that decode stream Publish frames (0: all in one process)
-    workers: int = 0
+    # [server] workers: processes that decode stream Publish frames (0: all in one process;
+    # None: "auto", one fewer than the cores, at most AUTO_WORKERS)
+    workers: int | None = None
     # [[projections]] tables: name, channel, binder, id_field, fold, matcher, namespace
     projections: tuple[dict[str, object], ...] = ()
 
@@ -371,11 +373,19 @@ def _path(value: object) -> Path:
     return Path(_text(value))
 
 
-def _workers(value: object) -> int:
+def _workers(value: object) -> int | None:
+    if value == AUTO:
+        return None
     count = _int_at_least(0)(value)
     if count > MAX_WORKERS:
         raise ValueError(f"at most {MAX_WORKERS}")
     return count
+
+
+def default_workers(cores: int | None) -> int:
+    """Workers for "auto": the broker's loop keeps a core, the others decode (measured in
+    docs/multicore.md: one worker already halves the loop's CPU per published message)."""
+    return max(0, min((cores or 1) - 1, AUTO_WORKERS))
 
 
 def _fsync_mode(value: object) -> FsyncMode:
@@ -526,7 +536,8 @@ _FLAGS = (
     ("--lease-ttl", "cluster.lease_ttl", "SECONDS",
      "seconds without etcd before this node's leaderships lapse (default: 5)"),
     ("--workers", "server.workers", "N",
-     "processes that decode stream Publish frames beside the broker (default: 0)"),
+     "processes that decode stream Publish frames beside the broker (auto: one fewer "
+     "than the cores, at most 4; 0: none)"),
 )
 
 # dotted key -> (raw value, where it came from)

@@ -28,7 +28,7 @@ from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
 from mainstem.cluster.node import ClusterNode
-from mainstem.config import ServerConfig
+from mainstem.config import ServerConfig, default_workers
 from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
 from mainstem.protocols import all_protocols
@@ -102,7 +102,9 @@ class Broker:
         if config is None:
             if data_dir is None:
                 raise TypeError("Broker needs a data_dir or a config")
-            config = ServerConfig.defaults(self._protocols, host=EMBEDDED_HOST, port=0)
+            # No worker processes unless asked: an embedding program owns its processes.
+            config = dataclasses.replace(
+                ServerConfig.defaults(self._protocols, host=EMBEDDED_HOST, port=0), workers=0)
         if admin is None and protocols is not None:
             admin = False  # hand-picked protocols make a test harness: no HTTP unless asked
         if admin is not None:
@@ -175,8 +177,11 @@ class Broker:
         try:
             self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
             self._declare_projections()
-            if self.config.workers:
-                self.workers = Workers(self.config.workers)
+            workers = self.config.workers
+            if workers is None:
+                workers = default_workers(os.cpu_count())
+            if workers:
+                self.workers = Workers(workers)
                 await self.workers.start()
             tls = server_context(self.config.tls) if self.config.tls.enabled else None
             for spec in self._protocols:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from rstream import AMQPMessage, ConfirmationStatus, Producer
 
+from mainstem.cli import build_parser
 from mainstem.client.stream import Endpoint, StreamClient
+from mainstem.config import default_workers, load_config
 from mainstem.protocols.rabbit_stream import frames as f
 from tests.support.rstream_reads import read_with_rstream
 from tests.support.server_process import (
@@ -210,6 +212,28 @@ async def test_a_lost_worker_leaves_publishing_working(tmp_path: Path) -> None:
         assert await publish_numbered(port, "after", 500) == 500
         assert await read_with_rstream(port, "after", expected=500) == [
             f"after-{i}".encode() for i in range(500)]
+    finally:
+        kill(server)
+
+
+def test_the_worker_count_comes_from_flag_environment_or_file(tmp_path: Path) -> None:
+    toml = tmp_path / "mainstem.toml"
+    toml.write_text("[server]\nworkers = 3\n")
+    parser = build_parser()
+    assert load_config(parser.parse_args(["serve"]), {}).workers is None  # auto
+    assert load_config(parser.parse_args(["serve", "--config", str(toml)]), {}).workers == 3
+    assert load_config(parser.parse_args(["serve"]), {"MAINSTEM_WORKERS": "2"}).workers == 2
+    assert load_config(parser.parse_args(["serve", "--workers", "auto"]),
+                       {"MAINSTEM_WORKERS": "2"}).workers is None
+    assert [default_workers(cores) for cores in (None, 1, 2, 3, 16)] == [0, 0, 1, 2, 4]
+
+
+def test_serve_starts_the_automatic_number_of_workers(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    server = start_server(tmp_path / "data", log)
+    try:
+        started = wait_for_event(server, log, "broker.started", server.pid)
+        assert len(started["workers"]) == default_workers(os.cpu_count())
     finally:
         kill(server)
 
