@@ -146,7 +146,10 @@ class Workers:
 
 def serve(fd: int) -> None:
     """A worker's life: answer each request on the socket until it closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the broker's to handle
+    # Ctrl-C and a service manager's SIGTERM to the whole group are the broker's to handle:
+    # it drains its connections, then closes the socket, and the worker ends there.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     with socket.socket(fileno=fd) as channel:
         while True:
             head = _receive(channel, LENGTH.size)

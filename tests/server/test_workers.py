@@ -192,6 +192,8 @@ async def test_sigkill_mid_publish_with_workers_keeps_every_confirmed_message_on
 def test_sigterm_stops_every_worker_by_pid(tmp_path: Path) -> None:
     server, started, log = start_with_workers(tmp_path, 3)
     try:
+        for pid in started["workers"]:  # as a service manager signals the whole group
+            os.kill(pid, signal.SIGTERM)
         os.kill(server.pid, signal.SIGTERM)
         assert server.wait(TIMEOUT_S) == 0
     finally:
@@ -199,6 +201,7 @@ def test_sigterm_stops_every_worker_by_pid(tmp_path: Path) -> None:
     stopped = wait_for_event(server, log, "workers.stopped")
     assert sorted(stopped["pids"]) == sorted(started["workers"])
     assert wait_until_gone(started["workers"]) == []
+    assert '"worker.lost"' not in log.read_text()  # they waited for the broker
 
 
 async def test_a_lost_worker_leaves_publishing_working(tmp_path: Path) -> None:
