@@ -32,6 +32,8 @@ from mainstem.protocols.rabbit_stream.offload import decode_publishes
 log = logging.getLogger("mainstem.workers")
 
 LENGTH = struct.Struct(">I")
+READY = b"R"  # a worker's first byte: its signal handling is set, requests may come
+START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 
 
@@ -58,7 +60,14 @@ class Worker:
         return self.process.pid
 
     async def connect(self) -> None:
+        """Wait for the worker's READY, then read its answers."""
         reader, self._writer = await asyncio.open_connection(sock=self._socket)
+        try:
+            ready = await asyncio.wait_for(reader.readexactly(len(READY)), START_TIMEOUT_S)
+        except (asyncio.IncompleteReadError, TimeoutError):
+            ready = b""
+        if ready != READY:
+            raise RuntimeError(f"worker process {self.pid} did not start")
         self._reading = asyncio.get_running_loop().create_task(self._read_answers(reader))
 
     async def run(self, request: bytes) -> bytes:
@@ -127,7 +136,8 @@ class Workers:
         try:
             for index in range(self.count):
                 self._workers.append(Worker(index))
-                await self._workers[-1].connect()
+            for worker in self._workers:  # they start up side by side
+                await worker.connect()
         except BaseException:
             await self.stop()
             raise
@@ -150,7 +160,9 @@ def serve(fd: int) -> None:
     # it drains its connections, then closes the socket, and the worker ends there.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    with socket.socket(fileno=fd) as channel:
+    with socket.socket(fileno=fd) as channel, contextlib.suppress(ConnectionError):
+        # A broker killed mid-exchange resets the socket: the end, as a close is.
+        channel.sendall(READY)
         while True:
             head = _receive(channel, LENGTH.size)
             if head is None:

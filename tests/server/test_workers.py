@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from mainstem.cli import build_parser
 from mainstem.client.stream import Endpoint, StreamClient
 from mainstem.config import default_workers, load_config
 from mainstem.protocols.rabbit_stream import frames as f
+from mainstem.protocols.rabbit_stream.codec import encode
+from mainstem.workers import READY
 from tests.support.rstream_reads import read_with_rstream
 from tests.support.server_process import (
     MAINSTEM,
@@ -217,6 +221,28 @@ async def test_a_lost_worker_leaves_publishing_working(tmp_path: Path) -> None:
             f"after-{i}".encode() for i in range(500)]
     finally:
         kill(server)
+
+
+def test_a_worker_whose_broker_vanishes_mid_exchange_exits_quietly() -> None:
+    """A broker killed with an answer unread and half a request sent: the worker ends
+    with status 0 and writes nothing (its stderr is the broker's JSON log)."""
+    ours, theirs = socket.socketpair()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "mainstem.workers", str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),), stderr=subprocess.PIPE)
+    theirs.close()
+    try:
+        ours.settimeout(TIMEOUT_S)
+        assert ours.recv(1) == READY
+        request = encode(f.Publish.of_bodies(1, [(i, b"x" * 100) for i in range(100)])) * 20
+        ours.sendall(struct.pack(">I", len(request)) + request)
+        assert select.select([ours], [], [], TIMEOUT_S)[0], "no answer from the worker"
+        ours.sendall(struct.pack(">I", len(request)) + request[:1000])
+        ours.close()
+        assert worker.wait(TIMEOUT_S) == 0
+        assert worker.stderr is not None and worker.stderr.read() == b""
+    finally:
+        kill(worker)
 
 
 def test_the_worker_count_comes_from_flag_environment_or_file(tmp_path: Path) -> None:
