@@ -10,7 +10,9 @@ frame) and only count the ids in PublishConfirm frames, keeping at most `--windo
 messages unconfirmed. So the broker, not the client, sets the pace as far as the
 machine's cores allow. For each case: confirmed msgs/s and the broker's CPU (user +
 system, summed over the server process and every process it started), one JSON line
-each. Asserts nothing.
+each, then a summary row per configuration (medians; ratios to the single process's one
+publisher; the capacity the measured CPU costs allow on this machine's cores). `run()`
+does all of it and returns the rows (for bench/run_all). Asserts nothing.
 """
 
 from __future__ import annotations
