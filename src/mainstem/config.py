@@ -36,6 +36,8 @@ MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit it
 ADMIN = "admin"  # the management API's listener name in flags, ports and URLs
 ADMIN_PORT = 15672
 REPLICATION_PORT = 5553  # followers fetch chunks from their leader here (cluster only)
+MAX_WORKERS = 64  # [server] workers: more only adds processes a machine cannot feed
+AUTO_WORKERS = 4  # "auto" stops here: beyond, the broker's own loop is the limit
 # The TLS twin of each listener, where RabbitMQ or the protocol's project has a convention
 # (AMQP 5671, stream 5551, management 15671); the others take the next port up.
 DEFAULT_TLS_PORTS = {"amqp": 5671, "stream": 5551, "iggy": 8091, "bson": 7452,
@@ -157,6 +159,9 @@ class ServerConfig:
     max_event_size: int = 4 * 1024 * 1024  # BSON events
     max_unacked_events: int = 1000  # per BSON subscription
     max_unacked_results: int = 100  # per BSON query
+    # [server] workers: processes that decode stream Publish frames (0: all in one process;
+    # None: "auto", one per core on a multi-core machine, at most AUTO_WORKERS)
+    workers: int | None = None
     # [[projections]] tables: name, channel, binder, id_field, fold, matcher, namespace
     projections: tuple[dict[str, object], ...] = ()
 
@@ -368,6 +373,22 @@ def _path(value: object) -> Path:
     return Path(_text(value))
 
 
+def _workers(value: object) -> int | None:
+    if value == AUTO:
+        return None
+    count = _int_at_least(0)(value)
+    if count > MAX_WORKERS:
+        raise ValueError(f"at most {MAX_WORKERS}")
+    return count
+
+
+def default_workers(cores: int | None) -> int:
+    """Workers for "auto": one per core, none on one core (where a worker only adds the
+    hand-over); measured in docs/multicore.md, 2 workers beat 1 on 2 cores."""
+    cores = cores or 1
+    return 0 if cores < 2 else min(cores, AUTO_WORKERS)
+
+
 def _fsync_mode(value: object) -> FsyncMode:
     return FsyncMode(_choice([mode.value for mode in FsyncMode])(value))
 
@@ -417,6 +438,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "cluster.advertise_host": _text,
     "cluster.replication_port": _port,
     "cluster.lease_ttl": _int_at_least(2),
+    "server.workers": _workers,
 }
 _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "host": _text,
@@ -465,6 +487,7 @@ _ENV_VARS = {
     "MAINSTEM_NODE_NAME": "cluster.node_name",
     "MAINSTEM_ADVERTISE_HOST": "cluster.advertise_host",
     "MAINSTEM_REPLICATION_PORT": "cluster.replication_port",
+    "MAINSTEM_WORKERS": "server.workers",
 }
 _LISTENER_ENV_VAR = re.compile(
     r"MAINSTEM_(\w+?)_(HOST|PORT|ENABLED|ADVERTISED_HOST|ADVERTISED_PORT)")
@@ -513,6 +536,9 @@ _FLAGS = (
      f"port followers fetch from (default: {REPLICATION_PORT}; 0: ephemeral)"),
     ("--lease-ttl", "cluster.lease_ttl", "SECONDS",
      "seconds without etcd before this node's leaderships lapse (default: 5)"),
+    ("--workers", "server.workers", "N",
+     "processes that decode stream Publish frames beside the broker (auto: one per "
+     "core, at most 4, none on one core; 0: none)"),
 )
 
 # dotted key -> (raw value, where it came from)
@@ -750,6 +776,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         max_unacked_results=values.get("limits.max_unacked_results",
                                        default.max_unacked_results),
         projections=values.get("projections", default.projections),
+        workers=values.get("server.workers", default.workers),
     )
 
 

@@ -28,13 +28,14 @@ from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
 from mainstem.cluster.node import ClusterNode
-from mainstem.config import ServerConfig
+from mainstem.config import ServerConfig, default_workers
 from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
 from mainstem.protocols.sniff import HEAD_SIZE, identify
 from mainstem.tls import server_context
+from mainstem.workers import Workers
 
 log = logging.getLogger("mainstem.server")
 connection_log = logging.getLogger("mainstem.connection")
@@ -101,7 +102,9 @@ class Broker:
         if config is None:
             if data_dir is None:
                 raise TypeError("Broker needs a data_dir or a config")
-            config = ServerConfig.defaults(self._protocols, host=EMBEDDED_HOST, port=0)
+            # No worker processes unless asked: an embedding program owns its processes.
+            config = dataclasses.replace(
+                ServerConfig.defaults(self._protocols, host=EMBEDDED_HOST, port=0), workers=0)
         if admin is None and protocols is not None:
             admin = False  # hand-picked protocols make a test harness: no HTTP unless asked
         if admin is not None:
@@ -121,6 +124,7 @@ class Broker:
         self.connections = ConnectionRegistry()  # what the management API lists and closes
         self.alarm_monitor: AlarmMonitor | None = None
         self._background: list[asyncio.Task] = []
+        self.workers: Workers | None = None  # with config.workers: the decoding processes
         self._admin_runners: list = []  # the aiohttp AppRunner of the admin sites
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self.ports: dict[str, int] = {}
@@ -173,6 +177,12 @@ class Broker:
         try:
             self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
             self._declare_projections()
+            workers = self.config.workers
+            if workers is None:
+                workers = default_workers(os.cpu_count())
+            if workers:
+                self.workers = Workers(workers)
+                await self.workers.start()
             tls = server_context(self.config.tls) if self.config.tls.enabled else None
             for spec in self._protocols:
                 listener = self.config.listener(spec)
@@ -192,6 +202,7 @@ class Broker:
         log.info("broker.started", extra={
             "data_dir": str(self.data_dir), "ports": dict(self.ports), "pid": os.getpid(),
             "max_connections": self.max_connections,
+            "workers": [] if self.workers is None else self.workers.pids,
         })
 
     async def stop(self) -> None:
@@ -362,6 +373,7 @@ class Broker:
             log=ContextLog(connection_log, fields), closing=self._closing,
             listener=listener, peer=peer, tls=tls,
             advertised=(configured.advertised_host, None if tls else configured.advertised_port),
+            offload=None if self.workers is None else self.workers.lane(conn_id),
         )
         self.connections.add(
             conn_id, ctx, task, _format_address(writer.get_extra_info("sockname"))
@@ -426,6 +438,9 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.stop()
             self.cluster = None
+        if self.workers is not None:
+            await self.workers.stop()
+            self.workers = None
         self.ports.clear()
         core, self._core = self._core, None
         try:

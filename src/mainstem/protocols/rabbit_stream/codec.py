@@ -18,6 +18,7 @@ with `error.code`.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from mainstem.formats.osiris import HEADER_SIZE as CHUNK_HEADER_SIZE
 from mainstem.protocols.rabbit_stream.constants import INITIAL_FRAME_MAX, Key
@@ -38,6 +39,13 @@ _DELIVER_V1 = struct.Struct(">IHHB")
 _DELIVER_V2 = struct.Struct(">IHHBQ")
 
 
+@dataclass(slots=True)
+class Undecoded(Frame):
+    """A frame left in its wire form (size prefix included) for another process to parse."""
+
+    wire: memoryview
+
+
 class StreamCodec:
     """Turns the peer's byte stream into frames: a client's requests by default, the
     server's frames with `parsers=REPLY_PARSERS`. Not thread-safe; one per connection."""
@@ -53,6 +61,8 @@ class StreamCodec:
         self._parsers = parsers
         self._buffer = bytearray()
         self._error: FrameError | None = None
+        # (key, version) pairs returned as Undecoded rather than parsed (see `offload`).
+        self.deferred: frozenset[tuple[int, int]] = frozenset()
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._buffer += data
@@ -77,6 +87,10 @@ class StreamCodec:
             while pos < end:
                 (size,) = U32.unpack_from(block, pos)
                 body = block[pos + 4 : pos + 4 + size]
+                if self.deferred and KEY_VERSION.unpack_from(body, 0) in self.deferred:
+                    frames.append(Undecoded(block[pos : pos + 4 + size]))
+                    pos += 4 + size
+                    continue
                 pos += 4 + size
                 try:
                     frames.append(_parse(body, self._parsers))

@@ -32,7 +32,12 @@ from mainstem.protocols.rabbit_stream import credit as c
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream import state as s
-from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode, encode_deliver_prefix
+from mainstem.protocols.rabbit_stream.codec import (
+    StreamCodec,
+    Undecoded,
+    encode,
+    encode_deliver_prefix,
+)
 from mainstem.protocols.rabbit_stream.commands import (
     CommandFailed,
     resolve_offset,
@@ -40,6 +45,7 @@ from mainstem.protocols.rabbit_stream.commands import (
     stream_arguments,
 )
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.offload import DEFERRED, decoded_frames
 from mainstem.protocols.rabbit_stream.publishers import Publisher, Publishers, refusal
 from mainstem.protocols.rabbit_stream.state import CONNECTION_FRAMES
 from mainstem.protocols.rabbit_stream.wire import FrameError, FrameTooLarge
@@ -75,6 +81,8 @@ class StreamConnection:
         self.core = ctx.core
         self.log = ctx.log
         self.codec = StreamCodec()
+        if ctx.offload is not None:
+            self.codec.deferred = DEFERRED
         correlations = s.Correlations()
         self.state = s.ConnectionState(ctx.limits.max_frame_size, ctx.limits.heartbeat_s,
                                        correlations)
@@ -165,14 +173,37 @@ class StreamConnection:
             try:
                 frames = self.codec.next_frames()
             except FrameError as error:
-                event = "frame.too_large" if isinstance(error, FrameTooLarge) else "frame.invalid"
-                self.log.warning(event, extra={"reason": error.message})
-                raise s.ProtocolError(error.code, error.message) from None
+                raise self._refuse_frame(error) from None
+            frames, malformed = await self._decoded(frames)
             for frame in frames:
                 await self._dispatch(frame)
             self._write_staged()
+            if malformed is not None:
+                raise self._refuse_frame(malformed)
             if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                 await self.ctx.writer.drain()
+
+    def _refuse_frame(self, error: FrameError) -> s.ProtocolError:
+        event = "frame.too_large" if isinstance(error, FrameTooLarge) else "frame.invalid"
+        self.log.warning(event, extra={"reason": error.message})
+        return s.ProtocolError(error.code, error.message)
+
+    async def _decoded(self, frames: list[f.Frame]) -> tuple[list[f.Frame], FrameError | None]:
+        """The frames with those the codec left undecoded decoded by this connection's
+        worker process, in order; cut at the first malformed one, returned with it."""
+        undecoded = [frame.wire for frame in frames if type(frame) is Undecoded]
+        if not undecoded or self.ctx.offload is None:
+            return frames, None
+        answers = iter(decoded_frames(await self.ctx.offload(b"".join(undecoded))))
+        out: list[f.Frame] = []
+        for frame in frames:
+            if type(frame) is Undecoded:
+                answer = next(answers)
+                if isinstance(answer, FrameError):
+                    return out, answer
+                frame = answer
+            out.append(frame)
+        return out, None
 
     async def _dispatch(self, frame: f.Frame) -> None:
         kind = type(frame)

@@ -145,14 +145,15 @@ class Publish(Frame):
     """A batch of messages. Each entry is already an Osiris data entry: a simple entry is a
     u32 length (top bit 0) and the body; a sub-batch entry (top bit 1) is kept opaque.
 
-    `entries` are memoryviews into the bytes the codec received: parsing copies no payload.
+    `entries` are memoryviews into the bytes the codec received: parsing copies no payload
+    (decoded in a worker process, see `offload`, they arrive as bytes).
     `filter_values` is None for version 1 frames, one value (or None) per entry for version 2.
     """
 
     KEY = Key.PUBLISH
     publisher_id: int
     publishing_ids: list[int]
-    entries: list[memoryview]
+    entries: list[memoryview] | list[bytes]
     num_records: int
     payload_bytes: int  # sum of record body lengths (sub-batches: uncompressed, minus headers)
     filter_values: list[str | None] | None = None
