@@ -8,6 +8,8 @@ for its reply, i.e. stored per the fsync policy) and POLL_MESSAGES back by
 offset; then the stream protocol (rstream send_batch with confirms, and a
 consumer from the first offset). Prints msgs/s, MB/s and the broker's CPU
 seconds per million messages for each phase. Asserts nothing.
+
+`run()` measures the Iggy phases alone and returns their rows (for `bench/run_all`).
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ async def measure(name: str, pid: int, n: int, size: int, run: Callable[[], Awai
            "broker_cpu_s_per_million": round(cpu / max(done, 1) * 1e6, 2)}
     if done != n:
         row["note"] = f"expected {n}"
-    print(json.dumps(row), flush=True)
     return row
 
 
-async def iggy_phases(port: int, pid: int, n: int, size: int, batch: int) -> None:
+async def iggy_phases(port: int, pid: int, n: int, size: int, batch: int
+                      ) -> list[dict[str, object]]:
     client = await IggyClient.connect("127.0.0.1", port)
     await client.login("guest", "guest")
     await client.create_stream("bench", 0)
@@ -59,12 +61,24 @@ async def iggy_phases(port: int, pid: int, n: int, size: int, batch: int) -> Non
             got += len(polled.messages)
         return got
 
-    await measure("iggy send", pid, n, size, send)
-    await measure("iggy poll", pid, n, size, poll)
+    rows = [await measure("iggy send", pid, n, size, send),
+            await measure("iggy poll", pid, n, size, poll)]
     await client.close()
+    return rows
 
 
-async def stream_phases(port: int, pid: int, n: int, size: int, batch: int) -> None:
+def run(messages: int = 300_000, size: int = 100, batch: int = 1000) -> list[dict[str, object]]:
+    """Start a broker, measure Iggy send and poll, stop it: one row per phase."""
+    with tempfile.TemporaryDirectory(prefix="iggy-bench-") as tmp:
+        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
+        try:
+            return asyncio.run(iggy_phases(ports["iggy"], server.pid, messages, size, batch))
+        finally:
+            stop_server(server)
+
+
+async def stream_phases(port: int, pid: int, n: int, size: int, batch: int
+                        ) -> list[dict[str, object]]:
     from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
     body = b"x" * size
@@ -86,7 +100,7 @@ async def stream_phases(port: int, pid: int, n: int, size: int, batch: int) -> N
             await asyncio.wait_for(everything.wait(), 120)
             return confirmed
 
-        await measure("stream send", pid, n, size, send)
+        rows = [await measure("stream send", pid, n, size, send)]
 
     received = 0
     done = asyncio.Event()
@@ -105,7 +119,8 @@ async def stream_phases(port: int, pid: int, n: int, size: int, batch: int) -> N
             await asyncio.wait_for(done.wait(), 300)
             return received
 
-        await measure("stream consume", pid, n, size, consume)
+        rows.append(await measure("stream consume", pid, n, size, consume))
+    return rows
 
 
 async def main() -> None:
@@ -117,8 +132,12 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="iggy-bench-") as tmp:
         server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
         try:
-            await iggy_phases(ports["iggy"], server.pid, args.messages, args.size, args.batch)
-            await stream_phases(ports["stream"], server.pid, args.messages, args.size, args.batch)
+            for row in [
+                    *await iggy_phases(ports["iggy"], server.pid, args.messages, args.size,
+                                       args.batch),
+                    *await stream_phases(ports["stream"], server.pid, args.messages, args.size,
+                                         args.batch)]:
+                print(json.dumps(row), flush=True)
         finally:
             stop_server(server)
 
