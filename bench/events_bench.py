@@ -42,6 +42,7 @@ async def _phases(port: int, pid: int, events: int, documents: int) -> list[dict
     client = await EventsClient.connect("127.0.0.1", port, "guest", "guest")
     try:
         await client.create_channel("bench")
+        await client.create_channel("single")
         event = {"id": 1, "payload": "x" * 1000}
         rounds = max(events // WINDOW, 1)
         published = rounds * WINDOW
@@ -55,21 +56,20 @@ async def _phases(port: int, pid: int, events: int, documents: int) -> list[dict
 
         async def publish_one_by_one() -> None:
             for _ in range(one_by_one):
-                await client.publish("bench", event)
+                await client.publish("single", event)
 
         rows.append(await timed("publish 1 KiB unpipelined", pid, one_by_one,
                                 publish_one_by_one))
-        delivered = published + one_by_one
 
         async def deliver() -> None:
             subscription = await client.subscribe("bench", start_pos=0)
-            for i in range(delivered):
+            for i in range(published):
                 await subscription.next()
                 if i % WINDOW == WINDOW - 1:
                     await subscription.ack()
             await subscription.close()
 
-        rows.append(await timed("subscription delivery", pid, delivered, deliver))
+        rows.append(await timed("subscription delivery", pid, published, deliver))
         rows.append(await _query_phase(client, pid, documents))
     finally:
         await client.close()

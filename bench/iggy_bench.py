@@ -7,9 +7,8 @@ then, on the same data shape: Iggy SEND_MESSAGES in batches (each batch waits
 for its reply, i.e. stored per the fsync policy) and POLL_MESSAGES back by
 offset; then the stream protocol (rstream send_batch with confirms, and a
 consumer from the first offset). Prints msgs/s, MB/s and the broker's CPU
-seconds per million messages for each phase. Asserts nothing.
-
-`run()` measures the Iggy phases alone and returns their rows (for `bench/run_all`).
+seconds per million messages (= µs per message) for each phase as JSON lines.
+Asserts nothing. `run()` returns the rows.
 """
 
 from __future__ import annotations
@@ -67,16 +66,6 @@ async def iggy_phases(port: int, pid: int, n: int, size: int, batch: int
     return rows
 
 
-def run(messages: int = 300_000, size: int = 100, batch: int = 1000) -> list[dict[str, object]]:
-    """Start a broker, measure Iggy send and poll, stop it: one row per phase."""
-    with tempfile.TemporaryDirectory(prefix="iggy-bench-") as tmp:
-        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
-        try:
-            return asyncio.run(iggy_phases(ports["iggy"], server.pid, messages, size, batch))
-        finally:
-            stop_server(server)
-
-
 async def stream_phases(port: int, pid: int, n: int, size: int, batch: int
                         ) -> list[dict[str, object]]:
     from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
@@ -123,24 +112,32 @@ async def stream_phases(port: int, pid: int, n: int, size: int, batch: int
     return rows
 
 
-async def main() -> None:
+async def phases(messages: int = 1_000_000, size: int = 100, batch: int = 1000
+                 ) -> list[dict[str, object]]:
+    """Every phase's row against one fresh broker."""
+    with tempfile.TemporaryDirectory(prefix="iggy-bench-") as tmp:
+        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
+        try:
+            return [*await iggy_phases(ports["iggy"], server.pid, messages, size, batch),
+                    *await stream_phases(ports["stream"], server.pid, messages, size, batch)]
+        finally:
+            stop_server(server)
+
+
+def run(messages: int = 1_000_000, size: int = 100, batch: int = 1000
+        ) -> list[dict[str, object]]:
+    return asyncio.run(phases(messages, size, batch))
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=1000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="iggy-bench-") as tmp:
-        server, ports = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
-        try:
-            for row in [
-                    *await iggy_phases(ports["iggy"], server.pid, args.messages, args.size,
-                                       args.batch),
-                    *await stream_phases(ports["stream"], server.pid, args.messages, args.size,
-                                         args.batch)]:
-                print(json.dumps(row), flush=True)
-        finally:
-            stop_server(server)
+    for row in run(args.messages, args.size, args.batch):
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -167,8 +167,8 @@ def run_case(url: str, server_pid: int, publishers: int, streams: int, seconds: 
 
 
 def measure(workers: int, seconds: float = 8.0, window: int = 20_000,
-            repeat: int = 1) -> list[dict[str, Any]]:
-    """Start a broker with `--workers workers`, run each case `repeat` times; the rows."""
+            rounds: range = range(1)) -> list[dict[str, Any]]:
+    """Start a broker with `--workers workers`, run each case once per round; the rows."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="mainstem-multicore-") as tmp:
         log_path = Path(tmp) / "server.log"
@@ -177,7 +177,7 @@ def measure(workers: int, seconds: float = 8.0, window: int = 20_000,
         try:
             port = started_ports(server, log_path)["stream"]
             url = f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F"
-            for round_ in range(repeat):
+            for round_ in rounds:
                 for publishers, streams in CASES:
                     row = run_case(url, server.pid, publishers, streams, seconds, window,
                                    f"{round_}-{publishers}")
@@ -192,17 +192,21 @@ def measure(workers: int, seconds: float = 8.0, window: int = 20_000,
 
 
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median msgs/s per (workers, publishers), and each one's ratio to the single
-    process's one publisher (one core's worth)."""
+    """Medians per (workers, publishers), and ratios to the single process's one
+    publisher (one core's worth): of the msgs/s measured, and of the broker's capacity,
+    the msgs/s its CPU costs allow when the machine's cores are the broker's alone: the
+    main process (one event loop) cannot exceed one core, the whole not the machine."""
     keyed: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for row in rows:
         keyed.setdefault((row["workers"], row["publishers"]), []).append(row)
     medians = {key: statistics.median(r["msgs_per_s"] for r in group)
                for key, group in keyed.items()}
-    base = medians.get((0, 1))
+    capacities = {key: statistics.median(map(_capacity, group)) for key, group in keyed.items()}
+    base, base_capacity = medians.get((0, 1)), capacities.get((0, 1))
     out = []
     for (workers, publishers), value in sorted(medians.items()):
         group = keyed[(workers, publishers)]
+        capacity = capacities[(workers, publishers)]
         out.append({"summary": True, "workers": workers, "publishers": publishers,
                     "median_msgs_per_s": round(value),
                     "min_msgs_per_s": min(r["msgs_per_s"] for r in group),
@@ -210,17 +214,27 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "median_broker_cores": statistics.median(r["broker_cores"] for r in group),
                     "median_broker_us_per_msg": statistics.median(
                         r["broker_us_per_msg"] for r in group),
-                    "ratio_to_single_process_1x1": round(value / base, 2) if base else None})
+                    "median_main_us_per_msg": statistics.median(
+                        r["main_us_per_msg"] for r in group),
+                    "ratio_to_single_process_1x1": round(value / base, 2) if base else None,
+                    "capacity_msgs_per_s": round(capacity),
+                    "capacity_ratio": round(capacity / base_capacity, 2) if base_capacity
+                    else None})
     return out
+
+
+def _capacity(row: dict[str, Any]) -> float:
+    cores = os.cpu_count() or 1
+    return min(1e6 / row["main_us_per_msg"], cores * 1e6 / row["broker_us_per_msg"])
 
 
 def run(workers: tuple[int, ...] = (0, 2), seconds: float = 8.0, repeat: int = 3
         ) -> list[dict[str, Any]]:
     """For bench/run_all: every configuration, rounds alternating, then the summary rows."""
     rows = []
-    for _ in range(repeat):
+    for round_ in range(repeat):
         for count in workers:
-            rows += measure(count, seconds)
+            rows += measure(count, seconds, rounds=range(round_, round_ + 1))
     result = summary(rows)
     for row in result:
         print(json.dumps(row), flush=True)
