@@ -21,9 +21,11 @@ import dataclasses
 import json
 import multiprocessing as mp
 import os
+import signal
 import socket
 import statistics
 import struct
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -172,8 +174,7 @@ def measure(workers: int, seconds: float = 8.0, window: int = 20_000,
     rows = []
     with tempfile.TemporaryDirectory(prefix="mainstem-multicore-") as tmp:
         log_path = Path(tmp) / "server.log"
-        flags = ("--workers", str(workers)) if workers else ()
-        server = start_server(Path(tmp) / "data", log_path, *flags)
+        server = start_server(Path(tmp) / "data", log_path, "--workers", str(workers))
         try:
             port = started_ports(server, log_path)["stream"]
             url = f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F"
@@ -248,6 +249,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    # A SIGTERM unwinds through the `finally` blocks that stop the broker and publishers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     run(tuple(int(w) for w in args.workers.split(",")), args.seconds, args.repeat)
 
 
