@@ -2,7 +2,7 @@
 against its reference, measured in one run.
 
     bench/run_all [--quick] [--no-rabbitmq] [--json PATH] [--only SECTION,...]
-        [--serve-arg=--workers=2 ...]
+        [--serve-arg=--workers=2 ...] [--one-core-serve-arg=--workers=0 ...]
 
 Sections, in order (`--only` picks some):
 - `brokers`: the shared harness (`../shared/bench/broker_bench.py`) against mainstem
@@ -12,7 +12,9 @@ Sections, in order (`--only` picks some):
 - `latency`: stream publish→deliver latency at 100,000 msg/s (`bench.stream_latency`),
   on both brokers;
 - `multicore`: stream publish by 1 publisher to 1 stream and by 4 to 4 streams, lean
-  publishers so that the broker sets the pace (`bench.multicore_bench`), on both;
+  publishers so that the broker sets the pace (`bench.multicore_bench`), on both; the
+  target is 4 → 4 over one core's 1 → 1, measured on a second mainstem started with
+  `--one-core-serve-arg` flags when given (else over the 1 → 1 of the same broker);
 - `iggy`, `events`, `segment`: `bench.iggy_bench`, `bench.events_bench` and
   `bench.segment_bench` (each starts its own mainstem), compared with the issue's
   targets and, for segments, with raw writes and reads in the same directory.
@@ -58,6 +60,7 @@ HARNESS_SCENARIOS = ("amqp_pub_confirm", "amqp_consume", "amqp_latency", "stream
                      "stream_consume")
 SLOW_RATE, FAST_RATE = 1000, 10_000  # AMQP latency runs, msgs/s
 STREAM_LATENCY_RATE = 100_000
+ONE_CORE = "mainstem-one-core"  # the label of the broker measured for the multi-core base
 
 
 @dataclass(frozen=True)
@@ -229,10 +232,11 @@ def _section(recorder: Recorder, name: str, work: Callable[[], None]) -> None:
 # -- the brokers ----------------------------------------------------------------------
 
 @contextmanager
-def mainstem_broker(work: Path, serve_args: list[str]) -> Iterator[Broker]:
-    server, ports = start_server(work / "data", work / "server.log", *serve_args)
+def mainstem_broker(work: Path, serve_args: list[str], label: str = "mainstem"
+                    ) -> Iterator[Broker]:
+    server, ports = start_server(work / label, work / f"{label}.log", *serve_args)
     try:
-        yield Broker("mainstem", ports["amqp"], ports["stream"], server.pid)
+        yield Broker(label, ports["amqp"], ports["stream"], server.pid)
     finally:
         stop_server(server)
 
@@ -281,10 +285,11 @@ def _harness(broker: Broker, settings: Settings, work: Path, recorder: Recorder)
             recorder.add("harness", broker.label, row)
 
 
-def _multicore(broker: Broker, settings: Settings, recorder: Recorder) -> None:
+def _multicore(broker: Broker, settings: Settings, recorder: Recorder,
+               publisher_counts: tuple[int, ...] = (1, 4)) -> None:
     url = f"rabbitmq-stream://guest:guest@127.0.0.1:{broker.stream_port}/%2F"
     tag = f"{broker.label}-{os.getpid()}"
-    for publishers in (1, 4):
+    for publishers in publisher_counts:
         row = multicore_bench.run_case(url, broker.pid, publishers, publishers,
                                        settings.multicore_s, 20_000, f"{tag}-{publishers}")
         recorder.add("multicore", broker.label, row)
@@ -374,8 +379,15 @@ def _segment_rows(recorder: Recorder) -> list[Row]:
 
 
 def _multicore_rows(recorder: Recorder) -> list[Row]:
+    """1 → 1 and 4 → 4; the target's base is one core's 1 → 1 when it was measured (see
+    --one-core-serve-arg), else the 1 → 1 of the broker as configured."""
     rows = []
-    single = recorder.find("multicore", "mainstem", publishers=1) or {}
+    one_core = recorder.find("multicore", ONE_CORE, publishers=1)
+    if one_core is not None:
+        rows.append(Row("multicore_1x1_one_core", "stream publish, 1 publisher → 1 stream, "
+                        "one core (lean client)", "msgs/s", one_core["msgs_per_s"],
+                        one_core.get("broker_us_per_msg")))
+    single = one_core or recorder.find("multicore", "mainstem", publishers=1) or {}
     for publishers, title in ((1, "stream publish, 1 publisher → 1 stream (lean client)"),
                               (4, "stream publish, 4 publishers → 4 streams (lean clients)")):
         ours = recorder.find("multicore", "mainstem", publishers=publishers) or {}
@@ -432,6 +444,11 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[],
                         help="an extra `mainstem serve` flag for the brokers run_all starts "
                         "itself (repeatable), e.g. --serve-arg=--workers=2")
+    parser.add_argument("--one-core-serve-arg", action="append", default=[],
+                        help="flags (repeatable) of a second mainstem that uses one core, "
+                        "e.g. --one-core-serve-arg=--workers=0: its 1 -> 1 stream publish "
+                        "is the base of the multi-core target (default: the 1 -> 1 of the "
+                        "broker as configured)")
     args = parser.parse_args()
     sections = set(args.only.split(","))
     if unknown := sections - set(SECTIONS):
@@ -451,6 +468,10 @@ def main() -> None:
         if broker_sections:
             with mainstem_broker(work, args.serve_arg) as broker:
                 measure_broker(broker, settings, broker_sections, work, recorder)
+            if args.one_core_serve_arg and "multicore" in sections:
+                with mainstem_broker(work, args.one_core_serve_arg, ONE_CORE) as broker:
+                    _section(recorder, f"{ONE_CORE}: multicore",
+                             lambda: _multicore(broker, settings, recorder, (1,)))
             if not args.no_rabbitmq:
                 with rabbitmq_broker() as broker:
                     measure_broker(broker, settings, broker_sections, work, recorder)
