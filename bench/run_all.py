@@ -103,7 +103,7 @@ class Target:
     def describe(self) -> str:
         return {"broker_us": f"≤ {self.limit:g} µs/msg", "p99_ms": f"p99 ≤ {self.limit:g} ms",
                 "of_raw": f"≥ {self.limit:g} of raw",
-                "scale": f"≥ {self.limit:g}x one publisher"}[self.metric]
+                "scale": f"≥ {self.limit:g}x base 1 → 1"}[self.metric]
 
     def show(self, value: float) -> str:
         return {"broker_us": f"{value:.2f} µs", "p99_ms": f"{value:.2f} ms",
