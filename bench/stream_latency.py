@@ -5,7 +5,8 @@
 
 Without --port it starts a real `mainstem serve` on loopback ports. A paced rstream
 publisher (its own process) sends 100-byte bodies that start with their send time
-(CLOCK_MONOTONIC), everything due every ~1 ms in one send_batch, with confirms;
+(CLOCK_MONOTONIC), with confirms: whenever it wakes (every ~0.5 ms) what is due
+goes out in one send_batch (of at most 100);
 a consumer in this process, subscribed at `next` before the publisher starts,
 records now - send time for every message. Prints one JSON line: p50/p99/p999/max
 in ms, msgs/s delivered and, with a broker pid, the CPU µs per message of that
