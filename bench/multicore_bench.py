@@ -6,11 +6,13 @@ stream vs 4 publishers to 4 streams, on a broker started with each `--workers` v
 Publishers are lean on purpose (each its own process): after the handshake, made with
 mainstem's blocking stream client, they send ready-made Publish frames (100-byte bodies,
 100 per frame, one publisher without a reference, so the same publishing ids serve every
-frame) and only count the ids in PublishConfirm frames, keeping at most `--window`
+frame) and only count the ids in PublishConfirm frames, keeping at most 20,000
 messages unconfirmed. So the broker, not the client, sets the pace as far as the
 machine's cores allow. For each case: confirmed msgs/s and the broker's CPU (user +
 system, summed over the server process and every process it started), one JSON line
-each. Asserts nothing.
+each, then a summary row per configuration (medians; ratios to the single process's one
+publisher; the capacity the measured CPU costs allow on this machine's cores). `run()`
+does all of it and returns the rows (for bench/run_all). Asserts nothing.
 """
 
 from __future__ import annotations
