@@ -12,9 +12,11 @@ from tests.support.server_process import kill, started_ports
 from tests.support.server_process import start_server as start_process
 
 
-def start_server(data_dir: Path, log_path: Path) -> tuple[subprocess.Popen, dict[str, int]]:
-    """Start the broker; the process and its ports by listener name."""
-    server = start_process(data_dir, log_path)
+def start_server(data_dir: Path, log_path: Path, *extra: str
+                 ) -> tuple[subprocess.Popen, dict[str, int]]:
+    """Start the broker (`extra`: more `mainstem serve` flags); the process and its ports
+    by listener name."""
+    server = start_process(data_dir, log_path, *extra)
     try:
         return server, started_ports(server, log_path)
     except BaseException:

@@ -28,6 +28,7 @@ from mainstem.log.chunk import Chunk, encode_simple_entries
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
+from mainstem.log.transfer import READ_WHOLE_UP_TO
 
 NEVER = DurabilityPolicy(FsyncMode.NEVER)
 
@@ -333,21 +334,24 @@ class _QueuedTransport:
 
 
 @pytest.mark.parametrize("filtered", [False, True])
+@pytest.mark.parametrize("bodies", [[b"hello", b"world"], [b"h" * 40_000, b"w" * 40_000]],
+                         ids=["read whole", "sendfile"])
 async def test_send_puts_the_frame_header_before_the_chunk_and_leaves_the_filter_out(
-        service: PartitionService, filtered: bool) -> None:
+        service: PartitionService, filtered: bool, bodies: list[bytes]) -> None:
     await service.appender.append_entries(
-        [entry(b"hello"), entry(b"world")], all_simple=True,
+        [entry(body) for body in bodies], all_simple=True,
         filter_values=["f", None] if filtered else None).durable
     subscription = service.subscribe(0, credit=2)
     view = await subscription.next_view()
     assert bool(view.bloom) is filtered
+    assert (view.whole is not None) is (view.location.send_size <= READ_WHOLE_UP_TO)
     frame_header = struct.pack(">I", view.wire_size) + b"HDR"
-    expected = frame_header + view.header + encode_simple_entries([b"hello", b"world"])
+    expected = frame_header + view.header + encode_simple_entries(bodies)
 
     queued = _QueuedTransport()
     subscription.send(view, frame_header, queued)  # type: ignore[arg-type]
     assert bytes(queued.written) == expected
-    assert view.wire_size == HEADER_SIZE + len(encode_simple_entries([b"hello", b"world"]))
+    assert view.wire_size == HEADER_SIZE + len(encode_simple_entries(bodies))
 
     received: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 

@@ -2,9 +2,12 @@
 
 The protocol supplies only its frame header; the chunk's 48-byte header and data go
 after it, from the page cache to the socket by sendfile when the kernel takes them at
-once, else read and handed to the protocol's writer. A chunk's bloom filter stays
-on disk: a subscriber gets the header and data entries, and the size the frame
-declares is `ChunkView.wire_size`.
+once, else read and handed to the protocol's writer. A small chunk is read whole when
+it is peeked at and goes out in one write with its frame header: one send, where a
+write and a sendfile would be two, each waking the reader (what a subscriber at the
+tail of a steady stream gets, chunk after chunk). A chunk's bloom filter stays on
+disk: a subscriber gets the header and data entries, and the size the frame declares
+is `ChunkView.wire_size`.
 """
 
 from __future__ import annotations
@@ -17,14 +20,19 @@ from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.chunk import BLOOM_SIZE_AT, MAX_BLOOM_SIZE
 from mainstem.log.partition import ChunkLocation
 
+# Chunks up to this many bytes (header, filter and data) are read whole by `peek`.
+READ_WHOLE_UP_TO = 64 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkView:
-    """A committed chunk's place on disk with its header and bloom filter read."""
+    """A committed chunk's place on disk with its header and bloom filter read; `whole`
+    holds all of its header, filter and data when it is small."""
 
     location: ChunkLocation
     header: bytes
     bloom: memoryview
+    whole: bytes | None = None
 
     @property
     def wire_size(self) -> int:
@@ -37,18 +45,28 @@ class ChunkView:
 
 
 def peek(location: ChunkLocation) -> ChunkView:
-    """Read the chunk's header and bloom filter (one pread)."""
-    head = os.pread(location.segment.fileno(), HEADER_SIZE + MAX_BLOOM_SIZE, location.file_pos)
+    """Read the chunk's header and bloom filter, or the whole of a small chunk (one pread)."""
+    whole = location.send_size <= READ_WHOLE_UP_TO
+    size = location.send_size if whole else HEADER_SIZE + MAX_BLOOM_SIZE
+    head = os.pread(location.segment.fileno(), size, location.file_pos)
     bloom = memoryview(head)[HEADER_SIZE:HEADER_SIZE + head[BLOOM_SIZE_AT]]
-    return ChunkView(location, head[:HEADER_SIZE], bloom)
+    return ChunkView(location, head[:HEADER_SIZE], bloom, head if whole else None)
 
 
 def send_chunk(view: ChunkView, frame_header: bytes, socket_fd: int | None,
                write: Callable[[bytes], None]) -> None:
     """Send `frame_header`, then the chunk's header and data. With `socket_fd` (a plain
     socket with nothing queued before it) the kernel takes what it can at once; the
-    rest goes through `write`. Without a filter, header and data lie together and go
-    straight from the file; else the header goes with the frame header."""
+    rest goes through `write`. A chunk read whole goes in one write with the frame
+    header. Else, without a filter, header and data lie together and go straight from
+    the file; with one, the header goes with the frame header."""
+    if view.whole is not None:
+        data = view.whole
+        if view.bloom:  # the filter stays behind
+            data = view.header + data[HEADER_SIZE + len(view.bloom):]
+        sent = 0 if socket_fd is None else _write_now(socket_fd, frame_header, data)
+        _write_rest(frame_header, data, sent, write)
+        return
     location = view.location
     prefix, start, length = frame_header, location.file_pos, location.send_size
     if view.bloom:
@@ -83,3 +101,21 @@ def _send_now(socket_fd: int, prefix: bytes, segment_fd: int, start: int, length
         return sent + os.sendfile(socket_fd, segment_fd, start, length)
     except (BlockingIOError, InterruptedError):
         return sent
+
+
+def _write_now(socket_fd: int, first: bytes, second: bytes) -> int:
+    """Write both in one system call, as far as the kernel takes them without blocking;
+    return how many bytes went."""
+    try:
+        return os.writev(socket_fd, (first, second))
+    except (BlockingIOError, InterruptedError):
+        return 0
+
+
+def _write_rest(first: bytes, second: bytes, sent: int, write: Callable[[bytes], None]) -> None:
+    """Hand `write` what `_write_now` left of `first` then `second`."""
+    if sent < len(first):
+        write(first[sent:])
+        sent = len(first)
+    if sent - len(first) < len(second):
+        write(second[sent - len(first):])
