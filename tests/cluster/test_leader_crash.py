@@ -12,11 +12,10 @@ import time
 from rstream import ConfirmationStatus, Producer
 
 from mainstem.testing_cluster import LocalCluster
-from tests.support.cluster_clients import bodies_on, credentials, numbered, stream_metadata
+from tests.support.cluster_clients import bodies_on, stream_metadata
+from tests.support.stream_crash import BATCH, credentials, numbered, publish_until_killed
 
-BATCH = 100
 CONFIRMED_BEFORE_KILL = 3_000
-IN_FLIGHT_AT_KILL = 20
 STREAM = "ledger"
 PUBLISHER = "ledger-writer"
 
@@ -29,38 +28,6 @@ async def leader_port(port: int, stream: str) -> int | None:
     except Exception:
         return None
     return int(leader.port)
-
-
-async def publish_until_killed(cluster: LocalCluster, port: int) -> tuple[set[int], int]:
-    """Publish numbered messages to the leader; SIGKILL it once enough are confirmed, with
-    more in flight. Returns the confirmed publishing ids and the last id sent."""
-    confirmed: set[int] = set()
-
-    def on_confirm(status: ConfirmationStatus) -> None:
-        if status.is_confirmed:
-            confirmed.add(status.message_id)
-
-    producer = Producer(**credentials(port))
-    await producer.start()
-    await producer.create_stream(STREAM)
-    sent = 0
-    for _ in range(2_000):  # bounded: normally ends far sooner
-        await producer.send_batch(STREAM, numbered(sent + 1, sent + BATCH), PUBLISHER,
-                                  on_publish_confirm=on_confirm)
-        sent += BATCH
-        if len(confirmed) >= CONFIRMED_BEFORE_KILL:
-            break
-        await asyncio.sleep(0)
-    for _ in range(IN_FLIGHT_AT_KILL):
-        with contextlib.suppress(Exception):
-            await producer.send_batch(STREAM, numbered(sent + 1, sent + BATCH), PUBLISHER,
-                                      on_publish_confirm=on_confirm)
-        sent += BATCH
-    cluster.kill("node1")
-    survivors = set(confirmed)  # no confirm can arrive after the kill
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(producer.close(), 5)
-    return survivors, sent
 
 
 async def resume(port: int, last: int, more: int) -> set[int]:
@@ -87,7 +54,8 @@ async def test_killing_the_leader_mid_publish_loses_no_confirmed_message(
         mainstem_cluster: LocalCluster) -> None:
     cluster = mainstem_cluster
     ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
-    confirmed, sent = await publish_until_killed(cluster, ports["node1"])
+    confirmed, sent = await publish_until_killed(
+        ports["node1"], lambda: cluster.kill("node1"), STREAM, PUBLISHER, CONFIRMED_BEFORE_KILL)
     assert len(confirmed) >= CONFIRMED_BEFORE_KILL
 
     killed_at = time.monotonic()

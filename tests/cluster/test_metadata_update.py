@@ -10,7 +10,8 @@ import signal
 from rstream import AMQPMessage, OnClosedErrorInfo, Producer
 
 from mainstem.testing_cluster import LocalCluster
-from tests.support.cluster_clients import credentials, wait_for_count
+from tests.support.cluster_clients import wait_for_count
+from tests.support.stream_crash import credentials
 
 STREAM = "moving"
 

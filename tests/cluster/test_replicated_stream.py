@@ -12,8 +12,9 @@ from rstream import (
 )
 
 from mainstem.testing_cluster import LocalCluster
-from tests.support.cluster_clients import credentials, numbered, stream_metadata
+from tests.support.cluster_clients import stream_metadata
 from tests.support.rstream_reads import read_with_rstream
+from tests.support.stream_crash import credentials, numbered
 
 
 async def test_a_stream_created_on_one_node_is_replicated_to_all(

@@ -179,7 +179,8 @@ async def test_sigkill_mid_publish_with_workers_keeps_every_confirmed_message_on
         tmp_path: Path) -> None:
     server, started, log = start_with_workers(tmp_path, 2)
     try:
-        confirmed = await publish_until_killed(started["ports"]["stream"], server)
+        confirmed, _ = await publish_until_killed(started["ports"]["stream"],
+                                                  lambda: kill(server))
     finally:
         kill(server)
     assert len(confirmed) >= CONFIRMED_BEFORE_KILL

@@ -7,27 +7,14 @@ import asyncio
 import contextlib
 from urllib.parse import quote
 
-from rstream import AMQPMessage, ConfirmationStatus, Producer, amqp_decoder
+from rstream import ConfirmationStatus, Producer, amqp_decoder
 from rstream.recovery import BackOffRecoveryStrategy
 
 from mainstem.client.stream import StreamClient
 from mainstem.testing_cluster import LocalCluster
+from tests.support.stream_crash import credentials, numbered
 
 BATCH = 100
-
-
-def credentials(port: int) -> dict[str, object]:
-    return {"host": "127.0.0.1", "port": port, "username": "guest", "password": "guest"}
-
-
-def numbered(first: int, last: int) -> list[AMQPMessage]:
-    """Messages whose publishing ids are the numbers in their bodies."""
-    batch = []
-    for i in range(first, last + 1):
-        message = AMQPMessage(body=f"m{i}".encode())
-        message.publishing_id = i
-        batch.append(message)
-    return batch
 
 
 async def stream_metadata(port: int, stream: str):  # -> (leader, replicas) of rstream

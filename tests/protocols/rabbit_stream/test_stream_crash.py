@@ -19,7 +19,8 @@ async def test_sigkill_mid_publish_keeps_every_confirmed_message_once(tmp_path: 
     data, log = tmp_path / "data", tmp_path / "server.log"
     server = start_server(data, log)
     try:
-        confirmed = await publish_until_killed(started_ports(server, log)["stream"], server)
+        confirmed, _ = await publish_until_killed(started_ports(server, log)["stream"],
+                                                  lambda: kill(server))
     finally:
         kill(server)
     assert len(confirmed) >= CONFIRMED_BEFORE_KILL
