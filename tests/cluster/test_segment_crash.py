@@ -10,6 +10,7 @@ import asyncio
 
 from mainstem.client.segment import SegmentClient
 from mainstem.testing_cluster import LocalCluster
+from tests.support.segment_crash import EVENTS, append_until_killed
 
 SEGMENT = "/ledger/0"
 
@@ -19,18 +20,8 @@ SEGMENT = "/ledger/0"
 async def test_killing_the_leader_of_a_segment_stores_every_event_once(
         mainstem_cluster: LocalCluster) -> None:
     cluster = mainstem_cluster
-    client = await SegmentClient.connect("127.0.0.1", cluster.nodes["node1"].ports["segment"])
-    await client.create(SEGMENT)
-    appender = await client.appender(SEGMENT)
-    events = [b"event-%05d" % i for i in range(3000)]
-    for start in range(0, 1000, 100):
-        appender.append_block(events[start:start + 100])
-    acked = await appender.flush()
-    for start in range(1000, 3000, 100):  # in flight when the leader dies
-        appender.append_block(events[start:start + 100])
-    await asyncio.sleep(0.01)
-    cluster.kill("node1")
-    await client.close()
+    appender, acked = await append_until_killed(
+        cluster.nodes["node1"].ports["segment"], SEGMENT, lambda: cluster.kill("node1"))
 
     client = await SegmentClient.connect("127.0.0.1", cluster.nodes["node2"].ports["segment"])
     appender.client = client
@@ -44,9 +35,9 @@ async def test_killing_the_leader_of_a_segment_stores_every_event_once(
         try:
             for _ in range(100):
                 stored = await reader.read_events(SEGMENT)
-                if len(stored) >= len(events):
+                if len(stored) >= len(EVENTS):
                     break
                 await asyncio.sleep(0.1)
-            assert stored == events, name  # no duplicate, no gap, in order
+            assert stored == EVENTS, name  # no duplicate, no gap, in order
         finally:
             await reader.close()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from mainstem.client.segment import SegmentClient
+from tests.support.segment_crash import EVENTS, append_until_killed
 from tests.support.server_process import kill, start_server, started_ports
 
 SEGMENT = "/crash/0"
@@ -18,18 +18,7 @@ async def test_sigkill_mid_append_then_resend_everything(tmp_path: Path) -> None
     server = start_server(data_dir, log_path)
     try:
         port = started_ports(server, log_path)["segment"]
-        client = await SegmentClient.connect("127.0.0.1", port)
-        await client.create(SEGMENT)
-        appender = await client.appender(SEGMENT)
-        events = [b"event-%05d" % i for i in range(3000)]
-        for start in range(0, 1000, 100):
-            appender.append_block(events[start:start + 100])
-        acked = await appender.flush()
-        for start in range(1000, 3000, 100):  # in flight when the server dies
-            appender.append_block(events[start:start + 100])
-        await asyncio.sleep(0.01)
-        kill(server)
-        await client.close()
+        appender, acked = await append_until_killed(port, SEGMENT, lambda: kill(server))
 
         server = start_server(data_dir, log_path)
         port = started_ports(server, log_path)["segment"]
@@ -39,7 +28,7 @@ async def test_sigkill_mid_append_then_resend_everything(tmp_path: Path) -> None
         assert level >= acked  # nothing confirmed is lost
         await appender.resend()
         await appender.flush()
-        assert await client.read_events(SEGMENT) == events  # no duplicate, no gap
+        assert await client.read_events(SEGMENT) == EVENTS  # no duplicate, no gap
         await client.close()
     finally:
         kill(server)
