@@ -16,6 +16,9 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
+from mainstem.broker.cluster_view import ClusterView, PartitionStatus
+
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.streams import Stream
@@ -50,6 +53,16 @@ def providers_for(core: BrokerCore) -> list[ResourceProvider]:
             *(factory(core) for factory in _factories)]
 
 
+def members(cluster: ClusterView | None, status: PartitionStatus | None) -> dict[str, Any]:
+    """A replicated queue's leader, members and the live ones among them, under
+    RabbitMQ's names; nothing outside a cluster."""
+    if cluster is None or status is None:
+        return {}
+    return {"node": status.leader, "leader": status.leader,
+            "members": list(status.replicas),
+            "online": [n for n in status.replicas if n in cluster.nodes]}
+
+
 class StreamQueues:
     """Every stream as a queue of type stream, as RabbitMQ lists stream queues."""
 
@@ -60,12 +73,8 @@ class StreamQueues:
         """In a cluster, the first partition's leader, replicas and the live ones among
         them, under RabbitMQ's names for a replicated queue."""
         cluster = self._core.cluster
-        status = None if cluster is None else cluster.status(stream.namespace, stream.name, 0)
-        if cluster is None or status is None:
-            return {}
-        return {"node": status.leader, "leader": status.leader,
-                "members": list(status.replicas),
-                "online": [n for n in status.replicas if n in cluster.nodes]}
+        return members(cluster, None if cluster is None else
+                       cluster.status(stream.namespace, stream.name, 0))
 
     def queues(self, vhost: str | None) -> list[dict]:
         rows = []
@@ -120,10 +129,11 @@ class ClassicQueues:
                 if self._core.catalog.get_namespace(name) is not None]
 
     def queues(self, vhost: str | None) -> list[dict]:
+        cluster = self._core.cluster
         return [{
             "name": queue.name,
             "vhost": host.name,
-            "type": "classic",
+            "type": queue.settings.queue_type,
             "durable": queue.durable,
             "auto_delete": queue.auto_delete,
             "exclusive": queue.owner is not None,
@@ -138,6 +148,8 @@ class ClassicQueues:
             "messages_paged_out": queue.ready_count - queue.in_memory,
             "consumers": len(queue.consumers),
             "memory": queue.ready_bytes,
+            **(members(cluster, cluster.quorum_status(host.name, queue.name))
+               if cluster is not None and isinstance(queue, REPLICATED_QUEUES) else {}),
         } for host in self._vhosts(vhost) for queue in host.queues.values()]
 
     def exchanges(self, vhost: str | None) -> list[dict]:

@@ -7,7 +7,7 @@ it knows this interface, which the cluster node implements. Without a cluster,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -63,6 +63,9 @@ class ClusterView(Protocol):
     def status(self, namespace: str, name: str, index: int) -> PartitionStatus | None:
         """Leader, epoch, replicas, in-sync set and lag of a partition; None if unknown."""
 
+    def quorum_status(self, namespace: str, queue: str) -> PartitionStatus | None:
+        """The same of a quorum queue's journal; None for a queue the cluster lacks."""
+
 
 class StreamReplication(Protocol):
     """What the stream store tells the cluster, whichever protocol made the change."""
@@ -72,3 +75,18 @@ class StreamReplication(Protocol):
 
     def forget(self, stream: Stream) -> None:
         """A stream was deleted on this node: delete it everywhere."""
+
+
+class QueueReplication(Protocol):
+    """What AMQP virtual hosts ask of the cluster about quorum queues."""
+
+    def create_quorum(self, namespace: str, queue: str,
+                      arguments: Mapping[str, Any]) -> Awaitable[None]:
+        """Record a new quorum queue in the cluster (or find the one recorded); done once
+        its leader is known, and the queue live here if this node leads it."""
+
+    def delete_quorum(self, namespace: str, queue: str) -> None:
+        """A quorum queue was deleted on this node: delete it on every node."""
+
+    def quorum_leader(self, namespace: str, queue: str) -> str | None:
+        """The node leading a quorum queue's journal (None during an election)."""

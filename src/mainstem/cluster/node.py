@@ -31,6 +31,8 @@ from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
 from mainstem.cluster.forwarding import Answer, Forwarding, committed
 from mainstem.cluster.leader import LeaderLog, read_frame
+from mainstem.cluster.quorum import QUORUM, QuorumQueues
+from mainstem.cluster.quorum import storage_of as quorum_storage
 from mainstem.cluster.replica import PartitionRole
 from mainstem.log.partition import PartitionClosed
 
@@ -38,7 +40,7 @@ log = logging.getLogger("mainstem.cluster")
 
 PREFIX = "/mainstem/"
 REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a cluster stream
-SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size")
+SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size", "x-quorum-initial-group-size")
 LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
 DEFAULT_REPLICAS = 3
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
@@ -75,6 +77,7 @@ class ClusterNode:
         self._server: asyncio.Server | None = None
         self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
         self.forwarding = Forwarding(self)
+        self.quorum = QuorumQueues(self)
         # Catalog changes made here, shared through etcd in the order they were made.
         self._changes: asyncio.Queue[tuple[str, tuple[Any, ...], dict[str, Any] | None]] = (
             asyncio.Queue())
@@ -89,6 +92,7 @@ class ClusterNode:
         self.replication_port = self._server.sockets[0].getsockname()[1]
         self.secret = await self._shared_secret()
         await self._register()
+        self.core.queues.replication = self.quorum
         await self._load()
         self._spawn(self._keep_alive())
         self._spawn(self._watch())
@@ -108,6 +112,8 @@ class ClusterNode:
                              return_exceptions=True)
         for role in self.roles.values():
             role.save_commit_point()
+        await self.quorum.close()
+        self.core.queues.replication = None
         if self._server is not None:
             self._server.close()
         for writer in self._feeds:
@@ -182,6 +188,7 @@ class ClusterNode:
         for kv in kvs:
             self._apply_logged(Event("PUT", kv))
         self._forget_deleted_streams()
+        self.quorum.forget_deleted()
 
     async def _watch(self) -> None:
         while True:
@@ -209,8 +216,12 @@ class ClusterNode:
         if kind == "nodes" and len(parts) == 2:
             self._apply_node(parts[1], None if deleted else event.kv.json())
         elif kind == "streams" and len(parts) == 2:
-            if deleted:
+            if deleted and self.quorum.is_quorum(parts[1]):
+                self.quorum.drop(parts[1])
+            elif deleted:
                 self._drop_stream(parts[1])
+            elif event.kv.json().get("kind") == QUORUM:
+                self.quorum.add(parts[1], event.kv.json())
             else:
                 self._add_stream(parts[1], event.kv.json())
         elif kind == "catalog" and len(parts) >= 3:
@@ -219,6 +230,8 @@ class ClusterNode:
             role = self.roles.get((parts[1], int(parts[2])))
             if role is not None:
                 role.update(kind, None if deleted else event.kv)
+            elif kind == "leaders":
+                self.quorum.note_leader(parts[1], None if deleted else event.kv)
 
     def _queue_change(self, kind: str, key: tuple[Any, ...],
                       row: dict[str, Any] | None) -> None:
@@ -433,13 +446,24 @@ class ClusterNode:
         return Placement(self.nodes.get(leader) if leader else None, replicas)
 
     def status(self, namespace: str, name: str, index: int) -> PartitionStatus | None:
-        storage = layout.storage_name("stream", namespace, name)
+        return self._status(layout.storage_name("stream", namespace, name), index)
+
+    def quorum_status(self, namespace: str, queue: str) -> PartitionStatus | None:
+        return self._status(quorum_storage(namespace, queue), 0)
+
+    def quorum_leader(self, namespace: str, queue: str) -> str | None:
+        """The node where a quorum queue is live (its journal's leader); None during an
+        election or for a queue the cluster lacks."""
+        return self.quorum.quorum_leader(namespace, queue)
+
+    def _status(self, storage: str, index: int) -> PartitionStatus | None:
         record = self.records.get(storage)
         role = self.roles.get((storage, index))
         if record is None or not 0 <= index < record["partitions"]:
             return None
-        if role is None:  # a stream this node holds no replica of
-            return PartitionStatus(None, 0, tuple(record["replicas"]), ())
+        if role is None:  # a partition this node holds no replica of
+            return PartitionStatus(self.quorum.leader(storage), 0, tuple(record["replicas"]),
+                                   ())
         leading = self.leading.get((storage, index))
         return PartitionStatus(role.leader_node, role.epoch, tuple(role.replicas),
                                tuple(role.isr), leading.lag() if leading else {})

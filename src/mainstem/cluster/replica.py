@@ -183,6 +183,7 @@ class PartitionRole:
         partition.writable = True
         # Appends that waited for a leader go first, before any made here from now on.
         forwarder.answer_staged(forwarder.stage_here())
+        self.took_lead()
         self._leading.set()
         try:
             while self.leader_node == self.node.node_name and self._holds_lease():
@@ -197,12 +198,19 @@ class PartitionRole:
                 f"{self.node.node_name} no longer leads partition {self.index} of this "
                 "stream: what it had not committed is the new leader's to keep or drop")
             self.service.appender.forwarder = forwarder
+            self.left_lead()
             self.node.core.streams.leader_moved(self.service)
             log.info("replica.stepped_down", extra={
                 "stream": self.storage, "partition": self.index, "leader": self.leader_node,
                 "lease_lost": self.node.lease_lost.is_set()})
             leader.close()
             self.node.leading.pop((self.storage, self.index), None)
+
+    def took_lead(self) -> None:
+        """This node has just been elected and takes writes (a hook: see quorum)."""
+
+    def left_lead(self) -> None:
+        """This node no longer leads; writes it had not committed were abandoned."""
 
     async def _write_isr(self, isr: list[str]) -> bool:
         """Record a new in-sync set, only while this node still leads in its epoch."""

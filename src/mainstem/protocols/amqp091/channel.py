@@ -251,7 +251,7 @@ class Channel:
 
     # -- queues ----------------------------------------------------------------
 
-    def on_queue_declare(self, method: m.QueueDeclare) -> None:
+    async def on_queue_declare(self, method: m.QueueDeclare) -> None:
         name = method.queue
         owner = self.connection
         if method.passive:
@@ -265,9 +265,9 @@ class Channel:
                                    method)
             _require_utf8("queue", name, method)
             self.check("configure", name, "queue")
-            queue = self.vhost.declare_queue(
+            queue = await self.vhost.placed(self.vhost.declare_queue(
                 name, durable=method.durable, exclusive=method.exclusive,
-                auto_delete=method.auto_delete, arguments=method.arguments, owner=owner)
+                auto_delete=method.auto_delete, arguments=method.arguments, owner=owner))
         self._last_queue = queue.name
         if not method.no_wait:
             self.reply(m.QueueDeclareOk(queue.name, *_counts(queue)))

@@ -57,6 +57,18 @@ def body_size(record: memoryview) -> int:
     return len(record) - _ENQUEUE_HEAD.size - exchange_len - key_len - properties_len
 
 
+def open_partition(directory: Path, durability: DurabilityPolicy,
+                   descriptors: DescriptorCache | None = None,
+                   fsync_timings: FsyncTimings | None = None, *,
+                   fsync_on_demand: bool = True) -> Partition:
+    """A journal's log partition. Alone, it is fsynced only when a confirm waits for it;
+    replicated, always (a follower acks only what it holds durably)."""
+    return Partition.open(directory, durability=durability,
+                          retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES),
+                          fsync_on_demand=fsync_on_demand, descriptors=descriptors,
+                          fsync_timings=fsync_timings)
+
+
 def encode_settle(offsets: list[int]) -> bytes:
     return bytes([SETTLE]) + Struct(f">{len(offsets)}Q").pack(*offsets)
 
@@ -117,24 +129,27 @@ class QueueJournal:
              descriptors: DescriptorCache | None = None,
              fsync_timings: FsyncTimings | None = None) -> tuple[QueueJournal, Replay]:
         """Open the journal and replay it: the offsets of its unsettled messages."""
-        partition = Partition.open(directory, durability=durability,
-                                   retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES),
-                                   fsync_on_demand=True, descriptors=descriptors,
-                                   fsync_timings=fsync_timings)
-        journal = cls(partition)
-        live = journal._live
-        reader = partition.reader(partition.first_offset)
-        while (chunk := reader.next_chunk_nowait()) is not None:
-            for offset, record in chunk.records():
+        journal = cls(open_partition(directory, durability, descriptors, fsync_timings))
+        return journal, journal.replay()
+
+    def replay(self) -> Replay:
+        """Read every record written (durable or not: a new leader's whole log is the
+        queue's) and keep the offsets of the messages not settled, oldest first."""
+        partition, live = self.partition, self._live
+        offset = partition.first_offset
+        while offset < partition.next_offset:
+            chunk = partition.read_written(offset)
+            for at, record in chunk.records():
                 if record[0] == ENQUEUE:
-                    live.add(offset)
+                    live.add(at)
                 else:
                     for (settled,) in _OFFSET.iter_unpack(record[1:]):
                         live.discard(settled)
+            offset = chunk.next_offset
         offsets = array("q", live)  # a second pass reads the survivors' sizes
-        replay = Replay(offsets, array("I", map(body_size, journal.reader.read(offsets))))
-        journal.reader.forget()
-        return journal, replay
+        replay = Replay(offsets, array("I", map(body_size, self.reader.read(offsets))))
+        self.reader.forget()
+        return replay
 
     def enqueue(self, message: QueueMessage, confirm: bool) -> asyncio.Future[None]:
         """Write the message with this turn's batch; the future is done once it is durable

@@ -13,17 +13,19 @@ from urllib.parse import quote
 
 from mainstem.broker import layout
 from mainstem.broker.amqp import metadata as amqp_metadata
-from mainstem.broker.amqp.queues.journal import QueueJournal, Replay
+from mainstem.broker.amqp.queues.journal import QueueJournal, Replay, open_partition
 from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.amqp.queues.spill import wipe
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
+from mainstem.broker.cluster_view import QueueReplication
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
 from mainstem.broker.streams import StreamStore
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
+from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy
 
 SPILL_DIRECTORY = "queue-spill"
@@ -45,6 +47,7 @@ class QueueManager:
         self.streams = streams
         self.durability = durability
         self.vhosts: dict[str, VirtualHost] = {}
+        self.replication: QueueReplication | None = None  # set by a node in a cluster
         self._db = catalog.connect()
 
     def open(self) -> None:
@@ -53,7 +56,7 @@ class QueueManager:
         records = amqp_metadata.read(self._db)
         layout.migrate(self.directory, [  # the old layout joined the escaped names
             ((quote(vhost, safe=""), quote(queue["name"], safe="")),
-             self._journal_directory(vhost, queue["name"]))
+             self.journal_directory(vhost, queue["name"]))
             for vhost, record in records.items() for queue in record["queues"]])
         for name, record in records.items():
             if self.catalog.get_namespace(name) is None:
@@ -77,10 +80,15 @@ class QueueManager:
         return vhost
 
     def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, Replay]:
-        return QueueJournal.open(self._journal_directory(vhost, queue), self.durability,
+        return QueueJournal.open(self.journal_directory(vhost, queue), self.durability,
                                  self.descriptors, self.fsync_timings)
 
-    def _journal_directory(self, vhost: str, queue: str) -> Path:
+    def open_journal_partition(self, vhost: str, queue: str) -> Partition:
+        """A replicated quorum queue's journal partition (fsynced as written)."""
+        return open_partition(self.journal_directory(vhost, queue), self.durability,
+                              self.descriptors, self.fsync_timings, fsync_on_demand=False)
+
+    def journal_directory(self, vhost: str, queue: str) -> Path:
         return self.directory / layout.storage_name("queue", vhost, queue)
 
     def save(self) -> None:

@@ -1,7 +1,8 @@
 """One namespace seen as an AMQP 0-9-1 virtual host: exchanges, bindings and queues.
 
 Classic queues live here; a stream queue is a stream of the namespace (so one declared by
-the stream protocol is a queue here too, and one declared here is a stream there).
+the stream protocol is a queue here too, and one declared here is a stream there). In a
+cluster, quorum queues are replicated (see `quorum`): live on their journal's leader.
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mainstem.broker.amqp.queues.arguments import (
+    QUORUM,
     STREAM,
     QueueArguments,
     assert_equivalent_arguments,
     parse_queue_arguments,
 )
-from mainstem.broker.amqp.queues.journal import QueueJournal
+from mainstem.broker.amqp.queues.journal import QueueJournal, Replay
 from mainstem.broker.amqp.queues.message import QueueMessage, properties_codec
 from mainstem.broker.amqp.queues.queue import ClassicQueue
+from mainstem.broker.amqp.queues.quorum import (
+    REPLICATED,
+    REPLICATED_QUEUES,
+    QuorumQueue,
+    QuorumStandby,
+)
 from mainstem.broker.amqp.routing import Binding, ExchangeGraph
 from mainstem.broker.errors import (
     AccessRefused,
@@ -106,6 +114,14 @@ class VirtualHost:
             stream = self._declare_stream(name, durable, exclusive, auto_delete, arguments)
             counters.queues_created += 1
             return stream
+        replication = self.manager.replication
+        if settings.queue_type == QUORUM and replication is not None:
+            self._refuse_properties(name, durable, exclusive, auto_delete)
+            standby = self.add_standby(name, dict(arguments))
+            if isinstance(standby, QuorumStandby):
+                standby.placing = replication.create_quorum(self.name, name, dict(arguments))
+            counters.queues_created += 1
+            return standby
         queue = self._new_queue(name, durable, auto_delete, owner if exclusive else None,
                                 dict(arguments), settings)
         counters.queues_created += 1
@@ -113,13 +129,26 @@ class VirtualHost:
             self.manager.save()
         return queue
 
-    def _declare_stream(self, name: str, durable: bool, exclusive: bool, auto_delete: bool,
-                        arguments: Mapping[str, Any]) -> Stream:
+    async def placed(self, queue: ClassicQueue | Stream) -> ClassicQueue | Stream:
+        """A queue just declared, once usable: a quorum queue of a cluster once the
+        cluster recorded it (and made it live here if this node leads it)."""
+        if isinstance(queue, QuorumStandby) and queue.placing is not None:
+            await queue.placing
+            return self.queues.get(queue.name, queue)
+        return queue
+
+    def _refuse_properties(self, name: str, durable: bool, exclusive: bool,
+                           auto_delete: bool) -> None:
+        """Replicated queues (streams, quorum queues of a cluster) are durable and shared."""
         refused = "exclusive" if exclusive else "auto-delete" if auto_delete else \
             None if durable else "non-durable"
         if refused is not None:
             raise PreconditionFailed(
                 f"invalid property '{refused}' for {self.describe('queue', name)}")
+
+    def _declare_stream(self, name: str, durable: bool, exclusive: bool, auto_delete: bool,
+                        arguments: Mapping[str, Any]) -> Stream:
+        self._refuse_properties(name, durable, exclusive, auto_delete)
         stream_args = {k: v for k, v in arguments.items() if k != "x-queue-type"}
         try:
             stream = self.manager.streams.create(self.name, name, 1, stream_args)
@@ -130,10 +159,11 @@ class VirtualHost:
 
     def _new_queue(self, name: str, durable: bool, auto_delete: bool, owner: object | None,
                    arguments: dict[str, Any], settings: QueueArguments,
-                   journal: QueueJournal | None = None) -> ClassicQueue:
-        if durable and journal is None:
+                   journal: QueueJournal | None = None,
+                   kind: type[ClassicQueue] = ClassicQueue) -> ClassicQueue:
+        if durable and journal is None and kind is ClassicQueue:
             journal, _ = self.manager.open_journal(self.name, name)
-        queue = ClassicQueue(name, durable=durable, auto_delete=auto_delete, owner=owner,
+        queue = kind(name, durable=durable, auto_delete=auto_delete, owner=owner,
                              arguments=arguments, settings=settings, journal=journal,
                              dead_letter=self.dead_letter, on_unused=self._unused,
                              memory=settings.memory_bound(self.manager.memory),
@@ -144,6 +174,10 @@ class VirtualHost:
 
     def restore_queue(self, record: dict[str, Any]) -> None:
         name = record["name"]
+        if record["arguments"].get(REPLICATED):  # the cluster says where it is live
+            self.add_standby(name, {k: v for k, v in record["arguments"].items()
+                                    if k != REPLICATED}, save=False)
+            return
         settings = parse_queue_arguments(name, self.name, record["arguments"])
         journal, replay = self.manager.open_journal(self.name, name)
         queue = self._new_queue(name, True, record["auto_delete"], None, record["arguments"],
@@ -189,7 +223,8 @@ class VirtualHost:
             raise PreconditionFailed(f"{self.describe('queue', name)} not empty")
         return self.remove_queue(queue)
 
-    def remove_queue(self, queue: ClassicQueue) -> int:
+    def remove_queue(self, queue: ClassicQueue, *, everywhere: bool = True) -> int:
+        """Delete a queue here (and, for a replicated one, `everywhere` in the cluster)."""
         count = queue.ready_count
         queue.deleted = True
         self.manager.counters.queues_deleted += 1
@@ -200,9 +235,60 @@ class VirtualHost:
             consumer.cancelled_by_server()
         queue.consumers.clear()
         queue.delete_storage()
-        if queue.journal is not None:
+        replication = self.manager.replication
+        if everywhere and replication is not None and isinstance(queue, REPLICATED_QUEUES):
+            replication.delete_quorum(self.name, queue.name)
+        if queue.durable:
             self.manager.save()
         return count
+
+    # -- replicated quorum queues: what the cluster tells this vhost -----------------
+
+    def add_standby(self, name: str, arguments: dict[str, Any], *,
+                    save: bool = True) -> ClassicQueue:
+        """A quorum queue the cluster has (declared here or on another node): known here,
+        not live until this node leads its journal. One known already stays as it is."""
+        known = self.queues.get(name)
+        if known is not None:
+            return known
+        settings = parse_queue_arguments(name, self.name, arguments)
+        standby = self._new_queue(name, True, False, None, arguments, settings,
+                                  kind=QuorumStandby)
+        assert isinstance(standby, QuorumStandby)
+        standby.leader = lambda: self._quorum_leader(name)
+        if save:
+            self.manager.save()
+        return standby
+
+    def _quorum_leader(self, name: str) -> str | None:
+        replication = self.manager.replication
+        return None if replication is None else replication.quorum_leader(self.name, name)
+
+    def go_live(self, name: str, journal: QueueJournal, replay: Replay) -> None:
+        """This node leads the quorum queue's journal: the queue is the journal's replay
+        (messages enqueued and not settled, in order)."""
+        standby = self.queues.get(name)
+        if not isinstance(standby, QuorumStandby):
+            return  # deleted meanwhile
+        queue = self._new_queue(name, True, False, None, standby.arguments, standby.settings,
+                                journal, kind=QuorumQueue)
+        queue.restore(replay)
+
+    def stand_by(self, name: str) -> None:
+        """This node no longer leads the quorum queue's journal: its consumers here are
+        cancelled, and the queue waits as a standby."""
+        live = self.queues.get(name)
+        if not isinstance(live, QuorumQueue):
+            return
+        live.step_down()
+        del self.queues[name]
+        self.add_standby(name, live.arguments, save=False)
+
+    def drop_replicated(self, name: str) -> None:
+        """The cluster deleted a quorum queue (through another node)."""
+        queue = self.queues.get(name)
+        if isinstance(queue, REPLICATED_QUEUES):
+            self.remove_queue(queue, everywhere=False)
 
     def _unused(self, queue: ClassicQueue) -> None:
         if not queue.deleted and not queue.consumers:
@@ -306,7 +392,9 @@ class VirtualHost:
     def records(self) -> dict[str, Any]:
         records: dict[str, Any] = dict(self.graph.to_records())
         records["queues"] = [
-            {"name": q.name, "auto_delete": q.auto_delete, "arguments": q.arguments}
+            {"name": q.name, "auto_delete": q.auto_delete,
+             "arguments": {**q.arguments, REPLICATED: True}
+             if isinstance(q, REPLICATED_QUEUES) else q.arguments}
             for q in self.queues.values() if q.durable and q.owner is None
         ]
         return records

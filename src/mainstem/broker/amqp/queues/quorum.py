@@ -1,0 +1,109 @@
+"""Quorum queues of a cluster: a replicated journal, the queue live on its leader only.
+
+In a cluster (`QueueManager.replication` set), a quorum queue's journal is a partition
+the cluster replicates like a stream's (see docs/cluster.md). Every node knows the queue:
+the node leading its journal holds it live (`QuorumQueue`, the replay of the journal),
+every other node a `QuorumStandby` that answers declarations and refuses publishes and
+consumers, naming the leader. Without a cluster a quorum queue is a classic queue with a
+journal, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from mainstem.broker.amqp.queues.journal import Replay
+from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.amqp.queues.queue import ClassicQueue, Consumer
+from mainstem.broker.errors import PreconditionFailed
+
+# Marks a replicated quorum queue in this node's own record of its vhost's queues: after a
+# restart it comes back as a standby, until the cluster says where it leads.
+REPLICATED = "x-mainstem-replicated"
+
+
+class NotLeader(PreconditionFailed):
+    """A replicated quorum queue is used on a node that does not lead its journal."""
+
+
+class QuorumQueue(ClassicQueue):
+    """The live queue on the journal's leader. Every message is journaled, whatever its
+    delivery mode, as RabbitMQ's quorum queues keep them all; a publish is confirmed once
+    the in-sync replicas hold it (the journal's commit waits for them)."""
+
+    kind = "quorum"
+    _replayed_through = 0  # queue positions a new leader replayed
+
+    def publish(self, message: QueueMessage, confirm: bool = False
+                ) -> asyncio.Future[None] | bool | None:
+        message.persistent = True
+        return super().publish(message, confirm)
+
+    def restore(self, replay: Replay) -> None:
+        super().restore(replay)
+        self._replayed_through = self._seq
+
+    def _take(self) -> QueueMessage | None:
+        message = super()._take()
+        if message is not None and message.seq <= self._replayed_through \
+                and not message.delivery_count:
+            # The old leader may have delivered it (the journal records settles, not
+            # deliveries): it goes out as redelivered, as RabbitMQ returns unacked ones.
+            message.delivery_count = 1
+        return message
+
+    def step_down(self) -> None:
+        """This node no longer leads the journal: consumers are cancelled (basic.cancel),
+        and acks of what it delivered settle nothing here (the new leader redelivers)."""
+        self.deleted = True
+        self.journal = None
+        self.stop_timers()
+        for consumer in list(self.consumers):
+            consumer.cancelled_by_server()
+        self.consumers.clear()
+        self._ready.close()
+
+    def delete_storage(self) -> None:
+        self._ready.close()  # the journal is the cluster's to close and remove
+
+    async def close(self) -> None:
+        self.stop_timers()
+        self._ready.close()  # the cluster closes the journal
+
+
+class QuorumStandby(ClassicQueue):
+    """A replicated quorum queue on a node that does not lead its journal: it exists
+    (declarations succeed, bindings hold) but takes no messages or consumers."""
+
+    kind = "quorum"
+    leader: Callable[[], str | None] = staticmethod(lambda: None)  # set by the vhost
+    placing: Awaitable[None] | None = None  # a declaration the cluster is making
+
+    def not_leader(self) -> NotLeader:
+        leader = self.leader()
+        where = (f"is live on node '{leader}' (its leader): connect there" if leader else
+                 "has no leader at the moment (an election is under way): retry")
+        return NotLeader(f"quorum queue '{self.name}' {where}")
+
+    def publish(self, message: QueueMessage, confirm: bool = False) -> bool:
+        return False  # refused: a confirming publisher gets basic.nack
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        raise self.not_leader()
+
+    def get(self) -> QueueMessage | None:
+        raise self.not_leader()
+
+    def purge(self) -> int:
+        raise self.not_leader()
+
+    def delete_storage(self) -> None:
+        self._ready.close()
+
+    async def close(self) -> None:
+        self.stop_timers()
+        self._ready.close()
+
+
+REPLICATED_QUEUES = (QuorumQueue, QuorumStandby)

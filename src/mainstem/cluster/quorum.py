@@ -1,0 +1,211 @@
+"""Quorum queues in a cluster: each queue's journal is a partition replicated as a
+stream's is, and the queue is live on the journal's leader only.
+
+etcd holds a quorum queue as it holds a stream: a `/mainstem/streams/STORAGE` record
+(`kind` "quorum", STORAGE the journal's storage name) and the leader, epoch and in-sync
+keys of its one partition. Elections, replication, commit points, catch-up and truncation
+are the streams' own (`PartitionRole`, `LeaderLog`, `follow`): no second replication
+mechanism. What a quorum queue adds is what its leader does: when elected it replays the
+journal into a live queue (`VirtualHost.go_live`); when it stops leading the queue goes
+back to a standby (`VirtualHost.stand_by`), whose consumers are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Awaitable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mainstem.broker import layout
+from mainstem.broker.amqp.queues.journal import QueueJournal
+from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
+from mainstem.broker.amqp.queues.virtual_host import VirtualHost
+from mainstem.broker.errors import PreconditionFailed
+from mainstem.broker.stream_service import PartitionService
+from mainstem.cluster.etcd import EtcdError, KeyValue
+from mainstem.cluster.replica import PartitionRole
+from mainstem.log.partition import Partition
+
+if TYPE_CHECKING:
+    from mainstem.cluster.node import ClusterNode
+
+log = logging.getLogger("mainstem.cluster")
+
+QUORUM = "quorum"  # the kind of a stream record that holds a quorum queue's journal
+LEAD_WAIT_S = 10.0  # a declaration waits this long for the queue to be live
+
+
+def storage_of(namespace: str, queue: str) -> str:
+    return layout.storage_name("queue", namespace, queue)
+
+
+class QuorumRole(PartitionRole):
+    """The replica of a quorum queue's journal on this node."""
+
+    def __init__(self, queues: QuorumQueues, storage: str, partition: Partition,
+                 record: dict[str, Any]) -> None:
+        super().__init__(queues.node, storage, 0, PartitionService(partition), record)
+        self.queues = queues
+        self.namespace: str = record["namespace"]
+        self.queue: str = record["name"]
+
+    def took_lead(self) -> None:
+        self.queues.went_live(self)
+
+    def left_lead(self) -> None:
+        self.queues.stood_by(self)
+
+
+class QuorumQueues:
+    """This node's quorum queues; implements `broker.cluster_view.QueueReplication`."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+        # Leaders of partitions this node holds no replica of (it has no role to ask).
+        self._leaders: dict[str, str] = {}
+
+    def is_quorum(self, storage: str) -> bool:
+        record = self.node.records.get(storage)
+        return record is not None and record.get("kind") == QUORUM
+
+    # -- what the vhosts ask -------------------------------------------------------
+
+    def create_quorum(self, namespace: str, queue: str,
+                      arguments: Mapping[str, Any]) -> Awaitable[None]:
+        return asyncio.ensure_future(self._create(namespace, queue, dict(arguments)))
+
+    async def _create(self, namespace: str, queue: str, arguments: dict[str, Any]) -> None:
+        storage = storage_of(namespace, queue)
+        node = self.node
+        try:
+            if storage not in node.records:
+                live, _ = await node.etcd.get_prefix("/mainstem/nodes/")
+                record = {**node._new_record(namespace, queue, 1, arguments,
+                                            [kv.key.rpartition("/")[2] for kv in live]),
+                          "kind": QUORUM}
+                if not await node._claim(storage, record):  # declared meanwhile elsewhere
+                    found = await node.etcd.get(f"/mainstem/streams/{storage}")
+                    record = found.json() if found is not None else record
+                self.add(storage, record)
+        except EtcdError as error:
+            self._vhost(namespace).drop_replicated(queue)
+            raise PreconditionFailed(f"quorum queue '{queue}' could not be recorded in the "
+                                     f"cluster: {error}") from None
+        await self._placed(storage)
+
+    async def _placed(self, storage: str) -> None:
+        """Until the queue has a leader, and is live here if that is this node."""
+        for _ in range(int(LEAD_WAIT_S / 0.05)):  # bounded: an election is seconds at most
+            leader = self.leader(storage)
+            role = self.node.roles.get((storage, 0))
+            if leader == self.node.node_name and role is not None:
+                await role.leading(LEAD_WAIT_S)
+                return
+            if leader is not None:
+                return
+            await asyncio.sleep(0.05)
+
+    def delete_quorum(self, namespace: str, queue: str) -> None:
+        storage = storage_of(namespace, queue)
+        record = self.node.records.pop(storage, None)
+        if record is None:
+            return  # the cluster deleted it: drop() is removing it here
+        self.node._spawn(self.node._unclaim(storage, 1))
+        self._retire(storage, namespace, queue)
+
+    def quorum_leader(self, namespace: str, queue: str) -> str | None:
+        return self.leader(storage_of(namespace, queue))
+
+    def leader(self, storage: str) -> str | None:
+        role = self.node.roles.get((storage, 0))
+        return role.leader_node if role is not None else self._leaders.get(storage)
+
+    # -- what etcd says ----------------------------------------------------------------
+
+    def add(self, storage: str, record: dict[str, Any]) -> None:
+        """A quorum queue of the cluster: known in its vhost here, and its journal
+        replicated here if this node is one of its replicas."""
+        node = self.node
+        node.records[storage] = record
+        namespace, queue = record["namespace"], record["name"]
+        if node.core.catalog.get_namespace(namespace) is None:
+            # Its namespace's own change may come later: the queue's creator made both.
+            node.core.catalog.apply("namespace", (namespace,), {})
+        known = self._vhost(namespace).add_standby(queue, dict(record["arguments"]))
+        if not isinstance(known, REPLICATED_QUEUES):
+            log.error("quorum.name_taken", extra={"vhost": namespace, "queue": queue})
+            return  # a queue of this node alone has the name: its journal is not ours
+        if node.node_name in record["replicas"] and (storage, 0) not in node.roles:
+            partition = node.core.queues.open_journal_partition(namespace, queue)
+            role = QuorumRole(self, storage, partition, record)
+            node.roles[(storage, 0)] = role
+            role.start()
+
+    def drop(self, storage: str) -> None:
+        """The cluster deleted a quorum queue."""
+        record = self.node.records.pop(storage, None)
+        if record is not None:
+            self._retire(storage, record["namespace"], record["name"])
+
+    def note_leader(self, storage: str, kv: KeyValue | None) -> None:
+        """A leader key of a partition this node holds no replica of."""
+        if kv is None:
+            self._leaders.pop(storage, None)
+        else:
+            self._leaders[storage] = str(kv.json()["node"])
+
+    def forget_deleted(self) -> None:
+        """Quorum queues deleted while this node was away go (at start, after the read)."""
+        for vhost in list(self.node.core.queues.vhosts.values()):
+            for name, queue in list(vhost.queues.items()):
+                storage = storage_of(vhost.name, name)
+                if isinstance(queue, REPLICATED_QUEUES) and storage not in self.node.records:
+                    self._retire(storage, vhost.name, name)
+
+    def _retire(self, storage: str, namespace: str, queue: str) -> None:
+        vhost = self.node.core.queues.vhosts.get(namespace)
+        if vhost is not None:
+            vhost.drop_replicated(queue)
+        role = self.node.roles.pop((storage, 0), None)
+        directory = self.node.core.queues.journal_directory(namespace, queue)
+        self.node._spawn(_remove(role, directory))
+
+    def _vhost(self, namespace: str) -> VirtualHost:
+        return self.node.core.queues.vhost(namespace)
+
+    # -- leading ----------------------------------------------------------------------
+
+    def went_live(self, role: QuorumRole) -> None:
+        vhost = self.node.core.queues.vhosts.get(role.namespace)
+        if vhost is None:
+            return
+        journal = QueueJournal(role.service.partition)
+        replay = journal.replay()
+        vhost.go_live(role.queue, journal, replay)
+        log.info("quorum.live", extra={"vhost": role.namespace, "queue": role.queue,
+                                       "epoch": role.service.partition.epoch,
+                                       "messages": len(replay.offsets)})
+
+    def stood_by(self, role: QuorumRole) -> None:
+        vhost = self.node.core.queues.vhosts.get(role.namespace)
+        if vhost is not None:
+            vhost.stand_by(role.queue)
+
+    async def close(self) -> None:
+        """The node stops (its roles stopped already): close the journals."""
+        for role in list(self.node.roles.values()):
+            if isinstance(role, QuorumRole):
+                await role.service.partition.aclose()
+
+
+async def _remove(role: PartitionRole | None, directory: Path) -> None:
+    """Stop replicating a deleted queue's journal, then remove its files."""
+    if role is not None:
+        role.stop()
+        if role.task is not None:
+            await asyncio.gather(role.task, return_exceptions=True)
+        await role.service.partition.aclose()
+    await asyncio.to_thread(shutil.rmtree, directory, True)
