@@ -1,0 +1,37 @@
+"""A quorum queue's journal on a follower, without a network: it holds its leader's
+chunks byte for byte, and replaying it — everything written, committed or not, as a newly
+elected leader does — gives the leader's live messages in order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mainstem.broker.amqp.queues.journal import QueueJournal, decode_enqueue, open_partition
+from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.log.policy import DurabilityPolicy
+from tests.cluster.test_replica_log import copy_into
+
+
+async def test_a_follower_replays_its_leaders_live_messages(tmp_path: Path) -> None:
+    durability = DurabilityPolicy()
+    leader = QueueJournal(open_partition(tmp_path / "leader", durability,
+                                         fsync_on_demand=False))
+    messages = [QueueMessage("", "q", b"", f"m{i}".encode(), persistent=True)
+                for i in range(10)]
+    for message in messages:
+        await leader.enqueue(message, confirm=True)
+    for message in messages[:3] + messages[5:6]:  # acked: the head, and one out of order
+        leader.settle(message)
+    await leader.enqueue(QueueMessage("", "q", b"", b"m10", persistent=True), confirm=True)
+
+    follower = open_partition(tmp_path / "follower", durability, fsync_on_demand=False)
+    follower.writable = False
+    copy_into(follower, leader.partition, 0)
+    follower.set_commit_limit(0)  # nothing known committed: a replay reads it all anyway
+    journal = QueueJournal(follower)
+    replay = journal.replay()
+    bodies = [decode_enqueue(record).body for record in journal.reader.read(replay.offsets)]
+    assert bodies == [b"m3", b"m4", b"m6", b"m7", b"m8", b"m9", b"m10"]
+    assert list(replay.sizes) == [2] * 6 + [3]
+    await leader.close()
+    await follower.aclose()
