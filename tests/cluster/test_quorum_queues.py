@@ -13,6 +13,8 @@ import signal
 import aio_pika
 import pytest
 
+from mainstem.broker import layout
+from mainstem.cluster.etcd import EtcdClient
 from mainstem.testing_cluster import LocalCluster
 from tests.support.cluster_clients import check_history
 from tests.support.quorum_clients import (
@@ -24,6 +26,7 @@ from tests.support.quorum_clients import (
     read_queue,
     wait_caught_up,
     wait_for_leader,
+    wait_until_live,
 )
 
 BATCH = 50
@@ -122,3 +125,43 @@ async def test_acks_replicate_and_other_nodes_name_the_leader(
     with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
         await (await connection.channel()).declare_queue(queue, passive=True)
     await connection.close()
+
+
+async def test_a_leader_that_steps_down_cancels_its_consumers(
+        mainstem_cluster: LocalCluster) -> None:
+    cluster, queue = mainstem_cluster, "steps"
+    connection = await aio_pika.connect(amqp_url(cluster, "node1"))
+    channel = await connection.channel(publisher_confirms=True)
+    await channel.declare_queue(queue, durable=True, arguments=QUORUM)
+    confirmed: set[int] = set()
+    await publish_numbered(channel, queue, 1, 20, confirmed)
+    consumer = await connection.channel()
+    await consumer.set_qos(prefetch_count=5)
+    cancelled: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    (await consumer.get_underlay_channel()).on_consumer_cancel_callbacks.add(
+        lambda frame: cancelled.done() or cancelled.set_result(frame.consumer_tag))
+    received: list[bytes] = []
+
+    async def receive(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        received.append(message.body)
+
+    declared = await consumer.declare_queue(queue, passive=True)
+    tag = await declared.consume(receive)
+    for _ in range(100):  # bounded: until the prefetch is delivered
+        if len(received) == 5:
+            break
+        await asyncio.sleep(0.05)
+    assert received == [f"m{i}".encode() for i in range(1, 6)]
+
+    # Its leader key taken away, as when its lease lapses: node1 stops leading the queue
+    # and cancels its consumers (basic.cancel); they re-consume where it is live again.
+    etcd = EtcdClient([cluster.etcd.endpoint])
+    await etcd.delete(f"/mainstem/leaders/{layout.storage_name('queue', '/', queue)}/0")
+    await etcd.close()
+    assert await asyncio.wait_for(cancelled, 10) == tag
+    leader = await wait_until_live(cluster, queue)
+    contents = await read_queue(cluster, leader, queue)
+    assert [body for body, _ in contents] == [f"m{i}".encode() for i in range(1, 21)]
+    assert all(redelivered for _, redelivered in contents)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(connection.close(), 3)

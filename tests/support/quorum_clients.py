@@ -106,3 +106,28 @@ async def wait_caught_up(cluster: LocalCluster, node: str, leader: str, queue: s
     finally:
         await etcd.close()
     raise AssertionError(f"{node} did not catch up with {leader} on {queue}")
+
+
+async def wait_until_live(cluster: LocalCluster, queue: str, timeout_s: float = 20) -> str:
+    """The node leading `queue` (etcd's leader key), once the queue is live there: it
+    takes a basic.get (a standby refuses one). The message got, if any, goes back."""
+    etcd = EtcdClient([cluster.etcd.endpoint])
+    key = f"/mainstem/leaders/{layout.storage_name('queue', '/', queue)}/0"
+    try:
+        for _ in range(int(timeout_s * 10)):
+            found = await etcd.get(key)
+            if found is not None:
+                leader = str(found.json()["node"])
+                connection = await aio_pika.connect(amqp_url(cluster, leader))
+                try:
+                    channel = await connection.channel()
+                    await (await channel.declare_queue(queue, passive=True)).get(fail=False)
+                    return leader
+                except aio_pika.exceptions.ChannelPreconditionFailed:
+                    pass
+                finally:
+                    await connection.close()
+            await asyncio.sleep(0.1)
+    finally:
+        await etcd.close()
+    raise AssertionError(f"{queue} did not become live on its leader")
