@@ -1,14 +1,21 @@
 """A quorum queue's journal on a follower, without a network: it holds its leader's
-chunks byte for byte, and replaying it — everything written, committed or not, as a newly
-elected leader does — gives the leader's live messages in order."""
+chunks byte for byte, replaying it — everything written, committed or not, as a newly
+elected leader does — gives the leader's live messages in order, and it drops the
+segments that hold only settled messages as its leader does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mainstem.broker.amqp.queues.journal import QueueJournal, decode_enqueue, open_partition
+from mainstem.broker.amqp.queues.journal import (
+    FollowedJournal,
+    QueueJournal,
+    decode_enqueue,
+    open_partition,
+)
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.log.policy import DurabilityPolicy
+from mainstem.log.partition import Partition
+from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 from tests.cluster.test_replica_log import copy_into
 
 
@@ -33,5 +40,33 @@ async def test_a_follower_replays_its_leaders_live_messages(tmp_path: Path) -> N
     bodies = [decode_enqueue(record).body for record in journal.reader.read(replay.offsets)]
     assert bodies == [b"m3", b"m4", b"m6", b"m7", b"m8", b"m9", b"m10"]
     assert list(replay.sizes) == [2] * 6 + [3]
+    await leader.close()
+    await follower.aclose()
+
+
+async def test_a_follower_drops_segments_that_hold_only_settled_messages(
+        tmp_path: Path) -> None:
+    small = RetentionPolicy(max_segment_bytes=400)  # a few records per segment
+    leader = QueueJournal(Partition.open(tmp_path / "leader", retention=small))
+    messages = [QueueMessage("", "q", b"", f"m{i:02}".encode() * 20, persistent=True)
+                for i in range(30)]
+    for message in messages:
+        await leader.enqueue(message, confirm=True)
+    for message in messages[:20]:
+        leader.settle(message)
+    await leader.enqueue(QueueMessage("", "q", b"", b"last", persistent=True), confirm=True)
+
+    follower = Partition.open(tmp_path / "follower", retention=small)
+    follower.writable = False
+    copy_into(follower, leader.partition, 0)
+    follower.set_commit_limit(follower.next_offset)
+    follower.flush()  # durable, so committed
+    segments = follower.segment_count
+    FollowedJournal(follower, compact_every=1).catch_up()
+    assert follower.segment_count < segments and follower.first_offset > 0
+    journal = QueueJournal(follower)
+    replay = journal.replay()
+    bodies = [decode_enqueue(record).body for record in journal.reader.read(replay.offsets)]
+    assert bodies == [m.body for m in messages[20:]] + [b"last"]
     await leader.close()
     await follower.aclose()

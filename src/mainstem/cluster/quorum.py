@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mainstem.broker import layout
-from mainstem.broker.amqp.queues.journal import QueueJournal
+from mainstem.broker.amqp.queues.journal import FollowedJournal, QueueJournal
 from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster.etcd import EtcdError, KeyValue
 from mainstem.cluster.replica import PartitionRole
-from mainstem.log.partition import Partition
+from mainstem.log.partition import DataRemoved, Partition, PartitionClosed
 
 if TYPE_CHECKING:
     from mainstem.cluster.node import ClusterNode
@@ -36,6 +36,7 @@ log = logging.getLogger("mainstem.cluster")
 
 QUORUM = "quorum"  # the kind of a stream record that holds a quorum queue's journal
 LEAD_WAIT_S = 10.0  # a declaration waits this long for the queue to be live
+FOLLOWER_COMPACTION_S = 1.0  # how often a follower reads what its leader committed
 
 
 def storage_of(namespace: str, queue: str) -> str:
@@ -51,6 +52,33 @@ class QuorumRole(PartitionRole):
         self.queues = queues
         self.namespace: str = record["namespace"]
         self.queue: str = record["name"]
+        self._compaction: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        super().start()
+        self._compaction = asyncio.get_running_loop().create_task(self._compact_following())
+
+    def stop(self) -> None:
+        super().stop()
+        if self._compaction is not None:
+            self._compaction.cancel()
+
+    async def _compact_following(self) -> None:
+        """While following, drop the journal's segments that hold only settled messages
+        (while leading, the live queue's journal does)."""
+        followed: FollowedJournal | None = None
+        while True:
+            await asyncio.sleep(FOLLOWER_COMPACTION_S)
+            if self._leading.is_set():
+                followed = None  # once following again, it reads the journal anew
+                continue
+            followed = followed or FollowedJournal(self.service.partition)
+            try:
+                followed.catch_up()
+            except (OSError, DataRemoved, PartitionClosed) as error:
+                log.warning("quorum.compaction_failed", extra={
+                    "vhost": self.namespace, "queue": self.queue, "error": str(error)})
+                followed = None
 
     def took_lead(self) -> None:
         self.queues.went_live(self)

@@ -82,6 +82,44 @@ class Replay:
     sizes: array = field(default_factory=lambda: array("I"))
 
 
+def _apply_chunk(chunk: Chunk, live: LiveOffsets) -> int:
+    """Add a chunk's enqueues to `live`, drop its settles; returns how many it settled."""
+    settled = 0
+    for offset, record in chunk.records():
+        if record[0] == ENQUEUE:
+            live.add(offset)
+        else:
+            for (done,) in _OFFSET.iter_unpack(record[1:]):
+                live.discard(done)
+                settled += 1
+    return settled
+
+
+class FollowedJournal:
+    """A replicated journal on a node that follows its leader: it keeps the live set of
+    what is committed, so whole segments below the oldest live message go as they do on
+    the leader (a follower's disk would grow for ever otherwise)."""
+
+    def __init__(self, partition: Partition, compact_every: int = COMPACT_EVERY) -> None:
+        self.partition = partition
+        self._live = LiveOffsets()
+        self._position = partition.first_offset  # the next offset to read
+        self._compact_every = compact_every
+        self._settled = 0  # since the last compaction
+
+    def catch_up(self) -> None:
+        """Read what was committed since the last call; compact when enough settled."""
+        partition = self.partition
+        while self._position < partition.committed_offset:
+            chunk = partition.read_written(self._position)
+            self._settled += _apply_chunk(chunk, self._live)
+            self._position = chunk.next_offset
+        if self._settled >= self._compact_every:
+            self._settled = 0
+            floor = self._live.floor()
+            partition.truncate_before(self._position if floor is None else floor)
+
+
 class RecordReader:
     """Reads records back by offset, in increasing order, keeping the last chunk read: a
     queue paging in reads its records a batch at a time, in the order it wrote them."""
@@ -139,12 +177,7 @@ class QueueJournal:
         offset = partition.first_offset
         while offset < partition.next_offset:
             chunk = partition.read_written(offset)
-            for at, record in chunk.records():
-                if record[0] == ENQUEUE:
-                    live.add(at)
-                else:
-                    for (settled,) in _OFFSET.iter_unpack(record[1:]):
-                        live.discard(settled)
+            _apply_chunk(chunk, live)
             offset = chunk.next_offset
         offsets = array("q", live)  # a second pass reads the survivors' sizes
         replay = Replay(offsets, array("I", map(body_size, self.reader.read(offsets))))
