@@ -132,7 +132,10 @@ async def test_a_leader_that_steps_down_cancels_its_consumers(
     cluster, queue = mainstem_cluster, "steps"
     connection = await aio_pika.connect(amqp_url(cluster, "node1"))
     channel = await connection.channel(publisher_confirms=True)
-    await channel.declare_queue(queue, durable=True, arguments=QUORUM)
+    await channel.declare_queue(queue, durable=True,
+                                arguments={**QUORUM, "x-quorum-initial-group-size": 2})
+    members = (await queue_row(cluster, "node1", queue))["members"]
+    assert len(members) == 2 and "node1" in members
     confirmed: set[int] = set()
     await publish_numbered(channel, queue, 1, 20, confirmed)
     consumer = await connection.channel()
