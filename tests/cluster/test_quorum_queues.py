@@ -140,8 +140,24 @@ async def test_a_leader_that_steps_down_cancels_its_consumers(
                                 arguments={**QUORUM, "x-quorum-initial-group-size": 2})
     members = (await queue_row(cluster, "node1", queue))["members"]
     assert len(members) == 2 and "node1" in members
+
+    # With its follower frozen, the leader holds a message it cannot commit: it neither
+    # confirms nor delivers it (the new leader could lack it), until the follower acks.
+    follower = next(n for n in members if n != "node1")
+    cluster.kill(follower, signal.SIGSTOP)
     confirmed: set[int] = set()
-    await publish_numbered(channel, queue, 1, 20, confirmed)
+    unconfirmed = asyncio.ensure_future(publish_numbered(channel, queue, 1, 1, confirmed))
+    for _ in range(100):  # bounded: until the leader has it queued
+        if (await queue_row(cluster, "node1", queue))["messages"] == 1:
+            break
+        await asyncio.sleep(0.05)
+    probe = await (await connection.channel()).declare_queue(queue, passive=True)
+    assert await probe.get(fail=False) is None
+    assert not unconfirmed.done()
+    cluster.kill(follower, signal.SIGCONT)
+    await asyncio.wait_for(unconfirmed, 20)
+    assert confirmed == {1}
+    await publish_numbered(channel, queue, 2, 19, confirmed)
     consumer = await connection.channel()
     await consumer.set_qos(prefetch_count=5)
     cancelled: asyncio.Future[str] = asyncio.get_running_loop().create_future()

@@ -46,12 +46,16 @@ async def read_queue(cluster: LocalCluster, node: str, queue: str
         declared = await channel.declare_queue(queue, passive=True)
         expected = declared.declaration_result.message_count
         seen: list[tuple[bytes, bool]] = []
-        if expected:
+
+        async def consume() -> None:
             async with declared.iterator() as messages:
                 async for message in messages:
                     seen.append((message.body, bool(message.redelivered)))
                     if len(seen) == expected:
                         break
+
+        if expected:
+            await asyncio.wait_for(consume(), 30)
         return seen
     finally:
         await connection.close()

@@ -17,6 +17,7 @@ from mainstem.broker.amqp.queues.journal import Replay
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue, Consumer
 from mainstem.broker.errors import PreconditionFailed
+from mainstem.log.partition import Partition, PartitionClosed
 
 # Marks a replicated quorum queue in this node's own record of its vhost's queues: after a
 # restart it comes back as a standby, until the cluster says where it leads.
@@ -34,6 +35,7 @@ class QuorumQueue(ClassicQueue):
 
     kind = "quorum"
     _replayed_through = 0  # queue positions a new leader replayed
+    _commit_wait: asyncio.Task[None] | None = None
 
     def publish(self, message: QueueMessage, confirm: bool = False
                 ) -> asyncio.Future[None] | bool | None:
@@ -45,6 +47,8 @@ class QuorumQueue(ClassicQueue):
         self._replayed_through = self._seq
 
     def _take(self) -> QueueMessage | None:
+        if not self._head_committed():
+            return None
         message = super()._take()
         if message is not None and message.seq <= self._replayed_through \
                 and not message.delivery_count:
@@ -52,6 +56,32 @@ class QuorumQueue(ClassicQueue):
             # deliveries): it goes out as redelivered, as RabbitMQ returns unacked ones.
             message.delivery_count = 1
         return message
+
+    def _head_committed(self) -> bool:
+        """Whether the next message may go out: its enqueue is committed, as RabbitMQ's
+        quorum queues deliver only what Raft committed (a message the new leader could
+        lack is never delivered). If not, dispatching resumes once it is."""
+        level = self._ready.top_level()
+        head = None if level is None else self._ready.head(level)
+        journal = self.journal
+        if head is None or journal is None:
+            return True
+        partition = journal.partition
+        if head.log_offset is not None and head.log_offset < partition.committed_offset:
+            return True
+        if self._commit_wait is None:
+            self._commit_wait = asyncio.get_running_loop().create_task(
+                self._dispatch_when_committed(partition))
+        return False
+
+    async def _dispatch_when_committed(self, partition: Partition) -> None:
+        try:
+            await partition.durable_point()  # all written so far (this turn's included)
+        except (PartitionClosed, OSError):
+            return  # stepped down or the disk failed: nothing more goes out from here
+        finally:
+            self._commit_wait = None
+        self.dispatch()
 
     def step_down(self) -> None:
         """This node no longer leads the journal: consumers are cancelled (basic.cancel),
