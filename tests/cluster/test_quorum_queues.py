@@ -102,6 +102,13 @@ async def test_acks_replicate_and_other_nodes_name_the_leader(
     elsewhere = await other_channel.declare_queue(queue, durable=True, arguments=QUORUM)
     with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed, match="node1"):
         await elsewhere.get()
+    refused = await (await other.channel()).declare_queue(queue, passive=True)
+
+    async def ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        """Never called: the consumer is refused."""
+
+    with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed, match="node1"):
+        await refused.consume(ignore)
     confirming = await other.channel(publisher_confirms=True)
     with pytest.raises(aio_pika.exceptions.DeliveryError):  # basic.nack: not stored here
         await confirming.default_exchange.publish(aio_pika.Message(b"elsewhere"),
