@@ -231,7 +231,8 @@ class ClusterNode:
             if role is not None:
                 role.update(kind, None if deleted else event.kv)
             elif kind == "leaders":
-                self.quorum.note_leader(parts[1], None if deleted else event.kv)
+                self.quorum.note_leader(parts[1], int(parts[2]),
+                                        None if deleted else event.kv)
 
     def _queue_change(self, kind: str, key: tuple[Any, ...],
                       row: dict[str, Any] | None) -> None:
@@ -462,8 +463,8 @@ class ClusterNode:
         if record is None or not 0 <= index < record["partitions"]:
             return None
         if role is None:  # a partition this node holds no replica of
-            return PartitionStatus(self.quorum.leader(storage), 0, tuple(record["replicas"]),
-                                   ())
+            return PartitionStatus(self.quorum.leader(storage, index), 0,
+                                   tuple(record["replicas"]), ())
         leading = self.leading.get((storage, index))
         return PartitionStatus(role.leader_node, role.epoch, tuple(role.replicas),
                                tuple(role.isr), leading.lag() if leading else {})

@@ -93,7 +93,7 @@ class QuorumQueues:
     def __init__(self, node: ClusterNode) -> None:
         self.node = node
         # Leaders of partitions this node holds no replica of (it has no role to ask).
-        self._leaders: dict[str, str] = {}
+        self._leaders: dict[tuple[str, int], str] = {}
 
     def is_quorum(self, storage: str) -> bool:
         record = self.node.records.get(storage)
@@ -147,9 +147,10 @@ class QuorumQueues:
     def quorum_leader(self, namespace: str, queue: str) -> str | None:
         return self.leader(storage_of(namespace, queue))
 
-    def leader(self, storage: str) -> str | None:
-        role = self.node.roles.get((storage, 0))
-        return role.leader_node if role is not None else self._leaders.get(storage)
+    def leader(self, storage: str, index: int = 0) -> str | None:
+        """The leader of a partition (a quorum queue's journal has one) as etcd says."""
+        role = self.node.roles.get((storage, index))
+        return role.leader_node if role is not None else self._leaders.get((storage, index))
 
     # -- what etcd says ----------------------------------------------------------------
 
@@ -178,12 +179,12 @@ class QuorumQueues:
         if record is not None:
             self._retire(storage, record["namespace"], record["name"])
 
-    def note_leader(self, storage: str, kv: KeyValue | None) -> None:
+    def note_leader(self, storage: str, index: int, kv: KeyValue | None) -> None:
         """A leader key of a partition this node holds no replica of."""
         if kv is None:
-            self._leaders.pop(storage, None)
+            self._leaders.pop((storage, index), None)
         else:
-            self._leaders[storage] = str(kv.json()["node"])
+            self._leaders[(storage, index)] = str(kv.json()["node"])
 
     def forget_deleted(self) -> None:
         """Quorum queues deleted while this node was away go (at start, after the read)."""
@@ -211,7 +212,13 @@ class QuorumQueues:
         if vhost is None:
             return
         journal = QueueJournal(role.service.partition)
-        replay = journal.replay()
+        try:
+            replay = journal.replay()
+        except (OSError, DataRemoved, LookupError, ValueError) as error:
+            # It leads but cannot serve: the queue stays a standby, the replicas intact.
+            log.error("quorum.replay_failed", extra={"vhost": role.namespace,
+                                                     "queue": role.queue, "error": repr(error)})
+            return
         vhost.go_live(role.queue, journal, replay)
         log.info("quorum.live", extra={"vhost": role.namespace, "queue": role.queue,
                                        "epoch": role.service.partition.epoch,
