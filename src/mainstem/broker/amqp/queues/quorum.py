@@ -11,21 +11,17 @@ journal, as before.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 from mainstem.broker.amqp.queues.journal import Replay
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.broker.amqp.queues.queue import ClassicQueue, Consumer
-from mainstem.broker.errors import PreconditionFailed
+from mainstem.broker.amqp.queues.queue import ClassicQueue
+from mainstem.broker.amqp.queues.remote import NotHere, RemoteQueue
 from mainstem.log.partition import Partition, PartitionClosed
 
 # Marks a replicated quorum queue in this node's own record of its vhost's queues: after a
 # restart it comes back as a standby, until the cluster says where it leads.
 REPLICATED = "x-mainstem-replicated"
-
-
-class NotLeader(PreconditionFailed):
-    """A replicated quorum queue is used on a node that does not lead its journal."""
 
 
 class QuorumQueue(ClassicQueue):
@@ -102,38 +98,18 @@ class QuorumQueue(ClassicQueue):
         self._ready.close()  # the cluster closes the journal
 
 
-class QuorumStandby(ClassicQueue):
+class QuorumStandby(RemoteQueue):
     """A replicated quorum queue on a node that does not lead its journal: it exists
-    (declarations succeed, bindings hold) but takes no messages or consumers."""
+    (declarations succeed, bindings hold); its home is the journal's leader."""
 
     kind = "quorum"
-    leader: Callable[[], str | None] = staticmethod(lambda: None)  # set by the vhost
     placing: Awaitable[None] | None = None  # a declaration the cluster is making
 
-    def not_leader(self) -> NotLeader:
-        leader = self.leader()
+    def not_here(self) -> NotHere:
+        leader = self.home()
         where = (f"is live on node '{leader}' (its leader): connect there" if leader else
                  "has no leader at the moment (an election is under way): retry")
-        return NotLeader(f"quorum queue '{self.name}' {where}")
-
-    def publish(self, message: QueueMessage, confirm: bool = False) -> bool:
-        return False  # refused: a confirming publisher gets basic.nack
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        raise self.not_leader()
-
-    def get(self) -> QueueMessage | None:
-        raise self.not_leader()
-
-    def purge(self) -> int:
-        raise self.not_leader()
-
-    def delete_storage(self) -> None:
-        self._ready.close()
-
-    async def close(self) -> None:
-        self.stop_timers()
-        self._ready.close()
+        return NotHere(f"quorum queue '{self.name}' {where}")
 
 
 REPLICATED_QUEUES = (QuorumQueue, QuorumStandby)

@@ -255,7 +255,7 @@ class VirtualHost:
         standby = self._new_queue(name, True, False, None, arguments, settings,
                                   kind=QuorumStandby)
         assert isinstance(standby, QuorumStandby)
-        standby.leader = lambda: self._quorum_leader(name)
+        standby.home = lambda: self._quorum_leader(name)
         if save:
             self.manager.save()
         return standby
