@@ -43,7 +43,8 @@ MAX_NAME_BYTES = 255
 # Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
-# (kind, key, row): "namespace", "user", "permission" or "offset"; row None when deleted
+# (kind, key, row): "namespace", "user", "permission" or "offset" (and "binder",
+# "projection" of the binder store); row None when deleted
 ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None], None]
 
 Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
@@ -292,7 +293,28 @@ def _migrate(db: sqlite3.Connection, directory: Path) -> None:
     legacy.remove_old_stores(directory)
 
 
-class Catalog:
+class ChangeNotifier:
+    """Tells `on_change` of the changes made on this node (in a cluster, to share them),
+    not of those applied from another node."""
+
+    on_change: ChangeListener | None = None
+    _applying = False
+
+    def _changed(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
+        if self.on_change is not None and not self._applying:
+            self.on_change(kind, key, row)
+
+    @contextmanager
+    def applying(self) -> Iterator[None]:
+        """Changes made inside are another node's: not told again."""
+        self._applying = True
+        try:
+            yield
+        finally:
+            self._applying = False
+
+
+class Catalog(ChangeNotifier):
     """Durable broker metadata in one SQLite file. Create with Catalog.open(path)."""
 
     def __init__(self, path: Path, metadata: sqlite3.Connection,
@@ -306,23 +328,14 @@ class Catalog:
         self._permissions: dict[tuple[str, str], PermissionRecord | None] = {}
         # In a cluster: told of every change to namespaces, users, permissions and offsets
         # made here, to share it (a change applied from elsewhere is not told again).
-        self.on_change: ChangeListener | None = None
-        self._applying = False
-
-    def _changed(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
-        if self.on_change is not None and not self._applying:
-            self.on_change(kind, key, row)
+        self.on_change = None
 
     def apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
         """Apply a change another node made (see `on_change`); one that no longer applies
         (its user or stream is gone already) is skipped. Namespace deletions go through
         the broker core instead, which closes their streams first."""
-        self._applying = True
-        try:
-            with contextlib.suppress(NotFound, AlreadyExists):
-                self._apply(kind, key, row)
-        finally:
-            self._applying = False
+        with self.applying(), contextlib.suppress(NotFound, AlreadyExists):
+            self._apply(kind, key, row)
 
     def _apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
         if kind == "namespace" and row is not None:

@@ -94,3 +94,34 @@ class QueueReplication(Protocol):
 
     def quorum_leader(self, namespace: str, queue: str) -> str | None:
         """The node leading a quorum queue's journal (None during an election)."""
+
+
+class IdRegistry(Protocol):
+    """Cluster-wide numbering of the Iggy model: the ids of streams (scope ``()``), topics
+    (scope ``(namespace,)``) and consumer groups (scope ``(namespace, topic)``), each id
+    and each name unique in its scope."""
+
+    async def claim(self, kind: str, scope: tuple[str, ...], name: str,
+                    wanted: int | None) -> int:
+        """Give `name` an id: `wanted`, or one above every id of the scope. AlreadyExists
+        when `wanted` is taken or `name` has an id already."""
+
+    def claim_later(self, kind: str, scope: tuple[str, ...], name: str, proposed: int) -> None:
+        """Give `name` an id in the background (a name first seen here): `proposed` if it
+        is free; whatever the cluster decides reaches this node through its watch."""
+
+    async def release(self, kind: str, scope: tuple[str, ...], name: str | None) -> None:
+        """Drop `name`'s id on every node (every id of the scope when None)."""
+
+
+class SegmentSharing(Protocol):
+    """Sealing and truncation of segments, shared by every node."""
+
+    async def seal(self, namespace: str, stream: str, number: int) -> None:
+        """Record the seal; returns once the cluster holds it."""
+
+    async def truncate(self, namespace: str, stream: str, number: int, offset: int) -> None:
+        """Record a truncation point; returns once the cluster holds it."""
+
+    async def forget(self, namespace: str, stream: str) -> None:
+        """The stream's segments were deleted: drop their state on every node."""

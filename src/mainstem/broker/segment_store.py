@@ -7,7 +7,10 @@ whose payload starts at payload byte B starts at segment byte B + 8 * N.
 Appenders are deduplicated by connection id: the highest connection offset
 stored is a publisher sequence in the chunk trailer, written with the data.
 Sealing and logical truncation are rows of the catalog (`segment_states`), read once
-at start and kept in memory, since every append checks the seal.
+at start and kept in memory, since every append checks the seal. In a cluster they are
+shared through `sharing` before they are answered, and changes made on other nodes come
+in through `apply`: a seal is for good and a truncation point only moves forward, so
+applying them in any order gives every node the same state.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mainstem.broker.cluster_view import SegmentSharing
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import StreamStore
@@ -89,6 +93,7 @@ class SegmentStore:
                                                           "truncated": truncated}
             for namespace, stream, number, sealed, truncated in db.execute(
                 "SELECT namespace, stream, number, sealed, truncated FROM segment_states")}
+        self.sharing: SegmentSharing | None = None  # set by a node that joins a cluster
 
     def close(self) -> None:
         self._db.close()
@@ -133,11 +138,25 @@ class SegmentStore:
     async def seal(self, name: SegmentName) -> None:
         await self.service(name).appender.settled()
         self._save(name, sealed=True)
+        if self.sharing is not None:
+            await self.sharing.seal(name.namespace, name.stream, name.number)
 
-    def truncate(self, name: SegmentName, offset: int) -> None:
+    async def truncate(self, name: SegmentName, offset: int) -> None:
         if not self.start_offset(name) <= offset <= self.write_offset(name):
             raise InvalidArgument(f"truncation offset {offset} is outside segment {name}")
         self._save(name, truncated=offset)
+        if self.sharing is not None:
+            await self.sharing.truncate(name.namespace, name.stream, name.number, offset)
+
+    def apply(self, name: SegmentName, sealed: bool, truncated: int) -> None:
+        """A seal or truncation made on another node: merged, never undone."""
+        self._save(name, sealed=sealed or self.is_sealed(name),
+                   truncated=max(truncated, self.truncated_at(name)))
+
+    def states(self) -> dict[SegmentName, tuple[bool, int]]:
+        """(sealed, truncation point) of every segment with either."""
+        return {SegmentName.parse(key): (bool(state.get("sealed")), int(state.get("truncated", 0)))
+                for key, state in self._state.items()}
 
     async def delete(self, name: SegmentName) -> None:
         stream = self.streams.get(name.namespace, name.stream)
@@ -145,11 +164,17 @@ class SegmentStore:
             raise PreconditionFailed("only the single segment of a one-partition stream "
                                      "can be deleted")
         await self.streams.delete(name.namespace, name.stream)
-        stream_prefix = str(name).rsplit("/", 1)[0] + "/"
+        self.forget(name.namespace, name.stream)
+        if self.sharing is not None:
+            await self.sharing.forget(name.namespace, name.stream)
+
+    def forget(self, namespace: str, stream: str) -> None:
+        """Drop the state of a stream's segments (deleted here or on another node)."""
+        stream_prefix = str(SegmentName(namespace, stream, 0)).rsplit("/", 1)[0] + "/"
         for key in [k for k in self._state if k.startswith(stream_prefix)]:
             del self._state[key]
         self._db.execute("DELETE FROM segment_states WHERE namespace = ? AND stream = ?",
-                         (name.namespace, name.stream))
+                         (namespace, stream))
 
     # -- appending ---------------------------------------------------------------
 

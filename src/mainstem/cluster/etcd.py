@@ -70,6 +70,12 @@ def delete(key: str) -> dict[str, Any]:
     return {"request_delete_range": {"key": _b64(key)}}
 
 
+def delete_prefix(prefix: str) -> dict[str, Any]:
+    """A delete operation for `txn` of every key under `prefix`."""
+    return {"request_delete_range": {"key": _b64(prefix),
+                                     "range_end": _b64(_prefix_end(prefix))}}
+
+
 class EtcdClient:
     def __init__(self, endpoints: Sequence[str], *, timeout: float = 5.0) -> None:
         if not endpoints:

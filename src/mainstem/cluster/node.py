@@ -31,6 +31,7 @@ from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
 from mainstem.cluster.forwarding import Answer, Forwarding, committed
 from mainstem.cluster.leader import LeaderLog, read_frame
+from mainstem.cluster.metadata import AREAS, CATALOG_KINDS, SharedMetadata
 from mainstem.cluster.quorum import QUORUM, QuorumQueues
 from mainstem.cluster.quorum import storage_of as quorum_storage
 from mainstem.cluster.replica import PartitionRole
@@ -83,6 +84,7 @@ class ClusterNode:
             asyncio.Queue())
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
+        self.metadata = SharedMetadata(core, self.etcd, self._queue_change, self._spawn)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -99,11 +101,13 @@ class ClusterNode:
         self._spawn(self._share_changes())
         self._spawn(self._save_commit_points())
         self.core.catalog.on_change = self._queue_change
+        self.metadata.install()
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 
     async def stop(self) -> None:
         self.core.catalog.on_change = None
+        self.metadata.uninstall()
         for role in self.roles.values():
             role.stop()
         for task in self._tasks:
@@ -187,6 +191,7 @@ class ClusterNode:
         kvs, self._revision = await self.etcd.get_prefix(PREFIX)
         for kv in kvs:
             self._apply_logged(Event("PUT", kv))
+        self.metadata.loaded()
         self._forget_deleted_streams()
         self.quorum.forget_deleted()
 
@@ -224,6 +229,8 @@ class ClusterNode:
                 self.quorum.add(parts[1], event.kv.json())
             else:
                 self._add_stream(parts[1], event.kv.json())
+        elif kind in AREAS:
+            self.metadata.apply(event.kv, deleted)
         elif kind == "catalog" and len(parts) >= 3:
             self._apply_catalog(parts[1], [unquote(p) for p in parts[2:]], event.kv.json())
         elif kind in ("leaders", "isr", "epochs") and len(parts) == 3:
@@ -257,6 +264,8 @@ class ClusterNode:
         no-op, and keeps every node in etcd's order when two change the same thing)."""
         if kind == "namespace" and row is None:
             self._spawn(self._delete_namespace(key[0]))
+        elif kind in CATALOG_KINDS:
+            self.metadata.apply_catalog(kind, key, row)
         else:
             self.core.catalog.apply(kind, key, row)
 

@@ -16,6 +16,10 @@ writers; the hand-over then repoints the binder and sets the projection's positi
 small transaction, so the binder never shows half a rebuild and the swap costs the same
 for ten documents or ten million. Storages no binder or load points to any more are
 garbage, removed a slice at a time (`collect_garbage`) once no query reads them.
+
+In a cluster, creating and deleting binders and (re)defining and deleting projections are
+told to `on_change` ("binder" and "projection" changes, keyed by namespace and name) to
+be made on every node; documents, positions and bulk loads stay each node's own.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 import bson
 from bson.raw_bson import RawBSONDocument
 
-from mainstem.broker.catalog import transaction
+from mainstem.broker.catalog import ChangeNotifier, transaction
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.events.document_matcher import compile_matcher
 
@@ -45,7 +49,11 @@ def _load_storage(load_id: str) -> str:
     return f"load:{load_id}"
 
 
-class BinderStore:
+BINDER = "binder"
+PROJECTION = "projection"
+
+
+class BinderStore(ChangeNotifier):
     def __init__(self, db: sqlite3.Connection) -> None:
         """`db`: a connection of its own to the catalog (`Catalog.connect`), closed by
         `close`."""
@@ -67,8 +75,11 @@ class BinderStore:
     def create(self, namespace: str, name: str) -> bool:
         """Create a binder; True if it already existed."""
         with self.transaction() as db:
-            return db.execute("INSERT OR IGNORE INTO binders VALUES (?, ?, ?)",
-                              (namespace, name, f"binder:{name}")).rowcount == 0
+            existed = db.execute("INSERT OR IGNORE INTO binders VALUES (?, ?, ?)",
+                                 (namespace, name, f"binder:{name}")).rowcount == 0
+        if not existed:
+            self._changed(BINDER, (namespace, name), {})
+        return existed
 
     def names(self, namespace: str) -> list[str]:
         return [row[0] for row in self._db.execute(
@@ -86,6 +97,7 @@ class BinderStore:
         """Delete a binder, its documents, unfinished loads and the projections filling it
         (stop those first)."""
         storage = self._storage(namespace, name)
+        filling = []
         with self.transaction() as db:
             self._discard_loads(db, namespace, name)
             db.execute("INSERT OR IGNORE INTO binder_garbage VALUES (?, ?)", (namespace, storage))
@@ -95,8 +107,12 @@ class BinderStore:
                 if bson.decode(definition).get("binder") == name:
                     db.execute("DELETE FROM binder_projections WHERE namespace = ? AND name = ?",
                                (namespace, projection))
+                    filling.append(projection)
             db.execute("DELETE FROM binders WHERE namespace = ? AND name = ?", (namespace, name))
         self._storages.pop((namespace, name), None)
+        for projection in filling:
+            self._changed(PROJECTION, (namespace, projection), None)
+        self._changed(BINDER, (namespace, name), None)
 
     def _storage(self, namespace: str, binder: str) -> str:
         key = (namespace, binder)
@@ -165,6 +181,7 @@ class BinderStore:
             db.execute("INSERT INTO binder_projections VALUES (?, ?, ?, 0) ON CONFLICT "
                        "(namespace, name) DO UPDATE SET definition = excluded.definition",
                        (namespace, name, bson.encode(definition)))
+        self._changed(PROJECTION, (namespace, name), definition)
 
     def projections(self) -> list[tuple[str, dict[str, Any], int]]:
         return [(namespace, bson.decode(definition), position) for namespace, definition,
@@ -186,6 +203,7 @@ class BinderStore:
             if db.execute("DELETE FROM binder_projections WHERE namespace = ? AND name = ?",
                           (namespace, name)).rowcount == 0:
                 raise NotFound(f"no projection '{name}' in namespace '{namespace}'")
+        self._changed(PROJECTION, (namespace, name), None)
 
     def projection(self, namespace: str, name: str) -> dict[str, Any] | None:
         row = self._db.execute("SELECT definition FROM binder_projections WHERE namespace = ? AND "
@@ -249,6 +267,7 @@ class BinderStore:
                        "position = excluded.position",
                        (namespace, name, bson.encode(definition), position))
         self._storages[(namespace, binder)] = new
+        self._changed(PROJECTION, (namespace, name), definition)
         return self._db.execute("SELECT COUNT(*) FROM binder_documents WHERE namespace = ? AND "
                                 "storage = ?", (namespace, new)).fetchone()[0]
 

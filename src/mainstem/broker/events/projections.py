@@ -5,6 +5,9 @@ id, and a fold (``replace``, ``merge``, or ``increment`` of numeric fields). It 
 channel from its stored position and applies each chunk's events in one SQLite transaction
 together with the new position, so every event is applied exactly once across crashes.
 ``fold`` is a pure function: the Spark rebuild of a binder uses the same one.
+
+In a cluster every node runs every projection on its own replica of the channel, into
+its own binder: `apply` makes the definitions another node changed.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any
 
 import bson
 
-from mainstem.broker.errors import InvalidArgument
-from mainstem.broker.events.binders import BinderStore
+from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.events.binders import BINDER, BinderStore
 from mainstem.broker.events.document_matcher import compile_matcher
 from mainstem.broker.streams import StreamStore
 from mainstem.log.partition import PartitionClosed
@@ -101,9 +104,7 @@ class Projections:
         """Create (or redefine) a projection and start it; its binder is created too."""
         self.binders.create(namespace, projection.binder)
         self.binders.save_projection(namespace, projection.name, asdict(projection))
-        old = self._tasks.pop((namespace, projection.name), None)
-        if old is not None:
-            old.cancel()
+        self._cancel(namespace, projection.name)
         self._start(namespace, projection)
 
     async def delete(self, namespace: str, name: str) -> None:
@@ -118,6 +119,31 @@ class Projections:
                 await self._stop(namespace, definition["name"])
         self.binders.delete(namespace, binder)
         self.collect_garbage()
+
+    def apply(self, kind: str, namespace: str, name: str,
+              definition: dict[str, Any] | None) -> None:
+        """A binder (`definition` {} or None) or projection created, redefined or
+        deleted on another node; a deleted projection's task is cancelled, not awaited
+        (it stops at its next wait, between chunks)."""
+        with self.binders.applying(), contextlib.suppress(NotFound):
+            if kind == BINDER and definition is not None:
+                self.binders.create(namespace, name)
+            elif kind == BINDER:
+                for ns, stored, _ in self.binders.projections():
+                    if ns == namespace and stored.get("binder") == name:
+                        self._cancel(namespace, stored["name"])
+                self.binders.delete(namespace, name)
+                self.collect_garbage()
+            elif definition is None:
+                self._cancel(namespace, name)
+                self.binders.delete_projection(namespace, name)
+            elif self.binders.projection(namespace, name) != definition:
+                self.declare(namespace, Projection(**definition))
+
+    def _cancel(self, namespace: str, name: str) -> None:
+        running = self._tasks.pop((namespace, name), None)
+        if running is not None:
+            running.cancel()
 
     async def _stop(self, namespace: str, name: str) -> None:
         running = self._tasks.pop((namespace, name), None)

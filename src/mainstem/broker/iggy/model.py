@@ -6,6 +6,10 @@ Iggy also names them by number, so the ids are tables of the catalog (`iggy_ids`
 members are connections, rebalanced on join, leave and disconnect: partitions are dealt
 round robin over the members in join order. The numbers a broker hands out while it runs
 (client ids, the round-robin turn of each topic) are kept here too, per broker.
+
+In a cluster, ids and groups are claimed through `registry` (the cluster's
+`IdRegistry`), so every node gives a name the same id; the tables here then mirror
+what the cluster holds, kept current by `record` and `drop`.
 """
 
 from __future__ import annotations
@@ -15,10 +19,16 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 
+from mainstem.broker.cluster_view import IdRegistry
 from mainstem.broker.errors import AlreadyExists, NotFound
 
 STREAM = "stream"
 TOPIC = "topic"
+GROUP = "group"
+
+
+class IdTaken(AlreadyExists):
+    """The id asked for belongs to another name."""
 
 
 @dataclass(slots=True)
@@ -42,6 +52,7 @@ class IggyModel:
         self.clients: dict[int, tuple[str, str | None]] = {}
         self._client_ids = itertools.count(1)
         self._turns: dict[tuple[str, str], int] = {}  # (namespace, topic) -> last turn
+        self.registry: IdRegistry | None = None  # set by a node that joins a cluster
         for namespace, topic, gid, name in self._db.execute(
                 "SELECT namespace, topic, id, name FROM iggy_groups"):
             self.groups[(namespace, topic, gid)] = Group(namespace, topic, gid, name)
@@ -69,7 +80,38 @@ class IggyModel:
                 (kind, namespace, name)).fetchone()
             if row:
                 return row[0]
-            return self._assign(kind, namespace, name, None)
+            number = self._assign(kind, namespace, name, None)
+        if self.registry is not None:
+            self.registry.claim_later(kind, scope_of(kind, namespace), name, number)
+        return number
+
+    async def claim(self, kind: str, namespace: str, name: str, wanted: int | None) -> int:
+        """The id of a new stream or topic: `wanted` or the next free one, the same on
+        every node of a cluster."""
+        if self.registry is None:
+            return self.assign(kind, namespace, name, wanted)
+        number = await self.registry.claim(kind, scope_of(kind, namespace), name, wanted)
+        self.record(kind, namespace, name, number)
+        return number
+
+    def record(self, kind: str, namespace: str, name: str, number: int) -> None:
+        """Take the id the cluster gave a name (it replaces any other this node had
+        for that name or that id)."""
+        with self._lock:
+            self._db.execute("DELETE FROM iggy_ids WHERE kind=? AND namespace=? AND "
+                             "(name=? OR id=?)", (kind, namespace, name, number))
+            self._db.execute("INSERT INTO iggy_ids VALUES (?, ?, ?, ?)",
+                             (kind, namespace, name, number))
+
+    def drop(self, kind: str, namespace: str, name: str) -> None:
+        """The cluster dropped a name's id."""
+        with self._lock:
+            self._db.execute("DELETE FROM iggy_ids WHERE kind=? AND namespace=? AND name=?",
+                             (kind, namespace, name))
+
+    def known_ids(self) -> list[tuple[str, str, str]]:
+        """(kind, namespace, name) of every id held here."""
+        return list(self._db.execute("SELECT kind, namespace, name FROM iggy_ids"))
 
     def assign(self, kind: str, namespace: str, name: str, wanted: int | None) -> int:
         """Record a new stream or topic under `wanted` (or the next free id)."""
@@ -87,7 +129,7 @@ class IggyModel:
             self._db.execute("INSERT INTO iggy_ids VALUES (?, ?, ?, ?)",
                              (kind, namespace, name, wanted))
         except sqlite3.IntegrityError:
-            raise AlreadyExists(f"{kind} id {wanted} already exists") from None
+            raise IdTaken(f"{kind} id {wanted} already exists") from None
         return wanted
 
     def taken(self, kind: str, namespace: str, wanted: int) -> bool:
@@ -100,8 +142,17 @@ class IggyModel:
                                (kind, namespace, wanted)).fetchone()
         return row[0] if row else None
 
-    def forget(self, kind: str, namespace: str, name: str | None = None) -> None:
-        """Drop an id (a whole namespace's topics when `name` is None)."""
+    async def forget(self, kind: str, namespace: str, name: str | None = None) -> None:
+        """Drop an id (a whole namespace's topics when `name` is None), with the consumer
+        groups of the topics it names, on every node of a cluster."""
+        self._forget(kind, namespace, name)
+        if self.registry is None:
+            return
+        await self.registry.release(kind, scope_of(kind, namespace), name)
+        if kind == TOPIC:
+            await self.registry.release(GROUP, (namespace, *([name] if name else [])), None)
+
+    def _forget(self, kind: str, namespace: str, name: str | None) -> None:
         with self._lock:
             if name is None:
                 self._db.execute("DELETE FROM iggy_ids WHERE kind=? AND namespace=?",
@@ -129,23 +180,43 @@ class IggyModel:
     def list_groups(self, namespace: str, topic: str) -> list[Group]:
         return [g for k, g in sorted(self.groups.items()) if k[:2] == (namespace, topic)]
 
-    def create_group(self, namespace: str, topic: str, gid: int | None, name: str) -> Group:
+    async def create_group(self, namespace: str, topic: str, gid: int | None,
+                           name: str) -> Group:
         existing = self.list_groups(namespace, topic)
-        if gid is None:
+        if gid is None and self.registry is None:
             gid = max((g.id for g in existing), default=0) + 1
         if any(g.id == gid or g.name == name for g in existing):
-            raise AlreadyExists(f"consumer group {gid} already exists")
+            raise AlreadyExists(f"consumer group {gid or name} already exists")
+        if self.registry is not None:
+            gid = await self.registry.claim(GROUP, (namespace, topic), name, gid)
+        assert gid is not None
+        return self.record_group(namespace, topic, gid, name)
+
+    def record_group(self, namespace: str, topic: str, gid: int, name: str) -> Group:
+        """Add a group (made here, or by another node of the cluster)."""
+        group = self.groups.get((namespace, topic, gid))
+        if group is not None and group.name == name:
+            return group
+        self.drop_group(namespace, topic, name)
         with self._lock:
-            self._db.execute("INSERT INTO iggy_groups VALUES (?, ?, ?, ?)",
+            self._db.execute("INSERT OR REPLACE INTO iggy_groups VALUES (?, ?, ?, ?)",
                              (namespace, topic, gid, name))
         group = self.groups[(namespace, topic, gid)] = Group(namespace, topic, gid, name)
         return group
 
-    def delete_group(self, group: Group) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM iggy_groups WHERE namespace=? AND topic=? AND id=?",
-                             (group.namespace, group.topic, group.id))
-        self.groups.pop((group.namespace, group.topic, group.id), None)
+    async def delete_group(self, group: Group) -> None:
+        self.drop_group(group.namespace, group.topic, group.name)
+        if self.registry is not None:
+            await self.registry.release(GROUP, (group.namespace, group.topic), group.name)
+
+    def drop_group(self, namespace: str, topic: str, name: str) -> None:
+        """Remove the group of that name, if any (deleted here or by another node)."""
+        for key, group in list(self.groups.items()):
+            if key[:2] == (namespace, topic) and group.name == name:
+                with self._lock:
+                    self._db.execute("DELETE FROM iggy_groups WHERE namespace=? AND topic=? "
+                                     "AND id=?", (namespace, topic, group.id))
+                del self.groups[key]
 
     def join(self, group: Group, client_id: int, partitions: int) -> None:
         group.members.setdefault(client_id, [])
@@ -164,6 +235,11 @@ class IggyModel:
 
     def groups_of(self, client_id: int) -> list[Group]:
         return [g for g in self.groups.values() if client_id in g.members]
+
+
+def scope_of(kind: str, namespace: str) -> tuple[str, ...]:
+    """Where an id is unique: streams among streams, topics within their stream."""
+    return () if kind == STREAM else (namespace,)
 
 
 def rebalance(group: Group, partitions: int) -> None:

@@ -29,7 +29,7 @@ from mainstem.broker.errors import (
     BrokerError,
     NotFound,
 )
-from mainstem.broker.iggy.model import STREAM, TOPIC, Group, rebalance
+from mainstem.broker.iggy.model import STREAM, TOPIC, Group, IdTaken, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
 from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
 from mainstem.broker.streams import Stream, TooManyPartitions
@@ -332,8 +332,13 @@ class IggyConnection:
             raise IggyError(ErrorCode.STREAM_ID_ALREADY_EXISTS, f"stream {wanted} exists")
         if self.core.catalog.get_namespace(name) is not None:
             raise IggyError(ErrorCode.STREAM_NAME_ALREADY_EXISTS, f"stream {name} exists")
-        self.core.add_namespace(name)
-        self.model.assign(STREAM, "", name, wanted or None)
+        await self._claim(STREAM, "", name, wanted, ErrorCode.STREAM_ID_ALREADY_EXISTS,
+                          ErrorCode.STREAM_NAME_ALREADY_EXISTS)
+        try:
+            self.core.add_namespace(name)
+        except BrokerError:
+            await self.model.forget(STREAM, "", name)
+            raise
         assert self.user is not None
         self.core.auth.set_permissions(self.user.name, name)
         return self._stream_info(name)[0]
@@ -343,9 +348,20 @@ class IggyConnection:
         r.end()
         self._require_admin()
         await self.core.delete_namespace(namespace)
-        self.model.forget(TOPIC, namespace)
-        self.model.forget(STREAM, "", namespace)
+        await self.model.forget(TOPIC, namespace)
+        await self.model.forget(STREAM, "", namespace)
         return b""
+
+    async def _claim(self, kind: str, namespace: str, name: str, wanted: int,
+                     id_taken: ErrorCode, name_taken: ErrorCode) -> None:
+        """Claim the id of a new stream or topic before making it: in a cluster, of two
+        nodes creating one at once, one wins and the other answers that it exists."""
+        try:
+            await self.model.claim(kind, namespace, name, wanted or None)
+        except IdTaken:
+            raise IggyError(id_taken, f"{kind} {wanted} exists") from None
+        except AlreadyExists:
+            raise IggyError(name_taken, f"{kind} {name} exists") from None
 
     def _require_admin(self) -> None:
         assert self.user is not None
@@ -401,8 +417,13 @@ class IggyConnection:
             arguments[MAX_AGE] = f"{max(1, expiry_us // 1_000_000)}s"
         if max_size not in (0, NEVER):
             arguments[MAX_LENGTH_BYTES] = max_size
-        stream = self.core.streams.create(namespace, name, partitions, arguments)
-        self.model.assign(TOPIC, namespace, name, wanted or None)
+        await self._claim(TOPIC, namespace, name, wanted, ErrorCode.TOPIC_ID_ALREADY_EXISTS,
+                          ErrorCode.TOPIC_NAME_ALREADY_EXISTS)
+        try:
+            stream = self.core.streams.create(namespace, name, partitions, arguments)
+        except BrokerError:
+            await self.model.forget(TOPIC, namespace, name)
+            raise
         return self._topic_details(stream)
 
     async def on_delete_topic(self, r: c.Reader) -> bytes:
@@ -410,7 +431,7 @@ class IggyConnection:
         r.end()
         self._check("configure", stream)
         await self.core.streams.delete(stream.namespace, stream.name)
-        self.model.forget(TOPIC, stream.namespace, stream.name)
+        await self.model.forget(TOPIC, stream.namespace, stream.name)
         return b""
 
     async def on_create_partitions(self, r: c.Reader) -> bytes:
@@ -617,7 +638,8 @@ class IggyConnection:
         r.end()
         self._check("configure", stream)
         try:
-            group = self.model.create_group(stream.namespace, stream.name, wanted or None, name)
+            group = await self.model.create_group(stream.namespace, stream.name, wanted or None,
+                                                  name)
         except AlreadyExists:
             raise IggyError(ErrorCode.CONSUMER_GROUP_ID_ALREADY_EXISTS, "group exists") from None
         return self._group_info(group, stream, details=True)
@@ -627,7 +649,7 @@ class IggyConnection:
         group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("configure", stream)
-        self.model.delete_group(group)
+        await self.model.delete_group(group)
         return b""
 
     async def on_join_group(self, r: c.Reader) -> bytes:

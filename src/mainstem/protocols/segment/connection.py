@@ -262,7 +262,7 @@ class SegmentConnection:
     async def on_truncate(self, message: c.Message) -> None:
         name = self._segment(message.segment, "configure")  # type: ignore[attr-defined]
         check_found(name, self.core.streams)
-        self.segments.truncate(name, message.offset)  # type: ignore[attr-defined]
+        await self.segments.truncate(name, message.offset)  # type: ignore[attr-defined]
         self.send(c.SegmentTruncated(message.request_id, str(name)))  # type: ignore[attr-defined]
 
     async def on_delete(self, message: c.Message) -> None:
