@@ -1,0 +1,254 @@
+"""The protocols' own metadata is the cluster's: an Iggy stream, topic or consumer group,
+a BSON binder or projection, a segment's seal or truncation made through one node holds
+through every node. One cluster (real etcd, three real nodes) serves the module; each
+test uses names of its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from apache_iggy import (
+    Consumer,
+    IggyClient,
+    PollingStrategy,
+    SendMessage,
+    TcpConfig,
+    TcpReconnectionConfig,
+)
+
+from mainstem.client.events import EventsClient
+from mainstem.client.iggy import IggyClient as OwnIggyClient
+from mainstem.client.segment import SegmentClient, SegmentClientError
+from mainstem.protocols.segment import codec as c
+from mainstem.testing_cluster import LocalCluster
+
+T = TypeVar("T")
+NODES = ("node1", "node2", "node3")
+SEEN_WITHIN_S = 10.0  # how long a change may take to reach another node's watch
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    directory: Path = tmp_path_factory.mktemp("metadata")
+    with LocalCluster(directory / "cluster") as running:
+        yield running
+
+
+def port(cluster: LocalCluster, node: str, listener: str) -> int:
+    return cluster.nodes[node].ports[listener]
+
+
+async def eventually(probe: Callable[[], Awaitable[T]], holds: Callable[[T], bool],
+                     what: str) -> T:
+    """`probe()` once it `holds`; fails naming `what` if it never does."""
+    deadline = asyncio.get_running_loop().time() + SEEN_WITHIN_S
+    while True:
+        value = await probe()
+        if holds(value):
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what}: still {value!r}")
+        await asyncio.sleep(0.05)
+
+
+# -- Iggy ----------------------------------------------------------------------------------
+
+async def iggy(cluster: LocalCluster, node: str) -> IggyClient:
+    client = IggyClient(TcpConfig(server_address=f"127.0.0.1:{port(cluster, node, 'iggy')}",
+                                  reconnection=TcpReconnectionConfig(enabled=False)))
+    await client.connect()
+    await client.login_user("guest", "guest")
+    return client
+
+
+async def own_iggy(cluster: LocalCluster, node: str) -> OwnIggyClient:
+    client = await OwnIggyClient.connect("127.0.0.1", port(cluster, node, "iggy"))
+    await client.login("guest", "guest")
+    return client
+
+
+async def payloads(client: IggyClient, stream: str | int, topic: str | int, partition: int,
+                   consumer: Any, strategy: Any) -> list[bytes]:
+    polled = await client.poll_messages(stream, topic, consumer=consumer,
+                                        polling_strategy=strategy, count=100,
+                                        auto_commit=True, partition_id=partition)
+    return [m.payload() for m in polled]
+
+
+async def test_an_iggy_stream_and_topic_made_on_one_node_serve_on_every_node(
+        cluster: LocalCluster) -> None:
+    a, b, c_ = [await iggy(cluster, node) for node in NODES]
+    await a.create_stream("shop")
+    await a.create_topic("shop", "orders", 2)
+    topic = await eventually(lambda: b.get_topic("shop", "orders"), lambda t: t is not None,
+                             "the topic through node2")
+    stream = await b.get_stream("shop")
+    assert stream is not None
+    # by name and by id, through a node that did not create them
+    await b.send_messages("shop", "orders", 0, [SendMessage(f"n{i}") for i in range(3)])
+    await b.send_messages(stream.id, topic.id, 1, [SendMessage("by id")])
+    ids = set()
+    for client in (a, b, c_):
+        found = await eventually(lambda cl=client: cl.get_topic("shop", "orders"),  # type: ignore[misc]
+                                 lambda t: t is not None, "the topic everywhere")
+        ids.add(((await client.get_stream("shop")).id, found.id))
+        assert [t.name for t in await client.get_topics(stream.id)] == ["orders"]
+    assert len(ids) == 1  # one id for the stream and one for the topic, on every node
+    single = Consumer.Single("reader")
+    first = await eventually(
+        lambda: payloads(c_, "shop", "orders", 0, single, PollingStrategy.First()),
+        lambda got: len(got) == 3, "node3 polling partition 0")
+    assert first == [b"n0", b"n1", b"n2"]
+    assert await eventually(
+        lambda: payloads(c_, stream.id, topic.id, 1, single, PollingStrategy.First()),
+        bool, "node3 polling partition 1 by id") == [b"by id"]
+
+    # a consumer group made on node1, joined and read through node2, then node3
+    await a.create_consumer_group("shop", "orders", "workers")
+    group = Consumer.Group("workers")
+    await eventually(lambda: b.get_consumer_group("shop", "orders", "workers"),
+                     lambda g: g is not None, "the group through node2")
+    await b.join_consumer_group("shop", "orders", "workers")
+    assert await payloads(b, "shop", "orders", 0, group, PollingStrategy.Next()) == first
+    await a.send_messages("shop", "orders", 0, [SendMessage("after")])
+    await c_.join_consumer_group("shop", "orders", "workers")
+    # node3 goes on from the offset the group stored through node2
+    assert await eventually(
+        lambda: payloads(c_, "shop", "orders", 0, group, PollingStrategy.Next()),
+        bool, "the group's next message through node3") == [b"after"]
+    group_ids = {(await client.get_consumer_group("shop", "orders", "workers")).id
+                 for client in (a, b, c_)}
+    assert len(group_ids) == 1
+
+    # deleted through node3: gone through node1
+    await c_.delete_topic("shop", "orders")
+    await eventually(lambda: a.get_topic("shop", "orders"), lambda t: t is None,
+                     "the deleted topic through node1")
+    await c_.delete_stream("shop")
+    await eventually(lambda: a.get_stream("shop"), lambda s: s is None,
+                     "the deleted stream through node1")
+    await a.create_stream("shop")  # its name is free again in the whole cluster
+    assert (await a.get_stream("shop")) is not None
+
+
+async def test_two_nodes_creating_at_once_get_one_winner_or_distinct_ids(
+        cluster: LocalCluster) -> None:
+    one, two = await own_iggy(cluster, "node1"), await own_iggy(cluster, "node2")
+    same = await asyncio.gather(one.create_stream("race"), two.create_stream("race"),
+                                return_exceptions=True)
+    assert sum(isinstance(result, Exception) for result in same) == 1, same
+    same_id = await asyncio.gather(one.create_stream("left", 40), two.create_stream("right", 40),
+                                   return_exceptions=True)
+    assert sum(isinstance(result, Exception) for result in same_id) == 1, same_id
+    await asyncio.gather(one.create_stream("north"), two.create_stream("south"))
+    views = []
+    for node in NODES:
+        client = await own_iggy(cluster, node)
+        views.append(await eventually(
+            client.streams, lambda s: {"race", "north", "south"} <= {n for _, n in s},
+            f"the streams through {node}"))
+        await client.close()
+    assert views[0] == views[1] == views[2]
+    ids = {name: number for number, name in views[0]}
+    assert ids["north"] != ids["south"]
+    assert len(set(ids.values())) == len(ids)
+    assert (ids.get("left") == 40) != (ids.get("right") == 40)  # one of them won id 40
+    await one.close()
+    await two.close()
+
+
+# -- BSON events ---------------------------------------------------------------------------
+
+async def events(cluster: LocalCluster, node: str) -> EventsClient:
+    return await EventsClient.connect("127.0.0.1", port(cluster, node, "bson"), "guest",
+                                      "guest")
+
+
+async def test_a_binder_and_projection_made_on_one_node_fill_on_every_node(
+        cluster: LocalCluster) -> None:
+    a, b, c_ = [await events(cluster, node) for node in NODES]
+    assert not await a.create_channel("sales")
+    assert not await a.create_binder("audit")
+    await a.create_projection("totals", "sales", "stock", "sku", fold="increment")
+    await eventually(c_.list_binders, lambda names: {"audit", "stock"} <= set(names),
+                     "the binders through node3")
+    await eventually(b.list_channels, lambda names: "sales" in names, "the channel on node2")
+    await b.publish_many("sales", [{"sku": "pen", "n": 1}, {"sku": "pen", "n": 2},
+                                   {"sku": "ink", "n": 5}])
+    subscription = await c_.subscribe("sales", start_pos=0)
+    assert [(await subscription.next()).event["n"] for _ in range(3)] == [1, 2, 5]
+    for client in (a, b, c_):  # each node's projection folded the channel into its binder
+        pen = await eventually(lambda cl=client: cl.find_by_id("stock", "pen"),  # type: ignore[misc]
+                               lambda doc: doc is not None and doc["n"] == 3, "pen's total")
+        assert pen["sku"] == "pen"
+
+    headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        admin = f"http://127.0.0.1:{port(cluster, 'node2', 'admin')}/api"
+        assert (await http.delete(f"{admin}/binders/%2F/audit")).status == 204
+        assert (await http.delete(f"{admin}/projections/%2F/totals")).status == 204
+    await eventually(a.list_binders, lambda names: "audit" not in names,
+                     "the deleted binder through node1")
+    await b.publish("sales", {"sku": "pen", "n": 10})
+    await eventually(lambda: c_.find_by_id("stock", "pen"), lambda d: d is not None,
+                     "pen through node3")
+    await asyncio.sleep(0.5)  # room for a projection that should be gone to fold it
+    for client in (a, c_):
+        assert (await client.find_by_id("stock", "pen"))["n"] == 3
+    for client in (a, b, c_):
+        await client.close()
+
+
+# -- segments ------------------------------------------------------------------------------
+
+async def segment_client(cluster: LocalCluster, node: str) -> SegmentClient:
+    return await SegmentClient.connect("127.0.0.1", port(cluster, node, "segment"))
+
+
+async def test_a_seal_through_one_node_refuses_appends_through_another(
+        cluster: LocalCluster) -> None:
+    a, b, c_ = [await segment_client(cluster, node) for node in NODES]
+    name = "/sealed/0"
+    await a.create(name)
+    await eventually(lambda: b.info(name), lambda info: info.exists, "the segment on node2")
+    early = await b.appender(name)  # set up before the seal
+    early.append_block([b"e1", b"e2"])
+    await early.flush()
+    await a.seal(name)
+    await eventually(lambda: b.info(name), lambda info: info.sealed, "the seal on node2")
+    with pytest.raises(SegmentClientError, match="SegmentIsSealed"):
+        await b.appender(name)
+    early.append_block([b"late"])
+    refused = await b.replies.get()
+    assert isinstance(refused, c.SegmentIsSealed)
+    got = await eventually(lambda: c_.read(name, 0), lambda r: r.end_of_segment,
+                           "the seal seen by reads on node3")
+    assert bytes(got.data) == c.Event(b"e1").encode() + c.Event(b"e2").encode()
+    for client in (a, b, c_):
+        await client.close()
+
+
+async def test_a_truncation_through_one_node_is_seen_by_reads_on_another(
+        cluster: LocalCluster) -> None:
+    a, b, c_ = [await segment_client(cluster, node) for node in NODES]
+    name = "/cut/0"
+    await a.create(name)
+    appender = await a.appender(name)
+    appender.append_block([b"e1", b"e2", b"e3"])
+    end = await appender.flush()
+    await eventually(lambda: b.info(name), lambda info: info.write_offset == end,
+                     "the events on node2")
+    await b.truncate(name, 10)
+    info = await eventually(lambda: c_.info(name), lambda info: info.start_offset == 10,
+                            "the truncation on node3")
+    assert info.write_offset == end
+    with pytest.raises(SegmentClientError, match="SegmentIsTruncated"):
+        await c_.read(name, 0)
+    assert bytes((await c_.read(name, 10)).data).startswith(c.Event(b"e2").encode())
+    for client in (a, b, c_):
+        await client.close()
