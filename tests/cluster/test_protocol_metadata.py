@@ -72,8 +72,8 @@ async def own_iggy(cluster: LocalCluster, node: str) -> OwnIggyClient:
     return client
 
 
-async def payloads(client: IggyClient, stream: str | int, topic: str | int, partition: int,
-                   consumer: Any, strategy: Any) -> list[bytes]:
+async def payloads(client: IggyClient, stream: str | int, topic: str | int,
+                   partition: int | None, consumer: Any, strategy: Any) -> list[bytes]:
     polled = await client.poll_messages(stream, topic, consumer=consumer,
                                         polling_strategy=strategy, count=100,
                                         auto_commit=True, partition_id=partition)
@@ -83,6 +83,7 @@ async def payloads(client: IggyClient, stream: str | int, topic: str | int, part
 async def test_an_iggy_stream_and_topic_made_on_one_node_serve_on_every_node(
         cluster: LocalCluster) -> None:
     a, b, c_ = [await iggy(cluster, node) for node in NODES]
+    await b.create_stream("aside")  # ids given per node would now differ between nodes
     await a.create_stream("shop")
     await a.create_topic("shop", "orders", 2)
     topic = await eventually(lambda: b.get_topic("shop", "orders"), lambda t: t is not None,
@@ -115,9 +116,12 @@ async def test_an_iggy_stream_and_topic_made_on_one_node_serve_on_every_node(
                      lambda g: g is not None, "the group through node2")
     await b.join_consumer_group("shop", "orders", "workers")
     assert await payloads(b, "shop", "orders", 0, group, PollingStrategy.Next()) == first
+    await b.leave_consumer_group("shop", "orders", "workers")
     await a.send_messages("shop", "orders", 0, [SendMessage("after")])
     await c_.join_consumer_group("shop", "orders", "workers")
-    # node3 goes on from the offset the group stored through node2
+    await eventually(lambda: c_.get_consumer_group("shop", "orders", "workers"),
+                     lambda g: g.members_count == 1, "node2's member gone on node3")
+    # node3's member goes on from the offset the group stored through node2
     assert await eventually(
         lambda: payloads(c_, "shop", "orders", 0, group, PollingStrategy.Next()),
         bool, "the group's next message through node3") == [b"after"]
@@ -134,6 +138,42 @@ async def test_an_iggy_stream_and_topic_made_on_one_node_serve_on_every_node(
                      "the deleted stream through node1")
     await a.create_stream("shop")  # its name is free again in the whole cluster
     assert (await a.get_stream("shop")) is not None
+
+
+async def test_a_consumer_groups_members_on_every_node_share_its_partitions(
+        cluster: LocalCluster) -> None:
+    a, b, c_ = [await iggy(cluster, node) for node in NODES]
+    await a.create_stream("pairs")
+    await a.create_topic("pairs", "jobs", 2)
+    await a.create_consumer_group("pairs", "jobs", "crew")
+    for partition in (0, 1):
+        await a.send_messages("pairs", "jobs", partition, [SendMessage(f"p{partition}")])
+    await eventually(lambda: b.get_consumer_group("pairs", "jobs", "crew"),
+                     lambda g: g is not None, "the group through node2")
+    await a.join_consumer_group("pairs", "jobs", "crew")
+    await b.join_consumer_group("pairs", "jobs", "crew")
+
+    async def members(client: IggyClient, count: int) -> list[tuple[int, list[int]]]:
+        group = await eventually(lambda: client.get_consumer_group("pairs", "jobs", "crew"),
+                                 lambda g: g.members_count == count, f"{count} members")
+        return sorted((m.id, list(m.partitions)) for m in group.members)
+
+    views = [await members(client, 2) for client in (a, b, c_)]
+    assert views[0] == views[1] == views[2]  # one assignment, seen alike on every node
+    assert sorted(partitions for _, partitions in views[0]) == [[0], [1]]
+    crew = Consumer.Group("crew")
+    polled = [await eventually(
+        lambda cl=client: payloads(cl, "pairs", "jobs", None, crew,  # type: ignore[misc]
+                                   PollingStrategy.Next()), bool, "a member's partition")
+        for client in (a, b)]
+    assert sorted(polled) == [[b"p0"], [b"p1"]]  # each member read its own partition
+
+    third = await own_iggy(cluster, "node3")  # a member that disconnects leaves the group
+    await third.join_group("pairs", "jobs", "crew")
+    assert len(await members(a, 3)) == 3
+    await third.close()
+    await b.leave_consumer_group("pairs", "jobs", "crew")
+    assert [partitions for _, partitions in await members(c_, 1)] == [[0, 1]]
 
 
 async def test_two_nodes_creating_at_once_get_one_winner_or_distinct_ids(

@@ -111,7 +111,14 @@ class IdRegistry(Protocol):
         is free; whatever the cluster decides reaches this node through its watch."""
 
     async def release(self, kind: str, scope: tuple[str, ...], name: str | None) -> None:
-        """Drop `name`'s id on every node (every id of the scope when None)."""
+        """Drop `name`'s id on every node (every id of the scope when None); a group's
+        members go with it."""
+
+    async def join(self, namespace: str, topic: str, group: str, client_id: int) -> None:
+        """A client of this node joined a consumer group: a member on every node."""
+
+    async def leave(self, namespace: str, topic: str, group: str, client_id: int) -> None:
+        """A client of this node left a consumer group (or disconnected)."""
 
 
 class SegmentSharing(Protocol):

@@ -4,10 +4,16 @@ A claimed id is two keys, written by one transaction that succeeds only if neith
 exists: `/mainstem/iggy/names/KIND/SCOPE.../NAME` holding the id and the reverse key
 `/mainstem/iggy/ids/KIND/SCOPE.../ID` holding the name. So of two nodes claiming at once,
 one wins a name and one an id; the other learns which it lost. KIND is `stream` (no
-scope), `topic` (scope: the stream's namespace) or `group` (scope: namespace and topic).
+scope), `topic` (scope: the stream's namespace), `group` (scope: namespace and topic) or
+`node` (each node's number, which numbers its Iggy clients apart from other nodes').
 Every node mirrors the names keys into its Iggy model through the watch; at start the
 model keeps only what etcd holds (ids given while a node was away, or alone, are the
 cluster's to give again).
+
+A consumer group's members are `/mainstem/iggy/members/NAMESPACE/TOPIC/GROUP/CLIENT`,
+under the lease of the member's node (a dead node's members leave with it); every node
+deals the group's partitions over all of them in the order of their keys' creation
+revisions, so each member gets the same partitions on every node.
 """
 
 from __future__ import annotations
@@ -19,24 +25,46 @@ from functools import partial
 from typing import Any
 
 from mainstem.broker.errors import AlreadyExists, BrokerError
-from mainstem.broker.iggy.model import GROUP, STREAM, IdTaken, IggyModel, scope_of
-from mainstem.cluster.etcd import Compare, EtcdClient, KeyValue, delete, delete_prefix, put
+from mainstem.broker.iggy.model import GROUP, STREAM, Group, IdTaken, IggyModel, scope_of
+from mainstem.broker.streams import StreamStore
+from mainstem.cluster.etcd import (
+    Compare,
+    EtcdClient,
+    EtcdError,
+    KeyValue,
+    delete,
+    delete_prefix,
+    put,
+)
 from mainstem.cluster.metadata_keys import path, prefix, written
 
 AREA = "iggy"
-NAMES, IDS = "names", "ids"
+NAMES, IDS, MEMBERS = "names", "ids", "members"
+NODE = "node"
+CLIENT_BITS = 22  # a node numbers 4M clients; u32 client ids leave room for 1023 nodes
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 log = logging.getLogger("mainstem.cluster")
 
 
 class IggyIds:
-    def __init__(self, etcd: EtcdClient, model: IggyModel, spawn: Spawn) -> None:
+    def __init__(self, etcd: EtcdClient, model: IggyModel, streams: StreamStore,
+                 spawn: Spawn, lease: Callable[[], int]) -> None:
         self.etcd = etcd
         self.model = model
+        self.streams = streams
         self.spawn = spawn
-        # What etcd held at start, while it is being read (None afterwards).
+        self.lease = lease  # this node's current lease
+        # What etcd held at start, while it is being read (None afterwards), and the
+        # members read then (their groups' keys sort after theirs).
         self._seen: set[tuple[str, tuple[str, ...], str]] | None = set()
+        self._members_read: list[tuple[list[str], KeyValue]] = []
+
+    async def number_clients(self, node_name: str) -> None:
+        """Number this node's Iggy clients apart from every other node's."""
+        found = await written(partial(self.etcd.get, path(AREA, NAMES, NODE, node_name)))
+        number = int(found.value) if found else await self.claim(NODE, (), node_name, None)
+        self.model.number_clients_from(number << CLIENT_BITS)
 
     # -- IdRegistry ------------------------------------------------------------------
 
@@ -78,7 +106,21 @@ class IggyIds:
                 return
             operations = [delete(by_name), delete(path(AREA, IDS, kind, *scope,
                                                        int(found.value)))]
+        if kind == GROUP:
+            named = () if name is None else (name,)
+            operations.append(delete_prefix(prefix(AREA, MEMBERS, *scope, *named)))
         await written(partial(self.etcd.txn, [], operations))
+
+    async def join(self, namespace: str, topic: str, group: str, client_id: int) -> None:
+        key = path(AREA, MEMBERS, namespace, topic, group, client_id)
+        await written(partial(self.etcd.put, key, b"{}", self.lease()))
+
+    async def leave(self, namespace: str, topic: str, group: str, client_id: int) -> None:
+        """Never fails: a member etcd keeps goes with this node's lease at the latest."""
+        try:
+            await self.etcd.delete(path(AREA, MEMBERS, namespace, topic, group, client_id))
+        except EtcdError as error:
+            log.warning("iggy.leave_failed", extra={"group": group, "error": str(error)})
 
     async def _next_free(self, kind: str, scope: tuple[str, ...]) -> int:
         taken, _ = await self.etcd.get_prefix(prefix(AREA, IDS, kind, *scope))
@@ -95,9 +137,12 @@ class IggyIds:
 
     def apply(self, parts: list[str], kv: KeyValue | None) -> None:
         """A change of `/mainstem/iggy/...` (`parts` after `iggy`; kv None: deleted)."""
+        if parts[0] == MEMBERS:
+            self._apply_member(parts[1:], kv)
+            return
         table, kind, *scope, name = parts
-        if table != NAMES:
-            return  # the reverse keys only guard ids
+        if table != NAMES or kind == NODE:
+            return  # the reverse keys only guard ids; node numbers are for clients
         if self._seen is not None:
             self._seen.add((kind, tuple(scope), name))
         if kind == GROUP:
@@ -113,6 +158,25 @@ class IggyIds:
         else:
             self.model.record(kind, namespace, name, int(kv.value))
 
+    def _apply_member(self, parts: list[str], kv: KeyValue | None) -> None:
+        if self._seen is not None and kv is not None:
+            self._members_read.append((parts, kv))
+            return
+        namespace, topic, name, client = parts
+        group = self._group(namespace, topic, name)
+        if group is None:
+            return
+        stream = self.streams.find(namespace, topic)
+        partitions = len(stream.services) if stream else 0
+        if kv is None:
+            self.model.remove_member(group, int(client), partitions)
+        else:
+            self.model.add_member(group, int(client), kv.create_revision, partitions)
+
+    def _group(self, namespace: str, topic: str, name: str) -> Group | None:
+        return next((g for g in self.model.list_groups(namespace, topic) if g.name == name),
+                    None)
+
     def loaded(self) -> None:
         """Everything etcd held at start is applied: drop what it lacks."""
         seen, self._seen = self._seen or set(), None
@@ -122,3 +186,6 @@ class IggyIds:
         for group in list(self.model.groups.values()):
             if (GROUP, (group.namespace, group.topic), group.name) not in seen:
                 self.model.drop_group(group.namespace, group.topic, group.name)
+        for parts, kv in self._members_read:
+            self._apply_member(parts, kv)
+        self._members_read.clear()

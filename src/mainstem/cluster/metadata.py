@@ -21,14 +21,16 @@ CATALOG_KINDS = binders.KINDS  # theirs: /mainstem/catalog/KIND/...
 
 class SharedMetadata:
     def __init__(self, core: BrokerCore, etcd: EtcdClient, share: ChangeListener,
-                 spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
+                 spawn: Callable[[Coroutine[Any, Any, None]], None],
+                 lease: Callable[[], int]) -> None:
         self.core = core
-        self.iggy = iggy_ids.IggyIds(etcd, core.iggy, spawn)
+        self.iggy = iggy_ids.IggyIds(etcd, core.iggy, core.streams, spawn, lease)
         self.segments = segments.SharedSegments(etcd, core.segments, spawn)
         self.binders = binders.SharedBinders(core.projections, share)
 
-    def install(self) -> None:
+    async def install(self, node_name: str) -> None:
         """From now on, changes made on this node are made in the cluster."""
+        await self.iggy.number_clients(node_name)
         self.core.iggy.registry = self.iggy
         self.core.segments.sharing = self.segments
         self.core.binders.on_change = self.binders.changed

@@ -84,7 +84,8 @@ class ClusterNode:
             asyncio.Queue())
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
-        self.metadata = SharedMetadata(core, self.etcd, self._queue_change, self._spawn)
+        self.metadata = SharedMetadata(core, self.etcd, self._queue_change, self._spawn,
+                                       lambda: self.lease)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -101,7 +102,7 @@ class ClusterNode:
         self._spawn(self._share_changes())
         self._spawn(self._save_commit_points())
         self.core.catalog.on_change = self._queue_change
-        self.metadata.install()
+        await self.metadata.install(self.node_name)
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 

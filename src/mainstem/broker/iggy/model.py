@@ -9,7 +9,10 @@ round robin over the members in join order. The numbers a broker hands out while
 
 In a cluster, ids and groups are claimed through `registry` (the cluster's
 `IdRegistry`), so every node gives a name the same id; the tables here then mirror
-what the cluster holds, kept current by `record` and `drop`.
+what the cluster holds, kept current by `record` and `drop`. Group members are the
+cluster's too: each node deals a group's partitions over every member of every node,
+in the order they joined the cluster (`add_member`, `remove_member`), and client ids are
+numbered apart per node (`number_clients_from`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ class Group:
     name: str
     members: dict[int, list[int]] = field(default_factory=dict)  # client id -> partitions
     generation: int = 0  # counts rebalances, so a member sees its assignment changed
+    # In a cluster: the order members joined in, the same on every node (client id ->
+    # etcd revision); a member joined here and not yet confirmed comes last.
+    joined: dict[int, int] = field(default_factory=dict)
 
 
 class IggyModel:
@@ -63,6 +69,10 @@ class IggyModel:
     def new_client_id(self) -> int:
         """An id for a new connection, unique in this broker."""
         return next(self._client_ids)
+
+    def number_clients_from(self, first: int) -> None:
+        """Give new connections ids from `first` on (ids unique in a cluster)."""
+        self._client_ids = itertools.count(first)
 
     def next_turn(self, namespace: str, topic: str) -> int:
         """0, 1, 2...: a topic's round-robin counter for balanced sends."""
@@ -218,20 +228,39 @@ class IggyModel:
                                      "AND id=?", (namespace, topic, group.id))
                 del self.groups[key]
 
-    def join(self, group: Group, client_id: int, partitions: int) -> None:
+    async def join(self, group: Group, client_id: int, partitions: int) -> None:
         group.members.setdefault(client_id, [])
         rebalance(group, partitions)
+        if self.registry is not None:
+            await self.registry.join(group.namespace, group.topic, group.name, client_id)
 
-    def leave(self, group: Group, client_id: int, partitions: int) -> None:
-        if group.members.pop(client_id, None) is None:
+    async def leave(self, group: Group, client_id: int, partitions: int) -> None:
+        if not self.remove_member(group, client_id, partitions):
             raise NotFound(f"client {client_id} is not a member of consumer group {group.id}")
+        if self.registry is not None:
+            await self.registry.leave(group.namespace, group.topic, group.name, client_id)
+
+    async def disconnect(self, client_id: int,
+                         partition_counts: dict[tuple[str, str], int]) -> None:
+        """A member's connection closed: it leaves every group it was in."""
+        for group in self.groups_of(client_id):
+            await self.leave(group, client_id,
+                             partition_counts.get((group.namespace, group.topic), 0))
+
+    def add_member(self, group: Group, client_id: int, joined: int, partitions: int) -> None:
+        """A member joined through some node of the cluster (`joined`: its place in the
+        cluster's order)."""
+        group.members.setdefault(client_id, [])
+        group.joined[client_id] = joined
         rebalance(group, partitions)
 
-    def disconnect(self, client_id: int, partition_counts: dict[tuple[str, str], int]) -> None:
-        """A member's connection closed: it leaves every group it was in."""
-        for group in self.groups.values():
-            if group.members.pop(client_id, None) is not None:
-                rebalance(group, partition_counts.get((group.namespace, group.topic), 0))
+    def remove_member(self, group: Group, client_id: int, partitions: int) -> bool:
+        """A member left (here, or through another node); False if it was none."""
+        group.joined.pop(client_id, None)
+        if group.members.pop(client_id, None) is None:
+            return False
+        rebalance(group, partitions)
+        return True
 
     def groups_of(self, client_id: int) -> list[Group]:
         return [g for g in self.groups.values() if client_id in g.members]
@@ -244,7 +273,8 @@ def scope_of(kind: str, namespace: str) -> tuple[str, ...]:
 
 def rebalance(group: Group, partitions: int) -> None:
     """Deal partitions 0..n-1 round robin over the members in join order."""
-    members = list(group.members)
+    unconfirmed = 1 << 63  # joined here, not yet in the cluster's order: last
+    members = sorted(group.members, key=lambda m: group.joined.get(m, unconfirmed))
     group.generation += 1
     for assigned in group.members.values():
         assigned.clear()

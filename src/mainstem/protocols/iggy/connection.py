@@ -107,7 +107,7 @@ class IggyConnection:
         finally:
             del self.model.clients[self.client_id]
             counts = {(s.namespace, s.name): len(s.services) for s in self.core.streams.list()}
-            self.model.disconnect(self.client_id, counts)
+            await self.model.disconnect(self.client_id, counts)
 
     async def _serve(self) -> None:
         reader = self.ctx.reader
@@ -657,7 +657,7 @@ class IggyConnection:
         group = self._group(stream, self.layout.group(r))
         r.end()
         self._check("read", stream)
-        self.model.join(group, self.client_id, len(stream.services))
+        await self.model.join(group, self.client_id, len(stream.services))
         return b""
 
     async def on_leave_group(self, r: c.Reader) -> bytes:
@@ -665,7 +665,7 @@ class IggyConnection:
         group = self._group(stream, self.layout.group(r))
         r.end()
         try:
-            self.model.leave(group, self.client_id, len(stream.services))
+            await self.model.leave(group, self.client_id, len(stream.services))
         except NotFound:
             raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "not a member") from None
         return b""
