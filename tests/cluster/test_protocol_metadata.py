@@ -176,6 +176,36 @@ async def test_a_consumer_groups_members_on_every_node_share_its_partitions(
     assert [partitions for _, partitions in await members(c_, 1)] == [[0, 1]]
 
 
+async def admin_delete(cluster: LocalCluster, node: str, resource: str) -> None:
+    headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        url = f"http://127.0.0.1:{port(cluster, node, 'admin')}/api/{resource}"
+        assert (await http.delete(url)).status == 204
+
+
+async def created(make: Callable[[], Awaitable[None]]) -> bool:
+    try:
+        await make()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_what_other_protocols_delete_frees_its_iggy_names(cluster: LocalCluster) -> None:
+    a, c_ = await iggy(cluster, "node1"), await iggy(cluster, "node3")
+    await a.create_stream("scratch")
+    await a.create_topic("scratch", "notes", 1)
+    await a.create_consumer_group("scratch", "notes", "readers")
+    await admin_delete(cluster, "node2", "streams/scratch/notes")  # not through Iggy
+    await eventually(lambda: created(lambda: c_.create_topic("scratch", "notes", 1)), bool,
+                     "the topic's name free again through node3")
+    await eventually(lambda: c_.get_consumer_group("scratch", "notes", "readers"),
+                     lambda g: g is None, "the old topic's group gone through node3")
+    await admin_delete(cluster, "node2", "vhosts/scratch")
+    await eventually(lambda: created(lambda: c_.create_stream("scratch")), bool,
+                     "the stream's name free again through node3")
+
+
 async def test_two_nodes_creating_at_once_get_one_winner_or_distinct_ids(
         cluster: LocalCluster) -> None:
     one, two = await own_iggy(cluster, "node1"), await own_iggy(cluster, "node2")
@@ -227,11 +257,8 @@ async def test_a_binder_and_projection_made_on_one_node_fill_on_every_node(
                                lambda doc: doc is not None and doc["n"] == 3, "pen's total")
         assert pen["sku"] == "pen"
 
-    headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
-    async with aiohttp.ClientSession(headers=headers) as http:
-        admin = f"http://127.0.0.1:{port(cluster, 'node2', 'admin')}/api"
-        assert (await http.delete(f"{admin}/binders/%2F/audit")).status == 204
-        assert (await http.delete(f"{admin}/projections/%2F/totals")).status == 204
+    await admin_delete(cluster, "node2", "binders/%2F/audit")
+    await admin_delete(cluster, "node2", "projections/%2F/totals")
     await eventually(a.list_binders, lambda names: "audit" not in names,
                      "the deleted binder through node1")
     await b.publish("sales", {"sku": "pen", "n": 10})

@@ -14,6 +14,12 @@ A consumer group's members are `/mainstem/iggy/members/NAMESPACE/TOPIC/GROUP/CLI
 under the lease of the member's node (a dead node's members leave with it); every node
 deals the group's partitions over all of them in the order of their keys' creation
 revisions, so each member gets the same partitions on every node.
+
+A stream or namespace deleted through any protocol takes its Iggy id (and its topics'
+and groups') with it: each node that deletes it locally drops the name's keys with a
+transaction that holds only if the name's key is still the one it knew (its revision),
+so a name claimed again meanwhile keeps its new id, and, for a stream, only if the
+cluster no longer has it (a node also drops its copy of a stream it does not replicate).
 """
 
 from __future__ import annotations
@@ -24,9 +30,18 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
+from mainstem.broker import layout
 from mainstem.broker.errors import AlreadyExists, BrokerError
-from mainstem.broker.iggy.model import GROUP, STREAM, Group, IdTaken, IggyModel, scope_of
-from mainstem.broker.streams import StreamStore
+from mainstem.broker.iggy.model import (
+    GROUP,
+    STREAM,
+    TOPIC,
+    Group,
+    IdTaken,
+    IggyModel,
+    scope_of,
+)
+from mainstem.broker.streams import Stream, StreamStore
 from mainstem.cluster.etcd import (
     Compare,
     EtcdClient,
@@ -59,6 +74,8 @@ class IggyIds:
         # members read then (their groups' keys sort after theirs).
         self._seen: set[tuple[str, tuple[str, ...], str]] | None = set()
         self._members_read: list[tuple[list[str], KeyValue]] = []
+        # (kind, scope, name) -> (revision of its key, id), as the watch last said.
+        self._known: dict[tuple[str, tuple[str, ...], str], tuple[int, int]] = {}
 
     async def number_clients(self, node_name: str) -> None:
         """Number this node's Iggy clients apart from every other node's."""
@@ -143,8 +160,13 @@ class IggyIds:
         table, kind, *scope, name = parts
         if table != NAMES or kind == NODE:
             return  # the reverse keys only guard ids; node numbers are for clients
+        claimed = (kind, tuple(scope), name)
         if self._seen is not None:
-            self._seen.add((kind, tuple(scope), name))
+            self._seen.add(claimed)
+        if kv is None:
+            self._known.pop(claimed, None)
+        else:
+            self._known[claimed] = (kv.mod_revision, int(kv.value))
         if kind == GROUP:
             namespace, topic = scope
             if kv is None:
@@ -157,6 +179,40 @@ class IggyIds:
             self.model.drop(kind, namespace, name)
         else:
             self.model.record(kind, namespace, name, int(kv.value))
+
+    # -- deletions through any protocol -----------------------------------------------
+
+    def stream_deleted(self, stream: Stream) -> None:
+        """A stream was deleted on this node: its topic id and groups go."""
+        scope = (stream.namespace, stream.name)
+        storage = layout.storage_name("stream", stream.namespace, stream.name)
+        gone = Compare(path("streams", storage), "CREATE", 0)
+        self.spawn(self._release_gone(TOPIC, (stream.namespace,), stream.name,
+                                      [prefix(AREA, t, GROUP, *scope) for t in (NAMES, IDS)]
+                                      + [prefix(AREA, MEMBERS, *scope)], gone))
+
+    def namespace_deleted(self, namespace: str) -> None:
+        """A namespace was deleted on this node: its stream id, topics and groups go."""
+        self.spawn(self._release_gone(STREAM, (), namespace,
+                                      [prefix(AREA, t, k, namespace) for t in (NAMES, IDS)
+                                       for k in (TOPIC, GROUP)]
+                                      + [prefix(AREA, MEMBERS, namespace)]))
+
+    async def _release_gone(self, kind: str, scope: tuple[str, ...], name: str,
+                            below: list[str], *conditions: Compare) -> None:
+        known = self._known.get((kind, scope, name))
+        if known is None:
+            return
+        revision, number = known
+        by_name = path(AREA, NAMES, kind, *scope, name)
+        operations = [delete(by_name), delete(path(AREA, IDS, kind, *scope, number)),
+                      *(delete_prefix(p) for p in below)]
+        try:
+            await written(partial(self.etcd.txn,
+                                  [Compare(by_name, "MOD", revision), *conditions],
+                                  operations))
+        except BrokerError as error:
+            log.warning("iggy.release_failed", extra={"name": name, "error": str(error)})
 
     def _apply_member(self, parts: list[str], kv: KeyValue | None) -> None:
         if self._seen is not None and kv is not None:

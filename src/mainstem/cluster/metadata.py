@@ -27,18 +27,35 @@ class SharedMetadata:
         self.iggy = iggy_ids.IggyIds(etcd, core.iggy, core.streams, spawn, lease)
         self.segments = segments.SharedSegments(etcd, core.segments, spawn)
         self.binders = binders.SharedBinders(core.projections, share)
+        self._unwatch: Callable[[], None] | None = None
+        self._share_catalog: ChangeListener | None = None  # the node's, wrapped
 
     async def install(self, node_name: str) -> None:
         """From now on, changes made on this node are made in the cluster."""
         await self.iggy.number_clients(node_name)
         self.core.iggy.registry = self.iggy
+        self._unwatch = self.core.streams.watch(self.iggy.stream_deleted)
+        self._share_catalog = self.core.catalog.on_change
+        self.core.catalog.on_change = self._catalog_changed
         self.core.segments.sharing = self.segments
         self.core.binders.on_change = self.binders.changed
 
     def uninstall(self) -> None:
+        """Back to what the node had (it stops sharing catalog changes itself)."""
+        if self._unwatch is not None:
+            self._unwatch()
         self.core.iggy.registry = None
         self.core.segments.sharing = None
         self.core.binders.on_change = None
+
+    def _catalog_changed(self, kind: str, key: tuple[Any, ...],
+                         row: dict[str, Any] | None) -> None:
+        """Catalog changes go on to be shared; a namespace deleted here (whichever node
+        asked) also ends its Iggy ids."""
+        if self._share_catalog is not None:
+            self._share_catalog(kind, key, row)
+        if kind == "namespace" and row is None:
+            self.iggy.namespace_deleted(key[0])
 
     def apply(self, kv: KeyValue, deleted: bool) -> None:
         """A change of `/mainstem/AREA/...` for an AREA of AREAS."""
