@@ -21,9 +21,11 @@ from apache_iggy import (
     TcpReconnectionConfig,
 )
 
+from mainstem.broker import layout
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient as OwnIggyClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
+from mainstem.cluster.etcd import EtcdClient
 from mainstem.protocols.segment import codec as c
 from mainstem.testing_cluster import LocalCluster
 
@@ -204,6 +206,54 @@ async def test_what_other_protocols_delete_frees_its_iggy_names(cluster: LocalCl
     await admin_delete(cluster, "node2", "vhosts/scratch")
     await eventually(lambda: created(lambda: c_.create_stream("scratch")), bool,
                      "the stream's name free again through node3")
+
+
+async def partition_keys(cluster: LocalCluster, namespace: str, stream: str
+                         ) -> dict[str, set[int]]:
+    """Per kind (leaders, isr, epochs), the partitions etcd holds keys of."""
+    storage = layout.storage_name("stream", namespace, stream)
+    etcd = EtcdClient([cluster.etcd.endpoint])
+    try:
+        found: dict[str, set[int]] = {}
+        for kind in ("leaders", "isr", "epochs"):
+            kvs, _ = await etcd.get_prefix(f"/mainstem/{kind}/{storage}/")
+            found[kind] = {int(kv.key.rpartition("/")[2]) for kv in kvs}
+        return found
+    finally:
+        await etcd.close()
+
+
+async def test_partitions_added_and_removed_through_one_node_are_every_nodes(
+        cluster: LocalCluster) -> None:
+    a, b, c_ = [await iggy(cluster, node) for node in NODES]
+    await a.create_stream("grow")
+    await a.create_topic("grow", "logs", 1)
+    await a.create_partitions("grow", "logs", 2)
+    for client in (a, b, c_):
+        await eventually(lambda cl=client: cl.get_topic("grow", "logs"),  # type: ignore[misc]
+                         lambda t: t is not None and t.partitions_count == 3,
+                         "three partitions")
+    assert await eventually(lambda: partition_keys(cluster, "grow", "logs"),
+                            lambda keys: keys["leaders"] == {0, 1, 2},
+                            "a leader for each partition") == \
+        {"leaders": {0, 1, 2}, "isr": {0, 1, 2}, "epochs": {0, 1, 2}}
+    await b.send_messages("grow", "logs", 2, [SendMessage("on a new partition")])
+    single = Consumer.Single("reader")
+    for client in (a, c_):  # replicated like the first partition
+        assert await eventually(
+            lambda cl=client: payloads(cl, "grow", "logs", 2, single,  # type: ignore[misc]
+                                       PollingStrategy.First()),
+            bool, "the new partition's message") == [b"on a new partition"]
+    await c_.delete_partitions("grow", "logs", 2)
+    await eventually(lambda: a.get_topic("grow", "logs"), lambda t: t.partitions_count == 1,
+                     "one partition left through node1")
+    assert await eventually(lambda: partition_keys(cluster, "grow", "logs"),
+                            lambda keys: keys["isr"] == {0}, "the removed partitions' keys gone"
+                            ) == {"leaders": {0}, "isr": {0}, "epochs": {0}}
+    await b.send_messages("grow", "logs", 0, [SendMessage("still")])
+    assert await eventually(
+        lambda: payloads(c_, "grow", "logs", 0, single, PollingStrategy.First()), bool,
+        "the first partition through node3") == [b"still"]
 
 
 async def test_two_nodes_creating_at_once_get_one_winner_or_distinct_ids(

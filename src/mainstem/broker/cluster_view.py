@@ -80,6 +80,10 @@ class StreamReplication(Protocol):
     def forget(self, stream: Stream) -> None:
         """A stream was deleted on this node: delete it everywhere."""
 
+    def resized(self, stream: Stream, before: int) -> None:
+        """A stream's partition count changed on this node (it had `before`): change it
+        everywhere."""
+
 
 class QueueReplication(Protocol):
     """What AMQP virtual hosts ask of the cluster about quorum queues."""

@@ -233,9 +233,12 @@ class StreamStore:
                 raise AlreadyExists(f"a stream named '{name}-{index}' already exists")
         self._forget_names(stream)
         stream.record = self._catalog.set_partitions(namespace, name, partitions)
-        for index in range(len(stream.services), partitions):
+        before = len(stream.services)
+        for index in range(before, partitions):
             stream.services.append(self._open_partition(stream, index))
         self._remember_names(stream)
+        if self.replication is not None:
+            self.replication.resized(stream, before)
         return stream
 
     async def remove_partitions(self, namespace: str, name: str, partitions: int) -> Stream:
@@ -248,6 +251,8 @@ class StreamStore:
         stream.record = record
         doomed, stream.services = stream.services[partitions:], stream.services[:partitions]
         self._remember_names(stream)
+        if self.replication is not None:
+            self.replication.resized(stream, partitions + len(doomed))
         for index, service in enumerate(doomed, start=partitions):
             await service.close()
             trash = self._discard(stream.directory / str(index))

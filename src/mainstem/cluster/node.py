@@ -32,6 +32,7 @@ from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete,
 from mainstem.cluster.forwarding import Answer, Forwarding, committed
 from mainstem.cluster.leader import LeaderLog, read_frame
 from mainstem.cluster.metadata import AREAS, CATALOG_KINDS, SharedMetadata
+from mainstem.cluster.partition_counts import PartitionCounts, partition_keys
 from mainstem.cluster.quorum import QUORUM, QuorumQueues
 from mainstem.cluster.quorum import storage_of as quorum_storage
 from mainstem.cluster.replica import PartitionRole
@@ -84,6 +85,7 @@ class ClusterNode:
             asyncio.Queue())
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
+        self.partition_counts = PartitionCounts(self)
         self.metadata = SharedMetadata(core, self.etcd, self._queue_change, self._spawn,
                                        lambda: self.lease)
 
@@ -282,7 +284,7 @@ class ClusterNode:
         self.replication_ports[name] = int(info["replication_port"])
 
     def _add_stream(self, storage: str, record: dict[str, Any]) -> None:
-        self.records[storage] = record
+        record = self.records[storage] = self.partition_counts.settled(storage, record)
         if self.node_name not in record["replicas"]:
             return
         streams = self.core.streams
@@ -293,7 +295,9 @@ class ClusterNode:
             arguments = {**record["arguments"], REPLICATED: True}
             stream = streams.create(record["namespace"], record["name"], record["partitions"],
                                     arguments)
-        for index, service in enumerate(stream.services):
+        elif len(stream.services) != record["partitions"]:
+            self.partition_counts.follow(storage, stream, record)
+        for index, service in enumerate(stream.services[:record["partitions"]]):
             role = self.roles.get((storage, index))
             if role is None:
                 role = self.roles[(storage, index)] = PartitionRole(self, storage, index,
@@ -351,15 +355,10 @@ class ClusterNode:
     async def _claim(self, storage: str, record: dict[str, Any]) -> bool:
         """Record a new stream in etcd with its replica sets; False if one of that name
         exists. The leader is the first replica: this node, unless placement said not."""
-        replicas = record["replicas"]
         operations = [put(_key("streams", storage), json.dumps(record).encode())]
         for index in range(record["partitions"]):
-            operations += [put(_key("isr", storage, index), json.dumps(replicas).encode()),
-                           put(_key("epochs", storage, index), b"1")]
-            if replicas[0] == self.node_name:
-                leader = {"node": self.node_name, "epoch": 1}
-                operations.append(put(_key("leaders", storage, index),
-                                      json.dumps(leader).encode(), self.lease))
+            operations += partition_keys(storage, index, record["replicas"], self.node_name,
+                                         self.lease)
         return await self.etcd.txn([Compare(_key("streams", storage), "CREATE", 0)], operations)
 
     # -- StreamReplication: streams any protocol creates or deletes on this node ---------
@@ -395,6 +394,10 @@ class ClusterNode:
             role.replicas = list(record["replicas"])
             if role.task is None:
                 role.start()
+
+    def resized(self, stream: Stream, before: int) -> None:
+        """A stream's partition count was changed here by a protocol: on every node."""
+        self.partition_counts.resized(stream, before)
 
     def forget(self, stream: Stream) -> None:
         """A stream was deleted here by a protocol: delete it on every node."""

@@ -1,0 +1,113 @@
+"""Partition counts of replicated streams changing after creation (Iggy's
+CREATE_PARTITIONS and DELETE_PARTITIONS).
+
+The node that changes a stream's count writes, in one transaction, the stream's record
+with the new count and, per new partition, the same keys a new stream's partitions get
+(in-sync set, epoch 1, and its leader key when this node is the replica set's first),
+or deletes the keys of the partitions removed. The other nodes see the record change
+through the watch and grow or shrink their own copy to match; each new partition then
+has its election, leader and followers like any other. The last count written wins:
+two nodes changing one stream's count at once are not reconciled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from mainstem.broker import layout
+from mainstem.broker.streams import Stream
+from mainstem.cluster.etcd import EtcdError, delete, put
+from mainstem.cluster.metadata_keys import path
+from mainstem.cluster.replica import PartitionRole
+
+if TYPE_CHECKING:
+    from mainstem.cluster.node import ClusterNode
+
+PARTITION_KINDS = ("leaders", "isr", "epochs")
+
+
+def partition_keys(storage: str, index: int, replicas: list[str], node_name: str,
+                   lease: int) -> list[dict[str, Any]]:
+    """The etcd puts that make partition `index` of a stream: its in-sync set (the whole
+    replica set), epoch 1, and, led by this node when it is the first replica, its
+    leader key under this node's lease."""
+    operations = [put(path("isr", storage, index), json.dumps(replicas).encode()),
+                  put(path("epochs", storage, index), b"1")]
+    if replicas[0] == node_name:
+        leader = {"node": node_name, "epoch": 1}
+        operations.append(put(path("leaders", storage, index), json.dumps(leader).encode(),
+                              lease))
+    return operations
+
+
+class PartitionCounts:
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+        # Counts this node wrote whose record the watch has not brought back yet: records
+        # the watch brings meanwhile are older (the stream's creation, say), not news.
+        self._pending: dict[str, int] = {}
+
+    def settled(self, storage: str, record: dict[str, Any]) -> dict[str, Any]:
+        """The record to go by, given one the watch brought."""
+        pending = self._pending.get(storage)
+        if pending is None:
+            return record
+        if record["partitions"] == pending:
+            del self._pending[storage]
+            return record
+        return {**record, "partitions": pending}
+
+    def resized(self, stream: Stream, before: int) -> None:
+        """A protocol changed a stream's count on this node: change it in the cluster."""
+        storage = layout.storage_name("stream", stream.namespace, stream.name)
+        record = self.node.records.get(storage)
+        count = len(stream.services)
+        if record is None or record["partitions"] == count:
+            return  # not the cluster's, or the cluster's own change being followed here
+        record = self.node.records[storage] = {**record, "partitions": count}
+        self._pending[storage] = count
+        self._stop_removed(storage, count, before)
+        added = []
+        for index in range(before, count):
+            added.append(PartitionRole(self.node, storage, index, stream.services[index],
+                                       record))
+            self.node.roles[(storage, index)] = added[-1]
+        self.node._spawn(self._share(storage, record, before, added))
+
+    async def _share(self, storage: str, record: dict[str, Any], before: int,
+                     added: list[PartitionRole]) -> None:
+        count = record["partitions"]
+        operations = [put(path("streams", storage), json.dumps(record).encode())]
+        for index in range(before, count):
+            operations += partition_keys(storage, index, record["replicas"],
+                                         self.node.node_name, self.node.lease)
+        for index in range(count, before):
+            operations += [delete(path(kind, storage, index)) for kind in PARTITION_KINDS]
+        while True:
+            try:
+                await self.node.etcd.txn([], operations)
+                break
+            except EtcdError:
+                await asyncio.sleep(0.5)
+        for role in added:
+            if role.task is None:  # the watch may have started it, seeing the record
+                role.start()
+
+    def follow(self, storage: str, stream: Stream, record: dict[str, Any]) -> None:
+        """Another node changed a stream's count: change this node's copy to match (its
+        roles for new partitions are started by the node, as for a new stream)."""
+        count, before = record["partitions"], len(stream.services)
+        if count > before:
+            self.node.core.streams.add_partitions(stream.namespace, stream.name, count)
+        else:
+            self._stop_removed(storage, count, before)
+            self.node._spawn(self.node.core.streams.remove_partitions(
+                stream.namespace, stream.name, count))
+
+    def _stop_removed(self, storage: str, count: int, before: int) -> None:
+        for index in range(count, before):
+            role = self.node.roles.pop((storage, index), None)
+            if role is not None:
+                role.stop()
