@@ -228,6 +228,10 @@ async def test_partitions_added_and_removed_through_one_node_are_every_nodes(
     a, b, c_ = [await iggy(cluster, node) for node in NODES]
     await a.create_stream("grow")
     await a.create_topic("grow", "logs", 1)
+    await a.create_consumer_group("grow", "logs", "all")
+    await eventually(lambda: b.get_consumer_group("grow", "logs", "all"),
+                     lambda g: g is not None, "the group through node2")
+    await b.join_consumer_group("grow", "logs", "all")
     await a.create_partitions("grow", "logs", 2)
     for client in (a, b, c_):
         await eventually(lambda cl=client: cl.get_topic("grow", "logs"),  # type: ignore[misc]
@@ -237,6 +241,10 @@ async def test_partitions_added_and_removed_through_one_node_are_every_nodes(
                             lambda keys: keys["leaders"] == {0, 1, 2},
                             "a leader for each partition") == \
         {"leaders": {0, 1, 2}, "isr": {0, 1, 2}, "epochs": {0, 1, 2}}
+    for client in (b, c_):  # the group's member is dealt the new partitions everywhere
+        await eventually(lambda cl=client: cl.get_consumer_group("grow", "logs", "all"),  # type: ignore[misc]
+                         lambda g: [list(m.partitions) for m in g.members] == [[0, 1, 2]],
+                         "the member's partitions")
     await b.send_messages("grow", "logs", 2, [SendMessage("on a new partition")])
     single = Consumer.Single("reader")
     for client in (a, c_):  # replicated like the first partition

@@ -17,6 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from mainstem.broker import layout
+from mainstem.broker.iggy.model import rebalance
 from mainstem.broker.streams import Stream
 from mainstem.cluster.etcd import EtcdError, delete, put
 from mainstem.cluster.metadata_keys import path
@@ -105,6 +106,8 @@ class PartitionCounts:
             self._stop_removed(storage, count, before)
             self.node._spawn(self.node.core.streams.remove_partitions(
                 stream.namespace, stream.name, count))
+        for group in self.node.core.iggy.list_groups(stream.namespace, stream.name):
+            rebalance(group, count)  # as the node that made the change did
 
     def _stop_removed(self, storage: str, count: int, before: int) -> None:
         for index in range(count, before):
