@@ -6,6 +6,7 @@ test uses names of its own."""
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -376,4 +377,39 @@ async def test_a_truncation_through_one_node_is_seen_by_reads_on_another(
         await c_.read(name, 0)
     assert bytes((await c_.read(name, 10)).data).startswith(c.Event(b"e2").encode())
     for client in (a, b, c_):
+        await client.close()
+
+
+async def test_a_restarted_node_holds_what_the_cluster_holds(cluster: LocalCluster) -> None:
+    """Made before node3 stops, kept; deleted while it is down, gone once it is back."""
+    a = await iggy(cluster, "node1")
+    for name in ("kept", "gone"):
+        await a.create_stream(name)
+    ids = {s.name: s.id for s in await a.get_streams()}
+    events_a, segments_a = await events(cluster, "node1"), await segment_client(cluster, "node1")
+    for binder in ("kept", "gone"):
+        await events_a.create_binder(binder)
+    await segments_a.create("/kept/0")
+    await segments_a.seal("/kept/0")
+    c_ = await iggy(cluster, "node3")
+    await eventually(lambda: c_.get_stream("gone"), lambda s: s is not None, "gone on node3")
+    events_c = await events(cluster, "node3")
+    await eventually(events_c.list_binders, lambda b: "gone" in b, "the binder on node3")
+    await events_c.close()
+
+    cluster.kill("node3", signal.SIGTERM)
+    await a.delete_stream("gone")
+    await admin_delete(cluster, "node1", "binders/%2F/gone")
+    cluster.start("node3")
+
+    c_ = await iggy(cluster, "node3")
+    assert (await c_.get_stream("kept")).id == ids["kept"]
+    assert await c_.get_stream("gone") is None
+    assert await c_.get_stream(ids["gone"]) is None
+    events_c = await events(cluster, "node3")
+    binders = await events_c.list_binders()
+    assert "kept" in binders and "gone" not in binders
+    segments_c = await segment_client(cluster, "node3")
+    assert (await segments_c.info("/kept/0")).sealed
+    for client in (events_a, events_c, segments_a, segments_c):
         await client.close()
