@@ -143,16 +143,22 @@ async def test_an_iggy_stream_and_topic_made_on_one_node_serve_on_every_node(
     assert (await a.get_stream("shop")) is not None
 
 
+async def topic_with_group(maker: IggyClient, user: IggyClient, stream: str, topic: str,
+                           partitions: int, group: str) -> None:
+    """Stream, topic and consumer group made through `maker`, once `user` sees them."""
+    await maker.create_stream(stream)
+    await maker.create_topic(stream, topic, partitions)
+    await maker.create_consumer_group(stream, topic, group)
+    await eventually(lambda: user.get_consumer_group(stream, topic, group),
+                     lambda g: g is not None, "the group through another node")
+
+
 async def test_a_consumer_groups_members_on_every_node_share_its_partitions(
         cluster: LocalCluster) -> None:
     a, b, c_ = [await iggy(cluster, node) for node in NODES]
-    await a.create_stream("pairs")
-    await a.create_topic("pairs", "jobs", 2)
-    await a.create_consumer_group("pairs", "jobs", "crew")
+    await topic_with_group(a, b, "pairs", "jobs", 2, "crew")
     for partition in (0, 1):
         await a.send_messages("pairs", "jobs", partition, [SendMessage(f"p{partition}")])
-    await eventually(lambda: b.get_consumer_group("pairs", "jobs", "crew"),
-                     lambda g: g is not None, "the group through node2")
     await a.join_consumer_group("pairs", "jobs", "crew")
     await b.join_consumer_group("pairs", "jobs", "crew")
 
@@ -227,11 +233,7 @@ async def partition_keys(cluster: LocalCluster, namespace: str, stream: str
 async def test_partitions_added_and_removed_through_one_node_are_every_nodes(
         cluster: LocalCluster) -> None:
     a, b, c_ = [await iggy(cluster, node) for node in NODES]
-    await a.create_stream("grow")
-    await a.create_topic("grow", "logs", 1)
-    await a.create_consumer_group("grow", "logs", "all")
-    await eventually(lambda: b.get_consumer_group("grow", "logs", "all"),
-                     lambda g: g is not None, "the group through node2")
+    await topic_with_group(a, b, "grow", "logs", 1, "all")
     await b.join_consumer_group("grow", "logs", "all")
     await a.create_partitions("grow", "logs", 2)
     for client in (a, b, c_):
