@@ -273,6 +273,10 @@ async def test_two_nodes_creating_at_once_get_one_winner_or_distinct_ids(
     same = await asyncio.gather(one.create_stream("race"), two.create_stream("race"),
                                 return_exceptions=True)
     assert sum(isinstance(result, Exception) for result in same) == 1, same
+    await eventually(two.streams, lambda s: "race" in {n for _, n in s}, "race on node2")
+    topics = await asyncio.gather(one.create_topic("race", "t", 2), two.create_topic("race", "t"),
+                                  return_exceptions=True)
+    assert sum(isinstance(result, Exception) for result in topics) == 1, topics
     same_id = await asyncio.gather(one.create_stream("left", 40), two.create_stream("right", 40),
                                    return_exceptions=True)
     assert sum(isinstance(result, Exception) for result in same_id) == 1, same_id
