@@ -267,6 +267,31 @@ async def test_partitions_added_and_removed_through_one_node_are_every_nodes(
         "the first partition through node3") == [b"still"]
 
 
+async def test_streams_other_protocols_made_get_one_iggy_id_everywhere(
+        cluster: LocalCluster) -> None:
+    maker = await events(cluster, "node1")
+    for channel in ("seen-a", "seen-b"):
+        assert not await maker.create_channel(channel)
+    await maker.close()
+    one, two = await iggy(cluster, "node1"), await iggy(cluster, "node2")
+
+    async def topic_ids(client: IggyClient, order: tuple[str, ...]) -> list[int]:
+        found = [await eventually(lambda n=name: client.get_topic("/", n),  # type: ignore[misc]
+                                  lambda t: t is not None, f"{name} as an Iggy topic")
+                 for name in order]
+        return [topic.id for topic in found]
+
+    # first seen in another order on each node: ids given per node would differ
+    await topic_ids(one, ("seen-a", "seen-b"))
+    await topic_ids(two, ("seen-b", "seen-a"))
+
+    async def both() -> list[list[int]]:
+        return [await topic_ids(client, ("seen-a", "seen-b")) for client in (one, two)]
+
+    settled = await eventually(both, lambda ids: ids[0] == ids[1], "one id per topic")
+    assert len(set(settled[0])) == 2
+
+
 async def test_two_nodes_creating_at_once_get_one_winner_or_distinct_ids(
         cluster: LocalCluster) -> None:
     one, two = await own_iggy(cluster, "node1"), await own_iggy(cluster, "node2")

@@ -24,7 +24,6 @@ cluster no longer has it (a node also drops its copy of a stream it does not rep
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from functools import partial
@@ -104,13 +103,15 @@ class IggyIds:
 
     async def _claim_first_sight(self, kind: str, scope: tuple[str, ...], name: str,
                                  proposed: int) -> None:
-        with contextlib.suppress(AlreadyExists):  # another node named it: the watch says
+        try:
             try:
                 await self.claim(kind, scope, name, proposed)
             except IdTaken:
                 await self.claim(kind, scope, name, None)
-            except BrokerError as error:
-                log.warning("iggy.claim_failed", extra={"name": name, "error": str(error)})
+        except AlreadyExists:
+            return  # another node named it: the watch brings its id
+        except BrokerError as error:
+            log.warning("iggy.claim_failed", extra={"name": name, "error": str(error)})
 
     async def release(self, kind: str, scope: tuple[str, ...], name: str | None) -> None:
         if name is None:
