@@ -225,8 +225,8 @@ async def put_exchange(request: web.Request) -> web.Response:
             internal=flag(body, "internal", False), arguments=json_object(body, "arguments"))
     except ValueError as exc:  # an unknown exchange type
         raise InvalidArgument(str(exc)) from None
-    if exchange.durable:
-        vhost.manager.save()
+    vhost.changed(durable=exchange.durable)
+    await vhost.shared()
     return no_content() if existed else created()
 
 
@@ -236,7 +236,8 @@ async def delete_exchange(request: web.Request) -> web.Response:
     if not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
     vhost.graph.delete_exchange(name, if_unused=request.query.get("if-unused") == "true")
-    vhost.manager.save()
+    vhost.changed(durable=True)
+    await vhost.shared()
     return no_content()
 
 

@@ -23,6 +23,7 @@ class RemoteQueue(ClassicQueue):
     """Stands for a queue live on the node `home()` names (None while it has none)."""
 
     home: Callable[[], str | None] = staticmethod(lambda: None)  # set by the vhost
+    home_node = ""  # a classic queue's home, live or not (a quorum queue's moves)
 
     def not_here(self) -> NotHere:
         home = self.home()
