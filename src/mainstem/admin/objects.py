@@ -88,9 +88,11 @@ async def put_queue(request: web.Request) -> web.Response:
     if name.startswith("amq."):
         raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     existed = name in vhost.queues or vhost.stream(name) is not None
-    vhost.declare_queue(name, durable=flag(body, "durable", True), exclusive=False,
-                        auto_delete=flag(body, "auto_delete", False),
-                        arguments=json_object(body, "arguments"), owner=None)
+    await vhost.placed(vhost.declare_queue(
+        name, durable=flag(body, "durable", True), exclusive=False,
+        auto_delete=flag(body, "auto_delete", False), arguments=json_object(body, "arguments"),
+        owner=None))
+    await vhost.shared()
     return no_content() if existed else created()
 
 

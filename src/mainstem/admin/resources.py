@@ -191,6 +191,7 @@ class ClassicQueues:
         if host is None or queue is None:
             return False
         host.remove_queue(queue)
+        await host.shared()
         return True
 
 

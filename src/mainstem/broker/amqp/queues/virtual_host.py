@@ -87,6 +87,9 @@ class VirtualHost:
         if queue is not None:
             if queue.owner is not None and queue.owner is not owner:
                 raise self._locked(name)
+            if type(queue) is RemoteQueue and queue.home() is None:
+                raise NotFound(f"home node '{queue.home_node}' of durable "
+                               f"{self.describe('queue', name)} is down or inaccessible")
             return queue
         stream = self.stream(name)
         if stream is None:
