@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from mainstem.broker.amqp.metadata import decode_table, encode_table
 from mainstem.broker.amqp.queues.queue import ClassicQueue
@@ -67,6 +68,13 @@ def queue_record(queue: ClassicQueue, home: str) -> dict[str, Any]:
             "arguments": encode_table(queue.arguments), "home": home}
 
 
+# Records made once per object: a snapshot is taken on every change, and a vhost may
+# hold thousands of bindings (values that never change) and queues (whose shared fields
+# never change either).
+_binding_records: WeakKeyDictionary[Binding, tuple[str, str]] = WeakKeyDictionary()
+_queue_records: WeakKeyDictionary[ClassicQueue, str] = WeakKeyDictionary()
+
+
 def snapshot(vhost: VirtualHost, node: str) -> Snapshot:
     """Every object of `vhost` this node shares with the cluster."""
     objects: Snapshot = {}
@@ -77,14 +85,20 @@ def snapshot(vhost: VirtualHost, node: str) -> Snapshot:
     for queue in vhost.queues.values():
         home = home_of(queue, node)
         if home is not None:
-            objects[f"{QUEUES}/{queue.name}"] = _canonical(queue_record(queue, home))
+            record = _queue_records.get(queue)
+            if record is None:
+                record = _queue_records[queue] = _canonical(queue_record(queue, home))
+            objects[f"{QUEUES}/{queue.name}"] = record
         elif queue.owner is not None:
             private.add(queue.name)
     for binding in vhost.graph.bindings():
         if binding.destination_kind == "queue" and binding.destination in private:
             continue
-        record = _canonical(_binding_record(binding))
-        objects[binding_key(record)] = record
+        keyed = _binding_records.get(binding)
+        if keyed is None:
+            record = _canonical(_binding_record(binding))
+            keyed = _binding_records[binding] = (binding_key(record), record)
+        objects[keyed[0]] = keyed[1]
     return objects
 
 
