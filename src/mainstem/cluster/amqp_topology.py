@@ -55,6 +55,7 @@ class SharedTopology:
                                           asyncio.Future[None]]] = asyncio.Queue()
         self._written: dict[str, asyncio.Future[None]] = {}
         self._applying = False
+        self._loading = False
 
     # -- keys ------------------------------------------------------------------------
 
@@ -149,6 +150,8 @@ class SharedTopology:
             return
         self._store(kv.key, value, kv.mod_revision)
         self._apply(vhost, object_key, value)
+        if not self._loading:
+            self.node.core.queues.save()
 
     def _store(self, key: str, value: bytes, revision: int) -> None:
         self.stored[key] = value
@@ -218,8 +221,12 @@ class SharedTopology:
         """Apply the cluster's topology read at start. A data directory that was a member
         of this cluster before takes the cluster's view (what was deleted while it was
         away goes); one joining for the first time shares what it has."""
-        for kv in kvs:
-            self.event(kv, deleted=False)
+        self._loading = True
+        try:
+            for kv in kvs:
+                self.event(kv, deleted=False)
+        finally:
+            self._loading = False
         member = self.node.core.data_dir / MEMBER_FILE
         returning = member.exists() and member.read_text() == self._cluster_id()
         for vhost in list(self.node.core.queues.vhosts.values()):
@@ -228,6 +235,7 @@ class SharedTopology:
                 self._forget_unshared(vhost, stored)
             self.last[vhost.name] = stored
             self.changed(vhost)  # what only this node has, it shares
+        self.node.core.queues.save()
         member.write_text(self._cluster_id())
 
     def _stored_objects(self, vhost: str) -> Snapshot:

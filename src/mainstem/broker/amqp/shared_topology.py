@@ -104,7 +104,7 @@ def snapshot(vhost: VirtualHost, node: str) -> Snapshot:
 
 class Applier:
     """Applies records made on other nodes (and, at a restart, the cluster's view of
-    this node's own) to the local vhosts."""
+    this node's own) to the local vhosts; saving them is the caller's (once for many)."""
 
     def __init__(self, node: str, live: Callable[[str], bool]) -> None:
         self.node = node
@@ -130,7 +130,6 @@ class Applier:
         graph = vhost.graph
         if fields is None:
             graph.delete_exchange(name, by_client=False)
-            vhost.changed(durable=True)
             return
         wanted = Exchange(name, ExchangeType(fields["type"]), fields["durable"],
                           fields["auto_delete"], fields["internal"],
@@ -142,7 +141,6 @@ class Applier:
         graph.declare_exchange(name, wanted.type, durable=wanted.durable,
                                auto_delete=wanted.auto_delete, internal=wanted.internal,
                                arguments=wanted.arguments, by_client=False)
-        vhost.changed(durable=wanted.durable)
 
     def _queue(self, vhost: VirtualHost, name: str, fields: dict[str, Any] | None) -> None:
         known = vhost.queues.get(name)
@@ -179,7 +177,6 @@ class Applier:
                 is None:
             return False
         graph.bind(binding)
-        vhost.changed(durable=True)
         return True
 
     @staticmethod
@@ -187,7 +184,6 @@ class Applier:
         graph = vhost.graph
         if graph.has_exchange(binding.source) and binding in graph.bindings(binding.source):
             graph.unbind(binding)
-            vhost.changed(durable=True)
 
     def node_gone(self, vhost: VirtualHost, node: str) -> bool:
         """A node left the cluster (its lease lapsed): its transient queues went with it,
