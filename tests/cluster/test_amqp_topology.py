@@ -63,6 +63,10 @@ async def exists(cluster: LocalCluster, node: str, kind: str, name: str) -> bool
         return True
 
 
+async def ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+    """A consumer that keeps its queue in use."""
+
+
 def bindings_of(rows: list[dict], source: str) -> set[tuple[str, str, str]]:
     return {(row["destination"], row["destination_type"], row["routing_key"])
             for row in rows if row["source"] == source}
@@ -78,6 +82,9 @@ async def test_topology_made_on_one_node_holds_on_every_node(
                                            durable=False, arguments={"x-note": 7})
         queue = await one.declare_queue("eu-orders", durable=True,
                                         arguments={"x-max-length": 1000})
+        # In use at its home: its copies on other nodes must not expire it meanwhile.
+        expiring = await one.declare_queue("in-use", arguments={"x-expires": 1000})
+        await expiring.consume(ignore)
         await queue.bind(orders, "eu.*")
         await audit.bind(orders, "#")  # exchange to exchange
 
@@ -124,6 +131,9 @@ async def test_topology_made_on_one_node_holds_on_every_node(
             for node in NODES:
                 assert not await exists(cluster, node, "queue", "eu-orders")
         await eventually(queue_gone)
+        await asyncio.sleep(1.5)  # past x-expires since the declarations on other nodes
+        for node in NODES:
+            assert await exists(cluster, node, "queue", "in-use")
 
 
 async def test_a_returning_node_takes_what_changed_while_it_was_away(

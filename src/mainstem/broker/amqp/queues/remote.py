@@ -31,6 +31,9 @@ class RemoteQueue(ClassicQueue):
                  "has no live node at the moment: retry")
         return NotHere(f"{self.kind} queue '{self.name}' {where}")
 
+    def touch(self) -> None:
+        """x-expires runs at the home only: a copy here must not delete the queue."""
+
     def publish(self, message: QueueMessage, confirm: bool = False) -> bool:
         return False  # refused: a confirming publisher gets basic.nack
 
