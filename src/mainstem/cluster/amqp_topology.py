@@ -25,7 +25,7 @@ from urllib.parse import quote, unquote
 from mainstem.broker.amqp import shared_topology
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.shared_topology import QUEUES, Applier, Snapshot
-from mainstem.broker.errors import BrokerError
+from mainstem.broker.errors import BrokerError, PreconditionFailed
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ log = logging.getLogger("mainstem.cluster")
 ROOT = "amqp"
 TOMBSTONE = b"null"
 MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
+WRITE_WAIT_S = 30.0  # a client's -ok waits this long for etcd
 MEMBER_FILE = "cluster-member"  # this data directory has been a member of that cluster
 
 
@@ -87,8 +88,14 @@ class SharedTopology:
 
     async def written(self, vhost: str) -> None:
         done = self._written.get(vhost)
-        if done is not None:
-            await asyncio.shield(done)
+        if done is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(done), WRITE_WAIT_S)
+        except TimeoutError:
+            raise PreconditionFailed(
+                "the cluster's store (etcd) did not answer: the change holds on this node "
+                "and reaches the others once etcd answers") from None
 
     async def share(self) -> None:
         """Write the changes in the order they were made, each batch in transactions."""
@@ -101,6 +108,9 @@ class SharedTopology:
                 except EtcdError as error:
                     log.warning("amqp_topology.write_failed", extra={"error": str(error)})
                     await asyncio.sleep(0.5)
+                except Exception:  # a bug: logged, and no client waits for it forever
+                    log.exception("amqp_topology.write_broken")
+                    break
             if not done.done():
                 done.set_result(None)
 
