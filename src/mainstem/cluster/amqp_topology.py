@@ -4,8 +4,9 @@ Each object of a virtual host is one etcd key, `/mainstem/amqp/VHOST/KIND/NAME` 
 `broker.amqp.shared_topology` for the records), so two nodes changing different objects
 never conflict, and a vhost of thousands of bindings is not one large value. A node finds
 what it changed by comparing the vhost's snapshot after a change with the one before, and
-writes the difference to etcd before the client's `-ok` (a deletion is a tombstone,
-`null`: a node that was away learns of it at its restart). Changes made elsewhere arrive
+writes the difference to etcd before the client's `-ok`; a deleted object's key goes (no
+tombstone: a node that was away takes etcd's view at its restart, and queues named anew
+by every client, as celery's are, leave nothing behind). Changes made elsewhere arrive
 through the node's watch and are applied to the local vhost; a binding whose exchange or
 queue has not arrived yet waits for it. A queue's key is claimed (create-if-absent), so a
 queue declared on two nodes at once gets one home.
@@ -26,7 +27,7 @@ from mainstem.broker.amqp import shared_topology
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.shared_topology import QUEUES, Applier, Snapshot
 from mainstem.broker.errors import BrokerError, PreconditionFailed
-from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
+from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
 
 if TYPE_CHECKING:
     from mainstem.cluster.node import ClusterNode
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mainstem.cluster")
 
 ROOT = "amqp"
-TOMBSTONE = b"null"
 MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
 WRITE_WAIT_S = 30.0  # a client's -ok waits this long for etcd
 MEMBER_FILE = "cluster-member"  # this data directory has been a member of that cluster
@@ -50,9 +50,12 @@ class SharedTopology:
         self.stored: dict[str, bytes] = {}  # etcd key -> value, as this node last saw it
         self.revisions: dict[str, int] = {}  # etcd key -> mod revision
         self.last: dict[str, Snapshot] = {}  # vhost -> its objects as last shared or applied
-        self.waiting: dict[str, dict[str, str]] = {}  # vhost -> bindings to apply later
-        self._echoes: dict[str, deque[bytes]] = {}  # our writes the watch has yet to show
-        self._writes: asyncio.Queue[tuple[str, list[tuple[str, bytes]],
+        # vhost -> records to apply later (bindings before their ends, or a vhost's objects
+        # before its namespace); None: a deletion
+        self.waiting: dict[str, dict[str, str | None]] = {}
+        # our writes the watch has yet to show (None: a deletion)
+        self._echoes: dict[str, deque[bytes | None]] = {}
+        self._writes: asyncio.Queue[tuple[str, list[tuple[str, bytes | None]],
                                           asyncio.Future[None]]] = asyncio.Queue()
         self._written: dict[str, asyncio.Future[None]] = {}
         self._applying = False
@@ -79,8 +82,9 @@ class SharedTopology:
         current = shared_topology.snapshot(vhost, self.node.node_name)
         before = self.last.get(vhost.name, {})
         self.last[vhost.name] = current
-        writes = [(k, v.encode()) for k, v in current.items() if before.get(k) != v]
-        writes += [(k, TOMBSTONE) for k in before if k not in current]
+        writes: list[tuple[str, bytes | None]] = [
+            (k, v.encode()) for k, v in current.items() if before.get(k) != v]
+        writes += [(k, None) for k in before if k not in current]
         if writes:
             done = asyncio.get_running_loop().create_future()
             self._written[vhost.name] = done
@@ -114,26 +118,28 @@ class SharedTopology:
             if not done.done():
                 done.set_result(None)
 
-    async def _write(self, vhost: str, writes: list[tuple[str, bytes]]) -> None:
-        claims = [(k, v) for k, v in writes if self._claims(k, v)]
-        others = [(k, v) for k, v in writes if not self._claims(k, v)]
-        for object_key, value in claims:
-            await self._claim(vhost, object_key, value)
+    async def _write(self, vhost: str, writes: list[tuple[str, bytes | None]]) -> None:
+        for object_key, value in writes:
+            if value is not None and self._claims(object_key):
+                await self._claim(vhost, object_key, value)
+        others = [(k, v) for k, v in writes if v is None or not self._claims(k)]
         for start in range(0, len(others), MAX_TXN_OPS):
             chunk = [(self.key(vhost, k), v) for k, v in others[start:start + MAX_TXN_OPS]]
             for key, value in chunk:
                 self._echoes.setdefault(key, deque()).append(value)
-            await self.node.etcd.txn([], [put(key, value) for key, value in chunk])
+            await self.node.etcd.txn([], [delete(key) if value is None else put(key, value)
+                                          for key, value in chunk])
 
-    def _claims(self, object_key: str, value: bytes) -> bool:
+    @staticmethod
+    def _claims(object_key: str) -> bool:
         """A queue declared here: its key must not hold another node's queue."""
-        return object_key.startswith(QUEUES + "/") and value != TOMBSTONE
+        return object_key.startswith(QUEUES + "/")
 
     async def _claim(self, vhost: str, object_key: str, value: bytes) -> None:
         key = self.key(vhost, object_key)
         while True:
-            found = self.stored.get(key, TOMBSTONE)
-            if found != TOMBSTONE and found != value and _home(found) != self.node.node_name:
+            found = self.stored.get(key)
+            if found is not None and found != value and _home(found) != self.node.node_name:
                 self._apply(vhost, object_key, found)  # theirs stands: ours goes remote
                 return
             self._echoes.setdefault(key, deque()).append(value)
@@ -142,7 +148,7 @@ class SharedTopology:
                 return
             self._echoes[key].pop()
             kv = await self.node.etcd.get(key)  # changed meanwhile: read it and look again
-            self._store(key, kv.value if kv else TOMBSTONE, kv.mod_revision if kv else 0)
+            self._store(key, kv.value if kv else None, kv.mod_revision if kv else 0)
 
     # -- changes etcd reports -------------------------------------------------------------
 
@@ -152,7 +158,7 @@ class SharedTopology:
         if parsed is None:
             return
         vhost, object_key = parsed
-        value = TOMBSTONE if deleted else kv.value
+        value = None if deleted else kv.value
         echoes = self._echoes.get(kv.key)
         if echoes and echoes[0] == value:
             echoes.popleft()
@@ -163,22 +169,27 @@ class SharedTopology:
         if not self._loading:
             self.node.core.queues.save()
 
-    def _store(self, key: str, value: bytes, revision: int) -> None:
-        self.stored[key] = value
-        self.revisions[key] = revision
+    def _store(self, key: str, value: bytes | None, revision: int) -> None:
+        """What etcd holds at `key`; a deleted key compares as revision 0."""
+        if value is None:
+            self.stored.pop(key, None)
+            self.revisions.pop(key, None)
+        else:
+            self.stored[key] = value
+            self.revisions[key] = revision
 
-    def _apply(self, vhost_name: str, object_key: str, value: bytes) -> None:
+    def _apply(self, vhost_name: str, object_key: str, value: bytes | None) -> None:
         vhost = self._vhost(vhost_name)
         waiting = self.waiting.setdefault(vhost_name, {})
+        record = None if value is None else value.decode()
         if vhost is None:  # its namespace's record is still to come
-            waiting[object_key] = value.decode()
+            waiting[object_key] = record
             return
-        record = None if value == TOMBSTONE else value.decode()
         previous = self.last.get(vhost_name, {}).get(object_key)
         self._applying = True
         try:
             if not self.applier.apply(vhost, object_key, record, previous):
-                waiting[object_key] = value.decode()
+                waiting[object_key] = record
             else:
                 waiting.pop(object_key, None)
                 self._retry_waiting(vhost, waiting)
@@ -207,20 +218,19 @@ class SharedTopology:
                 self._applying = False
                 self.last[name] = shared_topology.snapshot(vhost, self.node.node_name)
 
-    def _retry_waiting(self, vhost: VirtualHost, waiting: dict[str, str]) -> None:
+    def _retry_waiting(self, vhost: VirtualHost, waiting: dict[str, str | None]) -> None:
         """Apply what waited (in the order it came), until a pass applies nothing more."""
         progress = True
         while progress and waiting:
             progress = False
-            for object_key, value in list(waiting.items()):
-                record = None if value.encode() == TOMBSTONE else value
+            for object_key, record in list(waiting.items()):
                 if self.applier.apply(vhost, object_key, record, None):
                     del waiting[object_key]
                     progress = True
 
     def node_gone(self, name: str) -> None:
         """A node's lease lapsed: its transient queues are gone everywhere (every node
-        writes the same tombstones; one is enough)."""
+        deletes the same keys; one would do)."""
         for vhost in list(self.node.core.queues.vhosts.values()):
             if self.applier.node_gone(vhost, name):
                 self.changed(vhost)
@@ -253,7 +263,7 @@ class SharedTopology:
         objects: Snapshot = {}
         for key, value in self.stored.items():
             parsed = self.parse(key[len(self.prefix):].split("/"))
-            if parsed is not None and parsed[0] == vhost and value != TOMBSTONE:
+            if parsed is not None and parsed[0] == vhost:
                 objects[parsed[1]] = value.decode()
         return objects
 
