@@ -103,6 +103,29 @@ async def test_topology_made_on_one_node_holds_on_every_node(
                 assert queues["eu-orders"]["arguments"] == {"x-max-length": 1000}
             await eventually(shared)
 
+        # An exclusive queue is known everywhere, and refused to every other connection.
+        owner = await aio_pika.connect(amqp_url(cluster, "node1"))
+        reply = await (await owner.channel()).declare_queue("rpc-reply", exclusive=True)
+        await reply.bind(orders, "rpc")
+
+        async def locked_elsewhere() -> None:
+            async with contextlib.AsyncExitStack() as inner:
+                two = await channel_on(cluster, "node2", inner)
+                with pytest.raises(ChannelClosed, match="RESOURCE_LOCKED"):
+                    await two.declare_queue("rpc-reply", passive=True)
+            queues = {row["name"]: row for row in await api(cluster, "node3", "queues/%2F")}
+            assert queues["rpc-reply"]["exclusive"] is True
+            assert queues["rpc-reply"]["node"] == "node1"
+        await eventually(locked_elsewhere)
+        await owner.close()  # the queue ends with its connection, everywhere
+
+        async def reply_gone() -> None:
+            assert "rpc-reply" not in {row["name"] for row in await api(cluster, "node2",
+                                                                        "queues/%2F")}
+            assert ("rpc-reply", "queue", "rpc") not in bindings_of(
+                await api(cluster, "node3", "bindings/%2F"), "orders")
+        await eventually(reply_gone)
+
         # Declarations through another node are checked against the cluster's objects.
         three = await channel_on(cluster, "node3", stack)
         with pytest.raises(ChannelClosed, match="PRECONDITION_FAILED"):
@@ -170,15 +193,22 @@ async def test_a_dead_nodes_transient_queues_go_and_its_durable_ones_are_down(
         three = await channel_on(cluster, "node3", stack)
         await three.declare_queue("scratch", durable=False)
         await three.declare_queue("ledger", durable=True)
+        owner = await aio_pika.connect(amqp_url(cluster, "node3"))  # open until node3 dies
+        await (await owner.channel()).declare_queue("private", exclusive=True)
 
         async def known() -> None:
             assert await exists(cluster, "node1", "queue", "scratch")
             assert await exists(cluster, "node1", "queue", "ledger")
+            assert "private" in {row["name"] for row in await api(cluster, "node1",
+                                                                  "queues/%2F")}
         await eventually(known)
-    cluster.kill("node3")
+        cluster.kill("node3")
+        stack.push_async_callback(owner.close)
 
     async def after_lease() -> None:  # the lease TTL is 5 s
         assert not await exists(cluster, "node1", "queue", "scratch")
+        assert "private" not in {row["name"] for row in await api(cluster, "node1",
+                                                                  "queues/%2F")}
         async with contextlib.AsyncExitStack() as stack:
             channel = await channel_on(cluster, "node1", stack)
             with pytest.raises(ChannelClosed, match=r"home node .node3. .* is down"):

@@ -8,8 +8,9 @@ stores them in etcd and diffs one snapshot against the next to find what changed
 
 A classic queue is live on one node, its home (the node it was declared on, as RabbitMQ
 places classic queues client-local); every other node holds a `RemoteQueue` naming that
-home. Exclusive queues stay with their connection's node (and so do their bindings);
-quorum queues and streams are shared by the replication of their logs, not here.
+home. An exclusive queue is shared too (its home is its connection's node): other
+connections, on any node, are refused it but may publish to it, as RPC replies do.
+Quorum queues and streams are shared by the replication of their logs, not here.
 """
 
 from __future__ import annotations
@@ -58,13 +59,14 @@ def home_of(queue: ClassicQueue, node: str) -> str | None:
     """The node a queue is live on, if the cluster shares it here; None if not shared."""
     if isinstance(queue, RemoteQueue):
         return queue.home_node if queue.kind == "classic" else None
-    if type(queue) is ClassicQueue and queue.owner is None:
+    if type(queue) is ClassicQueue:
         return node
-    return None  # exclusive (its connection's alone) or quorum (shared by its journal)
+    return None  # a quorum queue: shared with its journal
 
 
 def queue_record(queue: ClassicQueue, home: str) -> dict[str, Any]:
     return {"durable": queue.durable, "auto_delete": queue.auto_delete,
+            "exclusive": queue.owner is not None,
             "arguments": encode_table(queue.arguments), "home": home}
 
 
@@ -81,7 +83,6 @@ def snapshot(vhost: VirtualHost, node: str) -> Snapshot:
     for exchange in vhost.graph.exchanges():
         if exchange.name not in PREDECLARED:
             objects[f"{EXCHANGES}/{exchange.name}"] = _canonical(_exchange_record(exchange))
-    private = set()
     for queue in vhost.queues.values():
         home = home_of(queue, node)
         if home is not None:
@@ -89,11 +90,7 @@ def snapshot(vhost: VirtualHost, node: str) -> Snapshot:
             if record is None:
                 record = _queue_records[queue] = _canonical(queue_record(queue, home))
             objects[f"{QUEUES}/{queue.name}"] = record
-        elif queue.owner is not None:
-            private.add(queue.name)
     for binding in vhost.graph.bindings():
-        if binding.destination_kind == "queue" and binding.destination in private:
-            continue
         keyed = _binding_records.get(binding)
         if keyed is None:
             record = _canonical(_binding_record(binding))
@@ -152,8 +149,9 @@ class Applier:
         arguments = decode_table(fields["arguments"])
         if home == self.node:
             # Ours by the cluster's record but not here: a durable one lost with a wiped
-            # disk comes back empty; a transient one ended with this node's last run.
-            if known is None and fields["durable"]:
+            # disk comes back empty; a transient or exclusive one ended with this node's
+            # last run (its key goes once this node has loaded the cluster's view).
+            if known is None and fields["durable"] and not fields["exclusive"]:
                 vhost.declare_queue(name, durable=fields["durable"], exclusive=False,
                                     auto_delete=fields["auto_delete"], arguments=arguments,
                                     owner=None)
@@ -162,7 +160,8 @@ class Applier:
             return
         if known is not None:  # declared here too at the same moment: the cluster chose
             vhost.remove_queue(known, everywhere=False)
-        remote = vhost.add_remote(name, fields["durable"], fields["auto_delete"], arguments)
+        remote = vhost.add_remote(name, fields["durable"], fields["auto_delete"],
+                                  fields["exclusive"], arguments)
         remote.home_node = home
         remote.home = lambda: home if self._live(home) else None
 
@@ -186,10 +185,10 @@ class Applier:
             graph.unbind(binding)
 
     def node_gone(self, vhost: VirtualHost, node: str) -> bool:
-        """A node left the cluster (its lease lapsed): its transient queues went with it,
-        as RabbitMQ deletes a down node's non-durable queues. True if any were here."""
-        gone = [q for q in vhost.queues.values()
-                if isinstance(q, RemoteQueue) and q.home_node == node and not q.durable]
+        """A node left the cluster (its lease lapsed): its transient and exclusive queues
+        went with it, as RabbitMQ deletes a down node's. True if any were here."""
+        gone = [q for q in vhost.queues.values() if isinstance(q, RemoteQueue)
+                and q.home_node == node and (not q.durable or q.owner is not None)]
         for queue in gone:
             vhost.remove_queue(queue, everywhere=False)
         return bool(gone)

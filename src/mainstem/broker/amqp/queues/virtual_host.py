@@ -50,6 +50,10 @@ log = logging.getLogger("mainstem.amqp")
 StreamEncoder = Callable[[QueueMessage], bytes]
 
 
+# The owner of an exclusive queue whose connection is on another node.
+ELSEWHERE = object()
+
+
 class ResourceLocked(AccessRefused):
     """An exclusive queue of another connection (AMQP 405)."""
 
@@ -129,7 +133,7 @@ class VirtualHost:
         queue = self._new_queue(name, durable, auto_delete, owner if exclusive else None,
                                 dict(arguments), settings)
         counters.queues_created += 1
-        self.changed(durable=durable, shared=not exclusive)
+        self.changed(durable=durable)
         return queue
 
     async def placed(self, queue: ClassicQueue | Stream) -> ClassicQueue | Stream:
@@ -241,7 +245,7 @@ class VirtualHost:
         replication = self.manager.replication
         if everywhere and replication is not None and isinstance(queue, REPLICATED_QUEUES):
             replication.delete_quorum(self.name, queue.name)
-        self.changed(durable=queue.durable, shared=queue.owner is None)
+        self.changed(durable=queue.durable)
         return count
 
     # -- replicated quorum queues: what the cluster tells this vhost -----------------
@@ -262,11 +266,14 @@ class VirtualHost:
             self.manager.save()
         return standby
 
-    def add_remote(self, name: str, durable: bool, auto_delete: bool,
+    def add_remote(self, name: str, durable: bool, auto_delete: bool, exclusive: bool,
                    arguments: dict[str, Any]) -> RemoteQueue:
-        """A classic queue whose home is another node (see `shared_topology`)."""
+        """A classic queue whose home is another node (see `shared_topology`); an
+        exclusive one belongs to a connection there, so every connection here is refused
+        it (as RabbitMQ refuses it on every other connection) but may publish to it."""
         settings = parse_queue_arguments(name, self.name, arguments)
-        remote = self._new_queue(name, durable, auto_delete, None, arguments, settings,
+        owner = ELSEWHERE if exclusive else None
+        remote = self._new_queue(name, durable, auto_delete, owner, arguments, settings,
                                  kind=RemoteQueue)
         assert isinstance(remote, RemoteQueue)
         return remote
@@ -329,13 +336,13 @@ class VirtualHost:
         self.graph.unbind(binding)
         self.changed(durable=True)
 
-    def changed(self, *, durable: bool, shared: bool = True) -> None:
+    def changed(self, *, durable: bool) -> None:
         """Exchanges, bindings or queues changed: the durable ones are saved, and in a
-        cluster the shared ones reach every node (`shared` False: exclusive only)."""
+        cluster every change reaches every node."""
         if durable:
             self.manager.save()
         topology = self.manager.topology
-        if shared and topology is not None:
+        if topology is not None:
             topology.changed(self)
 
     async def shared(self) -> None:
