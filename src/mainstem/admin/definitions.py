@@ -159,7 +159,7 @@ def import_definitions(core: BrokerCore, definitions: dict[str, Any],
             _text(row, "name"), _text(row, "type"), durable=flag(row, "durable", True),
             auto_delete=flag(row, "auto_delete", False), internal=flag(row, "internal", False),
             arguments=json_object(row, "arguments"))
-        target.manager.save()
+        target.changed(durable=True)
     for row in _rows(definitions, "bindings"):
         kind = _text(row, "destination_type")
         if kind not in ("queue", "exchange"):

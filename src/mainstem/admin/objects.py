@@ -88,9 +88,11 @@ async def put_queue(request: web.Request) -> web.Response:
     if name.startswith("amq."):
         raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     existed = name in vhost.queues or vhost.stream(name) is not None
-    vhost.declare_queue(name, durable=flag(body, "durable", True), exclusive=False,
-                        auto_delete=flag(body, "auto_delete", False),
-                        arguments=json_object(body, "arguments"), owner=None)
+    await vhost.placed(vhost.declare_queue(
+        name, durable=flag(body, "durable", True), exclusive=False,
+        auto_delete=flag(body, "auto_delete", False), arguments=json_object(body, "arguments"),
+        owner=None))
+    await vhost.shared()
     return no_content() if existed else created()
 
 
@@ -225,8 +227,8 @@ async def put_exchange(request: web.Request) -> web.Response:
             internal=flag(body, "internal", False), arguments=json_object(body, "arguments"))
     except ValueError as exc:  # an unknown exchange type
         raise InvalidArgument(str(exc)) from None
-    if exchange.durable:
-        vhost.manager.save()
+    vhost.changed(durable=exchange.durable)
+    await vhost.shared()
     return no_content() if existed else created()
 
 
@@ -236,7 +238,8 @@ async def delete_exchange(request: web.Request) -> web.Response:
     if not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
     vhost.graph.delete_exchange(name, if_unused=request.query.get("if-unused") == "true")
-    vhost.manager.save()
+    vhost.changed(durable=True)
+    await vhost.shared()
     return no_content()
 
 

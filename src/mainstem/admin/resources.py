@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
+from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.cluster_view import ClusterView, PartitionStatus
 
 if TYPE_CHECKING:
@@ -61,6 +62,16 @@ def members(cluster: ClusterView | None, status: PartitionStatus | None) -> dict
     return {"node": status.leader, "leader": status.leader,
             "members": list(status.replicas),
             "online": [n for n in status.replicas if n in cluster.nodes]}
+
+
+def classic_home(cluster: ClusterView | None, queue: Any) -> dict[str, Any]:
+    """Where a queue is live, and whether that node is up (RabbitMQ's `down` state)."""
+    if cluster is None:
+        return {"node": NODE, "state": "running"}
+    if isinstance(queue, RemoteQueue) and queue.home_node:
+        up = queue.home_node in cluster.nodes
+        return {"node": queue.home_node, "state": "running" if up else "down"}
+    return {"node": cluster.node_name, "state": "running"}
 
 
 class StreamQueues:
@@ -138,8 +149,7 @@ class ClassicQueues:
             "auto_delete": queue.auto_delete,
             "exclusive": queue.owner is not None,
             "arguments": queue.arguments,
-            "node": NODE,
-            "state": "running",
+            **classic_home(cluster, queue),
             "messages": queue.ready_count + queue.unacked_count,
             "messages_ready": queue.ready_count,
             "messages_unacknowledged": queue.unacked_count,
@@ -181,6 +191,7 @@ class ClassicQueues:
         if host is None or queue is None:
             return False
         host.remove_queue(queue)
+        await host.shared()
         return True
 
 

@@ -28,6 +28,8 @@ from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
+from mainstem.cluster.amqp_topology import ROOT as AMQP_ROOT
+from mainstem.cluster.amqp_topology import SharedTopology
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
 from mainstem.cluster.forwarding import Answer, Forwarding, committed
 from mainstem.cluster.leader import LeaderLog, read_frame
@@ -80,6 +82,7 @@ class ClusterNode:
         self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
         self.forwarding = Forwarding(self)
         self.quorum = QuorumQueues(self)
+        self.topology = SharedTopology(self, PREFIX)
         # Catalog changes made here, shared through etcd in the order they were made.
         self._changes: asyncio.Queue[tuple[str, tuple[Any, ...], dict[str, Any] | None]] = (
             asyncio.Queue())
@@ -99,9 +102,11 @@ class ClusterNode:
         await self._register()
         self.core.queues.replication = self.quorum
         await self._load()
+        self.core.queues.topology = self.topology
         self._spawn(self._keep_alive())
         self._spawn(self._watch())
         self._spawn(self._share_changes())
+        self._spawn(self.topology.share())
         self._spawn(self._save_commit_points())
         self.core.catalog.on_change = self._queue_change
         await self.metadata.install(self.node_name)
@@ -110,6 +115,7 @@ class ClusterNode:
 
     async def stop(self) -> None:
         self.core.catalog.on_change = None
+        self.core.queues.topology = None
         self.metadata.uninstall()
         for role in self.roles.values():
             role.stop()
@@ -192,11 +198,14 @@ class ClusterNode:
 
     async def _load(self) -> None:
         kvs, self._revision = await self.etcd.get_prefix(PREFIX)
+        topology = [kv for kv in kvs if kv.key.startswith(self.topology.prefix)]
         for kv in kvs:
-            self._apply_logged(Event("PUT", kv))
+            if not kv.key.startswith(self.topology.prefix):
+                self._apply_logged(Event("PUT", kv))
         self.metadata.loaded()
         self._forget_deleted_streams()
         self.quorum.forget_deleted()
+        self.topology.load(topology)  # last: its vhosts, queues and streams are known
 
     async def _watch(self) -> None:
         while True:
@@ -232,6 +241,8 @@ class ClusterNode:
                 self.quorum.add(parts[1], event.kv.json())
             else:
                 self._add_stream(parts[1], event.kv.json())
+        elif kind == AMQP_ROOT:
+            self.topology.event(event.kv, deleted)
         elif kind in AREAS:
             self.metadata.apply(event.kv, deleted)
         elif kind == "catalog" and len(parts) >= 3:
@@ -271,6 +282,8 @@ class ClusterNode:
             self.metadata.apply_catalog(kind, key, row)
         else:
             self.core.catalog.apply(kind, key, row)
+        if kind == "namespace" and row is not None:
+            self.topology.vhost_added(key[0])
 
     async def _delete_namespace(self, name: str) -> None:
         with contextlib.suppress(BrokerError):
@@ -279,6 +292,7 @@ class ClusterNode:
     def _apply_node(self, name: str, info: dict[str, Any] | None) -> None:
         if info is None:
             self.nodes.pop(name, None)
+            self.topology.node_gone(name)
             return
         self.nodes[name] = NodeAddress(name, info["host"], info.get("ports", {}))
         self.replication_ports[name] = int(info["replication_port"])

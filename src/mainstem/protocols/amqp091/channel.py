@@ -210,7 +210,7 @@ class Channel:
 
     # -- exchanges -------------------------------------------------------------
 
-    def on_exchange_declare(self, method: m.ExchangeDeclare) -> None:
+    async def on_exchange_declare(self, method: m.ExchangeDeclare) -> None:
         graph = self.vhost.graph
         if method.passive:
             graph.passive_declare_exchange(method.exchange)
@@ -221,15 +221,16 @@ class Channel:
                 method.exchange, method.type, durable=method.durable,
                 auto_delete=method.auto_delete, internal=method.internal,
                 arguments=method.arguments)
-            if exchange.durable:
-                self.vhost.manager.save()
+            self.vhost.changed(durable=exchange.durable)
+            await self.vhost.shared()
         if not method.no_wait:
             self.reply(m.ExchangeDeclareOk())
 
-    def on_exchange_delete(self, method: m.ExchangeDelete) -> None:
+    async def on_exchange_delete(self, method: m.ExchangeDelete) -> None:
         self.check("configure", method.exchange, "exchange")
         self.vhost.graph.delete_exchange(method.exchange, if_unused=method.if_unused)
-        self.vhost.manager.save()
+        self.vhost.changed(durable=True)
+        await self.vhost.shared()
         if not method.no_wait:
             self.reply(m.ExchangeDeleteOk())
 
@@ -239,13 +240,15 @@ class Channel:
         return Binding(method.source, method.destination, "exchange", method.routing_key,
                        method.arguments)
 
-    def on_exchange_bind(self, method: m.ExchangeBind) -> None:
+    async def on_exchange_bind(self, method: m.ExchangeBind) -> None:
         self.vhost.bind(self._exchange_binding(method))
+        await self.vhost.shared()
         if not method.no_wait:
             self.reply(m.ExchangeBindOk())
 
-    def on_exchange_unbind(self, method: m.ExchangeUnbind) -> None:
+    async def on_exchange_unbind(self, method: m.ExchangeUnbind) -> None:
         self.vhost.unbind(self._exchange_binding(method), self.connection)
+        await self.vhost.shared()
         if not method.no_wait:
             self.reply(m.ExchangeUnbindOk())
 
@@ -268,6 +271,7 @@ class Channel:
             queue = await self.vhost.placed(self.vhost.declare_queue(
                 name, durable=method.durable, exclusive=method.exclusive,
                 auto_delete=method.auto_delete, arguments=method.arguments, owner=owner))
+            await self.vhost.shared()
         self._last_queue = queue.name
         if not method.no_wait:
             self.reply(m.QueueDeclareOk(queue.name, *_counts(queue)))
@@ -279,14 +283,16 @@ class Channel:
         key = method.routing_key if method.queue or method.routing_key else queue
         return Binding(method.exchange, queue, "queue", key, method.arguments)
 
-    def on_queue_bind(self, method: m.QueueBind) -> None:
+    async def on_queue_bind(self, method: m.QueueBind) -> None:
         self.vhost.lookup(self._queue_name(method.queue, method), self.connection)
         self.vhost.bind(self._queue_binding(method))
+        await self.vhost.shared()
         if not method.no_wait:
             self.reply(m.QueueBindOk())
 
-    def on_queue_unbind(self, method: m.QueueUnbind) -> None:
+    async def on_queue_unbind(self, method: m.QueueUnbind) -> None:
         self.vhost.unbind(self._queue_binding(method), self.connection)
+        await self.vhost.shared()
         self.reply(m.QueueUnbindOk())
 
     def on_queue_purge(self, method: m.QueuePurge) -> None:
@@ -306,6 +312,7 @@ class Channel:
             count = await self.vhost.delete_queue(name, owner=self.connection,
                                                   if_unused=method.if_unused,
                                                   if_empty=method.if_empty)
+            await self.vhost.shared()
             self.connection.core.delivery_stats.forget(self.vhost.name, name)
             if not method.no_wait:
                 self.reply(m.QueueDeleteOk(count))

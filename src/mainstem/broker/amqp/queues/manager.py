@@ -19,7 +19,7 @@ from mainstem.broker.amqp.queues.spill import wipe
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
-from mainstem.broker.cluster_view import QueueReplication
+from mainstem.broker.cluster_view import QueueReplication, TopologyReplication
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
 from mainstem.broker.streams import StreamStore
@@ -47,7 +47,9 @@ class QueueManager:
         self.streams = streams
         self.durability = durability
         self.vhosts: dict[str, VirtualHost] = {}
-        self.replication: QueueReplication | None = None  # set by a node in a cluster
+        # Set by a node in a cluster: quorum queues' journals, and every vhost's topology.
+        self.replication: QueueReplication | None = None
+        self.topology: TopologyReplication | None = None
         self._db = catalog.connect()
 
     def open(self) -> None:

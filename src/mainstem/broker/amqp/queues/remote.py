@@ -23,12 +23,16 @@ class RemoteQueue(ClassicQueue):
     """Stands for a queue live on the node `home()` names (None while it has none)."""
 
     home: Callable[[], str | None] = staticmethod(lambda: None)  # set by the vhost
+    home_node = ""  # a classic queue's home, live or not (a quorum queue's moves)
 
     def not_here(self) -> NotHere:
         home = self.home()
         where = (f"is live on node '{home}': connect there" if home else
                  "has no live node at the moment: retry")
         return NotHere(f"{self.kind} queue '{self.name}' {where}")
+
+    def touch(self) -> None:
+        """x-expires runs at the home only: a copy here must not delete the queue."""
 
     def publish(self, message: QueueMessage, confirm: bool = False) -> bool:
         return False  # refused: a confirming publisher gets basic.nack

@@ -30,6 +30,7 @@ from mainstem.broker.amqp.queues.quorum import (
     QuorumQueue,
     QuorumStandby,
 )
+from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.amqp.routing import Binding, ExchangeGraph
 from mainstem.broker.errors import (
     AccessRefused,
@@ -47,6 +48,10 @@ log = logging.getLogger("mainstem.amqp")
 
 # What 0-9-1 -> stream conversion needs: (message) -> AMQP 1.0 record bytes.
 StreamEncoder = Callable[[QueueMessage], bytes]
+
+
+# The owner of an exclusive queue whose connection is on another node.
+ELSEWHERE = object()
 
 
 class ResourceLocked(AccessRefused):
@@ -86,6 +91,9 @@ class VirtualHost:
         if queue is not None:
             if queue.owner is not None and queue.owner is not owner:
                 raise self._locked(name)
+            if type(queue) is RemoteQueue and queue.home() is None:
+                raise NotFound(f"home node '{queue.home_node}' of durable "
+                               f"{self.describe('queue', name)} is down or inaccessible")
             return queue
         stream = self.stream(name)
         if stream is None:
@@ -125,8 +133,7 @@ class VirtualHost:
         queue = self._new_queue(name, durable, auto_delete, owner if exclusive else None,
                                 dict(arguments), settings)
         counters.queues_created += 1
-        if durable:
-            self.manager.save()
+        self.changed(durable=durable)
         return queue
 
     async def placed(self, queue: ClassicQueue | Stream) -> ClassicQueue | Stream:
@@ -238,8 +245,7 @@ class VirtualHost:
         replication = self.manager.replication
         if everywhere and replication is not None and isinstance(queue, REPLICATED_QUEUES):
             replication.delete_quorum(self.name, queue.name)
-        if queue.durable:
-            self.manager.save()
+        self.changed(durable=queue.durable)
         return count
 
     # -- replicated quorum queues: what the cluster tells this vhost -----------------
@@ -259,6 +265,18 @@ class VirtualHost:
         if save:
             self.manager.save()
         return standby
+
+    def add_remote(self, name: str, durable: bool, auto_delete: bool, exclusive: bool,
+                   arguments: dict[str, Any]) -> RemoteQueue:
+        """A classic queue whose home is another node (see `shared_topology`); an
+        exclusive one belongs to a connection there, so every connection here is refused
+        it (as RabbitMQ refuses it on every other connection) but may publish to it."""
+        settings = parse_queue_arguments(name, self.name, arguments)
+        owner = ELSEWHERE if exclusive else None
+        remote = self._new_queue(name, durable, auto_delete, owner, arguments, settings,
+                                 kind=RemoteQueue)
+        assert isinstance(remote, RemoteQueue)
+        return remote
 
     def _quorum_leader(self, name: str) -> str | None:
         replication = self.manager.replication
@@ -305,7 +323,7 @@ class VirtualHost:
         if binding.destination_kind == "queue":
             self.lookup_for_binding(binding.destination)
         self.graph.bind(binding)
-        self.manager.save()
+        self.changed(durable=True)
 
     def unbind(self, binding: Binding, owner: object | None) -> None:
         """Remove a binding. One that does not exist, or whose queue or exchanges are gone
@@ -316,7 +334,22 @@ class VirtualHost:
         if binding.destination_kind == "queue":
             self.lookup(binding.destination, owner)
         self.graph.unbind(binding)
-        self.manager.save()
+        self.changed(durable=True)
+
+    def changed(self, *, durable: bool) -> None:
+        """Exchanges, bindings or queues changed: the durable ones are saved, and in a
+        cluster every change reaches every node."""
+        if durable:
+            self.manager.save()
+        topology = self.manager.topology
+        if topology is not None:
+            topology.changed(self)
+
+    async def shared(self) -> None:
+        """Returns once the cluster holds this vhost's changes (at once without one)."""
+        topology = self.manager.topology
+        if topology is not None:
+            await topology.written(self.name)
 
     def lookup_for_binding(self, name: str) -> None:
         if name not in self.queues and self.stream(name) is None:
@@ -395,7 +428,8 @@ class VirtualHost:
             {"name": q.name, "auto_delete": q.auto_delete,
              "arguments": {**q.arguments, REPLICATED: True}
              if isinstance(q, REPLICATED_QUEUES) else q.arguments}
-            for q in self.queues.values() if q.durable and q.owner is None
+            for q in self.queues.values()
+            if q.durable and q.owner is None and type(q) is not RemoteQueue
         ]
         return records
 
