@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import rbfly.streams as rbfly
 
 from mainstem.client.events import EventsClient
 from mainstem.client.stream import StreamClient
@@ -37,6 +38,33 @@ async def test_a_publisher_on_a_replica_is_forwarded_to_the_leader(
     for port in ports.values():
         await wait_for_count(port, "forwarded", 200)
         assert bodies_on(port, "forwarded") == expected
+
+
+async def test_rbfly_publishes_through_a_replica_and_reads_from_another(
+        mainstem_cluster: LocalCluster) -> None:
+    ports = {name: node.ports["stream"] for name, node in mainstem_cluster.nodes.items()}
+    creator = stream_client(ports["node1"])
+    assert creator.create_stream("rb")  # led by node1
+    creator.close()
+    publishing = rbfly.streams_client(f"rabbitmq-stream://guest:guest@127.0.0.1:{ports['node2']}/")
+    async with publishing.publisher("rb", name="rb-pub") as publisher:
+        for i in range(100):
+            await publisher.send(f"rb{i}".encode())
+    reading = rbfly.streams_client(f"rabbitmq-stream://guest:guest@127.0.0.1:{ports['node3']}/")
+    read: list[bytes] = []
+
+    async def read_all() -> None:
+        async for message in reading.subscribe("rb", offset=rbfly.Offset.FIRST):
+            read.append(message)
+            if len(read) == 100:
+                return
+
+    await asyncio.wait_for(read_all(), 20)
+    expected = [f"rb{i}".encode() for i in range(100)]
+    assert read == expected
+    for port in ports.values():
+        await wait_for_count(port, "rb", 100)
+        assert bodies_on(port, "rb") == expected
 
 
 async def test_bson_events_published_on_every_node_reach_one_channel(
