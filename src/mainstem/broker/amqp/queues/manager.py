@@ -19,7 +19,7 @@ from mainstem.broker.amqp.queues.spill import wipe
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
-from mainstem.broker.cluster_view import QueueReplication
+from mainstem.broker.cluster_view import QueueRelay, QueueReplication
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
 from mainstem.broker.streams import StreamStore
@@ -48,6 +48,7 @@ class QueueManager:
         self.durability = durability
         self.vhosts: dict[str, VirtualHost] = {}
         self.replication: QueueReplication | None = None  # set by a node in a cluster
+        self.relay: QueueRelay | None = None  # the same: reaches RemoteQueues' homes
         self._db = catalog.connect()
 
     def open(self) -> None:

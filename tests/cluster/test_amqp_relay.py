@@ -1,0 +1,194 @@
+"""AMQP clients use a queue through any node: the node relays to the queue's home.
+
+One cluster for the module (real etcd, three real nodes, aio-pika clients); each test
+declares its own quorum queue through node1, so node1 leads it and the other nodes hold
+it remote. Publishes with confirms go through node2, consumers, gets, nacks, purges and
+counts through node2 or node3; the last test SIGKILLs the home under a relayed consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aio_pika
+import pytest
+import pytest_asyncio
+
+from mainstem.testing_cluster import LocalCluster
+from tests.support.quorum_clients import QUORUM, amqp_url, publish_numbered, queue_row
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(Path(tmp_path_factory.mktemp("relay")) / "cluster") as cluster:
+        yield cluster
+
+
+@pytest_asyncio.fixture
+async def connections(cluster: LocalCluster
+                      ) -> AsyncIterator[dict[str, aio_pika.abc.AbstractConnection]]:
+    """One client connection per live node, closed after the test."""
+    opened = {node.name: await aio_pika.connect(amqp_url(cluster, node.name))
+              for node in cluster.live()}
+    yield opened
+    for connection in opened.values():
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(connection.close(), 3)
+
+
+async def declare_led_by_node1(connections: dict[str, aio_pika.abc.AbstractConnection],
+                               cluster: LocalCluster, queue: str) -> None:
+    channel = await connections["node1"].channel()
+    await channel.declare_queue(queue, durable=True, arguments=QUORUM)
+    assert (await queue_row(cluster, "node2", queue))["leader"] == "node1"
+
+
+async def publish_through(connection: aio_pika.abc.AbstractConnection, queue: str,
+                          count: int) -> set[int]:
+    channel = await connection.channel(publisher_confirms=True)
+    confirmed: set[int] = set()
+    await publish_numbered(channel, queue, 1, count, confirmed)
+    return confirmed
+
+
+async def counts(connection: aio_pika.abc.AbstractConnection, queue: str) -> tuple[int, int]:
+    """(messages, consumers) of a passive queue.declare-ok."""
+    declared = await (await connection.channel()).declare_queue(queue, passive=True)
+    result = declared.declaration_result
+    return result.message_count, result.consumer_count
+
+
+def numbered(first: int, last: int) -> list[bytes]:
+    return [f"m{i}".encode() for i in range(first, last + 1)]
+
+
+async def test_publish_through_one_node_and_consume_through_another(
+        cluster: LocalCluster, connections: dict[str, aio_pika.abc.AbstractConnection]
+) -> None:
+    queue = "relay-orders"
+    await declare_led_by_node1(connections, cluster, queue)
+    assert await publish_through(connections["node2"], queue, 500) == set(range(1, 501))
+    assert await counts(connections["node3"], queue) == (500, 0)
+    assert await counts(connections["node1"], queue) == (500, 0)  # all at the home
+
+    channel = await connections["node3"].channel()
+    await channel.set_qos(prefetch_count=50)
+    declared = await channel.declare_queue(queue, passive=True)
+    received: list[bytes] = []
+    done = asyncio.get_running_loop().create_future()
+
+    async def receive(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        assert not message.redelivered
+        received.append(message.body)
+        await message.ack()
+        if len(received) == 500 and not done.done():
+            done.set_result(None)
+
+    tag = await declared.consume(receive)
+    assert (await counts(connections["node2"], queue))[1] == 1  # the home's consumer count
+    await asyncio.wait_for(done, 30)
+    await asyncio.sleep(0.2)  # anything delivered twice would have come by now
+    assert received == numbered(1, 500)
+    await declared.cancel(tag)
+    assert await counts(connections["node2"], queue) == (0, 0)  # the acks reached the home
+    assert await counts(connections["node1"], queue) == (0, 0)
+
+
+async def test_get_nack_requeue_and_purge_through_other_nodes(
+        cluster: LocalCluster, connections: dict[str, aio_pika.abc.AbstractConnection]
+) -> None:
+    queue = "relay-jobs"
+    await declare_led_by_node1(connections, cluster, queue)
+    assert await publish_through(connections["node2"], queue, 10) == set(range(1, 11))
+
+    getter = await (await connections["node2"].channel()).declare_queue(queue, passive=True)
+    first = await getter.get()
+    assert (first.body, first.redelivered) == (b"m1", False)
+    await first.ack()
+    second = await getter.get()
+    assert (second.body, second.redelivered) == (b"m2", False)
+    await second.nack(requeue=True)
+    again = await getter.get()
+    assert (again.body, again.redelivered) == (b"m2", True)
+    await again.reject(requeue=True)
+    assert await counts(connections["node1"], queue) == (9, 0)
+
+    # A consumer through node3 nacks its first delivery: it comes back, redelivered.
+    channel = await connections["node3"].channel()
+    await channel.set_qos(prefetch_count=1)
+    consumer = await channel.declare_queue(queue, passive=True)
+    seen: list[tuple[bytes, bool]] = []
+    async with consumer.iterator() as messages:
+        async for message in messages:
+            seen.append((message.body, bool(message.redelivered)))
+            if len(seen) == 1:
+                await message.nack(requeue=True)
+                continue
+            await message.ack()
+            if len(seen) == 3:
+                break
+    assert seen == [(b"m2", True), (b"m2", True), (b"m3", False)]
+    assert await counts(connections["node1"], queue) == (7, 0)
+
+    # An exclusive consumer through node2 keeps others out, wherever they connect.
+    exclusive = await (await connections["node2"].channel()).declare_queue(
+        queue, passive=True)
+    tag = await exclusive.consume(lambda message: asyncio.sleep(0), exclusive=True)
+    other = await (await connections["node3"].channel()).declare_queue(queue, passive=True)
+    with pytest.raises(aio_pika.exceptions.ChannelAccessRefused):
+        await other.consume(lambda message: asyncio.sleep(0))
+    await exclusive.cancel(tag)
+
+    purged = await (await connections["node2"].channel()).queue_purge(queue)
+    assert purged.message_count == 7
+    assert await counts(connections["node3"], queue) == (0, 0)
+    assert await getter.get(fail=False) is None
+
+
+async def test_killing_the_home_cancels_relayed_consumers_and_loses_nothing(
+        cluster: LocalCluster, connections: dict[str, aio_pika.abc.AbstractConnection]
+) -> None:
+    queue = "relay-crash"
+    await declare_led_by_node1(connections, cluster, queue)
+    confirmed = await publish_through(connections["node2"], queue, 300)
+    assert confirmed == set(range(1, 301))
+
+    received: list[bytes] = []
+    cancelled: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def receive(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        received.append(message.body)
+        await asyncio.sleep(0.002)  # slow enough to be mid-queue at the kill
+        await message.ack()
+
+    channel = await connections["node3"].channel()
+    await channel.set_qos(prefetch_count=10)
+    (await channel.get_underlay_channel()).on_consumer_cancel_callbacks.add(
+        lambda frame: cancelled.done() or cancelled.set_result(frame.consumer_tag))
+    tag = await (await channel.declare_queue(queue, passive=True)).consume(receive)
+    for _ in range(100):  # bounded: until some are delivered
+        if len(received) >= 50:
+            break
+        await asyncio.sleep(0.05)
+    assert 50 <= len(received) < 300
+    cluster.kill("node1")
+    assert await asyncio.wait_for(cancelled, 10) == tag  # basic.cancel from node3
+
+    # Resubscribe through node3 until the new leader serves the queue again.
+    for _ in range(200):  # bounded: an election takes a lease TTL (5 s)
+        retry = await connections["node3"].channel()
+        await retry.set_qos(prefetch_count=10)
+        try:
+            await (await retry.declare_queue(queue, passive=True)).consume(receive)
+            break
+        except aio_pika.exceptions.ChannelPreconditionFailed as refused:
+            assert "node" in str(refused)  # names the home, or says it has none
+            await asyncio.sleep(0.1)
+    for _ in range(300):  # bounded: until every confirmed message came
+        if set(received) >= set(numbered(1, 300)):
+            break
+        await asyncio.sleep(0.05)
+    assert set(received) == set(numbered(1, 300))  # at least once each, none lost
