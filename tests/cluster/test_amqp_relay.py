@@ -134,16 +134,20 @@ async def test_get_nack_requeue_and_purge_through_other_nodes(
     assert await counts(connections["node1"], queue) == (7, 0)
 
     # An exclusive consumer through node2 keeps others out, wherever they connect.
-    exclusive = await (await connections["node2"].channel()).declare_queue(
-        queue, passive=True)
-    tag = await exclusive.consume(lambda message: asyncio.sleep(0), exclusive=True)
-    other = await (await connections["node3"].channel()).declare_queue(queue, passive=True)
-    with pytest.raises(aio_pika.exceptions.ChannelAccessRefused):
-        await other.consume(lambda message: asyncio.sleep(0))
-    await exclusive.cancel(tag)
+    holder = await connections["node2"].channel()
+    exclusive = await holder.declare_queue(queue, passive=True)
 
-    purged = await (await connections["node2"].channel()).queue_purge(queue)
-    assert purged.message_count == 7
+    async def leave(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        """Unacked: closing the channel puts it back."""
+
+    await exclusive.consume(leave, exclusive=True)
+    other = await (await connections["node3"].channel()).declare_queue(queue, passive=True)
+    with pytest.raises(aio_pika.exceptions.ChannelClosed, match=r"ACCESS_REFUSED.*exclusive"):
+        await other.consume(leave)
+    await holder.close()
+
+    purger = await (await connections["node2"].channel()).declare_queue(queue, passive=True)
+    assert (await purger.purge()).message_count == 7
     assert await counts(connections["node3"], queue) == (0, 0)
     assert await getter.get(fail=False) is None
 
