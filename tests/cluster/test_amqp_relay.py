@@ -181,6 +181,16 @@ async def test_killing_the_home_cancels_relayed_consumers_and_loses_nothing(
     cluster.kill("node1")
     assert await asyncio.wait_for(cancelled, 10) == tag  # basic.cancel from node3
 
+    # Until its lease lapses (5 s) node1 still leads for etcd: with no link to it, the
+    # other nodes refuse rather than lose anything (basic.nack, 406 naming it).
+    confirming = await connections["node2"].channel(publisher_confirms=True)
+    with pytest.raises(aio_pika.exceptions.DeliveryError):
+        await confirming.default_exchange.publish(aio_pika.Message(b"refused"),
+                                                  routing_key=queue)
+    getter = await (await connections["node2"].channel()).declare_queue(queue, passive=True)
+    with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed, match="node1"):
+        await getter.get()
+
     # Resubscribe through node3 until the new leader serves the queue again.
     for _ in range(200):  # bounded: an election takes a lease TTL (5 s)
         retry = await connections["node3"].channel()
