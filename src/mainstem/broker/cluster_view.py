@@ -140,6 +140,10 @@ class QueueRelay(Protocol):
                         *, window: int, exclusive: bool) -> RelaySubscription:
         """basic.consume at the home, with at most `window` deliveries unsettled."""
 
+    def backlog(self, home: str) -> asyncio.Future[None] | None:
+        """While the link to `home` has more to write than it should hold: done once it
+        caught up (publishers wait for it, as for a queue's pager)."""
+
     def settle(self, route: object, deliveries: Sequence[int], how: Settlement) -> None:
         """Settle deliveries that came over `route` (ignored once that link is gone: its
         home requeued them)."""

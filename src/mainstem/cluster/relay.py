@@ -38,6 +38,7 @@ log = logging.getLogger("mainstem.cluster")
 
 CONNECT_TIMEOUT_S = 5.0
 CALL_TIMEOUT_S = 10.0  # a home that does not answer a call by then is taken as gone
+BACKLOG_BYTES = 4 * 1024 * 1024  # unsent bytes past which publishers wait for the link
 
 # The kinds of broker errors a home answers a call with, and back.
 ERROR_KINDS: dict[str, type[BrokerError]] = {
@@ -59,11 +60,28 @@ class Outbox:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self._frames: list[bytes] = []
+        self._drained: asyncio.Future[None] | None = None
 
     def send(self, data: bytes) -> None:
         if not self._frames:
             asyncio.get_running_loop().call_soon(self._flush)
         self._frames.append(data)
+
+    def backlog(self) -> asyncio.Future[None] | None:
+        """Done once the socket took what was queued past BACKLOG_BYTES."""
+        if self._drained is None:
+            if self.writer.transport.get_write_buffer_size() < BACKLOG_BYTES:
+                return None
+            self._drained = asyncio.ensure_future(self._drain())
+        return self._drained
+
+    async def _drain(self) -> None:
+        try:
+            await self.writer.drain()
+        except ConnectionError:
+            pass  # the link is over: its reader fails what it owed
+        finally:
+            self._drained = None
 
     def _flush(self) -> None:
         frames, self._frames = self._frames, []
@@ -94,6 +112,10 @@ class Relay:
     async def subscribe(self, home: str, vhost: str, queue: str, subscriber: RelaySubscriber,
                         *, window: int, exclusive: bool) -> Subscription:
         return await self._link(home).subscribe(vhost, queue, subscriber, window, exclusive)
+
+    def backlog(self, home: str) -> asyncio.Future[None] | None:
+        link = self._links.get(home)
+        return None if link is None else link.backlog()
 
     def settle(self, route: object, deliveries: Sequence[int], how: Settlement) -> None:
         if isinstance(route, RelayLink):
@@ -213,6 +235,9 @@ class RelayLink:
     def unsubscribe(self, subscription: int) -> None:
         self._subscribers.pop(subscription, None)
         self._notify("cancel", subscription=subscription)
+
+    def backlog(self) -> asyncio.Future[None] | None:
+        return None if self._out is None else self._out.backlog()
 
     def settle(self, deliveries: Sequence[int], how: Settlement) -> None:
         if not self.closed and deliveries:

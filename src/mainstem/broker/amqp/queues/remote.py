@@ -78,6 +78,11 @@ class RemoteQueue(ClassicQueue):
         self.stats.publish += 1
         return relay.publish(home, self.vhost, self.name, message, confirm)
 
+    @property
+    def backlog(self) -> asyncio.Future[None] | None:
+        relay, home = self.relay_of(), self.home()
+        return None if relay is None or home is None else relay.backlog(home)
+
     # -- consumers: subscribed at the home, deliveries handed on within local credit -----
 
     def add_consumer(self, consumer: Consumer) -> None:
