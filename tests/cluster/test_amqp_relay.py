@@ -166,12 +166,17 @@ async def test_no_ack_consumers_through_another_node(
     assert await publish_through(connections["node2"], queue, 400) == set(range(1, 401))
     channel = await connections["node3"].channel()
     received: list[bytes] = []
-    async with (await channel.declare_queue(queue, passive=True)).iterator(
-            no_ack=True) as messages:
-        async for message in messages:
-            received.append(message.body)
-            if len(received) == 400:
-                break
+
+    async def consume() -> None:
+        async with (await channel.declare_queue(queue, passive=True)).iterator(
+                no_ack=True) as messages:
+            async for message in messages:
+                received.append(message.body)
+                if len(received) == 400:
+                    break
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(consume(), 15)
     assert received == numbered(1, 400)
     await channel.close()
     assert await counts(connections["node1"], queue) == (0, 0)  # none came back
