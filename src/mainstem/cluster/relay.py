@@ -39,6 +39,7 @@ log = logging.getLogger("mainstem.cluster")
 CONNECT_TIMEOUT_S = 5.0
 CALL_TIMEOUT_S = 10.0  # a home that does not answer a call by then is taken as gone
 BACKLOG_BYTES = 4 * 1024 * 1024  # unsent bytes past which publishers wait for the link
+RETRY_S = 0.5  # after a link broke, its home is taken as unreachable this long
 
 # The kinds of broker errors a home answers a call with, and back.
 ERROR_KINDS: dict[str, type[BrokerError]] = {
@@ -97,7 +98,13 @@ class Relay:
         self._links: dict[str, RelayLink] = {}
 
     def reaches(self, home: str) -> bool:
-        return home != self.node.node_name and home in self.node.nodes
+        """Another live node, and not one whose link just broke: a publisher to a dead
+        home that etcd still names is refused without a connection attempt each time."""
+        if home == self.node.node_name or home not in self.node.nodes:
+            return False
+        link = self._links.get(home)
+        return link is None or link.ended_at is None \
+            or asyncio.get_running_loop().time() - link.ended_at >= RETRY_S
 
     def _link(self, home: str) -> RelayLink:
         link = self._links.get(home)
@@ -162,7 +169,7 @@ class RelayLink:
 
     def __init__(self, node: ClusterNode, home: str) -> None:
         self.home = home
-        self.closed = False
+        self.ended_at: float | None = None  # the loop's time
         self._early: list[bytes] = []
         self._out: Outbox | None = None
         self._ids = itertools.count(1)
@@ -170,6 +177,10 @@ class RelayLink:
         self._calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._subscribers: dict[int, RelaySubscriber] = {}
         self._task = asyncio.get_running_loop().create_task(self._run(node))
+
+    @property
+    def closed(self) -> bool:
+        return self.ended_at is not None
 
     def _send(self, data: bytes) -> None:
         if self._out is not None:
@@ -312,7 +323,7 @@ class RelayLink:
 
     def _end(self, reason: str) -> None:
         """No answer will come: confirms fail, calls fail, subscriptions end."""
-        self.closed = True
+        self.ended_at = asyncio.get_running_loop().time()
         self._early.clear()
         failed = RelayFailed(f"the link to node '{self.home}' broke: {reason}")
         for confirmed in self._confirms.values():

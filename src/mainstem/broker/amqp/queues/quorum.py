@@ -107,7 +107,8 @@ class QuorumStandby(RemoteQueue):
 
     def not_here(self) -> NotHere:
         leader = self.home()
-        where = (f"is live on node '{leader}' (its leader): connect there" if leader else
+        where = (f"is live on node '{leader}' (its leader), out of this node's reach at "
+                 "the moment: retry, or connect there" if leader else
                  "has no leader at the moment (an election is under way): retry")
         return NotHere(f"quorum queue '{self.name}' {where}")
 

@@ -56,7 +56,8 @@ class RemoteQueue(ClassicQueue):
 
     def not_here(self) -> NotHere:
         home = self.home()
-        where = (f"is live on node '{home}': connect there" if home else
+        where = (f"is live on node '{home}', out of this node's reach at the moment: "
+                 "retry, or connect there" if home else
                  "has no live node at the moment: retry")
         return NotHere(f"{self.kind} queue '{self.name}' {where}")
 
@@ -163,7 +164,11 @@ class RemoteQueue(ClassicQueue):
         return len(self.consumers) if total is None else total
 
     def delete_storage(self) -> None:
+        """Deleted here: the subscriptions at the home go too (its consumers were told)."""
         self._ready.close()
+        relayed, self._relayed = self._relayed, {}
+        for subscription in relayed.values():
+            subscription.stop()
 
     async def close(self) -> None:
         self.stop_timers()
