@@ -128,6 +128,8 @@ class QueueRelay(Protocol):
     `RemoteQueue` asks of the cluster. Errors are the broker's (`NotHere` when the home
     cannot be reached or does not hold the queue live)."""
 
+    node_name: str  # this node's
+
     def reaches(self, home: str) -> bool:
         """Whether `home` is another live node of the cluster."""
 

@@ -95,12 +95,13 @@ class Relay:
 
     def __init__(self, node: ClusterNode) -> None:
         self.node = node
+        self.node_name = node.node_name
         self._links: dict[str, RelayLink] = {}
 
     def reaches(self, home: str) -> bool:
         """Another live node, and not one whose link just broke: a publisher to a dead
         home that etcd still names is refused without a connection attempt each time."""
-        if home == self.node.node_name or home not in self.node.nodes:
+        if home == self.node_name or home not in self.node.nodes:
             return False
         link = self._links.get(home)
         return link is None or link.ended_at is None \

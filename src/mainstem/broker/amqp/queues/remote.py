@@ -55,11 +55,17 @@ class RemoteQueue(ClassicQueue):
         self._relayed: dict[Consumer, RelayedConsumer] = {}
 
     def not_here(self) -> NotHere:
-        home = self.home()
-        where = (f"is live on node '{home}', out of this node's reach at the moment: "
-                 "retry, or connect there" if home else
-                 "has no live node at the moment: retry")
-        return NotHere(f"{self.kind} queue '{self.name}' {where}")
+        return NotHere(f"{self.kind} queue '{self.name}' {self.whereabouts()}")
+
+    def whereabouts(self) -> str:
+        """Where the queue is, for a client refused here."""
+        home, relay = self.home(), self.relay_of()
+        if home is None:
+            return "has no live node at the moment: retry"
+        if relay is not None and home == relay.node_name:
+            return "is being made live on this node: retry"
+        return (f"is live on node '{home}', out of this node's reach at the moment: "
+                "retry, or connect there")
 
     def _route(self) -> tuple[QueueRelay, str]:
         """The relay and the home to reach; NotHere while there is none to reach."""
