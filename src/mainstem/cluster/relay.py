@@ -210,7 +210,7 @@ class RelayLink:
         """Run `op` at the home; raises the broker error it answers with, or NotHere if
         the link breaks or the home does not answer in time."""
         if self.closed:
-            raise self._gone()
+            raise self._gone("its link is down")
         request = next(self._ids)
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._calls[request] = answer
@@ -219,8 +219,7 @@ class RelayLink:
         try:
             reply = await asyncio.wait_for(answer, CALL_TIMEOUT_S)
         except TimeoutError:
-            raise NotHere(f"node '{self.home}' did not answer in {CALL_TIMEOUT_S:.0f} s: "
-                          "retry") from None
+            raise self._gone(f"no answer in {CALL_TIMEOUT_S:.0f} s") from None
         finally:
             self._calls.pop(request, None)
         if "error" in reply:
@@ -319,8 +318,9 @@ class RelayLink:
         elif isinstance(message := reply.get("message"), RelayedMessage):
             self.settle((message.delivery,), Settlement.REQUEUE)  # its get gave up
 
-    def _gone(self) -> NotHere:
-        return NotHere(f"the link to node '{self.home}' is down: retry")
+    def _gone(self, why: str) -> NotHere:
+        return NotHere(f"the queue's home, node '{self.home}', is out of this node's reach "
+                       f"at the moment ({why}): retry")
 
     def _end(self, reason: str) -> None:
         """No answer will come: confirms fail, calls fail, subscriptions end."""
@@ -332,7 +332,7 @@ class RelayLink:
                 confirmed.set_exception(failed)
         for answer in self._calls.values():
             if not answer.done():
-                answer.set_exception(self._gone())
+                answer.set_exception(self._gone(f"its link broke: {reason}"))
         self._confirms.clear()
         self._calls.clear()
         subscribers, self._subscribers = self._subscribers, {}
