@@ -271,9 +271,9 @@ class Channel:
                 auto_delete=method.auto_delete, arguments=method.arguments, owner=owner))
         self._last_queue = queue.name
         if not method.no_wait:
-            if isinstance(queue, RemoteQueue):
-                await queue.refresh_counts()  # the counts are the home's
-            self.reply(m.QueueDeclareOk(queue.name, *_counts(queue)))
+            counts = await queue.home_counts() if isinstance(queue, RemoteQueue) \
+                else _counts(queue)
+            self.reply(m.QueueDeclareOk(queue.name, *counts))
 
     def _queue_binding(self, method: m.QueueBind | m.QueueUnbind) -> Binding:
         queue = self._queue_name(method.queue, method)
@@ -316,7 +316,7 @@ class Channel:
         try:
             remote = self.vhost.queues.get(name)
             if isinstance(remote, RemoteQueue):
-                await remote.refresh_counts()  # if_unused, if_empty and the count: the home's
+                await remote.before_delete()
             count = await self.vhost.delete_queue(name, owner=self.connection,
                                                   if_unused=method.if_unused,
                                                   if_empty=method.if_empty)

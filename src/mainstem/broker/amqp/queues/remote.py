@@ -154,15 +154,19 @@ class RemoteQueue(ClassicQueue):
         relay, home = self._route()
         return await relay.purge(home, self.vhost, self.name)
 
-    async def refresh_counts(self) -> None:
-        """Take the home's ready and consumer counts as this queue's (for declare-ok and
-        queue.delete's checks); left as they are while the home cannot be reached."""
+    async def home_counts(self) -> tuple[int, int]:
+        """The home's ready messages and consumers; (0, those here) while it cannot be
+        reached, as a queue known here and live nowhere has."""
         try:
             relay, home = self._route()
-            self.ready_count, self.consumer_total = await relay.counts(
-                home, self.vhost, self.name)
+            return await relay.counts(home, self.vhost, self.name)
         except NotHere:
-            self.ready_count, self.consumer_total = 0, None
+            return 0, len(self.consumers)
+
+    async def before_delete(self) -> None:
+        """queue.delete checks if_unused and if_empty, and answers the message count,
+        against the home's counts: they become this queue's."""
+        self.ready_count, self.consumer_total = await self.home_counts()
 
     @property
     def consumer_count(self) -> int:
