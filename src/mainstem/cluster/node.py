@@ -543,7 +543,8 @@ class ClusterNode:
         """Serve another node's clients using queues live here (see `relay_home`)."""
         peer = self._from_elsewhere(hello, writer)
         if peer is not None:
-            await HomeLink(self.core.queues, self.node_name, peer, writer).serve(reader)
+            await self.relay.serve(HomeLink(self.core.queues, self.node_name, peer, writer),
+                                   reader)
 
     def _from_elsewhere(self, hello: bytes, writer: asyncio.StreamWriter) -> str | None:
         """The node a FORWARD_HELLO or RELAY_HELLO names, if it holds the cluster's

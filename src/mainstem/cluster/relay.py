@@ -33,6 +33,7 @@ from mainstem.cluster.wire import FrameType, WireError, frame
 
 if TYPE_CHECKING:
     from mainstem.cluster.node import ClusterNode
+    from mainstem.cluster.relay_home import HomeLink
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -97,6 +98,7 @@ class Relay:
         self.node = node
         self.node_name = node.node_name
         self._links: dict[str, RelayLink] = {}
+        self._served: dict[str, set[HomeLink]] = {}  # other nodes' links to this one
 
     def reaches(self, home: str) -> bool:
         """Another live node, and not one whose link just broke: a publisher to a dead
@@ -141,11 +143,23 @@ class Relay:
         reply = await self._link(home).call("counts", vhost, queue)
         return int(reply["ready"]), int(reply["consumers"])
 
+    async def serve(self, home_link: HomeLink, reader: asyncio.StreamReader) -> None:
+        """Serve another node's link to this one until it ends."""
+        served = self._served.setdefault(home_link.peer, set())
+        served.add(home_link)
+        try:
+            await home_link.serve(reader)
+        finally:
+            served.discard(home_link)
+
     def node_left(self, name: str) -> None:
-        """A node's lease lapsed: whatever its link still waits for will not come."""
+        """A node's lease lapsed (dead, frozen, cut off): whatever its links still wait
+        for will not come, either way."""
         link = self._links.pop(name, None)
         if link is not None:
             link.close()
+        for home_link in self._served.pop(name, set()):
+            home_link.close()
 
     def close(self) -> None:
         for link in self._links.values():

@@ -75,6 +75,11 @@ class HomeLink:
         self._unsettled: dict[int, _Unsettled] = {}
         self._consumers: dict[int, HomeConsumer] = {}
 
+    def close(self) -> None:
+        """The node left the cluster (its lease lapsed): stop waiting for its settles;
+        the read ends and what it had unsettled is requeued."""
+        self.out.writer.close()
+
     async def serve(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
