@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -221,6 +222,52 @@ async def test_no_ack_consumers_through_another_node(
     assert received == numbered(1, 400)
     await channel.close()
     assert await counts_once_back(connections["node3"], queue) == (0, 0)  # none came back
+
+
+async def test_a_frozen_consumer_node_gives_its_deliveries_back(
+        cluster: LocalCluster, connections: Connections) -> None:
+    queue = "relay-frozen"
+    await declare_led_by_node1(connections, cluster, queue)
+    assert await publish_through(connections["node2"], queue, 20) == set(range(1, 21))
+    held: list[bytes] = []
+
+    async def hold(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        held.append(message.body)  # never acked
+
+    channel = await connections["node3"].channel()
+    await channel.set_qos(prefetch_count=5)
+    await (await channel.declare_queue(queue, passive=True)).consume(hold)
+    for _ in range(100):  # bounded: until the prefetch is delivered
+        if len(held) == 5:
+            break
+        await asyncio.sleep(0.05)
+    assert held == numbered(1, 5)
+    assert await counts(connections["node2"], queue) == (15, 1)
+
+    # node3 frozen: once its lease lapses (5 s), the home requeues what it held.
+    cluster.kill("node3", signal.SIGSTOP)
+    try:
+        for _ in range(200):  # bounded: a lease TTL and a little
+            if await counts(connections["node2"], queue) == (20, 0):
+                break
+            await asyncio.sleep(0.1)
+        assert await counts(connections["node2"], queue) == (20, 0)
+        got = await (await connections["node2"].channel()).declare_queue(queue, passive=True)
+        first = await got.get(no_ack=True)
+        assert (first.body, first.redelivered) == (b"m1", True)
+    finally:
+        cluster.kill("node3", signal.SIGCONT)
+    for _ in range(200):  # bounded: node3 registers again and its links work anew
+        with contextlib.suppress(aio_pika.exceptions.AMQPError, ConnectionError):
+            fresh = await aio_pika.connect(amqp_url(cluster, "node3"))
+            try:
+                if await counts(fresh, queue) == (19, 0):
+                    break
+            finally:
+                await fresh.close()
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("node3 did not relay to the queue's home again")
 
 
 async def test_killing_the_home_cancels_relayed_consumers_and_loses_nothing(
