@@ -23,7 +23,7 @@ from mainstem.testing_cluster import LocalCluster
 from tests.support.quorum_clients import QUORUM, amqp_url, publish_numbered, queue_row
 
 # A home out of reach (node1 dead, a new leader not live yet) is refused, and said so.
-REFUSAL = r"out of this node's reach|has no leader|being made live on this node"
+REFUSAL = r"out of this node's reach|has no leader|being made live|not live on node"
 Connections = dict[str, aio_pika.abc.AbstractConnection]  # node name -> a client's
 
 

@@ -100,7 +100,7 @@ class HomeLink:
         queue = None if host is None else host.queues.get(name)
         if queue is None or isinstance(queue, RemoteQueue) or queue.deleted:
             raise NotHere(f"queue '{name}' in vhost '{vhost}' is not live on node "
-                          f"'{self.node}' any more: retry")
+                          f"'{self.node}' at the moment (no longer, or not yet): retry")
         return queue
 
     def track(self, queue: ClassicQueue, message: QueueMessage,
