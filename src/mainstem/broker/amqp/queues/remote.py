@@ -48,7 +48,7 @@ class RemoteQueue(ClassicQueue):
     home: Callable[[], str | None] = staticmethod(lambda: None)  # set by the vhost
     vhost = ""  # set by the vhost, with `relay_of`
     relay_of: Callable[[], QueueRelay | None] = staticmethod(lambda: None)
-    consumer_total: int | None = None  # the home's consumer count, as last asked
+    consumer_total: int | None = None  # the home's consumer count, as queue.delete asked it
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
