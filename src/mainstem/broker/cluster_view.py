@@ -7,11 +7,15 @@ it knows this interface, which the cluster node implements. Without a cluster,
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+import asyncio
+import enum
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from mainstem.broker.amqp.queues.message import QueueMessage
+    from mainstem.broker.amqp.queues.remote import RelayedMessage
     from mainstem.broker.amqp.queues.virtual_host import VirtualHost
     from mainstem.broker.streams import Stream
 
@@ -147,3 +151,64 @@ class SegmentSharing(Protocol):
 
     async def forget(self, namespace: str, stream: str) -> None:
         """The stream's segments were deleted: drop their state on every node."""
+
+
+class Settlement(enum.IntEnum):
+    """What a node tells a queue's home about a message relayed to one of its clients."""
+
+    ACK = 1
+    REJECT = 2  # dead-lettered if the queue says so
+    REQUEUE = 3
+
+
+class RelaySubscriber(Protocol):
+    """A consumer of this node subscribed to a queue at its home."""
+
+    def relayed(self, message: RelayedMessage) -> None:
+        """A delivery from the home (unsettled there until settled through the relay)."""
+
+    def ended(self) -> None:
+        """The home cancelled the subscription, or the link to it broke."""
+
+
+class RelaySubscription(Protocol):
+    def cancel(self) -> None:
+        """basic.cancel at the home (what it delivered stays unsettled until settled)."""
+
+
+class QueueRelay(Protocol):
+    """How this node reaches AMQP queues live on another node (their home): what a
+    `RemoteQueue` asks of the cluster. Errors are the broker's (`NotHere` when the home
+    cannot be reached or does not hold the queue live)."""
+
+    node_name: str  # this node's
+
+    def reaches(self, home: str) -> bool:
+        """Whether `home` is another live node of the cluster."""
+
+    def publish(self, home: str, vhost: str, queue: str, message: QueueMessage,
+                confirm: bool) -> asyncio.Future[None] | None:
+        """Enqueue at the home; with `confirm`, a future done once the home has it as its
+        own publish would be confirmed (failed if refused or the link broke)."""
+
+    async def subscribe(self, home: str, vhost: str, queue: str, subscriber: RelaySubscriber,
+                        *, window: int, exclusive: bool) -> RelaySubscription:
+        """basic.consume at the home, with at most `window` deliveries unsettled."""
+
+    def backlog(self, home: str) -> asyncio.Future[None] | None:
+        """While the link to `home` has more to write than it should hold: done once it
+        caught up (publishers wait for it, as for a queue's pager)."""
+
+    def settle(self, route: object, deliveries: Sequence[int], how: Settlement) -> None:
+        """Settle deliveries that came over `route` (ignored once that link is gone: its
+        home requeued them)."""
+
+    async def get(self, home: str, vhost: str, queue: str, no_ack: bool
+                  ) -> tuple[RelayedMessage | None, int]:
+        """basic.get at the home: the message (None if empty) and how many stay ready."""
+
+    async def purge(self, home: str, vhost: str, queue: str) -> int:
+        """queue.purge at the home: how many ready messages it dropped."""
+
+    async def counts(self, home: str, vhost: str, queue: str) -> tuple[int, int]:
+        """The queue's ready messages and consumers at the home."""

@@ -37,6 +37,8 @@ from mainstem.cluster.metadata import AREAS, CATALOG_KINDS, SharedMetadata
 from mainstem.cluster.partition_counts import PartitionCounts, partition_keys
 from mainstem.cluster.quorum import QUORUM, QuorumQueues
 from mainstem.cluster.quorum import storage_of as quorum_storage
+from mainstem.cluster.relay import Relay
+from mainstem.cluster.relay_home import HomeLink
 from mainstem.cluster.replica import PartitionRole
 from mainstem.log.partition import PartitionClosed
 
@@ -83,6 +85,7 @@ class ClusterNode:
         self.forwarding = Forwarding(self)
         self.quorum = QuorumQueues(self)
         self.topology = SharedTopology(self, PREFIX)
+        self.relay = Relay(self)
         # Catalog changes made here, shared through etcd in the order they were made.
         self._changes: asyncio.Queue[tuple[str, tuple[Any, ...], dict[str, Any] | None]] = (
             asyncio.Queue())
@@ -101,6 +104,7 @@ class ClusterNode:
         self.secret = await self._shared_secret()
         await self._register()
         self.core.queues.replication = self.quorum
+        self.core.queues.relay = self.relay
         await self._load()
         self.core.queues.topology = self.topology
         self._spawn(self._keep_alive())
@@ -127,6 +131,8 @@ class ClusterNode:
             role.save_commit_point()
         await self.quorum.close()
         self.core.queues.replication = None
+        self.core.queues.relay = None
+        self.relay.close()
         if self._server is not None:
             self._server.close()
         for writer in self._feeds:
@@ -293,6 +299,7 @@ class ClusterNode:
         if info is None:
             self.nodes.pop(name, None)
             self.topology.node_gone(name)
+            self.relay.node_left(name)
             return
         self.nodes[name] = NodeAddress(name, info["host"], info.get("ports", {}))
         self.replication_ports[name] = int(info["replication_port"])
@@ -513,6 +520,9 @@ class ClusterNode:
                 if kind == wire.FrameType.FORWARD_HELLO:
                     await self._serve_forwards(body, reader, writer)
                     return
+                if kind == wire.FrameType.RELAY_HELLO:
+                    await self._serve_relay(body, reader, writer)
+                    return
                 if kind != wire.FrameType.HELLO:
                     raise wire.WireError(f"a follower opens with HELLO, not {kind}")
                 hello = wire.Hello.decode(body)
@@ -539,12 +549,7 @@ class ClusterNode:
     async def _serve_forwards(self, hello: bytes, reader: asyncio.StreamReader,
                               writer: asyncio.StreamWriter) -> None:
         """Run the appends another node forwards to partitions this node leads."""
-        try:
-            secret = str(json.loads(hello)["secret"])
-        except (ValueError, KeyError, TypeError) as error:
-            raise wire.WireError(f"bad FORWARD_HELLO: {error}") from error
-        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
-            writer.write(wire.frame(wire.FrameType.REFUSE, b"wrong cluster secret"))
+        if self._from_elsewhere(hello, writer) is None:
             return
         running: set[asyncio.Task[None]] = set()
         try:
@@ -559,6 +564,27 @@ class ClusterNode:
         finally:
             for task in running:
                 task.cancel()
+
+    async def _serve_relay(self, hello: bytes, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+        """Serve another node's clients using queues live here (see `relay_home`)."""
+        peer = self._from_elsewhere(hello, writer)
+        if peer is not None:
+            await self.relay.serve(HomeLink(self.core.queues, self.node_name, peer, writer),
+                                   reader)
+
+    def _from_elsewhere(self, hello: bytes, writer: asyncio.StreamWriter) -> str | None:
+        """The node a FORWARD_HELLO or RELAY_HELLO names, if it holds the cluster's
+        secret; None (and REFUSE sent) otherwise."""
+        try:
+            fields = json.loads(hello)
+            secret, peer = str(fields["secret"]), str(fields.get("node", "?"))
+        except (ValueError, KeyError, TypeError) as error:
+            raise wire.WireError(f"bad hello: {error}") from error
+        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
+            writer.write(wire.frame(wire.FrameType.REFUSE, b"wrong cluster secret"))
+            return None
+        return peer
 
     async def _run_forward(self, request: int, storage: str, index: int,
                            append: ForwardedAppend, writer: asyncio.StreamWriter

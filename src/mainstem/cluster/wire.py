@@ -8,6 +8,8 @@ HELLO again), START (your log agrees with mine: chunks follow) or REFUSE (a reas
 A node that forwards appends to partitions this node leads opens with FORWARD_HELLO
 instead, then sends FORWARD frames; each is answered by a FORWARDED frame once the
 append is committed (or failed), in whatever order they complete.
+A node that relays AMQP traffic to queues this node is home to opens with RELAY_HELLO
+(the frames that follow are in `relay_wire`).
 Then the leader sends CHUNK frames — whether the chunk opens a segment, the commit
 point, and the chunk itself as it lies on disk, trailer included — and COMMIT frames
 when only the commit point moved; the follower answers ACK with the offset below which
@@ -41,6 +43,16 @@ class FrameType(enum.IntEnum):
     FORWARD_HELLO = 8  # a node that forwards appends: JSON secret and node
     FORWARD = 9  # one append, see encode_forward
     FORWARDED = 10  # JSON id and offset, or id and error
+    # AMQP traffic relayed to queues' home nodes: see relay_wire
+    RELAY_HELLO = 11
+    RELAY_PUBLISH = 12
+    RELAY_CONFIRM = 13
+    RELAY_CALL = 14
+    RELAY_REPLY = 15
+    RELAY_DELIVER = 16
+    RELAY_GOT = 17
+    RELAY_SETTLE = 18
+    RELAY_CANCELLED = 19
 
 
 class WireError(Exception):

@@ -9,10 +9,11 @@ import base64
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from mainstem.broker.amqp.queues import ClassicQueue, PublishOutcome, QueueMessage, ResourceLocked
+from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.auth import PermissionKind
 from mainstem.broker.errors import (
@@ -274,7 +275,9 @@ class Channel:
             await self.vhost.shared()
         self._last_queue = queue.name
         if not method.no_wait:
-            self.reply(m.QueueDeclareOk(queue.name, *_counts(queue)))
+            counts = await queue.home_counts() if isinstance(queue, RemoteQueue) \
+                else _counts(queue)
+            self.reply(m.QueueDeclareOk(queue.name, *counts))
 
     def _queue_binding(self, method: m.QueueBind | m.QueueUnbind) -> Binding:
         queue = self._queue_name(method.queue, method)
@@ -295,11 +298,19 @@ class Channel:
         await self.vhost.shared()
         self.reply(m.QueueUnbindOk())
 
-    def on_queue_purge(self, method: m.QueuePurge) -> None:
+    def on_queue_purge(self, method: m.QueuePurge) -> Awaitable[None] | None:
         name = self._queue_name(method.queue, method)
         queue = self.vhost.lookup(name, self.connection)
         self.check("read", name, "queue")
-        count = queue.purge() if isinstance(queue, ClassicQueue) else 0
+        if isinstance(queue, RemoteQueue):
+            return self._purge_at_home(queue, method)
+        self._purged(method, queue.purge() if isinstance(queue, ClassicQueue) else 0)
+        return None
+
+    async def _purge_at_home(self, queue: RemoteQueue, method: m.QueuePurge) -> None:
+        self._purged(method, await queue.purge_at_home())
+
+    def _purged(self, method: m.QueuePurge, count: int) -> None:
         if not method.no_wait:
             self.reply(m.QueuePurgeOk(count))
 
@@ -309,6 +320,9 @@ class Channel:
         self.check("configure", name, "queue")
         self._held_cancels = []
         try:
+            remote = self.vhost.queues.get(name)
+            if isinstance(remote, RemoteQueue):
+                await remote.before_delete()
             count = await self.vhost.delete_queue(name, owner=self.connection,
                                                   if_unused=method.if_unused,
                                                   if_empty=method.if_empty)
@@ -327,7 +341,7 @@ class Channel:
         self.reply(self.credit.qos(method))
         self.resume()
 
-    def on_consume(self, method: m.BasicConsume) -> None:
+    def on_consume(self, method: m.BasicConsume) -> Awaitable[None] | None:
         name = self._queue_name(method.queue, method)
         queue = self.vhost.lookup(name, self.connection)
         self.check("read", name, "queue")
@@ -352,16 +366,37 @@ class Channel:
             consumer = QueueConsumer(self, queue, tag, no_ack=method.no_ack,
                                      exclusive=method.exclusive,
                                      prefetch=self.credit.consumer_prefetch(stream=False))
+            if isinstance(queue, RemoteQueue):
+                return self._consume_at_home(queue, consumer, method)
             try:
                 queue.add_consumer(consumer)  # refuses a conflict before consume-ok
             except AccessRefused:
-                raise ChannelError(ReplyCode.ACCESS_REFUSED,
-                                   f"{self.vhost.describe('queue', name)} in exclusive use",
-                                   method) from None
+                raise self._in_exclusive_use(name, method) from None
+        self._consuming(consumer, method)
+        return None
+
+    async def _consume_at_home(self, queue: RemoteQueue, consumer: QueueConsumer,
+                               method: m.BasicConsume) -> None:
+        try:
+            await queue.subscribe(consumer)  # the home refuses a conflict before consume-ok
+        except AccessRefused:
+            raise self._in_exclusive_use(queue.name, method) from None
+        if self.closing or self.ended or not self.credit.open:
+            queue.remove_consumer(consumer)  # the channel closed meanwhile
+            return
+        self._consuming(consumer, method)
+
+    def _in_exclusive_use(self, name: str, method: m.BasicConsume) -> ChannelError:
+        return ChannelError(ReplyCode.ACCESS_REFUSED,
+                            f"{self.vhost.describe('queue', name)} in exclusive use", method)
+
+    def _consuming(self, consumer: Consumer, method: m.BasicConsume) -> None:
+        tag = consumer.tag
         self.consumers[tag] = consumer
         if not method.no_wait:
             self.reply(m.BasicConsumeOk(tag))
-        self.connection.ctx.add_consumer(tag, name, prefetch_count=consumer.prefetch,
+        self.connection.ctx.add_consumer(tag, consumer.queue.name,
+                                         prefetch_count=consumer.prefetch,
                                          ack_required=not consumer.no_ack, channel=self.number)
         if isinstance(consumer, QueueConsumer):
             consumer.start()  # deliveries follow consume-ok
@@ -388,7 +423,7 @@ class Channel:
         if self.connection.cancel_notify:
             self.reply(m.BasicCancel(tag, True))
 
-    def on_get(self, method: m.BasicGet) -> None:
+    def on_get(self, method: m.BasicGet) -> Awaitable[None] | None:
         name = self._queue_name(method.queue, method)
         queue = self.vhost.lookup(name, self.connection)
         self.check("read", name, "queue")
@@ -397,27 +432,42 @@ class Channel:
                                  f"basic.get not supported by stream queues queue '{name}' in "
                                  f"vhost '{self.vhost.name}'",
                                  class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        if isinstance(queue, RemoteQueue):
+            return self._get_at_home(queue, method)
         message = queue.get()
+        if message is not None:
+            if method.no_ack:
+                queue.settle(message)
+            else:
+                queue.unacked_count += 1
+        self._got(queue, method, message, queue.ready_count)
+        return None
+
+    async def _get_at_home(self, queue: RemoteQueue, method: m.BasicGet) -> None:
+        message, ready = await queue.fetch(method.no_ack)  # settled there if no_ack
+        if message is not None and not method.no_ack and not self.credit.open:
+            queue.requeue([message])  # the channel closed meanwhile
+            return
+        self._got(queue, method, message, ready)
+
+    def _got(self, queue: ClassicQueue, method: m.BasicGet, message: QueueMessage | None,
+             ready: int) -> None:
+        """Answer basic.get: get-empty, or get-ok with the message and `ready` left."""
         if message is None:
             self.stats.get_empty += 1
             self.reply(m.BasicGetEmpty())
             return
         for stats in (self.stats, queue.stats):
             stats.delivered(no_ack=method.no_ack, by_get=True, redelivered=message.redelivered)
-        if method.no_ack:
-            queue.settle(message)
-            self._delivery_tag += 1
-            tag = self._delivery_tag
-        else:
-            queue.unacked_count += 1
-            self._delivery_tag += 1
-            tag = self._delivery_tag
+        self._delivery_tag += 1
+        tag = self._delivery_tag
+        if not method.no_ack:
             self.unacked[tag] = _Delivery(None, queue, message)
         get_ok = m.BasicGetOk(tag, message.redelivered, message.exchange, message.routing_key,
-                              queue.ready_count)
+                              ready)
         self.connection.send(encode_content(self.number, get_ok, message.properties,
                                             message.body, self.connection.frame_max))
-        self.counted(name, len(message.body))
+        self.counted(queue.name, len(message.body))
 
     # -- acknowledgements --------------------------------------------------------
 
@@ -664,7 +714,7 @@ def _require_utf8(kind: str, name: str, method: Method) -> None:
 
 def _counts(queue: ClassicQueue | Stream) -> tuple[int, int]:
     if isinstance(queue, ClassicQueue):
-        return queue.ready_count, len(queue.consumers)
+        return queue.ready_count, queue.consumer_count
     return 0, 0
 
 

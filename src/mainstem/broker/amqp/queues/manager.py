@@ -19,7 +19,7 @@ from mainstem.broker.amqp.queues.spill import wipe
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
-from mainstem.broker.cluster_view import QueueReplication, TopologyReplication
+from mainstem.broker.cluster_view import QueueRelay, QueueReplication, TopologyReplication
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
 from mainstem.broker.streams import StreamStore
@@ -47,9 +47,11 @@ class QueueManager:
         self.streams = streams
         self.durability = durability
         self.vhosts: dict[str, VirtualHost] = {}
-        # Set by a node in a cluster: quorum queues' journals, and every vhost's topology.
+        # Set by a node in a cluster: quorum queues' journals, every vhost's topology, and
+        # the relay that reaches RemoteQueues' homes.
         self.replication: QueueReplication | None = None
         self.topology: TopologyReplication | None = None
+        self.relay: QueueRelay | None = None
         self._db = catalog.connect()
 
     def open(self) -> None:

@@ -28,6 +28,7 @@ class Consumer(Protocol):
     tag: str
     no_ack: bool
     exclusive: bool
+    prefetch: int  # its own unacked limit (0: none)
 
     def has_credit(self) -> bool: ...
 
@@ -186,6 +187,10 @@ class ClassicQueue:
         return count
 
     # -- consumers -----------------------------------------------------------
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
 
     def add_consumer(self, consumer: Consumer) -> None:
         if consumer.exclusive and self.consumers:

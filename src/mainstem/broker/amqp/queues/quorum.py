@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 from mainstem.broker.amqp.queues.journal import Replay
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
-from mainstem.broker.amqp.queues.remote import NotHere, RemoteQueue
+from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.log.partition import Partition, PartitionClosed
 
 # Marks a replicated quorum queue in this node's own record of its vhost's queues: after a
@@ -105,11 +105,10 @@ class QuorumStandby(RemoteQueue):
     kind = "quorum"
     placing: Awaitable[None] | None = None  # a declaration the cluster is making
 
-    def not_here(self) -> NotHere:
-        leader = self.home()
-        where = (f"is live on node '{leader}' (its leader): connect there" if leader else
-                 "has no leader at the moment (an election is under way): retry")
-        return NotHere(f"quorum queue '{self.name}' {where}")
+    def whereabouts(self) -> str:
+        if self.home() is None:
+            return "has no leader at the moment (an election is under way): retry"
+        return super().whereabouts()
 
 
 REPLICATED_QUEUES = (QuorumQueue, QuorumStandby)

@@ -3,20 +3,43 @@
 Every node knows every shared queue (declarations succeed and bindings hold anywhere);
 where one is not live here — a quorum queue whose journal another node leads, a classic
 queue whose home is another node — this node holds a `RemoteQueue` in its place. What a
-queue does with messages and consumers happens at its home node.
+queue does with messages and consumers happens at its home node: a `RemoteQueue` relays
+publishes, consumers, basic.get, purges and counts there through the cluster's
+`QueueRelay`, and refuses them (naming the home) while it cannot reach it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue, Consumer
+from mainstem.broker.cluster_view import QueueRelay, RelaySubscription, Settlement
 from mainstem.broker.errors import PreconditionFailed
+
+# Deliveries a home may have in flight to a consumer without a prefetch (or a no-ack one):
+# bounds what waits here for the client's credit.
+UNBOUNDED_WINDOW = 256
 
 
 class NotHere(PreconditionFailed):
-    """A queue is used on a node where it is not live."""
+    """A queue is used on a node where it is not live and its home cannot be reached."""
+
+
+class RelayedMessage(QueueMessage):
+    """A message delivered by a queue's home: settling it goes back over the same link."""
+
+    __slots__ = ("delivery", "route")
+
+    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes, *,
+                 delivery: int, route: object, delivery_count: int) -> None:
+        super().__init__(exchange, routing_key, properties, body)
+        self.delivery = delivery  # the home's id of this delivery
+        self.route = route  # the link it came over: ids mean nothing on another one
+        self.delivery_count = delivery_count
 
 
 class RemoteQueue(ClassicQueue):
@@ -24,31 +47,194 @@ class RemoteQueue(ClassicQueue):
 
     home: Callable[[], str | None] = staticmethod(lambda: None)  # set by the vhost
     home_node = ""  # a classic queue's home, live or not (a quorum queue's moves)
+    vhost = ""  # set by the vhost, with `relay_of`
+    relay_of: Callable[[], QueueRelay | None] = staticmethod(lambda: None)
+    consumer_total: int | None = None  # the home's consumer count, as queue.delete asked it
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._relayed: dict[Consumer, RelayedConsumer] = {}
 
     def not_here(self) -> NotHere:
-        home = self.home()
-        where = (f"is live on node '{home}': connect there" if home else
-                 "has no live node at the moment: retry")
-        return NotHere(f"{self.kind} queue '{self.name}' {where}")
+        return NotHere(f"{self.kind} queue '{self.name}' {self.whereabouts()}")
 
     def touch(self) -> None:
         """x-expires runs at the home only: a copy here must not delete the queue."""
 
-    def publish(self, message: QueueMessage, confirm: bool = False) -> bool:
-        return False  # refused: a confirming publisher gets basic.nack
+    def whereabouts(self) -> str:
+        """Where the queue is, for a client refused here."""
+        home, relay = self.home(), self.relay_of()
+        if home is None:
+            return "has no live node at the moment: retry"
+        if relay is not None and home == relay.node_name:
+            return "is being made live on this node: retry"
+        return (f"is live on node '{home}', out of this node's reach at the moment: "
+                "retry, or connect there")
+
+    def _route(self) -> tuple[QueueRelay, str]:
+        """The relay and the home to reach; NotHere while there is none to reach."""
+        relay, home = self.relay_of(), self.home()
+        if relay is None or home is None or not relay.reaches(home):
+            raise self.not_here()
+        return relay, home
+
+    # -- publishing: forwarded to the home, confirmed once it has the message -----------
+
+    def publish(self, message: QueueMessage, confirm: bool = False
+                ) -> asyncio.Future[None] | bool | None:
+        try:
+            relay, home = self._route()
+        except NotHere:
+            return False  # refused: a confirming publisher gets basic.nack
+        self.stats.publish += 1
+        return relay.publish(home, self.vhost, self.name, message, confirm)
+
+    @property
+    def backlog(self) -> asyncio.Future[None] | None:
+        relay, home = self.relay_of(), self.home()
+        return None if relay is None or home is None else relay.backlog(home)
+
+    # -- consumers: subscribed at the home, deliveries handed on within local credit -----
 
     def add_consumer(self, consumer: Consumer) -> None:
-        raise self.not_here()
+        raise self.not_here()  # consumers subscribe at the home: `subscribe`
 
-    def get(self) -> QueueMessage | None:
-        raise self.not_here()
+    async def subscribe(self, consumer: Consumer) -> None:
+        """basic.consume at the home; raises its refusal (AccessRefused: exclusive use)."""
+        relay, home = self._route()
+        relayed = RelayedConsumer(self, consumer, relay)
+        window = consumer.prefetch if consumer.prefetch and not consumer.no_ack \
+            else UNBOUNDED_WINDOW
+        relayed.subscription = await relay.subscribe(
+            home, self.vhost, self.name, relayed, window=window, exclusive=consumer.exclusive)
+        self._relayed[consumer] = relayed
+        self.consumers.append(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        relayed = self._relayed.pop(consumer, None)
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if relayed is not None:
+            relayed.stop()
+
+    def dispatch(self) -> None:
+        """Credit may be back here (acks, a drained socket): hand on what waits."""
+        for relayed in list(self._relayed.values()):
+            relayed.hand_on()
+
+    def _ended(self, consumer: Consumer) -> None:
+        """The home cancelled a subscription or the link broke: basic.cancel to the client."""
+        self._relayed.pop(consumer, None)
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        consumer.cancelled_by_server()
+
+    # -- settling: what this node's clients decide goes to the home ---------------------
+
+    def ack(self, message: QueueMessage) -> None:
+        _settle([message], Settlement.ACK, self.relay_of())
+
+    def reject(self, message: QueueMessage) -> None:
+        _settle([message], Settlement.REJECT, self.relay_of())
+
+    def requeue(self, messages: Iterable[QueueMessage]) -> None:
+        _settle(messages, Settlement.REQUEUE, self.relay_of())
+
+    def settle(self, message: QueueMessage) -> None:
+        pass  # a no-ack basic.get was settled at the home
+
+    # -- asked of the home --------------------------------------------------------------
+
+    async def fetch(self, no_ack: bool) -> tuple[QueueMessage | None, int]:
+        """basic.get at the home: the message (None if empty) and the ready count left."""
+        relay, home = self._route()
+        message, ready = await relay.get(home, self.vhost, self.name, no_ack)
+        return message, ready
 
     def purge(self) -> int:
-        raise self.not_here()
+        raise self.not_here()  # asynchronous here: `purge_at_home`
+
+    async def purge_at_home(self) -> int:
+        relay, home = self._route()
+        return await relay.purge(home, self.vhost, self.name)
+
+    async def home_counts(self) -> tuple[int, int]:
+        """The home's ready messages and consumers; (0, those here) while it cannot be
+        reached, as a queue known here and live nowhere has."""
+        try:
+            relay, home = self._route()
+            return await relay.counts(home, self.vhost, self.name)
+        except NotHere:
+            return 0, len(self.consumers)
+
+    async def before_delete(self) -> None:
+        """queue.delete checks if_unused and if_empty, and answers the message count,
+        against the home's counts: they become this queue's."""
+        self.ready_count, self.consumer_total = await self.home_counts()
+
+    @property
+    def consumer_count(self) -> int:
+        total = self.consumer_total
+        return len(self.consumers) if total is None else total
 
     def delete_storage(self) -> None:
+        """Deleted here: the subscriptions at the home go too (its consumers were told)."""
         self._ready.close()
+        relayed, self._relayed = self._relayed, {}
+        for subscription in relayed.values():
+            subscription.stop()
 
     async def close(self) -> None:
         self.stop_timers()
         self._ready.close()
+
+
+class RelayedConsumer:
+    """A consumer of this node subscribed at the queue's home: deliveries wait here until
+    the consumer has credit (the channel's prefetch, the client's socket)."""
+
+    def __init__(self, queue: RemoteQueue, consumer: Consumer, relay: QueueRelay) -> None:
+        self.queue = queue
+        self.consumer = consumer
+        self.relay = relay
+        self.subscription: RelaySubscription | None = None
+        self.waiting: deque[RelayedMessage] = deque()
+
+    def relayed(self, message: RelayedMessage) -> None:
+        self.waiting.append(message)
+        self.hand_on()
+
+    def hand_on(self) -> None:
+        consumer, waiting = self.consumer, self.waiting
+        while waiting and consumer.has_credit():
+            message = waiting.popleft()
+            consumer.deliver(self.queue, message)
+            if consumer.no_ack:  # settled once sent, as a local no-ack delivery is
+                self.relay.settle(message.route, (message.delivery,), Settlement.ACK)
+
+    def stop(self) -> None:
+        """basic.cancel (or the channel closed): what never reached the client goes back."""
+        self._give_back()
+        if self.subscription is not None:
+            self.subscription.cancel()
+
+    def ended(self) -> None:
+        self._give_back()
+        self.queue._ended(self.consumer)
+
+    def _give_back(self) -> None:
+        _settle(self.waiting, Settlement.REQUEUE, self.relay)
+        self.waiting.clear()
+
+
+def _settle(messages: Iterable[QueueMessage], how: Settlement,
+            relay: QueueRelay | None) -> None:
+    """Settle relayed messages at their homes, one call per link they came over."""
+    if relay is None:
+        return
+    by_route: dict[object, list[int]] = {}
+    for message in messages:
+        if isinstance(message, RelayedMessage):
+            by_route.setdefault(message.route, []).append(message.delivery)
+    for route, deliveries in by_route.items():
+        relay.settle(route, deliveries, how)

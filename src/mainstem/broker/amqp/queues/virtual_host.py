@@ -175,6 +175,8 @@ class VirtualHost:
                              dead_letter=self.dead_letter, on_unused=self._unused,
                              memory=settings.memory_bound(self.manager.memory),
                              spill_root=self.manager.spill_directory)
+        if isinstance(queue, RemoteQueue):  # it reaches its home through the cluster's relay
+            queue.vhost, queue.relay_of = self.name, lambda: self.manager.relay
         self.queues[name] = queue
         self.graph.add_queue(name, durable=durable)
         return queue
@@ -224,7 +226,7 @@ class VirtualHost:
             self.graph.remove_queue(name)
             self.manager.counters.queues_deleted += 1
             return 0
-        if if_unused and queue.consumers:
+        if if_unused and queue.consumer_count:
             raise PreconditionFailed(f"{self.describe('queue', name)} in use")
         if if_empty and queue.ready_count:
             raise PreconditionFailed(f"{self.describe('queue', name)} not empty")
