@@ -175,6 +175,9 @@ class RelaySubscription(Protocol):
     def cancel(self) -> None:
         """basic.cancel at the home (what it delivered stays unsettled until settled)."""
 
+    def handed_on(self, count: int) -> None:
+        """`count` deliveries reached the client: a window counted in transit reopens."""
+
 
 class QueueRelay(Protocol):
     """How this node reaches AMQP queues live on another node (their home): what a
@@ -192,8 +195,10 @@ class QueueRelay(Protocol):
         own publish would be confirmed (failed if refused or the link broke)."""
 
     async def subscribe(self, home: str, vhost: str, queue: str, subscriber: RelaySubscriber,
-                        *, window: int, exclusive: bool) -> RelaySubscription:
-        """basic.consume at the home, with at most `window` deliveries unsettled."""
+                        *, window: int, exclusive: bool, in_transit: bool
+                        ) -> RelaySubscription:
+        """basic.consume at the home, with at most `window` deliveries unsettled (or, with
+        `in_transit`, not yet handed on to the client)."""
 
     def backlog(self, home: str) -> asyncio.Future[None] | None:
         """While the link to `home` has more to write than it should hold: done once it

@@ -120,8 +120,9 @@ class Relay:
         return self._link(home).publish(vhost, queue, message, confirm)
 
     async def subscribe(self, home: str, vhost: str, queue: str, subscriber: RelaySubscriber,
-                        *, window: int, exclusive: bool) -> Subscription:
-        return await self._link(home).subscribe(vhost, queue, subscriber, window, exclusive)
+                        *, window: int, exclusive: bool, in_transit: bool) -> Subscription:
+        return await self._link(home).subscribe(vhost, queue, subscriber, window, exclusive,
+                                                in_transit)
 
     def backlog(self, home: str) -> asyncio.Future[None] | None:
         link = self._links.get(home)
@@ -176,6 +177,9 @@ class Subscription:
 
     def cancel(self) -> None:
         self.link.unsubscribe(self.subscription)
+
+    def handed_on(self, count: int) -> None:
+        self.link.notify("credit", subscription=self.subscription, count=count)
 
 
 class RelayLink:
@@ -240,18 +244,18 @@ class RelayLink:
             raise ERROR_KINDS.get(str(reply.get("kind")), NotHere)(str(reply["error"]))
         return reply
 
-    def _notify(self, op: str, **arguments: Any) -> None:
+    def notify(self, op: str, **arguments: Any) -> None:
         """A call nobody waits for (id 0: the home does not answer)."""
         if not self.closed:
             self._send(rw.encode_json(FrameType.RELAY_CALL, {"id": 0, "op": op, **arguments}))
 
     async def subscribe(self, vhost: str, queue: str, subscriber: RelaySubscriber,
-                        window: int, exclusive: bool) -> Subscription:
+                        window: int, exclusive: bool, in_transit: bool) -> Subscription:
         subscription = next(self._ids)
         self._subscribers[subscription] = subscriber  # deliveries may follow the reply
         try:
             await self.call("consume", vhost, queue, subscription=subscription,
-                            window=window, exclusive=exclusive)
+                            window=window, exclusive=exclusive, in_transit=in_transit)
         except BaseException:
             self.unsubscribe(subscription)  # a home that took it late lets it go
             raise
@@ -259,7 +263,7 @@ class RelayLink:
 
     def unsubscribe(self, subscription: int) -> None:
         self._subscribers.pop(subscription, None)
-        self._notify("cancel", subscription=subscription)
+        self.notify("cancel", subscription=subscription)
 
     def backlog(self) -> asyncio.Future[None] | None:
         return None if self._out is None else self._out.backlog()

@@ -38,14 +38,15 @@ class HomeConsumer:
     no_ack = False  # a no-ack client's node settles each delivery once it sent it
 
     def __init__(self, link: HomeLink, queue: ClassicQueue, subscription: int, window: int,
-                 exclusive: bool) -> None:
+                 exclusive: bool, in_transit: bool) -> None:
         self.link = link
         self.queue = queue
         self.subscription = subscription
         self.tag = f"relayed-{link.peer}-{subscription}"
         self.prefetch = window
         self.exclusive = exclusive
-        self.unsettled = 0
+        self.unsettled = 0  # or, `in_transit`, not yet handed on to the client there
+        self.in_transit = in_transit
         self.started = False  # no credit until the node has its answer
 
     def has_credit(self) -> bool:
@@ -140,7 +141,7 @@ class HomeLink:
             if found is None:
                 continue
             queue, message, consumer = found
-            if consumer is not None:
+            if consumer is not None and not consumer.in_transit:
                 consumer.unsettled -= 1
                 credited.add(queue)
             if queue.deleted:
@@ -164,6 +165,9 @@ class HomeLink:
             if call.get("op") == "cancel":
                 self._cancel(int(call["subscription"]))
                 return
+            if call.get("op") == "credit":
+                self._credit(int(call["subscription"]), int(call["count"]))
+                return
             queue = self._live(str(call["vhost"]), str(call["queue"]))
             reply = self._run(queue, request, call)
         except BrokerError as error:
@@ -179,7 +183,7 @@ class HomeLink:
         op = call["op"]
         if op == "consume":
             self._consume(queue, request, int(call["subscription"]), int(call["window"]),
-                          bool(call["exclusive"]))
+                          bool(call["exclusive"]), bool(call.get("in_transit")))
             return None
         if op == "get":
             return self._get(queue, request, bool(call["no_ack"]))
@@ -190,14 +194,22 @@ class HomeLink:
         raise WireError(f"unknown relay call {op!r}")
 
     def _consume(self, queue: ClassicQueue, request: int, subscription: int, window: int,
-                 exclusive: bool) -> None:
-        consumer = HomeConsumer(self, queue, subscription, window, exclusive)
+                 exclusive: bool, in_transit: bool) -> None:
+        consumer = HomeConsumer(self, queue, subscription, window, exclusive, in_transit)
         queue.add_consumer(consumer)  # raises AccessRefused if exclusive use conflicts
         self._consumers[subscription] = consumer
         # The answer goes before any delivery (the link keeps the order).
         self.out.send(rw.encode_json(FrameType.RELAY_REPLY, {"id": request}))
         consumer.started = True
         queue.dispatch()
+
+    def _credit(self, subscription: int, count: int) -> None:
+        """Deliveries reached a client without a prefetch: the window reopens (what it
+        holds unacked is its own affair, as RabbitMQ sends such a consumer everything)."""
+        consumer = self._consumers.get(subscription)
+        if consumer is not None and consumer.in_transit:
+            consumer.unsettled = max(0, consumer.unsettled - count)
+            consumer.queue.dispatch()
 
     def _cancel(self, subscription: int) -> None:
         """basic.cancel: what it had delivered stays unsettled until settled."""

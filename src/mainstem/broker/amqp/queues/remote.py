@@ -103,10 +103,11 @@ class RemoteQueue(ClassicQueue):
         """basic.consume at the home; raises its refusal (AccessRefused: exclusive use)."""
         relay, home = self._route()
         relayed = RelayedConsumer(self, consumer, relay)
-        window = consumer.prefetch if consumer.prefetch and not consumer.no_ack \
-            else UNBOUNDED_WINDOW
+        bounded = bool(consumer.prefetch) and not consumer.no_ack
         relayed.subscription = await relay.subscribe(
-            home, self.vhost, self.name, relayed, window=window, exclusive=consumer.exclusive)
+            home, self.vhost, self.name, relayed,
+            window=consumer.prefetch if bounded else UNBOUNDED_WINDOW,
+            exclusive=consumer.exclusive, in_transit=not bounded and not consumer.no_ack)
         self._relayed[consumer] = relayed
         self.consumers.append(consumer)
 
@@ -206,11 +207,16 @@ class RelayedConsumer:
 
     def hand_on(self) -> None:
         consumer, waiting = self.consumer, self.waiting
+        handed = 0
         while waiting and consumer.has_credit():
             message = waiting.popleft()
             consumer.deliver(self.queue, message)
+            handed += 1
             if consumer.no_ack:  # settled once sent, as a local no-ack delivery is
                 self.relay.settle(message.route, (message.delivery,), Settlement.ACK)
+        if handed and not consumer.no_ack and not consumer.prefetch \
+                and self.subscription is not None:
+            self.subscription.handed_on(handed)  # the home's window counts what waits here
 
     def stop(self) -> None:
         """basic.cancel (or the channel closed): what never reached the client goes back."""
