@@ -224,6 +224,31 @@ async def test_no_ack_consumers_through_another_node(
     assert await counts_once_back(connections["node3"], queue) == (0, 0)  # none came back
 
 
+async def test_a_consumer_without_prefetch_gets_every_message_before_it_acks(
+        cluster: LocalCluster, connections: Connections) -> None:
+    """RabbitMQ sends a consumer with no prefetch everything: the home's window counts
+    only what waits on the relaying node, not what the client holds unacked."""
+    queue = "relay-unbounded"
+    await declare_led_by_node1(connections, cluster, queue)
+    assert await publish_through(connections["node2"], queue, 400) == set(range(1, 401))
+    channel = await connections["node3"].channel()
+    held: list[aio_pika.abc.AbstractIncomingMessage] = []
+
+    async def consume() -> None:
+        async with (await channel.declare_queue(queue, passive=True)).iterator() as messages:
+            async for message in messages:
+                held.append(message)
+                if len(held) == 400:
+                    break
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(consume(), 15)
+    assert [message.body for message in held] == numbered(1, 400)  # none acked yet
+    await held[-1].ack(multiple=True)
+    await channel.close()
+    assert await counts_once_back(connections["node3"], queue) == (0, 0)
+
+
 async def test_a_frozen_consumer_node_gives_its_deliveries_back(
         cluster: LocalCluster, connections: Connections) -> None:
     queue = "relay-frozen"
