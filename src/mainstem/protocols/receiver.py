@@ -8,6 +8,10 @@ what arrived since the last one. A buffer is filled front to back and never writ
 twice, so a view stays valid for as long as it is kept (staged appends keep theirs until
 written); a used-up buffer is left to its views and a fresh one started. Memory stays
 bounded: reading pauses while a buffer's worth waits to be read.
+
+A read is a plain await (no task per read): a handler that must stop between requests
+when the server shuts down has the Receiver stopped (`stop`) instead of racing each read
+against its closing event.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Receiver(asyncio.BufferedProtocol):
         self._filled = 0  # what lies before it arrived
         self._paused = False
         self._eof = False
+        self._stopped = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._early = b""  # what the StreamReader held at the take-over
@@ -56,12 +61,19 @@ class Receiver(asyncio.BufferedProtocol):
             transport.resume_reading()  # the StreamReader may have paused it
         return receiver
 
+    def stop(self, *_: object) -> None:
+        """Reads return b"" from now on, whatever arrived: the handler stops between
+        requests (a done-callback of the server's closing event, hence the arguments)."""
+        self._stopped = True
+        self._wake()
+
     async def read(self) -> bytes | memoryview:
-        """What arrived since the last read, once something has; b"" at the end."""
-        if self._early:
+        """What arrived since the last read, once something has; b"" at the end or once
+        stopped."""
+        if self._early and not self._stopped:
             early, self._early = self._early, b""
             return early
-        while self._filled == self._start:
+        while self._filled == self._start and not self._stopped:
             if self._error is not None:
                 raise self._error
             if self._eof:
@@ -71,6 +83,8 @@ class Receiver(asyncio.BufferedProtocol):
                 await self._waiter
             finally:
                 self._waiter = None
+        if self._stopped:
+            return b""
         data = memoryview(self._buffer)[self._start:self._filled]
         self._start = self._filled
         if self._paused:

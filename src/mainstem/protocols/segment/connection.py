@@ -108,14 +108,10 @@ class SegmentConnection:
         self.spawn(self._keepalive_loop())
         receiver = Receiver.take_over(self.ctx.reader, self.ctx.writer, READ_SIZE)
         closing = asyncio.ensure_future(self.ctx.closing.wait())
+        closing.add_done_callback(receiver.stop)  # the server shuts down: stop between requests
         try:
             while True:
-                read = asyncio.ensure_future(receiver.read())
-                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
-                if not read.done():  # the server shuts down: stop between requests
-                    read.cancel()
-                    return
-                data = read.result()
+                data = await receiver.read()
                 if not data:
                     return
                 if self.state.appending and self.core.write_gate.held:
