@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -31,6 +32,11 @@ class _FsyncThread:
     """
 
     def __init__(self) -> None:
+        self._forget()
+        # A forked child has none of its parent's threads: it starts its own when needed.
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
         self._rounds: queue.SimpleQueue[GroupCommit] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
