@@ -21,6 +21,9 @@ from mainstem.log.chunk import UNFILTERED, bloom_filter
 from mainstem.log.partition import Appended, Partition, PartitionClosed
 
 Entry = bytes | memoryview
+# Staged parts up to this many go to the file as they are (one pwritev: the kernel takes
+# at most 1,024 buffers); more, they are smaller than a copy is costly: joined.
+MAX_WRITE_PARTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +84,11 @@ class _Chunk:
         self.parts, self.count = [], 0
         if not count:
             return None
-        blob = b"".join(parts)
-        payload = len(blob) - SIMPLE_ENTRY.size * count if self.all_simple else None
-        return partition.write(blob, count, self.records, payload_bytes=payload,
+        # Sub-batches inside: the partition counts the records' bytes in the joined data.
+        simple = self.all_simple
+        data = parts if simple and len(parts) <= MAX_WRITE_PARTS else b"".join(parts)
+        payload = self.size - SIMPLE_ENTRY.size * count if simple else None
+        return partition.write(data, count, self.records, payload_bytes=payload,
                                sequences=self.sequences or None,
                                bloom=bloom_filter(self.filter_values))
 
