@@ -10,7 +10,6 @@ concurrent appenders pay for one fsync per round, not one each.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import queue
 import threading
@@ -54,9 +53,13 @@ class _FsyncThread:
                                                 daemon=True)
                 self._thread.start()
 
+    def idle(self) -> bool:
+        """No round waits for the thread (a round may go straight on with the next)."""
+        return self._rounds.empty()
+
     def _run(self) -> None:
         while True:
-            self._rounds.get().run_round()
+            self._rounds.get().run_rounds()
 
 
 _FSYNC_THREAD = _FsyncThread()
@@ -153,27 +156,38 @@ class GroupCommit:
             self._idle_waiters.append(idle)
             await idle
 
-    def run_round(self) -> None:
-        """One fsync round, in the fsync thread: everything written before it starts
-        becomes durable (a write updates `_written` only once its data and dirty segment
-        are recorded), then the loop hears of it."""
-        target = self._written
-        error: BaseException | None = None
-        try:
-            _timed(self._sync, self.timings)
-        except BaseException as failure:  # a failed fsync must fail every waiter, not hang it
-            error = failure
+    def run_rounds(self) -> None:
+        """Fsync rounds, in the fsync thread: in each, everything written before it
+        starts becomes durable (a write updates `_written` only once its data and dirty
+        segment are recorded), then the loop hears of it. Under `batch`, a round goes
+        straight on with the next when more was written meanwhile and no other partition
+        waits for the thread; it says so (`goes_on`), and the loop starts none itself."""
         loop = self._round_loop
         assert loop is not None
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
-            loop.call_soon_threadsafe(self._round_done, target, error)
+        goes_on = True
+        while goes_on:
+            target = self._written
+            error: BaseException | None = None
+            try:
+                _timed(self._sync, self.timings)
+            except BaseException as failure:  # a failed fsync must fail every waiter
+                error = failure
+            goes_on = (error is None and self._written > target and _FSYNC_THREAD.idle()
+                       and self.policy.mode is FsyncMode.BATCH)
+            try:
+                loop.call_soon_threadsafe(self._round_done, target, error, goes_on)
+            except RuntimeError:  # a closed loop: nobody is left to tell
+                return
 
-    def _round_done(self, target: int, error: BaseException | None) -> None:
-        self._round_loop = None
+    def _round_done(self, target: int, error: BaseException | None, goes_on: bool) -> None:
         if error is not None:
+            self._round_loop = None
             self._fail(error)
         else:
             self._advance(target)
+            if goes_on:
+                return
+            self._round_loop = None
             if self._durable < self._written:
                 self._start()
                 return
