@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import gc
 import itertools
 import logging
 import os
@@ -226,6 +227,10 @@ class Broker:
         try:
             if self._core is None:
                 await self.start()
+            # What startup built (modules, catalog, configuration) lives as long as the
+            # process: out of the collector's generations, full collections stop walking
+            # it (an 18 ms gen-2 pause was seen at a publish's p999).
+            gc.freeze()
             await stop_requested.wait()
         finally:
             for signum in (signal.SIGTERM, signal.SIGINT):

@@ -110,10 +110,24 @@ def parse_header(buf: bytes | memoryview) -> ChunkHeader:
     return header
 
 
-def data_crc(data: bytes | memoryview) -> int:
+# A chunk's data section: its bytes, or a list of parts that make them up when put end
+# to end (written with one pwritev, never joined).
+ChunkData = bytes | memoryview | list[bytes | memoryview]
+
+
+def data_crc(data: ChunkData) -> int:
     """CRC-32 of the data section as the signed 32-bit integer the header stores."""
-    crc = crc32(data)
+    if isinstance(data, list):
+        crc = 0
+        for part in data:
+            crc = crc32(part, crc)
+    else:
+        crc = crc32(data)
     return crc - 0x1_0000_0000 if crc & 0x8000_0000 else crc
+
+
+def data_length(data: ChunkData) -> int:
+    return sum(map(len, data)) if isinstance(data, list) else len(data)
 
 
 def check_data(header: ChunkHeader, data: bytes | memoryview) -> None:
@@ -138,7 +152,7 @@ def encode_simple_entries(records: Sequence[bytes | memoryview]) -> bytes:
 def encode_header(
     *,
     chunk_id: int,
-    data: bytes | memoryview,
+    data: ChunkData,
     num_entries: int,
     num_records: int,
     timestamp: int,
@@ -149,7 +163,7 @@ def encode_header(
 ) -> bytes:
     return HEADER.pack(
         MAGIC_VERSION, chunk_type, num_entries, num_records, timestamp, epoch, chunk_id,
-        data_crc(data), len(data), trailer_length, bloom_size,
+        data_crc(data), data_length(data), trailer_length, bloom_size,
     )
 
 

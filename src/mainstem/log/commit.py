@@ -11,17 +11,58 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
 
-# fsync runs in threads of its own: in asyncio's default pool, any other blocking work
-# (password hashing was one) would queue ahead of it and delay every publish confirm.
-# As many threads as that pool had: an fsync mostly waits for the disk, not the CPU.
-_FSYNC_POOL = ThreadPoolExecutor(min(32, (os.cpu_count() or 1) + 4),
-                                 thread_name_prefix="mainstem-fsync")
+
+class _FsyncThread:
+    """The process's one fsync thread, fed by every partition's group commit.
+
+    A long-lived thread waiting on a queue costs the loop one put per round and one
+    wake-up when the round is done, where a thread pool's submit also builds and chains
+    futures. It runs outside asyncio's default pool, so other blocking work (password
+    hashing was one) never queues ahead of a publish confirm. Rounds of different
+    partitions take turns; each still covers everything its partition wrote before it
+    started (group commit).
+    """
+
+    def __init__(self) -> None:
+        self._forget()
+        # A forked child has none of its parent's threads: it starts its own when needed.
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._rounds: queue.SimpleQueue[GroupCommit] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, commit: GroupCommit) -> None:
+        """Run one fsync round of `commit` as soon as the thread is free."""
+        if self._thread is None:
+            self._start()
+        self._rounds.put(commit)
+
+    def _start(self) -> None:
+        with self._lock:  # brokers in threads of one process (tests) may race here
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mainstem-fsync",
+                                                daemon=True)
+                self._thread.start()
+
+    def idle(self) -> bool:
+        """No round waits for the thread (a round may go straight on with the next)."""
+        return self._rounds.empty()
+
+    def _run(self) -> None:
+        while True:
+            self._rounds.get().run_rounds()
+
+
+_FSYNC_THREAD = _FsyncThread()
 
 
 class FsyncTimings:
@@ -59,13 +100,15 @@ class GroupCommit:
         # on_demand: fsync only when someone waits (a queue journal: an unconfirmed publish
         # needs the page cache, not the disk; its readers do not wait for durability).
         self.on_demand = on_demand
-        self._sync = sync  # blocking: runs in a worker thread
+        self._sync = sync  # blocking: runs in the fsync thread
         self.timings = timings
         self._on_durable = on_durable
         self._written = durable
         self._durable = durable
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._task: asyncio.Task[None] | None = None
+        # The loop to answer while a round is due or running; None when idle.
+        self._round_loop: asyncio.AbstractEventLoop | None = None
+        self._idle_waiters: list[asyncio.Future[None]] = []
         self._error: BaseException | None = None
 
     @property
@@ -80,8 +123,14 @@ class GroupCommit:
             self._start()
 
     def _start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._flush_loop())
+        """Have a round run unless one is due or running (it starts the next itself)."""
+        if self._round_loop is not None:
+            return
+        loop = self._round_loop = asyncio.get_running_loop()
+        if self.policy.mode is FsyncMode.INTERVAL:
+            loop.call_later(self.policy.interval_ms / 1000, _FSYNC_THREAD.submit, self)
+        else:
+            _FSYNC_THREAD.submit(self)
 
     async def wait(self, mark: int) -> None:
         if self._error is not None:
@@ -101,24 +150,51 @@ class GroupCommit:
         self._advance(self._written)
 
     async def drain(self) -> None:
-        """Wait for the running flush round, if any, to finish."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+        """Wait until no fsync round is due or running."""
+        while self._round_loop is not None:
+            idle = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(idle)
+            await idle
 
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self._durable < self._written:
-                if self.policy.mode is FsyncMode.INTERVAL:
-                    await asyncio.sleep(self.policy.interval_ms / 1000)
-                target = self._written
-                await loop.run_in_executor(_FSYNC_POOL, _timed, self._sync, self.timings)
-                self._advance(target)
-        except BaseException as error:  # a failed fsync must fail every waiter, not hang it
+    def run_rounds(self) -> None:
+        """Fsync rounds, in the fsync thread: in each, everything written before it
+        starts becomes durable (a write updates `_written` only once its data and dirty
+        segment are recorded), then the loop hears of it. Under `batch`, a round goes
+        straight on with the next when more was written meanwhile and no other partition
+        waits for the thread; it says so (`goes_on`), and the loop starts none itself."""
+        loop = self._round_loop
+        assert loop is not None
+        goes_on = True
+        while goes_on:
+            target = self._written
+            error: BaseException | None = None
+            try:
+                _timed(self._sync, self.timings)
+            except BaseException as failure:  # a failed fsync must fail every waiter
+                error = failure
+            goes_on = (error is None and self._written > target and _FSYNC_THREAD.idle()
+                       and self.policy.mode is FsyncMode.BATCH)
+            try:
+                loop.call_soon_threadsafe(self._round_done, target, error, goes_on)
+            except RuntimeError:  # a closed loop: nobody is left to tell
+                return
+
+    def _round_done(self, target: int, error: BaseException | None, goes_on: bool) -> None:
+        if error is not None:
+            self._round_loop = None
             self._fail(error)
-            raise
-        finally:
-            self._task = None
+        else:
+            self._advance(target)
+            if goes_on:
+                return
+            self._round_loop = None
+            if self._durable < self._written:
+                self._start()
+                return
+        idle, self._idle_waiters = self._idle_waiters, []
+        for future in idle:
+            if not future.done():
+                future.set_result(None)
 
     def _advance(self, mark: int) -> None:
         if mark <= self._durable:

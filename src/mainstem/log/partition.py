@@ -22,8 +22,10 @@ from mainstem.log.chunk import (
     FIRST_EPOCH,
     TRAILER_CRC,
     Chunk,
+    ChunkData,
     ChunkType,
     CorruptChunk,
+    data_length,
     encode_header,
     encode_simple_entries,
     payload_size,
@@ -215,7 +217,7 @@ class Partition:
 
     # -- appending -----------------------------------------------------------
 
-    def write(self, data: bytes | memoryview, num_entries: int, num_records: int, *,
+    def write(self, data: ChunkData, num_entries: int, num_records: int, *,
               payload_bytes: int | None = None, sequences: Mapping[str, int] | None = None,
               timestamp: int | None = None, bloom: bytes = b"") -> Appended:
         """Append one chunk of already-encoded data entries, not yet durable.
@@ -223,7 +225,8 @@ class Partition:
         `sequences` are publisher sequences (writer reference -> last publishing
         id) stored in the chunk's trailer, so deduplication state can never get
         ahead of or fall behind the data it describes. `bloom` is the chunk's filter
-        of its messages' filter values (see `chunk.bloom_filter`).
+        of its messages' filter values (see `chunk.bloom_filter`). `data` given as parts
+        (`payload_bytes` then required) is written as it is, never joined.
         """
         if self._closed:
             raise PartitionClosed(f"{self.directory} is closed")
@@ -232,9 +235,11 @@ class Partition:
         if num_records < 1 or num_entries < 1 or num_entries > MAX_CHUNK_ENTRIES:
             raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_ENTRIES} entries "
                              "and at least one record")
+        parts = data if isinstance(data, list) else [data]
         if payload_bytes is None:
+            assert not isinstance(data, list), "the payload of data in parts is given"
             payload_bytes = payload_size(data, num_entries)
-        segment = self._segment_for(HEADER_SIZE + len(bloom) + len(data))
+        segment = self._segment_for(HEADER_SIZE + len(bloom) + data_length(data))
         chunk_id = self.next_offset
         tracking = self.writers.tracking(chunk_id, sequences)  # restates all after a roll
         timestamp = max(timestamp if timestamp is not None else _now_ms(), self._last_timestamp)
@@ -246,7 +251,7 @@ class Partition:
         trailer = seal_trailer(header, tracking)
         entry = IndexEntry(chunk_id, timestamp, segment.size, self.next_byte, num_records,
                            len(trailer))
-        segment.append((header, bloom, data, trailer), entry, payload_bytes)
+        segment.append((header, bloom, *parts, trailer), entry, payload_bytes)
         self.writers.written(sequences)
         self.next_offset = chunk_id + num_records
         self.next_byte += payload_bytes

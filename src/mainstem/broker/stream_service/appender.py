@@ -10,7 +10,7 @@ stored already, and holds everything while the write gate is closed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,9 @@ from mainstem.log.chunk import UNFILTERED, bloom_filter
 from mainstem.log.partition import Appended, Partition, PartitionClosed
 
 Entry = bytes | memoryview
+# Staged parts up to this many go to the file as they are (one pwritev: the kernel takes
+# at most 1,024 buffers); more, they are smaller than a copy is costly: joined.
+MAX_WRITE_PARTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,10 @@ class _Chunk:
     """Entries staged for one chunk, and the future of its durability."""
 
     done: asyncio.Future[None]
-    entries: list[Entry] = field(default_factory=list)
+    # The staged entries' bytes, in order: an entry is one part, or two when the appender
+    # framed a record (its length, then the record as the protocol read it, uncopied).
+    parts: list[Entry] = field(default_factory=list)
+    count: int = 0  # entries staged
     size: int = 0  # bytes of the staged entries
     records: int = 0
     all_simple: bool = True
@@ -46,25 +52,43 @@ class _Chunk:
     chunk_id: int = -1  # once written
 
     def room(self, entries: Sequence[Entry], limits: ChunkLimits) -> int:
-        """How many of `entries`, taken in order, still fit in this chunk's bounds."""
-        fits = min(len(entries), limits.entries - len(self.entries))
+        """How many of `entries` (framed), taken in order, still fit in this chunk's
+        bounds."""
+        fits = min(len(entries), limits.entries - self.count)
         if limits.bytes is None or self.size + sum(map(len, entries[:fits])) <= limits.bytes:
             return max(fits, 0)
         budget, taken = limits.bytes - self.size, 0
         while taken < fits and len(entries[taken]) <= budget:
             budget -= len(entries[taken])
             taken += 1
-        return taken if taken or self.entries else 1  # an entry alone always fits
+        return taken if taken or self.count else 1  # an entry alone always fits
+
+    def add(self, entries: Sequence[Entry], framed: bool) -> None:
+        """Stage entries; unless `framed`, they are records this frames as simple entries."""
+        self.count += len(entries)
+        if framed:
+            self.parts += entries
+            self.size += sum(map(len, entries))
+            return
+        lengths = list(map(len, entries))
+        pairs: list[Entry] = [b""] * (2 * len(entries))  # length, record, length, ...
+        pairs[::2] = list(map(SIMPLE_ENTRY.pack, lengths))
+        pairs[1::2] = entries
+        self.parts += pairs
+        self.size += sum(lengths) + SIMPLE_ENTRY.size * len(entries)
 
     def write(self, partition: Partition) -> Appended | None:
         """Append the staged entries as one chunk, then let go of them: they hold the
         protocol's read buffers, which must not wait for the fsync."""
-        entries, self.entries = self.entries, []
-        if not entries:
+        parts, count = self.parts, self.count
+        self.parts, self.count = [], 0
+        if not count:
             return None
-        blob = b"".join(entries)
-        payload = len(blob) - SIMPLE_ENTRY.size * len(entries) if self.all_simple else None
-        return partition.write(blob, len(entries), self.records, payload_bytes=payload,
+        # Sub-batches inside: the partition counts the records' bytes in the joined data.
+        simple = self.all_simple
+        data = parts if simple and len(parts) <= MAX_WRITE_PARTS else b"".join(parts)
+        payload = self.size - SIMPLE_ENTRY.size * count if simple else None
+        return partition.write(data, count, self.records, payload_bytes=payload,
                                sequences=self.sequences or None,
                                bloom=bloom_filter(self.filter_values))
 
@@ -109,7 +133,7 @@ class Appender:
         if self.forwarder is not None:
             return self._forward(ForwardedAppend(records, False, writer=writer,
                                                  sequence=sequence, together=together))
-        return self._append_simple(records, _simple_entries, writer, sequence, together)
+        return self._append_simple(records, False, writer, sequence, together)
 
     def append_simple_entries(self, entries: Sequence[Entry], *, writer: str | None = None,
                               sequence: int | None = None) -> Receipt:
@@ -120,18 +144,17 @@ class Appender:
             bodies = [entry[SIMPLE_ENTRY.size:] for entry in entries]
             return self._forward(ForwardedAppend(bodies, False, writer=writer,
                                                  sequence=sequence))
-        return self._append_simple(entries, list, writer, sequence, False)
+        return self._append_simple(entries, True, writer, sequence, False)
 
-    def _append_simple(self, records: Sequence[Entry],
-                       as_entries: Callable[[Sequence[Entry]], list[Entry]],
-                       writer: str | None, sequence: int | None, together: bool) -> Receipt:
+    def _append_simple(self, records: Sequence[Entry], framed: bool, writer: str | None,
+                       sequence: int | None, together: bool) -> Receipt:
         stored = None if writer is None or sequence is None else (writer, sequence)
         if stored is not None and stored[1] <= _or_below(self.sequence(stored[0])):
             return self._nothing()
         if not records:
             return self._nothing()
-        first, skip, last = self._stage(as_entries(records), True, None, None,
-                                        WHOLE_CHUNKS, together)
+        first, skip, last = self._stage(records, framed, True, None, None, WHOLE_CHUNKS,
+                                        together)
         if stored is not None:  # kept in the chunk that holds the append's last record
             name, value = stored
             last.sequences[name] = self._staged[name] = value
@@ -160,8 +183,8 @@ class Appender:
             tracked = writer, sequences
         if not entries:
             return self._nothing()
-        first, skip, last = self._stage(entries, all_simple, filter_values, tracked, limits,
-                                        False)
+        first, skip, last = self._stage(entries, True, all_simple, filter_values, tracked,
+                                        limits, False)
         return Receipt(last.done, first, skip)
 
     async def settled(self) -> None:
@@ -234,12 +257,13 @@ class Appender:
         chunk = self._chunks[-1] if self._chunks else self._open_chunk()
         return Receipt(chunk.done, chunk, chunk.records)
 
-    def _stage(self, entries: Sequence[Entry], all_simple: bool,
+    def _stage(self, entries: Sequence[Entry], framed: bool, all_simple: bool,
                filter_values: list[str | None] | None,
                tracked: tuple[str, list[int]] | None, limits: ChunkLimits,
                together: bool) -> tuple[_Chunk, int, _Chunk]:
-        """Add entries to the open chunk, cutting new ones at `limits`. Returns the chunk
-        of the first entry, the records before it there, and the chunk of the last."""
+        """Add entries to the open chunk, cutting new ones at `limits` (records, unless
+        `framed`: then entry and chunk bounds). Returns the chunk of the first entry, the
+        records before it there, and the chunk of the last."""
         chunk = self._chunks[-1] if self._chunks else self._open_chunk()
         if together and chunk.room(entries, limits) < len(entries):
             assert len(entries) <= limits.entries, "records appended together fill one chunk"
@@ -255,8 +279,7 @@ class Appender:
             if first is None:
                 first = chunk, chunk.records
             piece = entries[start:end]
-            chunk.entries += piece
-            chunk.size += sum(map(len, piece))
+            chunk.add(piece, framed)
             chunk.records += taken if all_simple else _record_count(piece)
             chunk.all_simple = chunk.all_simple and all_simple
             if filter_values is None:
@@ -314,11 +337,6 @@ class Appender:
 
 def _or_below(sequence: int | None) -> int:
     return -1 if sequence is None else sequence
-
-
-def _simple_entries(records: Sequence[Entry]) -> list[Entry]:
-    pack = SIMPLE_ENTRY.pack
-    return [pack(len(record)) + record for record in records]
 
 
 def _kept(last: int, ids: list[int]) -> list[int] | None:

@@ -68,7 +68,7 @@ class EventCodec:
         self._skip = 0  # bytes of an oversized frame still to drop
         self._layouts: dict[tuple[str, str], _PublishLayout] = {}  # publish_event's
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         if self._skip:
             dropped = min(self._skip, len(data))
             self._skip -= dropped

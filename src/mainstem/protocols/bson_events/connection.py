@@ -61,6 +61,7 @@ from mainstem.protocols.bson_events.state import (
     failure,
     response_kind,
 )
+from mainstem.protocols.receiver import Receiver
 
 READ_SIZE = 256 * 1024
 MAX_UNANSWERED_READS = 4  # reads of publishes waiting for durability before reading on
@@ -124,17 +125,14 @@ class EventsConnection:
     # -- the connection's life ------------------------------------------------------
 
     async def run(self) -> None:
+        receiver = Receiver.take_over(self.ctx.reader, self.ctx.writer, READ_SIZE)
         closing = asyncio.ensure_future(self.ctx.closing.wait())
+        closing.add_done_callback(receiver.stop)  # the server shuts down: stop between reads
         try:
             while True:
                 if len(self.answers) >= MAX_UNANSWERED_READS:
                     await asyncio.wait((self.answers[0],))
-                read = asyncio.ensure_future(self.ctx.reader.read(READ_SIZE))
-                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
-                if not read.done():
-                    read.cancel()
-                    return
-                data = read.result()
+                data = await receiver.read()
                 if not data:
                     return
                 self.codec.receive_data(data)

@@ -365,16 +365,17 @@ class Decoder:
         self.max_frame_size = max_frame_size
         self._pending = bytearray()  # the start of a frame split across reads
 
-    def feed(self, data: bytes) -> list[tuple[Message, int]]:
+    def feed(self, data: bytes | memoryview) -> list[tuple[Message, int]]:
         """Every complete message in the buffer, with its size on the wire."""
         return self._decode(data, False)  # type: ignore[return-value]
 
-    def feed_events(self, data: bytes) -> list[tuple[Message, int] | Events]:
+    def feed_events(self, data: bytes | memoryview) -> list[tuple[Message, int] | Events]:
         """As `feed`, but each run of Event frames comes as one Events, undecoded (the
         hot path of an append connection)."""
         return self._decode(data, True)
 
-    def _decode(self, data: bytes, runs: bool) -> list[tuple[Message, int] | Events]:
+    def _decode(self, data: bytes | memoryview, runs: bool
+                ) -> list[tuple[Message, int] | Events]:
         out: list[tuple[Message, int] | Events] = []
         view = memoryview(data)
         if self._pending:

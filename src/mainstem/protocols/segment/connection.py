@@ -3,7 +3,9 @@
 The protocol's rules (handshake, keep-alives, append blocks, ack levels) live in
 `state.SegmentState`; this moves bytes, carries out its actions and calls the broker.
 The events of a block are appended as one chunk per read batch and acked with
-DataAppended once durable. Reads run as tasks so a read waiting at the tail never
+DataAppended once durable. Bytes are received into the connection's own buffers
+(`Receiver`) and go to the log from there: large appends are copied once, into the
+chunk. Reads run as tasks so a read waiting at the tail never
 blocks the appends sharing the connection.
 """
 
@@ -32,6 +34,7 @@ from mainstem.broker.segment_store import (
 )
 from mainstem.broker.stream_service import PartitionClosed, PartitionService
 from mainstem.protocols.base import ConnectionContext
+from mainstem.protocols.receiver import Receiver
 from mainstem.protocols.segment import codec as c
 from mainstem.protocols.segment.state import (
     Action,
@@ -45,7 +48,7 @@ from mainstem.protocols.segment.state import (
     Violation,
 )
 
-READ_SIZE = 1024 * 1024  # a read's events go to the log as one chunk
+READ_SIZE = 1024 * 1024  # a receive buffer: a read's events go to the log as one chunk
 MAX_READ_BYTES = 8 * 1024 * 1024  # a SegmentRead carries at most this much data
 MAX_CONCURRENT_READS = 16
 
@@ -103,16 +106,12 @@ class SegmentConnection:
 
     async def run(self) -> None:
         self.spawn(self._keepalive_loop())
-        reader = self.ctx.reader
+        receiver = Receiver.take_over(self.ctx.reader, self.ctx.writer, READ_SIZE)
         closing = asyncio.ensure_future(self.ctx.closing.wait())
+        closing.add_done_callback(receiver.stop)  # the server shuts down: stop between requests
         try:
             while True:
-                read = asyncio.ensure_future(reader.read(READ_SIZE))
-                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
-                if not read.done():  # the server shuts down: stop between requests
-                    read.cancel()
-                    return
-                data = read.result()
+                data = await receiver.read()
                 if not data:
                     return
                 if self.state.appending and self.core.write_gate.held:
