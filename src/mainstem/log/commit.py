@@ -19,42 +19,46 @@ from collections.abc import Callable
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
 
 
-class _FsyncThread:
-    """The process's one fsync thread, fed by every partition's group commit.
+class _FsyncThreads:
+    """The process's fsync threads, fed by every partition's group commit.
 
-    A long-lived thread waiting on a queue costs the loop one put per round and one
+    Long-lived threads waiting on one queue cost the loop one put per round and one
     wake-up when the round is done, where a thread pool's submit also builds and chains
-    futures. It runs outside asyncio's default pool, so other blocking work (password
-    hashing was one) never queues ahead of a publish confirm. Rounds of different
-    partitions take turns; each still covers everything its partition wrote before it
-    started (group commit).
+    futures. They run outside asyncio's default pool, so other blocking work (password
+    hashing was one) never queues ahead of a publish confirm. A partition has at most one
+    round queued or running, so its rounds stay in order; different partitions fsync in
+    parallel (each fsync mostly waits for the disk, and a file system commits concurrent
+    fsyncs together), so one slow file does not hold every other partition back. Each
+    round still covers everything its partition wrote before it started (group commit).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, count: int) -> None:
+        self._count = count
         self._forget()
         # A forked child has none of its parent's threads: it starts its own when needed.
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
         self._rounds: queue.SimpleQueue[GroupCommit] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._started = False
         self._lock = threading.Lock()
 
     def submit(self, commit: GroupCommit) -> None:
-        """Run one fsync round of `commit` as soon as the thread is free."""
-        if self._thread is None:
+        """Run one fsync round of `commit` as soon as a thread is free."""
+        if not self._started:
             self._start()
         self._rounds.put(commit)
 
     def _start(self) -> None:
         with self._lock:  # brokers in threads of one process (tests) may race here
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="mainstem-fsync",
-                                                daemon=True)
-                self._thread.start()
+            if not self._started:
+                for index in range(self._count):
+                    threading.Thread(target=self._run, name=f"mainstem-fsync-{index}",
+                                     daemon=True).start()
+                self._started = True
 
     def idle(self) -> bool:
-        """No round waits for the thread (a round may go straight on with the next)."""
+        """No round waits for a thread (a round may go straight on with the next)."""
         return self._rounds.empty()
 
     def _run(self) -> None:
@@ -62,7 +66,10 @@ class _FsyncThread:
             self._rounds.get().run_rounds()
 
 
-_FSYNC_THREAD = _FsyncThread()
+# As many as partitions commonly fsync at once on a node (streams, queue journals,
+# replicas); more would only queue at the disk.
+FSYNC_THREADS = 4
+_FSYNC_THREADS = _FsyncThreads(FSYNC_THREADS)
 
 
 class FsyncTimings:
@@ -100,7 +107,7 @@ class GroupCommit:
         # on_demand: fsync only when someone waits (a queue journal: an unconfirmed publish
         # needs the page cache, not the disk; its readers do not wait for durability).
         self.on_demand = on_demand
-        self._sync = sync  # blocking: runs in the fsync thread
+        self._sync = sync  # blocking: runs in an fsync thread
         self.timings = timings
         self._on_durable = on_durable
         self._written = durable
@@ -128,9 +135,9 @@ class GroupCommit:
             return
         loop = self._round_loop = asyncio.get_running_loop()
         if self.policy.mode is FsyncMode.INTERVAL:
-            loop.call_later(self.policy.interval_ms / 1000, _FSYNC_THREAD.submit, self)
+            loop.call_later(self.policy.interval_ms / 1000, _FSYNC_THREADS.submit, self)
         else:
-            _FSYNC_THREAD.submit(self)
+            _FSYNC_THREADS.submit(self)
 
     async def wait(self, mark: int) -> None:
         if self._error is not None:
@@ -157,11 +164,11 @@ class GroupCommit:
             await idle
 
     def run_rounds(self) -> None:
-        """Fsync rounds, in the fsync thread: in each, everything written before it
+        """Fsync rounds, in an fsync thread: in each, everything written before it
         starts becomes durable (a write updates `_written` only once its data and dirty
         segment are recorded), then the loop hears of it. Under `batch`, a round goes
         straight on with the next when more was written meanwhile and no other partition
-        waits for the thread; it says so (`goes_on`), and the loop starts none itself."""
+        waits for a thread; it says so (`goes_on`), and the loop starts none itself."""
         loop = self._round_loop
         assert loop is not None
         goes_on = True
@@ -172,7 +179,7 @@ class GroupCommit:
                 _timed(self._sync, self.timings)
             except BaseException as failure:  # a failed fsync must fail every waiter
                 error = failure
-            goes_on = (error is None and self._written > target and _FSYNC_THREAD.idle()
+            goes_on = (error is None and self._written > target and _FSYNC_THREADS.idle()
                        and self.policy.mode is FsyncMode.BATCH)
             try:
                 loop.call_soon_threadsafe(self._round_done, target, error, goes_on)
