@@ -44,13 +44,13 @@ def serve_rpc(url: str, ready: threading.Event, requests: int) -> None:
 
 
 def test_rpc_replies_reach_an_exclusive_queue_on_another_node(
-        mainstem_cluster: LocalCluster) -> None:
+        cluster: LocalCluster) -> None:
     ready = threading.Event()
     server = threading.Thread(target=serve_rpc, daemon=True, args=(
-        amqp_url(mainstem_cluster, "node2"), ready, 20))
+        amqp_url(cluster, "node2"), ready, 20))
     server.start()
     assert ready.wait(30)
-    connection = pika.BlockingConnection(pika.URLParameters(amqp_url(mainstem_cluster,
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url(cluster,
                                                                      "node3")))
     channel = connection.channel()
     channel.confirm_delivery()
@@ -76,9 +76,9 @@ def test_rpc_replies_reach_an_exclusive_queue_on_another_node(
     assert answers == {c: body * 2 for c, body in asked.items()}
 
 
-def test_celery_worker_and_caller_on_other_nodes(mainstem_cluster: LocalCluster) -> None:
+def test_celery_worker_and_caller_on_other_nodes(cluster: LocalCluster) -> None:
     def app_on(node: str) -> Celery:
-        app = Celery("mainstem_cluster_test", broker=amqp_url(mainstem_cluster, node),
+        app = Celery("cluster_test", broker=amqp_url(cluster, node),
                      backend="rpc://")
         app.conf.update(broker_connection_retry_on_startup=False,
                         worker_hijack_root_logger=False, worker_redirect_stdouts=False)

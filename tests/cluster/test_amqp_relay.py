@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import re
 import signal
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import aio_pika
 import pytest
@@ -25,12 +24,6 @@ from tests.support.quorum_clients import QUORUM, amqp_url, publish_numbered, que
 # A home out of reach (node1 dead, a new leader not live yet) is refused, and said so.
 REFUSAL = r"out of this node's reach|has no leader|being made live|not live on node"
 Connections = dict[str, aio_pika.abc.AbstractConnection]  # node name -> a client's
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(Path(tmp_path_factory.mktemp("relay")) / "cluster") as cluster:
-        yield cluster
 
 
 @pytest_asyncio.fixture

@@ -22,8 +22,8 @@ from tests.support.cluster_clients import (
 
 
 async def test_a_publisher_on_a_replica_is_forwarded_to_the_leader(
-        mainstem_cluster: LocalCluster) -> None:
-    ports = {name: node.ports["stream"] for name, node in mainstem_cluster.nodes.items()}
+        cluster: LocalCluster) -> None:
+    ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
     creator = stream_client(ports["node1"])
     assert creator.create_stream("forwarded")
     creator.close()
@@ -41,8 +41,8 @@ async def test_a_publisher_on_a_replica_is_forwarded_to_the_leader(
 
 
 async def test_rbfly_publishes_through_a_replica_and_reads_from_another(
-        mainstem_cluster: LocalCluster) -> None:
-    ports = {name: node.ports["stream"] for name, node in mainstem_cluster.nodes.items()}
+        cluster: LocalCluster) -> None:
+    ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
     creator = stream_client(ports["node1"])
     assert creator.create_stream("rb")  # led by node1
     creator.close()
@@ -68,8 +68,8 @@ async def test_rbfly_publishes_through_a_replica_and_reads_from_another(
 
 
 async def test_bson_events_published_on_every_node_reach_one_channel(
-        mainstem_cluster: LocalCluster) -> None:
-    nodes = list(mainstem_cluster.nodes.values())
+        cluster: LocalCluster) -> None:
+    nodes = list(cluster.nodes.values())
     clients = [await EventsClient.connect("127.0.0.1", node.ports["bson"], "guest", "guest")
                for node in nodes]
     try:
@@ -90,10 +90,10 @@ async def test_bson_events_published_on_every_node_reach_one_channel(
 
 
 async def test_users_vhosts_and_permissions_made_on_one_node_work_on_every_node(
-        mainstem_cluster: LocalCluster) -> None:
+        cluster: LocalCluster) -> None:
     """Created through node1's management API, a vhost, a user and its permissions let
     that user in through every node; deleted through node2, they are gone everywhere."""
-    nodes = list(mainstem_cluster.nodes.values())
+    nodes = list(cluster.nodes.values())
     admin_headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
     async with aiohttp.ClientSession(headers=admin_headers) as http:
         admin = f"http://127.0.0.1:{nodes[0].ports['admin']}/api"
