@@ -499,12 +499,16 @@ class FirstBytesReader(asyncio.StreamReader):
         self._log: logging.LoggerAdapter | None = None
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if self.first_bytes(bytes(data)):
+            super().feed_data(data)
+
+    def first_bytes(self, data: bytes) -> bool:
+        """Check the connection's first chunk (also for a handler that took its socket
+        over, `protocols.receiver`); False once refused: the handler saw the end."""
         if not self._checked:
             self._checked = True
-            self._check(bytes(data))  # the first chunk only
-        if self._refused:
-            return  # the handler already saw the end
-        super().feed_data(data)
+            self._check(data)
+        return not self._refused
 
     def _check(self, data: bytes) -> None:
         arrived = identify(data)

@@ -17,6 +17,7 @@ against its closing event.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import cast
 
 MIN_SPACE = 64 * 1024  # a buffer with less room left is not received into any more
@@ -41,6 +42,9 @@ class Receiver(asyncio.BufferedProtocol):
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._early = b""  # what the StreamReader held at the take-over
+        # The server's check of a connection's first bytes (another protocol's opening
+        # is refused), when none had arrived at the take-over.
+        self._first_bytes: Callable[[bytes], bool] | None = None
 
     @classmethod
     def take_over(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -55,6 +59,7 @@ class Receiver(asyncio.BufferedProtocol):
         receiver._early = bytes(held)
         held.clear()
         receiver._eof = reader.at_eof() or reader.exception() is not None
+        receiver._first_bytes = getattr(reader, "first_bytes", None)
         receiver._error = reader.exception()
         transport.set_protocol(receiver)
         if not transport.is_reading() and not transport.is_closing():
@@ -109,6 +114,11 @@ class Receiver(asyncio.BufferedProtocol):
         return memoryview(self._buffer)[self._filled:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        check, self._first_bytes = self._first_bytes, None
+        if check is not None and not check(bytes(self._buffer[self._filled:][:nbytes])):
+            self._eof = True  # another protocol's opening: the handler sees the end
+            self._wake()
+            return
         self._filled += nbytes
         if len(self._buffer) - self._filled < MIN_SPACE:  # what waits cannot move: pause
             self._paused = True
