@@ -15,17 +15,18 @@ queue declared on two nodes at once gets one home.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 from mainstem.broker.amqp import shared_topology
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
-from mainstem.broker.amqp.shared_topology import QUEUES, Applier, Snapshot
+from mainstem.broker.amqp.shared_topology import BINDINGS, QUEUES, Applier, Snapshot
 from mainstem.broker.errors import BrokerError, PreconditionFailed
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
 
@@ -67,9 +68,9 @@ class SharedTopology:
         kind, _, name = object_key.partition("/")
         return f"{self.prefix}{quote(vhost, safe='')}/{kind}/{quote(name, safe='')}"
 
-    @staticmethod
-    def parse(parts: list[str]) -> tuple[str, str] | None:
-        """(vhost, object key) of a key's parts after the root; None if malformed."""
+    def parse(self, key: str) -> tuple[str, str] | None:
+        """(vhost, object key) of an etcd key under the root; None if malformed."""
+        parts = key[len(self.prefix):].split("/")
         if len(parts) != 3:
             return None
         return unquote(parts[0]), f"{parts[1]}/{unquote(parts[2])}"
@@ -154,7 +155,7 @@ class SharedTopology:
 
     def event(self, kv: KeyValue, deleted: bool) -> None:
         """A change under `/mainstem/amqp/` (one of ours, echoed, changes nothing)."""
-        parsed = self.parse(kv.key[len(self.prefix):].split("/"))
+        parsed = self.parse(kv.key)
         if parsed is None:
             return
         vhost, object_key = parsed
@@ -186,19 +187,28 @@ class SharedTopology:
             waiting[object_key] = record
             return
         previous = self.last.get(vhost_name, {}).get(object_key)
+        with self._applying_to(vhost):
+            try:
+                if not self.applier.apply(vhost, object_key, record, previous):
+                    waiting[object_key] = record
+                else:
+                    waiting.pop(object_key, None)
+                    self._retry_waiting(vhost, waiting)
+            except BrokerError as error:
+                log.error("amqp_topology.apply_failed", extra={"key": object_key,
+                                                               "error": str(error)})
+
+    @contextlib.contextmanager
+    def _applying_to(self, vhost: VirtualHost) -> Iterator[None]:
+        """Apply what etcd holds (nothing is written back), then take the vhost's objects
+        as shared; at start `load` takes them once, after the last object."""
         self._applying = True
         try:
-            if not self.applier.apply(vhost, object_key, record, previous):
-                waiting[object_key] = record
-            else:
-                waiting.pop(object_key, None)
-                self._retry_waiting(vhost, waiting)
-        except BrokerError as error:
-            log.error("amqp_topology.apply_failed", extra={"key": object_key,
-                                                           "error": str(error)})
+            yield
         finally:
             self._applying = False
-            self.last[vhost_name] = shared_topology.snapshot(vhost, self.node.node_name)
+            if not self._loading:
+                self.last[vhost.name] = shared_topology.snapshot(vhost, self.node.node_name)
 
     def _vhost(self, name: str) -> VirtualHost | None:
         try:
@@ -211,12 +221,8 @@ class SharedTopology:
         vhost = self._vhost(name)
         waiting = self.waiting.get(name)
         if vhost is not None and waiting:
-            self._applying = True
-            try:
+            with self._applying_to(vhost):
                 self._retry_waiting(vhost, waiting)
-            finally:
-                self._applying = False
-                self.last[name] = shared_topology.snapshot(vhost, self.node.node_name)
 
     def _retry_waiting(self, vhost: VirtualHost, waiting: dict[str, str | None]) -> None:
         """Apply what waited (in the order it came), until a pass applies nothing more."""
@@ -242,8 +248,8 @@ class SharedTopology:
         of this cluster before takes the cluster's view (what was deleted while it was
         away goes); one joining for the first time shares what it has."""
         self._loading = True
-        try:
-            for kv in kvs:
+        try:  # exchanges and queues before the bindings between them: none has to wait
+            for kv in sorted(kvs, key=lambda kv: kv.key.split("/")[-2] == BINDINGS):
                 self.event(kv, deleted=False)
         finally:
             self._loading = False
@@ -262,20 +268,17 @@ class SharedTopology:
         """The objects etcd holds of `vhost`, as this node saw them."""
         objects: Snapshot = {}
         for key, value in self.stored.items():
-            parsed = self.parse(key[len(self.prefix):].split("/"))
+            parsed = self.parse(key)
             if parsed is not None and parsed[0] == vhost:
                 objects[parsed[1]] = value.decode()
         return objects
 
     def _forget_unshared(self, vhost: VirtualHost, stored: Snapshot) -> None:
-        self._applying = True
-        try:
+        with self._applying_to(vhost):
             for object_key, record in shared_topology.snapshot(
                     vhost, self.node.node_name).items():
                 if object_key not in stored:
                     self.applier.apply(vhost, object_key, None, record)
-        finally:
-            self._applying = False
 
     def _cluster_id(self) -> str:
         return hashlib.sha256(self.node.secret.encode()).hexdigest()

@@ -26,6 +26,7 @@ from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import PREDECLARED, Binding
+from mainstem.broker.amqp.routing.exchanges import binding_record, exchange_record
 from mainstem.broker.amqp.routing.model import Exchange, ExchangeType
 
 EXCHANGES, QUEUES, BINDINGS = "exchanges", "queues", "bindings"
@@ -34,28 +35,18 @@ Snapshot = dict[str, str]
 
 
 def _canonical(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+    """A record with its field-table arguments typed (`metadata.encode_table`), as
+    canonical JSON."""
+    typed = {**record, "arguments": encode_table(record["arguments"])}
+    return json.dumps(typed, sort_keys=True, separators=(",", ":"))
 
 
-def _exchange_record(exchange: Exchange) -> dict[str, Any]:
-    return {"type": exchange.type.value, "durable": exchange.durable,
-            "auto_delete": exchange.auto_delete, "internal": exchange.internal,
-            "arguments": encode_table(exchange.arguments)}
-
-
-def _binding_record(binding: Binding) -> dict[str, Any]:
-    return {"source": binding.source, "destination": binding.destination,
-            "destination_kind": binding.destination_kind,
-            "routing_key": binding.routing_key,
-            "arguments": encode_table(binding.arguments)}
-
-
-def binding_key(record: str) -> str:
+def _binding_key(record: str) -> str:
     """Bindings have no name: one is keyed by a digest of everything that makes it one."""
     return f"{BINDINGS}/{hashlib.sha256(record.encode()).hexdigest()[:32]}"
 
 
-def home_of(queue: ClassicQueue, node: str) -> str | None:
+def _home_of(queue: ClassicQueue, node: str) -> str | None:
     """The node a queue is live on, if the cluster shares it here; None if not shared."""
     if isinstance(queue, RemoteQueue):
         return queue.home_node if queue.kind == "classic" else None
@@ -64,10 +55,10 @@ def home_of(queue: ClassicQueue, node: str) -> str | None:
     return None  # a quorum queue: shared with its journal
 
 
-def queue_record(queue: ClassicQueue, home: str) -> dict[str, Any]:
+def _queue_record(queue: ClassicQueue, home: str) -> dict[str, Any]:
     return {"durable": queue.durable, "auto_delete": queue.auto_delete,
-            "exclusive": queue.owner is not None,
-            "arguments": encode_table(queue.arguments), "home": home}
+            "exclusive": queue.owner is not None, "arguments": queue.arguments,
+            "home": home}
 
 
 # Records made once per object: a snapshot is taken on every change, and a vhost may
@@ -82,19 +73,19 @@ def snapshot(vhost: VirtualHost, node: str) -> Snapshot:
     objects: Snapshot = {}
     for exchange in vhost.graph.exchanges():
         if exchange.name not in PREDECLARED:
-            objects[f"{EXCHANGES}/{exchange.name}"] = _canonical(_exchange_record(exchange))
+            objects[f"{EXCHANGES}/{exchange.name}"] = _canonical(exchange_record(exchange))
     for queue in vhost.queues.values():
-        home = home_of(queue, node)
+        home = _home_of(queue, node)
         if home is not None:
             record = _queue_records.get(queue)
             if record is None:
-                record = _queue_records[queue] = _canonical(queue_record(queue, home))
+                record = _queue_records[queue] = _canonical(_queue_record(queue, home))
             objects[f"{QUEUES}/{queue.name}"] = record
     for binding in vhost.graph.bindings():
         keyed = _binding_records.get(binding)
         if keyed is None:
-            record = _canonical(_binding_record(binding))
-            keyed = _binding_records[binding] = (binding_key(record), record)
+            record = _canonical(binding_record(binding))
+            keyed = _binding_records[binding] = (_binding_key(record), record)
         objects[keyed[0]] = keyed[1]
     return objects
 
@@ -142,7 +133,7 @@ class Applier:
     def _queue(self, vhost: VirtualHost, name: str, fields: dict[str, Any] | None) -> None:
         known = vhost.queues.get(name)
         if fields is None:
-            if known is not None and home_of(known, self.node) is not None:
+            if known is not None and _home_of(known, self.node) is not None:
                 vhost.remove_queue(known, everywhere=False)
             return
         home = str(fields["home"])
@@ -195,5 +186,4 @@ class Applier:
 
 
 def _binding(fields: dict[str, Any]) -> Binding:
-    return Binding(fields["source"], fields["destination"], fields["destination_kind"],
-                   fields["routing_key"], decode_table(fields["arguments"]))
+    return Binding(**{**fields, "arguments": decode_table(fields["arguments"])})

@@ -223,12 +223,12 @@ class ExchangeGraph:
         """Durable exchanges (but the predeclared ones) and bindings between durable
         ends, as plain dicts: JSON-serialisable when the arguments are."""
         exchanges = [
-            _exchange_record(entry.exchange)
+            exchange_record(entry.exchange)
             for entry in self._exchanges.values()
             if entry.exchange.durable and entry.exchange.name not in PREDECLARED
         ]
         bindings = sorted(
-            (_binding_record(b) for b in self.bindings() if self._is_durable(b)),
+            (binding_record(b) for b in self.bindings() if self._is_durable(b)),
             key=lambda r: (r["source"], r["destination_kind"], r["destination"], r["routing_key"]),
         )
         return {"exchanges": exchanges, "bindings": bindings}
@@ -385,7 +385,7 @@ def _typed_or_none(value: Any) -> str:
     return f"the value '{_erlang_text(value)}' of type '{amqp_type_name(value)}'"
 
 
-def _exchange_record(exchange: Exchange) -> dict[str, Any]:
+def exchange_record(exchange: Exchange) -> dict[str, Any]:
     return {
         "name": exchange.name,
         "type": exchange.type.value,
@@ -396,7 +396,7 @@ def _exchange_record(exchange: Exchange) -> dict[str, Any]:
     }
 
 
-def _binding_record(binding: Binding) -> dict[str, Any]:
+def binding_record(binding: Binding) -> dict[str, Any]:
     return {
         "source": binding.source,
         "destination": binding.destination,
