@@ -8,6 +8,7 @@ import asyncio
 import signal
 
 from rstream import AMQPMessage, OnClosedErrorInfo, Producer
+from rstream.exceptions import StreamNotAvailable
 
 from mainstem.testing_cluster import LocalCluster
 from tests.support.cluster_clients import wait_for_count
@@ -39,9 +40,17 @@ async def test_publishers_are_told_when_their_leader_steps_down(
         assert leader.log_events("replica.stepped_down")
         assert [(info.reason, info.streams) for info in told] == [
             ("Metadata Update", [STREAM])]
-        # rstream declares a new publisher on the leader it looks up now.
-        await asyncio.wait_for(
-            producer.send_wait(STREAM, AMQPMessage(body=b"after")), 60)
+        # rstream declares a new publisher on the leader it looks up now; while the
+        # election runs, Metadata says the stream is not available (as RabbitMQ's does)
+        # and a client tries again.
+        for attempt in range(100):
+            try:
+                await asyncio.wait_for(
+                    producer.send_wait(STREAM, AMQPMessage(body=b"after")), 60)
+                break
+            except StreamNotAvailable:
+                assert attempt < 99, "no leader elected in 20 s"
+                await asyncio.sleep(0.2)
     finally:
         await asyncio.wait_for(producer.close(), 10)
     for node in mainstem_cluster.live():
