@@ -28,10 +28,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from mainstem.protocols.rabbit_stream.offload import decode_publishes
+from mainstem.protocols.receiver import Receiver
 
 log = logging.getLogger("mainstem.workers")
 
 LENGTH = struct.Struct(">I")
+ANSWER_BUFFER = 1024 * 1024
+Answer = bytes | memoryview
 READY = b"R"  # a worker's first byte: its signal handling is set, requests may come
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -43,7 +46,7 @@ class Worker:
     def __init__(self, index: int) -> None:
         self.index = index
         self.lost = False
-        self._pending: deque[tuple[asyncio.Future[bytes], bytes]] = deque()
+        self._pending: deque[tuple[asyncio.Future[Answer], bytes]] = deque()
         ours, theirs = socket.socketpair()
         try:
             self.process = subprocess.Popen(
@@ -68,9 +71,10 @@ class Worker:
             ready = b""
         if ready != READY:
             raise RuntimeError(f"worker process {self.pid} did not start")
-        self._reading = asyncio.get_running_loop().create_task(self._read_answers(reader))
+        receiver = Receiver.take_over(reader, self._writer, ANSWER_BUFFER)
+        self._reading = asyncio.get_running_loop().create_task(self._read_answers(receiver))
 
-    async def run(self, request: bytes) -> bytes:
+    async def run(self, request: bytes) -> Answer:
         """`decode_publishes(request)`, computed by the worker (here, once it is lost)."""
         if self.lost or self._writer is None:
             return decode_publishes(request)
@@ -80,16 +84,33 @@ class Worker:
         self._writer.write(request)
         return await future
 
-    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
+    async def _read_answers(self, receiver: Receiver) -> None:
+        """Hand each answer to its request, as views of what arrived where they can be
+        (the Receiver never writes over what it handed out)."""
+        rest: Answer = b""  # the start of an answer not all here yet
         try:
-            while True:
-                (size,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
-                answer = await reader.readexactly(size)
-                future, _request = self._pending.popleft()
-                if not future.done():  # not abandoned by a connection that went away
-                    future.set_result(answer)
-        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            while data := await receiver.read():
+                if rest:
+                    data = bytes(rest) + data
+                rest = data[self._answer_all(data):]
+        except ConnectionError as error:
             self._lose(error)
+            return
+        self._lose(ConnectionError("the worker closed its socket"))
+
+    def _answer_all(self, data: bytes | memoryview) -> int:
+        """Settle the requests whose answers `data` holds whole; how much of it that was."""
+        pos = 0
+        while len(data) - pos >= LENGTH.size:
+            (size,) = LENGTH.unpack_from(data, pos)
+            end = pos + LENGTH.size + size
+            if end > len(data):
+                break
+            future, _request = self._pending.popleft()
+            if not future.done():  # not abandoned by a connection that went away
+                future.set_result(data[pos + LENGTH.size:end])
+            pos = end
+        return pos
 
     def _lose(self, error: BaseException) -> None:
         """The worker went away: finish its pending requests here, and all later ones."""
@@ -143,7 +164,7 @@ class Workers:
             raise
         log.info("workers.started", extra={"pids": self.pids})
 
-    def lane(self, conn_id: int) -> Callable[[bytes], Awaitable[bytes]]:
+    def lane(self, conn_id: int) -> Callable[[bytes], Awaitable[Answer]]:
         return self._workers[conn_id % len(self._workers)].run
 
     async def stop(self) -> None:

@@ -157,6 +157,34 @@ async def test_writer_sequences_drop_repeats_within_and_across_batches(
     assert service.partition.sequences == {"w": 7}
 
 
+async def test_a_block_is_staged_whole_beside_entries_and_refused_when_it_cannot_be(
+        service: PartitionService) -> None:
+    appender = service.appender
+
+    def block(ids: range) -> bytes:
+        return b"".join(entry(b"b%d" % i) for i in ids)
+
+    limits = ChunkLimits(entries=8)
+    appender.append_entries([entry(b"m0")], all_simple=True, writer="w", sequences=[0])
+    first = appender.append_block(block(range(1, 4)), 3, 3, writer="w", first=1, last=3,
+                                  limits=limits)
+    # A block does not straddle chunks: this one opens the next.
+    second = appender.append_block(block(range(4, 10)), 6, 6, writer="w", first=4, last=9,
+                                   limits=limits)
+    assert first is not None and second is not None
+    # The writer stored 9 already; the block alone exceeds the chunk: the caller must
+    # append entry by entry (nothing was staged).
+    assert appender.append_block(block(range(9, 11)), 2, 2, writer="w", first=9, last=10,
+                                 limits=limits) is None
+    assert appender.append_block(block(range(10, 19)), 9, 9, writer="w", first=10, last=18,
+                                 limits=limits) is None
+    await second.durable
+    assert (first.first_offset, second.first_offset) == (1, 4)
+    assert [c.header.num_entries for c in chunks_of(service.partition)] == [4, 6]
+    assert bodies(service.partition) == [b"m0"] + [b"b%d" % i for i in range(1, 10)]
+    assert service.partition.sequences == {"w": 9}
+
+
 @settings(max_examples=40, deadline=None)
 @given(turns=st.lists(st.lists(st.lists(st.integers(0, 30), max_size=8), min_size=1,
                                max_size=4), min_size=1, max_size=4))

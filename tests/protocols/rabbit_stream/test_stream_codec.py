@@ -4,6 +4,7 @@ and both directions (requests a client encodes, replies a client decodes)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import struct
 import zlib
 
@@ -23,6 +24,7 @@ from mainstem.protocols.rabbit_stream.codec import (
     parse_reply,
 )
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.offload import decode_publishes, decoded_frames
 from mainstem.protocols.rabbit_stream.wire import FrameError, FrameTooLarge, MalformedFrame
 
 # ------------------------------------------------------------------ helpers
@@ -419,21 +421,51 @@ def test_rstream_sub_batch_entry_is_kept_opaque() -> None:
     )
     frame = parse_one(data)
     assert isinstance(frame, f.Publish)
-    batch = frame.data_entries()
+    block = frame.as_block()
     expected_entry = struct.pack(">BHII", 0x80, 2, len(records), len(records)) + records
-    assert batch.blob == expected_entry
-    assert (batch.num_entries, batch.num_records, batch.payload_bytes) == (1, 2, 8)
-    assert batch.last_publishing_id == 40
+    assert block.entries == expected_entry
+    assert (block.count, block.num_records, block.payload_bytes) == (1, 2, 8)
+    assert (block.first_id, block.last_id, block.rising) == (40, 40, True)
+    assert block.publish() == f.Publish(2, [40], [expected_entry], 2, 8)
 
 
-def test_data_entries_strip_publishing_ids() -> None:
+def test_a_block_holds_the_entries_without_ids_and_the_ids_as_a_confirm_carries_them(
+        ) -> None:
     frame = parse_one(encode(publish(1, [(5, b"ab"), (6, b"cde")])))
     assert isinstance(frame, f.Publish)
-    batch = frame.data_entries()
-    assert batch.blob == entry(b"ab") + entry(b"cde")
-    assert (batch.num_entries, batch.num_records, batch.payload_bytes) == (2, 2, 5)
-    assert batch.last_publishing_id == 6
-    assert publish(1, []).data_entries().last_publishing_id is None
+    block = frame.as_block()
+    assert block.entries == entry(b"ab") + entry(b"cde")
+    assert (block.count, block.num_records, block.payload_bytes) == (2, 2, 5)
+    assert (block.first_id, block.last_id, block.rising) == (5, 6, True)
+    assert encode(r.PublishConfirm(1, block.packed_ids)) == encode(r.PublishConfirm(1, [5, 6]))
+    assert not publish(1, []).as_block().rising
+    assert not publish(1, [(7, b""), (7, b"")]).as_block().rising
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.binary(max_size=40)),
+                         max_size=20),
+       filters=st.booleans())
+def test_a_worker_answers_each_publish_as_the_block_of_what_the_loop_would_parse(
+        messages: list[tuple[int, bytes]], filters: bool) -> None:
+    values = [None if i % 3 else f"f{i}" for i in range(len(messages))] if filters else None
+    wire = encode(publish(9, messages, values))
+    (answer,) = decoded_frames(decode_publishes(wire))
+    assert isinstance(answer, f.PublishBlock)
+    parsed = parse_one(wire)
+    assert answer == parsed.as_block()
+    assert answer.publish() == parsed
+    ids = [pid for pid, _ in messages]
+    assert answer.rising == (bool(ids) and all(a < b for a, b in itertools.pairwise(ids)))
+
+
+def test_a_worker_answers_a_malformed_publish_with_its_error_in_order() -> None:
+    good = encode(publish(1, [(1, b"a")]))
+    bad = bytearray(encode(publish(1, [(2, b"bc")])))
+    bad[-3:-2] = b"\x7f"  # the entry's length runs past the frame
+    answers = decoded_frames(decode_publishes(good + bytes(bad) + good))
+    assert [type(answer) for answer in answers] == [f.PublishBlock, MalformedFrame,
+                                                    f.PublishBlock]
 
 
 # ------------------------------------------------------------------ rstream's real decoder

@@ -31,6 +31,10 @@ class ChunkLimits:
     entries: int = MAX_CHUNK_ENTRIES
     bytes: int | None = None  # None: no bound on a chunk's data bytes
 
+    def admit(self, count: int, size: int) -> bool:
+        """Whether a chunk of `count` entries and `size` data bytes is within bounds."""
+        return count <= self.entries and (self.bytes is None or size <= self.bytes)
+
 
 WHOLE_CHUNKS = ChunkLimits()
 
@@ -62,6 +66,16 @@ class _Chunk:
             budget -= len(entries[taken])
             taken += 1
         return taken if taken or self.count else 1  # an entry alone always fits
+
+    def holds(self, count: int, size: int, limits: ChunkLimits) -> bool:
+        """Whether `count` more entries of `size` bytes in all fit this chunk's bounds."""
+        return limits.admit(self.count + count, self.size + size)
+
+    def add_filters(self, filter_values: Sequence[str | None] | None) -> None:
+        if filter_values is None:
+            self.filter_values.add(UNFILTERED)
+        else:
+            self.filter_values.update(v or UNFILTERED for v in filter_values)
 
     def add(self, entries: Sequence[Entry], framed: bool) -> None:
         """Stage entries; unless `framed`, they are records this frames as simple entries."""
@@ -187,6 +201,31 @@ class Appender:
                                         limits, False)
         return Receipt(last.done, first, skip)
 
+    def append_block(self, block: bytes, count: int, records: int, *, writer: str | None,
+                     first: int, last: int, filter_values: list[str | None] | None = None,
+                     limits: ChunkLimits = WHOLE_CHUNKS) -> Receipt | None:
+        """`append_entries` of `count` entries joined in one block, whose sequences rise
+        from `first` to `last`: staged whole, with no work per entry. None, staging
+        nothing, when it cannot be taken whole (a replica forwards, the writer stored
+        `first` already, the block alone exceeds a chunk): then append its entries."""
+        if (self.forwarder is not None or not count
+                or not limits.admit(count, len(block))
+                or (writer is not None and first <= _or_below(self.sequence(writer)))):
+            return None
+        chunk = self._chunks[-1] if self._chunks else self._open_chunk()
+        if not chunk.holds(count, len(block), limits):
+            chunk = self._open_chunk()
+        skip = chunk.records
+        chunk.parts.append(block)
+        chunk.count += count
+        chunk.size += len(block)
+        chunk.records += records
+        chunk.all_simple = chunk.all_simple and records == count
+        chunk.add_filters(filter_values)
+        if writer is not None:
+            chunk.sequences[writer] = self._staged[writer] = last
+        return Receipt(chunk.done, chunk, skip)
+
     async def settled(self) -> None:
         """Return once everything appended so far is durable (on a replica: once what
         it forwarded is committed at the leader)."""
@@ -282,10 +321,7 @@ class Appender:
             chunk.add(piece, framed)
             chunk.records += taken if all_simple else _record_count(piece)
             chunk.all_simple = chunk.all_simple and all_simple
-            if filter_values is None:
-                chunk.filter_values.add(UNFILTERED)
-            else:
-                chunk.filter_values.update(v or UNFILTERED for v in filter_values[start:end])
+            chunk.add_filters(None if filter_values is None else filter_values[start:end])
             if tracked is not None:
                 writer, sequences = tracked
                 chunk.sequences[writer] = self._staged[writer] = max(sequences[start:end])

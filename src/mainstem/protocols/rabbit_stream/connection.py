@@ -45,12 +45,14 @@ from mainstem.protocols.rabbit_stream.commands import (
     stream_arguments,
 )
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.frames import PACKED_ID, packed, unpacked
 from mainstem.protocols.rabbit_stream.offload import DEFERRED, decoded_frames
 from mainstem.protocols.rabbit_stream.publishers import Publisher, Publishers, refusal
 from mainstem.protocols.rabbit_stream.state import CONNECTION_FRAMES
 from mainstem.protocols.rabbit_stream.wire import FrameError, FrameTooLarge
+from mainstem.protocols.receiver import Receiver
 
-READ_SIZE = 256 * 1024
+RECEIVE_BUFFER = 1024 * 1024
 # Stop shipping chunks to a connection whose socket buffer holds this much.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 # A chunk's bounds, whatever a Publish frame holds: Osiris cuts chunks by the batches
@@ -60,6 +62,7 @@ CHUNK_LIMITS = ChunkLimits(entries=4096, bytes=1 << 20)
 # On shutdown, how long confirms of what was already appended may take to go out.
 SHUTDOWN_CONFIRM_WAIT_S = 2.0
 OPEN = s.Phase.OPEN  # a module global: read once per frame
+PUBLISH_FRAMES = frozenset({f.Publish, f.PublishBlock})  # decoded here, or by a worker
 
 
 @dataclass(slots=True, eq=False)
@@ -92,9 +95,10 @@ class StreamConnection:
         self.publishers: Publishers[PartitionService] = Publishers()
         self.stats = ctx.core.counters.stream  # message counts for /metrics
         self.subscriptions: dict[int, Subscription] = {}
-        # Each Publish frame's durability, in arrival order, with the confirms it owes.
+        # Each Publish frame's durability, in arrival order, with the confirms it owes
+        # (its publishing ids packed as a PublishConfirm carries them).
         self._confirms: deque[tuple[asyncio.Future[None], Publisher[PartitionService],
-                                    list[int]]] = deque()
+                                    bytes]] = deque()
         self._confirm_ready = asyncio.Event()
         self._staging: set[PartitionService] = set()  # handed this read's Publish frames
         self._tasks: list[asyncio.Task[None]] = []
@@ -103,6 +107,7 @@ class StreamConnection:
         self._handlers: dict[type, Callable[[Any], Any]] = {
             f.DeclarePublisher: self.on_declare_publisher,
             f.Publish: self.on_publish,
+            f.PublishBlock: self.on_publish_block,
             f.QueryPublisherSequence: self.on_query_publisher_sequence,
             f.DeletePublisher: self.on_delete_publisher,
             f.Subscribe: self.on_subscribe,
@@ -159,13 +164,14 @@ class StreamConnection:
         await self._close_from_server(ResponseCode.OK, "broker shutting down")
 
     async def _read_loop(self) -> None:
-        reader = self.ctx.reader
+        # Reads land in the Receiver's buffer and are copied once, into the codec's.
+        reader = Receiver.take_over(self.ctx.reader, self.ctx.writer, RECEIVE_BUFFER)
         loop = asyncio.get_running_loop()
         while self.state.phase is not s.Phase.CLOSED:
             if self.publishers and self.core.write_gate.held:
                 await self.core.write_gate.opened()  # a publisher is held: read nothing
                 self.state.heard_from_peer(loop.time())
-            data = await reader.read(READ_SIZE)
+            data = await reader.read()
             if not data:
                 return
             self.state.heard_from_peer(loop.time())
@@ -207,14 +213,14 @@ class StreamConnection:
 
     async def _dispatch(self, frame: f.Frame) -> None:
         kind = type(frame)
-        if self._staging and kind is not f.Publish:
+        if self._staging and kind not in PUBLISH_FRAMES:
             self._write_staged()  # whatever follows a publish sees it written
         if kind in CONNECTION_FRAMES:
             await self._perform(self.state.receive(frame))
             return
         if self.state.phase is not OPEN:  # admit() passes anything once open
             self.state.admit(kind)
-        if kind is f.Publish and self.core.write_gate.held:
+        if kind in PUBLISH_FRAMES and self.core.write_gate.held:
             await self.core.write_gate.opened()  # held, as RabbitMQ blocks publishers
         result = self._handlers[kind](frame)
         if asyncio.iscoroutine(result):
@@ -546,7 +552,28 @@ class StreamConnection:
             filter_values=frame.filter_values, limits=CHUNK_LIMITS)
         self._staging.add(publisher.target)
         # Duplicates are confirmed too, once everything written before them is durable.
-        self._confirms.append((receipt.durable, publisher, frame.publishing_ids))
+        self._confirms.append((receipt.durable, publisher, packed(frame.publishing_ids)))
+        self._confirm_ready.set()
+
+    def on_publish_block(self, frame: f.PublishBlock) -> None:
+        """`on_publish` of a frame a worker decoded into blocks: staged whole, no work per
+        message, unless something in it needs that (a duplicate, a replica's forward, an
+        unknown publisher): then message by message."""
+        publisher = self.publishers.by_id.get(frame.publisher_id)
+        receipt = None if publisher is None or not frame.rising else (
+            publisher.target.appender.append_block(
+                frame.entries, frame.count, frame.num_records,
+                writer=publisher.reference or None, first=frame.first_id,
+                last=frame.last_id, filter_values=frame.filter_values, limits=CHUNK_LIMITS))
+        if receipt is None:
+            self.on_publish(frame.publish())
+            return
+        assert publisher is not None
+        publisher.published += frame.count
+        self.stats.publish += frame.count
+        self.stats.publish_confirm += frame.count
+        self._staging.add(publisher.target)
+        self._confirms.append((receipt.durable, publisher, frame.packed_ids))
         self._confirm_ready.set()
 
     async def _confirm_loop(self) -> None:
@@ -560,20 +587,21 @@ class StreamConnection:
                 try:
                     await durable
                 except PartitionClosed:  # the stream was deleted before the write
-                    self.send(refusal(publisher.publisher_id, ids,
+                    self.send(refusal(publisher.publisher_id, unpacked(ids),
                                       ResponseCode.STREAM_DOES_NOT_EXIST))
                     continue
                 except Exception as error:  # disk full, file too big: these, not the link
                     self.log.warning("write.failed", extra={"error": describe_error(error)})
-                    self.send(refusal(publisher.publisher_id, ids,
+                    self.send(refusal(publisher.publisher_id, unpacked(ids),
                                       ResponseCode.STREAM_NOT_AVAILABLE))
                     continue
                 if self._confirms and self._confirms[0][1] is publisher:
-                    ids = list(ids)  # one list grown in place: frames merge in linear time
+                    merged = [ids]  # joined once: frames merge in linear time
                     while (self._confirms and self._confirms[0][1] is publisher
                            and _succeeded(self._confirms[0][0])):
-                        ids.extend(self._confirms.popleft()[2])
-                self.stats.confirm += len(ids)
+                        merged.append(self._confirms.popleft()[2])
+                    ids = b"".join(merged)
+                self.stats.confirm += len(ids) // PACKED_ID.size
                 self.send(r.PublishConfirm(publisher.publisher_id, ids))
 
     async def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:

@@ -35,6 +35,16 @@ _COMMAND_VERSION = struct.Struct(">HHH")
 
 # Publish hot path: publishing id + first 4 bytes of the entry, read in one call.
 _ID_AND_ENTRY_HEAD = struct.Struct(">QI")
+PACKED_ID = U64  # a publishing id as Publish and PublishConfirm frames carry it
+
+
+def packed(ids: Sequence[int]) -> bytes:
+    """Publishing ids packed as on the wire, one after another."""
+    return struct.pack(f">{len(ids)}Q", *ids)
+
+
+def unpacked(ids: bytes) -> list[int]:
+    return list(struct.unpack(f">{len(ids) // PACKED_ID.size}Q", ids))
 
 
 class Frame:
@@ -130,17 +140,6 @@ class DeclarePublisher(Frame):
 
 
 @dataclass(slots=True)
-class DataEntries:
-    """A Publish frame's messages as the Osiris data section of one chunk."""
-
-    blob: bytes
-    num_entries: int
-    num_records: int
-    payload_bytes: int
-    last_publishing_id: int | None
-
-
-@dataclass(slots=True)
 class Publish(Frame):
     """A batch of messages. Each entry is already an Osiris data entry: a simple entry is a
     u32 length (top bit 0) and the body; a sub-batch entry (top bit 1) is kept opaque.
@@ -212,16 +211,6 @@ class Publish(Frame):
         return cls(publisher_id, [i for i, _ in messages], entries, len(entries),
                    sum(len(body) for _, body in messages))
 
-    def data_entries(self) -> DataEntries:
-        """The bytes to append to the log as one chunk (the one copy of the payload)."""
-        return DataEntries(
-            blob=b"".join(self.entries),
-            num_entries=len(self.entries),
-            num_records=self.num_records,
-            payload_bytes=self.payload_bytes,
-            last_publishing_id=self.publishing_ids[-1] if self.publishing_ids else None,
-        )
-
     def body(self) -> bytes:
         parts = [U8.pack(self.publisher_id), U32.pack(len(self.entries))]
         for i, (publishing_id, entry) in enumerate(
@@ -232,6 +221,53 @@ class Publish(Frame):
                 parts.append(wire.string(self.filter_values[i]))
             parts.append(bytes(entry))
         return b"".join(parts)
+
+    def as_block(self) -> PublishBlock:
+        """This frame in two blocks (what a worker process answers, see `offload`)."""
+        ids = self.publishing_ids
+        return PublishBlock(
+            self.publisher_id, packed(ids), b"".join(self.entries),
+            len(self.entries), self.num_records, self.payload_bytes, self.filter_values,
+            rising=bool(ids) and ids == sorted(set(ids)))  # strictly rising
+
+
+@dataclass(slots=True)
+class PublishBlock(Frame):
+    """A Publish held as two blocks instead of an object per message: its publishing ids
+    packed as on the wire (big-endian u64 each, as a PublishConfirm carries them back) and
+    its Osiris entries joined (as a chunk stores them). Handing a batch over this way
+    costs the same whatever the number of messages in it."""
+
+    KEY = Key.PUBLISH
+    publisher_id: int
+    packed_ids: bytes
+    entries: bytes
+    count: int  # messages (entries)
+    num_records: int
+    payload_bytes: int
+    filter_values: list[str | None] | None
+    rising: bool  # at least one id, each above the one before: dedup looks at the ends
+
+    @property
+    def first_id(self) -> int:
+        return U64.unpack_from(self.packed_ids, 0)[0]
+
+    @property
+    def last_id(self) -> int:
+        return U64.unpack_from(self.packed_ids, len(self.packed_ids) - PACKED_ID.size)[0]
+
+    def publish(self) -> Publish:
+        """The same frame, one entry per message (for what cannot take the block whole)."""
+        view, pos = memoryview(self.entries), 0
+        entries: list[memoryview] = []
+        for _ in range(self.count):
+            (head,) = SIMPLE_ENTRY.unpack_from(view, pos)
+            size = (SUB_BATCH_ENTRY.size + SUB_BATCH_ENTRY.unpack_from(view, pos)[3]
+                    if head & SUB_BATCH_BIT else SIMPLE_ENTRY.size + head)
+            entries.append(view[pos:pos + size])
+            pos += size
+        return Publish(self.publisher_id, unpacked(self.packed_ids), entries,
+                       self.num_records, self.payload_bytes, self.filter_values)
 
 
 @dataclass(slots=True)

@@ -5,26 +5,29 @@ for a stream publish, and the only part that needs nothing but the frame's bytes
 worker processes (`mainstem.workers`), the codec leaves Publish frames undecoded
 (`Undecoded`, for the pairs in `DEFERRED`); the connection sends the wire bytes of one
 read's Publish frames to a worker, which decodes them with the very parser used
-in-process and answers with their fields, ready to append. Everything else (dedup,
-chunking, CRC, writing, fsync, confirms) stays with the partition's one writer in the
-main process.
+in-process and answers with each as a `PublishBlock`: its ids and its entries in one
+block each, so that taking the answer apart and appending it costs the broker's loop the
+same whatever the number of messages. Everything else (dedup, chunking, CRC, writing,
+fsync, confirms) stays with the partition's one writer in the main process.
 
 Request: the frames' wire bytes, size prefixes included. Response: marshal of one item
-per frame, a Publish's fields or the message of the MalformedFrame its parser raised.
+per frame, a PublishBlock's fields or the message of the MalformedFrame its parser raised.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import marshal
 from typing import Any
 
 from mainstem.protocols.rabbit_stream.codec import parse_frame
 from mainstem.protocols.rabbit_stream.constants import Key
-from mainstem.protocols.rabbit_stream.frames import Publish
+from mainstem.protocols.rabbit_stream.frames import Publish, PublishBlock
 from mainstem.protocols.rabbit_stream.wire import U32, FrameError, MalformedFrame
 
 # (key, version) pairs left undecoded; any other version is parsed (and refused) inline.
 DEFERRED = frozenset({(Key.PUBLISH, 1), (Key.PUBLISH, 2)})
+_FIELDS = tuple(field.name for field in dataclasses.fields(PublishBlock))
 
 
 def decode_publishes(request: bytes) -> bytes:
@@ -41,18 +44,17 @@ def decode_publishes(request: bytes) -> bytes:
             items.append(error.message)
             continue
         assert isinstance(frame, Publish)  # DEFERRED holds Publish versions only
-        items.append((frame.publisher_id, frame.publishing_ids,
-                      [bytes(entry) for entry in frame.entries], frame.num_records,
-                      frame.payload_bytes, frame.filter_values))
+        block = frame.as_block()
+        items.append(tuple(getattr(block, name) for name in _FIELDS))
     return marshal.dumps(items)
 
 
-def decoded_frames(response: bytes) -> list[Publish | FrameError]:
+def decoded_frames(response: bytes | memoryview) -> list[PublishBlock | FrameError]:
     """The connection's side: the frames (or their errors) a worker answered with."""
     return [_frame(item) for item in marshal.loads(response)]
 
 
-def _frame(item: Any) -> Publish | FrameError:
+def _frame(item: Any) -> PublishBlock | FrameError:
     if isinstance(item, str):
         return MalformedFrame(item)
-    return Publish(*item)
+    return PublishBlock(*item)

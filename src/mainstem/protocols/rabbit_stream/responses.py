@@ -48,7 +48,7 @@ _OFFSET_TYPE_AND_OFFSET = struct.Struct(">HQ")
 class PublishConfirm(Frame):
     KEY = Key.PUBLISH_CONFIRM
     publisher_id: int
-    publishing_ids: list[int]
+    publishing_ids: list[int] | bytes  # or packed as on the wire: big-endian u64 each
 
     @classmethod
     def parse(cls, r: Reader) -> PublishConfirm:
@@ -57,6 +57,8 @@ class PublishConfirm(Frame):
 
     def body(self) -> bytes:
         ids = self.publishing_ids
+        if isinstance(ids, bytes):
+            return U8.pack(self.publisher_id) + U32.pack(len(ids) // 8) + ids
         return U8.pack(self.publisher_id) + struct.pack(f">I{len(ids)}Q", len(ids), *ids)
 
 
