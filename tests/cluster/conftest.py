@@ -1,7 +1,7 @@
 """Fixtures of the cluster tests: `mainstem_cluster` (mainstem.testing) gives each test a
 cluster of its own; `cluster` gives every test of a module the same one, for tests that
 leave it as they found it; `restored_cluster` is that one for a test that kills, freezes
-or restarts nodes: after the test every node runs again and sees the other two."""
+or restarts nodes or etcd: after the test they run again and every node sees the others."""
 
 from __future__ import annotations
 
@@ -35,8 +35,14 @@ def restored_cluster(cluster: LocalCluster) -> Iterator[LocalCluster]:
 
 
 def restore(cluster: LocalCluster) -> None:
-    """Resume frozen nodes, start dead ones (together: each start takes seconds), and
-    wait until every node lists them all, so the next test finds three joined nodes."""
+    """Resume or restart etcd and the nodes (dead nodes together: each start takes
+    seconds), and wait until every node lists them all, so the next test finds three
+    joined nodes."""
+    etcd = cluster.etcd.process
+    if etcd is None or etcd.poll() is not None:
+        cluster.etcd.start()
+    else:
+        os.kill(etcd.pid, signal.SIGCONT)
     dead = [name for name, node in cluster.nodes.items() if not node.alive]
     for node in cluster.live():
         os.kill(node.pid, signal.SIGCONT)
