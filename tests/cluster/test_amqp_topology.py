@@ -2,7 +2,10 @@
 through one node, they are so on every node (with real aio-pika clients and the
 management API); a classic queue is live on the node it was declared on, and every node
 says so; a node that was away takes the cluster's topology when it returns; a dead
-node's transient queues go everywhere, as in RabbitMQ."""
+node's transient queues go everywhere, as in RabbitMQ.
+
+One cluster for the module: each test has names of its own, and the tests that stop
+node3 have it running again after them (restored_cluster)."""
 
 from __future__ import annotations
 
@@ -72,9 +75,7 @@ def bindings_of(rows: list[dict], source: str) -> set[tuple[str, str, str]]:
             for row in rows if row["source"] == source}
 
 
-async def test_topology_made_on_one_node_holds_on_every_node(
-        mainstem_cluster: LocalCluster) -> None:
-    cluster = mainstem_cluster
+async def test_topology_made_on_one_node_holds_on_every_node(cluster: LocalCluster) -> None:
     async with contextlib.AsyncExitStack() as stack:
         one = await channel_on(cluster, "node1", stack)
         orders = await one.declare_exchange("orders", aio_pika.ExchangeType.TOPIC, durable=True)
@@ -160,8 +161,8 @@ async def test_topology_made_on_one_node_holds_on_every_node(
 
 
 async def test_a_returning_node_takes_what_changed_while_it_was_away(
-        mainstem_cluster: LocalCluster) -> None:
-    cluster = mainstem_cluster
+        restored_cluster: LocalCluster) -> None:
+    cluster = restored_cluster
     async with contextlib.AsyncExitStack() as stack:
         one = await channel_on(cluster, "node1", stack)
         await one.declare_exchange("old", aio_pika.ExchangeType.DIRECT, durable=True)
@@ -187,8 +188,8 @@ async def test_a_returning_node_takes_what_changed_while_it_was_away(
 
 
 async def test_a_dead_nodes_transient_queues_go_and_its_durable_ones_are_down(
-        mainstem_cluster: LocalCluster) -> None:
-    cluster = mainstem_cluster
+        restored_cluster: LocalCluster) -> None:
+    cluster = restored_cluster
     async with contextlib.AsyncExitStack() as stack:
         three = await channel_on(cluster, "node3", stack)
         await three.declare_queue("scratch", durable=False)

@@ -2,7 +2,10 @@
 live on its leader. aio-pika publishes with confirms to the leader, which is SIGKILLed
 mid-publish; the new leader replays the journal, so every confirmed message is consumed
 from it exactly once, in order; the killed node catches up on restart and, leading again,
-holds the same queue. Acks replicate: what was acked before the leader died stays gone."""
+holds the same queue. Acks replicate: what was acked before the leader died stays gone.
+
+One cluster for the module: each test has a queue of its own, and the nodes it kills or
+freezes run again after it (restored_cluster)."""
 
 from __future__ import annotations
 
@@ -34,8 +37,8 @@ CONFIRMED_BEFORE_KILL = 1_500
 
 
 async def test_killing_a_quorum_queue_leader_loses_no_confirmed_message(
-        mainstem_cluster: LocalCluster) -> None:
-    cluster, queue = mainstem_cluster, "orders"
+        restored_cluster: LocalCluster) -> None:
+    cluster, queue = restored_cluster, "orders"
     connection = await aio_pika.connect(amqp_url(cluster, "node1"))
     channel = await connection.channel(publisher_confirms=True)
     await channel.declare_queue(queue, durable=True, arguments=QUORUM)
@@ -78,8 +81,8 @@ async def test_killing_a_quorum_queue_leader_loses_no_confirmed_message(
 
 
 async def test_acks_replicate_and_other_nodes_relay_to_the_leader(
-        mainstem_cluster: LocalCluster) -> None:
-    cluster, queue = mainstem_cluster, "jobs"
+        restored_cluster: LocalCluster) -> None:
+    cluster, queue = restored_cluster, "jobs"
     connection = await aio_pika.connect(amqp_url(cluster, "node1"))
     channel = await connection.channel(publisher_confirms=True)
     await channel.declare_queue(queue, durable=True, arguments=QUORUM)
@@ -129,8 +132,8 @@ async def test_acks_replicate_and_other_nodes_relay_to_the_leader(
 
 
 async def test_a_leader_that_steps_down_cancels_its_consumers(
-        mainstem_cluster: LocalCluster) -> None:
-    cluster, queue = mainstem_cluster, "steps"
+        restored_cluster: LocalCluster) -> None:
+    cluster, queue = restored_cluster, "steps"
     connection = await aio_pika.connect(amqp_url(cluster, "node1"))
     channel = await connection.channel(publisher_confirms=True)
     await channel.declare_queue(queue, durable=True,
