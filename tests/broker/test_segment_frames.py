@@ -3,9 +3,14 @@ wrote it, cut to any byte range."""
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
 from pathlib import Path
 
-from mainstem.broker.segment_store import _read_frames
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mainstem.broker.segment_store import _read_frames, _RecentChunks
 from mainstem.broker.stream_service import PartitionService
 from mainstem.formats.osiris import SUB_BATCH_ENTRY
 from mainstem.log.chunk import encode_simple_entries
@@ -27,10 +32,37 @@ async def test_records_read_as_event_frames_from_any_byte(tmp_path: Path) -> Non
                                        encode_simple_entries([b"x"])], all_simple=False).durable
         whole = frame(b"one") + frame(b"three") + frame(b"w") + frame(b"opaque") + frame(b"x")
         partition = service.partition
-        assert bytes(_read_frames(partition, 0, 1 << 20)) == whole
+        assert bytes(_read_frames(partition, 0, 1 << 20, _RecentChunks())) == whole
+        recent = _RecentChunks(size=1)  # reads served from chunks walked before, or not
         for start in range(len(whole)):
             for size in (1, 5, 13, len(whole)):
-                assert bytes(_read_frames(partition, start, size)) == \
-                    whole[start:start + size]
+                expected = whole[start:start + size]
+                assert bytes(_read_frames(partition, start, size, recent)) == expected
+                assert bytes(_read_frames(partition, start, size, _RecentChunks())) == expected
     finally:
         await service.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(st.binary(max_size=30), min_size=1, max_size=6), min_size=1,
+                        max_size=4),
+       reads=st.lists(st.tuples(st.integers(0, 500), st.integers(1, 300)), max_size=12))
+def test_reads_in_any_order_over_several_chunks_return_the_frames_bytes(
+        batches: list[list[bytes]], reads: list[tuple[int, int]]) -> None:
+    """Whichever chunks the recent ones are, a read returns exactly its byte range."""
+    whole = b"".join(frame(body) for batch in batches for body in batch)
+
+    async def run(directory: Path) -> None:
+        service = PartitionService(Partition.open(directory))
+        try:
+            for batch in batches:  # a chunk each
+                await service.appender.append_records(batch, together=True).durable
+            recent = _RecentChunks(size=2)
+            for start, size in reads:
+                got = _read_frames(service.partition, start, size, recent)
+                assert bytes(got) == whole[start:start + size]
+        finally:
+            await service.close()
+
+    with tempfile.TemporaryDirectory() as directory:
+        asyncio.run(run(Path(directory)))

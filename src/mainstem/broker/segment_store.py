@@ -16,6 +16,7 @@ applying them in any order gives every node the same state.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import sqlite3
 import struct
@@ -33,6 +34,7 @@ from mainstem.log.partition import DataRemoved, Partition
 
 EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
 EVENT_TYPE = bytes(4)
+RECENT_CHUNKS = 8  # walked chunks kept for the next read (each up to a chunk's size)
 DEFAULT_SCOPE = "/"  # an empty scope names the default namespace
 
 
@@ -94,6 +96,7 @@ class SegmentStore:
             for namespace, stream, number, sealed, truncated in db.execute(
                 "SELECT namespace, stream, number, sealed, truncated FROM segment_states")}
         self.sharing: SegmentSharing | None = None  # set by a node that joins a cluster
+        self._recent = _RecentChunks()
 
     def close(self) -> None:
         self._db.close()
@@ -208,7 +211,7 @@ class SegmentStore:
                 await asyncio.wait_for(partition.wait_for(partition.committed_offset),
                                        self.tail_wait_s)
         try:
-            data = _read_frames(partition, offset, max_bytes)
+            data = _read_frames(partition, offset, max_bytes, self._recent)
         except DataRemoved as error:
             raise SegmentTruncated(f"offset {offset} of {name} was removed") from error
         end = self.write_offset(name)
@@ -236,7 +239,76 @@ def _chunk_for(partition: Partition, pos: int) -> tuple[object, int] | None:
     return best
 
 
-def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes | memoryview:
+class _ChunkFrames:
+    """One chunk's records as the Event frames a read returns, walked once: the segment
+    byte where each frame starts, and each record's simple entry (its length and data:
+    an Event frame is that entry with the event type in front)."""
+
+    __slots__ = ("_bytes", "_data", "_starts")
+
+    def __init__(self, chunk: Chunk, at: int) -> None:
+        data = chunk.data
+        starts = _entry_starts(data, chunk.header.num_entries)
+        if starts is None:  # sub-batches inside (a stream publisher's): a frame per body
+            bodies = [body for _, body in chunk.records()]
+            data = memoryview(encode_simple_entries(bodies))
+            starts = _entry_starts(data, len(bodies))
+            assert starts is not None
+        self._data, self._starts = data, starts
+        # A frame is 4 bytes longer than its entry: frame k starts 4 * k further on.
+        self._bytes = [at + start + 4 * k for k, start in enumerate(starts)]
+
+    def overlapping(self, low: int, high: int) -> tuple[int, list[memoryview], int]:
+        """The entries whose frames overlap segment bytes [low, high): where the first
+        frame starts, the entries, and where the last ends (nothing left to read when
+        that is `high` or beyond, or when no entry overlaps)."""
+        frame_bytes, last = self._bytes, len(self._bytes) - 1
+        first = max(bisect.bisect_right(frame_bytes, low) - 1, 0)
+        end = min(bisect.bisect_left(frame_bytes, high, first), last)
+        data, starts = self._data, self._starts
+        entries = [data[starts[k]:starts[k + 1]] for k in range(first, end)]
+        return frame_bytes[min(first, last)], entries, frame_bytes[min(max(first, end), last)]
+
+
+def _entry_starts(data: memoryview, entries: int) -> list[int] | None:
+    """Where each simple entry of a data section starts, then where the last ends; None
+    when a sub-batch turns up."""
+    starts, pos = [0] * (entries + 1), 0
+    unpack = SIMPLE_ENTRY.unpack_from
+    for k in range(1, entries + 1):
+        (length,) = unpack(data, pos)
+        if length & SUB_BATCH_BIT:
+            return None
+        pos = starts[k] = pos + 4 + length
+    return starts
+
+
+class _RecentChunks:
+    """The chunks read last, walked: a reader's next request usually starts inside the
+    chunk its last one ended in, which is then neither read, checked nor walked again."""
+
+    def __init__(self, size: int = RECENT_CHUNKS) -> None:
+        self._size = size
+        self._chunks: dict[tuple[Partition, int], _ChunkFrames] = {}
+
+    def frames(self, partition: Partition, found: tuple[object, int]) -> tuple[_ChunkFrames, int]:
+        """The frames of chunk `found` (segment, index), and the offset after it."""
+        segment, i = found
+        index = segment.index  # type: ignore[attr-defined]
+        chunk_id = index.chunk_ids[i]
+        key = (partition, chunk_id)
+        frames = self._chunks.pop(key, None)
+        if frames is None:
+            chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
+            frames = _ChunkFrames(chunk, segment_byte(chunk_id, index.byte_positions[i]))
+            if len(self._chunks) >= self._size:
+                del self._chunks[next(iter(self._chunks))]
+        self._chunks[key] = frames  # the most recent last
+        return frames, chunk_id + index.record_counts[i]
+
+
+def _read_frames(partition: Partition, pos: int, max_bytes: int,
+                 recent: _RecentChunks) -> bytes | memoryview:
     """Up to `max_bytes` of event frames from segment byte `pos`: the frames that overlap
     the range, joined once, then cut to it."""
     if pos < segment_byte(partition.first_offset, partition.first_byte):
@@ -246,56 +318,16 @@ def _read_frames(partition: Partition, pos: int, max_bytes: int) -> bytes | memo
     first: int | None = None  # the segment byte where the first of them begins
     at, high = pos, pos + max_bytes
     while found is not None and at < high:
-        segment, i = found
-        chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
-        at = segment_byte(chunk.chunk_id, segment.index.byte_positions[i])  # type: ignore[attr-defined]
-        begins, at = _overlapping_entries(chunk, at, pos, high, stored)
-        first = begins if first is None else first
-        found = partition.find_committed(chunk.next_offset, found)  # type: ignore[arg-type]
+        frames, next_offset = recent.frames(partition, found)
+        begins, entries, at = frames.overlapping(pos, high)
+        if entries:
+            first = begins if first is None else first
+            stored += entries
+        found = partition.find_committed(next_offset, found)  # type: ignore[arg-type]
     if first is None:
         return b""
     # An entry is its record's Event frame once the event type goes in front.
     return memoryview(EVENT_TYPE.join(stored))[pos - first:high - first]
-
-
-def _overlapping_entries(chunk: Chunk, at: int, low: int, high: int,
-                         stored: list[bytes | memoryview]) -> tuple[int | None, int]:
-    """Add to `stored` the simple entries of the chunk's records whose frames overlap
-    segment bytes [low, high), the chunk starting at byte `at`. Returns where the first
-    added frame starts (None: none added) and the byte after the last record seen."""
-    mark = len(stored)
-    done = _simple_entries(chunk.data, chunk.header.num_entries, at, low, high, stored)
-    if done is None:  # sub-batches inside (a stream publisher's): a frame per entry body
-        del stored[mark:]
-        bodies = [body for _, body in chunk.records()]
-        done = _simple_entries(memoryview(encode_simple_entries(bodies)), len(bodies), at, low,
-                               high, stored)
-        assert done is not None
-    return done
-
-
-def _simple_entries(data: memoryview, entries: int, at: int, low: int, high: int,
-                    stored: list[bytes | memoryview]) -> tuple[int | None, int] | None:
-    """`_overlapping_entries` of a data section of simple entries; None when a sub-batch
-    turns up. Two tight loops: skip to `low`, then take up to `high`."""
-    pos = n = 0
-    unpack = SIMPLE_ENTRY.unpack_from
-    while n < entries:
-        (length,) = unpack(data, pos)
-        if length & SUB_BATCH_BIT:
-            return None
-        if at + EVENT_HEADER.size + length > low:
-            break
-        pos, at, n = pos + 4 + length, at + EVENT_HEADER.size + length, n + 1
-    begins = at if n < entries and at < high else None
-    take = stored.append
-    while n < entries and at < high:
-        (length,) = unpack(data, pos)
-        if length & SUB_BATCH_BIT:
-            return None
-        take(data[pos:pos + 4 + length])
-        pos, at, n = pos + 4 + length, at + EVENT_HEADER.size + length, n + 1
-    return begins, at
 
 
 def check_found(name: SegmentName, streams: StreamStore) -> None:
