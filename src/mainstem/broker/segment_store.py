@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import operator
 import sqlite3
 import struct
 import uuid
@@ -256,7 +257,7 @@ class _ChunkFrames:
             assert starts is not None
         self._data, self._starts = data, starts
         # A frame is 4 bytes longer than its entry: frame k starts 4 * k further on.
-        self._bytes = [at + start + 4 * k for k, start in enumerate(starts)]
+        self._bytes = list(map(operator.add, starts, range(at, at + 4 * len(starts), 4)))
 
     def overlapping(self, low: int, high: int) -> tuple[int, list[memoryview], int]:
         """The entries whose frames overlap segment bytes [low, high): where the first
