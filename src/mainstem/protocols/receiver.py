@@ -7,7 +7,9 @@ the transport then receives into the Receiver's buffer, and a read hands out a v
 what arrived since the last one. A buffer is filled front to back and never written
 twice, so a view stays valid for as long as it is kept (staged appends keep theirs until
 written); a used-up buffer is left to its views and a fresh one started. Memory stays
-bounded: reading pauses while a buffer's worth waits to be read.
+bounded: reading pauses while a buffer's worth waits to be read. A buffer is anonymous
+memory mapped for it, whose pages the kernel provides as bytes arrive: an idle
+connection holds the few it touched, not a whole buffer.
 
 A read is a plain await (no task per read): a handler that must stop between requests
 when the server shuts down has the Receiver stopped (`stop`) instead of racing each read
@@ -17,10 +19,17 @@ against its closing event.
 from __future__ import annotations
 
 import asyncio
+import mmap
 from collections.abc import Callable
 from typing import cast
 
 MIN_SPACE = 64 * 1024  # a buffer with less room left is not received into any more
+
+
+def _fresh(size: int) -> mmap.mmap:
+    """A buffer of `size` bytes whose memory is taken only as it is written (unmapped
+    once neither the Receiver nor any view handed out holds it)."""
+    return mmap.mmap(-1, size)
 
 
 class Receiver(asyncio.BufferedProtocol):
@@ -33,7 +42,7 @@ class Receiver(asyncio.BufferedProtocol):
         self._stream = cast(asyncio.Protocol, stream)
         self._transport = transport
         self._size = size
-        self._buffer = bytearray(size)
+        self._buffer = _fresh(size)
         self._start = 0  # what lies before it was handed out
         self._filled = 0  # what lies before it arrived
         self._paused = False
@@ -99,7 +108,7 @@ class Receiver(asyncio.BufferedProtocol):
         return data
 
     def _fresh_buffer(self) -> None:
-        self._buffer = bytearray(self._size)
+        self._buffer = _fresh(self._size)
         self._start = self._filled = 0
 
     def _wake(self) -> None:
@@ -115,7 +124,7 @@ class Receiver(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         check, self._first_bytes = self._first_bytes, None
-        if check is not None and not check(bytes(self._buffer[self._filled:][:nbytes])):
+        if check is not None and not check(self._buffer[self._filled:self._filled + nbytes]):
             self._eof = True  # another protocol's opening: the handler sees the end
             self._wake()
             return
