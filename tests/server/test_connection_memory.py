@@ -12,7 +12,7 @@ from subprocess import Popen
 
 import pytest
 
-from tests.support.server_process import kill, start_server, started_ports
+from tests.support.server_process import kill, rss_bytes, start_server, started_ports
 
 CONNECTIONS = 60  # per protocol whose connections receive into buffers of their own
 PROTOCOLS = ("stream", "bson", "segment")
@@ -26,13 +26,6 @@ def server(tmp_path: Path) -> Iterator[tuple[Popen, Path]]:
         yield process, log
     finally:
         kill(process)
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def open_sockets(pid: int) -> int:

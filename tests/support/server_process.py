@@ -65,3 +65,11 @@ def kill(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     if process.poll() is None:
         os.kill(process.pid, sig)
         process.wait(TIMEOUT_S)
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")

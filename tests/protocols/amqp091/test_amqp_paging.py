@@ -16,7 +16,7 @@ from subprocess import Popen
 import pika
 import pytest
 
-from tests.support.server_process import kill, start_server, started_ports
+from tests.support.server_process import kill, rss_bytes, start_server, started_ports
 
 BOUND = 1000  # messages a queue keeps in memory in these tests
 
@@ -29,13 +29,6 @@ def server(tmp_path: Path) -> Iterator[tuple[Popen, Path, Path]]:
         yield process, data, log
     finally:
         kill(process)
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def body(i: int) -> bytes:
