@@ -34,7 +34,6 @@ log = logging.getLogger("mainstem.workers")
 
 LENGTH = struct.Struct(">I")
 ANSWER_BUFFER = 1024 * 1024
-Answer = bytes | memoryview
 READY = b"R"  # a worker's first byte: its signal handling is set, requests may come
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -46,7 +45,7 @@ class Worker:
     def __init__(self, index: int) -> None:
         self.index = index
         self.lost = False
-        self._pending: deque[tuple[asyncio.Future[Answer], bytes]] = deque()
+        self._pending: deque[tuple[asyncio.Future[bytes], bytes]] = deque()
         ours, theirs = socket.socketpair()
         try:
             self.process = subprocess.Popen(
@@ -71,10 +70,10 @@ class Worker:
             ready = b""
         if ready != READY:
             raise RuntimeError(f"worker process {self.pid} did not start")
-        receiver = Receiver.take_over(reader, self._writer, ANSWER_BUFFER)
+        receiver = Receiver.take_over(reader, self._writer, ANSWER_BUFFER, reused=True)
         self._reading = asyncio.get_running_loop().create_task(self._read_answers(receiver))
 
-    async def run(self, request: bytes) -> Answer:
+    async def run(self, request: bytes) -> bytes:
         """`decode_publishes(request)`, computed by the worker (here, once it is lost)."""
         if self.lost or self._writer is None:
             return decode_publishes(request)
@@ -85,14 +84,13 @@ class Worker:
         return await future
 
     async def _read_answers(self, receiver: Receiver) -> None:
-        """Hand each answer to its request, as views of what arrived where they can be
-        (the Receiver never writes over what it handed out)."""
-        rest: Answer = b""  # the start of an answer not all here yet
+        """Hand each answer to its request (copied: the Receiver's buffer is reused)."""
+        rest = b""  # the start of an answer not all here yet
         try:
             while data := await receiver.read():
                 if rest:
-                    data = bytes(rest) + data
-                rest = data[self._answer_all(data):]
+                    data = rest + data
+                rest = bytes(data[self._answer_all(data):])
         except ConnectionError as error:
             self._lose(error)
             return
@@ -108,7 +106,7 @@ class Worker:
                 break
             future, _request = self._pending.popleft()
             if not future.done():  # not abandoned by a connection that went away
-                future.set_result(data[pos + LENGTH.size:end])
+                future.set_result(bytes(data[pos + LENGTH.size:end]))
             pos = end
         return pos
 
@@ -164,7 +162,7 @@ class Workers:
             raise
         log.info("workers.started", extra={"pids": self.pids})
 
-    def lane(self, conn_id: int) -> Callable[[bytes], Awaitable[Answer]]:
+    def lane(self, conn_id: int) -> Callable[[bytes], Awaitable[bytes]]:
         return self._workers[conn_id % len(self._workers)].run
 
     async def stop(self) -> None:

@@ -44,16 +44,18 @@ def _contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
-async def _echo(payload: bytes) -> bytes:
+async def _echo(payload: bytes, reused: bool = False) -> bytes:
     """The server takes over after a first StreamReader read and sends back every byte
-    it received; views handed out earlier must keep their bytes."""
+    it received; views handed out earlier must keep their bytes (unless the buffer is
+    `reused`: then the handler copies each read, and the buffer is received into again)."""
     kept: list[bytes | memoryview] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         kept.append(await reader.read(10))
-        receiver = Receiver.take_over(reader, writer, SIZE)
+        receiver = Receiver.take_over(reader, writer, SIZE, reused=reused)
         while data := await receiver.read():
-            kept.append(data)
+            kept.append(bytes(data) if reused else data)
+            await asyncio.sleep(0)  # let more arrive meanwhile
         writer.write(b"".join(kept))
         await writer.drain()
         writer.close()
@@ -75,6 +77,12 @@ async def _echo(payload: bytes) -> bytes:
 def test_every_byte_arrives_in_order_and_views_stay_valid(run: Callable[..., None]) -> None:
     payload = os.urandom(3 * SIZE + 12_345)
     assert run(_echo(payload)) == payload
+
+
+@pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+def test_a_reused_buffer_delivers_every_byte_in_order(run: Callable[..., None]) -> None:
+    payload = os.urandom(5 * SIZE + 777)
+    assert run(_echo(payload, reused=True)) == payload
 
 
 async def _stop_and_tls(directory: Path) -> tuple[bytes, bytes]:

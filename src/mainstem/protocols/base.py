@@ -52,7 +52,7 @@ class ConnectionContext:
     advertised: tuple[str | None, int | None] = (None, None)
     # With worker processes (`--workers`): sends bytes to this connection's worker to be
     # decoded there (the stream protocol's Publish frames), and returns its answer.
-    offload: Callable[[bytes], Awaitable[bytes | memoryview]] | None = None
+    offload: Callable[[bytes], Awaitable[bytes]] | None = None
     # Set by a handler that can close politely (AMQP connection.close, stream Close):
     # called with the reason when an operator closes the connection; else it is cancelled.
     on_close_request: Callable[[str], Awaitable[None]] | None = None

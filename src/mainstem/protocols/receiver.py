@@ -7,9 +7,12 @@ the transport then receives into the Receiver's buffer, and a read hands out a v
 what arrived since the last one. A buffer is filled front to back and never written
 twice, so a view stays valid for as long as it is kept (staged appends keep theirs until
 written); a used-up buffer is left to its views and a fresh one started. Memory stays
-bounded: reading pauses while a buffer's worth waits to be read. A buffer is anonymous
-memory mapped for it, whose pages the kernel provides as bytes arrive: an idle
-connection holds the few it touched, not a whole buffer.
+bounded: reading pauses while a buffer's worth waits to be read. A handler that is done
+with what a read returned before it reads again (it copied it) has its buffer `reused`:
+received into again from the start, it stays warm in the caches. A connection's first
+buffer is anonymous memory mapped for it, whose pages the kernel provides as bytes
+arrive, so an idle connection holds the few it touched, not a whole buffer; later ones,
+for a busy connection, come from the heap, where freed buffers are taken again warm.
 
 A read is a plain await (no task per read): a handler that must stop between requests
 when the server shuts down has the Receiver stopped (`stop`) instead of racing each read
@@ -26,7 +29,7 @@ from typing import cast
 MIN_SPACE = 64 * 1024  # a buffer with less room left is not received into any more
 
 
-def _fresh(size: int) -> mmap.mmap:
+def _lazy(size: int) -> mmap.mmap:
     """A buffer of `size` bytes whose memory is taken only as it is written (unmapped
     once neither the Receiver nor any view handed out holds it)."""
     return mmap.mmap(-1, size)
@@ -38,11 +41,12 @@ class Receiver(asyncio.BufferedProtocol):
     that the handler's StreamWriter (drain, close) works as before."""
 
     def __init__(self, stream: asyncio.BaseProtocol, transport: asyncio.Transport,
-                 size: int) -> None:
+                 size: int, reused: bool) -> None:
         self._stream = cast(asyncio.Protocol, stream)
         self._transport = transport
         self._size = size
-        self._buffer = _fresh(size)
+        self._reused = reused
+        self._buffer: mmap.mmap | bytearray = _lazy(size)
         self._start = 0  # what lies before it was handed out
         self._filled = 0  # what lies before it arrived
         self._paused = False
@@ -57,11 +61,12 @@ class Receiver(asyncio.BufferedProtocol):
 
     @classmethod
     def take_over(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                  size: int) -> Receiver:
+                  size: int, *, reused: bool = False) -> Receiver:
         """Receive the connection's bytes from now on, starting with what `reader`
-        holds; `reader` is not read again. `size`: a buffer's, at least 2 * MIN_SPACE."""
+        holds; `reader` is not read again. `size`: a buffer's, at least 2 * MIN_SPACE.
+        `reused`: the handler is done with what a read returned once it reads again."""
         transport = cast(asyncio.Transport, writer.transport)
-        receiver = cls(transport.get_protocol(), transport, size)
+        receiver = cls(transport.get_protocol(), transport, size, reused)
         # StreamReader keeps what it received in `_buffer` and gives no other way to take
         # it without waiting.
         held: bytearray = reader._buffer  # type: ignore[attr-defined]
@@ -102,13 +107,15 @@ class Receiver(asyncio.BufferedProtocol):
         data = memoryview(self._buffer)[self._start:self._filled]
         self._start = self._filled
         if self._paused:
-            self._fresh_buffer()
+            self._next_buffer()
             self._paused = False
             self._transport.resume_reading()
         return data
 
-    def _fresh_buffer(self) -> None:
-        self._buffer = _fresh(self._size)
+    def _next_buffer(self) -> None:
+        """Receive from the start of this buffer again, or of a new one."""
+        if not self._reused:
+            self._buffer = bytearray(self._size)
         self._start = self._filled = 0
 
     def _wake(self) -> None:
@@ -118,13 +125,14 @@ class Receiver(asyncio.BufferedProtocol):
     # -- the transport's side ---------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self._buffer) - self._filled < MIN_SPACE and self._start == self._filled:
-            self._fresh_buffer()
+        if self._start == self._filled and (
+                self._reused or len(self._buffer) - self._filled < MIN_SPACE):
+            self._next_buffer()
         return memoryview(self._buffer)[self._filled:]
 
     def buffer_updated(self, nbytes: int) -> None:
         check, self._first_bytes = self._first_bytes, None
-        if check is not None and not check(self._buffer[self._filled:self._filled + nbytes]):
+        if check is not None and not check(bytes(self._buffer[self._filled:self._filled + nbytes])):
             self._eof = True  # another protocol's opening: the handler sees the end
             self._wake()
             return

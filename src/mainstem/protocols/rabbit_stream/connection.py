@@ -165,7 +165,8 @@ class StreamConnection:
 
     async def _read_loop(self) -> None:
         # Reads land in the Receiver's buffer and are copied once, into the codec's.
-        reader = Receiver.take_over(self.ctx.reader, self.ctx.writer, RECEIVE_BUFFER)
+        reader = Receiver.take_over(self.ctx.reader, self.ctx.writer, RECEIVE_BUFFER,
+                                    reused=True)
         loop = asyncio.get_running_loop()
         while self.state.phase is not s.Phase.CLOSED:
             if self.publishers and self.core.write_gate.held:

@@ -49,7 +49,7 @@ def decode_publishes(request: bytes) -> bytes:
     return marshal.dumps(items)
 
 
-def decoded_frames(response: bytes | memoryview) -> list[PublishBlock | FrameError]:
+def decoded_frames(response: bytes) -> list[PublishBlock | FrameError]:
     """The connection's side: the frames (or their errors) a worker answered with."""
     return [_frame(item) for item in marshal.loads(response)]
 
