@@ -91,7 +91,7 @@ class Worker:
                 if rest:
                     data = rest + data
                 rest = bytes(data[self._answer_all(data):])
-        except ConnectionError as error:
+        except OSError as error:  # reset, or any other failure of the link
             self._lose(error)
             return
         self._lose(ConnectionError("the worker closed its socket"))

@@ -71,6 +71,14 @@ class _Chunk:
         """Whether `count` more entries of `size` bytes in all fit this chunk's bounds."""
         return limits.admit(self.count + count, self.size + size)
 
+    def add_block(self, block: bytes, count: int, records: int) -> None:
+        """Stage `count` framed entries joined in one block, holding `records` records."""
+        self.parts.append(block)
+        self.count += count
+        self.size += len(block)
+        self.records += records
+        self.all_simple = self.all_simple and records == count
+
     def add_filters(self, filter_values: Sequence[str | None] | None) -> None:
         if filter_values is None:
             self.filter_values.add(UNFILTERED)
@@ -216,11 +224,7 @@ class Appender:
         if not chunk.holds(count, len(block), limits):
             chunk = self._open_chunk()
         skip = chunk.records
-        chunk.parts.append(block)
-        chunk.count += count
-        chunk.size += len(block)
-        chunk.records += records
-        chunk.all_simple = chunk.all_simple and records == count
+        chunk.add_block(block, count, records)
         chunk.add_filters(filter_values)
         if writer is not None:
             chunk.sequences[writer] = self._staged[writer] = last

@@ -44,6 +44,7 @@ def packed(ids: Sequence[int]) -> bytes:
 
 
 def unpacked(ids: bytes) -> list[int]:
+    """Publishing ids packed as on the wire, as integers."""
     return list(struct.unpack(f">{len(ids) // PACKED_ID.size}Q", ids))
 
 
@@ -250,11 +251,11 @@ class PublishBlock(Frame):
 
     @property
     def first_id(self) -> int:
-        return U64.unpack_from(self.packed_ids, 0)[0]
+        return PACKED_ID.unpack_from(self.packed_ids, 0)[0]
 
     @property
     def last_id(self) -> int:
-        return U64.unpack_from(self.packed_ids, len(self.packed_ids) - PACKED_ID.size)[0]
+        return PACKED_ID.unpack_from(self.packed_ids, len(self.packed_ids) - PACKED_ID.size)[0]
 
     def publish(self) -> Publish:
         """The same frame, one entry per message (for what cannot take the block whole)."""
