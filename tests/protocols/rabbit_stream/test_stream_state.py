@@ -212,7 +212,7 @@ def test_a_client_close_is_answered_and_ends_the_connection() -> None:
     assert state.phase is s.Phase.CLOSED
     assert state.receive(f.Heartbeat()) == []
     with pytest.raises(s.ProtocolError):
-        state.admit(f.Publish)
+        state.admit(f.PublishBlock)
 
 
 def test_the_servers_close_and_consumer_updates_share_one_correlation_sequence() -> None:

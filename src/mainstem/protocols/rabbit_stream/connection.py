@@ -62,7 +62,7 @@ CHUNK_LIMITS = ChunkLimits(entries=4096, bytes=1 << 20)
 # On shutdown, how long confirms of what was already appended may take to go out.
 SHUTDOWN_CONFIRM_WAIT_S = 2.0
 OPEN = s.Phase.OPEN  # a module global: read once per frame
-PUBLISH_FRAMES = frozenset({f.Publish, f.PublishBlock})  # decoded here, or by a worker
+PUBLISH_FRAMES = frozenset({f.PublishBlock})  # decoded here, or by a worker
 
 
 @dataclass(slots=True, eq=False)
@@ -106,8 +106,7 @@ class StreamConnection:
         self._transport = ctx.writer.transport
         self._handlers: dict[type, Callable[[Any], Any]] = {
             f.DeclarePublisher: self.on_declare_publisher,
-            f.Publish: self.on_publish,
-            f.PublishBlock: self.on_publish_block,
+            f.PublishBlock: self.on_publish,
             f.QueryPublisherSequence: self.on_query_publisher_sequence,
             f.DeletePublisher: self.on_delete_publisher,
             f.Subscribe: self.on_subscribe,
@@ -533,9 +532,30 @@ class StreamConnection:
                          "active": sub.membership is None or sub.membership.is_active})
         return rows
 
-    def on_publish(self, frame: f.Publish) -> None:
+    def on_publish(self, frame: f.PublishBlock) -> None:
         """Hand the frame's messages to its partition's appender, which batches what
-        arrives together into chunks, and queue the confirms they owe."""
+        arrives together into chunks, and queue the confirms they owe. The frame is staged
+        whole, with no work per message, unless something in it needs that (a duplicate,
+        a replica's forward, an unknown publisher): then message by message."""
+        publisher = self.publishers.by_id.get(frame.publisher_id)
+        receipt = None if publisher is None or not frame.rising else (
+            publisher.target.appender.append_block(
+                frame.entries, frame.count, frame.num_records,
+                writer=publisher.reference or None, first=frame.first_id,
+                last=frame.last_id, filter_values=frame.filter_values, limits=CHUNK_LIMITS))
+        if receipt is None:
+            self._publish_each(frame.publish())
+            return
+        assert publisher is not None
+        publisher.published += frame.count
+        self.stats.publish += frame.count
+        self.stats.publish_confirm += frame.count
+        self._staging.add(publisher.target)
+        self._confirms.append((receipt.durable, publisher, frame.packed_ids))
+        self._confirm_ready.set()
+
+    def _publish_each(self, frame: f.Publish) -> None:
+        """`on_publish` message by message: duplicates are skipped one by one."""
         publisher = self.publishers.by_id.get(frame.publisher_id)
         if publisher is None:
             self.send(refusal(frame.publisher_id, frame.publishing_ids,
@@ -554,27 +574,6 @@ class StreamConnection:
         self._staging.add(publisher.target)
         # Duplicates are confirmed too, once everything written before them is durable.
         self._confirms.append((receipt.durable, publisher, packed(frame.publishing_ids)))
-        self._confirm_ready.set()
-
-    def on_publish_block(self, frame: f.PublishBlock) -> None:
-        """`on_publish` of a frame a worker decoded into blocks: staged whole, no work per
-        message, unless something in it needs that (a duplicate, a replica's forward, an
-        unknown publisher): then message by message."""
-        publisher = self.publishers.by_id.get(frame.publisher_id)
-        receipt = None if publisher is None or not frame.rising else (
-            publisher.target.appender.append_block(
-                frame.entries, frame.count, frame.num_records,
-                writer=publisher.reference or None, first=frame.first_id,
-                last=frame.last_id, filter_values=frame.filter_values, limits=CHUNK_LIMITS))
-        if receipt is None:
-            self.on_publish(frame.publish())
-            return
-        assert publisher is not None
-        publisher.published += frame.count
-        self.stats.publish += frame.count
-        self.stats.publish_confirm += frame.count
-        self._staging.add(publisher.target)
-        self._confirms.append((receipt.durable, publisher, frame.packed_ids))
         self._confirm_ready.set()
 
     async def _confirm_loop(self) -> None:

@@ -142,11 +142,10 @@ class DeclarePublisher(Frame):
 
 @dataclass(slots=True)
 class Publish(Frame):
-    """A batch of messages. Each entry is already an Osiris data entry: a simple entry is a
-    u32 length (top bit 0) and the body; a sub-batch entry (top bit 1) is kept opaque.
-
-    `entries` are memoryviews into the bytes the codec received: parsing copies no payload
-    (decoded in a worker process, see `offload`, they arrive as bytes).
+    """A batch of messages, one entry each: what a client writes, and what the server makes
+    of a `PublishBlock` that must be handled message by message. Each entry is already an
+    Osiris data entry: a simple entry is a u32 length (top bit 0) and the body; a sub-batch
+    entry (top bit 1) is kept opaque.
     `filter_values` is None for version 1 frames, one value (or None) per entry for version 2.
     """
 
@@ -160,50 +159,6 @@ class Publish(Frame):
 
     def wire_version(self) -> int:
         return 1 if self.filter_values is None else 2
-
-    @classmethod
-    def parse_v1(cls, r: Reader) -> Publish:
-        return cls._parse(r, with_filter=False)
-
-    @classmethod
-    def parse_v2(cls, r: Reader) -> Publish:
-        return cls._parse(r, with_filter=True)
-
-    @classmethod
-    def _parse(cls, r: Reader, *, with_filter: bool) -> Publish:
-        publisher_id = r.u8()
-        count = r.count(14 if with_filter else 12)
-        view, pos, end = r.view, r.pos, len(r.view)
-        ids: list[int] = []
-        entries: list[memoryview] = []
-        filters: list[str | None] | None = [] if with_filter else None
-        records = payload = 0
-        for _ in range(count):
-            if filters is None:
-                publishing_id, head = _ID_AND_ENTRY_HEAD.unpack_from(view, pos)
-                pos += 8
-            else:
-                (publishing_id,) = U64.unpack_from(view, pos)
-                r.pos = pos + 8  # v2: the filter value sits between the id and the entry
-                filters.append(r.nullable_string())
-                pos = r.pos
-                (head,) = U32.unpack_from(view, pos)
-            if head & SUB_BATCH_BIT:
-                _, n_records, uncompressed, size = SUB_BATCH_ENTRY.unpack_from(view, pos)
-                entry_end = pos + SUB_BATCH_ENTRY.size + size
-                records += n_records
-                payload += max(uncompressed - SIMPLE_ENTRY.size * n_records, 0)
-            else:
-                entry_end = pos + SIMPLE_ENTRY.size + head
-                records += 1
-                payload += head
-            if entry_end > end:
-                raise MalformedFrame("published message runs past the end of the frame")
-            ids.append(publishing_id)
-            entries.append(view[pos:entry_end])
-            pos = entry_end
-        r.pos = pos
-        return cls(publisher_id, ids, entries, records, payload, filters)
 
     @classmethod
     def of_bodies(cls, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> Publish:
@@ -223,21 +178,14 @@ class Publish(Frame):
             parts.append(bytes(entry))
         return b"".join(parts)
 
-    def as_block(self) -> PublishBlock:
-        """This frame in two blocks (what a worker process answers, see `offload`)."""
-        ids = self.publishing_ids
-        return PublishBlock(
-            self.publisher_id, packed(ids), b"".join(self.entries),
-            len(self.entries), self.num_records, self.payload_bytes, self.filter_values,
-            rising=bool(ids) and ids == sorted(set(ids)))  # strictly rising
-
 
 @dataclass(slots=True)
 class PublishBlock(Frame):
-    """A Publish held as two blocks instead of an object per message: its publishing ids
-    packed as on the wire (big-endian u64 each, as a PublishConfirm carries them back) and
-    its Osiris entries joined (as a chunk stores them). Handing a batch over this way
-    costs the same whatever the number of messages in it."""
+    """A Publish frame as the server reads it (in its loop, or in a worker process: see
+    `offload`): two blocks instead of an object per message, its publishing ids packed as
+    on the wire (big-endian u64 each, as a PublishConfirm carries them back) and its Osiris
+    entries joined (as a chunk stores them). Staging, handing over and confirming a batch
+    this way costs the same whatever the number of messages in it."""
 
     KEY = Key.PUBLISH
     publisher_id: int
@@ -248,6 +196,60 @@ class PublishBlock(Frame):
     payload_bytes: int
     filter_values: list[str | None] | None
     rising: bool  # at least one id, each above the one before: dedup looks at the ends
+
+    @classmethod
+    def parse_v1(cls, r: Reader) -> PublishBlock:
+        return cls._parse(r, with_filter=False)
+
+    @classmethod
+    def parse_v2(cls, r: Reader) -> PublishBlock:
+        return cls._parse(r, with_filter=True)
+
+    @classmethod
+    def _parse(cls, r: Reader, *, with_filter: bool) -> PublishBlock:
+        """The hot loop of a stream publish: per message only what finds where its entry
+        ends. Records and payload bytes are counted from the totals, sub-batches aside."""
+        publisher_id = r.u8()
+        count = r.count(14 if with_filter else 12)
+        # Slices of bytes cost half what slices of a memoryview do.
+        data = r.view[r.pos:].tobytes()
+        reader = Reader(memoryview(data)) if with_filter else None
+        pos = 0
+        ids: list[int] = []
+        entries: list[bytes] = []
+        filters: list[str | None] | None = [] if with_filter else None
+        batches = batch_bytes = batch_records = batch_payload = 0  # sub-batch entries
+        unpack = _ID_AND_ENTRY_HEAD.unpack_from
+        for _ in range(count):
+            if reader is None:
+                publishing_id, head = unpack(data, pos)
+                pos += 8
+            else:  # v2: the filter value sits between the id and the entry
+                (publishing_id,) = U64.unpack_from(data, pos)
+                reader.pos = pos + 8
+                filters.append(reader.nullable_string())  # type: ignore[union-attr]
+                pos = reader.pos
+                (head,) = U32.unpack_from(data, pos)
+            if head & SUB_BATCH_BIT:
+                _, n_records, uncompressed, size = SUB_BATCH_ENTRY.unpack_from(data, pos)
+                end = pos + SUB_BATCH_ENTRY.size + size
+                batches += 1
+                batch_bytes += end - pos
+                batch_records += n_records
+                batch_payload += max(uncompressed - SIMPLE_ENTRY.size * n_records, 0)
+            else:
+                end = pos + SIMPLE_ENTRY.size + head
+            ids.append(publishing_id)
+            entries.append(data[pos:end])
+            pos = end
+        if pos > len(data):  # a slice past the end is short, not an error
+            raise MalformedFrame("published message runs past the end of the frame")
+        r.pos += pos
+        joined = b"".join(entries)
+        simple = count - batches
+        return cls(publisher_id, packed(ids), joined, count, simple + batch_records,
+                   len(joined) - batch_bytes - SIMPLE_ENTRY.size * simple + batch_payload,
+                   filters, rising=bool(ids) and ids == sorted(set(ids)))  # strictly rising
 
     @property
     def first_id(self) -> int:
@@ -743,8 +745,8 @@ Parser = Callable[[Reader], Frame]
 # UnknownCommand; RabbitMQ likewise only matches the versions it implements.
 PARSERS: dict[tuple[int, int], Parser] = {
     (Key.DECLARE_PUBLISHER, 1): DeclarePublisher.parse,
-    (Key.PUBLISH, 1): Publish.parse_v1,
-    (Key.PUBLISH, 2): Publish.parse_v2,
+    (Key.PUBLISH, 1): PublishBlock.parse_v1,
+    (Key.PUBLISH, 2): PublishBlock.parse_v2,
     (Key.QUERY_PUBLISHER_SEQUENCE, 1): QueryPublisherSequence.parse,
     (Key.DELETE_PUBLISHER, 1): DeletePublisher.parse,
     (Key.SUBSCRIBE, 1): Subscribe.parse,

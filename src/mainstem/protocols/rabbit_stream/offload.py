@@ -5,9 +5,9 @@ for a stream publish, and the only part that needs nothing but the frame's bytes
 worker processes (`mainstem.workers`), the codec leaves Publish frames undecoded
 (`Undecoded`, for the pairs in `DEFERRED`); the connection sends the wire bytes of one
 read's Publish frames to a worker, which decodes them with the very parser used
-in-process and answers with each as a `PublishBlock`: its ids and its entries in one
-block each, so that taking the answer apart and appending it costs the broker's loop the
-same whatever the number of messages. Everything else (dedup, chunking, CRC, writing,
+in-process and answers with each `PublishBlock` (its ids and its entries in one block
+each), so that taking the answer apart costs the broker's loop the same whatever the
+number of messages. Everything else (dedup, chunking, CRC, writing,
 fsync, confirms) stays with the partition's one writer in the main process.
 
 Request: the frames' wire bytes, size prefixes included. Response: marshal of one item
@@ -22,7 +22,7 @@ from typing import Any
 
 from mainstem.protocols.rabbit_stream.codec import parse_frame
 from mainstem.protocols.rabbit_stream.constants import Key
-from mainstem.protocols.rabbit_stream.frames import Publish, PublishBlock
+from mainstem.protocols.rabbit_stream.frames import PublishBlock
 from mainstem.protocols.rabbit_stream.wire import U32, FrameError, MalformedFrame
 
 # (key, version) pairs left undecoded; any other version is parsed (and refused) inline.
@@ -43,9 +43,8 @@ def decode_publishes(request: bytes) -> bytes:
         except FrameError as error:
             items.append(error.message)
             continue
-        assert isinstance(frame, Publish)  # DEFERRED holds Publish versions only
-        block = frame.as_block()
-        items.append(tuple(getattr(block, name) for name in _FIELDS))
+        assert isinstance(frame, PublishBlock)  # DEFERRED holds Publish versions only
+        items.append(tuple(getattr(frame, name) for name in _FIELDS))
     return marshal.dumps(items)
 
 
