@@ -160,7 +160,7 @@ class ServerConfig:
     max_unacked_events: int = 1000  # per BSON subscription
     max_unacked_results: int = 100  # per BSON query
     # [server] workers: processes that decode stream Publish frames (0: all in one process;
-    # None: "auto", one per core on a multi-core machine, at most AUTO_WORKERS)
+    # None: "auto", one per core beyond two, at most AUTO_WORKERS)
     workers: int | None = None
     # [[projections]] tables: name, channel, binder, id_field, fold, matcher, namespace
     projections: tuple[dict[str, object], ...] = ()
@@ -383,10 +383,10 @@ def _workers(value: object) -> int | None:
 
 
 def default_workers(cores: int | None) -> int:
-    """Workers for "auto": one per core, none on one core (where a worker only adds the
-    hand-over); measured in docs/multicore.md, 2 workers beat 1 on 2 cores."""
-    cores = cores or 1
-    return 0 if cores < 2 else min(cores, AUTO_WORKERS)
+    """Workers for "auto": one per core beyond two. The loop takes one core, and the
+    kernel's part (sockets, fsync) and local clients most of another; on two cores one
+    process took more stream publishes than one with workers (docs/multicore.md)."""
+    return max(0, min((cores or 1) - 2, AUTO_WORKERS))
 
 
 def _fsync_mode(value: object) -> FsyncMode:
@@ -538,7 +538,7 @@ _FLAGS = (
      "seconds without etcd before this node's leaderships lapse (default: 5)"),
     ("--workers", "server.workers", "N",
      "processes that decode stream Publish frames beside the broker (auto: one per "
-     "core, at most 4, none on one core; 0: none)"),
+     "core beyond two, at most 4; 0: none)"),
 )
 
 # dotted key -> (raw value, where it came from)

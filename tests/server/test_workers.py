@@ -255,7 +255,7 @@ def test_the_worker_count_comes_from_flag_environment_or_file(tmp_path: Path) ->
     assert load_config(parser.parse_args(["serve"]), {"MAINSTEM_WORKERS": "2"}).workers == 2
     assert load_config(parser.parse_args(["serve", "--workers", "auto"]),
                        {"MAINSTEM_WORKERS": "2"}).workers is None
-    assert [default_workers(cores) for cores in (None, 1, 2, 3, 16)] == [0, 0, 2, 3, 4]
+    assert [default_workers(cores) for cores in (None, 1, 2, 3, 4, 16)] == [0, 0, 0, 1, 2, 4]
 
 
 def test_serve_starts_the_automatic_number_of_workers(tmp_path: Path) -> None:
