@@ -96,9 +96,10 @@ function table(id, columns, rows, key = (row) => row.name) {
     element.createTBody();
   }
   const body = element.tBodies[0];
-  body.replaceChildren(...rows.map((row) => {
+  const fresh = rows.map((row) => {
     const tr = document.createElement("tr");
     tr.dataset.name = key(row);
+    tr.source = JSON.stringify(row);  // what its buttons act on, shown or not
     for (const [, value, kind] of columns) {
       const td = tr.insertCell();
       const shown = value(row);
@@ -107,7 +108,13 @@ function table(id, columns, rows, key = (row) => row.name) {
       if (kind === "num") td.className = "number";
     }
     return tr;
-  }));
+  });
+  // Rows that did not change stay the same elements: a poll's redraw must not swallow a
+  // click that lands between it and the next one.
+  const old = body.rows;
+  const unchanged = fresh.length === old.length && fresh.every((tr, i) =>
+    tr.source === old[i].source && tr.innerHTML === old[i].innerHTML);
+  if (!unchanged) body.replaceChildren(...fresh);
   element.classList.toggle("empty", rows.length === 0);
 }
 
