@@ -45,7 +45,7 @@ from mainstem.protocols.rabbit_stream.commands import (
     stream_arguments,
 )
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
-from mainstem.protocols.rabbit_stream.frames import PACKED_ID, packed, unpacked
+from mainstem.protocols.rabbit_stream.frames import PACKED_ID, unpacked
 from mainstem.protocols.rabbit_stream.offload import DEFERRED, decoded_frames
 from mainstem.protocols.rabbit_stream.publishers import Publisher, Publishers, refusal
 from mainstem.protocols.rabbit_stream.state import CONNECTION_FRAMES
@@ -535,45 +535,31 @@ class StreamConnection:
     def on_publish(self, frame: f.PublishBlock) -> None:
         """Hand the frame's messages to its partition's appender, which batches what
         arrives together into chunks, and queue the confirms they owe. The frame is staged
-        whole, with no work per message, unless something in it needs that (a duplicate,
-        a replica's forward, an unknown publisher): then message by message."""
-        publisher = self.publishers.by_id.get(frame.publisher_id)
-        receipt = None if publisher is None or not frame.rising else (
-            publisher.target.appender.append_block(
-                frame.entries, frame.count, frame.num_records,
-                writer=publisher.reference or None, first=frame.first_id,
-                last=frame.last_id, filter_values=frame.filter_values, limits=CHUNK_LIMITS))
-        if receipt is None:
-            self._publish_each(frame.publish())
-            return
-        assert publisher is not None
-        publisher.published += frame.count
-        self.stats.publish += frame.count
-        self.stats.publish_confirm += frame.count
-        self._staging.add(publisher.target)
-        self._confirms.append((receipt.durable, publisher, frame.packed_ids))
-        self._confirm_ready.set()
-
-    def _publish_each(self, frame: f.Publish) -> None:
-        """`on_publish` message by message: duplicates are skipped one by one."""
+        whole, with no work per message, unless something in it needs that (ids that do
+        not rise, a replica's forward, a block too big for a chunk): then message by
+        message, so that duplicates are skipped one by one."""
         publisher = self.publishers.by_id.get(frame.publisher_id)
         if publisher is None:
-            self.send(refusal(frame.publisher_id, frame.publishing_ids,
+            self.send(refusal(frame.publisher_id, unpacked(frame.packed_ids),
                               ResponseCode.PUBLISHER_DOES_NOT_EXIST))
             return
-        count = len(frame.publishing_ids)
-        publisher.published += count
-        reference = publisher.reference or None
-        stats = self.stats
-        stats.publish += count
-        stats.publish_confirm += count  # every stream publish is confirmed
-        receipt = publisher.target.appender.append_entries(
-            frame.entries, all_simple=frame.num_records == len(frame.entries),
-            writer=reference, sequences=frame.publishing_ids if reference else None,
-            filter_values=frame.filter_values, limits=CHUNK_LIMITS)
+        appender, writer = publisher.target.appender, publisher.reference or None
+        receipt = appender.append_block(
+            frame.entries, frame.count, frame.num_records, writer=writer,
+            first=frame.first_id, last=frame.last_id, filter_values=frame.filter_values,
+            limits=CHUNK_LIMITS) if frame.rising else None
+        if receipt is None:
+            each = frame.publish()
+            receipt = appender.append_entries(
+                each.entries, all_simple=each.num_records == len(each.entries),
+                writer=writer, sequences=each.publishing_ids if writer else None,
+                filter_values=each.filter_values, limits=CHUNK_LIMITS)
+        publisher.published += frame.count
+        self.stats.publish += frame.count
+        self.stats.publish_confirm += frame.count  # every stream publish is confirmed
         self._staging.add(publisher.target)
         # Duplicates are confirmed too, once everything written before them is durable.
-        self._confirms.append((receipt.durable, publisher, packed(frame.publishing_ids)))
+        self._confirms.append((receipt.durable, publisher, frame.packed_ids))
         self._confirm_ready.set()
 
     async def _confirm_loop(self) -> None:
