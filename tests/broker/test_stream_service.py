@@ -5,6 +5,8 @@ sending a chunk after a protocol's frame header."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import resource
 import struct
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -304,6 +306,47 @@ async def test_a_write_to_a_closed_partition_fails_its_receipt(
     service.partition.close()
     with pytest.raises(PartitionClosed):
         await service.appender.append_records([b"late"]).durable
+
+
+@contextlib.contextmanager
+def file_size_limit(size: int) -> Iterator[None]:
+    """Files of this process cannot grow past `size` (writes get EFBIG, as on a full
+    disk; Python ignores SIGXFSZ)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+async def test_a_refused_write_fails_its_writer_until_it_resumes_and_settles(
+        service: PartitionService) -> None:
+    """The log refuses a chunk (the file cannot grow): its receipt fails, and so do the
+    chunks staged after it in the same turn and the writer's later appends, even those
+    that would fit: stored, their sequence would cover records that never were.
+    `settled` returns (it does not wait forever nor say durable); other writers go on;
+    `committed_sequence` gives the stored sequence and lets the writer resume."""
+    appender = service.appender
+    await appender.append_records([b"a" * 100], writer="w", sequence=1).durable
+    size = service.partition.size_bytes
+    with file_size_limit(size + 2000):
+        big = appender.append_records([b"b" * 3000], writer="w", sequence=2)
+        after = appender.append_records([b"c"] * MAX_CHUNK_ENTRIES, writer="v", sequence=1)
+        with pytest.raises(OSError):
+            await big.durable
+        with pytest.raises(OSError):
+            await after.durable
+        await asyncio.wait_for(appender.settled(), 5)
+        small = appender.append_records([b"d"], writer="w", sequence=3)
+        other = appender.append_records([b"e"], writer="x", sequence=1)
+        with pytest.raises(OSError):
+            await small.durable
+        await other.durable
+        assert await appender.committed_sequence("w") == 1
+        await appender.append_records([b"f"], writer="w", sequence=2).durable
+    assert bodies(service.partition) == [b"a" * 100, b"e", b"f"]
+    assert service.partition.sequences == {"w": 2, "x": 1}
 
 
 async def test_close_writes_what_was_staged(tmp_path: Path) -> None:

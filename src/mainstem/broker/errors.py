@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class BrokerError(Exception):
     """Base of every error the broker reports; the message is meant for the client."""
@@ -33,3 +35,13 @@ class PreconditionFailed(BrokerError):
 
 class InvalidArgument(BrokerError):
     """A malformed name, number or pattern."""
+
+
+def storage_failure(error: BaseException) -> str:
+    """What a client is told of records the log could not store: the cause, never a path
+    (the server log has the whole error)."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return f"the log could not store it: {os.strerror(error.errno)}"
+    if isinstance(error, OSError):
+        return "the log could not store it: the write was cut short (disk full?)"
+    return "the log could not store it"

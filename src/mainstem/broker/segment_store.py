@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from mainstem.broker.cluster_view import SegmentSharing
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
-from mainstem.broker.stream_service import PartitionService
+from mainstem.broker.stream_service import PartitionService, Receipt
 from mainstem.broker.streams import StreamStore
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
 from mainstem.log.chunk import Chunk, encode_simple_entries
@@ -188,17 +188,15 @@ class SegmentStore:
             writer_key(connection_id)) or 0
 
     def write(self, name: SegmentName, connection_id: uuid.UUID,
-              framed: Sequence[bytes | memoryview], level: int) -> PartitionService:
+              framed: Sequence[bytes | memoryview], level: int) -> Receipt:
         """Append events, each as its length (u32, big-endian) and data: the simple Osiris
         entry of the record that stores it, so what was read goes to the log uncopied.
         They are not yet durable; the appender's new connection offset is stored with
         them, so the level never runs ahead of the data."""
         if self.is_sealed(name):
             raise SegmentSealed(f"segment {name} is sealed")
-        service = self.service(name)
-        service.appender.append_simple_entries(framed, writer=writer_key(connection_id),
-                                               sequence=level)
-        return service
+        return self.service(name).appender.append_simple_entries(
+            framed, writer=writer_key(connection_id), sequence=level)
 
     # -- reading -----------------------------------------------------------------
 

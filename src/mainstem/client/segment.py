@@ -30,6 +30,9 @@ class SegmentClient:
         self.replies: asyncio.Queue[c.Message] = asyncio.Queue()
         self.acks: dict[uuid.UUID, int] = {}
         self.ack_event = asyncio.Event()
+        # Why the connection ended (its last error reply, if any): appenders stop waiting.
+        self.ended: c.Message | None = None
+        self._last_error: c.Message | None = None
         self._pump = asyncio.get_running_loop().create_task(self._read_loop())
         self._request_id = 0
 
@@ -53,9 +56,14 @@ class SegmentClient:
 
     async def _read_loop(self) -> None:
         while True:
-            data = await self.reader.read(1 << 20)
+            try:
+                data = await self.reader.read(1 << 20)
+            except ConnectionError:
+                data = b""
             if not data:
-                await self.replies.put(c.ProtocolError("", "connection closed"))
+                self.ended = self._last_error or c.ProtocolError("", "connection closed")
+                self.ack_event.set()
+                await self.replies.put(self.ended)
                 return
             for decoded, _ in self.decoder.feed(data):
                 message = (self.reassembler.add(decoded) if isinstance(decoded, c.Partial)
@@ -66,6 +74,8 @@ class SegmentClient:
                     self.acks[message.connection_id] = message.ack_level
                     self.ack_event.set()
                 elif not isinstance(message, c.KeepAlive):
+                    if isinstance(message, c.SegmentError):
+                        self._last_error = message
                     await self.replies.put(message)
 
     async def expect(self, kind: type[c.Message], timeout: float = 10) -> c.Message:
@@ -167,10 +177,14 @@ class Appender:
         self.client.writer.write(frames)
 
     async def flush(self, timeout: float = 30) -> int:
-        """Wait until everything sent is acked; return the ack level."""
+        """Wait until everything sent is acked; return the ack level. SegmentClientError
+        when the connection ends first (e.g. StorageFailed): set up on a new connection
+        and `resend`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self.client.acks.get(self.connection_id, 0) < self.offset:
+            if self.client.ended is not None:
+                raise SegmentClientError(self.client.ended)
             self.client.ack_event.clear()
             await asyncio.wait_for(self.client.ack_event.wait(), deadline - loop.time())
         level = self.client.acks[self.connection_id]

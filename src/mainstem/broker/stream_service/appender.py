@@ -10,6 +10,7 @@ stored already, and holds everything while the write gate is closed.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,9 @@ from mainstem.broker.stream_service.gate import WriteGate
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES, SIMPLE_ENTRY, SUB_BATCH_ENTRY, SUB_BATCH_FLAG
 from mainstem.log.chunk import UNFILTERED, bloom_filter
 from mainstem.log.partition import Appended, Partition, PartitionClosed
+from mainstem.logging_setup import describe_error
+
+log = logging.getLogger("mainstem.broker")
 
 Entry = bytes | memoryview
 # Staged parts up to this many go to the file as they are (one pwritev: the kernel takes
@@ -139,7 +143,11 @@ class Appender:
         self._settling: set[asyncio.Task[None]] = set()
         # Set on a replica whose leader is elsewhere: appends go there instead.
         self.forwarder: Forwarder | None = None
-        self._forwarded: asyncio.Future[None] | None = None  # the last one, for settled()
+        self._last: asyncio.Future[None] | None = None  # the last chunk's, for settled()
+        # Writers one of whose appends failed, with the error: their later appends fail
+        # alike until they resume from what is stored. Were a later append stored, its
+        # sequence would cover, and a resend skip, records that never were.
+        self._failed: dict[str, BaseException] = {}
 
     def sequence(self, writer: str) -> int | None:
         """The writer's last sequence, staged or stored; None for an unknown writer."""
@@ -171,6 +179,8 @@ class Appender:
     def _append_simple(self, records: Sequence[Entry], framed: bool, writer: str | None,
                        sequence: int | None, together: bool) -> Receipt:
         stored = None if writer is None or sequence is None else (writer, sequence)
+        if stored is not None and stored[0] in self._failed:
+            return self._refused(stored[0])
         if stored is not None and stored[1] <= _or_below(self.sequence(stored[0])):
             return self._nothing()
         if not records:
@@ -196,6 +206,8 @@ class Appender:
                 limit_bytes=limits.bytes))
         tracked = None
         if writer is not None and sequences is not None:
+            if writer in self._failed:
+                return self._refused(writer)
             kept = _kept(_or_below(self.sequence(writer)), sequences)
             if kept is not None:
                 entries = [entries[i] for i in kept]
@@ -218,7 +230,8 @@ class Appender:
         `first` already, the block alone exceeds a chunk): then append its entries."""
         if (self.forwarder is not None or not count
                 or not limits.admit(count, len(block))
-                or (writer is not None and first <= _or_below(self.sequence(writer)))):
+                or (writer is not None and (writer in self._failed
+                                            or first <= _or_below(self.sequence(writer))))):
             return None
         chunk = self._chunks[-1] if self._chunks else self._open_chunk()
         if not chunk.holds(count, len(block), limits):
@@ -231,24 +244,29 @@ class Appender:
         return Receipt(chunk.done, chunk, skip)
 
     async def settled(self) -> None:
-        """Return once everything appended so far is durable (on a replica: once what
-        it forwarded is committed at the leader)."""
-        if self.forwarder is not None:
-            if self._forwarded is not None:
-                await asyncio.shield(self._forwarded)
-            return
-        if self._chunks:
-            await asyncio.shield(self._chunks[-1].done)
-        await self.partition.durable_point()
+        """Return once everything appended so far is settled: durable, or failed (each
+        append's receipt tells which). On a replica: once the leader answered what this
+        forwarded."""
+        if self._last is not None:
+            await asyncio.wait([self._last])  # the error is the receipt holders' to see
+        if self.forwarder is None:
+            await self.partition.durable_point()
 
     async def committed_sequence(self, writer: str) -> int | None:
-        """The writer's last sequence once everything appended so far is committed (a
-        writer resuming after a reconnect resends what follows it). A replica asks the
-        leader: what it holds itself may include chunks its leader never committed."""
+        """The writer's last sequence once everything appended so far is settled: what
+        is stored, from which a writer resuming after a reconnect or a failed append
+        resends; its later appends are taken again. A replica asks the leader: what it
+        holds itself may include chunks its leader never committed."""
         if self.forwarder is not None:
             return await self.forwarder.sequence(writer)
         await self.settled()
+        self._failed.pop(writer, None)
         return self.sequence(writer)
+
+    def resume(self, writer: str) -> None:
+        """Take the writer's appends again after one failed: it starts over (a publisher
+        declared anew) and knows what its receipts said."""
+        self._failed.pop(writer, None)
 
     def write_staged(self) -> None:
         """Write what is staged now rather than at the end of the turn: for a writer that
@@ -272,7 +290,7 @@ class Appender:
                 chunk.done.set_result(None)
 
         answer.add_done_callback(settle)
-        self._forwarded = chunk.done
+        self._last = chunk.done
         return Receipt(chunk.done, chunk, 0)
 
     def run_forwarded(self, append: ForwardedAppend) -> Receipt:
@@ -290,10 +308,17 @@ class Appender:
     def _open_chunk(self) -> _Chunk:
         chunk = _Chunk(asyncio.get_running_loop().create_future())
         self._chunks.append(chunk)
+        self._last = chunk.done
         if not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
         return chunk
+
+    def _refused(self, writer: str) -> Receipt:
+        """A receipt failed at once: the writer's earlier append failed (see resume)."""
+        done = asyncio.get_running_loop().create_future()
+        done.set_exception(self._failed[writer])
+        return Receipt(done, _Chunk(done), 0)
 
     def _nothing(self) -> Receipt:
         """A receipt for an append that stores nothing: done once what came before is."""
@@ -340,16 +365,30 @@ class Appender:
         self._flushing = False
         chunks, self._chunks, self._staged = self._chunks, [], {}
         written: list[tuple[int, _Chunk]] = []
-        for chunk in chunks:
+        for k, chunk in enumerate(chunks):
             try:
                 appended = chunk.write(self.partition)
             except (PartitionClosed, OSError) as error:  # these records, not the writer
-                chunk.done.set_exception(error)
-                continue
+                # The chunks staged after it are not written: their writers' records
+                # would be stored past a gap.
+                self._fail(chunks[k:], error)
+                break
             chunk.chunk_id = self.partition.next_offset if appended is None else appended.chunk_id
             written.append((self.partition.next_offset, chunk))
         if written:
             self._spawn(self._settle(written))
+
+    def _fail(self, chunks: list[_Chunk], error: BaseException) -> None:
+        """Fail these chunks' appends and refuse their writers' next ones (see resume)."""
+        if not isinstance(error, PartitionClosed):
+            log.error("partition.write_failed", extra={"partition": str(self.partition.directory),
+                                                       "error": describe_error(error)})
+        for chunk in chunks:
+            for writer in chunk.sequences:
+                self._failed[writer] = error
+            if not chunk.done.done():
+                chunk.done.set_exception(error)
+                chunk.done.exception()  # logged above; each receipt holder sees it too
 
     async def _flush_when_open(self) -> None:
         assert self._gate is not None
@@ -362,9 +401,7 @@ class Appender:
             try:
                 await self.partition.commit(Appended(chunk.chunk_id, mark))
             except Exception as error:  # a failed fsync fails every write it covered
-                for _, failed in written[k:]:
-                    if not failed.done.done():
-                        failed.done.set_exception(error)
+                self._fail([failed for _, failed in written[k:]], error)
                 return
             if not chunk.done.done():
                 chunk.done.set_result(None)

@@ -28,11 +28,13 @@ from mainstem.broker.errors import (
     BrokerError,
     InvalidArgument,
     NotFound,
+    storage_failure,
 )
 from mainstem.broker.events.document_matcher import compile_matcher
 from mainstem.broker.events.projections import Projection
 from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES
+from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events.codec import (
     EVENT_TAIL,
@@ -327,8 +329,9 @@ class EventsConnection:
         results = await asyncio.gather(*(w for w, _ in writes), return_exceptions=True)
         for result, (_, request_ids) in zip(results, writes, strict=True):
             if isinstance(result, BaseException):
+                self.ctx.log.warning("write.failed", extra={"error": describe_error(result)})
                 for request_id in request_ids:
-                    self.fail(request_id, "STORAGE_FAILED", str(result))
+                    self.fail(request_id, "STORAGE_FAILED", storage_failure(result))
             elif not self.writer.transport.is_closing():
                 self.outbox.add(encode_ok(request_ids))
 
@@ -369,8 +372,12 @@ class EventsConnection:
         by_partition: dict[int, tuple[PartitionService, list[bytes]]] = {}
         for partition, raw in self.transactions.pop(session):
             by_partition.setdefault(id(partition), (partition, []))[1].append(raw)
-        await asyncio.gather(*(p.appender.append_records(records, together=True).durable
-                               for p, records in by_partition.values()))
+        try:
+            await asyncio.gather(*(p.appender.append_records(records, together=True).durable
+                                   for p, records in by_partition.values()))
+        except OSError as failed:  # disk full, file too big: this commit, not the link
+            self.ctx.log.warning("write.failed", extra={"error": describe_error(failed)})
+            raise FrameFailed("STORAGE_FAILED", storage_failure(failed)) from None
         self.respond(body.get("rID"))
 
     def on_abort_tx(self, body: dict[str, Any]) -> None:

@@ -28,11 +28,13 @@ from mainstem.broker.errors import (
     AuthenticationFailed,
     BrokerError,
     NotFound,
+    storage_failure,
 )
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group, IdTaken, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
 from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
 from mainstem.broker.streams import Stream, TooManyPartitions
+from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import vsr
@@ -483,6 +485,9 @@ class IggyConnection:
             await receipt.durable
         except PartitionClosed as failed:  # deleted meanwhile, or no leader took it
             raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, str(failed)) from None
+        except OSError as failed:  # disk full, file too big: these messages, not the link
+            self.ctx.log.warning("write.failed", extra={"error": describe_error(failed)})
+            raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, storage_failure(failed)) from None
         return self.layout.sent(self.model.id_of(STREAM, "", stream.namespace),
                                  self.model.id_of(TOPIC, stream.namespace, stream.name), index,
                                  receipt.first_offset)

@@ -507,6 +507,8 @@ class StreamConnection:
         except BrokerError as error:
             self.respond(Key.DECLARE_PUBLISHER, frame.correlation_id, response_code(error))
             return
+        if frame.reference:  # starting over: publishes refused after a failed write end
+            partition.appender.resume(frame.reference)
         self.send(self.publishers.declare(frame, partition))
 
     def _publisher_rows(self) -> list[dict[str, object]]:
@@ -599,6 +601,8 @@ class StreamConnection:
                                                        response_code(error), 0))
             return
         appender = partition.appender
+        if appender.forwarder is None:  # asking where it stands, it resumes from there
+            appender.resume(frame.reference)
         try:  # a replica asks the leader: its own log may hold chunks never committed
             sequence = (appender.sequence(frame.reference) if appender.forwarder is None
                         else await appender.committed_sequence(frame.reference)) or 0

@@ -307,6 +307,7 @@ InvalidEventNumber = _error(55, "InvalidEventNumber")
 SegmentIsTruncated = _error(56, "SegmentIsTruncated")
 OperationUnsupported = _error(57, "OperationUnsupported")
 ProtocolError = _error(58, "ProtocolError")  # mainstem's: bad input, before a close
+StorageFailed = _error(202, "StorageFailed")  # mainstem's: appends not stored, before a close
 
 
 @_message(100, "b")

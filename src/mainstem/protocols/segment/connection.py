@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ClassVar
 
@@ -25,6 +26,7 @@ from mainstem.broker.errors import (
     BrokerError,
     NotFound,
     PreconditionFailed,
+    storage_failure,
 )
 from mainstem.broker.segment_store import (
     SegmentName,
@@ -32,7 +34,8 @@ from mainstem.broker.segment_store import (
     SegmentTruncated,
     check_found,
 )
-from mainstem.broker.stream_service import PartitionClosed, PartitionService
+from mainstem.broker.stream_service import PartitionClosed
+from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.receiver import Receiver
 from mainstem.protocols.segment import codec as c
@@ -68,6 +71,8 @@ class SegmentConnection:
         self.user: User | None = None
         self.names: dict[uuid.UUID, SegmentName] = {}  # each appender's segment
         self.ack_tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
+        # Each appender's writes not yet acked: done once durable, or failed.
+        self.receipts: defaultdict[uuid.UUID, list[asyncio.Future[None]]] = defaultdict(list)
         self.reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -192,24 +197,41 @@ class SegmentConnection:
     def flush(self) -> None:
         """Append each appender's buffered events as one chunk and ack once durable."""
         for write in self.state.writes():
-            appender = write.appender
+            connection_id = write.appender.connection_id
             try:
-                service = self.segments.write(self.names[appender.connection_id],
-                                              appender.connection_id, write.events,
-                                              write.level)
+                receipt = self.segments.write(self.names[connection_id], connection_id,
+                                              write.events, write.level)
             except BrokerError as error:
-                raise Violation(_error_reply(appender.segment, error)) from None
-            if appender.connection_id not in self.ack_tasks:
-                self.ack_tasks[appender.connection_id] = self.spawn(
-                    self._ack(appender.connection_id, service))
+                raise Violation(_error_reply(write.appender.segment, error)) from None
+            self.receipts[connection_id].append(receipt.durable)
+            if connection_id not in self.ack_tasks:
+                self.ack_tasks[connection_id] = self.spawn(self._ack(connection_id))
 
-    async def _ack(self, connection_id: uuid.UUID, service: PartitionService) -> None:
+    async def _ack(self, connection_id: uuid.UUID) -> None:
+        """Ack each appender's level once every write up to it is durable. A write that
+        failed fails the connection instead: nothing past the last ack is acked, and the
+        writer resends it after setting up again (its later writes were refused)."""
+        receipts = self.receipts[connection_id]
         try:
             while (target := self.state.ack_due(connection_id)) is not None:
-                await service.appender.settled()
+                waiting, receipts[:] = receipts[:], []
+                await asyncio.wait(waiting)
+                failure = next(filter(None, map(_failure, waiting)), None)
+                if failure is not None:
+                    self._append_failed(connection_id, failure)
+                    return
                 await self.perform(self.state.settled(connection_id, target))
         finally:
             del self.ack_tasks[connection_id]
+
+    def _append_failed(self, connection_id: uuid.UUID, failure: BaseException) -> None:
+        self.ctx.log.warning("append.failed", extra={"error": describe_error(failure)})
+        reason = ("the segment was deleted" if isinstance(failure, PartitionClosed)
+                  else storage_failure(failure))
+        for action in self.state.append_failed(connection_id, reason):
+            assert isinstance(action, Close)
+            self.send(action.reply)
+        self.ctx.writer.close()
 
     # -- reading and segment management ------------------------------------------
 
@@ -279,6 +301,10 @@ class SegmentConnection:
         c.TruncateSegment: on_truncate,
         c.DeleteSegment: on_delete,
     }
+
+
+def _failure(durable: asyncio.Future[None]) -> BaseException | None:
+    return PartitionClosed("cancelled") if durable.cancelled() else durable.exception()
 
 
 def _error_reply(segment: str, error: BrokerError) -> c.Message:

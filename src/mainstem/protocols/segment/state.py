@@ -291,6 +291,12 @@ class SegmentState:
         appender = self.appenders[connection_id]
         return appender.flushed if appender.acked < appender.flushed else None
 
+    def append_failed(self, connection_id: uuid.UUID, reason: str) -> tuple[Action, ...]:
+        """The log could not store a write of this appender: the connection ends, and the
+        writer sets up again (learning the stored level) and resends what follows it."""
+        self.phase = Phase.CLOSED
+        return (Close(c.StorageFailed(self.appenders[connection_id].segment, reason)),)
+
     def settled(self, connection_id: uuid.UUID, level: int) -> tuple[Action, ...]:
         """The log made everything up to `level` durable."""
         appender = self.appenders[connection_id]

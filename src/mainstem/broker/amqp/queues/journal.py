@@ -13,8 +13,9 @@ back from here when they near the head (``RecordReader``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from struct import Struct
@@ -26,6 +27,9 @@ from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Appended, Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
+from mainstem.logging_setup import describe_error
+
+log = logging.getLogger("mainstem.amqp")
 
 ENQUEUE, SETTLE = 0x45, 0x53  # "E", "S"
 _ENQUEUE_HEAD = Struct(">BBBI")  # kind, exchange length, routing key length, properties length
@@ -161,6 +165,8 @@ class QueueJournal:
         self.reader = RecordReader(partition)
         self._since_compaction = 0
         self._settling: set[asyncio.Task[None]] = set()  # strong references to the waits
+        # Told of messages the log refused (a full disk): nacked, so not to be delivered.
+        self.on_refused: Callable[[list[QueueMessage]], None] | None = None
 
     @classmethod
     def open(cls, directory: Path, durability: DurabilityPolicy,
@@ -232,7 +238,11 @@ class QueueJournal:
         try:
             appended = self.partition.write_records(records)
         except Exception as exc:  # a full disk: the publishers get a nack
+            log.error("journal.write_failed", extra={"journal": str(self.partition.directory),
+                                                     "error": describe_error(exc)})
             batch.set_exception(exc)
+            if self.on_refused is not None:
+                self.on_refused(live)
             return
         first = appended.next_offset - len(records)
         for offset, message in enumerate(live, first):

@@ -204,6 +204,21 @@ class ReadyMessages:
         for seq, offset, size in zip(itertools.count(first_seq), replay.offsets, replay.sizes):
             paged.append(seq, offset, size, expires_at, True)
 
+    def withdraw(self, message: QueueMessage) -> bool:
+        """Take out a message not yet paged out or delivered; whether it was here."""
+        level = self.level_of(message)
+        for messages in (self._memory[level], self._incoming[level]):
+            where = next((i for i, held in enumerate(messages) if held is message), None)
+            if where is not None:
+                del messages[where]
+                if messages is self._incoming[level]:
+                    self.incoming -= 1
+                else:
+                    self.held -= 1
+                    self.held_bytes -= len(message.body)
+                return True
+        return False
+
     # -- out -------------------------------------------------------------------
 
     def top_level(self) -> int | None:

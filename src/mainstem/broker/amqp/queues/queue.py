@@ -55,6 +55,8 @@ class ClassicQueue:
         self._dead_letter = dead_letter
         self._on_unused = on_unused  # x-expires elapsed or the last auto-delete consumer left
         self._ready = ReadyMessages(settings.max_priority + 1, memory, journal, spill_root)
+        if journal is not None:
+            journal.on_refused = self._withdraw
         self._bounded = settings.max_length is not None or settings.max_length_bytes is not None
         self._seq = 0
         self.ready_count = 0
@@ -100,6 +102,14 @@ class ClassicQueue:
         if message.expires_at is not None:
             self._arm_expiry()
         return durable_write
+
+    def _withdraw(self, messages: list[QueueMessage]) -> None:
+        """The journal refused these (their publishers get a nack): those still waiting
+        here leave the queue. One already delivered stays with its consumer."""
+        for message in messages:
+            if self._ready.withdraw(message):
+                self.ready_count -= 1
+                self.ready_bytes -= len(message.body)
 
     def _is_full(self, message: QueueMessage) -> bool:
         limit, limit_bytes = self.settings.max_length, self.settings.max_length_bytes
