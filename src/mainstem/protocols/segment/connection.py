@@ -226,8 +226,8 @@ class SegmentConnection:
 
     def _append_failed(self, connection_id: uuid.UUID, failure: BaseException) -> None:
         self.ctx.log.warning("append.failed", extra={"error": describe_error(failure)})
-        reason = ("the segment was deleted" if isinstance(failure, PartitionClosed)
-                  else storage_failure(failure))
+        reason = ("the segment cannot be written now (deleted, or no leader answered)"
+                  if isinstance(failure, PartitionClosed) else storage_failure(failure))
         for action in self.state.append_failed(connection_id, reason):
             assert isinstance(action, Close)
             self.send(action.reply)
