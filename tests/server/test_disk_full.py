@@ -4,7 +4,8 @@ The server runs with a file-size limit (RLIMIT_FSIZE) and the disk alarm off: th
 refuses the segment write that crosses it (EFBIG, the same OSError path as ENOSPC, and
 what beats the alarm's check of the free space). What was acknowledged before must all be
 there after a SIGKILL and a restart; what was refused is answered with an error that
-names no server path. (The stream protocol's case is in its conformance tests.)
+names no server path. (The stream protocol's publisher without a name: its conformance
+tests.)
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from rstream import ConfirmationStatus, Producer, RawMessage
 
 from mainstem.client.events import EventsClient, EventsError
 from mainstem.client.iggy import IggyClient, IggyClientError, Message, Polling
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.protocols.iggy.codec import ErrorCode
+from mainstem.protocols.rabbit_stream.constants import ResponseCode
 from mainstem.protocols.segment import codec as c
 from tests.support.server_process import kill, start_server, started_ports
 
@@ -200,3 +203,42 @@ def test_refused_amqp_publishes_are_nacked_and_the_channel_stays(server: Server)
         stored.append(got[2])
     connection.close()
     assert stored == confirmed
+
+
+# -- RabbitMQ Stream ----------------------------------------------------------------
+
+
+async def test_a_deduplicating_publisher_is_refused_after_a_failed_write_until_declared_again(
+        server: Server) -> None:
+    """A named publisher's frame the file system refuses gets PublishError; its next
+    publish (small enough to fit) is refused too: stored, its id would make a resend of
+    the refused ids look like duplicates, confirmed but never stored. Declared again (a
+    new connection), it goes on from what is stored."""
+    statuses: dict[int, int] = {}
+    wanted = {"count": 0}
+    answered = asyncio.Event()
+
+    async def on_status(status: ConfirmationStatus) -> None:
+        statuses[status.message_id] = 0 if status.is_confirmed else status.response_code
+        if len(statuses) >= wanted["count"]:
+            answered.set()
+
+    async def publish(producer: Producer, bodies: list[bytes]) -> None:
+        wanted["count"] = len(statuses) + len(bodies)
+        answered.clear()
+        await producer.send_batch("dedup", [RawMessage(body) for body in bodies],
+                                  publisher_name="p", on_publish_confirm=on_status)
+        await asyncio.wait_for(answered.wait(), 10)
+
+    port = server.ports["stream"]
+    async with Producer("127.0.0.1", port, username="guest", password="guest") as producer:
+        await producer.create_stream("dedup")
+        for _ in range(3):  # 3 frames of 100 x 4 KB: the third crosses the limit
+            await publish(producer, [b"x" * 4096] * 100)
+        await publish(producer, [b"small"])
+    codes = [statuses[publishing_id] for publishing_id in sorted(statuses)]
+    assert codes == [0] * 200 + [ResponseCode.STREAM_NOT_AVAILABLE] * 101
+    statuses.clear()
+    async with Producer("127.0.0.1", port, username="guest", password="guest") as producer:
+        await publish(producer, [b"again"])
+    assert statuses == {201: 0}

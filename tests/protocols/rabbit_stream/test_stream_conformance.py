@@ -278,53 +278,6 @@ async def test_a_write_the_file_system_refuses_gets_publish_errors(tmp_path: Pat
     assert codes[400:] == [ResponseCode.STREAM_NOT_AVAILABLE] * 200
 
 
-async def test_a_deduplicating_publisher_is_refused_after_a_failed_write_until_declared_again(
-        tmp_path: Path) -> None:
-    """A named publisher's frame the file system refuses gets PublishError; its next
-    publish (small enough to fit) is refused too: stored, its id would make a resend of
-    the refused ids look like duplicates, confirmed but never stored. Declared again (a
-    new connection), it goes on from what is stored."""
-    limit = 2_000_000
-    log_path = tmp_path / "server.log"
-    with open(log_path, "ab") as log_file:
-        server = subprocess.Popen(
-            [str(MAINSTEM), "serve", "--data-dir", str(tmp_path / "data"),
-             "--disk-free-limit", "0", *loopback_listener_flags()],
-            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(),
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
-    statuses: dict[int, int] = {}
-    wanted = {"count": 0}
-    answered = asyncio.Event()
-
-    async def on_status(status) -> None:
-        statuses[status.message_id] = 0 if status.is_confirmed else status.response_code
-        if len(statuses) >= wanted["count"]:
-            answered.set()
-
-    async def publish(producer: Producer, bodies: list[bytes]) -> None:
-        wanted["count"] = len(statuses) + len(bodies)
-        answered.clear()
-        await producer.send_batch("dedup-full", [RawMessage(body) for body in bodies],
-                                  publisher_name="p", on_publish_confirm=on_status)
-        await asyncio.wait_for(answered.wait(), 10)
-
-    try:
-        port = started_ports(server, log_path)["stream"]
-        async with Producer("127.0.0.1", port, username="guest", password="guest") as producer:
-            await producer.create_stream("dedup-full")
-            for _ in range(3):  # 3 frames of 200 x 4 KB: the third crosses the limit
-                await publish(producer, [b"x" * 4096] * 200)
-            await publish(producer, [b"small"])
-        codes = [statuses[publishing_id] for publishing_id in sorted(statuses)]
-        assert codes == [0] * 400 + [ResponseCode.STREAM_NOT_AVAILABLE] * 201
-        statuses.clear()
-        async with Producer("127.0.0.1", port, username="guest", password="guest") as producer:
-            await publish(producer, [b"again"])
-        assert statuses == {401: 0}
-    finally:
-        kill(server)
-
-
 # -- item 14: server-side filtering ------------------------------------------------
 
 
