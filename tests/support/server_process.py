@@ -32,13 +32,16 @@ def loopback_listener_flags() -> list[str]:
 
 
 def start_server(data_dir: Path, log_path: Path, *extra: str,
-                 preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
-    """`preexec_fn` runs in the child before the server starts (e.g. to lower a limit)."""
+                 preexec_fn: Callable[[], None] | None = None, mainstem: Path = MAINSTEM,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`preexec_fn` runs in the child before the server starts (e.g. to lower a limit);
+    `mainstem` and `env` choose another installation (default: this one, clean_env())."""
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
-            [str(MAINSTEM), "serve", "--data-dir", str(data_dir), *loopback_listener_flags(),
+            [str(mainstem), "serve", "--data-dir", str(data_dir), *loopback_listener_flags(),
              *extra],
-            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(), preexec_fn=preexec_fn,
+            stdout=subprocess.DEVNULL, stderr=log_file, env=env or clean_env(),
+            preexec_fn=preexec_fn,
         )
 
 
