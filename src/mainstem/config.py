@@ -12,7 +12,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionLimits, ProtocolSpec
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 # All interfaces, as RabbitMQ does; an embedded Broker binds 127.0.0.1 instead.
 DEFAULT_HOST = "0.0.0.0"
@@ -164,6 +165,8 @@ class ServerConfig:
     workers: int | None = None
     # [[projections]] tables: name, channel, binder, id_field, fold, matcher, namespace
     projections: tuple[dict[str, object], ...] = ()
+    # [server_properties]: what the handshakes and the management API say the server is
+    identity: ServerIdentity = DEFAULT_IDENTITY
 
     @classmethod
     def defaults(
@@ -439,6 +442,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "cluster.replication_port": _port,
     "cluster.lease_ttl": _int_at_least(2),
     "server.workers": _workers,
+    **{f"server_properties.{each.name}": _text for each in fields(ServerIdentity)},
 }
 _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "host": _text,
@@ -488,6 +492,12 @@ _ENV_VARS = {
     "MAINSTEM_ADVERTISE_HOST": "cluster.advertise_host",
     "MAINSTEM_REPLICATION_PORT": "cluster.replication_port",
     "MAINSTEM_WORKERS": "server.workers",
+    "MAINSTEM_SERVER_PRODUCT": "server_properties.product",
+    "MAINSTEM_SERVER_VERSION": "server_properties.version",
+    "MAINSTEM_SERVER_PLATFORM": "server_properties.platform",
+    "MAINSTEM_SERVER_COPYRIGHT": "server_properties.copyright",
+    "MAINSTEM_SERVER_INFORMATION": "server_properties.information",
+    "MAINSTEM_CLUSTER_NAME": "server_properties.cluster_name",
 }
 _LISTENER_ENV_VAR = re.compile(
     r"MAINSTEM_(\w+?)_(HOST|PORT|ENABLED|ADVERTISED_HOST|ADVERTISED_PORT)")
@@ -539,6 +549,18 @@ _FLAGS = (
     ("--workers", "server.workers", "N",
      "processes that decode stream Publish frames beside the broker (auto: one per "
      "core beyond two, at most 4; 0: none)"),
+    ("--server-product", "server_properties.product", "NAME",
+     "the product clients are told (default: mainstem)"),
+    ("--server-version", "server_properties.version", "VERSION",
+     "the version clients are told (default: mainstem's)"),
+    ("--server-platform", "server_properties.platform", "TEXT",
+     "the platform clients are told (default: Python and its version)"),
+    ("--server-copyright", "server_properties.copyright", "TEXT",
+     "the copyright clients are told"),
+    ("--server-information", "server_properties.information", "TEXT",
+     "the information clients are told"),
+    ("--cluster-name", "server_properties.cluster_name", "NAME",
+     "the cluster name clients and the management API are told (default: mainstem@HOST)"),
 )
 
 # dotted key -> (raw value, where it came from)
@@ -759,6 +781,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         auth=section(AuthConfig, "auth"),
         log=section(LogConfig, "log"),
         cluster=section(ClusterConfig, "cluster"),
+        identity=section(ServerIdentity, "server_properties"),
         max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
         heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
         max_connections=values.get("limits.max_connections", default.max_connections),

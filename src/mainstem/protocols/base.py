@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.errors import AuthenticationFailed
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 if TYPE_CHECKING:
     from mainstem.broker.auth import User
@@ -48,6 +49,8 @@ class ConnectionContext:
     user: str | None = None
     namespace: str | None = None
     client_properties: dict[str, object] = field(default_factory=dict)
+    # What the handshake reports as the server's properties (product, version, ...).
+    identity: ServerIdentity = DEFAULT_IDENTITY
     # The listener's configured advertised host and port (stream protocol), None if unset.
     advertised: tuple[str | None, int | None] = (None, None)
     # With worker processes (`--workers`): sends bytes to this connection's worker to be

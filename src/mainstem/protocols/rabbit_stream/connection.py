@@ -88,7 +88,7 @@ class StreamConnection:
             self.codec.deferred = DEFERRED
         correlations = s.Correlations()
         self.state = s.ConnectionState(ctx.limits.max_frame_size, ctx.limits.heartbeat_s,
-                                       correlations)
+                                       correlations, ctx.identity)
         self.flows = c.Subscriptions(correlations)
         self.user: User | None = None  # both set when the state says Opened
         self.namespace = "/"
