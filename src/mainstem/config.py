@@ -55,8 +55,9 @@ class ListenerConfig:
     host: str = DEFAULT_HOST
     port: int = 0
     enabled: bool = True
-    # What the stream protocol tells clients to connect to (RabbitMQ's stream.advertised_host
-    # and _port); None: the address and port the client reached.
+    # What the stream protocol and Iggy's cluster metadata tell clients to connect to
+    # (RabbitMQ's stream.advertised_host and _port); None: the address and port the client
+    # reached.
     advertised_host: str | None = None
     advertised_port: int | None = None
 
@@ -541,7 +542,9 @@ _FLAGS = (
      "join the cluster these etcd members coordinate (default: run alone)"),
     ("--node-name", "cluster.node_name", "NAME", "this node's name (default: the host name)"),
     ("--advertise-host", "cluster.advertise_host", "HOST",
-     "host other nodes and clients reach this node at (default: its bind address)"),
+     "host other nodes and clients reach this node at, advertised by every listener that"
+     " sets no advertised_host of its own (default: the address a client reached; to other"
+     " nodes, the bind address)"),
     ("--replication-port", "cluster.replication_port", "PORT",
      f"port followers fetch from (default: {REPLICATION_PORT}; 0: ephemeral)"),
     ("--lease-ttl", "cluster.lease_ttl", "SECONDS",
@@ -744,12 +747,15 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
                               for key, (raw, origin) in layer.items()}
     default = ServerConfig()
     host = values.get("host", DEFAULT_HOST)
+    # --advertise-host is every listener's advertised host unless the listener sets its own
+    advertise_host = values.get("cluster.advertise_host")
     listeners = {
         spec.name: ListenerConfig(
             host=values.get(f"listeners.{spec.name}.host", host),
             port=values.get(f"listeners.{spec.name}.port", spec.default_port),
             enabled=values.get(f"listeners.{spec.name}.enabled", True),
-            advertised_host=values.get(f"listeners.{spec.name}.advertised_host"),
+            advertised_host=values.get(f"listeners.{spec.name}.advertised_host",
+                                       advertise_host),
             advertised_port=values.get(f"listeners.{spec.name}.advertised_port"),
         )
         for spec in specs
