@@ -12,7 +12,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionLimits, ProtocolSpec
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 # All interfaces, as RabbitMQ does; an embedded Broker binds 127.0.0.1 instead.
 DEFAULT_HOST = "0.0.0.0"
@@ -54,8 +55,9 @@ class ListenerConfig:
     host: str = DEFAULT_HOST
     port: int = 0
     enabled: bool = True
-    # What the stream protocol tells clients to connect to (RabbitMQ's stream.advertised_host
-    # and _port); None: the address and port the client reached.
+    # What the stream protocol and Iggy's cluster metadata tell clients to connect to
+    # (RabbitMQ's stream.advertised_host and _port); None: the address and port the client
+    # reached.
     advertised_host: str | None = None
     advertised_port: int | None = None
 
@@ -164,6 +166,8 @@ class ServerConfig:
     workers: int | None = None
     # [[projections]] tables: name, channel, binder, id_field, fold, matcher, namespace
     projections: tuple[dict[str, object], ...] = ()
+    # [server_properties]: what the handshakes and the management API say the server is
+    identity: ServerIdentity = DEFAULT_IDENTITY
 
     @classmethod
     def defaults(
@@ -439,6 +443,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "cluster.replication_port": _port,
     "cluster.lease_ttl": _int_at_least(2),
     "server.workers": _workers,
+    **{f"server_properties.{each.name}": _text for each in fields(ServerIdentity)},
 }
 _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "host": _text,
@@ -488,6 +493,12 @@ _ENV_VARS = {
     "MAINSTEM_ADVERTISE_HOST": "cluster.advertise_host",
     "MAINSTEM_REPLICATION_PORT": "cluster.replication_port",
     "MAINSTEM_WORKERS": "server.workers",
+    "MAINSTEM_SERVER_PRODUCT": "server_properties.product",
+    "MAINSTEM_SERVER_VERSION": "server_properties.version",
+    "MAINSTEM_SERVER_PLATFORM": "server_properties.platform",
+    "MAINSTEM_SERVER_COPYRIGHT": "server_properties.copyright",
+    "MAINSTEM_SERVER_INFORMATION": "server_properties.information",
+    "MAINSTEM_CLUSTER_NAME": "server_properties.cluster_name",
 }
 _LISTENER_ENV_VAR = re.compile(
     r"MAINSTEM_(\w+?)_(HOST|PORT|ENABLED|ADVERTISED_HOST|ADVERTISED_PORT)")
@@ -531,7 +542,9 @@ _FLAGS = (
      "join the cluster these etcd members coordinate (default: run alone)"),
     ("--node-name", "cluster.node_name", "NAME", "this node's name (default: the host name)"),
     ("--advertise-host", "cluster.advertise_host", "HOST",
-     "host other nodes and clients reach this node at (default: its bind address)"),
+     "host other nodes and clients reach this node at, advertised by every listener that"
+     " sets no advertised_host of its own (default: the address a client reached; to other"
+     " nodes, the bind address)"),
     ("--replication-port", "cluster.replication_port", "PORT",
      f"port followers fetch from (default: {REPLICATION_PORT}; 0: ephemeral)"),
     ("--lease-ttl", "cluster.lease_ttl", "SECONDS",
@@ -539,6 +552,18 @@ _FLAGS = (
     ("--workers", "server.workers", "N",
      "processes that decode stream Publish frames beside the broker (auto: one per "
      "core beyond two, at most 4; 0: none)"),
+    ("--server-product", "server_properties.product", "NAME",
+     "the product clients are told (default: mainstem)"),
+    ("--server-version", "server_properties.version", "VERSION",
+     "the version clients are told (default: mainstem's)"),
+    ("--server-platform", "server_properties.platform", "TEXT",
+     "the platform clients are told (default: Python and its version)"),
+    ("--server-copyright", "server_properties.copyright", "TEXT",
+     "the copyright clients are told"),
+    ("--server-information", "server_properties.information", "TEXT",
+     "the information clients are told"),
+    ("--cluster-name", "server_properties.cluster_name", "NAME",
+     "the cluster name clients and the management API are told (default: mainstem@HOST)"),
 )
 
 # dotted key -> (raw value, where it came from)
@@ -722,12 +747,15 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
                               for key, (raw, origin) in layer.items()}
     default = ServerConfig()
     host = values.get("host", DEFAULT_HOST)
+    # --advertise-host is every listener's advertised host unless the listener sets its own
+    advertise_host = values.get("cluster.advertise_host")
     listeners = {
         spec.name: ListenerConfig(
             host=values.get(f"listeners.{spec.name}.host", host),
             port=values.get(f"listeners.{spec.name}.port", spec.default_port),
             enabled=values.get(f"listeners.{spec.name}.enabled", True),
-            advertised_host=values.get(f"listeners.{spec.name}.advertised_host"),
+            advertised_host=values.get(f"listeners.{spec.name}.advertised_host",
+                                       advertise_host),
             advertised_port=values.get(f"listeners.{spec.name}.advertised_port"),
         )
         for spec in specs
@@ -759,6 +787,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         auth=section(AuthConfig, "auth"),
         log=section(LogConfig, "log"),
         cluster=section(ClusterConfig, "cluster"),
+        identity=section(ServerIdentity, "server_properties"),
         max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
         heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
         max_connections=values.get("limits.max_connections", default.max_connections),

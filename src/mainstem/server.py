@@ -375,6 +375,7 @@ class Broker:
         configured = self.config.listener(spec)
         ctx = ConnectionContext(
             core=self.core, reader=reader, writer=writer, limits=self.config.limits(),
+            identity=self.config.identity,
             log=ContextLog(connection_log, fields), closing=self._closing,
             listener=listener, peer=peer, tls=tls,
             advertised=(configured.advertised_host, None if tls else configured.advertised_port),

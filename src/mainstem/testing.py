@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mainstem.testing_wait import CAP_S
+
 if TYPE_CHECKING:
     from mainstem.server import Broker
 
@@ -34,7 +36,7 @@ try:
 except ImportError:  # the sync fixture still works; the async one explains what is missing
     pytest_asyncio = None  # type: ignore[assignment]
 
-_START_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 30.0
 
 
 class ThreadedBroker:
@@ -55,7 +57,10 @@ class ThreadedBroker:
         self.ports: dict[str, int] = {}
         self.urls: dict[str, str] = {}
 
-    def start(self, timeout: float = _START_TIMEOUT_S) -> ThreadedBroker:
+    def start(self, timeout: float = CAP_S) -> ThreadedBroker:
+        """Run the broker; wait until it listens. A start that fails ends the wait at once
+        (its error is raised here), so only a hung one waits the whole `timeout`: long, as
+        a loaded machine takes many times the usual second."""
         self._thread.start()
         if not self._started.wait(timeout):
             raise TimeoutError(f"mainstem broker did not start within {timeout} s")
@@ -63,7 +68,7 @@ class ThreadedBroker:
             raise self._error
         return self
 
-    def stop(self, timeout: float = _START_TIMEOUT_S) -> None:
+    def stop(self, timeout: float = _STOP_TIMEOUT_S) -> None:
         if self._loop is not None and self._stop_requested is not None:
             self._loop.call_soon_threadsafe(self._stop_requested.set)
         self._thread.join(timeout)

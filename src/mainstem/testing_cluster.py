@@ -12,12 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-START_TIMEOUT_S = 20.0
+from mainstem.testing_wait import wait_while_progressing
+
 ETCD = "etcd"
 
 
@@ -87,16 +87,20 @@ class Etcd:
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                  "--initial-cluster", f"test={peer}"],
                 stdout=log, stderr=log, env=_clean_env())
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"etcd exited: {(self.directory / 'etcd.log').read_text()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.client_port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
+        process, log_path = self.process, self.directory / "etcd.log"
+        if wait_while_progressing(self._answers, lambda: process.poll() is None, process.pid,
+                                  log_path):
+            return
+        if process.poll() is not None:
+            raise RuntimeError(f"etcd exited: {log_path.read_text()}")
         raise TimeoutError("etcd did not start")
+
+    def _answers(self) -> bool | None:
+        try:
+            with socket.create_connection(("127.0.0.1", self.client_port), timeout=0.2):
+                return True
+        except OSError:
+            return None
 
     def stop(self) -> None:
         _stop(self.process)
@@ -182,16 +186,18 @@ class LocalCluster:
 
     def wait_started(self, name: str) -> dict[str, int]:
         node = self.nodes[name]
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
+
+        def started() -> dict[str, int] | None:
             for entry in node.log_events("broker.started"):
                 if entry.get("pid") == node.pid:
-                    node.ports = dict(entry["ports"])
-                    return node.ports
-            if not node.alive:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"{name} did not start:\n{node.log_path.read_text()[-4000:]}")
+                    return dict(entry["ports"])
+            return None
+
+        ports = wait_while_progressing(started, lambda: node.alive, node.pid, node.log_path)
+        if ports is None:
+            raise RuntimeError(f"{name} did not start:\n{node.log_path.read_text()[-4000:]}")
+        node.ports = ports
+        return ports
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send `sig`; for SIGKILL and SIGTERM, wait until the process is gone."""

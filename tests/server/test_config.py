@@ -182,6 +182,8 @@ def test_retention_can_be_reset_to_unlimited(tmp_path):
         ("[limits]\nmax_frame_size = 100\n", "must be at least 4096"),
         ("[retention]\nmax_age = '3w'\n", "retention.max_age"),
         ("[limits\n", "invalid TOML"),
+        ("[server_properties]\nproduct = ''\n", "server_properties.product: expected a non"),
+        ("[server_properties]\nvendor = 'x'\n", "unknown key 'server_properties.vendor'"),
     ],
 )
 def test_bad_toml_is_named(tmp_path, toml, message):
@@ -205,6 +207,18 @@ def test_bad_toml_is_named(tmp_path, toml, message):
 def test_bad_env_and_flags_are_named(tmp_path, env, flags, message):
     with pytest.raises(ConfigError, match=message):
         load(tmp_path, env=env, flags=flags)
+
+
+def test_server_properties_follow_the_precedence(tmp_path):
+    toml = '[server_properties]\nproduct = "RabbitMQ"\nversion = "4.0.0"\ncopyright = "c"\n'
+    env = {"MAINSTEM_SERVER_VERSION": "4.1.0", "MAINSTEM_CLUSTER_NAME": "east",
+           "MAINSTEM_SERVER_PLATFORM": "Erlang/OTP"}
+    flags = ["--server-platform", "Linux", "--server-information", "ours"]
+    identity = load(tmp_path, toml, env, flags).identity
+    assert identity.properties() == {
+        "product": "RabbitMQ", "version": "4.1.0", "platform": "Linux", "copyright": "c",
+        "information": "ours", "cluster_name": "east"}
+    assert load(tmp_path).identity.product == "mainstem"
 
 
 def test_missing_config_file(tmp_path):

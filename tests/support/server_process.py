@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from mainstem.protocols import all_protocols
+from mainstem.testing_wait import wait_while_progressing
 
 TIMEOUT_S = 10.0
 MAINSTEM = Path(sys.executable).with_name("mainstem")
@@ -32,29 +32,36 @@ def loopback_listener_flags() -> list[str]:
 
 
 def start_server(data_dir: Path, log_path: Path, *extra: str,
-                 preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
-    """`preexec_fn` runs in the child before the server starts (e.g. to lower a limit)."""
+                 preexec_fn: Callable[[], None] | None = None, mainstem: Path = MAINSTEM,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`preexec_fn` runs in the child before the server starts (e.g. to lower a limit);
+    `mainstem` and `env` choose another installation (default: this one, clean_env())."""
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
-            [str(MAINSTEM), "serve", "--data-dir", str(data_dir), *loopback_listener_flags(),
+            [str(mainstem), "serve", "--data-dir", str(data_dir), *loopback_listener_flags(),
              *extra],
-            stdout=subprocess.DEVNULL, stderr=log_file, env=clean_env(), preexec_fn=preexec_fn,
+            stdout=subprocess.DEVNULL, stderr=log_file, env=env or clean_env(),
+            preexec_fn=preexec_fn,
         )
 
 
 def wait_for_event(process: subprocess.Popen, log_path: Path, event: str,
                    after_pid: int | None = None) -> dict:
-    """The first log line of `event` (written by process `after_pid`, if given)."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
+    """The first log line of `event` (written by process `after_pid`, if given), waited
+    for while the server makes progress (see mainstem.testing_wait)."""
+
+    def logged() -> dict | None:
         for line in log_path.read_text().splitlines():
             entry = json.loads(line)
             if entry["event"] == event and after_pid in (None, entry.get("pid")):
                 return entry
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise AssertionError(f"no {event!r} line; server log:\n{log_path.read_text()}")
+        return None
+
+    entry = wait_while_progressing(logged, lambda: process.poll() is None, process.pid,
+                                   log_path)
+    if entry is None:
+        raise AssertionError(f"no {event!r} line; server log:\n{log_path.read_text()}")
+    return entry
 
 
 def started_ports(process: subprocess.Popen, log_path: Path) -> dict[str, int]:

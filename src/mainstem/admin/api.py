@@ -53,9 +53,9 @@ async def overview(request: web.Request) -> web.Response:
     return web.json_response({
         "management_version": __version__,
         "rabbitmq_version": RABBITMQ_VERSION,
-        "product_name": "mainstem",
-        "product_version": __version__,
-        "cluster_name": NODE,
+        "product_name": state.identity.product,
+        "product_version": state.identity.version,
+        "cluster_name": state.identity.cluster_name,
         "node": NODE,
         "listeners": [
             {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}

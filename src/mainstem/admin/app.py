@@ -50,7 +50,7 @@ def create_app(broker: Broker) -> web.Application:
     state = shared.AdminState(
         core=core, connections=broker.connections, providers=providers_for(core),
         monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
-        certfile=broker.config.tls.certfile,
+        certfile=broker.config.tls.certfile, identity=broker.config.identity,
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
     app[shared.STATE] = state

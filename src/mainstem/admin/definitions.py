@@ -13,7 +13,6 @@ from typing import Any
 
 from aiohttp import web
 
-from mainstem import __version__
 from mainstem.admin.objects import flag, json_object
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.state import read_body, state_of
@@ -27,6 +26,7 @@ from mainstem.broker.auth import (
 )
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import InvalidArgument
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 routes = web.RouteTableDef()
 _UNSUPPORTED = ("policies", "parameters", "global_parameters", "topic_permissions")
@@ -37,7 +37,8 @@ _INFORMATIONAL = ("cluster_name", "internal_cluster_id")
 # -- export ----------------------------------------------------------------------
 
 
-def export_definitions(core: BrokerCore, vhost: str | None = None) -> dict[str, Any]:
+def export_definitions(core: BrokerCore, vhost: str | None = None,
+                       identity: ServerIdentity = DEFAULT_IDENTITY) -> dict[str, Any]:
     names = [vhost] if vhost is not None else [ns.name for ns in core.catalog
                                                  .list_namespaces()]
     objects: dict[str, list[dict[str, Any]]] = {"queues": [], "exchanges": [], "bindings": []}
@@ -45,7 +46,7 @@ def export_definitions(core: BrokerCore, vhost: str | None = None) -> dict[str, 
         for kind, rows in _vhost_objects(core, name).items():
             objects[kind] += [row if vhost is None else _without_vhost(row) for row in rows]
     header = {"rabbit_version": RABBITMQ_VERSION, "rabbitmq_version": RABBITMQ_VERSION,
-              "product_name": "mainstem", "product_version": __version__}
+              "product_name": identity.product, "product_version": identity.version}
     if vhost is not None:
         return {**header, "parameters": [], "policies": [], **objects}
     return {**header, "users": [_user(record) for record in core.catalog.list_users()],
@@ -92,15 +93,16 @@ def _vhost_objects(core: BrokerCore, name: str) -> dict[str, list[dict[str, Any]
 @routes.get("/api/definitions")
 async def get_definitions(request: web.Request) -> web.Response:
     """Export every definition in RabbitMQ's format."""
-    return _download(request, export_definitions(state_of(request).core))
+    state = state_of(request)
+    return _download(request, export_definitions(state.core, identity=state.identity))
 
 
 @routes.get("/api/definitions/{vhost}")
 async def get_vhost_definitions(request: web.Request) -> web.Response:
     """Export one virtual host's queues, exchanges and bindings."""
-    core, name = state_of(request).core, request.match_info["vhost"]
-    core.queues.vhost(name)  # 404 for a missing vhost
-    return _download(request, export_definitions(core, name))
+    state, name = state_of(request), request.match_info["vhost"]
+    state.core.queues.vhost(name)  # 404 for a missing vhost
+    return _download(request, export_definitions(state.core, name, state.identity))
 
 
 def _download(request: web.Request, definitions: dict[str, Any]) -> web.Response:

@@ -44,7 +44,6 @@ from mainstem.broker.segment_store import SegmentName
 _FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 AMQP091, STREAM = "amqp091", "stream"  # RabbitMQ's values of the `protocol` label
 _PROTOCOLS = (AMQP091, STREAM)  # RabbitMQ exports its global counters for each, even at 0
-_CLUSTER = NODE  # a single node is its own cluster
 Row = tuple[list[str], float]
 
 # rabbitmq_channel_<name>_total -> the MessageStats field it reads
@@ -167,7 +166,8 @@ class _RabbitCollector:
         identity = GaugeMetricFamily(
             "rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
             labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"])
-        identity.add_metric([NODE, _CLUSTER, _CLUSTER], 1)
+        cluster = self._state.identity.cluster_name
+        identity.add_metric([NODE, cluster, cluster], 1)
         build = GaugeMetricFamily(
             "rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
             labels=["rabbitmq_version", "prometheus_plugin_version",

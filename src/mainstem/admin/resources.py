@@ -12,19 +12,18 @@ Rows use the JSON shapes of RabbitMQ's management API.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
 from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.cluster_view import ClusterView, PartitionStatus
+from mainstem.protocols.identity import NODE
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.streams import Stream
 
-NODE = f"mainstem@{socket.gethostname()}"
 # The RabbitMQ release whose management API this one answers as (tools check it).
 RABBITMQ_VERSION = "4.0.0"
 

@@ -18,6 +18,7 @@ from mainstem.broker.alarms import AlarmMonitor
 from mainstem.broker.auth import User
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.message_stats import MessageStats
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
@@ -35,6 +36,7 @@ class AdminState:
     listeners: dict[str, int]  # listener name -> port, as bound
     hosts: dict[str, str]  # listener name -> bind address
     certfile: Path | None = None  # the TLS listeners' certificate chain
+    identity: ServerIdentity = DEFAULT_IDENTITY  # the product, version and cluster name shown
     rates: RateSampler = field(default_factory=RateSampler)
 
     def sample(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.errors import AuthenticationFailed
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 if TYPE_CHECKING:
     from mainstem.broker.auth import User
@@ -48,7 +49,10 @@ class ConnectionContext:
     user: str | None = None
     namespace: str | None = None
     client_properties: dict[str, object] = field(default_factory=dict)
-    # The listener's configured advertised host and port (stream protocol), None if unset.
+    # What the handshake reports as the server's properties (product, version, ...).
+    identity: ServerIdentity = DEFAULT_IDENTITY
+    # The listener's configured advertised host and port, None if unset: see
+    # advertised_address().
     advertised: tuple[str | None, int | None] = (None, None)
     # With worker processes (`--workers`): sends bytes to this connection's worker to be
     # decoded there (the stream protocol's Publish frames), and returns its answer.
@@ -72,6 +76,13 @@ class ConnectionContext:
         self.user = user
         self.namespace = namespace
         self.client_properties.update(client_properties)
+
+    def advertised_address(self) -> tuple[str, int]:
+        """The host and port to tell clients to connect to: the configured ones, else the
+        address the client reached (never a wildcard bind address such as 0.0.0.0)."""
+        host, port = self.advertised
+        sockname = self.writer.get_extra_info("sockname")
+        return host or str(sockname[0]), port or int(sockname[1])
 
     @property
     def peer_host(self) -> str | None:

@@ -12,6 +12,7 @@ runs locally (``--master local[*]`` by default) or, given to ``spark-submit``, o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -24,6 +25,9 @@ from mainstem.spark.options import DEFAULT_URL, OffsetMap, SourceOptions, topic_
 from mainstem.spark.progress import INTERVAL_S, Progress, progress_bar
 from mainstem.spark.projection import DEFAULT_EVENTS_PORT, RebuildError, rebuild
 from mainstem_spark_python import point_workers_here
+
+# What pyproject.toml's spark extra installs, as imported: the broker's base install lacks them.
+SPARK_EXTRA_MODULES = ("pyspark", "pyarrow", "tqdm", "mmh3")
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,10 +77,12 @@ def _job(jobs: Any, name: str, run: Any, summary: str, description: str
 
 
 def spark_session(master: str | None, name: str) -> Any:
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise SystemExit("pipelines need PySpark: pip install 'mainstem[spark]'") from None
+    missing = [module for module in SPARK_EXTRA_MODULES if importlib.util.find_spec(module) is None]
+    if missing:
+        raise SystemExit(f"pipelines need the spark extra ({', '.join(missing)} missing): "
+                         "pip install 'mainstem[spark]'")
+    from pyspark.sql import SparkSession
+
     point_workers_here()  # also when installed editable, which has no .pth
     builder = SparkSession.builder.appName(name).config("spark.ui.showConsoleProgress", "false")
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ

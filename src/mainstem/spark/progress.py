@@ -1,5 +1,6 @@
 """Progress of long pipelines on stderr: a tqdm bar with records done, total, rate and ETA
-when the end is known, a live count and rate otherwise; nothing with ``--quiet``."""
+when the end is known, a live count and rate otherwise; nothing with ``--quiet``. tqdm comes
+with the spark extra: imported when a bar is made, so the pipelines' parser loads without it."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 INTERVAL_S = 1.0
 
@@ -25,6 +27,8 @@ class Progress(Protocol):
 
 
 def progress_bar(description: str, quiet: bool) -> tqdm:
+    from tqdm import tqdm
+
     return tqdm(desc=description, unit=" records", unit_scale=True, disable=quiet,
                 file=sys.stderr, mininterval=INTERVAL_S, dynamic_ncols=True)
 

@@ -20,6 +20,7 @@ from iggy_py import PollingStrategy, SendMessage
 from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
 
 from mainstem import Broker
+from mainstem.cli import build_parser
 from mainstem.client.iggy import (
     CONSUMER_GROUP,
     IggyClient,
@@ -27,7 +28,9 @@ from mainstem.client.iggy import (
     Message,
     Polling,
 )
+from mainstem.config import load_config
 from mainstem.protocols.iggy.codec import Code, ErrorCode, encode_identifier
+from tests.support.server_process import loopback_listener_flags
 
 
 async def py_client(broker: Broker) -> PyIggy:
@@ -453,3 +456,31 @@ async def test_apache_iggy_consumer_groups(broker: Broker) -> None:
                                   polling_strategy=ApachePolling.Next(), count=10,
                                   auto_commit=False, partition_id=0)
     assert [m.payload() for m in again] == [b"p0m1", b"new0"]
+
+
+async def _metadata_node(broker: Broker) -> tuple[str, int]:
+    """The host and TCP port of the one node in GetClusterMetadata's answer."""
+    client = await own_client(broker)
+    try:
+        metadata = await client.request(Code.GET_CLUSTER_METADATA)
+    finally:
+        await client.close()
+    offset = 4 + struct.unpack_from("<I", metadata)[0] + 4  # cluster name, node count
+    offset += 4 + struct.unpack_from("<I", metadata, offset)[0]  # node name
+    (size,) = struct.unpack_from("<I", metadata, offset)
+    host = metadata[offset + 4:offset + 4 + size].decode()
+    (port,) = struct.unpack_from("<H", metadata, offset + 4 + size)
+    return host, port
+
+
+@pytest.mark.parametrize(("flags", "env", "host"), [
+    ([], {}, "127.0.0.1"),  # unset: the address the client reached
+    (["--advertise-host", "node.example.test"], {}, "node.example.test"),
+    (["--advertise-host", "node.example.test"], {"MAINSTEM_IGGY_ADVERTISED_HOST": "iggy.test"},
+     "iggy.test"),  # the listener's own wins
+])
+async def test_cluster_metadata_advertises_the_configured_host(
+        tmp_path: Path, flags: list[str], env: dict[str, str], host: str) -> None:
+    args = build_parser().parse_args(["serve", *loopback_listener_flags(), *flags])
+    async with Broker(tmp_path / "data", config=load_config(args, env), admin=False) as broker:
+        assert await _metadata_node(broker) == (host, broker.ports["iggy"])

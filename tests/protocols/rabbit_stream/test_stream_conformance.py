@@ -226,16 +226,29 @@ async def advertised(broker: Broker, stream: str) -> tuple[tuple[str, str], tupl
         await pool.close()
 
 
+def loopback_broker(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> Broker:
+    """`mainstem serve`'s configuration from these flags and variables, on free ports."""
+    args = build_parser().parse_args(["serve", *loopback_listener_flags(), *flags])
+    return Broker(tmp_path / "data", config=load_config(args, env or {}), admin=False)
+
+
 async def test_advertised_host_and_port_come_from_the_listener_configuration(
         tmp_path: Path) -> None:
-    config = load_config(build_parser().parse_args(["serve"]), {
-        "MAINSTEM_STREAM_ADVERTISED_HOST": "stream.example.test",
-        "MAINSTEM_STREAM_ADVERTISED_PORT": "15552"})
-    async with Broker(tmp_path / "data", config=config, host="127.0.0.1",
-                      port_overrides={"stream": 0, "admin": 0}, admin=False) as broker:
+    async with loopback_broker(tmp_path, "--advertise-host", "node.example.test", env={
+            "MAINSTEM_STREAM_ADVERTISED_HOST": "stream.example.test",
+            "MAINSTEM_STREAM_ADVERTISED_PORT": "15552"}) as broker:
         opened, metadata = await advertised(broker, "adv")
-    assert opened == ("stream.example.test", "15552")
+    assert opened == ("stream.example.test", "15552")  # the listener's own wins
     assert metadata == ("stream.example.test", 15552)
+
+
+async def test_the_advertise_host_flag_is_what_open_and_metadata_answer(
+        tmp_path: Path) -> None:
+    async with loopback_broker(tmp_path, "--advertise-host", "node.example.test") as broker:
+        opened, metadata = await advertised(broker, "adv")
+        port = broker.ports["stream"]
+    assert opened == ("node.example.test", str(port))
+    assert metadata == ("node.example.test", port)
 
 
 

@@ -59,7 +59,7 @@ class AmqpConnection:
         limits = ctx.limits
         self.state = s.ConnectionState(channel_max=limits.channel_max,
                                        frame_max=limits.max_frame_size,
-                                       heartbeat=limits.heartbeat_s)
+                                       heartbeat=limits.heartbeat_s, identity=ctx.identity)
         self.codec = AmqpCodec(frame_max=limits.max_frame_size)
         self.transport = ctx.writer.transport
         self.frame_max = FRAME_MIN_SIZE

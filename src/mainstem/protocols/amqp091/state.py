@@ -18,12 +18,10 @@ nobody asked for) raises ``StateMisuse``.
 from __future__ import annotations
 
 import enum
-import platform
 from collections.abc import Sized
 from dataclasses import dataclass
 from typing import Any
 
-import mainstem
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.errors import AmqpCodecError, ProtocolHeaderMismatch
 from mainstem.protocols.amqp091.events import (
@@ -34,6 +32,7 @@ from mainstem.protocols.amqp091.events import (
 )
 from mainstem.protocols.amqp091.methods import FRAME_MIN_SIZE, ReplyCode
 from mainstem.protocols.amqp091.wire import Method, read_table
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 MECHANISMS = b"PLAIN AMQPLAIN"
 CAPABILITIES = {
@@ -182,7 +181,9 @@ class ConnectionState:
     ``CheckLogin`` or ``OpenVirtualHost``. ``fail`` starts our close with an error.
     """
 
-    def __init__(self, *, channel_max: int, frame_max: int, heartbeat: int) -> None:
+    def __init__(self, *, channel_max: int, frame_max: int, heartbeat: int,
+                 identity: ServerIdentity = DEFAULT_IDENTITY) -> None:
+        self.identity = identity  # what connection.start reports
         self.phase = Phase.AWAIT_HEADER
         self.our_channel_max = channel_max
         self.our_frame_max = frame_max
@@ -230,8 +231,8 @@ class ConnectionState:
             if not isinstance(event, ProtocolHeaderReceived):
                 raise StateMisuse("the codec hands the protocol header over first")
             self.phase = Phase.AWAIT_START_OK
-            return [Send(0, m.ConnectionStart(0, 9, server_properties(), MECHANISMS,
-                                              b"en_US"))]
+            properties = {**self.identity.properties(), "capabilities": CAPABILITIES}
+            return [Send(0, m.ConnectionStart(0, 9, properties, MECHANISMS, b"en_US"))]
         if phase in (Phase.LOGGING_IN, Phase.OPENING):
             raise StateMisuse(f"a frame arrived while the broker's answer is out ({phase})")
         if not isinstance(event, MethodFrame):
@@ -372,18 +373,6 @@ def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value if isinstance(value, str) else ""
-
-
-def server_properties() -> dict[str, Any]:
-    return {
-        "product": "mainstem",
-        "version": mainstem.__version__,
-        "platform": f"Python {platform.python_version()}",
-        "capabilities": CAPABILITIES,
-        "cluster_name": "mainstem",
-        "copyright": "mainstem contributors",
-        "information": "A persistent message streaming broker",
-    }
 
 
 # -- channels ------------------------------------------------------------------------------

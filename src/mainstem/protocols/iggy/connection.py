@@ -199,12 +199,13 @@ class IggyConnection:
         return b""
 
     async def on_get_cluster_metadata(self, r: c.Reader) -> bytes:
-        """One node, the leader of everything: the address this client reached."""
+        """One node, the leader of everything, at the listener's advertised address; the
+        configured cluster name."""
         r.end()
-        host, port = self.ctx.writer.get_extra_info("sockname")[:2]
+        host, port = self.ctx.advertised_address()
         node = c.encode_long_string(socket.gethostname()) + c.encode_long_string(host)
         node += NODE_INFO.pack(port, 0, 0, 0, LEADER, HEALTHY)
-        return c.encode_long_string("mainstem") + c.U32.pack(1) + node
+        return c.encode_long_string(self.ctx.identity.cluster_name) + c.U32.pack(1) + node
 
     def _require_read_servers(self) -> None:
         assert self.user is not None

@@ -88,7 +88,7 @@ class StreamConnection:
             self.codec.deferred = DEFERRED
         correlations = s.Correlations()
         self.state = s.ConnectionState(ctx.limits.max_frame_size, ctx.limits.heartbeat_s,
-                                       correlations)
+                                       correlations, ctx.identity)
         self.flows = c.Subscriptions(correlations)
         self.user: User | None = None  # both set when the state says Opened
         self.namespace = "/"
@@ -302,7 +302,7 @@ class StreamConnection:
             self.core.open_namespace(action.user, action.namespace)
         except BrokerError as error:
             return self.state.namespace_refused(error.message)
-        return self.state.namespace_opened(*self._advertised())
+        return self.state.namespace_opened(*self.ctx.advertised_address())
 
     def _opened(self, action: s.Opened) -> None:
         self.user, self.namespace = action.user, action.namespace
@@ -395,7 +395,7 @@ class StreamConnection:
         if self.core.cluster is not None:
             self._cluster_metadata(frame, self.core.cluster)
             return
-        host, port = self._advertised()
+        host, port = self.ctx.advertised_address()
         streams = []
         for name in frame.streams:
             try:
@@ -414,7 +414,7 @@ class StreamConnection:
         def reference(node: NodeAddress) -> int:
             if node.name not in brokers:
                 if node.name == cluster.node_name:
-                    host, port = self._advertised()
+                    host, port = self.ctx.advertised_address()
                 else:
                     host, port = node.host, int(node.ports.get(self.ctx.listener, 0))
                 brokers[node.name] = r.Broker(len(brokers), host, port)
@@ -743,15 +743,6 @@ class StreamConnection:
         subscription.membership = group.join(
             activate=lambda: self._flow(self.flows.activation(subscription_id, True)),
             deactivate=lambda: self._flow(self.flows.activation(subscription_id, False)))
-
-    # -- helpers -------------------------------------------------------------
-
-    def _advertised(self) -> tuple[str, int]:
-        """The listener's advertised host and port, else the address the client reached
-        (never a wildcard bind address such as 0.0.0.0)."""
-        host, port = self.ctx.advertised
-        sockname = self.ctx.writer.get_extra_info("sockname")
-        return host or str(sockname[0]), port or int(sockname[1])
 
 
 def _succeeded(durable: asyncio.Future[None]) -> bool:

@@ -18,16 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mainstem import __version__
+from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream.constants import Key, ResponseCode
 from mainstem.protocols.rabbit_stream.sasl import MECHANISMS, SaslError, plain_credentials
-
-SERVER_PROPERTIES = {
-    "product": "mainstem", "version": __version__, "platform": "Python",
-    "copyright": "mainstem developers", "information": "https://github.com/mainstem",
-}
 
 
 class Phase(enum.Enum):
@@ -143,7 +138,9 @@ class ConnectionState:
     """One connection's handshake, negotiated limits and liveness."""
 
     def __init__(self, frame_max: int, heartbeat_s: int,
-                 correlations: Correlations | None = None) -> None:
+                 correlations: Correlations | None = None,
+                 identity: ServerIdentity = DEFAULT_IDENTITY) -> None:
+        self.identity = identity  # what the PeerProperties response reports
         self.phase = Phase.PEER_PROPERTIES
         self.frame_max = frame_max  # the server's proposal, then what Tune settled
         self.heartbeat_s = heartbeat_s
@@ -181,7 +178,7 @@ class ConnectionState:
             self.phase = Phase.AUTHENTICATING
         return [ShowClientProperties(frame.properties),
                 Send(r.PeerPropertiesResponse(frame.correlation_id, ResponseCode.OK,
-                                              SERVER_PROPERTIES))]
+                                              self.identity.properties()))]
 
     def _sasl_handshake(self, frame: f.SaslHandshake) -> list[Action]:
         return [Send(r.SaslHandshakeResponse(frame.correlation_id, ResponseCode.OK, MECHANISMS))]
