@@ -54,6 +54,7 @@ from mainstem.protocols.segment.state import (
 READ_SIZE = 1024 * 1024  # a receive buffer: a read's events go to the log as one chunk
 MAX_READ_BYTES = 8 * 1024 * 1024  # a SegmentRead carries at most this much data
 MAX_CONCURRENT_READS = 16
+LINGER_S = 2.0  # after an error reply that ends the connection, for the peer to read it
 
 
 # A request handler: the connection and one decoded request of its kind.
@@ -119,6 +120,8 @@ class SegmentConnection:
                 data = await receiver.read()
                 if not data:
                     return
+                if self.state.phase is Phase.CLOSED:
+                    continue  # lingering after an error reply: what follows is not read
                 if self.state.appending and self.core.write_gate.held:
                     await self._wait_out_alarm()  # what was read waits with the rest
                 self.state.heard(self.loop.time())
@@ -231,7 +234,16 @@ class SegmentConnection:
         for action in self.state.append_failed(connection_id, reason):
             assert isinstance(action, Close)
             self.send(action.reply)
-        self.ctx.writer.close()
+        self._close_after_reply()
+
+    def _close_after_reply(self) -> None:
+        """Close once the peer had the reply: a socket closed with unread bytes sends a
+        reset, and the peer may lose the reply with it. So stop sending, go on reading
+        (and discarding) until the peer closes, or for LINGER_S."""
+        writer = self.ctx.writer
+        if writer.can_write_eof():
+            writer.write_eof()
+        self.loop.call_later(LINGER_S, writer.close)
 
     # -- reading and segment management ------------------------------------------
 
