@@ -567,8 +567,13 @@ class EventsConnection:
         self.respond(body.get("rID"), exists=exists)
 
     def _projection(self, body: dict[str, Any]) -> Projection:
-        """A projection's definition from a frame, checked against the user's rights."""
+        """A projection's definition from a frame, checked against the user's rights: one
+        that exists is replaced only with configure on the binder it feeds now too, as a
+        queue is redeclared or deleted only with configure on it."""
         name, binder = self._name(body, "name"), self._name(body, "binder")
+        current = self.core.binders.projection(self.namespace, name)
+        if current is not None:
+            self._check("configure", current["binder"], "binder")
         self._check("configure", binder, "binder")
         self._check("read", self._name(body, "channel"), "channel")
         matcher = body.get("matcher") or {}
