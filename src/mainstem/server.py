@@ -292,6 +292,7 @@ class Broker:
         from aiohttp import web
 
         from mainstem.admin.app import create_app
+        from mainstem.admin.http_log import HttpServerLog
 
         app = create_app(self)
         listener = self.config.admin
@@ -301,7 +302,8 @@ class Broker:
         # aiohttp closes a connection that has no request under way for the keep-alive
         # timeout, from its first byte on: silent and slow-header clients are handshakes.
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
-                               keepalive_timeout=self._handshake_timeout_s)
+                               keepalive_timeout=self._handshake_timeout_s,
+                               logger=HttpServerLog(logging.getLogger("mainstem.admin.http")))
         await runner.setup()
         self._admin_runners.append(runner)
         http = runner.server
