@@ -613,7 +613,7 @@ class EventsConnection:
         self.core.binders.stage(self.namespace, load_id, [(d["id"], d["doc"]) for d in docs])
         self.respond(body.get("rID"), count=len(docs))
 
-    async def on_hand_over(self, body: dict[str, Any]) -> None:
+    def on_hand_over(self, body: dict[str, Any]) -> None:
         """Swap a load in as its binder and run the projection live from ``position``."""
         load_id = self._load(body)
         projection = self._projection(body)
@@ -621,8 +621,8 @@ class EventsConnection:
         if not isinstance(position, int) or isinstance(position, bool) or position < 0:
             raise FrameFailed("INVALID_FRAME", "'position' must be a non-negative int64")
         self._channel(projection.channel)
-        documents = await self.core.projections.hand_over(self.namespace, projection,
-                                                          load_id, position)
+        documents = self.core.projections.hand_over(self.namespace, projection, load_id,
+                                                    position)
         self.respond(body.get("rID"), documents=documents)
 
     def on_ping(self, body: dict[str, Any]) -> None:
