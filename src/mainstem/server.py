@@ -46,6 +46,7 @@ SHUTDOWN_GRACE_S = 5.0
 # Kernels cap the accept backlog at net.core.somaxconn; 100 (asyncio's default) is small
 # for benchmarks that open hundreds of connections at once.
 LISTEN_BACKLOG = 1024
+PRIVATE_UMASK = 0o077  # files 0600, directories 0700
 _CLOSE_TIMEOUT_S = 1.0  # a peer that stops reading must not hold up a close forever
 
 # How to reach each listener; the fallback is "NAME://HOST:PORT".
@@ -169,9 +170,13 @@ class Broker:
             self.core.projections.declare(namespace, Projection(**definition))  # type: ignore[arg-type]
 
     async def start(self) -> None:
-        """Lock the data directory, open the core, then bind every enabled listener."""
+        """Lock the data directory, open the core, then bind every enabled listener.
+
+        The process umask becomes 077: what the broker creates (the catalog with its
+        password hashes, SQLite's side files, segments) is its owner's alone."""
         if self._core is not None:
             raise RuntimeError("the broker is already running")
+        os.umask(PRIVATE_UMASK)
         self._lock.acquire()
         self._closing = asyncio.Event()
         self.max_connections = _connection_limit(self.config.max_connections)
@@ -287,6 +292,7 @@ class Broker:
         from aiohttp import web
 
         from mainstem.admin.app import create_app
+        from mainstem.admin.http_log import HttpServerLog
 
         app = create_app(self)
         listener = self.config.admin
@@ -296,7 +302,8 @@ class Broker:
         # aiohttp closes a connection that has no request under way for the keep-alive
         # timeout, from its first byte on: silent and slow-header clients are handshakes.
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
-                               keepalive_timeout=self._handshake_timeout_s)
+                               keepalive_timeout=self._handshake_timeout_s,
+                               logger=HttpServerLog(logging.getLogger("mainstem.admin.http")))
         await runner.setup()
         self._admin_runners.append(runner)
         http = runner.server
@@ -589,6 +596,11 @@ class _DataDirLock:
 
     def acquire(self) -> None:
         self._data_dir.mkdir(parents=True, exist_ok=True)
+        try:  # a directory made beforehand (or by an older version) is closed too
+            self._data_dir.chmod(0o700)
+        except OSError as exc:  # owned by another user: its owner decides
+            log.warning("data_dir.mode_kept", extra={"data_dir": str(self._data_dir),
+                                                     "reason": describe_error(exc)})
         # "a+" so that opening does not erase the pid of a server that holds the lock.
         file = open(self._data_dir / ".lock", "a+", encoding="ascii")  # noqa: SIM115
         try:

@@ -2,12 +2,14 @@
 logged alike on every listener, and a client of the wrong protocol named as such.
 
 Raw sockets send each listener another protocol's first bytes (AMQP's header, a real TLS
-ClientHello, an HTTP request, each mainstem protocol's opening frame); real clients try
-wrong passwords. The server's records are read from pytest's log capture."""
+ClientHello, an HTTP request, each mainstem protocol's opening frame) and the admin
+listener HTTP requests it cannot parse; real clients try wrong passwords. The server's
+records are read from pytest's log capture."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import ssl
 import struct
@@ -23,6 +25,7 @@ from rstream.exceptions import AuthenticationFailure
 from mainstem import Broker
 from mainstem.client.events import EventsClient
 from mainstem.client.segment import SegmentClient
+from mainstem.logging_setup import JsonFormatter
 from mainstem.protocols.segment import codec as segment_codec
 
 TIMEOUT_S = 10
@@ -113,6 +116,36 @@ async def test_an_oversized_stream_frame_is_named(broker, caplog):
     [too_large] = records(caplog, "frame.too_large")
     assert too_large.levelno == logging.WARNING and "exceeds" in too_large.reason
     assert not records(caplog, "protocol.mismatch")
+
+
+SECRET = b"s3cret-password"
+BASIC = b"Authorization: Basic " + base64.b64encode(b"alice:" + SECRET)
+MALFORMED_HTTP = (  # aiohttp's complaint about each quotes the Authorization line
+    b"GET /api/overview HTTP/1.1\r\nHost: x\r\n" + BASIC + b"\r\nBad Header Line\r\n\r\n",
+    b"GET /api/overview HTTP/1.1\r\nHost: x\r\n" + BASIC + b"\x00\r\n\r\n",
+    b"GET /api/overview HTTP/1.1\r\nHost: x\r\n" + BASIC + b"A" * 9000 + b"\r\n\r\n",
+)
+
+
+async def test_malformed_http_requests_log_a_bounded_number_of_lines_without_credentials(
+        broker, caplog):
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    for request in MALFORMED_HTTP * 10:
+        assert (await exchange(broker, "admin", request)).startswith(b"HTTP/1.0 400")
+    lines = [JsonFormatter().format(record) for record in caplog.records]
+    assert records(caplog, "http.malformed")
+    assert 1 <= len(lines) <= 10, lines
+    assert all(record.levelno == logging.WARNING for record in caplog.records), lines
+    for line in lines:
+        assert "traceback" not in line
+        assert base64.b64encode(b"alice:" + SECRET).decode() not in line
+        assert "Authorization" not in line and "Basic" not in line
+    guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with aiohttp.ClientSession(headers=guest) as session:  # the listener still serves
+        overview = f"http://127.0.0.1:{broker.ports['admin']}/api/overview"
+        async with session.get(overview) as response:
+            assert response.status == 200
 
 
 async def still_healthy(broker: Broker) -> None:

@@ -71,7 +71,10 @@ other "x-*" message-annotations          headers, except RabbitMQ's own "x-basic
 Values map back: string/symbol -> str; integer types -> int; float/double -> float;
 binary -> bytes; boolean -> bool; timestamp -> aware UTC datetime (whole seconds); null ->
 None; list/array -> list; map -> dict. A header whose value has no 0-9-1 form (uuid, char,
-decimal, described, non-string map key) is dropped.
+decimal, described, non-string map key, a ulong beyond a signed long) is dropped.
+
+A stream record that is not an AMQP 1.0 message at all (rstream's RawMessage, a BSON event)
+raises ``Amqp10DecodeError`` here; the AMQP 0-9-1 consumer delivers its bytes as the body.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ BASIC_PROPERTY_NAMES = (
 _URN_UUID = "urn:uuid:"
 _INTERNAL_ANNOTATIONS = ("x-routing-key", "x-exchange", "x-death")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_LONG_LIMIT = 1 << 63  # a 0-9-1 table holds signed 64-bit integers
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -279,6 +283,8 @@ def _to_091_value(value: Any) -> Any:
         except OverflowError:
             raise _NoEquivalent(value) from None
     if isinstance(value, int):
+        if not -_LONG_LIMIT <= value < _LONG_LIMIT:  # a ulong beyond a signed long
+            raise _NoEquivalent(value)
         return int(value)
     if isinstance(value, str) and not isinstance(value, Char):
         return str(value)

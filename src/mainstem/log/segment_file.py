@@ -64,7 +64,7 @@ class Segment:
     def create(cls, directory: Path, chunk_id: int, byte_pos: int,
                descriptors: DescriptorCache) -> Segment:
         path = directory / segment_name(chunk_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, FILE_HEADER.pack(FILE_MAGIC, 1, byte_pos))
         except BaseException:

@@ -23,11 +23,13 @@ from rstream import (
     ConsumerOffsetSpecification,
     OffsetType,
     Producer,
+    RawMessage,
     amqp_decoder,
 )
 
 from mainstem import Broker
 from mainstem.config import ServerConfig
+from mainstem.formats.amqp10 import Message, ULong, encode_message
 from mainstem.testing import ThreadedBroker
 
 
@@ -146,6 +148,47 @@ async def test_stream_queue_shared_with_rstream(broker: Broker) -> None:
         await queue2.consume(last.append, arguments={"x-stream-offset": 1})
         await asyncio.sleep(0.2)
         assert [m.body for m in last] == [b"from-stream"]
+
+
+RAW_BODIES = [b"raw-0", b"", b"\x00Su\xa0\xff truncated", b"\x00" * 3, b"raw-4"]
+
+
+async def publish_raw_and_amqp(port: int) -> None:
+    """Records that are not AMQP 1.0 (rstream's RawMessage), with one that is among them."""
+    async with Producer("127.0.0.1", port=port, username="guest",
+                        password="guest") as producer:
+        await producer.create_stream("raw")
+        for body in RAW_BODIES[:3]:
+            await producer.send_wait("raw", RawMessage(body))
+        await producer.send_wait("raw", AMQPMessage(body=b"amqp-1.0"))
+        await producer.send_batch("raw", [RawMessage(body) for body in RAW_BODIES[3:]])
+        await producer.send_wait("raw", RawMessage(encode_message(Message(  # not 0-9-1's
+            application_properties={"big": ULong(2**64 - 1), "k": "v"}, body=b"ulong"))))
+
+
+def test_a_stream_queue_delivers_records_that_are_not_amqp_1_0_as_their_bytes(
+        mainstem_server: ThreadedBroker) -> None:
+    asyncio.run(publish_raw_and_amqp(mainstem_server.ports["stream"]))
+    parameters = pika.ConnectionParameters("127.0.0.1", mainstem_server.ports["amqp"])
+    got: list[tuple[int, bytes]] = []
+    headers: list[dict] = []
+    with pika.BlockingConnection(parameters) as connection:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=2)
+
+        def on_message(channel, method, properties, body: bytes) -> None:
+            got.append((properties.headers["x-stream-offset"], body))
+            headers.append(properties.headers)
+            channel.basic_ack(method.delivery_tag)
+            if len(got) == 7:
+                channel.stop_consuming()
+
+        channel.basic_consume("raw", on_message, arguments={"x-stream-offset": "first"})
+        connection.call_later(10, channel.stop_consuming)
+        channel.start_consuming()
+    expected = [*RAW_BODIES[:3], b"amqp-1.0", *RAW_BODIES[3:], b"ulong"]
+    assert got == list(enumerate(expected))
+    assert headers[6] == {"k": "v", "x-stream-offset": 6}  # the ulong header is dropped
 
 
 async def test_stream_queue_needs_prefetch(broker: Broker) -> None:

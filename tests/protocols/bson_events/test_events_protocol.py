@@ -267,6 +267,34 @@ async def test_a_bulk_load_hands_over_to_the_live_projection(broker) -> None:
     await client.close()
 
 
+async def test_only_configure_on_its_binder_redefines_or_hands_over_a_projection(broker
+                                                                                   ) -> None:
+    owner = await connect(broker)
+    await owner.create_channel("sales")
+    await owner.create_projection("totals", "sales", "by_customer", "customer")
+    original = broker.core.binders.projection("/", "totals")
+    broker.core.auth.add_user("u1", "pw")
+    broker.core.auth.set_permissions("u1", "/", "^u1-", "^u1-", "^u1-")
+    other = await EventsClient.connect("127.0.0.1", broker.ports["bson"], "u1", "pw")
+    await other.create_channel("u1-sales")
+    with pytest.raises(EventsError) as redefined:
+        await other.create_projection("totals", "u1-sales", "u1-binder", "customer")
+    assert redefined.value.code == "ACCESS_REFUSED"
+    load = await other.begin_load("u1-binder")
+    with pytest.raises(EventsError) as handed:
+        await other.hand_over(load, "totals", "u1-sales", "u1-binder", "customer", "merge",
+                              None, 0)
+    assert handed.value.code == "ACCESS_REFUSED"
+    assert broker.core.binders.projection("/", "totals") == original
+    # its own projection: declared, redefined and handed over
+    await other.create_projection("u1-totals", "u1-sales", "u1-binder", "customer")
+    await other.create_projection("u1-totals", "u1-sales", "u1-binder", "customer", "increment")
+    assert await other.hand_over(load, "u1-totals", "u1-sales", "u1-binder", "customer",
+                                 "merge", None, 0) == 0
+    await other.close()
+    await owner.close()
+
+
 async def test_bad_input_gets_failed_responses_and_keeps_the_connection(broker) -> None:
     client = await connect(broker)
     await client.create_channel("c")

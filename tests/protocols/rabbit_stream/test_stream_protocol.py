@@ -28,6 +28,8 @@ from rstream import (
 from rstream.client import Client, ClientPool
 
 from mainstem import Broker
+from mainstem.client.stream import Endpoint, StreamClient, StreamClientError
+from mainstem.protocols.rabbit_stream.constants import ResponseCode
 
 Received = list[tuple[int, bytes]]
 
@@ -323,6 +325,24 @@ async def test_permissions_are_enforced(broker: Broker) -> None:
     assert got[0][1] == b"x"
     with pytest.raises(exceptions.VirtualHostAccessFailure):
         await raw_client(broker, username="reader", password="secret", vhost="elsewhere")
+
+
+def stream_stats(broker: Broker, user: str, password: str, stream: str) -> int:
+    """The first offset StreamStats gives, over mainstem's own stream client."""
+    endpoint = Endpoint("127.0.0.1", broker.ports["stream"], user, password, "/")
+    with StreamClient(endpoint) as client:
+        return client.offsets(stream).first
+
+
+async def test_stream_stats_needs_read_permission(broker: Broker) -> None:
+    await publish(broker, "p", [b"x"])
+    broker.core.auth.add_user("writer", "secret")
+    broker.core.auth.set_permissions("writer", "/", configure=".*", write=".*", read="^$")
+    for stream in ("p", "missing"):  # refused before the stream is looked up
+        with pytest.raises(StreamClientError) as refused:
+            await asyncio.to_thread(stream_stats, broker, "writer", "secret", stream)
+        assert refused.value.code == ResponseCode.ACCESS_REFUSED
+    assert await asyncio.to_thread(stream_stats, broker, "guest", "guest", "p") == 0
 
 
 async def test_rbfly_publishes_and_reads(broker: Broker) -> None:

@@ -152,13 +152,15 @@ class Projections:
             with contextlib.suppress(asyncio.CancelledError):
                 await running
 
-    async def hand_over(self, namespace: str, projection: Projection, load_id: str,
-                        position: int) -> int:
+    def hand_over(self, namespace: str, projection: Projection, load_id: str,
+                  position: int) -> int:
         """Take a binder rebuilt up to `position` (a completed bulk load) and go on live from
         there: the running projection stops, the binder and position swap in one
         transaction, and the projection starts again from the position."""
         self.binders.load_binder(namespace, load_id)  # refuse an unknown load up front
-        await self._stop(namespace, projection.name)
+        # Cancelled, it never folds again (a fold runs between two waits), so nothing is
+        # awaited here: the caller's checks of the definition replaced still hold.
+        self._cancel(namespace, projection.name)
         try:
             return self.binders.hand_over(namespace, load_id, projection.name,
                                           asdict(projection), position)

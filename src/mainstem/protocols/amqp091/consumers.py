@@ -111,6 +111,10 @@ class StreamConsumer:
                 await self.channel.connection.drain()
         except PartitionClosed:
             self.channel.consumer_cancelled(self.tag)
+        except Exception:  # a consumer that cannot go on says so, never stalls silently
+            self.channel.connection.ctx.log.exception("consumer.failed", extra={
+                "consumer_tag": self.tag, "queue": self.stream.name})
+            self.channel.consumer_cancelled(self.tag)
 
     def _deliver(self, offset: int, record: memoryview) -> None:
         properties, body, exchange, routing_key = from_stream_record(record, offset)

@@ -11,7 +11,7 @@ from typing import Any
 
 from mainstem.broker.amqp.queues import QueueMessage, register_properties_codec
 from mainstem.formats.amqp091_mapping import from_amqp091, to_amqp091
-from mainstem.formats.amqp10 import decode_message
+from mainstem.formats.amqp10 import Amqp10DecodeError, decode_message
 from mainstem.protocols.amqp091.events import decode_properties
 from mainstem.protocols.amqp091.methods import BasicProperties
 from mainstem.protocols.amqp091.wire import read_table
@@ -121,9 +121,15 @@ def to_stream_record(message: QueueMessage) -> bytes:
 
 def from_stream_record(record: bytes | memoryview, offset: int) -> tuple[bytes, bytes, str, str]:
     """(encoded properties, body, exchange, routing key) of a stream record for a 0-9-1
-    consumer; the ``x-stream-offset`` header tells the consumer where it is."""
-    fields, body = to_amqp091(record)
-    fields["headers"] = {**(fields.get("headers") or {}), "x-stream-offset": offset}
+    consumer; the ``x-stream-offset`` header tells the consumer where it is. A record that
+    is not an AMQP 1.0 message (rstream's RawMessage, a BSON event) is an opaque body, as
+    RabbitMQ delivers it."""
+    offset_header = {"x-stream-offset": offset}
+    try:
+        fields, body = to_amqp091(record)
+    except Amqp10DecodeError:
+        return BasicProperties(headers=offset_header).encode(), bytes(record), "", ""
+    fields["headers"] = {**(fields.get("headers") or {}), **offset_header}
     annotations = decode_message(record).message_annotations or {}
     exchange, routing_key = annotations.get("x-exchange"), annotations.get("x-routing-key")
     return (BasicProperties(**fields).encode(), bytes(body),

@@ -574,8 +574,13 @@ class EventsConnection:
         self.respond(body.get("rID"), exists=exists)
 
     def _projection(self, body: dict[str, Any]) -> Projection:
-        """A projection's definition from a frame, checked against the user's rights."""
+        """A projection's definition from a frame, checked against the user's rights: one
+        that exists is replaced only with configure on the binder it feeds now too, as a
+        queue is redeclared or deleted only with configure on it."""
         name, binder = self._name(body, "name"), self._name(body, "binder")
+        current = self.core.binders.projection(self.namespace, name)
+        if current is not None:
+            self._check("configure", current["binder"], "binder")
         self._check("configure", binder, "binder")
         self._check("read", self._name(body, "channel"), "channel")
         matcher = body.get("matcher") or {}
@@ -615,7 +620,7 @@ class EventsConnection:
         self.core.binders.stage(self.namespace, load_id, [(d["id"], d["doc"]) for d in docs])
         self.respond(body.get("rID"), count=len(docs))
 
-    async def on_hand_over(self, body: dict[str, Any]) -> None:
+    def on_hand_over(self, body: dict[str, Any]) -> None:
         """Swap a load in as its binder and run the projection live from ``position``."""
         load_id = self._load(body)
         projection = self._projection(body)
@@ -623,8 +628,8 @@ class EventsConnection:
         if not isinstance(position, int) or isinstance(position, bool) or position < 0:
             raise FrameFailed("INVALID_FRAME", "'position' must be a non-negative int64")
         self._channel(projection.channel)
-        documents = await self.core.projections.hand_over(self.namespace, projection,
-                                                          load_id, position)
+        documents = self.core.projections.hand_over(self.namespace, projection, load_id,
+                                                    position)
         self.respond(body.get("rID"), documents=documents)
 
     def on_ping(self, body: dict[str, Any]) -> None:

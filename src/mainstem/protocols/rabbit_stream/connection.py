@@ -458,10 +458,10 @@ class StreamConnection:
 
     def on_stream_stats(self, frame: f.StreamStats) -> None:
         try:
+            self._check("read", frame.stream)  # before the look-up, as RabbitMQ does
             _, partition = self._resolve(frame.stream)
-        except NotFound:
-            self.send(r.StreamStatsResponse(frame.correlation_id,
-                                            ResponseCode.STREAM_DOES_NOT_EXIST, {}))
+        except BrokerError as error:
+            self.send(r.StreamStatsResponse(frame.correlation_id, response_code(error), {}))
             return
         empty = partition.committed_chunk_id < 0
         self.send(r.StreamStatsResponse(frame.correlation_id, ResponseCode.OK, {
