@@ -30,7 +30,7 @@ class LoginThrottle:
 
         Taken before the check, not after it fails, so that logins checked at the same
         time cannot together exceed the address's budget."""
-        key = _address_key(peer_host)
+        key = address_key(peer_host)
         tokens = self._tokens(key)
         if tokens < 1:
             return False
@@ -39,7 +39,7 @@ class LoginThrottle:
 
     def give_back(self, peer_host: str | None) -> None:
         """The login succeeded: its token returns."""
-        key = _address_key(peer_host)
+        key = address_key(peer_host)
         self._store(key, self._tokens(key) + 1)
 
     def _tokens(self, key: str) -> float:
@@ -58,7 +58,7 @@ class LoginThrottle:
             del self._buckets[next(iter(self._buckets))]
 
 
-def _address_key(peer_host: str | None) -> str:
+def address_key(peer_host: str | None) -> str:
     if peer_host is None:
         return ""  # in-process clients
     try:
