@@ -151,8 +151,9 @@ class ServerConfig:
     # None: derived from the descriptor limit; 0: unlimited; the server closes sockets beyond
     max_connections: int | None = None
     handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
-    # Connections not logged in yet, per client address and in all (None: half of
-    # max_connections; 0: unlimited); beyond either, the oldest such connection is closed.
+    # Connections not logged in yet (admin HTTP: until a request authenticates), per client
+    # address and in all (None: half of max_connections; 0: unlimited); beyond either, the
+    # oldest such connection is closed.
     max_unauthenticated_per_address: int = 256
     max_unauthenticated_connections: int | None = None
     channel_max: int = 2047

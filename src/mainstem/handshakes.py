@@ -8,7 +8,7 @@ the flood's sockets). A connection leaves the budgets once logged in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from mainstem.broker.login_throttle import address_key
 
@@ -18,13 +18,15 @@ class Handshakes:
         """Budgets of connections not logged in; 0 leaves one unlimited."""
         self._per_address = per_address
         self._total = total
-        self._all: dict[int, str] = {}  # connection id -> address key, oldest first
-        self._by_address: dict[str, dict[int, Callable[[], None]]] = {}  # id -> close
+        # A connection's key (its id; an HTTP connection's transport) -> its address key,
+        # oldest first; per address key: connection key -> how to close it.
+        self._all: dict[Hashable, str] = {}
+        self._by_address: dict[str, dict[Hashable, Callable[[], None]]] = {}
 
     def __len__(self) -> int:
         return len(self._all)
 
-    def begin(self, conn_id: int, peer_host: str | None, close: Callable[[], None]) -> None:
+    def begin(self, conn_id: Hashable, peer_host: str | None, close: Callable[[], None]) -> None:
         """Count a new connection; `close` ends it if it is evicted before logging in."""
         key = address_key(peer_host)
         pending = self._by_address.setdefault(key, {})
@@ -35,16 +37,16 @@ class Handshakes:
         if self._total and len(self._all) > self._total:
             self._evict(next(iter(self._all)))
 
-    def end(self, conn_id: int) -> None:
+    def end(self, conn_id: Hashable) -> None:
         """The connection logged in or closed: it leaves the budgets (again: no-op)."""
         self._remove(conn_id)
 
-    def _evict(self, conn_id: int) -> None:
+    def _evict(self, conn_id: Hashable) -> None:
         close = self._remove(conn_id)
         if close is not None:
             close()
 
-    def _remove(self, conn_id: int) -> Callable[[], None] | None:
+    def _remove(self, conn_id: Hashable) -> Callable[[], None] | None:
         key = self._all.pop(conn_id, None)
         if key is None:
             return None

@@ -293,7 +293,7 @@ class Broker:
 
         from mainstem.admin.app import create_app
 
-        app = create_app(self)
+        app = create_app(self, on_login=self._handshakes.end)
         listener = self.config.admin
         sites: list[tuple[str, int, ssl.SSLContext | None]] = [("admin", listener.port, None)]
         if tls is not None:
@@ -308,7 +308,9 @@ class Broker:
         assert http is not None
 
         def accept() -> asyncio.BaseProtocol:
-            return _Refused() if self._refused("admin") else http()
+            if self._refused("admin"):
+                return _Refused()
+            return _HttpHandshake(http(), self._handshakes)
 
         for name, port, context in sites:
             try:
@@ -350,7 +352,9 @@ class Broker:
         """The configured budget, else half the connection limit: the other half stays
         for clients that log in, however many sockets stay silent."""
         configured = self.config.max_unauthenticated_connections
-        return self.max_connections // 2 if configured is None else configured
+        if configured is not None:
+            return configured
+        return max(1, self.max_connections // 2) if self.max_connections else 0
 
     def _open_connections(self) -> int:
         """Protocol connections and the admin listener's HTTP connections."""
@@ -497,6 +501,41 @@ class _Handshake:
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+
+class _HttpHandshake(asyncio.Protocol):
+    """aiohttp's protocol for one admin HTTP connection, with the connection in the budget
+    of connections not logged in until a request on it authenticates (the admin app
+    calls `Handshakes.end` with its transport); evicted, the socket is closed."""
+
+    def __init__(self, http: asyncio.Protocol, handshakes: Handshakes) -> None:
+        self._http = http
+        self._handshakes = handshakes
+        self._transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        self._http.connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        self._handshakes.begin(transport, peer[0] if isinstance(peer, tuple) else None,
+                               transport.close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            self._handshakes.end(self._transport)
+        self._http.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._http.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._http.eof_received()
+
+    def pause_writing(self) -> None:
+        self._http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._http.resume_writing()
 
 
 class _Refused(asyncio.Protocol):

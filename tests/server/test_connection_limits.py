@@ -17,7 +17,12 @@ import pytest
 from rstream import AMQPMessage, Producer
 
 from mainstem import Broker
-from mainstem.broker.login_throttle import MAX_PENALTY_FACTOR, Attempt, LoginThrottle
+from mainstem.broker.login_throttle import (
+    MAX_PENALTY_FACTOR,
+    MAX_TRACKED,
+    Attempt,
+    LoginThrottle,
+)
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
@@ -230,6 +235,32 @@ async def test_silent_sockets_from_many_addresses_are_capped_in_total(tmp_path: 
             writer.close()
 
 
+async def test_admin_http_sockets_are_in_the_budget_until_a_request_logs_in(
+    tmp_path: Path,
+) -> None:
+    async with Broker(config=config(tmp_path, **BUDGETS)) as broker:
+        port = broker.ports["admin"]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await http_overview(reader, writer)  # a keep-alive connection that logged in
+        silent = await silent_sockets(port, 6)
+        await closed_by_the_broker(silent[:2])  # the oldest beyond the 4 of the budget
+        await http_overview(reader, writer)  # the connection that logged in stayed open
+        writer.close()
+        for _, silent_writer in silent:
+            silent_writer.close()
+
+
+async def http_overview(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    credentials = basic("guest", "guest")["Authorization"]
+    writer.write(f"GET /api/overview HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 f"Authorization: {credentials}\r\n\r\n".encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT_S)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    await reader.readexactly(length)
+
+
 # -- failed logins ----------------------------------------------------------------------
 
 
@@ -382,6 +413,15 @@ def test_failure_budgets_are_per_address_and_user() -> None:
     assert throttle.take("10.0.0.1", "guest") == Attempt(True, 1)
     assert throttle.take("2001:db8::1", "guest") == throttle.take("2001:db8::2", "guest")
     assert throttle.take("2001:db8::3", "guest") == Attempt(False, 2)  # one /64, one client
+
+
+def test_the_failure_budgets_forget_the_oldest_beyond_their_bound() -> None:
+    throttle = LoginThrottle(per_minute=1, clock=lambda: 0.0)
+    throttle.take("10.0.0.1", "guest")
+    assert throttle.take("10.0.0.1", "guest").penalty_factor == 2
+    for n in range(MAX_TRACKED):  # one address, as many other users as the table holds
+        throttle.take("10.0.0.1", f"user-{n}")
+    assert throttle.take("10.0.0.1", "guest").penalty_factor == 1  # forgotten: bounded
 
 
 # -- HTTP input ---------------------------------------------------------------------------
