@@ -83,7 +83,9 @@ class AuthConfig:
     default_pass: str = "guest"
     loopback_users: tuple[str, ...] = ("guest",)
     failed_login_delay_ms: int = 1000  # every refused login is answered this late
-    failed_logins_per_minute: int = 30  # per client address, in bursts of as many
+    # Per client address and per (address, user), in bursts of as many; beyond them a
+    # failure is answered later and password checks wait (see broker/login_throttle.py).
+    failed_logins_per_minute: int = 30
 
 
 @dataclass(frozen=True, slots=True)
