@@ -23,9 +23,6 @@ class Handshakes:
         self._all: dict[Hashable, str] = {}
         self._by_address: dict[str, dict[Hashable, Callable[[], None]]] = {}
 
-    def __len__(self) -> int:
-        return len(self._all)
-
     def begin(self, conn_id: Hashable, peer_host: str | None, close: Callable[[], None]) -> None:
         """Count a new connection; `close` ends it if it is evicted before logging in."""
         key = address_key(peer_host)
