@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -290,13 +291,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fuzz-inputs", type=int, default=500, help="per listener")
     parser.add_argument("--attacks", type=_names(ATTACKS), default=ATTACKS,
                         help="comma-separated; default: " + ",".join(ATTACKS))
-    parser.add_argument("--silent-sockets", type=int, default=16_000,
-                        help="sockets of the silent-sockets attack (needs as many descriptors)")
+    parser.add_argument("--silent-sockets", type=int, default=_silent_sockets(),
+                        help="sockets of the silent-sockets attack (default: 16000, fewer"
+                             " under a lower descriptor limit)")
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--directory", type=Path,
                         help="for the data and server log (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     return parser.parse_args(argv)
+
+
+def _silent_sockets() -> int:
+    """16000 sockets (issue 29's flood), leaving this process 512 descriptors of its own."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(1, min(16_000, soft - 512))
 
 
 def _names(allowed: list[str]):
