@@ -7,10 +7,12 @@ this script starts on loopback (ephemeral ports, data in a fresh directory).
 Each round starts the broker, verifies what every earlier round had confirmed, lets every
 protocol's client publish numbered messages with confirms, and SIGKILLs the broker at a
 random moment. The last start verifies once more, fuzzes each listener (a canary of the
-protocol's client publishes and reads before and after) and stops the broker with SIGTERM.
+protocol's client publishes and reads before and after), runs the attacks of
+`tests.support.attacks` (a wrong-login storm, a flood of silent sockets: an AMQP client
+must still log in, and is timed) and stops the broker with SIGTERM.
 Verified: every confirmed message is stored exactly once and in confirm order. Exit status
 0 only when nothing was lost, duplicated or reordered, every start succeeded, the broker
-never died on its own and the fuzzing found nothing.
+never died on its own, the fuzzing found nothing and no attack kept a client out.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import contextlib
 import json
 import logging
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -28,12 +31,14 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tests.support.attacks import AttackReport, login_storm, silent_sockets
 from tests.support.campaign_clients import DRIVERS, Driver
 from tests.support.fuzzing import ServerLog, fuzz_listener
 from tests.support.server_process import kill, start_server, started_ports
 
 PROTOCOLS = ["stream", "amqp", "iggy", "bson", "segment"]
 LISTENERS = [*PROTOCOLS, "admin"]
+ATTACKS = ["login-storm", "silent-sockets"]
 STOP_TIMEOUT_S = 30.0
 
 
@@ -140,6 +145,7 @@ class Campaign:
         self.protocols = {name: Durability(DRIVERS[name](f"soak-{name}"))
                           for name in options.protocols}
         self.tallies = {name: Tally(name) for name in [*options.protocols, *options.listeners]}
+        self.attacks: list[AttackReport] = []
 
     async def run(self) -> None:
         for round_ in range(self.options.rounds):
@@ -149,6 +155,7 @@ class Campaign:
         if await self._start_and_verify(resume=self.options.rounds > 0):
             await self._close_drivers()
             await self._fuzz()
+            await self._attack()
             status = self.broker.stop()
             if status != 0:
                 self._everyone_error(f"the broker exited with {status} on SIGTERM")
@@ -224,6 +231,17 @@ class Campaign:
                 tally.server_crashes += 1
                 return
 
+    async def _attack(self) -> None:
+        ports = started_ports(self.broker.process, self.broker.log_path)
+        for name in self.options.attacks:
+            if name == "login-storm":
+                report = await login_storm(ports)
+            else:
+                report = await silent_sockets(ports, self.options.silent_sockets)
+            if not self.broker.alive():
+                report.errors.append("the broker died")
+            self.attacks.append(report)
+
     def _everyone_error(self, message: str) -> None:
         for tally in self.tallies.values():
             tally.errors.append(message)
@@ -242,7 +260,7 @@ COLUMNS = ["name", "rounds", "confirmed", "lost", "duplicated", "reordered",
            "failed_restarts", "fuzz_inputs", "fuzz_failures", "server_crashes"]
 
 
-def print_table(tallies: list[Tally], peak_rss_kb: int) -> None:
+def print_table(tallies: list[Tally], attacks: list[AttackReport], peak_rss_kb: int) -> None:
     rows = [COLUMNS] + [[str(getattr(t, column)) for column in COLUMNS] for t in tallies]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     for row in rows:
@@ -251,6 +269,13 @@ def print_table(tallies: list[Tally], peak_rss_kb: int) -> None:
     for tally in tallies:
         for error in tally.errors:
             print(f"{tally.name}: {error[:2000]}")
+    for attack in attacks:
+        logins = ", ".join(f"{user} {'kept out' if s is None else f'in after {s:.2f} s'}"
+                           for user, s in attack.logins.items())
+        details = ", ".join(f"{key} {value:g}" for key, value in attack.details.items())
+        print(f"{attack.name}: {logins} ({details})")
+        for error in attack.errors:
+            print(f"{attack.name}: {error[:2000]}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -264,11 +289,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--listeners", type=_names(LISTENERS), default=LISTENERS,
                         help="listeners to fuzz; default: " + ",".join(LISTENERS))
     parser.add_argument("--fuzz-inputs", type=int, default=500, help="per listener")
+    parser.add_argument("--attacks", type=_names(ATTACKS), default=ATTACKS,
+                        help="comma-separated; default: " + ",".join(ATTACKS))
+    parser.add_argument("--silent-sockets", type=int, default=_silent_sockets(),
+                        help="sockets of the silent-sockets attack (default: 16000, fewer"
+                             " under a lower descriptor limit)")
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--directory", type=Path,
                         help="for the data and server log (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     return parser.parse_args(argv)
+
+
+def _silent_sockets() -> int:
+    """16000 sockets (issue 29's flood), leaving this process 512 descriptors of its own."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(1, min(16_000, soft - 512))
 
 
 def _names(allowed: list[str]):
@@ -297,10 +333,12 @@ def main(argv: list[str] | None = None) -> int:
         tallies = campaign.summary()
         if options.json:
             print(json.dumps({"peak_rss_kb": campaign.broker.peak_rss_kb,
-                              "tallies": [asdict(t) for t in tallies]}))
+                              "tallies": [asdict(t) for t in tallies],
+                              "attacks": [asdict(a) for a in campaign.attacks]}))
         else:
-            print_table(tallies, campaign.broker.peak_rss_kb)
-    return 0 if all(t.ok() for t in tallies) else 1
+            print_table(tallies, campaign.attacks, campaign.broker.peak_rss_kb)
+    ok = all(t.ok() for t in tallies) and all(a.ok() for a in campaign.attacks)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -85,7 +85,9 @@ class AuthConfig:
     default_pass: str = "guest"
     loopback_users: tuple[str, ...] = ("guest",)
     failed_login_delay_ms: int = 1000  # every refused login is answered this late
-    failed_logins_per_minute: int = 30  # per client address, in bursts of as many
+    # Per client address and per (address, user), in bursts of as many; beyond them a
+    # failure is answered later and password checks wait (see broker/login_throttle.py).
+    failed_logins_per_minute: int = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,11 @@ class ServerConfig:
     # None: derived from the descriptor limit; 0: unlimited; the server closes sockets beyond
     max_connections: int | None = None
     handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
+    # Connections not logged in yet (admin HTTP: until a request authenticates), per client
+    # address and in all (None: half of max_connections; 0: unlimited); beyond either, the
+    # oldest such connection is closed.
+    max_unauthenticated_per_address: int = 256
+    max_unauthenticated_connections: int | None = None
     channel_max: int = 2047
     max_consumers_per_queue: int = 0
     # Ready messages (and their body bytes) a classic queue keeps in memory; more wait on disk.
@@ -411,6 +418,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
     "limits.max_connections": _connection_limit,
     "limits.handshake_timeout_ms": _int_at_least(1),
+    "limits.max_unauthenticated_per_address": _int_at_least(0),
+    "limits.max_unauthenticated_connections": _connection_limit,
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
     "limits.queue_memory_messages": _int_at_least(0),
@@ -468,6 +477,8 @@ _ENV_VARS = {
     "MAINSTEM_HEARTBEAT": "limits.heartbeat",
     "MAINSTEM_MAX_CONNECTIONS": "limits.max_connections",
     "MAINSTEM_HANDSHAKE_TIMEOUT_MS": "limits.handshake_timeout_ms",
+    "MAINSTEM_MAX_UNAUTHENTICATED_PER_ADDRESS": "limits.max_unauthenticated_per_address",
+    "MAINSTEM_MAX_UNAUTHENTICATED_CONNECTIONS": "limits.max_unauthenticated_connections",
     "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
     "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
     "MAINSTEM_QUEUE_MEMORY_MESSAGES": "limits.queue_memory_messages",
@@ -519,6 +530,10 @@ _FLAGS = (
      "open connections (auto: from the descriptor limit; 0: unlimited)"),
     ("--handshake-timeout-ms", "limits.handshake_timeout_ms", "MS",
      "close a connection not logged in by then (default: 10000)"),
+    ("--max-unauthenticated-per-address", "limits.max_unauthenticated_per_address", "N",
+     "connections not logged in per client address (default: 256; 0: unlimited)"),
+    ("--max-unauthenticated-connections", "limits.max_unauthenticated_connections", "N",
+     "connections not logged in, in all (auto: half of --max-connections; 0: unlimited)"),
     ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
     ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
     ("--queue-memory-messages", "limits.queue_memory_messages", "N",
@@ -793,6 +808,10 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         max_connections=values.get("limits.max_connections", default.max_connections),
         handshake_timeout_ms=values.get("limits.handshake_timeout_ms",
                                         default.handshake_timeout_ms),
+        max_unauthenticated_per_address=values.get("limits.max_unauthenticated_per_address",
+                                                   default.max_unauthenticated_per_address),
+        max_unauthenticated_connections=values.get("limits.max_unauthenticated_connections",
+                                                   default.max_unauthenticated_connections),
         channel_max=values.get("limits.channel_max", default.channel_max),
         max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
                                            default.max_consumers_per_queue),

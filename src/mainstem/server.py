@@ -30,6 +30,7 @@ from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
 from mainstem.cluster.node import ClusterNode
 from mainstem.config import ServerConfig, default_workers
+from mainstem.handshakes import Handshakes
 from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
 from mainstem.protocols import all_protocols
@@ -129,6 +130,7 @@ class Broker:
         self.workers: Workers | None = None  # with config.workers: the decoding processes
         self._admin_runners: list = []  # the aiohttp AppRunner of the admin sites
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
+        self._handshakes = Handshakes(0, 0)  # connections not logged in, set by start()
         self.ports: dict[str, int] = {}
         self._hosts: dict[str, str] = {}
 
@@ -180,6 +182,8 @@ class Broker:
         self._lock.acquire()
         self._closing = asyncio.Event()
         self.max_connections = _connection_limit(self.config.max_connections)
+        self._handshakes = Handshakes(self.config.max_unauthenticated_per_address,
+                                      self._unauthenticated_limit())
         try:
             self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
             self._declare_projections()
@@ -208,6 +212,7 @@ class Broker:
         log.info("broker.started", extra={
             "data_dir": str(self.data_dir), "ports": dict(self.ports), "pid": os.getpid(),
             "max_connections": self.max_connections,
+            "max_unauthenticated_connections": self._unauthenticated_limit(),
             "workers": [] if self.workers is None else self.workers.pids,
         })
 
@@ -294,7 +299,7 @@ class Broker:
         from mainstem.admin.app import create_app
         from mainstem.admin.http_log import HttpServerLog
 
-        app = create_app(self)
+        app = create_app(self, on_login=self._handshakes.end)
         listener = self.config.admin
         sites: list[tuple[str, int, ssl.SSLContext | None]] = [("admin", listener.port, None)]
         if tls is not None:
@@ -310,7 +315,9 @@ class Broker:
         assert http is not None
 
         def accept() -> asyncio.BaseProtocol:
-            return _Refused() if self._refused("admin") else http()
+            if self._refused("admin"):
+                return _Refused()
+            return _HttpHandshake(http(), self._handshakes)
 
         for name, port, context in sites:
             try:
@@ -347,6 +354,14 @@ class Broker:
     @property
     def _handshake_timeout_s(self) -> float:
         return self.config.handshake_timeout_ms / 1000
+
+    def _unauthenticated_limit(self) -> int:
+        """The configured budget, else half the connection limit: the other half stays
+        for clients that log in, however many sockets stay silent."""
+        configured = self.config.max_unauthenticated_connections
+        if configured is not None:
+            return configured
+        return max(1, self.max_connections // 2) if self.max_connections else 0
 
     def _open_connections(self) -> int:
         """Protocol connections and the admin listener's HTTP connections."""
@@ -387,6 +402,7 @@ class Broker:
             listener=listener, peer=peer, tls=tls,
             advertised=(configured.advertised_host, None if tls else configured.advertised_port),
             offload=None if self.workers is None else self.workers.lane(conn_id),
+            on_login=lambda: self._handshakes.end(conn_id),
         )
         self.connections.add(
             conn_id, ctx, task, _format_address(writer.get_extra_info("sockname"))
@@ -397,15 +413,16 @@ class Broker:
         ctx.log.info("connection.opened")
         if isinstance(reader, FirstBytesReader):
             reader.on_wrong_protocol(ctx.log)
-        handshake = _HandshakeDeadline(ctx, task, self._handshake_timeout_s)
+        handshake = _Handshake(ctx, task, self._handshake_timeout_s)
+        self._handshakes.begin(conn_id, ctx.peer_host, handshake.evict)
         outcome = "ended"
         try:
             await spec.handler(ctx)
         except asyncio.CancelledError:
-            if not handshake.expired:
+            if handshake.ended_by is None:
                 outcome = "cancelled"
                 raise
-            outcome = "handshake timeout"
+            outcome = handshake.ended_by
             task.uncancel()
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             outcome = "lost"
@@ -414,6 +431,7 @@ class Broker:
             outcome = "failed"
             ctx.log.exception("connection.failed", extra={"error": describe_error(exc)})
         finally:
+            self._handshakes.end(conn_id)
             handshake.cancel()
             self._connections.discard(task)
             self.connections.remove(conn_id)
@@ -463,12 +481,13 @@ class Broker:
             self._lock.release()
 
 
-class _HandshakeDeadline:
+class _Handshake:
     """Cancels a connection whose client has not logged in (ctx.identify) in time, as
-    RabbitMQ's handshake_timeout does: a silent socket must not hold a descriptor."""
+    RabbitMQ's handshake_timeout does: a silent socket must not hold a descriptor. The
+    budget of connections not logged in may evict it earlier."""
 
     def __init__(self, ctx: ConnectionContext, task: asyncio.Task, timeout_s: float) -> None:
-        self.expired = False
+        self.ended_by: str | None = None  # the outcome, once this cancelled the connection
         self._ctx = ctx
         self._task = task
         self._handle = asyncio.get_running_loop().call_later(timeout_s, self._expire, timeout_s)
@@ -477,11 +496,54 @@ class _HandshakeDeadline:
         if self._ctx.user is None:
             self._ctx.log.warning("handshake.timeout",
                                   extra={"handshake_timeout_s": timeout_s})
-            self.expired = True
-            self._task.cancel()
+            self._end("handshake timeout")
+
+    def evict(self) -> None:
+        self._ctx.log.warning("handshake.evicted", extra={
+            "reason": "connections not logged in beyond their budget"})
+        self._end("evicted")
+
+    def _end(self, outcome: str) -> None:
+        self.ended_by = outcome
+        self._task.cancel()
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+
+class _HttpHandshake(asyncio.Protocol):
+    """aiohttp's protocol for one admin HTTP connection, with the connection in the budget
+    of connections not logged in until a request on it authenticates (the admin app
+    calls `Handshakes.end` with its transport); evicted, the socket is closed."""
+
+    def __init__(self, http: asyncio.Protocol, handshakes: Handshakes) -> None:
+        self._http = http
+        self._handshakes = handshakes
+        self._transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        self._http.connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        self._handshakes.begin(transport, peer[0] if isinstance(peer, tuple) else None,
+                               transport.close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            self._handshakes.end(self._transport)
+        self._http.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._http.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._http.eof_received()
+
+    def pause_writing(self) -> None:
+        self._http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._http.resume_writing()
 
 
 class _Refused(asyncio.Protocol):

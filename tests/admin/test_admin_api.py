@@ -267,7 +267,7 @@ async def test_alarms_set_and_clear_by_themselves(tmp_path):
 async def test_connection_limit(tmp_path):
     config = dataclasses.replace(
         ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=tmp_path / "data"),
-        max_connections=2,
+        max_connections=2, max_unauthenticated_connections=0,  # silent sockets may fill it
     )
     async with Broker(config=config) as broker:
         port = broker.ports["stream"]

@@ -12,7 +12,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,12 +45,15 @@ ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.rout
                 health.routes, policies.routes, inventory.routes, _own_routes)
 
 
-def create_app(broker: Broker) -> web.Application:
+def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = None
+               ) -> web.Application:
+    """`on_login` is called with the transport of a connection whose request logged in."""
     core = broker.core
     state = shared.AdminState(
         core=core, connections=broker.connections, providers=providers_for(core),
         monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
         certfile=broker.config.tls.certfile, identity=broker.config.identity,
+        on_login=on_login,
     )
     app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
     app[shared.STATE] = state
@@ -145,13 +148,15 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
     credentials = _basic_credentials(request.headers.get("Authorization", ""))
     if credentials is None:
         return _error(401, "not_authorised", "Login failed", **challenge)
-    core = request.app[shared.STATE].core
+    state = request.app[shared.STATE]
     try:
-        user = await core.login(*credentials, request.remote)
+        user = await state.core.login(*credentials, request.remote)
     except AuthenticationFailed as exc:
         log.warning("auth.failed", extra={"user": credentials[0], "peer": request.remote,
                                           "protocol": "http", "reason": exc.message})
         return _error(401, "not_authorised", str(exc), **challenge)
+    if state.on_login is not None and request.transport is not None:
+        state.on_login(request.transport)
     if not user.is_administrator:
         return _error(401, "not_authorised", "Not management user: needs the administrator tag")
     request[shared.USER] = user

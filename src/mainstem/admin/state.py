@@ -4,7 +4,7 @@ counters behind message_stats rates, and the request helpers."""
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +37,9 @@ class AdminState:
     hosts: dict[str, str]  # listener name -> bind address
     certfile: Path | None = None  # the TLS listeners' certificate chain
     identity: ServerIdentity = DEFAULT_IDENTITY  # the product, version and cluster name shown
+    # Called with the transport of a connection whose request logged in: the server then
+    # no longer counts it among the connections not logged in.
+    on_login: Callable[[Hashable], None] | None = None
     rates: RateSampler = field(default_factory=RateSampler)
 
     def sample(self) -> None:

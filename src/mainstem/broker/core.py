@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mainstem.broker.active_consumers import ActiveConsumers
@@ -27,6 +26,7 @@ from mainstem.broker.events.projections import Projections
 from mainstem.broker.iggy.model import IggyModel
 from mainstem.broker.login_throttle import LoginThrottle
 from mainstem.broker.message_stats import MessageStats
+from mainstem.broker.password_checks import PasswordChecks
 from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
@@ -48,7 +48,7 @@ class BrokerCore:
         self.auth = Auth(catalog, settings)
         self.descriptors = DescriptorCache(settings.open_files or None)
         self.fsync_timings = FsyncTimings()  # every partition's fsync rounds, for metrics
-        self._kdf_pool = ThreadPoolExecutor(KDF_THREADS, thread_name_prefix="mainstem-kdf")
+        self._password_checks = PasswordChecks(KDF_THREADS)
         self._login_throttle = LoginThrottle(settings.failed_logins_per_minute)
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.write_gate = WriteGate(self.alarms)
@@ -99,33 +99,29 @@ class BrokerCore:
         self.segments.close()
         self.binders.close()
         self.catalog.close()
-        self._kdf_pool.shutdown(wait=False, cancel_futures=True)
+        self._password_checks.shutdown()
 
     # -- authentication ------------------------------------------------------
 
     async def login(self, username: str, password: str, peer_host: str | None) -> User:
-        """Check credentials; a refusal is answered after the failed-login delay."""
+        """Check credentials. A password verified before is checked at once; otherwise
+        the slow KDF runs in the core's own small pool (`PasswordChecks`), never in the
+        one that runs fsync, so a storm of wrong passwords delays no one's durable
+        publishing. A refusal is answered after the failed-login delay, longer beyond the
+        (address, user) budget (`LoginThrottle`); a right password is never refused."""
+        penalty_factor = 1
         try:
-            return await self._check_login(username, password, peer_host)
-        except AuthenticationFailed:
-            await asyncio.sleep(self.settings.failed_login_delay_s)
-            raise
-
-    async def _check_login(self, username: str, password: str, peer_host: str | None) -> User:
-        """A password verified before is checked at once. Otherwise the slow KDF runs in the
-        core's own small pool, never in the one that runs fsync, and only while the
-        client's address has failures to spare: a storm of wrong passwords neither stalls
-        other connections nor delays anyone's durable publishing."""
-        user = self.auth.authenticate_cached(username, password, peer_host)
-        if user is not None:
+            user = self.auth.authenticate_cached(username, password, peer_host)
+            if user is None:
+                attempt = self._login_throttle.take(peer_host, username)
+                penalty_factor = attempt.penalty_factor
+                user = await self._password_checks.run(
+                    attempt.within_budget, self.auth.authenticate, username, password, peer_host)
+                self._login_throttle.give_back(peer_host, username)
             return user
-        if not self._login_throttle.take(peer_host):
-            raise AuthenticationFailed(
-                f"user '{username}' - too many failed logins from this address, try later")
-        user = await asyncio.get_running_loop().run_in_executor(
-            self._kdf_pool, self.auth.authenticate, username, password, peer_host)
-        self._login_throttle.give_back(peer_host)
-        return user
+        except AuthenticationFailed:
+            await asyncio.sleep(self.settings.failed_login_delay_s * penalty_factor)
+            raise
 
     # -- namespaces ----------------------------------------------------------
 

@@ -1,64 +1,111 @@
-"""Failed logins per client address: a token bucket each, so guessing is slow and cheap.
+"""Failed-login budgets: guessing a password is slow, yet a right password is never refused.
 
-Every login that needs its password checked takes a token from its address's bucket
-(a successful one gives it back), which refills at `per_minute` tokens a minute up to
-`per_minute`. An address with an empty bucket is refused before its password is
-checked, so a flood of wrong logins cannot keep the password hash (a deliberately slow
-KDF) busy. IPv6 clients are counted per /64, the block one host usually holds.
+Every login that needs its password checked takes a token from two token buckets, one of
+its client address and one of the (address, user name) pair; a successful login gives
+both back. Each refills at `per_minute` tokens a minute up to `per_minute`.
+
+- An address out of tokens has its password checks queued behind everyone else's
+  (`Attempt.within_budget`): a flood of wrong logins from one address delays no other
+  address's login.
+- A pair out of tokens runs into debt, and each failure beyond the budget is answered
+  later: twice the failed-login delay for the first, doubling up to `MAX_PENALTY_FACTOR`
+  times. The right password is still accepted at once, so an attacker who hammers one
+  user neither locks that user out nor slows anyone else's login from the same address.
+
+The same holds for a user name that does not exist, so the answers tell nothing about
+which users exist. IPv6 clients are counted per /64, the block one host usually holds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
-# Buckets kept at most; beyond it, the address whose bucket was touched longest ago (so
-# has refilled the most) is forgotten.
-MAX_TRACKED_ADDRESSES = 10_000
+# Buckets kept per kind at most; beyond it, the one touched longest ago (so refilled the
+# most) is forgotten.
+MAX_TRACKED = 10_000
+PENALTY_DOUBLINGS = 5
+MAX_PENALTY_FACTOR = 2**PENALTY_DOUBLINGS  # the longest answer: this many failed-login delays
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    within_budget: bool  # the address had a failure to spare: its check is not queued last
+    penalty_factor: int  # a failure is answered after this many failed-login delays
 
 
 class LoginThrottle:
     def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self._capacity = float(per_minute)
-        self._refill_per_s = per_minute / 60
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, at)
+        self._addresses = _Buckets(per_minute, clock, debt=0)
+        # Debt up to one budget (enough to reach the longest answer): a pair's penalty
+        # fades within two minutes of calm.
+        self._pairs = _Buckets(per_minute, clock, debt=max(per_minute, PENALTY_DOUBLINGS))
 
-    def take(self, peer_host: str | None) -> bool:
-        """Spend a token on a login about to be checked; False if the address has none.
+    def take(self, peer_host: str | None, username: str) -> Attempt:
+        """Spend the tokens of a login about to be checked.
 
         Taken before the check, not after it fails, so that logins checked at the same
-        time cannot together exceed the address's budget."""
-        key = _address_key(peer_host)
-        tokens = self._tokens(key)
-        if tokens < 1:
-            return False
-        self._store(key, tokens - 1)
-        return True
+        time cannot together exceed a budget."""
+        address = address_key(peer_host)
+        within_budget = self._addresses.take(address) >= 0
+        owed = -self._pairs.take(_pair_key(address, username))
+        factor = 1 if owed <= 0 else min(2 ** math.ceil(owed), MAX_PENALTY_FACTOR)
+        return Attempt(within_budget, factor)
 
-    def give_back(self, peer_host: str | None) -> None:
-        """The login succeeded: its token returns."""
-        key = _address_key(peer_host)
+    def give_back(self, peer_host: str | None, username: str) -> None:
+        """The login succeeded: its tokens return."""
+        address = address_key(peer_host)
+        self._addresses.give_back(address)
+        self._pairs.give_back(_pair_key(address, username))
+
+
+class _Buckets:
+    """Token buckets by key, at most MAX_TRACKED of them; a missing one is full."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float], debt: int) -> None:
+        self._capacity = float(per_minute)
+        self._refill_per_s = per_minute / 60
+        self._floor = -float(debt)
+        self._clock = clock
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # key -> (tokens, at)
+
+    def take(self, key: Hashable) -> float:
+        """The tokens left after taking one: below 0 when the bucket had none (in debt)."""
+        left = self._tokens(key) - 1
+        self._store(key, max(left, self._floor))
+        return left
+
+    def give_back(self, key: Hashable) -> None:
         self._store(key, self._tokens(key) + 1)
 
-    def _tokens(self, key: str) -> float:
+    def _tokens(self, key: Hashable) -> float:
         bucket = self._buckets.get(key)
         if bucket is None:
             return self._capacity
         tokens, at = bucket
         return min(self._capacity, tokens + (self._clock() - at) * self._refill_per_s)
 
-    def _store(self, key: str, tokens: float) -> None:
+    def _store(self, key: Hashable, tokens: float) -> None:
         self._buckets.pop(key, None)  # re-inserted last: the dict stays oldest-first
         if tokens >= self._capacity:
-            return  # a full bucket is what an unknown address gets anyway
+            return  # a full bucket is what an unknown key gets anyway
         self._buckets[key] = (tokens, self._clock())
-        if len(self._buckets) > MAX_TRACKED_ADDRESSES:
+        if len(self._buckets) > MAX_TRACKED:
             del self._buckets[next(iter(self._buckets))]
 
 
-def _address_key(peer_host: str | None) -> str:
+def _pair_key(address: str, username: str) -> tuple[str, bytes]:
+    # A digest, not the name: a key's size stays bounded however long the name sent.
+    name = hashlib.blake2b(username.encode("utf-8", "replace"), digest_size=16).digest()
+    return address, name
+
+
+def address_key(peer_host: str | None) -> str:
+    """The client a peer address counts as: IPv4 (mapped ones too) or an IPv6 /64."""
     if peer_host is None:
         return ""  # in-process clients
     try:

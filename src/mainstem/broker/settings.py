@@ -19,8 +19,9 @@ class CoreSettings:
     bootstrap_password: str = "guest"
     # Users that may only connect from a loopback address, as RabbitMQ's loopback_users.
     loopback_users: tuple[str, ...] = ("guest",)
-    # A refused login is answered after this delay; each client address may fail this many
-    # logins a minute (in bursts of as many), then is refused without a password check.
+    # A refused login is answered after this delay; each client address, and each user
+    # from it, may fail this many logins a minute (in bursts of as many), then waits longer
+    # (`LoginThrottle`): a right password is never refused.
     failed_login_delay_s: float = 1.0
     failed_logins_per_minute: int = 30
     # How often retention runs over every partition, besides on segment roll.

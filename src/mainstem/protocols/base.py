@@ -60,6 +60,9 @@ class ConnectionContext:
     # Set by a handler that can close politely (AMQP connection.close, stream Close):
     # called with the reason when an operator closes the connection; else it is cancelled.
     on_close_request: Callable[[str], Awaitable[None]] | None = None
+    # Set by the server: called by identify(), the connection then leaves the budget of
+    # connections not logged in.
+    on_login: Callable[[], None] | None = None
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
@@ -76,6 +79,8 @@ class ConnectionContext:
         self.user = user
         self.namespace = namespace
         self.client_properties.update(client_properties)
+        if self.on_login is not None:
+            self.on_login()
 
     def advertised_address(self) -> tuple[str, int]:
         """The host and port to tell clients to connect to: the configured ones, else the
