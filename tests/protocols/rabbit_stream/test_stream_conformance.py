@@ -25,6 +25,7 @@ from rstream import (
     amqp_decoder,
 )
 from rstream.client import ClientPool
+from rstream.encoding import decode_frame
 
 from mainstem import Broker
 from mainstem.cli import build_parser
@@ -147,6 +148,22 @@ def test_the_first_chunk_of_a_stream_carries_epoch_1(broker: ThreadedBroker) -> 
     _, magic, _, entries, records, _, epoch, chunk_id = DELIVER_CHUNK.unpack_from(body)
     assert (magic, entries, records, chunk_id) == (0x50, 1, 1, 0)
     assert epoch == 1
+
+
+async def test_a_deliver_frame_carries_the_trailer_length_osiris_writes(
+        broker: ThreadedBroker) -> None:
+    """rstream's test_deliver: RabbitMQ's chunk for publisher `test-reference` declares a
+    24-byte trailer, one Osiris tracking entry (type, id size, id, sequence u64)."""
+    await send_one_frame(broker, "trailer", [RawMessage(b"one"), RawMessage(b"two")],
+                         publisher="test-reference")
+    client = RawClient(broker.ports["stream"]).open()
+    client.send(encode(f.Subscribe(7, 1, "trailer", f.OffsetSpec(WireOffset.FIRST), 10)))
+    deliver = decode_frame(struct.pack(">HH", Key.DELIVER, 1)
+                           + client.frame_with_key(Key.DELIVER))  # rstream's decoder
+    client.close()
+    assert (deliver.num_entries, deliver.num_records, deliver.chunk_first_offset) == (2, 2, 0)
+    assert deliver.trailer_length == 2 + len("test-reference") + 8
+    assert deliver._reserved == 0  # bloom filter size and reserved bytes
 
 
 # -- item 11: deduplication inside one frame ------------------------------------
