@@ -151,6 +151,9 @@ class ServerConfig:
     # None: derived from the descriptor limit; 0: unlimited; the server closes sockets beyond
     max_connections: int | None = None
     handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
+    # A stream client that leaves a server request (ConsumerUpdate) unanswered this long is
+    # disconnected: RabbitMQ's stream request_timeout, with its default.
+    request_timeout_ms: int = 60_000
     channel_max: int = 2047
     max_consumers_per_queue: int = 0
     # Ready messages (and their body bytes) a classic queue keeps in memory; more wait on disk.
@@ -223,7 +226,8 @@ class ServerConfig:
                                 max_consumers_per_queue=self.max_consumers_per_queue,
                                 max_event_size=self.max_event_size,
                                 max_unacked_events=self.max_unacked_events,
-                                max_unacked_results=self.max_unacked_results)
+                                max_unacked_results=self.max_unacked_results,
+                                request_timeout_s=self.request_timeout_ms / 1000)
 
 
 def default_tls_port(name: str, port: int) -> int:
@@ -407,6 +411,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
     "limits.max_connections": _connection_limit,
     "limits.handshake_timeout_ms": _int_at_least(1),
+    "limits.request_timeout_ms": _int_at_least(1),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
     "limits.queue_memory_messages": _int_at_least(0),
@@ -463,6 +468,7 @@ _ENV_VARS = {
     "MAINSTEM_HEARTBEAT": "limits.heartbeat",
     "MAINSTEM_MAX_CONNECTIONS": "limits.max_connections",
     "MAINSTEM_HANDSHAKE_TIMEOUT_MS": "limits.handshake_timeout_ms",
+    "MAINSTEM_REQUEST_TIMEOUT_MS": "limits.request_timeout_ms",
     "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
     "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
     "MAINSTEM_QUEUE_MEMORY_MESSAGES": "limits.queue_memory_messages",
@@ -764,6 +770,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         max_connections=values.get("limits.max_connections", default.max_connections),
         handshake_timeout_ms=values.get("limits.handshake_timeout_ms",
                                         default.handshake_timeout_ms),
+        request_timeout_ms=values.get("limits.request_timeout_ms", default.request_timeout_ms),
         channel_max=values.get("limits.channel_max", default.channel_max),
         max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
                                            default.max_consumers_per_queue),
