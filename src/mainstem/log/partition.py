@@ -746,22 +746,14 @@ def _open_segments(paths: list[Path], descriptors: DescriptorCache) -> list[Segm
     try:
         for path in paths:
             segments.append(Segment.open(path, descriptors))
-        if segments and not segments[-1].num_chunks and segments[-1].version != SEGMENT_VERSION:
-            segments.append(_renewed(segments.pop(), descriptors))
+        if segments and not segments[-1].num_chunks:
+            segments[-1].make_current()  # an empty one cannot be rolled past
     except BaseException:
         for segment in segments:
             segment.close()
         raise
     return segments
 
-
-def _renewed(empty: Segment, descriptors: DescriptorCache) -> Segment:
-    """An empty segment of an older version, made again in the current one: appends go
-    to current segments only, and this one cannot be rolled past (the next would have
-    its name)."""
-    empty.delete()
-    return Segment.create(empty.path.parent, empty.first_chunk_id, empty.first_byte,
-                          descriptors)
 
 
 def _last_chunk_of(segments: list[Segment]) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from mainstem.log.chunk import (
     BLOOM_SIZE_AT,
     GUARD,
     LEGACY_TRAILER_CRC,
+    MAX_BLOOM_SIZE,
     Chunk,
     ChunkHeader,
     CorruptChunk,
@@ -118,6 +119,17 @@ class Segment:
             segment.close()
             raise
         return segment
+
+    def make_current(self) -> None:
+        """Make an empty segment of an older version a current one (appends go to current
+        segments only), rewriting its header in place: 16 bytes within one sector, so after
+        a crash the file holds one header or the other."""
+        if self.version == SEGMENT_VERSION or self.num_chunks:
+            return
+        fd = self._file.fileno()
+        os.pwrite(fd, FILE_HEADER.pack(FILE_MAGIC, SEGMENT_VERSION, self.first_byte), 0)
+        os.fsync(fd)
+        self.version, self.guard_size = SEGMENT_VERSION, GUARD.size
 
     def close(self) -> None:
         self.index.close()
@@ -230,15 +242,14 @@ class Segment:
             return {}
         start, size = self.chunk_span(i)
         fd = self._file.fileno()
-        header = os.pread(fd, HEADER_SIZE, start)
+        head = os.pread(fd, HEADER_SIZE + MAX_BLOOM_SIZE, start)  # header and filter, or more
         trailer = os.pread(fd, tail, start + size - tail)
         if legacy:
-            return decode_sequences(legacy_open_trailer(header, trailer), legacy=True)
-        bloom = os.pread(fd, header[BLOOM_SIZE_AT], start + HEADER_SIZE) if header[
-            BLOOM_SIZE_AT] else b""
-        if guard(header + bloom, trailer[:-GUARD.size]) != trailer[-GUARD.size:]:
+            return decode_sequences(legacy_open_trailer(head, trailer), legacy=True)
+        tracking = trailer[:-GUARD.size]
+        if guard(head[:HEADER_SIZE + head[BLOOM_SIZE_AT]], tracking) != trailer[-GUARD.size:]:
             raise CorruptChunk(f"{self.path}: chunk at {start}: header or trailer CRC mismatch")
-        return decode_sequences(trailer[:-GUARD.size])
+        return decode_sequences(tracking)
 
     # -- recovery ----------------------------------------------------------
 
