@@ -160,6 +160,9 @@ class ServerConfig:
     # oldest such connection is closed.
     max_unauthenticated_per_address: int = 256
     max_unauthenticated_connections: int | None = None
+    # A stream client that leaves a server request (ConsumerUpdate) unanswered this long is
+    # disconnected: RabbitMQ's stream request_timeout, with its default.
+    request_timeout_ms: int = 60_000
     channel_max: int = 2047
     max_consumers_per_queue: int = 0
     # Ready messages (and their body bytes) a classic queue keeps in memory; more wait on disk.
@@ -234,7 +237,8 @@ class ServerConfig:
                                 max_consumers_per_queue=self.max_consumers_per_queue,
                                 max_event_size=self.max_event_size,
                                 max_unacked_events=self.max_unacked_events,
-                                max_unacked_results=self.max_unacked_results)
+                                max_unacked_results=self.max_unacked_results,
+                                request_timeout_s=self.request_timeout_ms / 1000)
 
 
 def default_tls_port(name: str, port: int) -> int:
@@ -420,6 +424,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.handshake_timeout_ms": _int_at_least(1),
     "limits.max_unauthenticated_per_address": _int_at_least(0),
     "limits.max_unauthenticated_connections": _connection_limit,
+    "limits.request_timeout_ms": _int_at_least(1),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
     "limits.queue_memory_messages": _int_at_least(0),
@@ -479,6 +484,7 @@ _ENV_VARS = {
     "MAINSTEM_HANDSHAKE_TIMEOUT_MS": "limits.handshake_timeout_ms",
     "MAINSTEM_MAX_UNAUTHENTICATED_PER_ADDRESS": "limits.max_unauthenticated_per_address",
     "MAINSTEM_MAX_UNAUTHENTICATED_CONNECTIONS": "limits.max_unauthenticated_connections",
+    "MAINSTEM_REQUEST_TIMEOUT_MS": "limits.request_timeout_ms",
     "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
     "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
     "MAINSTEM_QUEUE_MEMORY_MESSAGES": "limits.queue_memory_messages",
@@ -812,6 +818,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
                                                    default.max_unauthenticated_per_address),
         max_unauthenticated_connections=values.get("limits.max_unauthenticated_connections",
                                                    default.max_unauthenticated_connections),
+        request_timeout_ms=values.get("limits.request_timeout_ms", default.request_timeout_ms),
         channel_max=values.get("limits.channel_max", default.channel_max),
         max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
                                            default.max_consumers_per_queue),

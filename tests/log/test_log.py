@@ -11,13 +11,15 @@ import pytest
 
 from mainstem.formats.osiris import HEADER_SIZE, SUB_BATCH_ENTRY
 from mainstem.log.chunk import (
+    TRACKING_ENTRY,
     CorruptChunk,
+    check_guard,
     decode_sequences,
+    encode_header,
     encode_sequences,
     encode_simple_entries,
-    open_trailer,
+    guard,
     parse_header,
-    seal_trailer,
 )
 from mainstem.log.partition import DataRemoved, Partition, PartitionClosed
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
@@ -296,13 +298,19 @@ async def test_publisher_sequences_survive_restart_and_segment_rolls(
 
 
 def test_trailer_round_trip_and_corruption() -> None:
-    header = bytes(range(HEADER_SIZE))
-    trailer = seal_trailer(header, encode_sequences(7, {"w1": 1, "ünï": 2**63 - 1}))
-    assert decode_sequences(open_trailer(header, trailer)) == {"w1": 1, "ünï": 2**63 - 1}
-    for damaged_header, damaged_trailer in ((header[:-1] + b"?", trailer),
-                                            (header, trailer[:3] + b"?" + trailer[4:])):
+    tracking = encode_sequences({"w1": 1, "ünï": 2**63 - 1})
+    assert decode_sequences(tracking) == {"w1": 1, "ünï": 2**63 - 1}
+    # Osiris's tracking entry: type 0, id size, id, sequence u64
+    assert tracking[:TRACKING_ENTRY.size + 2 + 8] == b"\x00\x02w1" + (1).to_bytes(8, "big")
+    head = encode_header(chunk_id=7, data=b"", num_entries=0, num_records=0, timestamp=5,
+                         trailer_length=len(tracking))
+    raw = head + tracking + guard(head, tracking)
+    assert check_guard(memoryview(raw), parse_header(raw)) == tracking
+    for position in range(len(raw)):  # the guard covers every byte the data CRC does not
+        damaged = bytearray(raw)
+        damaged[position] ^= 1
         with pytest.raises(CorruptChunk):
-            open_trailer(damaged_header, damaged_trailer)
+            check_guard(memoryview(damaged), parse_header(damaged))
 
 
 async def test_write_rejects_empty_chunks(tmp_path: Path) -> None:

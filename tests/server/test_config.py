@@ -100,6 +100,7 @@ enabled = false
 [limits]
 max_frame_size = 131072
 heartbeat = 0
+request_timeout_ms = 5000
 [log]
 level = "debug"
 format = "text"
@@ -108,7 +109,8 @@ format = "text"
     assert config.data_dir == Path("/var/lib/mainstem")
     assert config.listeners["stream"] == ListenerConfig("10.0.0.1", 6000, True)
     assert config.listeners["amqp"] == ListenerConfig("127.0.0.1", 5672, False)
-    assert config.limits() == ConnectionLimits(max_frame_size=131072, heartbeat_s=0)
+    assert config.limits() == ConnectionLimits(max_frame_size=131072, heartbeat_s=0,
+                                               request_timeout_s=5.0)
     assert (config.log.level, config.log.format) == ("debug", "text")
 
 

@@ -6,6 +6,11 @@ stream (`position` set) the members rotate over the partitions, as RabbitMQ
 does: partition i is served by member i mod n, so N consumers spread over N
 partitions. Members are told through callbacks; the protocol turns those into
 its own messages (ConsumerUpdate in the stream protocol).
+
+A hand-off goes as RabbitMQ's (3.11+): the active member is told to step down, and
+the next one is activated only once it has (`stepped_down`, when its client answered)
+or has left, so two members are never active at once. A member that never answers is
+the protocol's to drop (the stream protocol's request timeout closes its connection).
 """
 
 from __future__ import annotations
@@ -22,9 +27,17 @@ class ActiveConsumer:
     activate: Notify
     deactivate: Notify
     is_active: bool = False
+    stepping_down: bool = False  # told to deactivate, its answer not in yet
 
     def leave(self) -> None:
         self.group.leave(self)
+
+    def stepped_down(self) -> None:
+        """Its client answered the deactivation: the next member may take over."""
+        if self.stepping_down:
+            self.stepping_down = False
+            if self in self.group.members:
+                self.group.rebalance()
 
 
 @dataclass(eq=False, slots=True)
@@ -37,7 +50,7 @@ class ActiveConsumerGroup:
     def join(self, activate: Notify, deactivate: Notify) -> ActiveConsumer:
         member = ActiveConsumer(self, activate, deactivate)
         self.members.append(member)
-        self._rebalance()
+        self.rebalance()
         return member
 
     def leave(self, member: ActiveConsumer) -> None:
@@ -48,7 +61,7 @@ class ActiveConsumerGroup:
         if not self.members:
             self.on_empty(self)
             return
-        self._rebalance()
+        self.rebalance()
 
     @property
     def active(self) -> ActiveConsumer | None:
@@ -61,13 +74,19 @@ class ActiveConsumerGroup:
         index = 0 if self.position is None else self.position % len(self.members)
         return self.members[index]
 
-    def _rebalance(self) -> None:
+    def rebalance(self) -> None:
+        """Step the active member down if another should be active, or activate the
+        chosen one when none is active and none is stepping down."""
+        if any(member.stepping_down for member in self.members):
+            return  # its answer (or its leaving) rebalances again
         chosen, current = self._chosen(), self.active
         if chosen is current:
             return
         if current is not None:
             current.is_active = False
+            current.stepping_down = True
             current.deactivate()
+            return
         chosen.is_active = True
         chosen.activate()
 

@@ -163,10 +163,15 @@ class LeaderLog:
                 await self._next_change(position)
                 continue
             sent_commit = partition.committed_offset
-            header = wire.chunk_frame_header(chunk.size, chunk.opens_segment, sent_commit)
-            fd = sendfile_socket(transport) if transport.get_write_buffer_size() == 0 else None
-            send_range(chunk.segment.fileno(), chunk.file_pos, chunk.size, header, fd,
-                       transport.write)
+            if chunk.rewritten is not None:  # from a segment of an older version
+                writer.write(wire.chunk_frame_header(len(chunk.rewritten), chunk.opens_segment,
+                                                     sent_commit) + chunk.rewritten)
+            else:
+                header = wire.chunk_frame_header(chunk.size, chunk.opens_segment, sent_commit)
+                fd = (sendfile_socket(transport) if transport.get_write_buffer_size() == 0
+                      else None)
+                send_range(chunk.segment.fileno(), chunk.file_pos, chunk.size, header, fd,
+                           transport.write)
             position = chunk.next_offset
             await writer.drain()
 

@@ -12,15 +12,20 @@ a chunk can go from the segment file to a stream consumer's socket unchanged:
 Data entries are either simple (top bit 0, 31-bit length, body) or sub-batches
 (top bit 1, 3-bit compression, 4 reserved bits, records u16, uncompressed
 length u32, length u32, body) holding several records, stored opaquely.
-The trailer carries tracking entries; mainstem keeps publisher sequences there
-so that deduplication state is written atomically with the data it covers.
+The trailer carries tracking entries as Osiris writes them (type u8 0 | id size u8 | id |
+sequence u64); mainstem keeps publisher sequences there so that deduplication state is
+written atomically with the data it covers.
 A chunk whose messages carry filter values (stream Publish v2) has a bloom filter
 between header and data, as Osiris writes it: BLOOM_SIZE bytes, two bits per distinct
 value, bit 0 set when the chunk also holds messages without a value; a chunk in which
 no message has a value has none. Readers that filter skip chunks it rules out.
-Every chunk's trailer ends with a CRC-32 of the header and the tracking
-entries, because the header's CRC covers only the data: a damaged timestamp or
-record count must be caught too. The trailer never goes on the wire.
+The header's CRC covers only the data, so on disk every chunk is followed by a guard,
+outside the chunk: a CRC-32 of its header, bloom filter and trailer (a damaged
+timestamp or record count must be caught too). A subscriber gets the header and data
+entries, the header declaring the trailer Osiris would write; the trailer and the guard
+stay on disk. Segments of version 1 (older mainstem) have no guard: their trailer
+entries hold chunk id u64 + sequence u64 and end with a CRC-32 of the header and
+those entries (the `legacy_` functions read them).
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ assert HEADER_SIZE == 48
 
 TRACKING_ENTRY = struct.Struct(">BB")  # type, id size
 TRACKING_SEQUENCE = 0
-SEQUENCE_VALUE = struct.Struct(">QQ")  # chunk id, sequence
-TRAILER_CRC = struct.Struct(">I")
+SEQUENCE_VALUE = struct.Struct(">Q")  # the writer's sequence
+GUARD = struct.Struct(">I")  # after each chunk on disk: CRC-32 of header, filter, trailer
+LEGACY_SEQUENCE_VALUE = struct.Struct(">QQ")  # version-1 segments: chunk id, sequence
+LEGACY_TRAILER_CRC = struct.Struct(">I")
 
 BLOOM_SIZE = 16  # bytes: Osiris's default filter size (it reads any of 16..255)
 BLOOM_SIZE_AT = 44  # the header byte holding the filter size
@@ -276,35 +283,21 @@ def _has_sub_batch(data: bytes | memoryview, num_entries: int) -> bool:
     return False
 
 
-def encode_sequences(chunk_id: int, sequences: Mapping[str, int]) -> bytes:
-    """Tracking entries holding publisher sequences (writer -> last publishing id)."""
+def encode_sequences(sequences: Mapping[str, int]) -> bytes:
+    """Tracking entries holding publisher sequences (writer -> last publishing id), as
+    Osiris's writer trailer holds them."""
     parts = []
     for writer, sequence in sequences.items():
         name = writer.encode()
         parts.append(TRACKING_ENTRY.pack(TRACKING_SEQUENCE, len(name)))
         parts.append(name)
-        parts.append(SEQUENCE_VALUE.pack(chunk_id, sequence))
+        parts.append(SEQUENCE_VALUE.pack(sequence))
     return b"".join(parts)
 
 
-def seal_trailer(header: bytes, tracking: bytes) -> bytes:
-    """The trailer: tracking entries, then a CRC-32 of the header and those entries."""
-    return tracking + TRAILER_CRC.pack(crc32(tracking, crc32(header)))
-
-
-def open_trailer(header: bytes | memoryview, trailer: bytes | memoryview) -> memoryview:
-    """Check a trailer against its chunk's header; return its tracking entries."""
-    whole = memoryview(trailer)
-    if len(whole) < TRAILER_CRC.size:
-        raise CorruptChunk("trailer too short for its CRC")
-    tracking = whole[:-TRAILER_CRC.size]
-    (expected,) = TRAILER_CRC.unpack_from(whole, len(tracking))
-    if crc32(tracking, crc32(header[:HEADER_SIZE])) != expected:
-        raise CorruptChunk("header or trailer CRC mismatch")
-    return tracking
-
-
-def decode_sequences(tracking: bytes | memoryview) -> dict[str, int]:
+def decode_sequences(tracking: bytes | memoryview, legacy: bool = False) -> dict[str, int]:
+    """The sequences of a trailer's tracking entries (`legacy`: a version-1 segment's)."""
+    value = LEGACY_SEQUENCE_VALUE if legacy else SEQUENCE_VALUE
     view = memoryview(tracking)
     sequences: dict[str, int] = {}
     pos = 0
@@ -313,14 +306,42 @@ def decode_sequences(tracking: bytes | memoryview) -> dict[str, int]:
             raise CorruptChunk("trailer ends inside a tracking entry")
         kind, id_size = TRACKING_ENTRY.unpack_from(view, pos)
         pos += TRACKING_ENTRY.size
-        if kind != TRACKING_SEQUENCE or pos + id_size + SEQUENCE_VALUE.size > len(view):
+        if kind != TRACKING_SEQUENCE or pos + id_size + value.size > len(view):
             raise CorruptChunk(f"bad tracking entry of type {kind}")
         writer = bytes(view[pos:pos + id_size]).decode()
         pos += id_size
-        _, sequence = SEQUENCE_VALUE.unpack_from(view, pos)
-        pos += SEQUENCE_VALUE.size
-        sequences[writer] = sequence
+        sequences[writer] = value.unpack_from(view, pos)[-1]
+        pos += value.size
     return sequences
+
+
+def guard(head: bytes | memoryview, trailer: bytes | memoryview) -> bytes:
+    """What follows a chunk on disk: a CRC-32 of its header and filter (`head`) and its
+    trailer, the bytes the data CRC leaves out."""
+    return GUARD.pack(crc32(trailer, crc32(head)))
+
+
+def check_guard(raw: memoryview, header: ChunkHeader) -> memoryview:
+    """Check a chunk followed by its guard; return its trailer."""
+    if len(raw) != header.size + GUARD.size:
+        raise CorruptChunk(f"chunk {header.chunk_id}: {len(raw)} bytes with its guard, "
+                           f"header says {header.size + GUARD.size}")
+    trailer = raw[header.size - header.trailer_length:header.size]
+    if guard(raw[:header.data_start], trailer) != raw[header.size:]:
+        raise CorruptChunk(f"chunk {header.chunk_id}: header, filter or trailer CRC mismatch")
+    return trailer
+
+
+def legacy_open_trailer(header: bytes | memoryview, trailer: bytes | memoryview) -> memoryview:
+    """Check a version-1 trailer against its chunk's header; return its tracking entries."""
+    whole = memoryview(trailer)
+    if len(whole) < LEGACY_TRAILER_CRC.size:
+        raise CorruptChunk("trailer too short for its CRC")
+    tracking = whole[:-LEGACY_TRAILER_CRC.size]
+    (expected,) = LEGACY_TRAILER_CRC.unpack_from(whole, len(tracking))
+    if crc32(tracking, crc32(header[:HEADER_SIZE])) != expected:
+        raise CorruptChunk("header or trailer CRC mismatch")
+    return tracking
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +351,7 @@ class Chunk:
     header: ChunkHeader
     data: memoryview
     tracking: memoryview  # the trailer's tracking entries, CRC-checked
+    legacy: bool = False  # read from a version-1 segment: its tracking entries' layout
 
     @property
     def chunk_id(self) -> int:
@@ -364,4 +386,4 @@ class Chunk:
             raise CorruptChunk(f"chunk {self.header.chunk_id}: entries do not fill its data")
 
     def sequences(self) -> dict[str, int]:
-        return decode_sequences(self.tracking) if self.tracking else {}
+        return decode_sequences(self.tracking, self.legacy) if self.tracking else {}

@@ -5,7 +5,8 @@ rebuilds it from the segment whenever it is missing, short or ahead of the data.
 
     header: b"MSIX" | version u32
     record: chunk id u64 | timestamp i64 | file position u64 | byte position u64 |
-            records u32 | trailer length u32
+            records u32 | bytes after the data entries u32 (trailer, and guard from
+            segment version 2)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class IndexEntry:
     file_pos: int
     byte_pos: int  # partition byte position of the chunk's first payload byte
     num_records: int
-    trailer_length: int
+    tail_length: int  # bytes after the data entries: the trailer, and its guard (version 2)
 
     @property
     def next_offset(self) -> int:
@@ -47,7 +48,7 @@ class SegmentIndex:
         self.file_positions = array("Q")
         self.byte_positions = array("Q")
         self.record_counts = array("I")
-        self.trailer_lengths = array("I")
+        self.tail_lengths = array("I")
         self._file: LazyFile | None = None  # for appends, once open_for_append ran
         self._on_disk = b""  # the file as loaded: left alone when recovery kept it whole
 
@@ -118,11 +119,11 @@ class SegmentIndex:
 
     def _fields(self, i: int) -> tuple[int, int, int, int, int, int]:
         return (self.chunk_ids[i], self.timestamps[i], self.file_positions[i],
-                self.byte_positions[i], self.record_counts[i], self.trailer_lengths[i])
+                self.byte_positions[i], self.record_counts[i], self.tail_lengths[i])
 
     def _columns(self) -> tuple[array[int], ...]:
         return (self.chunk_ids, self.timestamps, self.file_positions, self.byte_positions,
-                self.record_counts, self.trailer_lengths)
+                self.record_counts, self.tail_lengths)
 
     def _add(self, entry: IndexEntry) -> None:
         for column, value in zip(self._columns(), entry_fields(entry), strict=True):
@@ -131,4 +132,4 @@ class SegmentIndex:
 
 def entry_fields(entry: IndexEntry) -> tuple[int, int, int, int, int, int]:
     return (entry.chunk_id, entry.timestamp, entry.file_pos, entry.byte_pos,
-            entry.num_records, entry.trailer_length)
+            entry.num_records, entry.tail_length)

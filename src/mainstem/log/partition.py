@@ -20,7 +20,7 @@ from pathlib import Path
 from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.chunk import (
     FIRST_EPOCH,
-    TRAILER_CRC,
+    GUARD,
     Chunk,
     ChunkData,
     ChunkType,
@@ -28,8 +28,8 @@ from mainstem.log.chunk import (
     data_length,
     encode_header,
     encode_simple_entries,
+    guard,
     payload_size,
-    seal_trailer,
 )
 from mainstem.log.commit import FsyncTimings, GroupCommit
 from mainstem.log.descriptors import DescriptorCache, shared_cache
@@ -39,6 +39,7 @@ from mainstem.log.segment_file import (
     FILE_HEADER_SIZE,
     INDEX_SUFFIX,
     SEGMENT_SUFFIX,
+    SEGMENT_VERSION,
     Segment,
     chunk_from,
 )
@@ -73,7 +74,7 @@ class ChunkLocation:
 
     `send_size` covers the 48-byte header, the bloom filter (if any) and the data
     entries: what the stream protocol's Deliver carries once the filter is left out
-    (the trailer always is).
+    (the trailer and the guard always are).
     """
 
     segment: Segment  # holds the file descriptor open while the caller sends
@@ -85,9 +86,11 @@ class ChunkLocation:
 
 @dataclass(frozen=True, slots=True)
 class WrittenChunk:
-    """A written chunk (durable or not yet) whole, trailer included, for a follower:
-    where it lies, and whether it opens a segment (the follower rolls there too, so that
-    each of its segments also starts with a chunk restating every writer sequence)."""
+    """A written chunk (durable or not yet) whole, trailer and guard included, for a
+    follower: where it lies, and whether it opens a segment (the follower rolls there too,
+    so that each of its segments also starts with a chunk restating every writer
+    sequence). A chunk of a version-1 segment comes `rewritten` in the current layout,
+    the only one a follower stores."""
 
     segment: Segment
     file_pos: int
@@ -95,6 +98,7 @@ class WrittenChunk:
     chunk_id: int
     next_offset: int
     opens_segment: bool
+    rewritten: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -241,17 +245,16 @@ class Partition:
             payload_bytes = payload_size(data, num_entries)
         segment = self._segment_for(HEADER_SIZE + len(bloom) + data_length(data))
         chunk_id = self.next_offset
-        tracking = self.writers.tracking(chunk_id, sequences)  # restates all after a roll
+        tracking = self.writers.tracking(sequences)  # restates all after a roll
         timestamp = max(timestamp if timestamp is not None else _now_ms(), self._last_timestamp)
         header = encode_header(chunk_id=chunk_id, data=data, num_entries=num_entries,
                                num_records=num_records, timestamp=timestamp, epoch=self.epoch,
-                               chunk_type=ChunkType.USER,
-                               trailer_length=len(tracking) + TRAILER_CRC.size,
+                               chunk_type=ChunkType.USER, trailer_length=len(tracking),
                                bloom_size=len(bloom))
-        trailer = seal_trailer(header, tracking)
         entry = IndexEntry(chunk_id, timestamp, segment.size, self.next_byte, num_records,
-                           len(trailer))
-        segment.append((header, bloom, *parts, trailer), entry, payload_bytes)
+                           len(tracking) + GUARD.size)
+        segment.append((header, bloom, *parts, tracking, guard(header + bloom, tracking)),
+                       entry, payload_bytes)
         self.writers.written(sequences)
         self.next_offset = chunk_id + num_records
         self.next_byte += payload_bytes
@@ -309,7 +312,7 @@ class Partition:
         active = self._segments[-1]
         full = (active.size + chunk_size > self.retention.max_segment_bytes
                 or active.num_chunks >= self.retention.max_segment_chunks)
-        if active.num_chunks and full:
+        if active.num_chunks and (full or active.version != SEGMENT_VERSION):
             active = self._roll()
         return active
 
@@ -403,7 +406,7 @@ class Partition:
     def location(self, segment: Segment, i: int) -> ChunkLocation:
         index = segment.index
         file_pos, span = segment.chunk_span(i)
-        return ChunkLocation(segment, file_pos, span - index.trailer_lengths[i],
+        return ChunkLocation(segment, file_pos, span - index.tail_lengths[i],
                              index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i])
 
     def reader(self, offset: int) -> PartitionReader:
@@ -522,9 +525,10 @@ class Partition:
         segment, i = found
         file_pos, size = segment.chunk_span(i)
         chunk_id = segment.index.chunk_ids[i]
+        rewritten = segment.current_layout(i) if segment.version != SEGMENT_VERSION else None
         return WrittenChunk(segment, file_pos, size, chunk_id,
                             chunk_id + segment.index.record_counts[i],
-                            i == 0 and segment is not self._segments[0])
+                            i == 0 and segment is not self._segments[0], rewritten)
 
     async def wait_written(self, offset: int) -> None:
         """Return once a record at or past `offset` is written (durable or not)."""
@@ -545,18 +549,18 @@ class Partition:
         continues this log. Raises CorruptChunk when it does not."""
         if self._closed:
             raise PartitionClosed(f"{self.directory} is closed")
-        chunk = chunk_from(raw)
+        chunk = chunk_from(raw)  # with its guard, checked with its size
         header = chunk.header
-        if header.chunk_id != self.next_offset or header.size != len(raw):
+        if header.chunk_id != self.next_offset:
             raise CorruptChunk(f"chunk {header.chunk_id} of {len(raw)} bytes does not follow "
                                f"offset {self.next_offset} in {self.directory}")
         segment = self._segments[-1]
-        if opens_segment and segment.num_chunks:
+        if segment.num_chunks and (opens_segment or segment.version != SEGMENT_VERSION):
             segment = self._roll()
         sequences = chunk.sequences()
         payload = payload_size(chunk.data, header.num_entries)
         entry = IndexEntry(header.chunk_id, header.timestamp, segment.size, self.next_byte,
-                           header.num_records, header.trailer_length)
+                           header.num_records, header.trailer_length + GUARD.size)
         segment.append((raw,), entry, payload)
         self.writers.written(sequences)
         self.epoch = max(self.epoch, header.epoch)
@@ -742,11 +746,14 @@ def _open_segments(paths: list[Path], descriptors: DescriptorCache) -> list[Segm
     try:
         for path in paths:
             segments.append(Segment.open(path, descriptors))
+        if segments and not segments[-1].num_chunks:
+            segments[-1].make_current()  # an empty one cannot be rolled past
     except BaseException:
         for segment in segments:
             segment.close()
         raise
     return segments
+
 
 
 def _last_chunk_of(segments: list[Segment]) -> tuple[int, int]:

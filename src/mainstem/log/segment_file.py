@@ -2,6 +2,11 @@
 
     header: b"MSSG" | version u32 | partition byte position of the first payload byte u64
 
+Version 2 follows each chunk with its guard (see `chunk.py`) and writes trailers as
+Osiris does; version 1, written by older mainstem, has its own trailer layout and no
+guard. Both are read; new chunks go to version-2 segments only, so a data directory of
+an older version opens and continues in a new segment.
+
 Files are named by the first chunk id they hold, zero-padded to 20 digits as
 Osiris does, so a directory listing sorts in offset order.
 """
@@ -15,13 +20,20 @@ from pathlib import Path
 
 from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.chunk import (
-    TRAILER_CRC,
+    BLOOM_SIZE_AT,
+    GUARD,
+    LEGACY_TRAILER_CRC,
+    MAX_BLOOM_SIZE,
     Chunk,
     ChunkHeader,
     CorruptChunk,
     check_data,
+    check_guard,
     decode_sequences,
-    open_trailer,
+    encode_header,
+    encode_sequences,
+    guard,
+    legacy_open_trailer,
     parse_header,
     payload_size,
 )
@@ -33,6 +45,8 @@ FILE_MAGIC = b"MSSG"
 FILE_HEADER_SIZE = FILE_HEADER.size  # 16
 SEGMENT_SUFFIX = ".segment"
 INDEX_SUFFIX = ".index"
+SEGMENT_VERSION = 2
+LEGACY_VERSION = 1  # no guards, mainstem's own trailer layout
 
 
 class CorruptSegment(Exception):
@@ -48,8 +62,10 @@ class Segment:
     Its descriptor comes from a DescriptorCache: open only while recently used."""
 
     def __init__(self, path: Path, file: LazyFile, first_byte: int, size: int,
-                 index: SegmentIndex) -> None:
+                 index: SegmentIndex, version: int = SEGMENT_VERSION) -> None:
         self.path = path
+        self.version = version
+        self.guard_size = 0 if version == LEGACY_VERSION else GUARD.size
         self.first_chunk_id = int(path.name.removesuffix(SEGMENT_SUFFIX))
         self.first_byte = first_byte
         self.size = size
@@ -66,7 +82,7 @@ class Segment:
         path = directory / segment_name(chunk_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, FILE_HEADER.pack(FILE_MAGIC, 1, byte_pos))
+            os.write(fd, FILE_HEADER.pack(FILE_MAGIC, SEGMENT_VERSION, byte_pos))
         except BaseException:
             os.close(fd)
             raise
@@ -84,15 +100,18 @@ class Segment:
             raw = os.pread(fd, FILE_HEADER_SIZE, 0)
             if len(raw) < FILE_HEADER_SIZE:
                 raise CorruptSegment(f"{path}: torn segment header")
-            magic, _version, first_byte = FILE_HEADER.unpack(raw)
+            magic, version, first_byte = FILE_HEADER.unpack(raw)
             if magic != FILE_MAGIC:
                 raise CorruptSegment(f"{path}: not a mainstem segment")
+            if version not in (LEGACY_VERSION, SEGMENT_VERSION):
+                raise CorruptSegment(f"{path}: segment version {version} is unknown")
             size = os.fstat(fd).st_size
             index = SegmentIndex.load(path.with_suffix(INDEX_SUFFIX))
         except BaseException:
             os.close(fd)
             raise
-        segment = cls(path, descriptors.file(path, os.O_RDWR, fd), first_byte, size, index)
+        segment = cls(path, descriptors.file(path, os.O_RDWR, fd), first_byte, size, index,
+                      version)
         try:
             segment._recover()
             segment.index.open_for_append(descriptors)
@@ -100,6 +119,17 @@ class Segment:
             segment.close()
             raise
         return segment
+
+    def make_current(self) -> None:
+        """Make an empty segment of an older version a current one (appends go to current
+        segments only), rewriting its header in place: 16 bytes within one sector, so after
+        a crash the file holds one header or the other."""
+        if self.version == SEGMENT_VERSION or self.num_chunks:
+            return
+        fd = self._file.fileno()
+        os.pwrite(fd, FILE_HEADER.pack(FILE_MAGIC, SEGMENT_VERSION, self.first_byte), 0)
+        os.fsync(fd)
+        self.version, self.guard_size = SEGMENT_VERSION, GUARD.size
 
     def close(self) -> None:
         self.index.close()
@@ -180,7 +210,24 @@ class Segment:
         raw = memoryview(os.pread(self._file.fileno(), size, start))
         if len(raw) != size:
             raise CorruptChunk(f"{self.path}: chunk at {start} is short")
-        return chunk_from(raw)
+        return chunk_from(raw, self.version)
+
+    def current_layout(self, i: int) -> bytes:
+        """Chunk i as a version-2 segment holds it, its guard included: a version-1 chunk
+        with its trailer rewritten (for a follower, which stores only that layout)."""
+        start, size = self.chunk_span(i)
+        raw = memoryview(os.pread(self._file.fileno(), size, start))
+        chunk = chunk_from(raw, self.version)
+        if not chunk.legacy:
+            return bytes(raw)
+        h = chunk.header
+        tracking = encode_sequences(chunk.sequences())
+        header = encode_header(chunk_id=h.chunk_id, data=chunk.data, num_entries=h.num_entries,
+                               num_records=h.num_records, timestamp=h.timestamp,
+                               epoch=h.epoch, chunk_type=h.chunk_type,
+                               trailer_length=len(tracking), bloom_size=h.bloom_size)
+        head = header + bytes(raw[HEADER_SIZE:h.data_start])
+        return b"".join((head, chunk.data, tracking, guard(head, tracking)))
 
     def read_header(self, i: int) -> ChunkHeader:
         """Chunk i's header (unchecked beyond its magic: recovery checked the chunk)."""
@@ -188,15 +235,21 @@ class Segment:
         return parse_header(os.pread(self._file.fileno(), HEADER_SIZE, position))
 
     def read_sequences(self, i: int) -> dict[str, int]:
-        """Publisher sequences stored in chunk i's trailer."""
-        trailer_length = self.index.trailer_lengths[i]
-        if trailer_length <= TRAILER_CRC.size:
+        """Publisher sequences stored in chunk i's trailer, CRC-checked."""
+        tail = self.index.tail_lengths[i]
+        legacy = self.version == LEGACY_VERSION
+        if tail <= (LEGACY_TRAILER_CRC.size if legacy else GUARD.size):  # no tracking entries
             return {}
         start, size = self.chunk_span(i)
         fd = self._file.fileno()
-        header = os.pread(fd, HEADER_SIZE, start)
-        trailer = os.pread(fd, trailer_length, start + size - trailer_length)
-        return decode_sequences(open_trailer(header, trailer))
+        head = os.pread(fd, HEADER_SIZE + MAX_BLOOM_SIZE, start)  # header and filter, or more
+        trailer = os.pread(fd, tail, start + size - tail)
+        if legacy:
+            return decode_sequences(legacy_open_trailer(head, trailer), legacy=True)
+        tracking = trailer[:-GUARD.size]
+        if guard(head[:HEADER_SIZE + head[BLOOM_SIZE_AT]], tracking) != trailer[-GUARD.size:]:
+            raise CorruptChunk(f"{self.path}: chunk at {start}: header or trailer CRC mismatch")
+        return decode_sequences(tracking)
 
     # -- recovery ----------------------------------------------------------
 
@@ -245,24 +298,28 @@ class Segment:
         head = os.pread(fd, HEADER_SIZE, pos)
         try:
             header = parse_header(head)
-            if header.chunk_id != expected_offset or pos + header.size > self.size:
+            size = header.size + self.guard_size
+            if header.chunk_id != expected_offset or pos + size > self.size:
                 return None
-            raw = memoryview(os.pread(fd, header.size, pos))
-            chunk = chunk_from(raw)
+            raw = memoryview(os.pread(fd, size, pos))
+            chunk = chunk_from(raw, self.version)
             payload = payload_size(chunk.data, header.num_entries)
             chunk.sequences()  # the tracking entries must parse, not only match their CRC
         except CorruptChunk:
             return None
         entry = IndexEntry(header.chunk_id, header.timestamp, pos, byte_pos,
-                           header.num_records, header.trailer_length)
-        return entry, header.size, payload
+                           header.num_records, header.trailer_length + self.guard_size)
+        return entry, size, payload
 
 
-def chunk_from(raw: memoryview) -> Chunk:
-    """Decode a whole chunk (header, bloom filter, data, trailer), checking both of its
-    CRCs."""
+def chunk_from(raw: memoryview, version: int = SEGMENT_VERSION) -> Chunk:
+    """Decode a whole chunk as a segment of `version` holds it (header, bloom filter,
+    data, trailer, and the guard from version 2), checking all of its CRCs."""
     header = parse_header(raw)
     data_end = header.data_start + header.data_length
     data = raw[header.data_start:data_end]
     check_data(header, data)
-    return Chunk(header, data, open_trailer(raw, raw[data_end:data_end + header.trailer_length]))
+    if version == LEGACY_VERSION:
+        trailer = raw[data_end:data_end + header.trailer_length]
+        return Chunk(header, data, legacy_open_trailer(raw, trailer), legacy=True)
+    return Chunk(header, data, check_guard(raw, header))

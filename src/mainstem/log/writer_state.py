@@ -45,11 +45,11 @@ class WriterState:
         """A new segment began: its first chunk carries every sequence."""
         self._snapshot_due = True
 
-    def tracking(self, chunk_id: int, sequences: Mapping[str, int] | None) -> bytes:
-        """Tracking entries for the chunk at `chunk_id` that stores `sequences`."""
+    def tracking(self, sequences: Mapping[str, int] | None) -> bytes:
+        """Tracking entries for the next chunk, which stores `sequences`."""
         if self._snapshot_due and self.last:
-            return encode_sequences(chunk_id, {**self.last, **(sequences or {})})
-        return encode_sequences(chunk_id, sequences) if sequences else b""
+            return encode_sequences({**self.last, **(sequences or {})})
+        return encode_sequences(sequences) if sequences else b""
 
     def written(self, sequences: Mapping[str, int] | None) -> None:
         """The chunk carrying `sequences` was appended."""

@@ -27,6 +27,7 @@ class ConnectionLimits:
     max_event_size: int = 4 * 1024 * 1024  # BSON events: a bigger PUBLISH is refused
     max_unacked_events: int = 1000  # BSON subscriptions: RECEV frames before an ACKEV
     max_unacked_results: int = 100  # BSON queries: QUERYRESULT frames before QUERYACKs
+    request_timeout_s: float = 60.0  # stream: a ConsumerUpdate unanswered this long drops
 
 
 @dataclass(slots=True)

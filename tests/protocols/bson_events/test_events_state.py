@@ -66,11 +66,12 @@ def test_connect_checks_version_credentials_and_namespace() -> None:
         assert isinstance(actions[-1], Close) and state.phase is Phase.CLOSED
 
 
-def test_a_connect_without_rid_is_refused_and_closes() -> None:
+def test_a_connect_without_rid_logs_in_and_is_answered_without_one() -> None:
     state = EventsState(3, 2)
     body = {k: v for k, v in CONNECT.items() if k != "rID"}
-    actions = state.receive(frame("CONNECT", **body), 100)
-    assert "rID" not in failed(actions) and isinstance(actions[-1], Close)
+    assert state.receive(frame("CONNECT", **body), 100) == (
+        Login(None, "guest", "guest", "/", "0.1"),)
+    assert state.connected(None, "guest", "/") == (Send("RESPONSE", {"ok": True}),)
 
 
 def test_a_refused_login_answers_and_closes() -> None:

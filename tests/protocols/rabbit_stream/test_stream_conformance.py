@@ -25,6 +25,7 @@ from rstream import (
     amqp_decoder,
 )
 from rstream.client import ClientPool
+from rstream.encoding import decode_frame
 
 from mainstem import Broker
 from mainstem.cli import build_parser
@@ -114,6 +115,32 @@ async def test_a_frame_of_more_messages_than_a_chunk_can_count_is_stored(broker:
     assert [offset for offset, _ in got] == list(range(count))
 
 
+async def test_a_batch_over_frame_max_in_one_frame_is_refused_as_rabbitmq_4_does(
+        broker: ThreadedBroker, caplog: pytest.LogCaptureFixture) -> None:
+    """rstream's send_batch puts 100,000 messages in one 1.5 MB Publish frame. RabbitMQ
+    3.10 took it; 4.x closes with FRAME_TOO_LARGE, and so does mainstem: nothing is
+    stored, every message is reported unconfirmed, other connections go on."""
+    failed: list[int] = []
+    every_one = asyncio.Event()
+
+    async def on_confirm(confirmation) -> None:
+        assert not confirmation.is_confirmed
+        failed.append(confirmation.message_id)
+        if len(failed) == 100_000:
+            every_one.set()
+
+    async with Producer(**connect_args(broker)) as producer:
+        await producer.create_stream("too-large", exists_ok=True)
+        await producer.send_batch("too-large", [RawMessage(b"abc") for _ in range(100_000)],
+                                  on_publish_confirm=on_confirm)
+        await asyncio.wait_for(every_one.wait(), 30)
+    assert sorted(failed) == list(range(1, 100_001))
+    assert "frame of 1500009 bytes exceeds the limit of 1048572" in caplog.text  # its Close
+    await send_one_frame(broker, "too-large", [RawMessage(b"fits")])
+    assert await consume(broker, "too-large", OffsetType.FIRST, 1, settle=0.3) == [
+        (0, b"fits")]
+
+
 def test_frame_max_bounds_the_whole_frame_as_rabbitmq_does(broker: ThreadedBroker) -> None:
     """RabbitMQ closes with FRAME_TOO_LARGE when size prefix + frame exceeds frame_max."""
     client = RawClient(broker.ports["stream"]).open(frame_max=4096)
@@ -147,6 +174,22 @@ def test_the_first_chunk_of_a_stream_carries_epoch_1(broker: ThreadedBroker) -> 
     _, magic, _, entries, records, _, epoch, chunk_id = DELIVER_CHUNK.unpack_from(body)
     assert (magic, entries, records, chunk_id) == (0x50, 1, 1, 0)
     assert epoch == 1
+
+
+async def test_a_deliver_frame_carries_the_trailer_length_osiris_writes(
+        broker: ThreadedBroker) -> None:
+    """rstream's test_deliver: RabbitMQ's chunk for publisher `test-reference` declares a
+    24-byte trailer, one Osiris tracking entry (type, id size, id, sequence u64)."""
+    await send_one_frame(broker, "trailer", [RawMessage(b"one"), RawMessage(b"two")],
+                         publisher="test-reference")
+    client = RawClient(broker.ports["stream"]).open()
+    client.send(encode(f.Subscribe(7, 1, "trailer", f.OffsetSpec(WireOffset.FIRST), 10)))
+    deliver = decode_frame(struct.pack(">HH", Key.DELIVER, 1)
+                           + client.frame_with_key(Key.DELIVER))  # rstream's decoder
+    client.close()
+    assert (deliver.num_entries, deliver.num_records, deliver.chunk_first_offset) == (2, 2, 0)
+    assert deliver.trailer_length == 2 + len("test-reference") + 8
+    assert deliver._reserved == 0  # bloom filter size and reserved bytes
 
 
 # -- item 11: deduplication inside one frame ------------------------------------

@@ -349,15 +349,19 @@ def test_a_single_active_consumer_delivers_only_once_active_and_told_where() -> 
     assert actions[-1] == c.JoinGroup(1, "app", "invoices")
     assert not any(isinstance(action, c.StartDelivery) for action in actions)
 
-    assert subscriptions.activation(1, True) == [s.Send(r.ConsumerUpdate(1, 1, True))]
+    assert subscriptions.activation(1, True) == [s.Send(r.ConsumerUpdate(1, 1, True)),
+                                                 c.AwaitReply(1)]
+    assert subscriptions.awaiting(1)
     reply = f.ConsumerUpdateReply(1, ResponseCode.OK, f.OffsetSpec(OffsetType.NONE))
     assert subscriptions.consumer_update_reply(reply) == [c.StartDelivery(1, start)]
+    assert not subscriptions.awaiting(1)
     assert subscriptions.consumer_update_reply(reply) == []  # answered once
 
     assert subscriptions.activation(1, False) == [
-        c.StopDelivery(1), s.Send(r.ConsumerUpdate(2, 1, False))]
-    assert subscriptions.consumer_update_reply(
-        f.ConsumerUpdateReply(2, ResponseCode.OK, f.OffsetSpec(OffsetType.FIRST))) == []
+        c.StopDelivery(1), s.Send(r.ConsumerUpdate(2, 1, False)), c.AwaitReply(2)]
+    assert subscriptions.consumer_update_reply(  # the group may activate the next now
+        f.ConsumerUpdateReply(2, ResponseCode.OK, f.OffsetSpec(OffsetType.FIRST))) == [
+        c.SteppedDown(1)]
 
     assert sent(subscriptions.activation(1, True)) == [r.ConsumerUpdate(3, 1, True)]
     chosen = f.OffsetSpec(OffsetType.OFFSET, 99)
@@ -425,7 +429,8 @@ def test_random_flow_events_never_deliver_twice_or_to_what_is_gone(
                 case c.StopDelivery(subscription_id):
                     assert subscription_id in delivering
                     delivering.discard(subscription_id)
-                case c.Grant(subscription_id) | c.JoinGroup(subscription_id):
+                case (c.Grant(subscription_id) | c.JoinGroup(subscription_id)
+                      | c.SteppedDown(subscription_id)):
                     assert subscription_id in existing
                 case c.EndSubscription(subscription_id):
                     assert subscription_id in existing

@@ -60,6 +60,7 @@ from mainstem.protocols.bson_events.state import (
     StoreOffset,
     SubscriptionFlow,
     Wake,
+    answer,
     failure,
     response_kind,
 )
@@ -118,10 +119,11 @@ class EventsConnection:
             self.outbox.add(encode_frame(kind, body))
 
     def respond(self, request_id: Any, **fields: Any) -> None:
-        self.send("RESPONSE", {"ok": True, "rID": request_id, **fields})
+        self.send("RESPONSE", answer(request_id, {"ok": True, **fields}))
 
-    def fail(self, request_id: Any, code: str, message: str, kind: str = "RESPONSE") -> None:
-        refusal = failure(request_id, code, message, kind)
+    def fail(self, request_id: Any, code: str, message: str, kind: str = "RESPONSE",
+             **fields: Any) -> None:
+        refusal = failure(request_id, code, message, kind, **fields)
         self.send(refusal.kind, refusal.body)
 
     # -- the connection's life ------------------------------------------------------
@@ -216,10 +218,10 @@ class EventsConnection:
             result = handler(event.body)
             if asyncio.iscoroutine(result):
                 await result
-        except FrameFailed as exc:
-            self.fail(request_id, exc.code, exc.message, response_kind(event.type))
-        except BrokerError as exc:
-            self.fail(request_id, _error_code(exc), exc.message, response_kind(event.type))
+        except (FrameFailed, BrokerError) as exc:
+            code = exc.code if isinstance(exc, FrameFailed) else _error_code(exc)
+            self.fail(request_id, code, exc.message, response_kind(event.type),
+                      **_query_id(event))
 
     # -- connecting -------------------------------------------------------------------
 
@@ -518,7 +520,7 @@ class EventsConnection:
             raise FrameFailed("INVALID_MATCHER", exc.message) from None
         flow = self.state.open_query(query_id)
         sender = self.queries[query_id] = Sender()
-        self.send("QUERYRESPONSE", {"ok": True, "queryID": query_id, "rID": body.get("rID")})
+        self.send("QUERYRESPONSE", answer(body.get("rID"), {"ok": True, "queryID": query_id}))
         sender.task = asyncio.get_running_loop().create_task(
             self._stream_results(query_id, flow, sender, first, results))
 
@@ -651,6 +653,12 @@ def _error_code(error: BrokerError) -> str:
 async def handle(ctx: ConnectionContext) -> None:
     with contextlib.suppress(ConnectionError):
         await EventsConnection(ctx).run()
+
+
+def _query_id(event: Frame) -> dict[str, Any]:
+    """A failed QUERY's QUERYRESPONSE names its queryID: the document gives QUERY no rID."""
+    query_id = event.body.get("queryID")
+    return {"queryID": query_id} if event.type == "QUERY" and query_id is not None else {}
 
 
 def _channel_name(body: dict[str, Any]) -> str:

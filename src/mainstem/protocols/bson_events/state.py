@@ -21,6 +21,11 @@ from mainstem.protocols.bson_events.codec import Event, Frame, Malformed, Oversi
 SUPPORTED_VERSIONS = ("0.", "1.")  # major versions 0 and 1 of the protocol
 PUBLISH_FRAMES = ("PUBLISH", "PUB", "EMIT")
 UNANSWERED_FRAMES = ("ACKEV", "QUERYACK")  # answered only when they fail
+# The frames whose field list in the protocol document names `rID`: only these need one.
+# CONNECT, ACKEV, QUERY and QUERYACK have none there, nor have the frames the document
+# does not list; their answers echo an rID when one was sent.
+RID_FRAMES = frozenset((*PUBLISH_FRAMES, "STARTTX", "COMMITTX", "ABORTTX", "SUBSCRIBE",
+                        "UNSUBSCRIBE", "SUBCLOSE"))
 
 
 class FrameFailed(Exception):
@@ -103,16 +108,26 @@ class Close:
 Action = Send | Login | Stage | Flush | Serve | Wake | StoreOffset | Close
 
 
-def failure(request_id: Any, code: str, message: str, kind: str = "RESPONSE") -> Send:
-    """A failed RESPONSE; without the request's rID (it had none) the key is left out."""
-    body: dict[str, Any] = {"ok": False, "errCode": code, "errMsg": message}
+def answer(request_id: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the request's rID; without one (the request had none) the key is left
+    out."""
     if request_id is not None:
         body["rID"] = request_id
-    return Send(kind, body)
+    return body
+
+
+def failure(request_id: Any, code: str, message: str, kind: str = "RESPONSE",
+            **fields: Any) -> Send:
+    """A failed RESPONSE (or the SUBRESPONSE or QUERYRESPONSE its request is answered with)."""
+    return Send(kind, answer(request_id, {"ok": False, "errCode": code, "errMsg": message,
+                                          **fields}))
 
 
 def response_kind(frame_type: str) -> str:
-    return "SUBRESPONSE" if frame_type == "SUBSCRIBE" else "RESPONSE"
+    return _RESPONSE_KINDS.get(frame_type, "RESPONSE")
+
+
+_RESPONSE_KINDS = {"SUBSCRIBE": "SUBRESPONSE", "QUERY": "QUERYRESPONSE"}
 
 
 class Phase(enum.Enum):
@@ -193,10 +208,9 @@ class EventsState:
             return self._close(f"bson frame {event.type} before CONNECT")
         if event.type in UNANSWERED_FRAMES:
             return (FLUSH, *self._credit(event))
-        if event.body.get("rID") is None:
-            refusal = failure(None, "INVALID_FRAME", f"{event.type} has no 'rID'",
-                              response_kind(event.type))
-            return (refusal,) if ready else (refusal, *self._close("CONNECT without 'rID'"))
+        if event.type in RID_FRAMES and event.body.get("rID") is None:
+            return (failure(None, "INVALID_FRAME", f"{event.type} has no 'rID'",
+                            response_kind(event.type)),)
         if not ready:
             return self._connect(event.body)
         return (FLUSH, Serve(event))
@@ -231,7 +245,7 @@ class EventsState:
             raise RuntimeError(f"a login outcome in phase {self.phase.value}")
         self.phase = Phase.READY
         self.user, self.namespace = user, namespace
-        return (Send("RESPONSE", {"ok": True, "rID": request_id}),)
+        return (Send("RESPONSE", answer(request_id, {"ok": True})),)
 
     def refused(self, request_id: Any, code: str, message: str) -> tuple[Action, ...]:
         """The CONNECT is refused: answer it and close."""

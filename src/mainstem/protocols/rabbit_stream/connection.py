@@ -103,6 +103,7 @@ class StreamConnection:
         self._staging: set[PartitionService] = set()  # handed this read's Publish frames
         self._tasks: list[asyncio.Task[None]] = []
         self._unwatch: list[Callable[[], None]] = []
+        self._reply_timers: dict[int, asyncio.TimerHandle] = {}  # ConsumerUpdates asked
         self._transport = ctx.writer.transport
         self._handlers: dict[type, Callable[[Any], Any]] = {
             f.DeclarePublisher: self.on_declare_publisher,
@@ -235,6 +236,8 @@ class StreamConnection:
 
     async def _release(self) -> None:
         self.state.connection_lost()
+        for timer in self._reply_timers.values():
+            timer.cancel()
         for unwatch in self._unwatch:
             unwatch()
         for subscription_id in list(self.subscriptions):
@@ -647,6 +650,23 @@ class StreamConnection:
                     self._stop_delivery(self.subscriptions[subscription_id])
                 case c.EndSubscription(subscription_id):
                     self._end_subscription(subscription_id)
+                case c.SteppedDown(subscription_id):
+                    membership = self.subscriptions[subscription_id].membership
+                    if membership is not None:
+                        membership.stepped_down()
+                case c.AwaitReply(correlation_id):
+                    self._reply_timers[correlation_id] = asyncio.get_running_loop().call_later(
+                        self.ctx.limits.request_timeout_s, self._reply_overdue, correlation_id)
+
+    def _reply_overdue(self, correlation_id: int) -> None:
+        """A ConsumerUpdate unanswered for the request timeout: as RabbitMQ, drop the
+        connection; its subscriptions leave their groups, which go on without it."""
+        self._reply_timers.pop(correlation_id, None)
+        if self.flows.awaiting(correlation_id) and not self._transport.is_closing():
+            self.log.warning("consumer_update.timeout", extra={
+                "correlation_id": correlation_id,
+                "timeout_s": self.ctx.limits.request_timeout_s})
+            self._transport.abort()
 
     def _start_reading(self, action: c.StartReading, partition: PartitionService) -> None:
         reader = partition.subscribe(partition.committed_offset, credit=action.credit,

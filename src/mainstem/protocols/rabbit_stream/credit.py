@@ -67,8 +67,23 @@ class EndSubscription:
     subscription_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class SteppedDown:
+    """The client answered its deactivation: tell the group, which activates the next."""
+
+    subscription_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitReply:
+    """A ConsumerUpdate went out: drop the connection if `correlation_id` is still
+    unanswered after the request timeout (Subscriptions.awaiting says)."""
+
+    correlation_id: int
+
+
 FlowAction = (Send | StartReading | JoinGroup | StartDelivery | StopDelivery | Grant
-              | EndSubscription)
+              | EndSubscription | SteppedDown | AwaitReply)
 
 
 @dataclass(eq=False, slots=True)
@@ -140,7 +155,8 @@ class Subscriptions:
 
     def activation(self, subscription_id: int, active: bool) -> list[FlowAction]:
         """The group made this subscription its active consumer, or stopped doing so:
-        an inactive one stops at once, and the client is asked where to go on."""
+        an inactive one stops at once; the client is asked where to go on, or told to
+        step down."""
         flow = self.flows.get(subscription_id)
         if flow is None or not flow.single_active:
             return []
@@ -151,13 +167,23 @@ class Subscriptions:
             actions.append(StopDelivery(subscription_id))
         correlation_id = self.correlations.next()
         self._asked[correlation_id] = flow
-        actions.append(Send(r.ConsumerUpdate(correlation_id, subscription_id, active)))
+        actions += [Send(r.ConsumerUpdate(correlation_id, subscription_id, active)),
+                    AwaitReply(correlation_id)]
         return actions
 
+    def awaiting(self, correlation_id: int) -> bool:
+        """Is this ConsumerUpdate still unanswered?"""
+        return correlation_id in self._asked
+
     def consumer_update_reply(self, frame: f.ConsumerUpdateReply) -> list[FlowAction]:
-        """The client said where the active consumer starts (NONE: where it subscribed)."""
+        """The client said where the active consumer starts (NONE: where it subscribed),
+        or that an inactive one stepped down."""
         flow = self._asked.pop(frame.correlation_id, None)
-        if flow is None or not flow.active or flow.delivering:
+        if flow is None:
+            return []
+        if not flow.active:
+            return [SteppedDown(flow.subscription_id)]
+        if flow.delivering:
             return []
         spec = frame.offset_spec
         if spec.type == OffsetType.NONE:
