@@ -92,9 +92,13 @@ def test_batch_read_every_offset_option(spark, broker) -> None:
         read(spark, broker, stream="batch", startingOffsets="latest").collect()
     split = read(spark, broker, stream="batch", maxRecordsPerPartition="4")
     assert split.rdd.getNumPartitions() == 6 and split.count() == 21
-    future = read(spark, broker, stream="batch", startingTimestamp=str(int(time.time() * 1e3)
-                                                                       + 60_000))
-    assert future.count() == 0
+    future = str(int(time.time() * 1e3) + 60_000)
+    with pytest.raises(Exception, match=r"option 'startingTimestamp': no record of stream "
+                                        r"'batch' partition 0 is at or after \d+ ms; set option "
+                                        "startingOffsetsByTimestampStrategy=latest"):
+        read(spark, broker, stream="batch", startingTimestamp=future).collect()
+    assert read(spark, broker, stream="batch", startingTimestamp=future,
+                startingOffsetsByTimestampStrategy="latest").count() == 0
     past = read(spark, broker, stream="batch", startingTimestamp=str(before - 60_000))
     assert past.count() == 21
     assert df.schema.simpleString() == (
@@ -135,6 +139,13 @@ def test_a_stream_pattern_picks_up_new_streams(spark, broker, tmp_path) -> None:
     rows = read(spark, broker, subscribePattern="pat-.*", adminUrl=admin).collect()
     assert sorted((r.topic, r.value) for r in rows) == [
         ("pat-a", b"last"), ("pat-a", b"pat-a"), ("pat-b", b"last"), ("pat-b", b"pat-b")]
+    by_port = read(spark, broker, subscribePattern="pat-.*", adminPort=str(broker.ports["admin"]))
+    assert by_port.count() == 4  # the management API on the stream url's host
+    with pytest.raises(Exception, match=r"option 'subscribePattern': cannot list the streams "
+                                        r"through the management API at http://127\.0\.0\.1:1: "
+                                        r"Connection refused; give its address with option "
+                                        r"'adminUrl', or its port .* with 'adminPort'"):
+        read(spark, broker, subscribePattern="pat-.*", adminPort="1").collect()
 
     def run() -> list:
         query = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
@@ -162,12 +173,62 @@ def test_a_stream_pattern_picks_up_new_streams(spark, broker, tmp_path) -> None:
     ("maxTriggerDelay", "soon", "option 'maxTriggerDelay' must be a duration"),
     ("startingOffsets", "{oops", "option 'startingOffsets' must be earliest, latest or JSON"),
     ("endingTimestamp", "noon", "option 'endingTimestamp' must be milliseconds"),
+    ("startingOffsets", '{"checked": {"zero": 0}}', "partition 'zero' of stream 'checked' is "
+                                                    "not a partition number"),
+    ("endingOffsets", '{"checked": {"0": -3}}', "-3 for stream 'checked' partition 0 is not a "
+                                                "number of -2 or more"),
+    ("startingOffsets", "{}", "an object of streams is needed"),
+    ("startingOffsetsByTimestampStrategy", "first", "option 'startingOffsetsByTimestampStrategy' "
+                                                    "must be error or latest"),
 ])
 def test_a_bad_option_fails_at_planning_naming_it(spark, broker, option, value,
                                                   message) -> None:
     publish(broker, "checked", [b"x"])
     with pytest.raises(Exception, match=message):
         read(spark, broker, stream="checked", **{option: value}).schema  # noqa: B018
+
+
+def test_offsets_per_partition_name_exactly_the_partitions_read(spark, broker) -> None:
+    """As Kafka's source: a stream not read, a partition that does not exist or one left
+    out fail when the query is planned (they used to be ignored: the whole stream read)."""
+    publish(broker, "exact", [b"e"])
+    Client(broker.urls["admin"], "guest", "guest").call("PUT", "/api/streams/%2F/trio",
+                                                        {"partitions": 3})
+    cases = [
+        ("exact", "startingOffsets", {"exactz": {"0": 1}},
+         "option 'startingOffsets' names stream 'exactz', which the query does not read "
+         "\\(it reads 'exact'\\)"),
+        ("exact", "endingOffsets", {"exact": {"7": 0}},
+         "option 'endingOffsets' names partition 7 of stream 'exact', which has partitions 0 "
+         "to 0"),
+        ("trio", "startingOffsets", {"trio": {"0": 0}},
+         "option 'startingOffsets' must name every partition the query reads, as Kafka's "
+         "source requires .*; missing: 'trio' partition 1, 'trio' partition 2"),
+        ("exact,trio", "startingOffsetsByTimestamp", {"exact": {"0": 0}},
+         "option 'startingOffsetsByTimestamp' must name every partition .* missing: 'trio' "
+         "partition 0"),
+    ]
+    for stream, option, offsets, message in cases:
+        with pytest.raises(Exception, match=message):
+            read(spark, broker, stream=stream, **{option: json.dumps(offsets)}).collect()
+    whole = {"exact": {"0": 1}, "trio": {"0": -2, "1": -2, "2": -2}}
+    rows = read(spark, broker, stream="exact,trio", startingOffsets=json.dumps(whole)).collect()
+    assert [r.value for r in rows] == [b"last"]
+
+
+def test_a_stream_refuses_ending_offsets(spark, broker, tmp_path) -> None:
+    """With Kafka's words, not PySpark's UnboundLocalError."""
+    publish(broker, "endless", [b"e"])
+    with pytest.raises(Exception) as caught:
+        query = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
+                 .option("stream", "endless").option("endingOffsets", "latest").load()
+                 .writeStream.format("memory").queryName("endless")
+                 .option("checkpointLocation", str(tmp_path / "cp"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+    message = str(caught.value)
+    assert "option 'endingOffsets': ending offset not valid in streaming queries" in message
+    assert "UnboundLocalError" not in message
 
 
 def test_a_streaming_start_past_the_end_is_data_loss(spark, broker, tmp_path) -> None:
@@ -326,6 +387,32 @@ def test_a_write_creates_its_streams_when_asked(spark, broker) -> None:
         sorted(2 * [f"c{i}".encode() for i in range(10)])
 
 
+def test_the_sink_routes_by_topic_column_and_refuses_overwrite(spark, broker) -> None:
+    """As Kafka's sink: a ``topic`` column routes each row, the ``topic`` option overrides it,
+    and mode("overwrite") is refused (it used to append)."""
+    for stream in ("to-a", "to-b"):
+        publish(broker, stream, [b"seed"])
+    rows = spark.createDataFrame([("to-a", "a1"), ("to-b", "b1"), ("to-a", "a2")],
+                                 "topic STRING, value STRING")
+
+    def stored(stream: str) -> list[bytes]:
+        return sorted(r.value for r in read(spark, broker, stream=stream, startingOffsets=
+                                            json.dumps({stream: {"0": 2}})).collect())
+
+    def write(frame, mode: str, **options: str) -> None:
+        (frame.write.format("mainstem").option("url", broker.urls["stream"]).options(**options)
+         .mode(mode).save())
+
+    write(rows, "append")
+    assert (stored("to-a"), stored("to-b")) == ([b"a1", b"a2"], [b"b1"])
+    write(rows, "append", topic="to-b")
+    assert stored("to-b") == [b"a1", b"a2", b"b1", b"b1"]
+    with pytest.raises(Exception, match='save mode "overwrite" is not allowed: a stream is only '
+                                        'ever appended to; use mode\\("append"\\)'):
+        write(rows, "overwrite")
+    assert (len(stored("to-a")), len(stored("to-b"))) == (2, 4)
+
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -356,10 +443,26 @@ def test_the_readme_spark_examples_run(spark, tmp_path, monkeypatch) -> None:
                                                          .collect())
 
 
+# Where RabbitMQ's Java stream client routes these keys among 3 partitions: the murmur3
+# x86 32-bit hash of the key's UTF-8 bytes, seed 104729, and its unsigned remainder
+# (Integer.remainderUnsigned, since the client's issue #199, before RabbitMQ 3.11), in the
+# order of the super stream's partitions. Computed by a murmur3 written from the algorithm,
+# not by mmh3; "key-0" is one whose hash has its top bit set, where `(hash & 0x7FFFFFFF) % 3`
+# (the formula before that fix) gives 0, and "über" pins UTF-8.
+JAVA_CLIENT_ROUTES = {
+    "key-0": 2, "key-1": 1, "key-2": 0, "key-3": 1, "key-4": 2, "key-5": 1, "key-6": 1,
+    "key-7": 2, "key-8": 2, "key-9": 2, "key-10": 0, "key-11": 2, "key-12": 0, "key-13": 1,
+    "key-14": 2, "key-15": 2, "key-16": 1, "key-17": 2, "key-18": 1, "key-19": 2, "über": 2,
+}
+
+
 def test_writes_to_a_super_stream_route_by_key_or_partition(spark, broker) -> None:
     Client(broker.urls["admin"], "guest", "guest").call("PUT", "/api/streams/%2F/routed",
                                                         {"partitions": 3})
-    keys = [f"key-{i % 12}" for i in range(60)]
+    assert mmh3.hash("key-0", 104729, signed=False) == 0xEFDCAA7E  # the vectors' hash
+    assert mmh3.hash("key-0", 104729, signed=True) & 0x7FFFFFFF == 0x6FDCAA7E
+    assert (0x6FDCAA7E % 3, 0xEFDCAA7E % 3) == (0, 2)
+    keys = [*JAVA_CLIENT_ROUTES] * 3
     rows = spark.createDataFrame([(k, f"v{i}") for i, k in enumerate(keys)], "key STRING, "
                                  "value STRING")
     (rows.write.format("mainstem").option("url", broker.urls["stream"])
@@ -368,13 +471,13 @@ def test_writes_to_a_super_stream_route_by_key_or_partition(spark, broker) -> No
      .format("mainstem").option("url", broker.urls["stream"]).option("stream", "routed")
      .mode("append").save())
     stored = read(spark, broker, stream="routed").collect()
-    assert len(stored) == 61
+    assert len(stored) == 3 * len(JAVA_CLIENT_ROUTES) + 1
     by_key: dict[bytes, set[int]] = {}
     for row in stored:
         by_key.setdefault(row.key or row.value, set()).add(row.partition)
     assert by_key.pop(b"pinned") == {2}
-    for key, partitions in by_key.items():  # as RabbitMQ's Java and Go clients route
-        assert partitions == {mmh3.hash(key, 104729, signed=False) % 3}
+    assert {key.decode(): partitions for key, partitions in by_key.items()} == {
+        key: {partition} for key, partition in JAVA_CLIENT_ROUTES.items()}
     assert {p for ps in by_key.values() for p in ps} == {0, 1, 2}
     with pytest.raises(Exception, match="a row for super stream 'routed' needs a key or a "
                                         "partition"):

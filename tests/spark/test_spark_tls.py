@@ -3,7 +3,11 @@ certificate, with certificates made for the test, and passwords from an option o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import socket
+import ssl
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -80,6 +84,46 @@ def test_tls_failures_say_what_failed(spark: SparkSession, tls_url: str,
     with pytest.raises(SourceError, match=r"the ssl\.\* options need a rabbitmq-stream\+tls"):
         SourceOptions.parse({"url": "rabbitmq-stream://h:5552/%2F", "stream": "s",
                              "ssl.cafile": str(certs.ca)})
+
+
+def test_a_missing_client_certificate_or_a_plain_connection_is_named(
+        spark: SparkSession, tls_url: str, certs: Certificates) -> None:
+    """Both used to say only "the server closed the connection"."""
+    no_certificate = {"url": tls_url, "password": "guest", "ssl.cafile": str(certs.ca)}
+    with pytest.raises(Exception, match=r"TLS with localhost:\d+: the server closed the "
+                                        r"connection right after the handshake, before "
+                                        r"answering, as a server that requires a client "
+                                        r"certificate does when it gets none"):
+        spark.read.format("mainstem").options(stream="secure", **no_certificate).load().collect()
+    plain = tls_url.replace("rabbitmq-stream+tls://", "rabbitmq-stream://")
+    with pytest.raises(Exception, match=r"the server closed the connection before answering: "
+                                        r"localhost:\d+ speaks TLS; use a rabbitmq-stream\+tls:"):
+        spark.read.format("mainstem").options(stream="secure", url=plain,
+                                              password="guest").load().collect()
+
+
+def test_the_alert_a_tls_server_sends_is_named(certs: Certificates) -> None:
+    """A server that answers a missing client certificate with TLS 1.3's alert, as
+    RabbitMQ's does (the broker's asyncio listener closes without one): the client used to
+    raise the bare ssl error, from the send or the read that met it."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs.server_cert, certs.server_key)
+    context.load_verify_locations(certs.ca)
+    context.verify_mode = ssl.CERT_REQUIRED
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def refuse_one() -> None:
+            connection, _ = listener.accept()
+            with connection, contextlib.suppress(ssl.SSLError):  # no certificate: refused
+                context.wrap_socket(connection, server_side=True)
+
+        server = threading.Thread(target=refuse_one)
+        server.start()
+        port = listener.getsockname()[1]
+        with pytest.raises(StreamClientError, match=rf"TLS with localhost:{port} failed: the "
+                                                    "server sent the TLS alert 'certificate "
+                                                    "required'"):
+            StreamClient(Endpoint("localhost", port, "guest", "guest", "/", Tls(str(certs.ca))))
+        server.join(10)
 
 
 def test_credentials_stay_out_of_reprs() -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from mainstem.client.tls_diagnosis import closed_before_answering, tls_failure
 from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.chunk import Chunk, ChunkHeader, parse_header
 from mainstem.protocols.rabbit_stream import frames as f
@@ -151,7 +152,11 @@ def _open_socket(endpoint: Endpoint, timeout: float) -> socket.socket:
         return sock
     try:
         return endpoint.tls.context().wrap_socket(sock, server_hostname=endpoint.host)
-    except (ssl.SSLError, OSError) as exc:
+    except ssl.SSLError as exc:
+        sock.close()
+        raise StreamClientError(f"TLS with {endpoint.host}:{endpoint.port} failed: "
+                                f"{tls_failure(exc)}") from None
+    except OSError as exc:
         sock.close()
         raise StreamClientError(f"TLS with {endpoint.host}:{endpoint.port} failed: "
                                 f"{exc}") from None
@@ -176,6 +181,7 @@ class StreamClient:
         # or their leader moved, which drops this connection's publishers to them.
         self.unavailable: list[str] = []
         self._publisher_streams: dict[int, str] = {}
+        self._answered = False  # a frame came: a close is no longer a handshake's failure
         self._handshake()
 
     @classmethod
@@ -194,19 +200,41 @@ class StreamClient:
     # -- frames ----------------------------------------------------------------
 
     def _send(self, frame: f.Frame) -> None:
-        self._sock.sendall(encode(frame))
+        try:
+            self._sock.sendall(encode(frame))
+        except ssl.SSLError:  # the server ended TLS: why (an alert) may still be read
+            self._receive()
+            raise StreamClientError(self._closed()) from None
+
+    def _receive(self) -> bytes:
+        """Bytes from the server; none when it closed the connection."""
+        try:
+            return self._sock.recv(1 << 20)
+        except ssl.SSLEOFError:  # closed without TLS's close_notify
+            return b""
+        except ssl.SSLError as exc:  # an alert after the handshake (TLS 1.3)
+            raise StreamClientError(f"TLS with {self.endpoint.host}:{self.endpoint.port} "
+                                    f"failed: {tls_failure(exc)}") from None
 
     def _read_frame(self) -> f.Frame:
         while not self._frames:
-            data = self._sock.recv(1 << 20)
+            data = self._receive()
             if not data:
-                raise StreamClientError("the server closed the connection")
+                raise StreamClientError(self._closed())
             self._codec.receive_data(data)
             try:
                 self._frames.extend(self._codec.next_frames())
             except FrameError as exc:
                 raise StreamClientError(f"bad frame from the server: {exc}") from None
+        self._answered = True
         return self._frames.popleft()
+
+    def _closed(self) -> str:
+        if self._answered:
+            return "the server closed the connection"
+        e = self.endpoint
+        return closed_before_answering(e.host, e.port, e.tls is not None,
+                                       bool(e.tls and e.tls.certfile))
 
     def _call(self, request: Callable[[int], f.Frame], reply: type[Reply],
               stream: str | None = None) -> Reply:

@@ -24,12 +24,14 @@ EARLIEST, LATEST = -2, -1
 DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's default: 15m
 ADMIN_PORT = 15672  # the management API lists the streams a pattern is matched against
+NO_MATCH_STRATEGIES = ("error", "latest")  # startingOffsetsByTimestampStrategy, as Kafka's
 
 CONNECTION_OPTIONS = ("url", "namespace", "username", "password", "passwordFile",
                       "ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.checkHostname")
 READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "streamPattern", "subscribePattern",
-                "adminUrl", "startingOffsets", "endingOffsets",
-                "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
+                "adminUrl", "adminPort", "startingOffsets", "endingOffsets",
+                "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+                "startingOffsetsByTimestampStrategy", "startingTimestamp",
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
                 "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
                 "failOnDataLoss", "includeHeaders")
@@ -58,12 +60,22 @@ class TopicPartition:
 
 @dataclass(frozen=True)
 class Start:
-    """Where a read starts, in Kafka's order of precedence: a time for every partition, a
-    time per partition, then offsets (text as given: a word or JSON)."""
+    """One side (``starting``/``ending``) of a read, in Kafka's order of precedence: a time
+    for every partition, a time per partition, then offsets (``earliest``/``latest``, or
+    one per partition)."""
 
+    side: str = "starting"
     timestamp: int | None = None
-    by_timestamp: dict[str, dict[str, int]] | None = None
-    offsets: str | None = None
+    by_timestamp: OffsetMap | None = None
+    word: str | None = None
+    by_offset: OffsetMap | None = None
+    latest_on_no_match: bool = False  # startingOffsetsByTimestampStrategy=latest
+
+    def given(self) -> list[str]:
+        """The options that set this side, by name."""
+        values = (("Timestamp", self.timestamp), ("OffsetsByTimestamp", self.by_timestamp),
+                  ("Offsets", self.word or self.by_offset))
+        return [f"{self.side}{suffix}" for suffix, value in values if value is not None]
 
 
 @dataclass(frozen=True)
@@ -77,24 +89,29 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     include_headers: bool = True
-    starting: Start = Start()
-    ending: Start = Start()
+    starting: Start = Start("starting")
+    ending: Start = Start("ending")
     create_stream: bool = False  # writes: create missing target streams with these arguments
     stream_arguments: tuple[tuple[str, str], ...] = ()
     pattern: str | None = None  # reads: every stream whose whole name matches, as they come
+    pattern_option: str = "streamPattern"  # as the user wrote it, for messages
     admin_url: str | None = field(default=None, repr=False)  # it may hold credentials
+    admin_port: int = ADMIN_PORT  # without admin_url: the management API on the url's host
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """The options of a read."""
         get = _checked(options, READ_OPTIONS)
-        named, pattern = get("stream") or get("subscribe"), _pattern(get)
+        named, (pattern_option, pattern) = get("stream") or get("subscribe"), _pattern(get)
         if named and pattern:
             raise SourceError("give 'stream' (or 'subscribe') or 'streamPattern' (or "
                               "'subscribePattern'), not both")
+        if get("adminUrl") is not None and get("adminPort") is not None:
+            raise SourceError("give option 'adminUrl' or 'adminPort', not both")
         return cls(
             _endpoint(get), _streams(named, "stream") if not pattern else (),
-            pattern=pattern, admin_url=get("adminUrl"),
+            pattern=pattern, pattern_option=pattern_option, admin_url=get("adminUrl"),
+            admin_port=_positive(get, "adminPort") or ADMIN_PORT,
             fail_on_data_loss=_flag(get, "failOnDataLoss", True),
             max_records_per_partition=_positive(get, "maxRecordsPerPartition"),
             min_partitions=_positive(get, "minPartitions"),
@@ -127,16 +144,27 @@ class SourceOptions:
         # Imported here: only the driver lists streams, executors never load the admin client.
         from mainstem.admin.ctl import Client
 
-        url = self.admin_url or f"http://{self.endpoint.host}:{ADMIN_PORT}"
+        admin = Client(self.admin_url or f"http://{self.endpoint.host}:{self.admin_port}",
+                       self.endpoint.user, self.endpoint.password)
         try:
-            listed = Client(url, self.endpoint.user, self.endpoint.password).call(
-                "GET", "/api/streams")
+            listed = admin.call("GET", "/api/streams")
         except Exception as exc:
-            raise SourceError(f"streamPattern: cannot list the streams: {exc}") from None
+            raise SourceError(
+                f"option {self.pattern_option!r}: cannot list the streams through the "
+                f"management API at {admin.url}: {_reason(exc)}; give its address with option "
+                "'adminUrl', or its port on the url's host with 'adminPort'") from None
         matcher = re.compile(self.pattern)
         return tuple(sorted(row["name"] for row in listed
                             if row["vhost"] == self.endpoint.vhost and
                             matcher.fullmatch(row["name"])))
+
+
+def _reason(exc: Exception) -> str:
+    """Why a call failed, without urllib's wrapping (``<urlopen error ...>``)."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, OSError):
+        return reason.strerror or str(reason)
+    return str(reason or exc)
 
 
 Getter = Callable[[str], str | None]
@@ -207,16 +235,17 @@ def _streams(value: str | None, name: str) -> tuple[str, ...]:
     return streams
 
 
-def _pattern(get: Getter) -> str | None:
+def _pattern(get: Getter) -> tuple[str, str | None]:
+    """The pattern option as the user named it, and its regular expression if given."""
     name = "streamPattern" if get("streamPattern") is not None else "subscribePattern"
     pattern = get(name)
     if pattern is None:
-        return None
+        return name, None
     try:
         re.compile(pattern)
     except re.error as exc:
         raise SourceError(f"option {name!r} is not a regular expression: {exc}") from None
-    return pattern
+    return name, pattern
 
 
 def _flag(get: Getter, name: str, default: bool) -> bool:
@@ -277,33 +306,58 @@ def _duration_ms(get: Getter, name: str) -> int:
 
 
 def _start(get: Getter, side: str) -> Start:
-    """One side (``starting``/``ending``) of the range: its three options, checked."""
+    """One side (``starting``/``ending``) of the range: its options, checked."""
     offsets = get(f"{side}Offsets")
-    if offsets is not None:
-        _offset_json(offsets, f"{side}Offsets")
+    word = offsets.strip() if offsets is not None and offsets.strip() in (
+        "earliest", "latest") else None
+    by_offset = _offset_json(offsets, f"{side}Offsets", EARLIEST) \
+        if offsets is not None and word is None else None
     by_timestamp = get(f"{side}OffsetsByTimestamp")
-    return Start(_timestamp(get, f"{side}Timestamp"),
-                 _offset_json(by_timestamp, f"{side}OffsetsByTimestamp")
+    return Start(side, _timestamp(get, f"{side}Timestamp"),
+                 _offset_json(by_timestamp, f"{side}OffsetsByTimestamp", 0)
                  if by_timestamp is not None else None,
-                 offsets)
+                 word, by_offset, side == "starting" and _no_match_strategy(get) == "latest")
 
 
-def _offset_json(text: str, name: str) -> dict[str, dict[str, int]] | None:
-    """``{"stream": {"partition": number}}``, or None for the words earliest/latest."""
-    if text.strip() in ("earliest", "latest") and not name.endswith("ByTimestamp"):
-        return None
+def _no_match_strategy(get: Getter) -> str:
+    name = "startingOffsetsByTimestampStrategy"
+    value = (get(name) or "error").strip().lower()
+    if value not in NO_MATCH_STRATEGIES:
+        raise SourceError(f"option {name!r} must be error or latest, got {get(name)!r}")
+    return value
+
+
+def _offset_json(text: str, name: str, least: int) -> OffsetMap:
+    """``{"stream": {"partition": number}}``: partitions as numbers in strings, numbers
+    `least` or more; partitions are keyed by their canonical number."""
+    problem: str | None
     try:
         given = json.loads(text)
-    except json.JSONDecodeError:
-        given = None
-    if not isinstance(given, dict) or not all(
-            isinstance(parts, dict) and all(isinstance(v, int) and not isinstance(v, bool)
-                                            for v in parts.values())
-            for parts in given.values()):
+    except json.JSONDecodeError as exc:
+        given, problem = None, f"not JSON: {exc.msg} at character {exc.pos}"
+    else:
+        problem = _offset_json_problem(given, least)
+    if problem is not None:
         words = "" if name.endswith("ByTimestamp") else "earliest, latest or "
         raise SourceError(f"option {name!r} must be {words}JSON such as "
-                          f"{{\"stream\": {{\"0\": 42}}}}, got {text!r}")
-    return given
+                          f"{{\"stream\": {{\"0\": 42}}}}, got {text!r} ({problem})")
+    return {stream: {str(int(key)): value for key, value in parts.items()}
+            for stream, parts in given.items()}
+
+
+def _offset_json_problem(given: object, least: int) -> str | None:
+    if not isinstance(given, dict) or not given:
+        return "an object of streams is needed"
+    for stream, parts in given.items():
+        if not isinstance(parts, dict) or not parts:
+            return f"stream {stream!r} needs an object of partitions"
+        for key, value in parts.items():
+            if not (key.isascii() and key.isdigit()):
+                return f"partition {key!r} of stream {stream!r} is not a partition number"
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                return f"{value!r} for stream {stream!r} partition {key} is not a number " \
+                       f"of {least} or more"
+    return None
 
 
 def topic_partitions(client: StreamClient, streams: tuple[str, ...]) -> list[TopicPartition]:
@@ -322,35 +376,57 @@ def topic_partitions(client: StreamClient, streams: tuple[str, ...]) -> list[Top
     return found
 
 
-def resolve(client: StreamClient, side: Start, default: int, partitions: list[TopicPartition]
-            ) -> dict[TopicPartition, int]:
+def resolve(client: StreamClient, side: Start, default: int, partitions: list[TopicPartition],
+            ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """One offset per partition for a side of the range: a real offset, or EARLIEST/LATEST.
-    A time maps to the first offset of the first chunk at or after it (the end if none)."""
+    A time maps to the first offset of the first chunk at or after it; when there is none,
+    an ending side (or the latest strategy) takes the end, a starting side fails."""
     if side.timestamp is not None:
-        return {tp: client.offset_for_timestamp(tp.physical, side.timestamp)
-                for tp in partitions}
-    if side.by_timestamp is not None:
-        times = {tp: side.by_timestamp.get(tp.stream, {}).get(tp.key) for tp in partitions}
-        return {tp: default if ms is None else client.offset_for_timestamp(tp.physical, ms)
-                for tp, ms in times.items()}
-    return parse_offsets(side.offsets, default, partitions)
-
-
-def parse_offsets(text: str | None, default: int, partitions: list[TopicPartition]
-                  ) -> dict[TopicPartition, int]:
-    """Resolve ``earliest``/``latest``/JSON to one (possibly symbolic) offset per partition."""
-    word = (text or "").strip()
-    if word in ("", "earliest", "latest"):
-        value = default if not word else EARLIEST if word == "earliest" else LATEST
+        name, times = f"{side.side}Timestamp", dict.fromkeys(partitions, side.timestamp)
+    elif side.by_timestamp is not None:
+        name = f"{side.side}OffsetsByTimestamp"
+        _check_covers(side.by_timestamp, partitions, name)
+        times = {tp: side.by_timestamp[tp.stream][tp.key] for tp in partitions}
+    elif side.by_offset is not None:
+        _check_covers(side.by_offset, partitions, f"{side.side}Offsets")
+        return {tp: side.by_offset[tp.stream][tp.key] for tp in partitions}
+    else:
+        value = {None: default, "earliest": EARLIEST, "latest": LATEST}[side.word]
         return dict.fromkeys(partitions, value)
-    given = _offset_json(word, "offsets") or {}
-    resolved = {}
+    return {tp: _offset_at(client, side, name, tp, ms, ends[tp]) for tp, ms in times.items()}
+
+
+def _offset_at(client: StreamClient, side: Start, name: str, tp: TopicPartition, ms: int,
+               end: int) -> int:
+    """The offset a time maps to (the end when no record is that recent), or, for a start
+    with the default strategy, an error when there is none (as Kafka's source)."""
+    offset = client.offset_for_timestamp(tp.physical, ms)
+    if offset < end or side.side == "ending" or side.latest_on_no_match:
+        return offset
+    raise SourceError(f"option {name!r}: no record of stream {tp.stream!r} partition "
+                      f"{tp.index} is at or after {ms} ms; set option "
+                      "startingOffsetsByTimestampStrategy=latest to start at its end instead")
+
+
+def _check_covers(given: OffsetMap, partitions: list[TopicPartition], name: str) -> None:
+    """As Kafka's source: offsets given per partition name exactly the partitions read."""
+    read: dict[str, set[str]] = {}
     for tp in partitions:
-        value = given.get(tp.stream, {}).get(tp.key, default)
-        if value < EARLIEST:
-            raise SourceError(f"bad offset {value!r} for {tp.stream} partition {tp.index}")
-        resolved[tp] = value
-    return resolved
+        read.setdefault(tp.stream, set()).add(tp.key)
+    for stream, parts in given.items():
+        if stream not in read:
+            raise SourceError(f"option {name!r} names stream {stream!r}, which the query does "
+                              f"not read (it reads {', '.join(map(repr, read))})")
+        unknown = sorted(set(parts) - read[stream], key=int)
+        if unknown:
+            raise SourceError(f"option {name!r} names partition {unknown[0]} of stream "
+                              f"{stream!r}, which has partitions 0 to {len(read[stream]) - 1}")
+    missing = [f"{tp.stream!r} partition {tp.index}" for tp in partitions
+               if tp.key not in given.get(tp.stream, {})]
+    if missing:
+        raise SourceError(f"option {name!r} must name every partition the query reads, as "
+                          "Kafka's source requires (-2 for earliest, -1 for latest); missing: "
+                          f"{', '.join(missing)}")
 
 
 def to_offset_map(offsets: Mapping[TopicPartition, int]) -> OffsetMap:

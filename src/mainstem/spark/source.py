@@ -46,7 +46,6 @@ from mainstem.spark.options import (
     OffsetMap,
     SourceError,
     SourceOptions,
-    Start,
     TopicPartition,
     from_offset_map,
     resolve,
@@ -85,12 +84,17 @@ class MainstemDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = SourceOptions.parse(self.options)
-        if options.ending != Start():  # as Kafka: a stream has no end
-            raise SourceError("endingOffsets, endingOffsetsByTimestamp and endingTimestamp "
-                              "are for batch queries only")
+        given = options.ending.given()
+        if given:  # as Kafka: a stream has no end
+            return RefusedStreamReader(SourceError(
+                f"option {given[0]!r}: ending offset not valid in streaming queries (a stream "
+                "has no end; read a range with spark.read)"))
         return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        if overwrite:  # as Kafka's sink
+            raise SourceError('save mode "overwrite" is not allowed: a stream is only ever '
+                              'appended to; use mode("append")')
         options = _write_options(self.options)
         return BatchWriter(options, f"spark-batch-{uuid.uuid4().hex}")
 
@@ -204,8 +208,9 @@ class BatchReader(DataSourceReader):
         with opts.connect() as client:
             tps = topic_partitions(client, opts.current_streams())
             bounds = _ends(client, tps)
-            starts = resolve(client, opts.starting, EARLIEST, tps)
-            ends = resolve(client, opts.ending, LATEST, tps)
+            ends_now = {tp: end for tp, (_, end) in bounds.items()}
+            starts = resolve(client, opts.starting, EARLIEST, tps, ends_now)
+            ends = resolve(client, opts.ending, LATEST, tps, ends_now)
             readers = _readers(client, opts.endpoint, tps)
         spans = []
         for tp in tps:
@@ -255,7 +260,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> OffsetMap:
         tps = self._partitions()
         bounds = _ends(self.client, tps)
-        starts = resolve(self.client, self.options.starting, LATEST, tps)
+        starts = resolve(self.client, self.options.starting, LATEST, tps,
+                         {tp: end for tp, (_, end) in bounds.items()})
         return to_offset_map({tp: self._initial(tp, v, *bounds[tp]) for tp, v in starts.items()})
 
     def _initial(self, tp: TopicPartition, wanted: int, first: int, end: int) -> int:
@@ -322,6 +328,30 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = None
 
 
+class RefusedStreamReader(DataSourceStreamReader):
+    """A streaming read whose options were refused. PySpark cannot report an error raised
+    while it creates the reader (it fails on the reader it never got: UnboundLocalError), so
+    the error is raised by the first call the query makes."""
+
+    def __init__(self, error: SourceError) -> None:
+        self.error = error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def initialOffset(self) -> OffsetMap:
+        raise self.error
+
+    def latestOffset(self, start: OffsetMap, limit: ReadLimit) -> OffsetMap:
+        raise self.error
+
+    def partitions(self, start: OffsetMap, end: OffsetMap) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+
 def _lags(start: OffsetMap, latest: OffsetMap) -> dict[tuple[str, str], int]:
     return {(s, k): max(e - start.get(s, {}).get(k, e), 0)
             for s, parts in latest.items() for k, e in parts.items()}
@@ -378,14 +408,14 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
             values = columns.get("value") or [None] * batch.num_rows
             keys = columns.get("key") or [None] * batch.num_rows
             headers = columns.get("headers") or [None] * batch.num_rows
-            targets = columns.get("stream") or [default_stream] * batch.num_rows
+            targets = _targets(columns, default_stream, batch.num_rows)
             indexes = columns.get("partition") or [None] * batch.num_rows
             for value, key, header, named, index in zip(values, keys, headers, targets, indexes,
                                                         strict=True):
                 rows += 1
                 if named is None:
-                    raise SourceError("no target stream: give option 'stream' or a "
-                                      "'stream' column")
+                    raise SourceError("no target stream: give option 'stream' (or 'topic') "
+                                      "or a 'topic' (or 'stream') column")
                 stream = router.target(named, _bytes(key), index)
                 if stream not in publishers:
                     last = _declare(client, len(publishers), writer, stream, options)
@@ -403,10 +433,28 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
     return Written(rows, skipped)
 
 
+def _targets(columns: dict[str, list], option: str | None, rows: int) -> list[str | None]:
+    """Each row's stream, as Kafka's sink picks a topic: the option overrides the row's
+    ``topic`` column (``stream`` is the same column under this source's name)."""
+    if option is not None:
+        return [option] * rows
+    streams, topics = columns.get("stream"), columns.get("topic")
+    if streams is None or topics is None:
+        return streams or topics or [None] * rows
+    for stream, topic in zip(streams, topics, strict=True):
+        if stream is not None and topic is not None and stream != topic:
+            raise SourceError(f"a row names stream {stream!r} in column 'stream' and "
+                              f"{topic!r} in column 'topic': drop one of them")
+    return [topic if stream is None else stream
+            for stream, topic in zip(streams, topics, strict=True)]
+
+
 class _Router:
     """Rows addressed to a super stream go to one of its partition streams: the one their
-    ``partition`` column names, else the one their key hashes to, as RabbitMQ's stream
-    clients route (murmur3 32-bit of the key, seed 104729, modulo the partition count)."""
+    ``partition`` column names, else the one their key hashes to, as RabbitMQ's Java stream
+    client routes: murmur3 x86 32-bit of the key's UTF-8 bytes, seed 104729, its unsigned
+    remainder by the partition count (``Integer.remainderUnsigned``), partitions in the
+    order the broker lists them."""
 
     def __init__(self, client: StreamClient) -> None:
         self._client = client
