@@ -141,7 +141,9 @@ async def test_a_consumer_that_never_steps_down_is_dropped_after_the_request_tim
     await wait_until(lambda: any(w == "activated" for _, _, w in second.events))
     asked = stuck.when("handoff-1", "asked to step down")
     waited = second.when("handoff-1", "activated") - asked
-    assert waited >= REQUEST_TIMEOUT_MS / 1000  # RabbitMQ's request_timeout, shortened
+    # RabbitMQ's request_timeout, shortened. Both times are taken where the clients read
+    # the frames, so the step-down request's own delivery delay can shave a little off.
+    assert waited >= REQUEST_TIMEOUT_MS / 1000 - 0.05
     # The stuck consumer's connection was closed: the second one has both partitions now
     await wait_until(lambda: {p for _, p, w in second.events if w == "activated"}
                      == {"handoff-0", "handoff-1"})
