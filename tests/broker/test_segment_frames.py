@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from mainstem.broker.segment_store import _read_frames, _RecentChunks
 from mainstem.broker.stream_service import PartitionService
+from mainstem.formats.chunk import encode_simple_entries
 from mainstem.formats.osiris import SUB_BATCH_ENTRY
-from mainstem.log.chunk import encode_simple_entries
 from mainstem.log.partition import Partition
 
 

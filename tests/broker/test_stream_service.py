@@ -25,8 +25,8 @@ from mainstem.broker.stream_service import (
     WritesHeld,
 )
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
+from mainstem.formats.chunk import Chunk, encode_simple_entries
 from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
-from mainstem.log.chunk import Chunk, encode_simple_entries
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode

@@ -63,7 +63,7 @@ def test_the_stream_client_loads_only_its_codec_and_the_chunk_layout() -> None:
     loaded = loaded_after("import mainstem.client.stream")
     allowed = {"mainstem", "mainstem.client", "mainstem.client.stream",
                "mainstem.client.tls_diagnosis",  # its failures in words: the stdlib only
-               "mainstem.log", "mainstem.log.chunk", "mainstem.formats",
+               "mainstem.formats.chunk", "mainstem.formats",
                "mainstem.formats.osiris", "mainstem.protocols"}
     assert {m for m in loaded if not m.startswith("mainstem.protocols.rabbit_stream")} <= allowed
 

@@ -12,8 +12,8 @@ import pytest
 
 from mainstem.cluster import wire
 from mainstem.cluster.leader import LeaderLog
+from mainstem.formats.chunk import CorruptChunk
 from mainstem.log import commit_point
-from mainstem.log.chunk import CorruptChunk
 from mainstem.log.partition import NotWritable, Partition
 from mainstem.log.policy import RetentionPolicy
 

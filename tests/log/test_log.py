@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from mainstem.formats.osiris import HEADER_SIZE, SUB_BATCH_ENTRY
-from mainstem.log.chunk import (
+from mainstem.formats.chunk import (
     TRACKING_ENTRY,
     CorruptChunk,
-    check_guard,
     decode_sequences,
     encode_header,
     encode_sequences,
     encode_simple_entries,
-    guard,
     parse_header,
 )
+from mainstem.formats.osiris import HEADER_SIZE, SUB_BATCH_ENTRY
+from mainstem.log.guard import check_guard, guard
 from mainstem.log.partition import DataRemoved, Partition, PartitionClosed
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.log.segment_file import SEGMENT_SUFFIX

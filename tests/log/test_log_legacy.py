@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mainstem.formats.chunk import BloomMatcher, decode_sequences, parse_header
 from mainstem.formats.osiris import HEADER_SIZE
-from mainstem.log.chunk import BloomMatcher, decode_sequences, parse_header
 from mainstem.log.partition import Partition
 from mainstem.log.segment_file import (
     FILE_HEADER,

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mainstem.formats.amqp10 import BodyKind, Message, Properties, Symbol, encode_message
+from mainstem.formats.chunk import Chunk, encode_header, parse_header
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_ENTRY, SUB_BATCH_FLAG
-from mainstem.log.chunk import Chunk, encode_header, parse_header
 from mainstem.spark.records import (
     ARROW_SCHEMA,
     HEADERS_COLUMN,

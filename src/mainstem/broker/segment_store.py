@@ -29,8 +29,8 @@ from mainstem.broker.cluster_view import SegmentSharing
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import PartitionService, Receipt
 from mainstem.broker.streams import StreamStore
+from mainstem.formats.chunk import Chunk, encode_simple_entries
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
-from mainstem.log.chunk import Chunk, encode_simple_entries
 from mainstem.log.partition import DataRemoved, Partition
 
 EVENT_HEADER = struct.Struct(">iI")  # type 0, data length

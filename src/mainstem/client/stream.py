@@ -16,8 +16,8 @@ from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from mainstem.client.tls_diagnosis import closed_before_answering, tls_failure
+from mainstem.formats.chunk import Chunk, ChunkHeader, parse_header
 from mainstem.formats.osiris import HEADER_SIZE
-from mainstem.log.chunk import Chunk, ChunkHeader, parse_header
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode

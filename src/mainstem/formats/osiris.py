@@ -1,9 +1,8 @@
 """The Osiris chunk layout: what the stream protocol's Deliver carries and the log stores.
 
-One declaration for the log (`log/chunk.py` builds and checks chunks with it), the
-protocols (a Publish frame's entries, a Deliver's header) and the clients, so that the
-layout on disk and on the wire cannot drift apart. See `log/chunk.py` for the whole
-chunk: header, bloom filter, data entries, trailer.
+One declaration for the log, the protocols (a Publish frame's entries, a Deliver's
+header) and the clients, so that the layout on disk and on the wire cannot drift apart.
+See `chunk.py` for the whole chunk: header, bloom filter, data entries, trailer.
 """
 
 import struct

@@ -17,10 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
-from mainstem.log.chunk import (
+from mainstem.formats.chunk import (
     FIRST_EPOCH,
-    GUARD,
     Chunk,
     ChunkData,
     ChunkType,
@@ -28,11 +26,12 @@ from mainstem.log.chunk import (
     data_length,
     encode_header,
     encode_simple_entries,
-    guard,
     payload_size,
 )
+from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.commit import FsyncTimings, GroupCommit
 from mainstem.log.descriptors import DescriptorCache, shared_cache
+from mainstem.log.guard import GUARD, guard
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 from mainstem.log.segment_file import (

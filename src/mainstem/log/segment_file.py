@@ -2,7 +2,7 @@
 
     header: b"MSSG" | version u32 | partition byte position of the first payload byte u64
 
-Version 2 follows each chunk with its guard (see `chunk.py`) and writes trailers as
+Version 2 follows each chunk with its guard (see `guard.py`) and writes trailers as
 Osiris does; version 1, written by older mainstem, has its own trailer layout and no
 guard. Both are read; new chunks go to version-2 segments only, so a data directory of
 an older version opens and continues in a new segment.
@@ -18,26 +18,22 @@ import struct
 from collections.abc import Sequence
 from pathlib import Path
 
-from mainstem.formats.osiris import HEADER_SIZE
-from mainstem.log.chunk import (
+from mainstem.formats.chunk import (
     BLOOM_SIZE_AT,
-    GUARD,
-    LEGACY_TRAILER_CRC,
     MAX_BLOOM_SIZE,
     Chunk,
     ChunkHeader,
     CorruptChunk,
     check_data,
-    check_guard,
     decode_sequences,
     encode_header,
     encode_sequences,
-    guard,
-    legacy_open_trailer,
     parse_header,
     payload_size,
 )
+from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.descriptors import DescriptorCache, LazyFile
+from mainstem.log.guard import GUARD, LEGACY_TRAILER_CRC, check_guard, guard, legacy_open_trailer
 from mainstem.log.index import IndexEntry, SegmentIndex
 
 FILE_HEADER = struct.Struct(">4sIQ")

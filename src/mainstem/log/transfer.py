@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mainstem.formats.chunk import BLOOM_SIZE_AT, MAX_BLOOM_SIZE
 from mainstem.formats.osiris import HEADER_SIZE
-from mainstem.log.chunk import BLOOM_SIZE_AT, MAX_BLOOM_SIZE
 from mainstem.log.partition import ChunkLocation
 
 # Chunks up to this many bytes (header, filter and data) are read whole by `peek`.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from mainstem.log.chunk import encode_sequences
+from mainstem.formats.chunk import encode_sequences
 
 if TYPE_CHECKING:
     from mainstem.log.segment_file import Segment

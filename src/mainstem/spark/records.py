@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from mainstem.formats.amqp10 import Amqp10DecodeError, Message, Section, Symbol, decode_message
 from mainstem.formats.amqp10 import encode_message as encode_amqp10
+from mainstem.formats.chunk import Chunk
 from mainstem.formats.osiris import (
     MAX_CHUNK_ENTRIES,
     MAX_ENTRY_LENGTH,
@@ -39,7 +40,6 @@ from mainstem.formats.osiris import (
     SUB_BATCH_BIT,
     SUB_BATCH_ENTRY,
 )
-from mainstem.log.chunk import Chunk
 
 HEADERS_COLUMN = "headers"
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

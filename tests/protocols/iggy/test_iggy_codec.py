@@ -18,8 +18,8 @@ from iggy_py import PollingStrategy, SendMessage
 
 from mainstem import Broker
 from mainstem.client.iggy import IggyClient, IggyClientError
+from mainstem.formats.chunk import Chunk, ChunkHeader
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_ENTRY
-from mainstem.log.chunk import Chunk, ChunkHeader
 from mainstem.protocols.iggy import batch, layouts, records, vsr
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import commands as cmd

@@ -10,7 +10,7 @@ from mainstem.broker.stream_service.appender import Appender, ChunkLimits, Recei
 from mainstem.broker.stream_service.gate import WriteGate, WritesHeld
 from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
-from mainstem.log.chunk import Chunk
+from mainstem.formats.chunk import Chunk
 from mainstem.log.partition import DataRemoved, PartitionClosed
 from mainstem.log.transfer import ChunkView
 

@@ -12,7 +12,7 @@ import asyncio
 import socket
 from collections.abc import Sequence
 
-from mainstem.log.chunk import BloomMatcher, Chunk
+from mainstem.formats.chunk import BloomMatcher, Chunk
 from mainstem.log.partition import Partition
 from mainstem.log.transfer import ChunkView, peek, send_chunk
 

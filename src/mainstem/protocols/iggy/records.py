@@ -23,8 +23,8 @@ import struct
 import time
 
 from mainstem.formats.amqp10 import Amqp10DecodeError, message_body
+from mainstem.formats.chunk import Chunk
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
-from mainstem.log.chunk import Chunk
 
 _BE32 = struct.Struct(">I")
 _ID_KEY = b"\xa1\x07iggy-id\xa0\x10"

@@ -22,7 +22,7 @@ from struct import Struct
 
 from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.log.chunk import Chunk
+from mainstem.formats.chunk import Chunk
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Appended, Partition

@@ -19,13 +19,12 @@ A chunk whose messages carry filter values (stream Publish v2) has a bloom filte
 between header and data, as Osiris writes it: BLOOM_SIZE bytes, two bits per distinct
 value, bit 0 set when the chunk also holds messages without a value; a chunk in which
 no message has a value has none. Readers that filter skip chunks it rules out.
-The header's CRC covers only the data, so on disk every chunk is followed by a guard,
-outside the chunk: a CRC-32 of its header, bloom filter and trailer (a damaged
-timestamp or record count must be caught too). A subscriber gets the header and data
-entries, the header declaring the trailer Osiris would write; the trailer and the guard
-stay on disk. Segments of version 1 (older mainstem) have no guard: their trailer
-entries hold chunk id u64 + sequence u64 and end with a CRC-32 of the header and
-those entries (the `legacy_` functions read them).
+The header's CRC covers only the data; the log protects the rest on disk
+(`log/guard.py`). A subscriber gets the header and data entries, the header declaring
+the trailer Osiris would write; the trailer stays on disk. Segments of version 1 (older
+mainstem) hold trailer entries of chunk id u64 + sequence u64 (`legacy` below).
+
+The layout is shared by the log, the protocols and the clients, so it lives here.
 """
 
 from __future__ import annotations
@@ -53,9 +52,7 @@ assert HEADER_SIZE == 48
 TRACKING_ENTRY = struct.Struct(">BB")  # type, id size
 TRACKING_SEQUENCE = 0
 SEQUENCE_VALUE = struct.Struct(">Q")  # the writer's sequence
-GUARD = struct.Struct(">I")  # after each chunk on disk: CRC-32 of header, filter, trailer
 LEGACY_SEQUENCE_VALUE = struct.Struct(">QQ")  # version-1 segments: chunk id, sequence
-LEGACY_TRAILER_CRC = struct.Struct(">I")
 
 BLOOM_SIZE = 16  # bytes: Osiris's default filter size (it reads any of 16..255)
 BLOOM_SIZE_AT = 44  # the header byte holding the filter size
@@ -313,35 +310,6 @@ def decode_sequences(tracking: bytes | memoryview, legacy: bool = False) -> dict
         sequences[writer] = value.unpack_from(view, pos)[-1]
         pos += value.size
     return sequences
-
-
-def guard(head: bytes | memoryview, trailer: bytes | memoryview) -> bytes:
-    """What follows a chunk on disk: a CRC-32 of its header and filter (`head`) and its
-    trailer, the bytes the data CRC leaves out."""
-    return GUARD.pack(crc32(trailer, crc32(head)))
-
-
-def check_guard(raw: memoryview, header: ChunkHeader) -> memoryview:
-    """Check a chunk followed by its guard; return its trailer."""
-    if len(raw) != header.size + GUARD.size:
-        raise CorruptChunk(f"chunk {header.chunk_id}: {len(raw)} bytes with its guard, "
-                           f"header says {header.size + GUARD.size}")
-    trailer = raw[header.size - header.trailer_length:header.size]
-    if guard(raw[:header.data_start], trailer) != raw[header.size:]:
-        raise CorruptChunk(f"chunk {header.chunk_id}: header, filter or trailer CRC mismatch")
-    return trailer
-
-
-def legacy_open_trailer(header: bytes | memoryview, trailer: bytes | memoryview) -> memoryview:
-    """Check a version-1 trailer against its chunk's header; return its tracking entries."""
-    whole = memoryview(trailer)
-    if len(whole) < LEGACY_TRAILER_CRC.size:
-        raise CorruptChunk("trailer too short for its CRC")
-    tracking = whole[:-LEGACY_TRAILER_CRC.size]
-    (expected,) = LEGACY_TRAILER_CRC.unpack_from(whole, len(tracking))
-    if crc32(tracking, crc32(header[:HEADER_SIZE])) != expected:
-        raise CorruptChunk("header or trailer CRC mismatch")
-    return tracking
 
 
 @dataclass(frozen=True, slots=True)

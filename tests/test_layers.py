@@ -1,0 +1,146 @@
+"""The floors of the house, checked: every import inside mainstem points down (or to the
+side, for admin and spark), never up. docs/house.md draws the same floors.
+
+A unit is a top-level module or package of mainstem, except that each protocol under
+`protocols/` is a unit of its own, so that one protocol cannot lean on another.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import mainstem
+
+SOURCE = Path(mainstem.__file__).parent
+
+# The pieces every protocol shares: the connection base, the server's identity, the
+# receive loop and the listener's protocol sniffing.
+PROTOCOL_FLOOR = {"protocols.base", "protocols.identity", "protocols.receiver",
+                  "protocols.sniff"}
+PROTOCOLS = {"protocols.amqp091", "protocols.bson_events", "protocols.iggy",
+             "protocols.rabbit_stream", "protocols.segment"}
+CORE = {"formats", "log", "broker", "logging_setup"}
+BELOW_THE_SERVER = CORE | {"cluster", "protocols", "handshakes", "config", "tls",
+                           "workers", "admin", "spark", "client"} | PROTOCOL_FLOOR | PROTOCOLS
+
+# unit -> the units it may import. Files know nothing of semantics; semantics nothing of
+# wires; a protocol reaches partitions only through the broker (its stream service).
+MAY_IMPORT: dict[str, set[str]] = {
+    "formats": set(),
+    "logging_setup": set(),
+    "log": {"formats", "logging_setup"},
+    "broker": {"log", "formats", "logging_setup"},
+    "cluster": {"broker", "log", "formats", "logging_setup"},
+    **{floor: {"broker", "formats", "logging_setup"} | PROTOCOL_FLOOR
+       for floor in PROTOCOL_FLOOR},
+    **{name: {"broker", "formats", "logging_setup"} | PROTOCOL_FLOOR for name in PROTOCOLS},
+    "protocols": PROTOCOL_FLOOR | PROTOCOLS,
+    # Clients reuse the protocols' codecs (tests/client/test_client_imports.py checks
+    # they load no connection module) and the formats, nothing of the broker.
+    "client": {"formats"} | PROTOCOLS,
+    # On the side: management and Spark read the broker; Spark asks the management API.
+    "admin": {"broker", "cluster", "formats", "logging_setup"} | PROTOCOL_FLOOR | PROTOCOLS,
+    "spark": {"client", "formats", "broker", "admin", "protocols.rabbit_stream"},
+    "handshakes": {"broker"},
+    "config": {"broker", "log", "formats", "protocols"} | PROTOCOL_FLOOR,
+    "tls": {"config"},
+    "workers": PROTOCOL_FLOOR | PROTOCOLS,
+    "server": BELOW_THE_SERVER,
+    "cli": BELOW_THE_SERVER | {"server"},
+    "__main__": {"cli"},
+    "__init__": {"server"},  # the lazy export of Broker
+    "testing_wait": set(),
+    "testing_cluster": {"testing_wait"},
+    "testing": {"server", "testing_cluster", "testing_wait"},
+}
+# Anyone may import the package itself (its __version__; Broker is exported lazily).
+# Imports made only for type annotations that may point up: the management app is
+# handed the server's Broker.
+TYPE_ONLY_UP = {("admin", "server")}
+
+
+def unit_of(module: str) -> str:
+    parts = module.split(".")[1:] or ["__init__"]
+    if parts[0] == "protocols" and len(parts) > 1:
+        return f"protocols.{parts[1]}"
+    return parts[0]
+
+
+def module_of(path: Path, source: Path) -> str:
+    parts = path.relative_to(source.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, source: Path) -> Iterator[tuple[str, int, bool]]:
+    """(module imported, line, only for type checking) of each mainstem import."""
+    module = module_of(path, source)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    type_only = {id(node) for block in ast.walk(tree) if _is_type_checking_block(block)
+                 for node in ast.walk(block)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [_absolute(node, package)]
+        else:
+            continue
+        for name in names:
+            if name == "mainstem" or name.startswith("mainstem."):
+                yield name, node.lineno, id(node) in type_only
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING")
+
+
+def violations(source: Path = SOURCE) -> list[str]:
+    found = []
+    for path in sorted(source.rglob("*.py")):
+        here = unit_of(module_of(path, source))
+        for name, line, type_only in imports(path, source):
+            there = unit_of(name)
+            if there in (here, "__init__") or there in MAY_IMPORT.get(here, set()):
+                continue
+            if type_only and (here, there) in TYPE_ONLY_UP:
+                continue
+            found.append(f"{path.relative_to(source)}:{line}: {here} imports {name}")
+    return found
+
+
+def test_every_import_points_down() -> None:
+    assert violations() == []
+
+
+def test_every_unit_has_its_floor_declared() -> None:
+    units = {unit_of(module_of(path, SOURCE)) for path in SOURCE.rglob("*.py")}
+    assert units - MAY_IMPORT.keys() == set()
+
+
+def test_the_check_sees_upward_imports(tmp_path: Path) -> None:
+    # The check itself must be able to fail: a protocol reading the log directly, the
+    # broker reaching up to a protocol (relatively), a client loading the broker.
+    tree = {
+        "protocols/iggy/records.py": "from mainstem.log.partition import Partition\n",
+        "broker/core.py": "from ..protocols.iggy import codec\n",
+        "client/stream.py": "if TYPE_CHECKING:\n    import mainstem.broker.auth\n",
+        "admin/app.py": "if TYPE_CHECKING:\n    from mainstem.server import Broker\n",
+    }
+    for name, text in tree.items():
+        (tmp_path / "mainstem" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mainstem" / name).write_text(text)
+    assert violations(tmp_path / "mainstem") == [
+        "broker/core.py:1: broker imports mainstem.protocols.iggy",
+        "client/stream.py:2: client imports mainstem.broker.auth",
+        "protocols/iggy/records.py:1: protocols.iggy imports mainstem.log.partition",
+    ]
