@@ -14,6 +14,7 @@ from mainstem.broker.amqp.queues.journal import (
     open_partition,
 )
 from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.stream_service import PartitionService
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 from tests.cluster.test_replica_log import copy_into
@@ -21,8 +22,8 @@ from tests.cluster.test_replica_log import copy_into
 
 async def test_a_follower_replays_its_leaders_live_messages(tmp_path: Path) -> None:
     durability = DurabilityPolicy()
-    leader = QueueJournal(open_partition(tmp_path / "leader", durability,
-                                         fsync_on_demand=False))
+    leader = QueueJournal(PartitionService(open_partition(tmp_path / "leader", durability,
+                                                          fsync_on_demand=False)))
     messages = [QueueMessage("", "q", b"", f"m{i}".encode(), persistent=True)
                 for i in range(10)]
     for message in messages:
@@ -35,7 +36,7 @@ async def test_a_follower_replays_its_leaders_live_messages(tmp_path: Path) -> N
     follower.writable = False
     copy_into(follower, leader.partition, 0)
     follower.set_commit_limit(0)  # nothing known committed: a replay reads it all anyway
-    journal = QueueJournal(follower)
+    journal = QueueJournal(PartitionService(follower))
     replay = journal.replay()
     bodies = [decode_enqueue(record).body for record in journal.reader.read(replay.offsets)]
     assert bodies == [b"m3", b"m4", b"m6", b"m7", b"m8", b"m9", b"m10"]
@@ -47,7 +48,8 @@ async def test_a_follower_replays_its_leaders_live_messages(tmp_path: Path) -> N
 async def test_a_follower_drops_segments_that_hold_only_settled_messages(
         tmp_path: Path) -> None:
     small = RetentionPolicy(max_segment_bytes=400)  # a few records per segment
-    leader = QueueJournal(Partition.open(tmp_path / "leader", retention=small))
+    leader = QueueJournal(PartitionService(Partition.open(tmp_path / "leader",
+                                                          retention=small)))
     messages = [QueueMessage("", "q", b"", f"m{i:02}".encode() * 20, persistent=True)
                 for i in range(30)]
     for message in messages:
@@ -64,7 +66,7 @@ async def test_a_follower_drops_segments_that_hold_only_settled_messages(
     segments = follower.segment_count
     FollowedJournal(follower, compact_every=1).catch_up()
     assert follower.segment_count < segments and follower.first_offset > 0
-    journal = QueueJournal(follower)
+    journal = QueueJournal(PartitionService(follower))
     replay = journal.replay()
     bodies = [decode_enqueue(record).body for record in journal.reader.read(replay.offsets)]
     assert bodies == [m.body for m in messages[20:]] + [b"last"]

@@ -211,7 +211,7 @@ class QuorumQueues:
         vhost = self.node.core.queues.vhosts.get(role.namespace)
         if vhost is None:
             return
-        journal = QueueJournal(role.service.partition)
+        journal = QueueJournal(role.service)
         try:
             replay = journal.replay()
         except (OSError, DataRemoved, LookupError, ValueError) as error:

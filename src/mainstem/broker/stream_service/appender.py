@@ -58,6 +58,8 @@ class _Chunk:
     filter_values: set[str] = field(default_factory=set)
     sequences: dict[str, int] = field(default_factory=dict)
     chunk_id: int = -1  # once written
+    # Whether an append in it waits for durability; else it is settled once written.
+    durable: bool = False
 
     def room(self, entries: Sequence[Entry], limits: ChunkLimits) -> int:
         """How many of `entries` (framed), taken in order, still fit in this chunk's
@@ -155,15 +157,18 @@ class Appender:
         return staged if staged is not None else self.partition.sequences.get(writer)
 
     def append_records(self, records: Sequence[Entry], *, writer: str | None = None,
-                       sequence: int | None = None, together: bool = False) -> Receipt:
+                       sequence: int | None = None, together: bool = False,
+                       durable: bool = True) -> Receipt:
         """Stage records (bodies). With `writer`, `sequence` is stored with them, and the
         whole append is dropped when the writer stored that sequence already. Records
         appended `together` (at most a chunk's worth) share one chunk: after a crash,
-        all of them are there or none."""
+        all of them are there or none. Not `durable`: the receipt completes once they
+        are written (they outlive the process, not the machine), and on a partition that
+        fsyncs on demand they ask for no fsync (a queue's unconfirmed publishes)."""
         if self.forwarder is not None:
             return self._forward(ForwardedAppend(records, False, writer=writer,
                                                  sequence=sequence, together=together))
-        return self._append_simple(records, False, writer, sequence, together)
+        return self._append_simple(records, False, writer, sequence, together, durable)
 
     def append_simple_entries(self, entries: Sequence[Entry], *, writer: str | None = None,
                               sequence: int | None = None) -> Receipt:
@@ -174,10 +179,10 @@ class Appender:
             bodies = [entry[SIMPLE_ENTRY.size:] for entry in entries]
             return self._forward(ForwardedAppend(bodies, False, writer=writer,
                                                  sequence=sequence))
-        return self._append_simple(entries, True, writer, sequence, False)
+        return self._append_simple(entries, True, writer, sequence, False, True)
 
     def _append_simple(self, records: Sequence[Entry], framed: bool, writer: str | None,
-                       sequence: int | None, together: bool) -> Receipt:
+                       sequence: int | None, together: bool, durable: bool) -> Receipt:
         stored = None if writer is None or sequence is None else (writer, sequence)
         if stored is not None and stored[0] in self._failed:
             return self._refused(stored[0])
@@ -186,7 +191,7 @@ class Appender:
         if not records:
             return self._nothing()
         first, skip, last = self._stage(records, framed, True, None, None, WHOLE_CHUNKS,
-                                        together)
+                                        together, durable)
         if stored is not None:  # kept in the chunk that holds the append's last record
             name, value = stored
             last.sequences[name] = self._staged[name] = value
@@ -218,7 +223,7 @@ class Appender:
         if not entries:
             return self._nothing()
         first, skip, last = self._stage(entries, True, all_simple, filter_values, tracked,
-                                        limits, False)
+                                        limits, False, True)
         return Receipt(last.done, first, skip)
 
     def append_block(self, block: bytes, count: int, records: int, *, writer: str | None,
@@ -237,6 +242,7 @@ class Appender:
         if not chunk.holds(count, len(block), limits):
             chunk = self._open_chunk()
         skip = chunk.records
+        chunk.durable = True
         chunk.add_block(block, count, records)
         chunk.add_filters(filter_values)
         if writer is not None:
@@ -323,12 +329,13 @@ class Appender:
     def _nothing(self) -> Receipt:
         """A receipt for an append that stores nothing: done once what came before is."""
         chunk = self._chunks[-1] if self._chunks else self._open_chunk()
+        chunk.durable = True
         return Receipt(chunk.done, chunk, chunk.records)
 
     def _stage(self, entries: Sequence[Entry], framed: bool, all_simple: bool,
                filter_values: list[str | None] | None,
                tracked: tuple[str, list[int]] | None, limits: ChunkLimits,
-               together: bool) -> tuple[_Chunk, int, _Chunk]:
+               together: bool, durable: bool) -> tuple[_Chunk, int, _Chunk]:
         """Add entries to the open chunk, cutting new ones at `limits` (records, unless
         `framed`: then entry and chunk bounds). Returns the chunk of the first entry, the
         records before it there, and the chunk of the last."""
@@ -348,6 +355,7 @@ class Appender:
                 first = chunk, chunk.records
             piece = entries[start:end]
             chunk.add(piece, framed)
+            chunk.durable = chunk.durable or durable
             chunk.records += taken if all_simple else _record_count(piece)
             chunk.all_simple = chunk.all_simple and all_simple
             chunk.add_filters(None if filter_values is None else filter_values[start:end])
@@ -399,7 +407,8 @@ class Appender:
         """Complete each written chunk's future once it is durable, in order."""
         for k, (mark, chunk) in enumerate(written):
             try:
-                await self.partition.commit(Appended(chunk.chunk_id, mark))
+                if chunk.durable:
+                    await self.partition.commit(Appended(chunk.chunk_id, mark))
             except Exception as error:  # a failed fsync fails every write it covered
                 self._fail([failed for _, failed in written[k:]], error)
                 return

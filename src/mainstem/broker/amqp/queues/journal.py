@@ -13,7 +13,6 @@ back from here when they near the head (``RecordReader``).
 from __future__ import annotations
 
 import asyncio
-import logging
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,14 +21,12 @@ from struct import Struct
 
 from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
 from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.stream_service import PartitionService
 from mainstem.formats.chunk import Chunk
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
-from mainstem.log.partition import Appended, Partition
+from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
-from mainstem.logging_setup import describe_error
-
-log = logging.getLogger("mainstem.amqp")
 
 ENQUEUE, SETTLE = 0x45, 0x53  # "E", "S"
 _ENQUEUE_HEAD = Struct(">BBBI")  # kind, exchange length, routing key length, properties length
@@ -155,8 +152,11 @@ class RecordReader:
 
 
 class QueueJournal:
-    def __init__(self, partition: Partition) -> None:
-        self.partition = partition
+    """Writes through the partition's Appender, as every writer of a partition does."""
+
+    def __init__(self, service: PartitionService) -> None:
+        self.partition = partition = service.partition
+        self._appender = service.appender
         self._pending: list[QueueMessage] = []
         self._settles: list[int] = []
         self._batch: asyncio.Future[None] | None = None
@@ -164,7 +164,6 @@ class QueueJournal:
         self._live = LiveOffsets()  # journal offsets of unsettled messages
         self.reader = RecordReader(partition)
         self._since_compaction = 0
-        self._settling: set[asyncio.Task[None]] = set()  # strong references to the waits
         # Told of messages the log refused (a full disk): nacked, so not to be delivered.
         self.on_refused: Callable[[list[QueueMessage]], None] | None = None
 
@@ -173,7 +172,8 @@ class QueueJournal:
              descriptors: DescriptorCache | None = None,
              fsync_timings: FsyncTimings | None = None) -> tuple[QueueJournal, Replay]:
         """Open the journal and replay it: the offsets of its unsettled messages."""
-        journal = cls(open_partition(directory, durability, descriptors, fsync_timings))
+        journal = cls(PartitionService(open_partition(directory, durability, descriptors,
+                                                      fsync_timings)))
         return journal, journal.replay()
 
     def replay(self) -> Replay:
@@ -235,41 +235,21 @@ class QueueJournal:
         if not records:
             batch.set_result(None)
             return
-        try:
-            appended = self.partition.write_records(records)
-        except Exception as exc:  # a full disk: the publishers get a nack
-            log.error("journal.write_failed", extra={"journal": str(self.partition.directory),
-                                                     "error": describe_error(exc)})
-            batch.set_exception(exc)
+        # Written now, not at the end of the turn: the messages need their offsets.
+        receipt = self._appender.append_records(records, durable=confirm)
+        self._appender.write_staged()
+        receipt.durable.add_done_callback(lambda done: _pass_on(done, batch))
+        if receipt.durable.done() and receipt.durable.exception() is not None:
+            # Refused when written (a full disk): the publishers get a nack, the queue
+            # drops them. (A success settles later, once written or durable.)
             if self.on_refused is not None:
                 self.on_refused(live)
             return
-        first = appended.next_offset - len(records)
-        for offset, message in enumerate(live, first):
+        for offset, message in enumerate(live, receipt.first_offset):
             message.log_offset = offset
             self._live.add(offset)
-        if confirm:
-            self._resolve_when_durable(appended, batch)
-        else:
-            batch.set_result(None)
         if self._since_compaction >= COMPACT_EVERY:
             self._compact()
-
-    def _resolve_when_durable(self, appended: Appended, batch: asyncio.Future[None]) -> None:
-        """Complete `batch` once `appended` reached the durability point (or failed)."""
-        task = asyncio.ensure_future(self._settle(appended, batch))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
-
-    async def _settle(self, appended: Appended, batch: asyncio.Future[None]) -> None:
-        try:
-            await self.partition.commit(appended)
-        except Exception as exc:
-            if not batch.done():
-                batch.set_exception(exc)
-        else:
-            if not batch.done():
-                batch.set_result(None)
 
     def _compact(self) -> None:
         self._since_compaction = 0
@@ -291,3 +271,14 @@ class QueueJournal:
         for path in self.partition.directory.iterdir():
             path.unlink()
         self.partition.directory.rmdir()
+
+
+def _pass_on(done: asyncio.Future[None], batch: asyncio.Future[None]) -> None:
+    """Settle a batch's future as the append under it settled."""
+    error = done.exception()
+    if batch.done():
+        return
+    if error is None:
+        batch.set_result(None)
+    else:
+        batch.set_exception(error)

@@ -17,6 +17,7 @@ from pathlib import Path
 from mainstem.broker.amqp.queues.journal import RecordReader, decode_enqueue, encode_enqueue
 from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
 from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.stream_service import PartitionService
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 
@@ -29,15 +30,21 @@ class SpillStore:
         self.partition = Partition.open(
             root / uuid.uuid4().hex, durability=DurabilityPolicy(FsyncMode.NEVER),
             retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES))
+        self._appender = PartitionService(self.partition).appender
         self._reader = RecordReader(self.partition)
         self._live = LiveOffsets()
         self._since_truncation = 0
 
     def write(self, messages: Sequence[QueueMessage]) -> int:
         """Write the messages in one go; returns the offset of the first (the others follow)."""
-        appended = self.partition.write_records([encode_enqueue(m) for m in messages])
-        first = appended.next_offset - len(messages)
-        for offset in range(first, appended.next_offset):
+        receipt = self._appender.append_records([encode_enqueue(m) for m in messages],
+                                                durable=False)
+        self._appender.write_staged()
+        refused = receipt.durable.exception() if receipt.durable.done() else None
+        if refused is not None:  # failed at once, when written: a full disk
+            raise refused
+        first = receipt.first_offset
+        for offset in range(first, first + len(messages)):
             self._live.add(offset)
         return first
 
