@@ -31,14 +31,13 @@ async def test_records_read_as_event_frames_from_any_byte(tmp_path: Path) -> Non
         await appender.append_entries([encode_simple_entries([b"w"]), sub_batch,
                                        encode_simple_entries([b"x"])], all_simple=False).durable
         whole = frame(b"one") + frame(b"three") + frame(b"w") + frame(b"opaque") + frame(b"x")
-        partition = service.partition
-        assert bytes(_read_frames(partition, 0, 1 << 20, _RecentChunks())) == whole
+        assert bytes(_read_frames(service, 0, 1 << 20, _RecentChunks())) == whole
         recent = _RecentChunks(size=1)  # reads served from chunks walked before, or not
         for start in range(len(whole)):
             for size in (1, 5, 13, len(whole)):
                 expected = whole[start:start + size]
-                assert bytes(_read_frames(partition, start, size, recent)) == expected
-                assert bytes(_read_frames(partition, start, size, _RecentChunks())) == expected
+                assert bytes(_read_frames(service, start, size, recent)) == expected
+                assert bytes(_read_frames(service, start, size, _RecentChunks())) == expected
     finally:
         await service.close()
 
@@ -59,7 +58,7 @@ def test_reads_in_any_order_over_several_chunks_return_the_frames_bytes(
                 await service.appender.append_records(batch, together=True).durable
             recent = _RecentChunks(size=2)
             for start, size in reads:
-                got = _read_frames(service.partition, start, size, recent)
+                got = _read_frames(service, start, size, recent)
                 assert bytes(got) == whole[start:start + size]
         finally:
             await service.close()

@@ -31,7 +31,7 @@ from mainstem.broker.stream_service import PartitionService, Receipt
 from mainstem.broker.streams import StreamStore
 from mainstem.formats.chunk import Chunk, encode_simple_entries
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
-from mainstem.log.partition import DataRemoved, Partition
+from mainstem.log.partition import ChunkLocation, DataRemoved
 
 EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
 EVENT_TYPE = bytes(4)
@@ -104,9 +104,6 @@ class SegmentStore:
 
     # -- names and state -------------------------------------------------------
 
-    def partition(self, name: SegmentName) -> Partition:
-        return self.service(name).partition
-
     def service(self, name: SegmentName) -> PartitionService:
         return self.streams.service(name.namespace, name.stream, name.number)
 
@@ -125,13 +122,13 @@ class SegmentStore:
         self._state[str(name)] = state
 
     def start_offset(self, name: SegmentName) -> int:
-        partition = self.partition(name)
-        physical = segment_byte(partition.first_offset, partition.first_byte)
+        service = self.service(name)
+        physical = segment_byte(service.first_offset, service.first_byte)
         return max(physical, self.truncated_at(name))
 
     def write_offset(self, name: SegmentName) -> int:
-        partition = self.partition(name)
-        return segment_byte(partition.committed_offset, partition.committed_byte)
+        service = self.service(name)
+        return segment_byte(service.committed_offset, service.committed_byte)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -202,15 +199,15 @@ class SegmentStore:
 
     async def read(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
         """Event-frame bytes from `offset`; at the tail, waits up to `tail_wait_s`."""
-        partition = self.partition(name)
+        service = self.service(name)
         if offset < self.start_offset(name):
             raise SegmentTruncated(f"offset {offset} of {name} was truncated")
         if offset >= self.write_offset(name) and not self.is_sealed(name):
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(partition.wait_for(partition.committed_offset),
+                await asyncio.wait_for(service.wait_for(service.committed_offset),
                                        self.tail_wait_s)
         try:
-            data = _read_frames(partition, offset, max_bytes, self._recent)
+            data = _read_frames(service, offset, max_bytes, self._recent)
         except DataRemoved as error:
             raise SegmentTruncated(f"offset {offset} of {name} was removed") from error
         end = self.write_offset(name)
@@ -218,23 +215,19 @@ class SegmentStore:
         return Chunklet(offset, data, at_tail, at_tail and self.is_sealed(name))
 
 
-def _chunk_for(partition: Partition, pos: int) -> tuple[object, int] | None:
+def _chunk_for(service: PartitionService, pos: int) -> ChunkLocation | None:
     """The last committed chunk starting at or before segment byte `pos`."""
-    lo, hi = partition.first_offset, partition.committed_offset
+    lo, hi = service.first_offset, service.committed_offset
     best = None
     while lo < hi:
-        found = partition.find_committed((lo + hi) // 2)
+        found = service.locate((lo + hi) // 2)
         if found is None:
             hi = (lo + hi) // 2
-            continue
-        segment, i = found
-        index = segment.index
-        chunk_id = index.chunk_ids[i]
-        if segment_byte(chunk_id, index.byte_positions[i]) <= pos:
+        elif segment_byte(found.chunk_id, found.first_byte) <= pos:
             best = found
-            lo = chunk_id + index.record_counts[i]
+            lo = found.next_offset
         else:
-            hi = chunk_id
+            hi = found.chunk_id
     return best
 
 
@@ -288,41 +281,40 @@ class _RecentChunks:
 
     def __init__(self, size: int = RECENT_CHUNKS) -> None:
         self._size = size
-        self._chunks: dict[tuple[Partition, int], _ChunkFrames] = {}
+        self._chunks: dict[tuple[PartitionService, int], _ChunkFrames] = {}
 
-    def frames(self, partition: Partition, found: tuple[object, int]) -> tuple[_ChunkFrames, int]:
-        """The frames of chunk `found` (segment, index), and the offset after it."""
-        segment, i = found
-        index = segment.index  # type: ignore[attr-defined]
-        chunk_id = index.chunk_ids[i]
-        key = (partition, chunk_id)
+    def frames(self, service: PartitionService, found: ChunkLocation) -> _ChunkFrames:
+        """The frames of the chunk at `found`."""
+        key = (service, found.chunk_id)
         frames = self._chunks.pop(key, None)
         if frames is None:
-            chunk = segment.read_chunk(i)  # type: ignore[attr-defined]
-            frames = _ChunkFrames(chunk, segment_byte(chunk_id, index.byte_positions[i]))
+            chunk = service.read_chunk(found.chunk_id)
+            if chunk is None:  # retention took it since it was found
+                raise DataRemoved(f"chunk {found.chunk_id} was removed", service.first_byte)
+            frames = _ChunkFrames(chunk, segment_byte(found.chunk_id, found.first_byte))
             if len(self._chunks) >= self._size:
                 del self._chunks[next(iter(self._chunks))]
         self._chunks[key] = frames  # the most recent last
-        return frames, chunk_id + index.record_counts[i]
+        return frames
 
 
-def _read_frames(partition: Partition, pos: int, max_bytes: int,
+def _read_frames(service: PartitionService, pos: int, max_bytes: int,
                  recent: _RecentChunks) -> bytes | memoryview:
     """Up to `max_bytes` of event frames from segment byte `pos`: the frames that overlap
     the range, joined once, then cut to it."""
-    if pos < segment_byte(partition.first_offset, partition.first_byte):
-        raise DataRemoved(f"byte {pos} was removed", partition.first_byte)
-    found = _chunk_for(partition, pos)
+    if pos < segment_byte(service.first_offset, service.first_byte):
+        raise DataRemoved(f"byte {pos} was removed", service.first_byte)
+    found = _chunk_for(service, pos)
     stored: list[bytes | memoryview] = [b""]  # the records' simple entries (length, body)
     first: int | None = None  # the segment byte where the first of them begins
     at, high = pos, pos + max_bytes
     while found is not None and at < high:
-        frames, next_offset = recent.frames(partition, found)
+        frames = recent.frames(service, found)
         begins, entries, at = frames.overlapping(pos, high)
         if entries:
             first = begins if first is None else first
             stored += entries
-        found = partition.find_committed(next_offset, found)  # type: ignore[arg-type]
+        found = service.locate(found.next_offset)
     if first is None:
         return b""
     # An entry is its record's Event frame once the event type goes in front.

@@ -81,6 +81,7 @@ class ChunkLocation:
     send_size: int
     chunk_id: int
     next_offset: int
+    first_byte: int  # the partition's payload byte where the chunk's records begin
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,7 +407,8 @@ class Partition:
         index = segment.index
         file_pos, span = segment.chunk_span(i)
         return ChunkLocation(segment, file_pos, span - index.tail_lengths[i],
-                             index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i])
+                             index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i],
+                             index.byte_positions[i])
 
     def reader(self, offset: int) -> PartitionReader:
         return PartitionReader(self, offset)

@@ -181,9 +181,8 @@ class Projections:
             if stream is None:
                 await asyncio.sleep(POLL_S)
                 continue
-            partition = stream.partitions[0]
             start = self.binders.position(namespace, projection.name)
-            reader = partition.reader(start)
+            reader = stream.services[0].subscribe(start)
             try:
                 while True:
                     chunk = await reader.next_chunk()

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from mainstem.broker.stream_service.appender import Appender
 from mainstem.broker.stream_service.gate import WriteGate
 from mainstem.broker.stream_service.subscription import Subscription
-from mainstem.log.partition import Partition
+from mainstem.formats.chunk import Chunk
+from mainstem.log.partition import ChunkLocation, Partition
 
 
 class PartitionService:
@@ -41,6 +42,29 @@ class PartitionService:
     def committed_chunk_id(self) -> int:
         """First offset of the last visible chunk; -1 when none."""
         return self.partition.committed_chunk_id
+
+    @property
+    def first_byte(self) -> int:
+        """The payload byte where the first record kept begins."""
+        return self.partition.first_byte
+
+    @property
+    def committed_byte(self) -> int:
+        """The payload byte where the first record not yet visible begins."""
+        return self.partition.committed_byte
+
+    def locate(self, offset: int) -> ChunkLocation | None:
+        """The committed chunk holding `offset` (or the next, in a gap), unread; None when
+        nothing is committed there yet. For readers that pick chunks by position."""
+        return self.partition.locate(offset)
+
+    def read_chunk(self, offset: int) -> Chunk | None:
+        """The committed chunk holding `offset`, read (see `locate`)."""
+        return self.partition.read_chunk(offset)
+
+    async def wait_for(self, offset: int) -> None:
+        """Return once a record at or past `offset` is committed."""
+        await self.partition.wait_for(offset)
 
     @property
     def size_bytes(self) -> int:
