@@ -283,6 +283,26 @@ async def test_an_append_is_reported_only_once_its_chunk_is_durable(tmp_path: Pa
     assert seen[0][1] == 1  # and the record was committed
 
 
+async def test_an_append_that_does_not_ask_for_durability_is_settled_unfsynced(
+        tmp_path: Path) -> None:
+    # A queue's journal: fsynced on demand, only for publishes that wait for a confirm.
+    fsyncs: list[float] = []
+    timings = FsyncTimings()
+    timings.observe(fsyncs.append)
+    service = PartitionService(Partition.open(tmp_path / "p", fsync_on_demand=True,
+                                              fsync_timings=timings))
+    unconfirmed = service.appender.append_records([b"a", b"b"], durable=False)
+    service.appender.write_staged()
+    assert unconfirmed.first_offset == 0  # written: the writer knows its offsets
+    await unconfirmed.durable
+    assert fsyncs == [] and service.committed_offset == 0
+    confirmed = service.appender.append_records([b"c"])
+    await confirmed.durable
+    assert len(fsyncs) == 1 and service.committed_offset == 3
+    assert [bytes(r) for _, r in service.read_written(0).records()] == [b"a", b"b"]
+    await service.close()
+
+
 async def test_writers_are_held_while_an_alarm_is_set(tmp_path: Path) -> None:
     alarms = ResourceAlarms()
     gate = WriteGate(alarms)

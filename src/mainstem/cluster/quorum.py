@@ -72,7 +72,7 @@ class QuorumRole(PartitionRole):
             if self._leading.is_set():
                 followed = None  # once following again, it reads the journal anew
                 continue
-            followed = followed or FollowedJournal(self.service.partition)
+            followed = followed or FollowedJournal(self.service)
             try:
                 followed.catch_up()
             except (OSError, DataRemoved, PartitionClosed) as error:

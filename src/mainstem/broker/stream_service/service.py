@@ -3,6 +3,7 @@ the positions they answer queries with. Protocols hold these, never the log's ob
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 
 from mainstem.broker.stream_service.appender import Appender
@@ -28,6 +29,11 @@ class PartitionService:
         """Close the partition, writing first what its appender staged."""
         self.appender.write_staged()
         await self.partition.aclose()
+
+    def delete(self) -> None:
+        """Close the partition at once, dropping what is staged, and remove its files."""
+        self.partition.close()
+        shutil.rmtree(self.partition.directory, ignore_errors=True)
 
     @property
     def first_offset(self) -> int:
@@ -65,6 +71,27 @@ class PartitionService:
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""
         await self.partition.wait_for(offset)
+
+    # -- the writer's own records: a queue keeps its messages in a partition -----------
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next record written gets."""
+        return self.partition.next_offset
+
+    def read_written(self, offset: int) -> Chunk:
+        """The chunk holding `offset`, durable or not yet: for a writer reading back its
+        own records (a queue paging messages in, a new leader replaying its journal),
+        never for readers of the log. DataRemoved when it is gone."""
+        return self.partition.read_written(offset)
+
+    def truncate_before(self, offset: int, *, sync: bool = False) -> int:
+        """Delete the segments wholly below `offset`, whose records the writer settled;
+        how many went. Only durable segments go: `sync` fsyncs first (blocking), so
+        that those written since the last fsync can go too."""
+        if sync:
+            self.partition.flush()
+        return self.partition.truncate_before(offset)
 
     @property
     def size_bytes(self) -> int:

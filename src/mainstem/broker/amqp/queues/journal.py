@@ -101,32 +101,32 @@ class FollowedJournal:
     what is committed, so whole segments below the oldest live message go as they do on
     the leader (a follower's disk would grow for ever otherwise)."""
 
-    def __init__(self, partition: Partition, compact_every: int = COMPACT_EVERY) -> None:
-        self.partition = partition
+    def __init__(self, service: PartitionService, compact_every: int = COMPACT_EVERY) -> None:
+        self.service = service
         self._live = LiveOffsets()
-        self._position = partition.first_offset  # the next offset to read
+        self._position = service.first_offset  # the next offset to read
         self._compact_every = compact_every
         self._settled = 0  # since the last compaction
 
     def catch_up(self) -> None:
         """Read what was committed since the last call; compact when enough settled."""
-        partition = self.partition
-        while self._position < partition.committed_offset:
-            chunk = partition.read_written(self._position)
+        service = self.service
+        while self._position < service.committed_offset:
+            chunk = service.read_written(self._position)
             self._settled += _apply_chunk(chunk, self._live)
             self._position = chunk.next_offset
         if self._settled >= self._compact_every:
             self._settled = 0
             floor = self._live.floor()
-            partition.truncate_before(self._position if floor is None else floor)
+            service.truncate_before(self._position if floor is None else floor)
 
 
 class RecordReader:
     """Reads records back by offset, in increasing order, keeping the last chunk read: a
     queue paging in reads its records a batch at a time, in the order it wrote them."""
 
-    def __init__(self, partition: Partition) -> None:
-        self.partition = partition
+    def __init__(self, service: PartitionService) -> None:
+        self.service = service
         self._chunk: Chunk | None = None
         self._records: Iterator[tuple[int, memoryview]] = iter(())
         self._position = 0  # the offset the iterator yields next
@@ -137,7 +137,7 @@ class RecordReader:
             chunk = self._chunk
             if chunk is None or not chunk.chunk_id <= offset < chunk.next_offset \
                     or offset < self._position:
-                chunk = self._chunk = self.partition.read_written(offset)
+                chunk = self._chunk = self.service.read_written(offset)
                 self._records = chunk.records()
             for at, record in self._records:
                 if at == offset:
@@ -145,7 +145,7 @@ class RecordReader:
                     yield record
                     break
             else:
-                raise LookupError(f"no record {offset} in {self.partition.directory}")
+                raise LookupError(f"no record {offset} in {self.service.partition.directory}")
 
     def forget(self) -> None:
         self._chunk, self._records = None, iter(())
@@ -155,14 +155,14 @@ class QueueJournal:
     """Writes through the partition's Appender, as every writer of a partition does."""
 
     def __init__(self, service: PartitionService) -> None:
-        self.partition = partition = service.partition
+        self.service = service
         self._appender = service.appender
         self._pending: list[QueueMessage] = []
         self._settles: list[int] = []
         self._batch: asyncio.Future[None] | None = None
         self._batch_confirms = False  # someone waits for this batch's fsync
         self._live = LiveOffsets()  # journal offsets of unsettled messages
-        self.reader = RecordReader(partition)
+        self.reader = RecordReader(service)
         self._since_compaction = 0
         # Told of messages the log refused (a full disk): nacked, so not to be delivered.
         self.on_refused: Callable[[list[QueueMessage]], None] | None = None
@@ -179,10 +179,10 @@ class QueueJournal:
     def replay(self) -> Replay:
         """Read every record written (durable or not: a new leader's whole log is the
         queue's) and keep the offsets of the messages not settled, oldest first."""
-        partition, live = self.partition, self._live
-        offset = partition.first_offset
-        while offset < partition.next_offset:
-            chunk = partition.read_written(offset)
+        service, live = self.service, self._live
+        offset = service.first_offset
+        while offset < service.next_offset:
+            chunk = service.read_written(offset)
             _apply_chunk(chunk, live)
             offset = chunk.next_offset
         offsets = array("q", live)  # a second pass reads the survivors' sizes
@@ -255,22 +255,18 @@ class QueueJournal:
         self._since_compaction = 0
         floor = self._live.floor()
         if floor is None:
-            floor = self.partition.next_offset
-        self.partition.flush()  # only durable segments can go; rare: every COMPACT_EVERY
-        self.partition.truncate_before(floor)
+            floor = self.service.next_offset
+        self.service.truncate_before(floor, sync=True)  # rare: every COMPACT_EVERY settles
 
     async def close(self) -> None:
         if self._batch is not None:
             self._flush()
-        await self.partition.aclose()
+        await self.service.close()
 
     def delete(self) -> None:
         """Close and remove the journal's files (the queue was deleted)."""
         self._pending, self._settles = [], []
-        self.partition.close()
-        for path in self.partition.directory.iterdir():
-            path.unlink()
-        self.partition.directory.rmdir()
+        self.service.delete()
 
 
 def _pass_on(done: asyncio.Future[None], batch: asyncio.Future[None]) -> None:

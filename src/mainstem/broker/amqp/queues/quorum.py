@@ -17,7 +17,7 @@ from mainstem.broker.amqp.queues.journal import Replay
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.remote import RemoteQueue
-from mainstem.log.partition import Partition, PartitionClosed
+from mainstem.broker.stream_service import PartitionClosed, PartitionService
 
 # Marks a replicated quorum queue in this node's own record of its vhost's queues: after a
 # restart it comes back as a standby, until the cluster says where it leads.
@@ -62,17 +62,17 @@ class QuorumQueue(ClassicQueue):
         journal = self.journal
         if head is None or journal is None:
             return True
-        partition = journal.partition
-        if head.log_offset is not None and head.log_offset < partition.committed_offset:
+        service = journal.service
+        if head.log_offset is not None and head.log_offset < service.committed_offset:
             return True
         if self._commit_wait is None:
             self._commit_wait = asyncio.get_running_loop().create_task(
-                self._dispatch_when_committed(partition))
+                self._dispatch_when_committed(service))
         return False
 
-    async def _dispatch_when_committed(self, partition: Partition) -> None:
+    async def _dispatch_when_committed(self, service: PartitionService) -> None:
         try:
-            await partition.durable_point()  # all written so far (this turn's included)
+            await service.appender.settled()  # all written so far (this turn's included)
         except (PartitionClosed, OSError):
             return  # stepped down or the disk failed: nothing more goes out from here
         finally:

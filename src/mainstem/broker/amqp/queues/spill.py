@@ -27,11 +27,11 @@ TRUNCATE_EVERY = 4096  # messages read back between attempts to delete old segme
 
 class SpillStore:
     def __init__(self, root: Path) -> None:
-        self.partition = Partition.open(
+        self.service = PartitionService(Partition.open(
             root / uuid.uuid4().hex, durability=DurabilityPolicy(FsyncMode.NEVER),
-            retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES))
-        self._appender = PartitionService(self.partition).appender
-        self._reader = RecordReader(self.partition)
+            retention=RetentionPolicy(max_segment_bytes=SEGMENT_BYTES)))
+        self._appender = self.service.appender
+        self._reader = RecordReader(self.service)
         self._live = LiveOffsets()
         self._since_truncation = 0
 
@@ -57,13 +57,12 @@ class SpillStore:
         if self._since_truncation >= TRUNCATE_EVERY:
             self._since_truncation = 0
             floor = self._live.floor()
-            self.partition.truncate_before(self.partition.next_offset if floor is None
-                                           else floor)
+            self.service.truncate_before(self.service.next_offset if floor is None
+                                         else floor)
         return messages
 
     def delete(self) -> None:
-        self.partition.close()
-        shutil.rmtree(self.partition.directory, ignore_errors=True)
+        self.service.delete()
 
 
 def wipe(root: Path) -> None:
