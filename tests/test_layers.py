@@ -122,6 +122,32 @@ def test_every_import_points_down() -> None:
     assert violations() == []
 
 
+# Inside the broker, partitions are written and read through the stream service. The log's
+# own objects (partitions, segment files, transfers, indexes) are reached only from it and
+# from the modules that open partitions or lay out the data directory.
+LOG_OBJECTS = ("mainstem.log.partition", "mainstem.log.segment_file", "mainstem.log.transfer",
+               "mainstem.log.index", "mainstem.log.guard", "mainstem.log.writer_state")
+OPENS_PARTITIONS = {
+    "mainstem.broker.streams",  # a stream's partitions
+    "mainstem.broker.amqp.queues.journal",  # a durable queue's journal
+    "mainstem.broker.amqp.queues.spill",  # a queue's paged-out messages
+    "mainstem.broker.amqp.queues.manager",  # a quorum queue's journal, for the cluster
+    "mainstem.broker.layout",  # storage names and their migration
+    "mainstem.broker.legacy",  # an older data directory, converted at start
+}
+
+
+def test_the_broker_reaches_partitions_only_through_the_stream_service() -> None:
+    found = []
+    for path in sorted((SOURCE / "broker").rglob("*.py")):
+        module = module_of(path, SOURCE)
+        if module.startswith("mainstem.broker.stream_service") or module in OPENS_PARTITIONS:
+            continue
+        found += [f"{module} imports {name}" for name, _, _ in imports(path, SOURCE)
+                  if name.startswith(LOG_OBJECTS)]
+    assert found == []
+
+
 def test_every_unit_has_its_floor_declared() -> None:
     units = {unit_of(module_of(path, SOURCE)) for path in SOURCE.rglob("*.py")}
     assert units - MAY_IMPORT.keys() == set()

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 
 from mainstem.broker.cluster_view import SegmentSharing
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
-from mainstem.broker.stream_service import PartitionService, Receipt
+from mainstem.broker.stream_service import ChunkLocation, DataRemoved, PartitionService, Receipt
 from mainstem.broker.streams import StreamStore
 from mainstem.formats.chunk import Chunk, encode_simple_entries
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
-from mainstem.log.partition import ChunkLocation, DataRemoved
 
 EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
 EVENT_TYPE = bytes(4)

@@ -24,8 +24,8 @@ import bson
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.events.binders import BINDER, BinderStore
 from mainstem.broker.events.document_matcher import compile_matcher
+from mainstem.broker.stream_service import PartitionClosed
 from mainstem.broker.streams import StreamStore
-from mainstem.log.partition import PartitionClosed
 
 log = logging.getLogger("mainstem.projections")
 FOLDS = ("replace", "merge", "increment")

@@ -11,10 +11,10 @@ from mainstem.broker.stream_service.gate import WriteGate, WritesHeld
 from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
-from mainstem.log.partition import DataRemoved, PartitionClosed
+from mainstem.log.partition import ChunkLocation, DataRemoved, PartitionClosed
 from mainstem.log.transfer import ChunkView
 
 __all__ = [
-    "Appender", "Chunk", "ChunkLimits", "ChunkView", "DataRemoved", "PartitionClosed",
-    "PartitionService", "Receipt", "Subscription", "WriteGate", "WritesHeld",
+    "Appender", "Chunk", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
+    "PartitionClosed", "PartitionService", "Receipt", "Subscription", "WriteGate", "WritesHeld",
 ]
