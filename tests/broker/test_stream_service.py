@@ -291,10 +291,9 @@ async def test_an_append_that_does_not_ask_for_durability_is_settled_unfsynced(
     timings.observe(fsyncs.append)
     service = PartitionService(Partition.open(tmp_path / "p", fsync_on_demand=True,
                                               fsync_timings=timings))
-    unconfirmed = service.appender.append_records([b"a", b"b"], durable=False)
-    service.appender.write_staged()
+    unconfirmed = service.appender.write_records([b"a", b"b"], durable=False)
     assert unconfirmed.first_offset == 0  # written: the writer knows its offsets
-    await unconfirmed.durable
+    assert unconfirmed.durable.done()
     assert fsyncs == [] and service.committed_offset == 0
     confirmed = service.appender.append_records([b"c"])
     await confirmed.durable

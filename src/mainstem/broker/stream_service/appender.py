@@ -25,9 +25,11 @@ from mainstem.logging_setup import describe_error
 log = logging.getLogger("mainstem.broker")
 
 Entry = bytes | memoryview
-# Staged parts up to this many go to the file as they are (one pwritev: the kernel takes
-# at most 1,024 buffers); more, they are smaller than a copy is costly: joined.
+# Staged parts go to the file as they are (one pwritev: the kernel takes at most 1,024
+# buffers) when they are few and large; many or small, one copy costs less than the work
+# per part (its CRC, its buffer): joined.
 MAX_WRITE_PARTS = 64
+MIN_WRITE_PART = 1024  # bytes, on average
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,9 @@ class _Chunk:
             return None
         # Sub-batches inside: the partition counts the records' bytes in the joined data.
         simple = self.all_simple
-        data = parts if simple and len(parts) <= MAX_WRITE_PARTS else b"".join(parts)
+        as_they_are = simple and MIN_WRITE_PART * len(parts) <= self.size and \
+            len(parts) <= MAX_WRITE_PARTS
+        data = parts if as_they_are else b"".join(parts)
         payload = self.size - SIMPLE_ENTRY.size * count if simple else None
         return partition.write(data, count, self.records, payload_bytes=payload,
                                sequences=self.sequences or None,
@@ -169,6 +173,16 @@ class Appender:
             return self._forward(ForwardedAppend(records, False, writer=writer,
                                                  sequence=sequence, together=together))
         return self._append_simple(records, False, writer, sequence, together, durable)
+
+    def write_records(self, records: Sequence[Entry], *, durable: bool = True) -> Receipt:
+        """`append_records`, written now rather than at the end of the turn, so that the
+        receipt's `first_offset` is known on return (a queue's journal, a spill). Not
+        `durable`: the receipt is done on return unless the write failed."""
+        scheduled, self._flushing = self._flushing, True  # no flush to schedule for these
+        receipt = self.append_records(records, durable=durable)
+        self._flushing = scheduled
+        self.write_staged()
+        return receipt
 
     def append_simple_entries(self, entries: Sequence[Entry], *, writer: str | None = None,
                               sequence: int | None = None) -> Receipt:
@@ -382,7 +396,10 @@ class Appender:
                 self._fail(chunks[k:], error)
                 break
             chunk.chunk_id = self.partition.next_offset if appended is None else appended.chunk_id
-            written.append((self.partition.next_offset, chunk))
+            if chunk.durable:
+                written.append((self.partition.next_offset, chunk))
+            elif not chunk.done.done():
+                chunk.done.set_result(None)  # written is all it asked for
         if written:
             self._spawn(self._settle(written))
 
@@ -407,8 +424,7 @@ class Appender:
         """Complete each written chunk's future once it is durable, in order."""
         for k, (mark, chunk) in enumerate(written):
             try:
-                if chunk.durable:
-                    await self.partition.commit(Appended(chunk.chunk_id, mark))
+                await self.partition.commit(Appended(chunk.chunk_id, mark))
             except Exception as error:  # a failed fsync fails every write it covered
                 self._fail([failed for _, failed in written[k:]], error)
                 return

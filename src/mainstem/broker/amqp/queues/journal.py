@@ -235,16 +235,18 @@ class QueueJournal:
         if not records:
             batch.set_result(None)
             return
-        # Written now, not at the end of the turn: the messages need their offsets.
-        receipt = self._appender.append_records(records, durable=confirm)
-        self._appender.write_staged()
-        receipt.durable.add_done_callback(lambda done: _pass_on(done, batch))
-        if receipt.durable.done() and receipt.durable.exception() is not None:
-            # Refused when written (a full disk): the publishers get a nack, the queue
-            # drops them. (A success settles later, once written or durable.)
+        receipt = self._appender.write_records(records, durable=confirm)
+        written = receipt.durable
+        if not written.done():  # a confirm waits for durability
+            written.add_done_callback(lambda done: _pass_on(done, batch))
+        elif (error := written.exception()) is not None:
+            # Refused (a full disk): the publishers get a nack, the queue drops them.
+            batch.set_exception(error)
             if self.on_refused is not None:
                 self.on_refused(live)
             return
+        else:
+            batch.set_result(None)
         for offset, message in enumerate(live, receipt.first_offset):
             message.log_offset = offset
             self._live.add(offset)

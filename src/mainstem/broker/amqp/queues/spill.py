@@ -37,11 +37,10 @@ class SpillStore:
 
     def write(self, messages: Sequence[QueueMessage]) -> int:
         """Write the messages in one go; returns the offset of the first (the others follow)."""
-        receipt = self._appender.append_records([encode_enqueue(m) for m in messages],
-                                                durable=False)
-        self._appender.write_staged()
-        refused = receipt.durable.exception() if receipt.durable.done() else None
-        if refused is not None:  # failed at once, when written: a full disk
+        receipt = self._appender.write_records([encode_enqueue(m) for m in messages],
+                                               durable=False)
+        refused = receipt.durable.exception()
+        if refused is not None:  # a full disk
             raise refused
         first = receipt.first_offset
         for offset in range(first, first + len(messages)):
