@@ -29,6 +29,9 @@ from mainstem.log.transfer import send_range
 log = logging.getLogger("mainstem.cluster")
 
 HEARTBEAT_S = 0.5  # a COMMIT at least this often, so followers see the leader alive
+# Lag checks per lag_timeout: a stopped follower leaves at most lag_timeout / 8 late
+# (0.5 s with the default TTL); each check is one pass over the followers.
+LAG_CHECKS = 8
 
 IsrWriter = Callable[[list[str]], Awaitable[bool]]
 
@@ -102,10 +105,10 @@ class LeaderLog:
             moved.set_result(None)
 
     async def _watch_lag(self) -> None:
-        """Every quarter of `lag_timeout`: note which followers hold all this leader had
+        """Every `lag_timeout / LAG_CHECKS`: note which followers hold all this leader had
         at the previous check, and change the in-sync set if it is due."""
         while True:
-            await asyncio.sleep(self._lag_timeout / 4)
+            await asyncio.sleep(self._lag_timeout / LAG_CHECKS)
             now = time.monotonic()
             for follower, acked in self.acked.items():
                 if acked >= self._mark:  # an idle follower sends no acks, yet keeps up
