@@ -509,6 +509,7 @@ _ENV_VARS = {
     "MAINSTEM_NODE_NAME": "cluster.node_name",
     "MAINSTEM_ADVERTISE_HOST": "cluster.advertise_host",
     "MAINSTEM_REPLICATION_PORT": "cluster.replication_port",
+    "MAINSTEM_LEASE_TTL": "cluster.lease_ttl",
     "MAINSTEM_WORKERS": "server.workers",
     "MAINSTEM_SERVER_PRODUCT": "server_properties.product",
     "MAINSTEM_SERVER_VERSION": "server_properties.version",

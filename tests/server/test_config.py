@@ -259,3 +259,13 @@ def test_embedded_defaults_bind_every_protocol():
     config = ServerConfig.defaults(PROTOCOLS, host="127.0.0.1", port=0)
     assert {listener.port for listener in config.listeners.values()} == {0}
     assert ServerConfig().listener(PROTOCOLS[0]) == ListenerConfig(DEFAULT_HOST, 5552, True)
+
+
+def test_cluster_settings_from_the_environment(tmp_path):
+    env = {"MAINSTEM_CLUSTER": "etcd://10.0.0.5:2379", "MAINSTEM_NODE_NAME": "n1",
+           "MAINSTEM_REPLICATION_PORT": "6553", "MAINSTEM_LEASE_TTL": "9"}
+    cluster = load(tmp_path, env=env).cluster
+    assert (cluster.node_name, cluster.replication_port, cluster.lease_ttl) == ("n1", 6553, 9)
+    assert load(tmp_path, env=env, flags=["--lease-ttl", "3"]).cluster.lease_ttl == 3
+    with pytest.raises(ConfigError, match="MAINSTEM_LEASE_TTL"):
+        load(tmp_path, env={"MAINSTEM_LEASE_TTL": "1"})  # at least 2 s

@@ -3,11 +3,15 @@ the partition's commit point to what every in-sync replica holds durably.
 
 As Kafka's ISR: a chunk is committed once each replica in the in-sync set has acked it,
 and the set must hold a majority of the replica set, so a committed chunk is on a
-majority and any in-sync replica can take over without losing it. A follower that stops
-acking for `lag_timeout` while behind leaves the set (written to etcd before the commit
-point moves on without it); one that catches up joins it again, once it holds both the
-commit point and everything this leader had when elected (Kafka's rule since leader
-epochs: a leader's commit point may lag what was committed before it took over).
+majority and any in-sync replica can take over without losing it. A follower leaves the
+set when it has not caught up, for `lag_timeout`, with where this leader's log ended at
+its previous lag check (Kafka's replica.lag.time.max.ms: a follower that keeps up under
+steady writes, always a chunk or two behind, stays in; one that stopped does not). Every
+laggard leaves in the same change, written to etcd before the commit point moves on
+without them. One that catches up joins again, once it holds both the commit point and
+everything this leader had when elected (Kafka's rule since leader epochs: a leader's
+commit point may lag what was committed before it took over). The leader is always in
+its own set, and the set it wrote is the one it uses: etcd's echo of it is not read back.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from mainstem.log.transfer import send_range
 log = logging.getLogger("mainstem.cluster")
 
 HEARTBEAT_S = 0.5  # a COMMIT at least this often, so followers see the leader alive
+# Lag checks per lag_timeout: a stopped follower leaves at most lag_timeout / 8 late
+# (0.5 s with the default TTL); each check is one pass over the followers.
+LAG_CHECKS = 8
 
 IsrWriter = Callable[[list[str]], Awaitable[bool]]
 
@@ -43,13 +50,19 @@ class LeaderLog:
         # before, so a follower that has this much lacks none of them. Its own commit
         # point may be lower (restarted, see log.commit_point), so it cannot say that.
         self.epoch_start = partition.next_offset
-        self._behind_since: dict[str, float] = {}
+        # Kafka's lastCaughtUpTime: when each follower last held all that this leader had
+        # written as of the previous lag check (`_mark`). A new leader gives each follower
+        # a whole lag_timeout to show it keeps up.
+        now = time.monotonic()
+        self._caught_up = {n: now for n in replicas if n != node}
+        self._mark = partition.next_offset
         self._commit_moved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._isr_task: asyncio.Task[None] | None = None
         self._lag_task = asyncio.get_running_loop().create_task(self._watch_lag())
         partition.commit_limit = partition.committed_offset  # nothing new until acked
         partition.on_durable = lambda _mark: self._recompute()
         self._recompute()
+        self._update_isr()  # a set etcd gave without this leader (a re-election) gains it
 
     @property
     def majority(self) -> int:
@@ -71,10 +84,11 @@ class LeaderLog:
     # -- the commit point --------------------------------------------------------
 
     def on_ack(self, follower: str, offset: int) -> None:
-        self.acked[follower] = max(offset, self.acked.get(follower, 0))
-        if follower not in self.isr and self.acked[follower] >= max(
-                self.partition.committed_offset, self.epoch_start):
-            self._change_isr([*self.isr, follower])
+        acked = self.acked[follower] = max(offset, self.acked.get(follower, 0))
+        if acked >= self._mark:
+            self._caught_up[follower] = time.monotonic()
+        if follower not in self.isr and self._may_join(follower, time.monotonic()):
+            self._update_isr()
         self._recompute()
 
     def _recompute(self) -> None:
@@ -91,32 +105,54 @@ class LeaderLog:
             moved.set_result(None)
 
     async def _watch_lag(self) -> None:
-        """Drop from the in-sync set a follower that has been behind for too long."""
+        """Every `lag_timeout / LAG_CHECKS`: note which followers hold all this leader had
+        at the previous check, and change the in-sync set if it is due."""
         while True:
-            await asyncio.sleep(self._lag_timeout / 4)
-            now, end = time.monotonic(), self.partition.next_offset
+            await asyncio.sleep(self._lag_timeout / LAG_CHECKS)
+            now = time.monotonic()
+            for follower, acked in self.acked.items():
+                if acked >= self._mark:  # an idle follower sends no acks, yet keeps up
+                    self._caught_up[follower] = now
+            self._mark = self.partition.next_offset
+            if self._wanted_isr(now) != self.isr:
+                self._update_isr()
+
+    def _lagging(self, follower: str, now: float) -> bool:
+        return now - self._caught_up.get(follower, now) > self._lag_timeout
+
+    def _may_join(self, follower: str, now: float) -> bool:
+        """Acked this leader (not merely never heard from), keeps up, and holds every
+        chunk committed, before this leader's election too."""
+        return (follower in self.acked and not self._lagging(follower, now)
+                and self.acked[follower] >= max(self.partition.committed_offset,
+                                                self.epoch_start))
+
+    def _wanted_isr(self, now: float) -> list[str]:
+        """The set as it should be now: this leader, the members keeping up, and the
+        followers that may join (in that order, so an unchanged set compares equal)."""
+        keep = [n for n in self.isr if n == self.node or not self._lagging(n, now)]
+        if self.node not in keep:
+            keep.insert(0, self.node)
+        return keep + [n for n in self.replicas
+                       if n not in keep and n != self.node and self._may_join(n, now)]
+
+    def _update_isr(self) -> None:
+        """Bring the set to what it should be. One writer at a time: a change decided
+        while one is being written is picked up when that write is done."""
+        if self._isr_task is None or self._isr_task.done():
+            self._isr_task = asyncio.get_running_loop().create_task(self._write_changes())
+
+    async def _write_changes(self) -> None:
+        """Record each new in-sync set in etcd, then use it: never commit on a set etcd
+        does not know, or a new leader could be chosen outside it."""
+        while (isr := self._wanted_isr(time.monotonic())) != self.isr:
+            if not await self._write_isr(isr):
+                return  # no longer leading, or etcd away: the next lag check tries again
             for follower in self.isr:
-                if follower == self.node or self.acked.get(follower, 0) >= end:
-                    self._behind_since.pop(follower, None)
-                    continue
-                since = self._behind_since.setdefault(follower, now)
-                if now - since > self._lag_timeout:
+                if follower not in isr:
                     log.warning("replica.out_of_sync", extra={
                         "follower": follower, "partition": str(self.partition.directory)})
-                    self._change_isr([n for n in self.isr if n != follower])
-                    break
-
-    def _change_isr(self, isr: list[str]) -> None:
-        """Record a new in-sync set in etcd, then use it: never commit on a set etcd does
-        not know, or a new leader could be chosen outside it."""
-        if self._isr_task is not None and not self._isr_task.done():
-            return  # one change at a time; the next ack or lag check retries
-        self._isr_task = asyncio.get_running_loop().create_task(self._apply_isr(isr))
-
-    async def _apply_isr(self, isr: list[str]) -> None:
-        if await self._write_isr(isr):
             self.isr = isr
-            self._behind_since.clear()
             self._recompute()
 
     # -- feeding one follower ------------------------------------------------------

@@ -32,6 +32,14 @@ log = logging.getLogger("mainstem.cluster")
 PREFERRED_HEAD_START_S = 1.0  # others stand only if the preferred leader has not
 
 
+def successor_isr(isr: list[str], candidate: str, last_leader: str | None) -> list[str]:
+    """The in-sync set a candidate writes with its election: without the previous leader
+    (it may have died holding chunks no one else acked), unless the candidate is that
+    leader back again (its lease lapsed while etcd was away): it holds its own log."""
+    kept = [n for n in isr if n != last_leader or n == candidate]
+    return kept if candidate in kept else [candidate, *kept]
+
+
 class PartitionRole:
     def __init__(self, node: ClusterNode, storage: str, index: int, service: PartitionService,
                  record: dict[str, Any]) -> None:
@@ -148,7 +156,7 @@ class PartitionRole:
                 return
         await asyncio.sleep(random.uniform(0, 0.2))  # spread rivals' transactions
         epoch = self.epoch + 1
-        isr = [n for n in self.isr if n != self._last_leader] or [me]
+        isr = successor_isr(self.isr, me, self._last_leader)
         value = json.dumps({"node": me, "epoch": epoch}).encode()
         won = await self.node.etcd.txn(
             [Compare(self._key("leaders"), "CREATE", 0),
@@ -186,10 +194,10 @@ class PartitionRole:
         self.took_lead()
         self._leading.set()
         try:
+            # The in-sync set is the leader's own from here on (only it writes the key):
+            # what the watch brings back is an echo, maybe of an older change.
             while self.leader_node == self.node.node_name and self._holds_lease():
                 self.changed.clear()
-                leader.isr = [n for n in self.isr if n in self.replicas]
-                leader.on_ack(self.node.node_name, 0)  # the set may have changed: recompute
                 await self.changed.wait()
         finally:
             self._leading.clear()
