@@ -566,7 +566,7 @@ class FirstBytesReader(asyncio.StreamReader):
         self._checked = False
         self._refused = False
         self._mismatch: tuple[str, bytes] | None = None  # (what arrived, its first bytes)
-        self._log: logging.LoggerAdapter | None = None
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
         if self.first_bytes(bytes(data)):
@@ -590,7 +590,7 @@ class FirstBytesReader(asyncio.StreamReader):
             self._refused = True
             self.feed_eof()
 
-    def on_wrong_protocol(self, connection_log: logging.LoggerAdapter) -> None:
+    def on_wrong_protocol(self, connection_log: logging.LoggerAdapter[logging.Logger]) -> None:
         """Log a mismatch through the connection's log (its fields: listener, peer)."""
         self._log = connection_log
         self._report()
