@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from mainstem import __version__
@@ -60,7 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_CANNOT_START
-    return args.run(args)
+    run: Callable[[argparse.Namespace], int] = args.run  # set by the command's parser
+    return run(args)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
-class ContextLog(logging.LoggerAdapter):
+class ContextLog(logging.LoggerAdapter[logging.Logger]):
     """Adds fixed fields (listener, conn_id, peer, user, ...) to every record it logs.
 
     Fields given at the call site with `extra=` win over the bound ones.

@@ -21,7 +21,7 @@ import socket
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, SupportsIndex
+from typing import IO, TYPE_CHECKING, SupportsIndex
 from urllib.parse import quote
 
 from mainstem.admin.registry import ConnectionRegistry, socket_traffic
@@ -38,6 +38,9 @@ from mainstem.protocols.base import ConnectionContext, ProtocolSpec
 from mainstem.protocols.sniff import HEAD_SIZE, identify
 from mainstem.tls import server_context
 from mainstem.workers import Workers
+
+if TYPE_CHECKING:  # the admin site imports aiohttp when it starts
+    from aiohttp import web
 
 log = logging.getLogger("mainstem.server")
 connection_log = logging.getLogger("mainstem.connection")
@@ -121,14 +124,14 @@ class Broker:
         self._core: BrokerCore | None = None
         self.cluster: ClusterNode | None = None
         self._servers: list[asyncio.Server] = []
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[asyncio.Task[None]] = set()
         self._conn_ids = itertools.count(1)
         self._closing = asyncio.Event()  # renewed by start(); handed to every connection
         self.connections = ConnectionRegistry()  # what the management API lists and closes
         self.alarm_monitor: AlarmMonitor | None = None
-        self._background: list[asyncio.Task] = []
+        self._background: list[asyncio.Task[None]] = []
         self.workers: Workers | None = None  # with config.workers: the decoding processes
-        self._admin_runners: list = []  # the aiohttp AppRunner of the admin sites
+        self._admin_runners: list[web.AppRunner] = []  # the aiohttp AppRunner of the admin sites
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self._handshakes = Handshakes(0, 0)  # connections not logged in, set by start()
         self.ports: dict[str, int] = {}
@@ -267,7 +270,8 @@ class Broker:
         sees plain streams either way: asyncio runs the TLS layer."""
         name = spec.name + TLS_SUFFIX if tls is not None else spec.name
 
-        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        async def on_connection(reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
             await self._serve_connection(spec, reader, writer, name)
 
         loop = asyncio.get_running_loop()
@@ -486,7 +490,8 @@ class _Handshake:
     RabbitMQ's handshake_timeout does: a silent socket must not hold a descriptor. The
     budget of connections not logged in may evict it earlier."""
 
-    def __init__(self, ctx: ConnectionContext, task: asyncio.Task, timeout_s: float) -> None:
+    def __init__(self, ctx: ConnectionContext, task: asyncio.Task[None], timeout_s: float
+                 ) -> None:
         self.ended_by: str | None = None  # the outcome, once this cancelled the connection
         self._ctx = ctx
         self._task = task
@@ -566,7 +571,7 @@ class FirstBytesReader(asyncio.StreamReader):
         self._checked = False
         self._refused = False
         self._mismatch: tuple[str, bytes] | None = None  # (what arrived, its first bytes)
-        self._log: logging.LoggerAdapter | None = None
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
         if self.first_bytes(bytes(data)):
@@ -590,7 +595,7 @@ class FirstBytesReader(asyncio.StreamReader):
             self._refused = True
             self.feed_eof()
 
-    def on_wrong_protocol(self, connection_log: logging.LoggerAdapter) -> None:
+    def on_wrong_protocol(self, connection_log: logging.LoggerAdapter[logging.Logger]) -> None:
         """Log a mismatch through the connection's log (its fields: listener, peer)."""
         self._log = connection_log
         self._report()

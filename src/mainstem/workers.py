@@ -77,7 +77,7 @@ class Worker:
         """`decode_publishes(request)`, computed by the worker (here, once it is lost)."""
         if self.lost or self._writer is None:
             return decode_publishes(request)
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending.append((future, request))
         self._writer.write(LENGTH.pack(len(request)))
         self._writer.write(request)

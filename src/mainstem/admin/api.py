@@ -15,7 +15,7 @@ from bson import json_util
 from mainstem import __version__
 from mainstem.admin.connections import consumer_rows
 from mainstem.admin.listing import list_response
-from mainstem.admin.resources import NODE, RABBITMQ_VERSION
+from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.state import (
     OVERVIEW,
     USER,
@@ -36,6 +36,7 @@ from mainstem.broker.catalog import UserRecord
 from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
+from mainstem.protocols.identity import NODE
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
@@ -292,9 +293,10 @@ async def delete_permission(request: web.Request) -> web.Response:
 # -- queues, exchanges, bindings (from every provider) ----------------------------
 
 
-def _merged(request: web.Request, kind: str) -> list[dict]:
+def _merged(request: web.Request, kind: str) -> list[dict[str, Any]]:
     state, vhost = state_of(request), vhost_of(request)
-    rows = [row for provider in state.providers for row in getattr(provider, kind)(vhost)]
+    rows: list[dict[str, Any]] = [row for provider in state.providers
+                                  for row in getattr(provider, kind)(vhost)]
     if kind != "bindings":
         for row in rows:
             add_message_stats(state, kind[:-1], row)

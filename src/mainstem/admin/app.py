@@ -12,7 +12,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +40,8 @@ _REALM = 'Basic realm="mainstem management"'
 CONSOLE_HEADER = "X-Mainstem-Console"
 _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# What app.cleanup_ctx runs: set up until its yield, clean up after it.
+CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
                 health.routes, policies.routes, inventory.routes, _own_routes)
@@ -79,8 +81,8 @@ async def _console_index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(CONSOLE_DIR / "index.html")
 
 
-def _sampling(state: shared.AdminState):
-    async def lifetime(app: web.Application):
+def _sampling(state: shared.AdminState) -> CleanupContext:
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
         async def run() -> None:
             while True:
                 state.sample()
@@ -95,9 +97,9 @@ def _sampling(state: shared.AdminState):
     return lifetime
 
 
-def _forgetting_deleted_streams(state: shared.AdminState):
+def _forgetting_deleted_streams(state: shared.AdminState) -> CleanupContext:
     """A deleted stream's delivery counters go with it, so /metrics lists live streams."""
-    async def lifetime(app: web.Application):
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
         stats = state.core.delivery_stats
         unwatch = state.core.streams.watch(lambda stream: stats.forget(stream.namespace,
                                                                        stream.name))

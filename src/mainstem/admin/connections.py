@@ -9,7 +9,6 @@ from aiohttp import web
 
 from mainstem.admin.listing import list_response
 from mainstem.admin.registry import Connection, ConnectionRegistry
-from mainstem.admin.resources import NODE
 from mainstem.admin.state import (
     AdminState,
     channel_key,
@@ -19,6 +18,7 @@ from mainstem.admin.state import (
     vhost_of,
 )
 from mainstem.broker.errors import NotFound
+from mainstem.protocols.identity import NODE
 
 routes = web.RouteTableDef()
 
@@ -39,7 +39,7 @@ async def list_connections(request: web.Request) -> web.Response:
                                    if vhost is None or c.ctx.namespace == vhost])
 
 
-def _connection(request: web.Request):
+def _connection(request: web.Request) -> Connection:
     name = request.match_info["name"]
     connection = state_of(request).connections.find(name)
     if connection is None:

@@ -147,14 +147,14 @@ def _set_permissions(client: Client, args: argparse.Namespace) -> None:
                 {"configure": args.configure, "write": args.write, "read": args.read})
 
 
-def _list_streams(client: Client, args: argparse.Namespace) -> list[dict]:
-    rows = client.call("GET", _in_vhost(args, "streams"))
+def _list_streams(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = client.call("GET", _in_vhost(args, "streams"))
     for row in rows:
         row["partition_count"] = len(row["partitions"])
     return rows
 
 
-def _stream_replicas(client: Client, args: argparse.Namespace) -> list[dict]:
+def _stream_replicas(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
     """One row per partition: where it lives in a cluster, and how far behind each
     follower is (known to the node that leads it: ask that node for lag)."""
     rows = []
@@ -223,10 +223,11 @@ def _import_definitions(client: Client, args: argparse.Namespace) -> None:
     client.call("POST", _in_vhost(args, "definitions"), definitions)
 
 
-def _lag(client: Client, args: argparse.Namespace) -> list[dict]:
-    if args.stream:
-        return client.call("GET", f"/api/streams/{_q(args.vhost)}/{_q(args.stream)}/offsets")
-    return client.call("GET", "/api/consumer-offsets")
+def _lag(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+    path = (f"/api/streams/{_q(args.vhost)}/{_q(args.stream)}/offsets" if args.stream
+            else "/api/consumer-offsets")
+    rows: list[dict[str, Any]] = client.call("GET", path)
+    return rows
 
 
 def _list(collection: str) -> Callable[[Client, argparse.Namespace], Any]:
@@ -454,7 +455,7 @@ def run_ctl(args: argparse.Namespace) -> int:
 _SILENT = (_export_definitions,)  # their output is the definitions themselves
 
 
-def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
     cells = [[title for title, _ in columns]]
     for row in rows:
         cells.append([_cell(_lookup(row, key)) for _, key in columns])
@@ -464,7 +465,7 @@ def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> st
                      for line in cells)
 
 
-def _lookup(row: dict, key: str) -> object:
+def _lookup(row: dict[str, Any], key: str) -> object:
     value: object = row
     for part in key.split("."):
         value = value.get(part) if isinstance(value, dict) else None

@@ -11,11 +11,11 @@ from aiohttp import web
 from cryptography import x509
 
 from mainstem.admin.objects import virtual_host
-from mainstem.admin.resources import NODE
 from mainstem.admin.state import state_of
 from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import InvalidArgument
 from mainstem.protocols.amqp091.properties import EMPTY_PROPERTIES, to_stream_record
+from mainstem.protocols.identity import NODE
 
 routes = web.RouteTableDef()
 # RabbitMQ's protocol names -> mainstem's listener names (mainstem's own pass as they are)

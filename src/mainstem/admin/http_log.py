@@ -20,7 +20,7 @@ MAX_LINES = 10
 INTERVAL_S = 60.0
 
 
-class HttpServerLog(logging.LoggerAdapter):
+class HttpServerLog(logging.LoggerAdapter[logging.Logger]):
     """The `logger` of one aiohttp server."""
 
     def __init__(self, logger: logging.Logger, max_lines: int = MAX_LINES,
@@ -62,5 +62,6 @@ def _exception(exc_info: object) -> BaseException | None:
     if isinstance(exc_info, BaseException):
         return exc_info
     if isinstance(exc_info, tuple):
-        return exc_info[1]
+        value: BaseException | None = exc_info[1]  # (type, value, traceback)
+        return value
     return sys.exc_info()[1] if exc_info else None

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from mainstem.admin.resources import NODE
 from mainstem.admin.state import state_of
 from mainstem.broker.errors import NotFound
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group
 from mainstem.broker.segment_store import SegmentName
+from mainstem.protocols.identity import NODE
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import platform
 import resource
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,17 +34,21 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mainstem import __version__
-from mainstem.admin.api import AdminState, consumer_offsets, projection_rows
+from mainstem.admin.api import consumer_offsets, projection_rows
 from mainstem.admin.registry import Connection
-from mainstem.admin.resources import NODE
+from mainstem.admin.state import AdminState
 from mainstem.broker.alarms import DISK, MEMORY, measure
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.segment_store import SegmentName
+from mainstem.protocols.base import ChannelView
+from mainstem.protocols.identity import NODE
 
 _FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 AMQP091, STREAM = "amqp091", "stream"  # RabbitMQ's values of the `protocol` label
 _PROTOCOLS = (AMQP091, STREAM)  # RabbitMQ exports its global counters for each, even at 0
 Row = tuple[list[str], float]
+# A channel's sample, from the channel and its describe() row.
+ChannelValue = Callable[[ChannelView, dict[str, Any]], int]
 
 # rabbitmq_channel_<name>_total -> the MessageStats field it reads
 _CHANNEL_COUNTERS = {
@@ -109,7 +113,7 @@ class Metrics:
     async def handle_per_object(self, request: web.Request) -> web.Response:
         return _exposition(self.per_object_registry)
 
-    async def lifetime(self, app: web.Application):
+    async def lifetime(self, app: web.Application) -> AsyncIterator[None]:
         unobserve = self._state.core.fsync_timings.observe(self.fsync_seconds.observe)
         yield
         unobserve()
@@ -141,6 +145,24 @@ class _QueueRow:
     consumers: int
     published: int
     ready_bytes: int
+
+
+# Per series: its family, name, help text and each queue's value.
+_QUEUE_SERIES: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str,
+                           Callable[[_QueueRow], int]], ...] = (
+    (GaugeMetricFamily, "rabbitmq_queue_messages_ready",
+     "Messages ready to be delivered to consumers", lambda q: q.ready),
+    (GaugeMetricFamily, "rabbitmq_queue_messages_unacked",
+     "Messages delivered to consumers but not yet acknowledged", lambda q: q.unacked),
+    (GaugeMetricFamily, "rabbitmq_queue_messages",
+     "Sum of ready and unacknowledged messages", lambda q: q.ready + q.unacked),
+    (GaugeMetricFamily, "rabbitmq_queue_messages_ready_bytes",
+     "Size in bytes of ready messages", lambda q: q.ready_bytes),
+    (GaugeMetricFamily, "rabbitmq_queue_consumers",
+     "Consumers on a queue", lambda q: q.consumers),
+    (CounterMetricFamily, "rabbitmq_queue_messages_published_total",
+     "Total number of messages published to queues", lambda q: q.published),
+)
 
 
 class _RabbitCollector:
@@ -252,19 +274,7 @@ class _RabbitCollector:
     def _queues(self, connections: list[Connection]) -> Iterator[Metric]:
         rows = self._queue_rows(connections)
         labels = ["vhost", "queue"]
-        for kind, name, documentation, value_of in (
-                (GaugeMetricFamily, "rabbitmq_queue_messages_ready",
-                 "Messages ready to be delivered to consumers", lambda q: q.ready),
-                (GaugeMetricFamily, "rabbitmq_queue_messages_unacked",
-                 "Messages delivered to consumers but not yet acknowledged", lambda q: q.unacked),
-                (GaugeMetricFamily, "rabbitmq_queue_messages",
-                 "Sum of ready and unacknowledged messages", lambda q: q.ready + q.unacked),
-                (GaugeMetricFamily, "rabbitmq_queue_messages_ready_bytes",
-                 "Size in bytes of ready messages", lambda q: q.ready_bytes),
-                (GaugeMetricFamily, "rabbitmq_queue_consumers",
-                 "Consumers on a queue", lambda q: q.consumers),
-                (CounterMetricFamily, "rabbitmq_queue_messages_published_total",
-                 "Total number of messages published to queues", lambda q: q.published)):
+        for kind, name, documentation, value_of in _QUEUE_SERIES:
             yield _family(kind, name, documentation, labels,
                           [([q.vhost, q.name], value_of(q)) for q in rows], self._per_object)
 
@@ -272,7 +282,7 @@ class _RabbitCollector:
         described = [(c, c.describe()) for c in connections]
         labels = ["vhost", "connection", "protocol"]
 
-        def rows(value_of) -> list[Row]:
+        def rows(value_of: Callable[[Connection, dict[str, Any]], int]) -> list[Row]:
             return [([c.ctx.namespace or "", c.name, c.ctx.listener], value_of(c, row))
                     for c, row in described]
 
@@ -292,7 +302,7 @@ class _RabbitCollector:
                 for channel in c.ctx.channels.values()]
         labels = ["vhost", "channel"]
 
-        def rows(value_of: Callable[[Any, dict], int]) -> list[Row]:
+        def rows(value_of: ChannelValue) -> list[Row]:
             return [([c.ctx.namespace or "", f"{c.name} ({row['number']})"],
                      value_of(channel, row)) for c, channel, row in live]
 
@@ -353,12 +363,12 @@ class _RabbitCollector:
             yield gauge
 
 
-def _described(key: str) -> Callable[[Any, dict], int]:
+def _described(key: str) -> ChannelValue:
     """A channel's value from its describe() row."""
     return lambda channel, row: row[key]
 
 
-def _counted(field: str) -> Callable[[Any, dict], int]:
+def _counted(field: str) -> ChannelValue:
     """A channel's count from its MessageStats."""
     return lambda channel, row: getattr(channel.stats, field)
 

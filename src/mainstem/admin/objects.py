@@ -41,7 +41,7 @@ def created() -> web.Response:
 
 
 def flag(body: dict[str, Any], key: str, default: bool) -> bool:
-    value = body.get(key, default)
+    value: object = body.get(key, default)
     if isinstance(value, bool):
         return value
     if value in ("true", "false"):
@@ -137,7 +137,7 @@ async def get_messages(request: web.Request) -> web.Response:
 
 def _count(value: object, key: str, minimum: int = 1) -> int:
     try:
-        number = int(value)  # type: ignore[call-overload]
+        number: int = int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         raise InvalidArgument(f"{key} must be an integer") from None
     if number < minimum:

@@ -48,7 +48,7 @@ def socket_traffic(writer: asyncio.StreamWriter) -> dict[str, int]:
 class Connection:
     conn_id: int
     ctx: ConnectionContext
-    task: asyncio.Task
+    task: asyncio.Task[None]
     local: str
     opened_at_ms: int
 
@@ -88,7 +88,8 @@ class ConnectionRegistry:
     def __init__(self) -> None:
         self._connections: dict[int, Connection] = {}
 
-    def add(self, conn_id: int, ctx: ConnectionContext, task: asyncio.Task, local: str) -> None:
+    def add(self, conn_id: int, ctx: ConnectionContext, task: asyncio.Task[None], local: str
+            ) -> None:
         self._connections[conn_id] = Connection(
             conn_id, ctx, task, local, int(time.time() * 1000)
         )

@@ -21,6 +21,7 @@ from mainstem.broker.cluster_view import ClusterView, PartitionStatus
 from mainstem.protocols.identity import NODE
 
 if TYPE_CHECKING:
+    from mainstem.broker.amqp.queues.virtual_host import VirtualHost
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.streams import Stream
 
@@ -29,9 +30,9 @@ RABBITMQ_VERSION = "4.0.0"
 
 
 class ResourceProvider(Protocol):
-    def queues(self, vhost: str | None) -> list[dict]: ...
-    def exchanges(self, vhost: str | None) -> list[dict]: ...
-    def bindings(self, vhost: str | None) -> list[dict]: ...
+    def queues(self, vhost: str | None) -> list[dict[str, Any]]: ...
+    def exchanges(self, vhost: str | None) -> list[dict[str, Any]]: ...
+    def bindings(self, vhost: str | None) -> list[dict[str, Any]]: ...
 
     async def delete_queue(self, vhost: str, name: str) -> bool:
         """Delete the queue if this provider owns it; False if it does not."""
@@ -86,7 +87,7 @@ class StreamQueues:
         return members(cluster, None if cluster is None else
                        cluster.status(stream.namespace, stream.name, 0))
 
-    def queues(self, vhost: str | None) -> list[dict]:
+    def queues(self, vhost: str | None) -> list[dict[str, Any]]:
         rows = []
         for stream in self._core.streams.list(vhost):
             messages = sum(p.committed_offset - p.first_offset for p in stream.partitions)
@@ -110,10 +111,10 @@ class StreamQueues:
             })
         return rows
 
-    def exchanges(self, vhost: str | None) -> list[dict]:
+    def exchanges(self, vhost: str | None) -> list[dict[str, Any]]:
         return []
 
-    def bindings(self, vhost: str | None) -> list[dict]:
+    def bindings(self, vhost: str | None) -> list[dict[str, Any]]:
         return []
 
     async def delete_queue(self, vhost: str, name: str) -> bool:
@@ -129,7 +130,7 @@ class ClassicQueues:
     def __init__(self, core: BrokerCore) -> None:
         self._core = core
 
-    def _vhosts(self, vhost: str | None) -> list:
+    def _vhosts(self, vhost: str | None) -> list[VirtualHost]:
         """Every namespace as a virtual host, with its predeclared amq.* exchanges even
         before an AMQP client used it."""
         names = [vhost] if vhost is not None else [ns.name for ns in self._core.catalog
@@ -138,7 +139,7 @@ class ClassicQueues:
         return [queues.vhost(name) for name in names
                 if self._core.catalog.get_namespace(name) is not None]
 
-    def queues(self, vhost: str | None) -> list[dict]:
+    def queues(self, vhost: str | None) -> list[dict[str, Any]]:
         cluster = self._core.cluster
         return [{
             "name": queue.name,
@@ -161,7 +162,7 @@ class ClassicQueues:
                if cluster is not None and isinstance(queue, REPLICATED_QUEUES) else {}),
         } for host in self._vhosts(vhost) for queue in host.queues.values()]
 
-    def exchanges(self, vhost: str | None) -> list[dict]:
+    def exchanges(self, vhost: str | None) -> list[dict[str, Any]]:
         return [{
             "name": exchange.name,
             "vhost": host.name,
@@ -172,10 +173,10 @@ class ClassicQueues:
             "arguments": dict(exchange.arguments),
         } for host in self._vhosts(vhost) for exchange in host.graph.exchanges()]
 
-    def bindings(self, vhost: str | None) -> list[dict]:
+    def bindings(self, vhost: str | None) -> list[dict[str, Any]]:
         """Each queue's implicit binding from the default exchange first, as RabbitMQ
         lists them, then the declared ones."""
-        rows: list[dict] = []
+        rows: list[dict[str, Any]] = []
         for host in self._vhosts(vhost):
             rows.extend(_binding_row(host.name, "", name, "queue", name, {})
                         for name in host.queues)
@@ -195,6 +196,6 @@ class ClassicQueues:
 
 
 def _binding_row(vhost: str, source: str, destination: str, kind: str, routing_key: str,
-                 arguments: dict) -> dict:
+                 arguments: dict[str, Any]) -> dict[str, Any]:
     return {"source": source, "vhost": vhost, "destination": destination,
             "destination_type": kind, "routing_key": routing_key, "arguments": arguments}

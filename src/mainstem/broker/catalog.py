@@ -406,7 +406,8 @@ class Catalog(ChangeNotifier):
 
     def _row(self, sql: str, params: Iterable[Any]) -> tuple[Any, ...] | None:
         with self._lock:
-            return self._db.execute(sql, tuple(params)).fetchone()
+            row: tuple[Any, ...] | None = self._db.execute(sql, tuple(params)).fetchone()
+            return row
 
     # -- namespaces ---------------------------------------------------------------
 

@@ -130,7 +130,7 @@ class EventsClient:
 
     async def _request(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         request_id = next(self._request_ids)
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         await self._send(kind, {**body, "rID": request_id})
         response = await future
@@ -256,19 +256,25 @@ class EventsClient:
             self._queries.pop(query_id, None)
 
     async def find_by_id(self, binder: str, doc_id: Any) -> dict[str, Any] | None:
-        return (await self._request("FINDBYID", {"binder": binder, "docID": doc_id}))["result"]
+        response = await self._request("FINDBYID", {"binder": binder, "docID": doc_id})
+        document: dict[str, Any] | None = response["result"]
+        return document
 
     async def list_binders(self) -> list[str]:
-        return (await self._request("LISTBINDERS", {}))["binders"]
+        binders: list[str] = (await self._request("LISTBINDERS", {}))["binders"]
+        return binders
 
     async def create_binder(self, name: str) -> bool:
-        return (await self._request("CREATEBINDER", {"name": name}))["exists"]
+        existed: bool = (await self._request("CREATEBINDER", {"name": name}))["exists"]
+        return existed
 
     async def list_channels(self) -> list[str]:
-        return (await self._request("LISTCHANNELS", {}))["channels"]
+        channels: list[str] = (await self._request("LISTCHANNELS", {}))["channels"]
+        return channels
 
     async def create_channel(self, name: str) -> bool:
-        return (await self._request("CREATECHANNEL", {"name": name}))["exists"]
+        existed: bool = (await self._request("CREATECHANNEL", {"name": name}))["exists"]
+        return existed
 
     async def create_projection(self, name: str, channel: str, binder: str, id_field: str,
                                 fold: str = "merge", matcher: dict[str, Any] | None = None
@@ -278,7 +284,8 @@ class EventsClient:
 
     async def begin_load(self, binder: str) -> str:
         """Start a bulk load into `binder` (discarding an unfinished earlier one)."""
-        return (await self._request("BEGINLOAD", {"binder": binder}))["loadID"]
+        load_id: str = (await self._request("BEGINLOAD", {"binder": binder}))["loadID"]
+        return load_id
 
     async def load_documents(self, load_id: str, documents: list[tuple[Any, dict[str, Any]]]
                              ) -> None:
@@ -295,7 +302,8 @@ class EventsClient:
         body = _projection(name, channel, binder, id_field, fold, matcher)
         response = await self._request("HANDOVER", {**body, "loadID": load_id,
                                                     "position": position})
-        return response["documents"]
+        documents: int = response["documents"]
+        return documents
 
     async def ping(self) -> None:
         await self._request("PING", {})

@@ -11,8 +11,11 @@ import asyncio
 import contextlib
 import uuid
 from collections import deque
+from typing import TypeVar
 
 from mainstem.protocols.segment import codec as c
+
+_M = TypeVar("_M", bound=c.Message)
 
 
 class SegmentClientError(Exception):
@@ -78,7 +81,7 @@ class SegmentClient:
                         self._last_error = message
                     await self.replies.put(message)
 
-    async def expect(self, kind: type[c.Message], timeout: float = 10) -> c.Message:
+    async def expect(self, kind: type[_M], timeout: float = 10) -> _M:
         reply = await asyncio.wait_for(self.replies.get(), timeout)
         if not isinstance(reply, kind):
             raise SegmentClientError(reply)
@@ -106,11 +109,11 @@ class SegmentClient:
 
     async def info(self, segment: str) -> c.StreamSegmentInfo:
         self.send(c.GetStreamSegmentInfo(self._next_id(), segment))
-        return await self.expect(c.StreamSegmentInfo)  # type: ignore[return-value]
+        return await self.expect(c.StreamSegmentInfo)
 
     async def read(self, segment: str, offset: int, length: int = 1 << 20) -> c.SegmentRead:
         self.send(c.ReadSegment(segment, offset, length))
-        return await self.expect(c.SegmentRead, timeout=60)  # type: ignore[return-value]
+        return await self.expect(c.SegmentRead, timeout=60)
 
     async def read_all(self, segment: str, offset: int = 0) -> bytes:
         """Every byte from `offset` to the current tail."""
@@ -146,7 +149,7 @@ class Appender:
     async def setup(self) -> int:
         self.client.send(c.SetupAppend(self.connection_id, self.segment))
         reply = await self.client.expect(c.AppendSetup)
-        level = reply.ack_level  # type: ignore[attr-defined]
+        level = reply.ack_level
         self.client.acks[self.connection_id] = level
         self._forget(level)
         if not self.unacked:

@@ -43,7 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from struct import Struct
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 MAX_DEPTH = 64  # compound/described nesting; deeper is hostile and would exhaust the stack
 # Zero-width array elements (null, true, list0...) cost no bytes, so a tiny array could claim
@@ -133,7 +135,7 @@ class Described:
     value: Any
 
 
-class Array(list):
+class Array(list[Any]):
     """An AMQP array: elements share one type. ``code`` is the element constructor seen when
     decoding; encoding only uses it to type an empty array (non-empty ones are typed by their
     first element)."""
@@ -509,9 +511,9 @@ def _encode_value(out: bytearray, value: Any) -> None:
 
 def _timestamp_ms(value: Any) -> int:
     if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.UTC)  # naive means UTC
-        return (value - _EPOCH) // datetime.timedelta(milliseconds=1)
+        naive = value.tzinfo is None
+        aware = value.replace(tzinfo=datetime.UTC) if naive else value  # naive means UTC
+        return (aware - _EPOCH) // datetime.timedelta(milliseconds=1)
     return int(value)
 
 
@@ -1034,7 +1036,7 @@ def _set_section(message: Message, code: int, value: Any) -> None:
         message.footer = value
 
 
-def _guarded(parse: Callable[[memoryview], Any], buf: bytes | bytearray | memoryview) -> Any:
+def _guarded(parse: Callable[[memoryview], _T], buf: bytes | bytearray | memoryview) -> _T:
     try:
         return parse(_view(buf))
     except Amqp10DecodeError:

@@ -38,7 +38,7 @@ class ConnectionContext:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     limits: ConnectionLimits
-    log: logging.LoggerAdapter
+    log: logging.LoggerAdapter[logging.Logger]
     # The server sets this when it shuts down: handlers finish in-flight work and return.
     closing: asyncio.Event
     # What the management API lists for this connection; the server fills the first three,

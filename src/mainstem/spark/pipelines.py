@@ -29,6 +29,8 @@ from mainstem_spark_python import point_workers_here
 # What pyproject.toml's spark extra installs, as imported: the broker's base install lacks them.
 SPARK_EXTRA_MODULES = ("pyspark", "pyarrow", "tqdm", "mmh3")
 
+Pipeline = Callable[[argparse.Namespace], int]  # a job's run, given the parsed command line
+
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     jobs = parser.add_subparsers(dest="pipeline", metavar="PIPELINE", required=True)
@@ -62,8 +64,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
                          help="fold tasks (default: Spark's default parallelism)")
 
 
-def _job(jobs: Any, name: str, run: Any, summary: str, description: str
-         ) -> argparse.ArgumentParser:
+def _job(jobs: argparse._SubParsersAction[argparse.ArgumentParser], name: str, run: Pipeline,
+         summary: str, description: str) -> argparse.ArgumentParser:
     """A pipeline's parser with the options every job shares."""
     job = jobs.add_parser(name, help=summary, description=description)
     job.add_argument("--url", default=os.environ.get("MAINSTEM_STREAM_URL", DEFAULT_URL),
@@ -171,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pipelines")
     add_pipeline_arguments(parser)
     args = parser.parse_args(argv)
-    return args.run(args)
+    run: Pipeline = args.run  # set by the chosen pipeline's parser
+    return run(args)
 
 
 if __name__ == "__main__":

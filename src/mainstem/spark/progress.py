@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Never, Protocol
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -26,7 +26,7 @@ class Progress(Protocol):
     def refresh(self) -> None: ...
 
 
-def progress_bar(description: str, quiet: bool) -> tqdm:
+def progress_bar(description: str, quiet: bool) -> tqdm[Never]:
     from tqdm import tqdm
 
     return tqdm(desc=description, unit=" records", unit_scale=True, disable=quiet,

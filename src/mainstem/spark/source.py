@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import mmh3
 import pyarrow as pa
@@ -433,7 +434,7 @@ def publish_rows(options: SourceOptions, reference: str, batch_id: int,
     return Written(rows, skipped)
 
 
-def _targets(columns: dict[str, list], option: str | None, rows: int) -> list[str | None]:
+def _targets(columns: dict[str, list[Any]], option: str | None, rows: int) -> list[str | None]:
     """Each row's stream, as Kafka's sink picks a topic: the option overrides the row's
     ``topic`` column (``stream`` is the same column under this source's name)."""
     if option is not None:

@@ -235,7 +235,8 @@ class BinderStore(ChangeNotifier):
                                (load_id, namespace)).fetchone()
         if row is None:
             raise NotFound(f"no load {load_id!r} in progress in namespace '{namespace}'")
-        return row[0]
+        binder: str = row[0]
+        return binder
 
     def stage(self, namespace: str, load_id: str, documents: list[tuple[Any, dict[str, Any]]]
               ) -> None:
@@ -268,8 +269,10 @@ class BinderStore(ChangeNotifier):
                        (namespace, name, bson.encode(definition), position))
         self._storages[(namespace, binder)] = new
         self._changed(PROJECTION, (namespace, name), definition)
-        return self._db.execute("SELECT COUNT(*) FROM binder_documents WHERE namespace = ? AND "
-                                "storage = ?", (namespace, new)).fetchone()[0]
+        documents: int = self._db.execute("SELECT COUNT(*) FROM binder_documents WHERE "
+                                          "namespace = ? AND storage = ?",
+                                          (namespace, new)).fetchone()[0]
+        return documents
 
     # -- garbage ------------------------------------------------------------------
 

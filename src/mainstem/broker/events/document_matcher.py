@@ -64,7 +64,8 @@ def _operator(op: str, argument: Any) -> Callable[[Any], bool]:
     if op in ("$in", "$nin"):
         if not isinstance(argument, list):
             raise InvalidArgument(f"{op} needs an array")
-        inside = lambda found: any(_equals(found, item) for item in argument)  # noqa: E731
+        def inside(found: Any) -> bool:
+            return any(_equals(found, item) for item in argument)
         return inside if op == "$in" else lambda found: not inside(found)
     if op == "$exists":
         wanted = bool(argument)
@@ -118,7 +119,8 @@ def _equals(found: Any, expected: Any) -> bool:
 def _same(a: Any, b: Any) -> bool:
     if _bracket(a) != _bracket(b):
         return False
-    return a == b
+    equal: bool = a == b
+    return equal
 
 
 def _bracket(value: Any) -> str:

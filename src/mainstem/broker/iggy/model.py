@@ -89,7 +89,8 @@ class IggyModel:
                 "SELECT id FROM iggy_ids WHERE kind=? AND namespace=? AND name=?",
                 (kind, namespace, name)).fetchone()
             if row:
-                return row[0]
+                known: int = row[0]
+                return known
             number = self._assign(kind, namespace, name, None)
         if self.registry is not None:
             self.registry.claim_later(kind, scope_of(kind, namespace), name, number)

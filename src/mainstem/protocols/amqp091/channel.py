@@ -84,6 +84,7 @@ class Channel:
     def __init__(self, connection: AmqpConnection, number: int) -> None:
         self.connection = connection
         self.number = number
+        assert connection.vhost is not None, "channels open once the connection is open"
         self.vhost = connection.vhost
         self.closing = False  # we sent channel.close and wait for close-ok
         self.ended = False  # the close handshake is over: nothing more is sent

@@ -182,6 +182,7 @@ class AmqpCodec:
         header = method_end + 1
         if end - header < 7:
             return 0
+        size: int  # a struct's fields are Any to mypy; `after` is computed from it
         frame_type, header_channel, size = _FRAME_HEAD.unpack_from(view, header)
         header_end = header + 7 + size
         if (frame_type != FRAME_HEADER or header_channel != channel or size > max_payload

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mainstem.broker.amqp.queues.credit_flow import CreditFlow
+from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.auth import User
 from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
 from mainstem.logging_setup import describe_error
@@ -32,7 +33,7 @@ from mainstem.protocols.amqp091.channel import Channel, ChannelError
 from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec
 from mainstem.protocols.amqp091.encode import HEARTBEAT_FRAME, encode_method
 from mainstem.protocols.amqp091.errors import AmqpCodecError
-from mainstem.protocols.amqp091.events import ContentMessage, MethodFrame
+from mainstem.protocols.amqp091.events import ContentMessage, Event, MethodFrame
 from mainstem.protocols.amqp091.methods import FRAME_MIN_SIZE, ReplyCode
 from mainstem.protocols.amqp091.wire import Method
 from mainstem.protocols.base import ConnectionContext
@@ -63,14 +64,14 @@ class AmqpConnection:
         self.codec = AmqpCodec(frame_max=limits.max_frame_size)
         self.transport = ctx.writer.transport
         self.frame_max = FRAME_MIN_SIZE
-        self.vhost: Any = None
+        self.vhost: VirtualHost | None = None
         self.table = s.ChannelTable(limits.channel_max)
         self.channels: dict[int, Channel] = {}
         self.closed = False
         self._clock: s.HeartbeatClock | None = None
         self._resuming: asyncio.Task[None] | None = None
         self._unsubscribe_alarms: Callable[[], None] = lambda: None
-        self._pending: deque = deque()  # frames read with the handshake's, not yet handled
+        self._pending: deque[Event] = deque()  # frames read with the handshake's, not yet handled
         self._close_request = asyncio.Event()  # an administrator closes us
         self._close_reason = ""
         self.flow = CreditFlow()  # held by queues whose pager is behind
@@ -83,7 +84,8 @@ class AmqpConnection:
 
     @property
     def user(self) -> User:
-        return self.state.user
+        user: User = self.state.user  # the state keeps what _login handed it, opaque
+        return user
 
     @property
     def cancel_notify(self) -> bool:
@@ -236,7 +238,7 @@ class AmqpConnection:
         if self.vhost is not None:
             self.vhost.connection_closed(self)
 
-    async def _read_events(self) -> list:
+    async def _read_events(self) -> list[Event]:
         data = await self.ctx.reader.read(READ_SIZE)
         if not data:
             raise ConnectionClosed()
@@ -257,7 +259,7 @@ class AmqpConnection:
     async def _serve(self) -> None:
         """Handle each read's frames in order until the connection closes; the first error
         in the stream is the one answered."""
-        events: list = list(self._pending)  # what came with connection.open
+        events: list[Event] = list(self._pending)  # what came with connection.open
         failure: AmqpCodecError | None = None
         self._serving = asyncio.current_task()
         stopping = asyncio.ensure_future(self._stop_requested())
@@ -283,7 +285,7 @@ class AmqpConnection:
             stopping.cancel()
 
     async def _next_read(self, stopping: asyncio.Future[str]
-                         ) -> tuple[list, AmqpCodecError | None]:
+                         ) -> tuple[list[Event], AmqpCodecError | None]:
         """The next read's frames, with the codec's error if it refused what followed them;
         a shutdown or a close request comes as connection.close 320. The read is awaited
         in place (no task and wait per read); a stop request cancels it
@@ -326,7 +328,7 @@ class AmqpConnection:
         self.ctx.log.exception("connection.failed", extra={"error": describe_error(exc)})
         return AmqpCodecError(ReplyCode.INTERNAL_ERROR, "internal error")
 
-    async def _handle_events(self, events: list) -> bool:
+    async def _handle_events(self, events: list[Event]) -> bool:
         """Handle a read's frames; True once the connection is closed."""
         touched: set[Channel] = set()
         try:

@@ -47,7 +47,7 @@ def encode_content(
     ``ContentMessage.properties_raw`` (forwarded untouched: no re-encoding).
     """
     raw = properties.encode() if isinstance(properties, BasicProperties) else properties
-    parts = [
+    parts: list[bytes | memoryview] = [
         encode_method(channel, method),
         _CONTENT_HEADER_FRAME_HEAD.pack(
             FRAME_HEADER, channel, 12 + len(raw), method.CLASS_ID, 0, len(body)
@@ -60,7 +60,10 @@ def encode_content(
 
 
 def _append_body_frames(
-    parts: list, channel: int, body: bytes | bytearray | memoryview, frame_max: int
+    parts: list[bytes | memoryview],
+    channel: int,
+    body: bytes | bytearray | memoryview,
+    frame_max: int,
 ) -> None:
     max_payload = frame_max - FRAME_OVERHEAD
     view = memoryview(body)
@@ -106,7 +109,7 @@ class DeliverEncoder:
         exchange_raw = exchange.encode()
         routing_key_raw = routing_key.encode()
         method_size = self._method_size + len(exchange_raw) + len(routing_key_raw)
-        parts = [
+        parts: list[bytes | memoryview] = [
             _FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
             self._method_prefix,
             self._TAG_AND_FLAGS.pack(delivery_tag, redelivered, len(exchange_raw)),

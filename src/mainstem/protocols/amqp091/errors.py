@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mainstem.protocols.amqp091.methods import ConnectionClose, ReplyCode
+
+if TYPE_CHECKING:  # events imports this module
+    from mainstem.protocols.amqp091.events import Event
 
 
 class AmqpCodecError(Exception):
@@ -21,7 +26,7 @@ class AmqpCodecError(Exception):
         self.reply_text = reply_text
         self.class_id = class_id
         self.method_id = method_id
-        self.events: list = []
+        self.events: list[Event] = []
 
     def close_method(self) -> ConnectionClose:
         # RabbitMQ's reply texts look like "FRAME_ERROR - ..."; a shortstr holds 255 bytes.

@@ -38,6 +38,7 @@ from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events.codec import (
     EVENT_TAIL,
+    Event,
     EventCodec,
     Frame,
     FramingError,
@@ -165,14 +166,14 @@ class EventsConnection:
         self.outbox.flush()  # a last failed RESPONSE goes out before the close
         self.writer.close()
 
-    async def _handle(self, events: list) -> bool:
+    async def _handle(self, events: list[Event]) -> bool:
         """Handle a read's frames; False once the connection must close."""
         batch: Batch = {}
         receive, max_frame_size = self.state.receive, self.codec.max_frame_size
         for event in events:
             actions = receive(event, max_frame_size)
             if actions is STAGE:
-                self._stage_publish(event, batch)  # type: ignore[arg-type]
+                self._stage_publish(event, batch)  # type: ignore[arg-type]  # STAGE answers a Frame
                 continue
             for action in actions:
                 if isinstance(action, Flush):

@@ -159,10 +159,12 @@ class Reader:
         return self.take(1)[0]
 
     def u32(self) -> int:
-        return U32.unpack(self.take(4))[0]
+        value: int = U32.unpack(self.take(4))[0]
+        return value
 
     def u64(self) -> int:
-        return U64.unpack(self.take(8))[0]
+        value: int = U64.unpack(self.take(8))[0]
+        return value
 
     def u128(self) -> int:
         return int.from_bytes(self.take(16), "little")
@@ -182,7 +184,8 @@ class Reader:
         kind, length = self.u8(), self.u8()
         value = self.take(length)
         if kind == 1 and length == 4:
-            return U32.unpack(value)[0]
+            number: int = U32.unpack(value)[0]
+            return number
         if kind == 2 and length > 0:
             return _utf8(value, "identifier")
         raise IggyError(ErrorCode.INVALID_IDENTIFIER, f"bad identifier kind {kind} length {length}")

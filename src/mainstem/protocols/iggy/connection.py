@@ -498,7 +498,7 @@ class IggyConnection:
         if kind == 1:
             return self.model.next_turn(stream.namespace, stream.name) % count
         if kind == 2 and len(value) == 4:
-            index = c.U32.unpack(value)[0] - self.layout.partition_base
+            index: int = c.U32.unpack(value)[0] - self.layout.partition_base
             self._partition(stream, index)
             return index
         if kind == 3 and value:

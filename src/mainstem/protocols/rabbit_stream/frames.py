@@ -41,7 +41,8 @@ PACKED_ID = U64  # a publishing id as Publish and PublishConfirm frames carry it
 
 def _sub_batch_size(data: memoryview, pos: int) -> int:
     """A sub-batch entry's size past its first four bytes, as a simple entry's length."""
-    return SUB_BATCH_ENTRY.size - SIMPLE_ENTRY.size + SUB_BATCH_ENTRY.unpack_from(data, pos)[3]
+    length: int = SUB_BATCH_ENTRY.unpack_from(data, pos)[3]
+    return SUB_BATCH_ENTRY.size - SIMPLE_ENTRY.size + length
 
 
 def packed(ids: Sequence[int]) -> bytes:
@@ -268,11 +269,13 @@ class PublishBlock(Frame):
 
     @property
     def first_id(self) -> int:
-        return PACKED_ID.unpack_from(self.packed_ids, 0)[0]
+        first: int = PACKED_ID.unpack_from(self.packed_ids, 0)[0]
+        return first
 
     @property
     def last_id(self) -> int:
-        return PACKED_ID.unpack_from(self.packed_ids, len(self.packed_ids) - PACKED_ID.size)[0]
+        last: int = PACKED_ID.unpack_from(self.packed_ids, len(self.packed_ids) - PACKED_ID.size)[0]
+        return last
 
     def publish(self) -> Publish:
         """The same frame, one entry per message (for what cannot take the block whole)."""

@@ -60,6 +60,7 @@ class Reader:
         return len(self.view) - self.pos
 
     def _unpack(self, st: struct.Struct) -> int:
+        value: int
         (value,) = st.unpack_from(self.view, self.pos)
         self.pos += st.size
         return value

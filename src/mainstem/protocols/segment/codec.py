@@ -14,7 +14,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar, cast, dataclass_transform
+from typing import Any, ClassVar, TypeVar, cast, dataclass_transform
 
 HEADER = struct.Struct(">iI")
 LONG = struct.Struct(">q")
@@ -77,14 +77,16 @@ class _Fields:
         self.pos = end
         return piece
 
-    def unpack(self, fmt: struct.Struct) -> tuple:
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
         return fmt.unpack(self.take(fmt.size))
 
     def long(self) -> int:
-        return self.unpack(LONG)[0]
+        value: int = self.unpack(LONG)[0]
+        return value
 
     def int(self) -> int:
-        return self.unpack(INT)[0]
+        value: int = self.unpack(INT)[0]
+        return value
 
     def bool(self) -> bool:
         return self.take(1)[0] != 0
@@ -138,7 +140,7 @@ def _values(message: Message) -> list[object]:
     return [getattr(message, name) for name in message.__dataclass_fields__]  # type: ignore[attr-defined]
 
 
-_ENCODERS = {
+_ENCODERS: dict[str, Callable[[Any], bytes]] = {
     "s": _string,
     "u": lambda v: v.bytes,
     "q": LONG.pack,

@@ -54,8 +54,8 @@ def decode_enqueue(record: memoryview) -> QueueMessage:
 
 
 def body_size(record: memoryview) -> int:
-    _, exchange_len, key_len, properties_len = _ENQUEUE_HEAD.unpack_from(record)
-    return len(record) - _ENQUEUE_HEAD.size - exchange_len - key_len - properties_len
+    lengths: tuple[int, int, int] = _ENQUEUE_HEAD.unpack_from(record)[1:]
+    return len(record) - _ENQUEUE_HEAD.size - sum(lengths)
 
 
 def open_partition(directory: Path, durability: DurabilityPolicy,
@@ -79,8 +79,8 @@ class Replay:
     """What a journal holds after a restart: its live messages' offsets, oldest first,
     and their body sizes."""
 
-    offsets: array = field(default_factory=lambda: array("q"))
-    sizes: array = field(default_factory=lambda: array("I"))
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    sizes: array[int] = field(default_factory=lambda: array("I"))
 
 
 def _apply_chunk(chunk: Chunk, live: LiveOffsets) -> int:

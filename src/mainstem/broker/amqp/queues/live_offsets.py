@@ -19,7 +19,7 @@ BLOCK_OFFSETS = 8192
 
 class LiveOffsets:
     def __init__(self) -> None:
-        self._blocks: deque[array] = deque()
+        self._blocks: deque[array[int]] = deque()
         self._head = 0  # position in the first block
         self._added = 0  # offsets in the blocks, the ones before the head included
         self._settled: set[int] = set()  # settled, but behind a live offset
