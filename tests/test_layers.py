@@ -16,9 +16,9 @@ import mainstem
 SOURCE = Path(mainstem.__file__).parent
 
 # The pieces every protocol shares: the connection base, the server's identity, the
-# receive loop and the listener's protocol sniffing.
+# receive loop, the listener's protocol sniffing and the registry of live connections.
 PROTOCOL_FLOOR = {"protocols.base", "protocols.identity", "protocols.receiver",
-                  "protocols.sniff"}
+                  "protocols.sniff", "protocols.registry"}
 PROTOCOLS = {"protocols.amqp091", "protocols.bson_events", "protocols.iggy",
              "protocols.rabbit_stream", "protocols.segment"}
 CORE = {"formats", "log", "broker", "logging_setup"}

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, SupportsIndex
 from urllib.parse import quote
 
-from mainstem.admin.registry import ConnectionRegistry, socket_traffic
 from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
@@ -35,6 +34,7 @@ from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
 from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
+from mainstem.protocols.registry import ConnectionRegistry, socket_traffic
 from mainstem.protocols.sniff import HEAD_SIZE, identify
 from mainstem.tls import server_context
 from mainstem.workers import Workers

@@ -8,7 +8,6 @@ from typing import Any
 from aiohttp import web
 
 from mainstem.admin.listing import list_response
-from mainstem.admin.registry import Connection, ConnectionRegistry
 from mainstem.admin.state import (
     AdminState,
     channel_key,
@@ -19,6 +18,7 @@ from mainstem.admin.state import (
 )
 from mainstem.broker.errors import NotFound
 from mainstem.protocols.identity import NODE
+from mainstem.protocols.registry import Connection, ConnectionRegistry
 
 routes = web.RouteTableDef()
 

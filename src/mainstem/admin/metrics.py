@@ -35,13 +35,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mainstem import __version__
 from mainstem.admin.api import consumer_offsets, projection_rows
-from mainstem.admin.registry import Connection
 from mainstem.admin.state import AdminState
 from mainstem.broker.alarms import DISK, MEMORY, measure
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.segment_store import SegmentName
 from mainstem.protocols.base import ChannelView
 from mainstem.protocols.identity import NODE
+from mainstem.protocols.registry import Connection
 
 _FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 AMQP091, STREAM = "amqp091", "stream"  # RabbitMQ's values of the `protocol` label

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from mainstem.admin.registry import Connection, ConnectionRegistry, socket_traffic
 from mainstem.admin.resources import ResourceProvider
 from mainstem.admin.stats import RateSampler
 from mainstem.broker.alarms import AlarmMonitor
@@ -19,6 +18,7 @@ from mainstem.broker.auth import User
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.message_stats import MessageStats
 from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
+from mainstem.protocols.registry import Connection, ConnectionRegistry, socket_traffic
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
