@@ -20,7 +20,7 @@ from mainstem.formats.chunk import (
 )
 from mainstem.formats.osiris import HEADER_SIZE, SUB_BATCH_ENTRY
 from mainstem.log.guard import check_guard, guard
-from mainstem.log.partition import DataRemoved, Partition, PartitionClosed
+from mainstem.log.partition import Partition, PartitionClosed
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.log.segment_file import SEGMENT_SUFFIX
 
@@ -242,26 +242,36 @@ async def test_segment_roll_applies_retention(tmp_path: Path) -> None:
     partition.close()
 
 
-async def test_byte_offset_reads_span_records_and_chunks(tmp_path: Path, small_segments) -> None:
+async def test_every_chunk_knows_the_payload_byte_it_starts_at(tmp_path: Path,
+                                                                small_segments) -> None:
+    # The byte positions the segment protocol addresses data by, kept across reopening
+    # and retention.
     partition = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
-    stream = b""
+    starts = {}
+    written = 0
     for batch in range(30):
         batch_records = records(batch)
-        partition.write_records(batch_records)
-        stream += b"".join(batch_records)
-    assert partition.committed_byte == len(stream)
-    for start, size in ((0, 5), (3, 100), (777, 1_000), (len(stream) - 4, 100), (250, 2_000)):
-        assert partition.read_bytes(start, size) == stream[start:start + size]
-    assert partition.read_bytes(len(stream), 10) == b""
+        appended = partition.write_records(batch_records)
+        starts[appended.chunk_id] = written
+        written += sum(map(len, batch_records))
+    assert partition.committed_byte == written
+
+    def located(partition: Partition) -> dict[int, int]:
+        found, offset = {}, partition.first_offset
+        while (location := partition.locate(offset)) is not None:
+            found[location.chunk_id] = location.first_byte
+            offset = location.next_offset
+        return found
+
+    assert located(partition) == starts
     partition.close()
     reopened = Partition.open(tmp_path / "p", retention=small_segments)
-    assert reopened.read_bytes(400, 300) == stream[400:700]
+    assert located(reopened) == starts and reopened.committed_byte == written
     reopened.retention = RetentionPolicy(max_bytes=2_000, max_segment_bytes=1_000)
     reopened.apply_retention()
-    with pytest.raises(DataRemoved) as removed:
-        reopened.read_bytes(0, 10)
-    first = removed.value.first_available
-    assert reopened.read_bytes(first, 50) == stream[first:first + 50]
+    kept = located(reopened)
+    assert 0 not in kept and kept == {k: v for k, v in starts.items() if k in kept}
+    assert reopened.first_byte == starts[reopened.first_offset]
     reopened.close()
 
 

@@ -422,36 +422,6 @@ class Partition:
                 self._tail = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._tail)
 
-    def read_bytes(self, byte_pos: int, max_bytes: int) -> bytes:
-        """Up to `max_bytes` committed payload bytes starting at `byte_pos`, across
-        record and chunk boundaries; b"" at the committed end."""
-        if byte_pos < self.first_byte:
-            raise DataRemoved(f"byte {byte_pos} was removed", self.first_byte)
-        parts: list[memoryview] = []
-        wanted = max_bytes
-        k = bisect_right([s.first_byte for s in self._segments], byte_pos) - 1
-        while wanted > 0 and byte_pos < self.committed_byte and k < len(self._segments):
-            segment = self._segments[k]
-            i = segment.index.find_byte(byte_pos)
-            if i < 0 or byte_pos >= segment.next_byte:
-                k += 1
-                continue
-            chunk = segment.read_chunk(i)
-            skip = byte_pos - segment.index.byte_positions[i]
-            for entry in chunk.entries():
-                body = entry.body
-                if skip >= len(body):
-                    skip -= len(body)
-                    continue
-                piece = body[skip:skip + wanted]
-                skip = 0
-                parts.append(piece)
-                wanted -= len(piece)
-                byte_pos += len(piece)
-                if wanted == 0:
-                    break
-        return b"".join(parts)
-
     def _find(self, offset: int) -> tuple[Segment, int] | None:
         k = bisect_right(self._segment_starts, offset) - 1
         while k < len(self._segments):
