@@ -125,8 +125,9 @@ def test_every_import_points_down() -> None:
 # Inside the broker, partitions are written and read through the stream service. The log's
 # own objects (partitions, segment files, transfers, indexes) are reached only from it and
 # from the modules that open partitions or lay out the data directory.
-LOG_OBJECTS = ("mainstem.log.partition", "mainstem.log.segment_file", "mainstem.log.transfer",
-               "mainstem.log.index", "mainstem.log.guard", "mainstem.log.writer_state")
+LOG_OBJECTS = ("mainstem.log.partition", "mainstem.log.segments", "mainstem.log.segment_file",
+               "mainstem.log.reader", "mainstem.log.transfer", "mainstem.log.index",
+               "mainstem.log.guard", "mainstem.log.writer_state")
 OPENS_PARTITIONS = {
     "mainstem.broker.streams",  # a stream's partitions
     "mainstem.broker.amqp.queues.journal",  # a durable queue's journal

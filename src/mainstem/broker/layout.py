@@ -29,8 +29,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from mainstem.log.partition import fsync_directory
 from mainstem.log.segment_file import INDEX_SUFFIX, SEGMENT_SUFFIX
+from mainstem.log.segments import fsync_directory
 
 log = logging.getLogger("mainstem.broker")
 

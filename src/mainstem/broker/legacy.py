@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mainstem.broker.amqp import metadata as amqp_metadata
-from mainstem.log.partition import fsync_directory
+from mainstem.log.segments import fsync_directory
 
 AMQP_FILE = "amqp-metadata.pickle"
 IGGY_FILE = "iggy.sqlite"

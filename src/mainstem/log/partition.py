@@ -9,9 +9,7 @@ in the partition's byte stream, for protocols that address data by bytes.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,14 +32,9 @@ from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.guard import GUARD, guard
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
-from mainstem.log.segment_file import (
-    FILE_HEADER_SIZE,
-    INDEX_SUFFIX,
-    SEGMENT_SUFFIX,
-    SEGMENT_VERSION,
-    Segment,
-    chunk_from,
-)
+from mainstem.log.reader import PartitionReader
+from mainstem.log.segment_file import SEGMENT_VERSION, Segment, chunk_from
+from mainstem.log.segments import Segments, fsync_directory
 from mainstem.log.writer_state import WriterState
 
 
@@ -109,20 +102,17 @@ class _Committed:
 
 
 class Partition:
-    def __init__(self, directory: Path, segments: list[Segment], durability: DurabilityPolicy,
-                 retention: RetentionPolicy, epoch: int, descriptors: DescriptorCache,
-                 fsync_on_demand: bool = False, fsync_timings: FsyncTimings | None = None
-                 ) -> None:
+    def __init__(self, directory: Path, segments: Segments, durability: DurabilityPolicy,
+                 retention: RetentionPolicy, epoch: int, fsync_on_demand: bool = False,
+                 fsync_timings: FsyncTimings | None = None) -> None:
         self.directory = directory
-        self._descriptors = descriptors
         self.retention = retention
         self.epoch = epoch
         self._segments = segments
-        self._segment_starts = [s.first_chunk_id for s in segments]
-        active = segments[-1]
+        active = segments.active
         self.next_offset = active.next_offset
         self.next_byte = active.next_byte
-        self._last_chunk_id, self._last_timestamp = _last_chunk_of(segments)
+        self._last_chunk_id, self._last_timestamp = segments.last_chunk()
         self.writers = WriterState.recover(segments)
         self._pending: deque[tuple[int, int, int]] = deque()  # next offset, chunk id, next byte
         self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
@@ -154,20 +144,9 @@ class Partition:
         (and written data is visible to readers only then). Its files' descriptors come
         from `descriptors` (the process's shared cache when None); its fsync rounds report
         their durations to `fsync_timings`."""
-        descriptors = descriptors or shared_cache()
-        directory.mkdir(parents=True, exist_ok=True)
-        segments = _open_segments(sorted(directory.glob("*" + SEGMENT_SUFFIX)), descriptors)
-        try:
-            if not segments:
-                segments = [Segment.create(directory, 0, 0, descriptors)]
-            fsync_directory(directory)
-        except BaseException:
-            for segment in segments:
-                segment.close()
-            raise
-        return cls(directory, segments, durability or DurabilityPolicy(),
-                   retention or RetentionPolicy(), epoch, descriptors, fsync_on_demand,
-                   fsync_timings)
+        return cls(directory, Segments.open(directory, descriptors or shared_cache()),
+                   durability or DurabilityPolicy(), retention or RetentionPolicy(), epoch,
+                   fsync_on_demand, fsync_timings)
 
     def close(self) -> None:
         """Flush and close; blocking. Use `aclose` from a running event loop."""
@@ -177,8 +156,7 @@ class Partition:
         self._closed = True
         if self._tail is not None and not self._tail.done():
             self._tail.set_result(None)  # waiters wake, see the partition closed, and raise
-        for segment in self._segments:
-            segment.close()
+        self._segments.close()
 
     async def aclose(self) -> None:
         await self._commit.drain()
@@ -213,7 +191,7 @@ class Partition:
 
     @property
     def size_bytes(self) -> int:
-        return sum(segment.size for segment in self._segments)
+        return self._segments.size
 
     @property
     def segment_count(self) -> int:
@@ -309,7 +287,7 @@ class Partition:
         self._commit.sync_now()
 
     def _segment_for(self, chunk_size: int) -> Segment:
-        active = self._segments[-1]
+        active = self._segments.active
         full = (active.size + chunk_size > self.retention.max_segment_bytes
                 or active.num_chunks >= self.retention.max_segment_chunks)
         if active.num_chunks and (full or active.version != SEGMENT_VERSION):
@@ -318,12 +296,7 @@ class Partition:
 
     def _roll(self) -> Segment:
         """Start a new segment at the end of the log."""
-        self._segments[-1].index.close()
-        active = Segment.create(self.directory, self.next_offset, self.next_byte,
-                                self._descriptors)
-        fsync_directory(self.directory)
-        self._segments.append(active)
-        self._segment_starts.append(active.first_chunk_id)
+        active = self._segments.roll(self.next_offset, self.next_byte)
         self.writers.restate()
         self.apply_retention()
         return active
@@ -358,12 +331,8 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int:
         """First offset of the first committed chunk at or after `timestamp` (ms)."""
-        for segment in self._segments:
-            last = segment.last_timestamp
-            if last is not None and last >= timestamp:
-                i = segment.index.find_timestamp(timestamp)
-                return min(segment.index.chunk_ids[i], self.committed_offset)
-        return self.committed_offset
+        found = self._segments.offset_for_timestamp(timestamp)
+        return self.committed_offset if found is None else min(found, self.committed_offset)
 
     def locate(self, offset: int) -> ChunkLocation | None:
         """The committed chunk holding `offset`, or the first one after it when
@@ -379,7 +348,7 @@ class Partition:
     def read_written(self, offset: int) -> Chunk:
         """The chunk holding `offset`, durable or not yet: for the writer reading back its
         own records (a queue paging messages in), never for readers of the log."""
-        found = self._find(offset) if offset >= self.first_offset else None
+        found = self._segments.find(offset) if offset >= self.first_offset else None
         if found is None or offset < found[0].index.chunk_ids[found[1]]:
             raise DataRemoved(f"offset {offset} is not in {self.directory}", self.first_offset)
         return found[0].read_chunk(found[1])
@@ -395,7 +364,7 @@ class Partition:
             if i + 1 < segment.num_chunks and segment.index.chunk_ids[i + 1] == offset:
                 found = segment, i + 1
         if found is None:
-            found = self._find(max(offset, self.first_offset))
+            found = self._segments.find(max(offset, self.first_offset))
         if found is None:
             return None
         segment, i = found
@@ -421,20 +390,6 @@ class Partition:
             if self._tail is None:
                 self._tail = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._tail)
-
-    def _find(self, offset: int) -> tuple[Segment, int] | None:
-        k = bisect_right(self._segment_starts, offset) - 1
-        while k < len(self._segments):
-            segment = self._segments[k]
-            i = segment.index.find_offset(offset)
-            if i >= 0 and offset < segment.index.chunk_ids[i] + segment.index.record_counts[i]:
-                return segment, i
-            if i + 1 < segment.num_chunks:  # offset lies in a gap before chunk i + 1
-                return segment, i + 1
-            k += 1
-            if k < len(self._segments):
-                offset = max(offset, self._segments[k].first_chunk_id)
-        return None
 
     # -- replication -----------------------------------------------------------
     # A leader sends followers every written chunk, durable or not, byte for byte; a
@@ -464,7 +419,7 @@ class Partition:
         For a replica that restarted and may hold a tail no majority ever acked."""
         if offset >= self._committed.offset:
             return
-        k = max(bisect_right(self._segment_starts, offset) - 1, 0)
+        k = self._segments.holding(offset)
         before = self._segments[k - 1].index.last() if k else None
         committed = _Committed(self._segments[k].first_chunk_id,
                                before.chunk_id if before else -1, self._segments[k].first_byte)
@@ -490,7 +445,7 @@ class Partition:
         """The written chunk holding `offset` (or the first after a gap); None past the end."""
         if offset >= self.next_offset:
             return None
-        found = self._find(max(offset, self.first_offset))
+        found = self._segments.find(max(offset, self.first_offset))
         if found is None:
             return None
         segment, i = found
@@ -525,7 +480,7 @@ class Partition:
         if header.chunk_id != self.next_offset:
             raise CorruptChunk(f"chunk {header.chunk_id} of {len(raw)} bytes does not follow "
                                f"offset {self.next_offset} in {self.directory}")
-        segment = self._segments[-1]
+        segment = self._segments.active
         if segment.num_chunks and (opens_segment or segment.version != SEGMENT_VERSION):
             segment = self._roll()
         sequences = chunk.sequences()
@@ -552,28 +507,12 @@ class Partition:
 
     def chunk_epoch(self, chunk_id: int) -> int | None:
         """The epoch of the chunk that starts at `chunk_id`; None when none does."""
-        found = self._find(chunk_id) if self.first_offset <= chunk_id < self.next_offset else None
-        if found is None or found[0].index.chunk_ids[found[1]] != chunk_id:
-            return None
-        return found[0].read_header(found[1]).epoch
+        return self._segments.chunk_epoch(chunk_id)
 
     def epoch_end(self, epoch: int) -> int:
         """Where the log's records of epochs up to `epoch` end: the first chunk of a later
-        epoch, or the end of the log. Epochs never decrease along a log, so a binary
-        search over the chunks finds it."""
-        chunks = [(segment, i) for segment in self._segments for i in range(segment.num_chunks)]
-        low, high = 0, len(chunks)
-        while low < high:
-            middle = (low + high) // 2
-            segment, i = chunks[middle]
-            if segment.read_header(i).epoch <= epoch:
-                low = middle + 1
-            else:
-                high = middle
-        if low == len(chunks):
-            return self.next_offset
-        segment, i = chunks[low]
-        return segment.index.chunk_ids[i]
+        epoch, or the end of the log."""
+        return self._segments.epoch_end(epoch)
 
     def truncate_from(self, offset: int) -> None:
         """Drop every chunk at or after `offset` (a chunk boundary): a follower's divergent
@@ -582,17 +521,9 @@ class Partition:
         if offset >= self.next_offset:
             return
         self._commit.sync_now()
-        while len(self._segments) > 1 and self._segments[-1].first_chunk_id >= offset:
-            self._segments.pop().delete()
-            self._segment_starts.pop()
-        segment = self._segments[-1]
-        segment.truncate_chunks(bisect_right(segment.index.chunk_ids, offset - 1)
-                                if offset > segment.first_chunk_id else 0,
-                                self._descriptors)
-        segment.sync()
-        fsync_directory(self.directory)
+        segment = self._segments.cut_from(offset)
         self.next_offset, self.next_byte = segment.next_offset, segment.next_byte
-        self._last_chunk_id, self._last_timestamp = _last_chunk_of(self._segments)
+        self._last_chunk_id, self._last_timestamp = self._segments.last_chunk()
         self.writers = WriterState.recover(self._segments)
         self._pending = deque(p for p in self._pending if p[0] <= self.next_offset)
         self._durable_mark = min(self._durable_mark, self.next_offset)
@@ -649,87 +580,8 @@ class Partition:
         return oldest.next_offset < self.committed_offset
 
     def _drop_oldest(self) -> None:
-        self._segments[0].delete()
-        del self._segments[0]
-        del self._segment_starts[0]
-
-
-class PartitionReader:
-    """A cursor over committed chunks. A reader left behind by retention moves to
-    the new first offset and counts the records it missed in `lost`."""
-
-    def __init__(self, partition: Partition, offset: int) -> None:
-        self.partition = partition
-        self.position = offset
-        self.lost = 0
-        self._last: tuple[Segment, int] | None = None
-
-    def _next(self) -> tuple[Segment, int] | None:
-        first = self.partition.first_offset
-        if self.position < first:
-            self.lost += first - self.position
-            self.position = first
-        found = self.partition.find_committed(self.position, self._last)
-        if found is not None:
-            segment, i = found
-            self._last = found
-            self.position = segment.index.chunk_ids[i] + segment.index.record_counts[i]
-        return found
-
-    def next_location(self) -> ChunkLocation | None:
-        """The next committed chunk's place on disk (for sendfile), advancing."""
-        found = self._next()
-        return None if found is None else self.partition.location(*found)
-
-    def next_chunk_nowait(self) -> Chunk | None:
-        found = self._next()
-        return None if found is None else found[0].read_chunk(found[1])
-
-    async def next_chunk(self) -> Chunk:
-        while True:
-            chunk = self.next_chunk_nowait()
-            if chunk is not None:
-                return chunk
-            await self.partition.wait_for(self.position)
+        self._segments.drop_oldest()
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make file creations and deletions in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _open_segments(paths: list[Path], descriptors: DescriptorCache) -> list[Segment]:
-    """Open every segment. A last file whose header is torn is a roll cut short by a
-    crash before anything was written to it: it is removed, the one before it goes on."""
-    if len(paths) > 1 and paths[-1].stat().st_size < FILE_HEADER_SIZE:
-        paths[-1].with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
-        paths[-1].unlink()
-        paths = paths[:-1]
-    segments: list[Segment] = []
-    try:
-        for path in paths:
-            segments.append(Segment.open(path, descriptors))
-        if segments and not segments[-1].num_chunks:
-            segments[-1].make_current()  # an empty one cannot be rolled past
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
-    return segments
-
-
-
-def _last_chunk_of(segments: list[Segment]) -> tuple[int, int]:
-    for segment in reversed(segments):
-        if segment.num_chunks:
-            return segment.index.chunk_ids[-1], segment.index.timestamps[-1]
-    return -1, 0
-
