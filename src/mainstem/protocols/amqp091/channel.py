@@ -26,9 +26,15 @@ from mainstem.broker.errors import (
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091 import methods as m
+from mainstem.protocols.amqp091.channel_state import (
+    DeliveryTags,
+    PublisherConfirms,
+    Settle,
+    Transaction,
+)
 from mainstem.protocols.amqp091.consumers import QueueConsumer, StreamConsumer
 from mainstem.protocols.amqp091.encode import encode_content
-from mainstem.protocols.amqp091.errors import AmqpCodecError
+from mainstem.protocols.amqp091.errors import AmqpCodecError, ChannelError
 from mainstem.protocols.amqp091.events import ContentMessage
 from mainstem.protocols.amqp091.methods import ReplyCode
 from mainstem.protocols.amqp091.properties import essentials, headers_of, to_stream_record
@@ -39,21 +45,8 @@ if TYPE_CHECKING:
     from mainstem.protocols.amqp091.connection import AmqpConnection
 
 Consumer = QueueConsumer | StreamConsumer
-_Confirm = tuple[int, list[asyncio.Future[None]], bool]  # publish seq, its writes, refused
+Write = asyncio.Future[None]
 NO_ROUTE = 312  # basic.return's reply code for an unroutable mandatory message
-
-
-class ChannelError(Exception):
-    def __init__(self, code: ReplyCode, text: str, method: Method | None = None) -> None:
-        super().__init__(f"{code.name} - {text}")
-        self.code = code
-        self.method = method
-
-    def close_method(self) -> m.ChannelClose:
-        text = str(self).encode("utf-8", "replace")[:255].decode("utf-8", "ignore")
-        method = self.method
-        return m.ChannelClose(self.code, text, method.CLASS_ID if method else 0,
-                              method.METHOD_ID if method else 0)
 
 
 def broker_error(exc: BrokerError, method: Method) -> Exception:
@@ -90,20 +83,14 @@ class Channel:
         self.ended = False  # the close handshake is over: nothing more is sent
         self._held_cancels: list[str] | None = None  # while our queue.delete runs
         self.consumers: dict[str, Consumer] = {}
-        self.unacked: dict[int, _Delivery] = {}
-        self._delivery_tag = 0
-        self.credit = ChannelCredit(self.unacked)
-        self.confirming = False
-        self._publish_seq = 0
-        self._answered_seq = 0  # the last publish confirmed or refused
-        self._confirms: list[_Confirm] = []  # this read's publishes
+        self.deliveries: DeliveryTags[_Delivery] = DeliveryTags()
+        self.credit = ChannelCredit(self.deliveries)
+        self.confirms: PublisherConfirms[Write] = PublisherConfirms()
         # Reads' publishes waiting for their writes, oldest first, with those writes.
-        self._confirm_batches: deque[tuple[list[_Confirm], set[asyncio.Future[None]]]] = \
-            deque()
+        self._confirm_batches: deque[tuple[list[tuple[int, list[Write], bool]],
+                                           set[Write]]] = deque()
         self._confirms_drained: asyncio.Future[None] | None = None
-        self.transactional = False
-        self._tx_publishes: list[ContentMessage] = []
-        self._tx_settles: list[tuple[Method, list[int]]] = []
+        self.tx = Transaction()
         self._last_queue = ""
         self._write_allowed: set[str] = set()
         self.stats = MessageStats()
@@ -136,13 +123,13 @@ class Channel:
     def describe(self) -> dict[str, object]:
         """The channel's state as RabbitMQ's /api/channels shows it, counters apart."""
         return {"number": self.number, "consumer_count": len(self.consumers),
-                "messages_unacknowledged": len(self.unacked),
-                "messages_unconfirmed": self.unconfirmed,
-                "messages_uncommitted": len(self._tx_publishes),
-                "acks_uncommitted": len(self._tx_settles),
+                "messages_unacknowledged": len(self.deliveries),
+                "messages_unconfirmed": self.confirms.unconfirmed,
+                "messages_uncommitted": len(self.tx.publishes),
+                "acks_uncommitted": len(self.tx.settles),
                 "prefetch_count": self.credit.prefetch_count,
                 "global_prefetch_count": self.credit.global_prefetch,
-                "confirm": self.confirming, "transactional": self.transactional,
+                "confirm": self.confirms.enabled, "transactional": self.tx.enabled,
                 "state": "closing" if self.closing else "running"}
 
     # -- plumbing ------------------------------------------------------------
@@ -170,12 +157,11 @@ class Channel:
                                         resource_type)
 
     def next_delivery_tag(self, consumer: Consumer | None, message: QueueMessage | None) -> int:
-        self._delivery_tag += 1
-        if consumer is None or not consumer.no_ack:
-            queue = consumer.queue if consumer is not None else None
-            self.unacked[self._delivery_tag] = _Delivery(
-                consumer, queue if isinstance(queue, ClassicQueue) else None, message)
-        return self._delivery_tag
+        if consumer is not None and consumer.no_ack:
+            return self.deliveries.deliver(None)
+        queue = consumer.queue if consumer is not None else None
+        return self.deliveries.deliver(
+            _Delivery(consumer, queue if isinstance(queue, ClassicQueue) else None, message))
 
     def counted(self, queue: str, size: int) -> None:
         self.connection.core.delivery_stats.delivered(self.vhost.name, queue, 1, size)
@@ -207,8 +193,7 @@ class Channel:
             consumer.stop()
             self.connection.ctx.remove_consumer(consumer.tag)
         self.consumers.clear()
-        self._requeue(list(self.unacked.values()))
-        self.unacked.clear()
+        self._requeue(self.deliveries.take_all())
 
     # -- exchanges -------------------------------------------------------------
 
@@ -460,10 +445,7 @@ class Channel:
             return
         for stats in (self.stats, queue.stats):
             stats.delivered(no_ack=method.no_ack, by_get=True, redelivered=message.redelivered)
-        self._delivery_tag += 1
-        tag = self._delivery_tag
-        if not method.no_ack:
-            self.unacked[tag] = _Delivery(None, queue, message)
+        tag = self.deliveries.deliver(None if method.no_ack else _Delivery(None, queue, message))
         get_ok = m.BasicGetOk(tag, message.redelivered, message.exchange, message.routing_key,
                               ready)
         self.connection.send(encode_content(self.number, get_ok, message.properties,
@@ -472,36 +454,20 @@ class Channel:
 
     # -- acknowledgements --------------------------------------------------------
 
-    def on_settle(self, method: m.BasicAck | m.BasicNack | m.BasicReject) -> None:
-        tags = self._tags_of(method)
-        if self.transactional:
-            self._tx_settles.append((method, tags))
+    def on_settle(self, method: Settle) -> None:
+        tags = self.deliveries.tags_of(method)
+        if self.tx.enabled:
+            self.tx.settles.append((method, tags))
         else:
-            self._settle(method, [self.unacked.pop(t) for t in tags])
+            self._settle(method, self.deliveries.take(tags))
 
-    def _tags_of(self, method: m.BasicAck | m.BasicNack | m.BasicReject) -> list[int]:
-        tag = method.delivery_tag
-        if getattr(method, "multiple", False):
-            if not tag:
-                return list(self.unacked)
-            tags = []
-            for unacked in self.unacked:  # in increasing order: tags are added that way
-                if unacked > tag:
-                    break
-                tags.append(unacked)
-            return tags
-        if tag not in self.unacked:
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}",
-                               method)
-        return [tag]
-
-    def _settle(self, method: Method, deliveries: list[_Delivery]) -> None:
+    def _settle(self, method: Settle, deliveries: list[_Delivery]) -> None:
         if isinstance(method, m.BasicAck):
             self.stats.ack += len(deliveries)
             for delivery in deliveries:
                 if delivery.queue is not None and delivery.message is not None:
                     delivery.queue.ack(delivery.message)
-        elif method.requeue:  # type: ignore[attr-defined]
+        elif method.requeue:
             self._requeue(deliveries)
         else:
             for delivery in deliveries:
@@ -528,8 +494,7 @@ class Channel:
         if not method.requeue:
             raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "requeue=false",
                                  class_id=method.CLASS_ID, method_id=method.METHOD_ID)
-        deliveries = list(self.unacked.values())
-        self.unacked.clear()
+        deliveries = self.deliveries.take_all()
         self._requeue(deliveries)
         self._release(deliveries)
         if isinstance(method, m.BasicRecover):
@@ -549,18 +514,17 @@ class Channel:
             except BrokerError as exc:
                 raise broker_error(exc, method) from None
             self._write_allowed.add(exchange)
-        if self.transactional:
-            self._tx_publishes.append(content)
+        if self.tx.enabled:
+            self.tx.publishes.append(content)
             return
         try:
             outcome = self._publish(content, method)
         except BrokerError as exc:
             raise broker_error(exc, method) from None
         self.stats.publish += 1
-        if self.confirming:
+        if self.confirms.enabled:
             self.stats.publish_confirm += 1
-            self._publish_seq += 1
-            self._confirms.append((self._publish_seq, outcome.waits, outcome.rejected))
+            self.confirms.published(outcome.waits, outcome.rejected)
 
     def _publish(self, content: ContentMessage, method: m.BasicPublish) -> PublishOutcome:
         raw = content.properties_raw
@@ -588,7 +552,7 @@ class Channel:
         cc = _cc(headers) if headers else ()
         outcome = self.vhost.publish(method.exchange, method.routing_key, message, headers,
                                      cc, to_stream_record,
-                                     confirm=self.confirming or self.transactional)
+                                     confirm=self.confirms.enabled or self.tx.enabled)
         if outcome.backlogs:
             self.connection.flow.hold(outcome.backlogs)
         if not outcome.routed:
@@ -604,19 +568,16 @@ class Channel:
     # -- publisher confirms ------------------------------------------------------
 
     def on_confirm_select(self, method: m.ConfirmSelect) -> None:
-        if self.transactional:
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED,
-                               "cannot switch from tx to confirm mode", method)
-        self.confirming = True
-        if not method.nowait:
-            self.reply(m.ConfirmSelectOk())
+        answer = self.confirms.select(method, self.tx.enabled)
+        if answer is not None:
+            self.reply(answer)
 
     def flush_confirms(self) -> None:
         """Send this read's confirms once their messages are durable, in publish order:
         callbacks on the writes, no task per read."""
-        if not self._confirms:
+        confirms = self.confirms.end_read()
+        if not confirms:
             return
-        confirms, self._confirms = self._confirms, []
         waits = {wait for _, futures, _ in confirms for wait in futures}
         self._confirm_batches.append((confirms, waits))
         pending = [wait for wait in waits if not wait.done()]
@@ -631,35 +592,17 @@ class Channel:
         batches = self._confirm_batches
         while batches and all(wait.done() for wait in batches[0][1]):
             confirms, waits = batches.popleft()
-            self._answer(confirms, {wait for wait in waits
-                                    if wait.cancelled() or wait.exception() is not None})
+            answers, confirmed = self.confirms.answer(
+                confirms, {wait for wait in waits
+                           if wait.cancelled() or wait.exception() is not None})
+            self.stats.confirm += confirmed
+            for answer in answers:
+                self.reply(answer)
         drained = self._confirms_drained
         if not batches and drained is not None:
             self._confirms_drained = None
             if not drained.done():
                 drained.set_result(None)
-
-    def _answer(self, confirms: list[_Confirm], failed: set[asyncio.Future[None]]) -> None:
-        """basic.ack multiple=true for each run of durable publishes, basic.nack for a
-        refused or failed one."""
-        run_end = 0
-        for seq, futures, rejected in confirms:
-            if rejected or failed.intersection(futures):
-                if run_end:
-                    self.reply(m.BasicAck(run_end, True))
-                    run_end = 0
-                self.reply(m.BasicNack(seq, False, False))
-            else:
-                self.stats.confirm += 1
-                run_end = seq
-        if run_end:
-            self.reply(m.BasicAck(run_end, True))  # everything before is confirmed already
-        self._answered_seq = confirms[-1][0]
-
-    @property
-    def unconfirmed(self) -> int:
-        """Publishes in confirm mode not yet confirmed (or refused)."""
-        return self._publish_seq - self._answered_seq
 
     async def confirms_sent(self) -> None:
         if self._confirm_batches:
@@ -670,38 +613,25 @@ class Channel:
     # -- transactions ------------------------------------------------------------
 
     def on_tx_select(self, method: m.TxSelect) -> None:
-        if self.confirming:
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED,
-                               "cannot switch from confirm to tx mode", method)
-        self.transactional = True
-        self.reply(m.TxSelectOk())
-
-    def _require_tx(self, method: Method) -> None:
-        if not self.transactional:
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional",
-                               method)
+        self.reply(self.tx.select(method, self.confirms.enabled))
 
     async def on_tx_commit(self, method: m.TxCommit) -> None:
         """Apply the transaction's publishes and acks; commit-ok once they are durable."""
-        self._require_tx(method)
-        publishes, self._tx_publishes = self._tx_publishes, []
-        settles, self._tx_settles = self._tx_settles, []
-        waits: list[asyncio.Future[None]] = []
+        publishes, settles = self.tx.commit(method)
+        waits: list[Write] = []
         try:
             for content in publishes:
                 waits += self._publish(content, content.method).waits  # type: ignore[arg-type]
         except BrokerError as exc:
             raise broker_error(exc, method) from None
         for settle, tags in settles:
-            self._settle(settle, [self.unacked.pop(t) for t in tags if t in self.unacked])
+            self._settle(settle, self.deliveries.take(tags))
         if waits:
             await asyncio.wait(waits)
         self.reply(m.TxCommitOk())
 
     def on_tx_rollback(self, method: m.TxRollback) -> None:
-        self._require_tx(method)
-        self._tx_publishes, self._tx_settles = [], []
-        self.reply(m.TxRollbackOk())
+        self.reply(self.tx.rollback(method))
 
 
 def _require_utf8(kind: str, name: str, method: Method) -> None:

@@ -29,10 +29,10 @@ from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091 import state as s
-from mainstem.protocols.amqp091.channel import Channel, ChannelError
+from mainstem.protocols.amqp091.channel import Channel
 from mainstem.protocols.amqp091.codec import PROTOCOL_HEADER, AmqpCodec
 from mainstem.protocols.amqp091.encode import HEARTBEAT_FRAME, encode_method
-from mainstem.protocols.amqp091.errors import AmqpCodecError
+from mainstem.protocols.amqp091.errors import AmqpCodecError, ChannelError
 from mainstem.protocols.amqp091.events import ContentMessage, Event, MethodFrame
 from mainstem.protocols.amqp091.methods import FRAME_MIN_SIZE, ReplyCode
 from mainstem.protocols.amqp091.wire import Method

@@ -1,13 +1,14 @@
-"""The codec's one exception type: it carries what Connection.Close needs."""
+"""The protocol's exceptions: the codec's (connection.close) and a channel's (channel.close)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mainstem.protocols.amqp091.methods import ConnectionClose, ReplyCode
+from mainstem.protocols.amqp091.methods import ChannelClose, ConnectionClose, ReplyCode
 
 if TYPE_CHECKING:  # events imports this module
     from mainstem.protocols.amqp091.events import Event
+    from mainstem.protocols.amqp091.wire import Method
 
 
 class AmqpCodecError(Exception):
@@ -41,3 +42,19 @@ class ProtocolHeaderMismatch(AmqpCodecError):
     def __init__(self, received: bytes) -> None:
         super().__init__(ReplyCode.FRAME_ERROR, f"bad protocol header {received!r}")
         self.received = received
+
+
+class ChannelError(Exception):
+    """A channel exception: the connection answers with channel.close, the connection
+    stays."""
+
+    def __init__(self, code: ReplyCode, text: str, method: Method | None = None) -> None:
+        super().__init__(f"{code.name} - {text}")
+        self.code = code
+        self.method = method
+
+    def close_method(self) -> ChannelClose:
+        text = str(self).encode("utf-8", "replace")[:255].decode("utf-8", "ignore")
+        method = self.method
+        return ChannelClose(self.code, text, method.CLASS_ID if method else 0,
+                            method.METHOD_ID if method else 0)
