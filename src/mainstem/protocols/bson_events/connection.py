@@ -33,7 +33,6 @@ from mainstem.broker.errors import (
 from mainstem.broker.events.document_matcher import compile_matcher
 from mainstem.broker.events.projections import Projection
 from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
-from mainstem.formats.osiris import MAX_CHUNK_ENTRIES
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events.codec import (
@@ -65,11 +64,11 @@ from mainstem.protocols.bson_events.state import (
     failure,
     response_kind,
 )
+from mainstem.protocols.bson_events.transactions import Transactions, event_bytes, session_of
 from mainstem.protocols.receiver import Receiver
 
 READ_SIZE = 256 * 1024
 MAX_UNANSWERED_READS = 4  # reads of publishes waiting for durability before reading on
-MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 DURABLE_PREFIX = "bson-durable:"
 
@@ -96,7 +95,7 @@ class EventsConnection:
         self.state = EventsState(ctx.limits.max_unacked_events, ctx.limits.max_unacked_results)
         self.user: User | None = None
         self.namespace = "/"
-        self.transactions: dict[int, list[tuple[PartitionService, bytes]]] = {}
+        self.transactions: Transactions[PartitionService] = Transactions()
         self.subscriptions: dict[int, Sender] = {}  # by subscription id
         self.queries: dict[int, Sender] = {}  # by query id
         self.answers: deque[asyncio.Future[None]] = deque()  # appended publishes' answers
@@ -266,7 +265,7 @@ class EventsConnection:
                 staged[2].append(request_id)
                 return
         try:
-            raw = self._event_bytes(body)
+            raw = event_bytes(body, self.limits.max_event_size)
             channel = _channel_name(body)
             partition = self._channel(channel)
             self._check("write", channel, "channel")
@@ -276,33 +275,16 @@ class EventsConnection:
             return
         session = body.get("sessID")
         if session is not None:
-            events = self.transactions.get(session)
-            if events is None:
-                self.fail(request_id, "NO_TX", f"no transaction on session {session}")
-            elif len(events) >= MAX_TX_EVENTS:
-                self.fail(request_id, "TX_TOO_LARGE", f"over {MAX_TX_EVENTS} events")
+            try:
+                self.transactions.add(session, partition, raw)
+            except FrameFailed as failed:
+                self.fail(request_id, failed.code, failed.message)
             else:
-                events.append((partition, raw))
                 self.respond(request_id)
             return
         staged = batch.setdefault(channel, (partition, [], []))
         staged[1].append(raw)
         staged[2].append(request_id)
-
-    def _event_bytes(self, body: dict[str, Any]) -> bytes:
-        if not isinstance(body.get("rID"), int):
-            raise FrameFailed("INVALID_FRAME", "'rID' must be an integer")
-        event = body.get("event")
-        if not isinstance(event, dict):
-            raise FrameFailed("INVALID_FRAME", "'event' must be a document")
-        session = body.get("sessID")
-        if session is not None and not isinstance(session, int):
-            raise FrameFailed("INVALID_FRAME", "'sessID' must be an int32")
-        raw = bson.encode(event)
-        if len(raw) > self.limits.max_event_size:
-            raise FrameFailed("EVENT_TOO_LARGE", f"an event of {len(raw)} bytes is over the "
-                              f"limit of {self.limits.max_event_size}")
-        return raw
 
     def _append(self, batch: Batch) -> None:
         """Hand each channel's staged events to its appender; they are answered once
@@ -348,45 +330,29 @@ class EventsConnection:
 
     # -- transactions ----------------------------------------------------------------
 
-    def _session(self, body: dict[str, Any]) -> int:
-        session = body.get("sessID")
-        if not isinstance(session, int) or isinstance(session, bool):
-            raise FrameFailed("INVALID_FRAME", "'sessID' must be an int32")
-        return session
-
     def on_start_tx(self, body: dict[str, Any]) -> None:
-        session = self._session(body)
-        if session in self.transactions:
-            raise FrameFailed("TX_IN_PROGRESS",
-                              f"a transaction is already open on session {session}")
-        self.transactions[session] = []
+        self.transactions.start(session_of(body))
         self.respond(body.get("rID"))
 
     async def on_commit_tx(self, body: dict[str, Any]) -> None:
         """All the transaction's events of a channel go in one chunk: after a crash either
         all of them are there or none."""
-        session = self._session(body)
-        if session not in self.transactions:
-            raise FrameFailed("NO_TX", f"no transaction open on session {session}")
+        session = session_of(body)
+        self.transactions.check_open(session)
         try:
             self.core.write_gate.check()
         except WritesHeld as held:  # the transaction stays open: COMMITTX again later
             raise FrameFailed("RESOURCE_ALARM", str(held)) from None
-        by_partition: dict[int, tuple[PartitionService, list[bytes]]] = {}
-        for partition, raw in self.transactions.pop(session):
-            by_partition.setdefault(id(partition), (partition, []))[1].append(raw)
         try:
             await asyncio.gather(*(p.appender.append_records(records, together=True).durable
-                                   for p, records in by_partition.values()))
+                                   for p, records in self.transactions.commit(session)))
         except OSError as failed:  # disk full, file too big: this commit, not the link
             self.ctx.log.warning("write.failed", extra={"error": describe_error(failed)})
             raise FrameFailed("STORAGE_FAILED", storage_failure(failed)) from None
         self.respond(body.get("rID"))
 
     def on_abort_tx(self, body: dict[str, Any]) -> None:
-        session = self._session(body)
-        if self.transactions.pop(session, None) is None:
-            raise FrameFailed("NO_TX", f"no transaction open on session {session}")
+        self.transactions.abort(session_of(body))
         self.respond(body.get("rID"))
 
     # -- subscriptions ----------------------------------------------------------------
