@@ -92,7 +92,7 @@ class ClusterNode:
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
         self.partition_counts = PartitionCounts(self)
-        self.metadata = SharedMetadata(core, self.etcd, self._queue_change, self._spawn,
+        self.metadata = SharedMetadata(core, self.etcd, self._queue_change, self.spawn,
                                        lambda: self.lease)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -107,11 +107,11 @@ class ClusterNode:
         self.core.queues.relay = self.relay
         await self._load()
         self.core.queues.topology = self.topology
-        self._spawn(self._keep_alive())
-        self._spawn(self._watch())
-        self._spawn(self._share_changes())
-        self._spawn(self.topology.share())
-        self._spawn(self._save_commit_points())
+        self.spawn(self._keep_alive())
+        self.spawn(self._watch())
+        self.spawn(self._share_changes())
+        self.spawn(self.topology.share())
+        self.spawn(self._save_commit_points())
         self.core.catalog.on_change = self._queue_change
         await self.metadata.install(self.node_name)
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
@@ -149,7 +149,7 @@ class ClusterNode:
             for role in list(self.roles.values()):
                 role.save_commit_point()
 
-    def _spawn(self, work: Any) -> None:
+    def spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -283,7 +283,7 @@ class ClusterNode:
         """A catalog change, made here or on another node (applying one's own is a
         no-op, and keeps every node in etcd's order when two change the same thing)."""
         if kind == "namespace" and row is None:
-            self._spawn(self._delete_namespace(key[0]))
+            self.spawn(self._delete_namespace(key[0]))
         elif kind in CATALOG_KINDS:
             self.metadata.apply_catalog(kind, key, row)
         else:
@@ -336,7 +336,7 @@ class ClusterNode:
         if record is None:
             return
         if self.core.streams.find(record["namespace"], record["name"]) is not None:
-            self._spawn(self.core.streams.delete(record["namespace"], record["name"]))
+            self.spawn(self.core.streams.delete(record["namespace"], record["name"]))
 
     def _forget_deleted_streams(self) -> None:
         """Local copies of cluster streams deleted while this node was away go; streams
@@ -346,7 +346,7 @@ class ClusterNode:
             if storage in self.records:
                 continue
             if stream.record.arguments.get(REPLICATED):
-                self._spawn(self.core.streams.delete(stream.namespace, stream.name))
+                self.spawn(self.core.streams.delete(stream.namespace, stream.name))
             else:
                 self.adopt(stream)
 
@@ -360,20 +360,20 @@ class ClusterNode:
         if storage in self.records:
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
         live, _ = await self.etcd.get_prefix(_key("nodes", ""))  # the watch may lag behind
-        record = self._new_record(namespace, name, partitions, arguments,
+        record = self.new_record(namespace, name, partitions, arguments,
                                   [kv.key.rpartition("/")[2] for kv in live])
-        if not await self._claim(storage, record):
+        if not await self.claim(storage, record):
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
         self._add_stream(storage, record)
         await self._await_leaders(namespace, name, partitions)
 
-    def _new_record(self, namespace: str, name: str, partitions: int,
+    def new_record(self, namespace: str, name: str, partitions: int,
                     arguments: Mapping[str, Any], live: list[str]) -> dict[str, Any]:
         return {"namespace": namespace, "name": name, "partitions": partitions,
                 "arguments": dict(arguments),
                 "replicas": self._choose_replicas(arguments, sorted(live))}
 
-    async def _claim(self, storage: str, record: dict[str, Any]) -> bool:
+    async def claim(self, storage: str, record: dict[str, Any]) -> bool:
         """Record a new stream in etcd with its replica sets; False if one of that name
         exists. The leader is the first replica: this node, unless placement said not."""
         operations = [put(_key("streams", storage), json.dumps(record).encode())]
@@ -390,17 +390,17 @@ class ClusterNode:
         storage = layout.storage_name("stream", stream.namespace, stream.name)
         if storage in self.records:
             return  # one the cluster made: _add_stream created it here
-        record = self._new_record(stream.namespace, stream.name, len(stream.services),
+        record = self.new_record(stream.namespace, stream.name, len(stream.services),
                                   stream.record.arguments, list(self.nodes))
         self.records[storage] = record
         for index, service in enumerate(stream.services):
             self.roles[(storage, index)] = PartitionRole(self, storage, index, service, record)
-        self._spawn(self._claim_adopted(storage, record))
+        self.spawn(self._claim_adopted(storage, record))
 
     async def _claim_adopted(self, storage: str, record: dict[str, Any]) -> None:
         while True:
             try:
-                won = await self._claim(storage, record)
+                won = await self.claim(storage, record)
                 existing = None if won else await self.etcd.get(_key("streams", storage))
                 break
             except EtcdError:
@@ -427,9 +427,9 @@ class ClusterNode:
         if record is None:
             return  # the cluster deleted it: _drop_stream is deleting it here
         self._stop_roles(storage)
-        self._spawn(self._unclaim(storage, record["partitions"]))
+        self.spawn(self.unclaim(storage, record["partitions"]))
 
-    async def _unclaim(self, storage: str, partitions: int) -> None:
+    async def unclaim(self, storage: str, partitions: int) -> None:
         operations = [delete(_key("streams", storage))]
         for index in range(partitions):
             operations += [delete(_key(kind, storage, index))
@@ -468,7 +468,7 @@ class ClusterNode:
         record = self.records.get(storage)
         if record is None:
             raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
-        await self._unclaim(storage, record["partitions"])
+        await self.unclaim(storage, record["partitions"])
         self._drop_stream(storage)
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:

@@ -75,7 +75,7 @@ class PartitionCounts:
             added.append(PartitionRole(self.node, storage, index, stream.services[index],
                                        record))
             self.node.roles[(storage, index)] = added[-1]
-        self.node._spawn(self._share(storage, record, before, added))
+        self.node.spawn(self._share(storage, record, before, added))
 
     async def _share(self, storage: str, record: dict[str, Any], before: int,
                      added: list[PartitionRole]) -> None:
@@ -104,7 +104,7 @@ class PartitionCounts:
             self.node.core.streams.add_partitions(stream.namespace, stream.name, count)
         else:
             self._stop_removed(storage, count, before)
-            self.node._spawn(self.node.core.streams.remove_partitions(
+            self.node.spawn(self.node.core.streams.remove_partitions(
                 stream.namespace, stream.name, count))
         for group in self.node.core.iggy.list_groups(stream.namespace, stream.name):
             rebalance(group, count)  # as the node that made the change did

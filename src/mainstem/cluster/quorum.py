@@ -111,10 +111,10 @@ class QuorumQueues:
         try:
             if storage not in node.records:
                 live, _ = await node.etcd.get_prefix("/mainstem/nodes/")
-                record = {**node._new_record(namespace, queue, 1, arguments,
+                record = {**node.new_record(namespace, queue, 1, arguments,
                                             [kv.key.rpartition("/")[2] for kv in live]),
                           "kind": QUORUM}
-                if not await node._claim(storage, record):  # declared meanwhile elsewhere
+                if not await node.claim(storage, record):  # declared meanwhile elsewhere
                     found = await node.etcd.get(f"/mainstem/streams/{storage}")
                     record = found.json() if found is not None else record
                 self.add(storage, record)
@@ -141,7 +141,7 @@ class QuorumQueues:
         record = self.node.records.pop(storage, None)
         if record is None:
             return  # the cluster deleted it: drop() is removing it here
-        self.node._spawn(self.node._unclaim(storage, 1))
+        self.node.spawn(self.node.unclaim(storage, 1))
         self._retire(storage, namespace, queue)
 
     def quorum_leader(self, namespace: str, queue: str) -> str | None:
@@ -200,7 +200,7 @@ class QuorumQueues:
             vhost.drop_replicated(queue)
         role = self.node.roles.pop((storage, 0), None)
         directory = self.node.core.queues.journal_directory(namespace, queue)
-        self.node._spawn(_remove(role, directory))
+        self.node.spawn(_remove(role, directory))
 
     def _vhost(self, namespace: str) -> VirtualHost:
         return self.node.core.queues.vhost(namespace)
