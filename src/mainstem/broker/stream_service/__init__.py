@@ -12,9 +12,9 @@ from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.log.chunk import Chunk
 from mainstem.log.partition import DataRemoved, PartitionClosed
-from mainstem.log.transfer import ChunkView
+from mainstem.log.transfer import ChunkView, Transfer
 
 __all__ = [
     "Appender", "Chunk", "ChunkLimits", "ChunkView", "DataRemoved", "PartitionClosed",
-    "PartitionService", "Receipt", "Subscription", "WriteGate", "WritesHeld",
+    "PartitionService", "Receipt", "Subscription", "Transfer", "WriteGate", "WritesHeld",
 ]
