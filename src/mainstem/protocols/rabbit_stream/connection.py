@@ -709,6 +709,7 @@ class StreamConnection:
                 self.stats.deliver_no_ack += chunk.num_records
                 self.core.delivery_stats.delivered(
                     self.namespace, subscription.name, chunk.num_records, chunk.location.send_size)
+                del chunk  # a small chunk's bytes, read whole: not held while the socket waits
                 if sending is not None:
                     await sending  # a consumer that does not read holds one piece, not the log
         except (PartitionClosed, ConnectionError):
