@@ -5,6 +5,7 @@ as a real process; its RSS is read from /proc)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from subprocess import Popen
 
 import pytest
 
+from mainstem.client.events import EventsClient
 from mainstem.client.stream import StreamClient
 from tests.support.server_process import kill, rss_bytes, start_server, started_ports
 from tests.support.stream_stall import publish, stalled_consumer
@@ -105,3 +107,42 @@ def test_stalled_stream_consumers_hold_a_small_bounded_buffer_each(
         end = client.offsets("stalled").end
         records = sum(chunk.header.num_records for chunk in client.chunks("stalled", 0, end))
     assert records == end == 300 * 10 + 30 * 100
+
+
+BSON_STALLED_LIMIT = 1 << 20  # the chunk being read (here 400 KB) and 64 KiB of frames
+
+
+def test_stalled_bson_subscribers_hold_their_chunk_not_megabytes_of_frames(
+        server: tuple[Popen, Path]) -> None:
+    """A subscriber that stops reading holds the chunk its subscription is at and 64 KiB
+    of RECEV frames; it used to hold 4 MiB of frames (4,296 KiB per connection)."""
+    process, log = server
+    port = started_ports(process, log)["bson"]
+
+    async def run() -> float:
+        publisher = await EventsClient.connect("127.0.0.1", port, "guest", "guest")
+        await publisher.create_channel("stalled")
+        for i in range(60):  # 24 MB in 400 KB chunks
+            await publisher.publish_many("stalled", [{"i": i, "pad": "x" * 4000}] * 100)
+        clients = [publisher]
+
+        async def stall() -> None:
+            client = await EventsClient.connect("127.0.0.1", port, "guest", "guest")
+            clients.append(client)
+            await client.subscribe("stalled", start_pos=0)
+            client._writer.transport.pause_reading()  # reads nothing more
+
+        try:
+            await stall()  # warm-up
+            before = await asyncio.to_thread(settled_rss, process.pid)
+            for _ in range(STALLED):
+                await stall()
+            stalled = await asyncio.to_thread(settled_rss, process.pid)
+        finally:
+            for client in clients:
+                client._writer.transport.abort()
+        return (stalled - before) / STALLED
+
+    per_connection = asyncio.run(run())
+    print(f"broker RSS per stalled BSON subscriber: {per_connection / 1024:.1f} KiB")
+    assert per_connection <= BSON_STALLED_LIMIT
