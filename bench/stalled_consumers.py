@@ -2,7 +2,7 @@
 throughput, against a real `mainstem serve`.
 
     .venv/bin/python -m bench.stalled_consumers [--connections 400] [--megabytes 24]
-        [--messages 1000000] [--mainstem PATH]
+        [--messages 1000000] [--mainstem PATH] [--tls]
 
 Publishes `--megabytes` of 4 KiB messages to a stream (half in 40 KiB chunks, which are
 read whole, half in 400 KiB chunks, sent by sendfile), then opens `--connections` raw
@@ -12,8 +12,9 @@ closed, and with as many stalled again (what the allocator kept is reused). Then
 publishes `--messages` 100-byte messages (100 per chunk) to another stream and reads them
 all with one consumer that keeps 16 chunks of credit out (the blocking client in
 mainstem.client.stream), three times: messages/s and the broker's CPU µs per message,
-best of three. `--mainstem` runs another installation (e.g. a script that starts an
-older checkout) for an A/B. One JSON line; asserts nothing.
+best of three (`--tls`: over the stream listener's TLS twin). `--mainstem` runs another
+installation (e.g. a script that starts an older checkout) for an A/B. One JSON line;
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ import json
 import socket
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tests.support.server_process import MAINSTEM, kill, start_server, started_ports
 from tests.support.stream_stall import publish, stalled_consumer
+from tests.support.tls_certs import make_certificates
 
 from bench.broker_process import cpu_seconds
-from mainstem.client.stream import StreamClient
+from mainstem.client.stream import Endpoint, StreamClient, Tls
 
 SETTLE_S = 0.5  # RSS is taken once it moves by less than 1 MiB in this long
 
@@ -83,11 +86,15 @@ def stalled(pid: int, port: int, connections: int, megabytes: int) -> dict[str, 
             "rss_stalled_again_mb": round(second / 2**20, 1)}
 
 
-def throughput(pid: int, port: int, messages: int) -> dict[str, Any]:
-    url = f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/"
+def throughput(pid: int, port: int, messages: int, tls: tuple[int, Path] | None
+               ) -> dict[str, Any]:
+    """`tls`: read through the TLS twin (its port, the CA file) instead."""
     publish(port, "fast", messages // 100, 100, 100)
     runs = []
-    with StreamClient.connect(url) as client:
+    endpoint = Endpoint.parse(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/")
+    if tls is not None:
+        endpoint = replace(endpoint, host="localhost", port=tls[0], tls=Tls(str(tls[1])))
+    with StreamClient(endpoint) as client:
         end = client.offsets("fast").end
         for _ in range(3):
             cpu0, t0 = cpu_seconds(pid), time.perf_counter()
@@ -107,16 +114,22 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=24)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--mainstem", type=Path, default=MAINSTEM)
+    parser.add_argument("--tls", action="store_true", help="the consumer reads over TLS")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="stalled-") as tmp:
-        log = Path(tmp) / "server.log"
-        server = start_server(Path(tmp) / "data", log, "--workers", "0",
-                              mainstem=args.mainstem)
+        log, flags = Path(tmp) / "server.log", ["--workers", "0"]
+        if args.tls:
+            certs = make_certificates(Path(tmp) / "certs")
+            flags += ["--tls-certfile", str(certs.server_cert), "--tls-keyfile",
+                      str(certs.server_key), "--tls-listener", "stream=0"]
+        server = start_server(Path(tmp) / "data", log, *flags, mainstem=args.mainstem)
         try:
-            port = started_ports(server, log)["stream"]
-            result = {"mainstem": str(args.mainstem),
+            ports = started_ports(server, log)
+            port = ports["stream"]
+            tls = (ports["stream/tls"], certs.ca) if args.tls else None
+            result = {"mainstem": str(args.mainstem), "tls": args.tls,
                       "stalled": stalled(server.pid, port, args.connections, args.megabytes),
-                      "throughput": throughput(server.pid, port, args.messages)}
+                      "throughput": throughput(server.pid, port, args.messages, tls)}
         finally:
             kill(server)
     print(json.dumps(result))
