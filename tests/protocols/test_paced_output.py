@@ -173,3 +173,27 @@ async def test_a_delivery_cancelled_while_waiting_is_still_finished() -> None:
         got = await asyncio.wait_for(read_slowly(reader, 2_000_004), 20)
         assert got == b"w" * 2_000_000 + b"next"
         assert delivery.released == 1
+
+
+class Truncated(Delivery):
+    """A delivery whose file gives out after the socket took its first bytes."""
+
+    def send_now(self, socket_fd: int) -> bool:
+        self.sent += os.write(socket_fd, self.data[:10])
+        return False
+
+    def take(self, limit: int) -> bytes:
+        raise OSError("segment file ends before its chunk")
+
+
+async def test_a_delivery_that_cannot_be_finished_ends_the_connection() -> None:
+    """Half a frame cannot be followed by anything: the connection is dropped."""
+    async with connection() as (writer, _):
+        output = PacedOutput(writer, socket_fd(writer, True))
+        delivery = Truncated(b"v" * 100)
+        waiting = output.send(delivery)
+        assert waiting is not None
+        with pytest.raises(OSError):
+            await waiting
+        assert writer.transport.is_closing()
+        assert delivery.released == 1

@@ -126,9 +126,10 @@ class PacedOutput:
                 item.release()
                 if not done.done():
                     done.set_result(None)
-        except (ConnectionError, OSError) as error:
+        except OSError as error:  # the peer went, or a file gave out mid-frame: the end
             self._closed = True
             self._drop_queue(error)
+            self._transport.abort()
         finally:
             if self._pump is asyncio.current_task():
                 self._pump = None
