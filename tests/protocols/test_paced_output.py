@@ -5,6 +5,7 @@ the transport; closing releases every delivery queued."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -188,12 +189,26 @@ class Truncated(Delivery):
 
 async def test_a_delivery_that_cannot_be_finished_ends_the_connection() -> None:
     """Half a frame cannot be followed by anything: the connection is dropped."""
-    async with connection() as (writer, _):
+    async with connection() as (writer, reader):
+        reading = asyncio.ensure_future(read_slowly(reader, 3_000_010))
         output = PacedOutput(writer, socket_fd(writer, True))
-        delivery = Truncated(b"v" * 100)
-        waiting = output.send(delivery)
+        first = Delivery(b"u" * 3_000_000)
+        assert output.send(first) is not None  # queued behind: the pump meets the failure
+        queued = Truncated(b"v" * 100)
+        waiting = output.send(queued)
         assert waiting is not None
-        with pytest.raises(OSError):
-            await waiting
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(waiting, 10)
         assert writer.transport.is_closing()
-        assert delivery.released == 1
+        assert queued.released == 1 and first.released == 1
+        reading.cancel()
+        with contextlib.suppress(BaseException):
+            await reading  # reset by the abort, or cancelled
+
+    async with connection() as (writer, _):  # sent at once: the failure is raised
+        output = PacedOutput(writer, socket_fd(writer, True))
+        at_once = Truncated(b"v" * 100)
+        with pytest.raises(ConnectionResetError):
+            output.send(at_once)
+        assert writer.transport.is_closing()
+        assert at_once.released == 1

@@ -76,9 +76,15 @@ class PacedOutput:
         if self._closed or self._transport.is_closing():
             item.release()
             raise ConnectionResetError("the connection is closing")
-        if self._pump is None and self._push(item):
-            item.release()
-            return None
+        if self._pump is None:
+            try:
+                sent = self._push(item)
+            except OSError as error:
+                item.release()
+                raise self._fail(error) from error
+            if sent:
+                item.release()
+                return None
         done = asyncio.get_running_loop().create_future()
         self._queue.append((item, done))
         if self._pump is None:
@@ -126,10 +132,8 @@ class PacedOutput:
                 item.release()
                 if not done.done():
                     done.set_result(None)
-        except OSError as error:  # the peer went, or a file gave out mid-frame: the end
-            self._closed = True
-            self._drop_queue(error)
-            self._transport.abort()
+        except OSError as error:
+            self._fail(error)
         finally:
             if self._pump is asyncio.current_task():
                 self._pump = None
@@ -140,6 +144,15 @@ class PacedOutput:
             if self._transport.is_closing():
                 raise ConnectionResetError("the connection is closing")
             await self._writer.drain()
+
+    def _fail(self, error: OSError) -> ConnectionResetError:
+        """The peer went, or a file gave out mid-frame (nothing can follow half a frame):
+        the connection ends. The error for those waiting."""
+        self._closed = True
+        lost = ConnectionResetError(f"delivery failed: {error}")
+        self._drop_queue(lost)
+        self._transport.abort()
+        return lost
 
     def _drop_queue(self, error: BaseException) -> None:
         while self._queue:
