@@ -24,6 +24,7 @@ class Delivery:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.sent = 0
+        self.held = False
         self.released = 0
 
     @property
@@ -42,6 +43,9 @@ class Delivery:
         piece = self.data[self.sent:self.sent + limit]
         self.sent += len(piece)
         return piece
+
+    def hold(self) -> None:
+        self.held = True
 
     def release(self) -> None:
         self.released += 1
@@ -135,6 +139,7 @@ async def test_a_reader_that_stops_holds_the_sender_to_one_piece(plain: bool) ->
             held.append(writer.transport.get_write_buffer_size())
         assert max(held) <= WAIT_PIECE
         assert not any(wait is None or wait.done() for wait in waits)
+        assert all(delivery.held for delivery in deliveries[1:])  # queued: kept readable
         assert output.buffered <= WAIT_PIECE + len(b"after")
         got = await asyncio.wait_for(read_slowly(reader, 12_000_005), 30)
         assert got == b"x" * 12_000_000 + b"after"

@@ -4,8 +4,8 @@ The protocol supplies only its frame header; the chunk's 48-byte header and data
 after it as a `Transfer`: from the page cache to the socket by sendfile as far as the
 kernel takes them, the rest only when the socket can take more (the protocol's output
 paces it, a piece at a time), so a subscriber that does not read holds a small piece of
-memory in the broker, never its backlog. A Transfer pins its segment's descriptor:
-retention may delete the segment while the socket waits, its bytes stay readable until
+memory in the broker, never its backlog. A Transfer that waits pins its segment's
+descriptor: retention may delete the segment meanwhile, its bytes stay readable until
 the Transfer is released. A small chunk is read whole when it is peeked at and goes out
 in one write with its frame header: one send, where a write and a sendfile would be two,
 each waking the reader (what a subscriber at the tail of a steady stream gets, chunk
@@ -61,20 +61,27 @@ class Transfer:
     """`head` (in memory: a frame header, maybe the chunk's header), then `ranges` of a
     segment file (position, length), sent as the socket takes them. `body`, when given,
     holds the ranges' bytes already read: sent with the head in one writev, and dropped
-    once the socket falls behind (the rest is read from the file as it goes). The
-    segment's descriptor stays pinned until `release`."""
+    once the socket falls behind (the rest is read from the file as it goes). A transfer
+    that does not go at once pins the segment's descriptor (`hold`) until `release`."""
 
     __slots__ = ("_body", "_fd", "_head", "_ranges", "_segment", "_sent", "size")
 
     def __init__(self, segment: Segment, head: bytes, ranges: tuple[tuple[int, int], ...],
                  body: bytes | None = None) -> None:
-        self._fd = segment.pin()
         self._segment: Segment | None = segment
+        self._fd = -1  # the pinned descriptor, once held
         self._head = head
         self._ranges = ranges
         self._body = body
         self._sent = 0
-        self.size = len(head) + sum(length for _, length in ranges)
+        self.size = len(head) + (ranges[0][1] if len(ranges) == 1
+                                 else sum(length for _, length in ranges))
+
+    def hold(self) -> None:
+        """Keep the file readable across steps (a send that waits for its socket), even
+        once retention deletes the segment: its descriptor stays pinned until `release`."""
+        if self._fd < 0 and self._segment is not None:
+            self._fd = self._segment.pin()
 
     @property
     def remaining(self) -> int:
@@ -93,12 +100,16 @@ class Transfer:
             pass
         if self._sent < self.size:
             self._body = None  # the socket is behind: hold no more than the descriptor
-        return self._sent >= self.size
+            self.hold()
+            return False
+        return True
 
     def _send_some(self, socket_fd: int) -> tuple[int, int]:
         """One system call: (bytes sent, bytes offered)."""
         head = len(self._head)
         if self._body is not None:
+            if not self._sent:  # the common case: all of it, at once
+                return os.writev(socket_fd, (self._head, self._body)), self.size
             parts = [memoryview(self._body)[max(self._sent - head, 0):]]
             if self._sent < head:
                 parts.insert(0, memoryview(self._head)[self._sent:])
@@ -107,10 +118,11 @@ class Transfer:
             rest = memoryview(self._head)[self._sent:]
             return os.write(socket_fd, rest), len(rest)
         start, length = self._file_span(self._sent - head)
-        return os.sendfile(socket_fd, self._fd, start, length), length
+        return os.sendfile(socket_fd, self._file(), start, length), length
 
     def take(self, limit: int) -> bytes:
         """The next bytes, at most `limit` of them, for a writer; counted as sent."""
+        self.hold()  # what is left goes in later steps
         parts: list[bytes] = []
         wanted = min(limit, self.remaining)
         head = len(self._head)
@@ -130,6 +142,13 @@ class Transfer:
             wanted -= len(part)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def _file(self) -> int:
+        """The segment's descriptor: pinned, or for use within this step."""
+        if self._fd >= 0:
+            return self._fd
+        assert self._segment is not None, "released"
+        return self._segment.fileno()
+
     def _file_span(self, offset: int) -> tuple[int, int]:
         """Where the body's byte `offset` lies in the file, and how much of its range follows."""
         for start, length in self._ranges:
@@ -139,10 +158,11 @@ class Transfer:
         raise AssertionError("past the end of the transfer")
 
     def release(self) -> None:
-        """Unpin the segment's descriptor (once; later calls do nothing)."""
+        """Unpin the segment's descriptor, if held (once; later calls do nothing)."""
         segment, self._segment, self._body = self._segment, None, None
-        if segment is not None:
+        if segment is not None and self._fd >= 0:
             segment.unpin()
+        self._fd = -1
 
 
 def transfer(view: ChunkView, frame_header: bytes) -> Transfer:

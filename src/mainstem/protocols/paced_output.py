@@ -36,6 +36,8 @@ class Paced(Protocol):
 
     def take(self, limit: int) -> bytes: ...
 
+    def hold(self) -> None: ...  # what it reads stays readable until release
+
     def release(self) -> None: ...
 
 
@@ -85,6 +87,7 @@ class PacedOutput:
             if sent:
                 item.release()
                 return None
+        item.hold()  # sent in later steps
         done = asyncio.get_running_loop().create_future()
         self._queue.append((item, done))
         if self._pump is None:
