@@ -16,9 +16,10 @@ import mainstem
 SOURCE = Path(mainstem.__file__).parent
 
 # The pieces every protocol shares: the connection base, the server's identity, the
-# receive loop, the listener's protocol sniffing and the registry of live connections.
+# receive loop, the listener's protocol sniffing, the registry of live connections and
+# output paced by the socket.
 PROTOCOL_FLOOR = {"protocols.base", "protocols.identity", "protocols.receiver",
-                  "protocols.sniff", "protocols.registry"}
+                  "protocols.sniff", "protocols.registry", "protocols.paced_output"}
 PROTOCOLS = {"protocols.amqp091", "protocols.bson_events", "protocols.iggy",
              "protocols.rabbit_stream", "protocols.segment"}
 CORE = {"formats", "log", "broker", "logging_setup"}

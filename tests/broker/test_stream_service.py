@@ -407,26 +407,10 @@ async def test_a_filtered_subscription_skips_chunks_without_spending_credit(
     assert len(view.bloom) > 0
 
 
-class _QueuedTransport:
-    """A transport with bytes already queued: sending must go through `write`."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def get_write_buffer_size(self) -> int:
-        return 1
-
-    def get_extra_info(self, name: str) -> None:
-        return None
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-
 @pytest.mark.parametrize("filtered", [False, True])
 @pytest.mark.parametrize("bodies", [[b"hello", b"world"], [b"h" * 40_000, b"w" * 40_000]],
                          ids=["read whole", "sendfile"])
-async def test_send_puts_the_frame_header_before_the_chunk_and_leaves_the_filter_out(
+async def test_a_transfer_puts_the_frame_header_before_the_chunk_and_leaves_the_filter_out(
         service: PartitionService, filtered: bool, bodies: list[bytes]) -> None:
     await service.appender.append_entries(
         [entry(body) for body in bodies], all_simple=True,
@@ -438,9 +422,13 @@ async def test_send_puts_the_frame_header_before_the_chunk_and_leaves_the_filter
     frame_header = struct.pack(">I", view.wire_size) + b"HDR"
     expected = frame_header + view.header + encode_simple_entries(bodies)
 
-    queued = _QueuedTransport()
-    subscription.send(view, frame_header, queued)  # type: ignore[arg-type]
-    assert bytes(queued.written) == expected
+    taken = subscription.transfer(view, frame_header)  # through a writer, piece by piece
+    pieces = []
+    while taken.remaining:
+        pieces.append(taken.take(7_000))
+    taken.release()
+    assert b"".join(pieces) == expected
+    assert max(len(piece) for piece in pieces) <= 7_000
     assert view.wire_size == HEADER_SIZE + len(encode_simple_entries(bodies))
 
     received: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
@@ -452,9 +440,25 @@ async def test_send_puts_the_frame_header_before_the_chunk_and_leaves_the_filter
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     _, writer = await asyncio.open_connection("127.0.0.1", port)
-    subscription.send(view, frame_header, writer.transport)  # type: ignore[arg-type]
-    assert await asyncio.wait_for(received, 5) == expected  # by sendfile, on TCP
+    sent = subscription.transfer(view, frame_header)
+    assert sent.send_now(writer.get_extra_info("socket").fileno())  # by sendfile, on TCP
+    sent.release()
+    assert await asyncio.wait_for(received, 5) == expected
     assert subscription.credit == 0
     writer.close()
     server.close()
     await server.wait_closed()
+
+
+async def test_a_transfer_reads_its_chunk_after_retention_deleted_the_segment(
+        service: PartitionService) -> None:
+    await service.appender.append_entries([entry(b"x" * 100_000)], all_simple=True).durable
+    subscription = service.subscribe(0)
+    view = await subscription.next_view()
+    sending = subscription.transfer(view, b"")
+    first = sending.take(10)
+    view.location.segment.delete()  # as retention does, while the socket waits
+    rest = sending.take(sending.remaining)
+    sending.release()
+    assert len(first + rest) == view.wire_size
+    assert (first + rest)[HEADER_SIZE:] == entry(b"x" * 100_000)

@@ -1,9 +1,11 @@
-"""Idle connections cost the broker little memory: a connection's receive buffer takes
-memory only as bytes arrive (the broker runs as a real process; its RSS is read from
-/proc)."""
+"""Idle and stalled connections cost the broker little memory: a connection's receive
+buffer takes memory only as bytes arrive, and a stream consumer that stops reading holds a
+piece of one chunk, not its backlog; what it held returns when it closes (the broker runs
+as a real process; its RSS is read from /proc)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -12,7 +14,10 @@ from subprocess import Popen
 
 import pytest
 
+from mainstem.client.events import EventsClient
+from mainstem.client.stream import StreamClient
 from tests.support.server_process import kill, rss_bytes, start_server, started_ports
+from tests.support.stream_stall import publish, stalled_consumer
 
 CONNECTIONS = 60  # per protocol whose connections receive into buffers of their own
 PROTOCOLS = ("stream", "bson", "segment")
@@ -57,3 +62,87 @@ def test_idle_connections_do_not_each_hold_a_receive_buffer(
     finally:
         for sock in sockets:
             sock.close()
+
+
+STALLED = 40  # stream consumers that subscribe with credit and never read
+STALLED_LIMIT = 64 * 1024  # broker memory each may hold
+
+
+def settled_rss(pid: int, timeout: float = 30.0) -> int:
+    """The broker's RSS once it stops changing by more than 1 MiB in half a second."""
+    deadline = time.monotonic() + timeout
+    last = rss_bytes(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = rss_bytes(pid)
+        if abs(now - last) < 1 << 20:
+            return now
+        last = now
+    return last
+
+
+def test_stalled_stream_consumers_hold_a_small_bounded_buffer_each(
+        server: tuple[Popen, Path]) -> None:
+    process, log = server
+    port = started_ports(process, log)["stream"]
+    # 12 MiB in chunks read whole (40 KiB), then 12 MiB in chunks sent by sendfile (400 KiB)
+    publish(port, "stalled", 300, 10, 4096)
+    publish(port, "stalled", 30, 100, 4096)
+    sockets = [stalled_consumer(port, "stalled")]  # warm-up: first-use costs
+    try:
+        before = settled_rss(process.pid)
+        sockets += [stalled_consumer(port, "stalled") for _ in range(STALLED)]
+        stalled = settled_rss(process.pid)
+        per_connection = (stalled - before) / STALLED
+        print(f"broker RSS per stalled consumer: {per_connection / 1024:.1f} KiB "
+              f"({before >> 20} -> {stalled >> 20} MiB)")
+        assert per_connection <= STALLED_LIMIT
+        time.sleep(2)  # still stalled: nothing more is taken on
+        assert rss_bytes(process.pid) - stalled < STALLED * STALLED_LIMIT
+    finally:
+        for sock in sockets:
+            sock.close()
+    # The broker lets them go and serves a consumer that reads.
+    with StreamClient.connect(f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/") as client:
+        end = client.offsets("stalled").end
+        records = sum(chunk.header.num_records for chunk in client.chunks("stalled", 0, end))
+    assert records == end == 300 * 10 + 30 * 100
+
+
+BSON_STALLED_LIMIT = 1 << 20  # the chunk being read (here 400 KB) and 64 KiB of frames
+
+
+def test_stalled_bson_subscribers_hold_their_chunk_not_megabytes_of_frames(
+        server: tuple[Popen, Path]) -> None:
+    """A subscriber that stops reading holds the chunk its subscription is at and 64 KiB
+    of RECEV frames; it used to hold 4 MiB of frames (4,296 KiB per connection)."""
+    process, log = server
+    port = started_ports(process, log)["bson"]
+
+    async def run() -> float:
+        publisher = await EventsClient.connect("127.0.0.1", port, "guest", "guest")
+        await publisher.create_channel("stalled")
+        for i in range(60):  # 24 MB in 400 KB chunks
+            await publisher.publish_many("stalled", [{"i": i, "pad": "x" * 4000}] * 100)
+        clients = [publisher]
+
+        async def stall() -> None:
+            client = await EventsClient.connect("127.0.0.1", port, "guest", "guest")
+            clients.append(client)
+            await client.subscribe("stalled", start_pos=0)
+            client._writer.transport.pause_reading()  # reads nothing more
+
+        try:
+            await stall()  # warm-up
+            before = await asyncio.to_thread(settled_rss, process.pid)
+            for _ in range(STALLED):
+                await stall()
+            stalled = await asyncio.to_thread(settled_rss, process.pid)
+        finally:
+            for client in clients:
+                client._writer.transport.abort()
+        return (stalled - before) / STALLED
+
+    per_connection = asyncio.run(run())
+    print(f"broker RSS per stalled BSON subscriber: {per_connection / 1024:.1f} KiB")
+    assert per_connection <= BSON_STALLED_LIMIT

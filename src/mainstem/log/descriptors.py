@@ -9,7 +9,9 @@ Threads: the event loop's thread opens, uses and evicts; it uses a descriptor on
 one synchronous step, so an eviction (which happens only on that thread, when it opens
 another file) never closes one in use. Worker threads (fsync) only `borrow`: a descriptor
 that is open is pinned against eviction for the call, one that is not is opened privately
-and closed afterwards (fsync flushes the file, whichever descriptor wrote it).
+and closed afterwards (fsync flushes the file, whichever descriptor wrote it). A send that
+waits for its socket across steps `pin`s the descriptor until it is done: neither evicted
+nor closed meanwhile, so a segment deleted by retention stays readable until `unpin`.
 """
 
 from __future__ import annotations
@@ -110,6 +112,23 @@ class DescriptorCache:
                 if file.closed and not file.pins and file.fd >= 0:
                     self._drop(file)
 
+    def _pin(self, file: LazyFile) -> int:
+        with self._lock:
+            if file.fd < 0:
+                if file.closed:
+                    raise ValueError(f"{file.path} is closed")
+                self._make_room()
+                file.fd = os.open(file.path, file.flags)
+                self._open[file] = None
+            file.pins += 1
+            return file.fd
+
+    def _unpin(self, file: LazyFile) -> None:
+        with self._lock:
+            file.pins -= 1
+            if file.closed and not file.pins and file.fd >= 0:
+                self._drop(file)
+
     def _close(self, file: LazyFile) -> None:
         with self._lock:
             file.closed = True
@@ -137,6 +156,13 @@ class LazyFile:
     def borrow(self) -> AbstractContextManager[int]:
         """A descriptor for another thread, valid for the `with` block."""
         return self._cache._borrow(self)
+
+    def pin(self) -> int:
+        """A descriptor that stays open (not evicted, not closed) until `unpin`."""
+        return self._cache._pin(self)
+
+    def unpin(self) -> None:
+        self._cache._unpin(self)
 
     def close(self) -> None:
         """Close for good (a pinned descriptor closes when its borrower is done)."""

@@ -143,6 +143,14 @@ class Segment:
         """A descriptor to use at once: valid until this thread opens another log file."""
         return self._file.fileno()
 
+    def pin(self) -> int:
+        """A descriptor valid across steps until `unpin`, even once the segment is deleted
+        (its blocks stay allocated until then)."""
+        return self._file.pin()
+
+    def unpin(self) -> None:
+        self._file.unpin()
+
     def sync(self) -> None:
         """fsync; safe from a worker thread."""
         with self._file.borrow() as fd:

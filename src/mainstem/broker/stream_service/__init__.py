@@ -12,9 +12,10 @@ from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
 from mainstem.log.partition import ChunkLocation, DataRemoved, PartitionClosed
-from mainstem.log.transfer import ChunkView
+from mainstem.log.transfer import ChunkView, Transfer
 
 __all__ = [
     "Appender", "Chunk", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
-    "PartitionClosed", "PartitionService", "Receipt", "Subscription", "WriteGate", "WritesHeld",
+    "PartitionClosed", "PartitionService", "Receipt", "Subscription", "Transfer", "WriteGate",
+    "WritesHeld",
 ]

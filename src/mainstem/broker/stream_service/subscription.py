@@ -3,7 +3,8 @@
 Credit counts the chunks a subscriber may be sent (None: unmetered, for readers that
 pace themselves); a subscriber with filter values gets only the chunks whose bloom
 filter may hold one of them. Sending goes through the log, which owns the files:
-the subscriber's protocol supplies only its frame header.
+the subscriber's protocol supplies only its frame header and gets a `Transfer` to send
+as its socket takes it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 
 from mainstem.formats.chunk import BloomMatcher, Chunk
 from mainstem.log.partition import Partition
-from mainstem.log.transfer import ChunkView, peek, send_chunk
+from mainstem.log.transfer import ChunkView, Transfer, peek, transfer
 
 
 class Subscription:
@@ -57,14 +58,12 @@ class Subscription:
                 return view
             # nothing this subscriber wants: nothing sent, no credit spent
 
-    def send(self, view: ChunkView, frame_header: bytes, transport: asyncio.WriteTransport) -> None:
-        """Send a chunk after `frame_header` (which declares `view.wire_size` bytes of it),
-        spending one credit: by sendfile straight from the segment file when nothing is
-        queued on the transport before it, else through the transport."""
+    def transfer(self, view: ChunkView, frame_header: bytes) -> Transfer:
+        """The chunk after `frame_header` (which declares `view.wire_size` bytes of it), to
+        send as the socket takes it, spending one credit. The caller releases it."""
         if self.credit is not None:
             self.credit -= 1
-        fd = sendfile_socket(transport) if transport.get_write_buffer_size() == 0 else None
-        send_chunk(view, frame_header, fd, transport.write)
+        return transfer(view, frame_header)
 
     async def next_chunk(self) -> Chunk:
         """The next committed chunk, read; waits for new data at the end of the log."""

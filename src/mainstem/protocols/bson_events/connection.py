@@ -70,6 +70,9 @@ from mainstem.protocols.receiver import Receiver
 READ_SIZE = 256 * 1024
 MAX_UNANSWERED_READS = 4  # reads of publishes waiting for durability before reading on
 WRITE_HIGH_WATER = 4 * 1024 * 1024
+# Deliveries (RECEV, QUERYRESULT) wait while the socket holds this much unsent: a
+# subscriber that stops reading holds this, not WRITE_HIGH_WATER, in the broker.
+DELIVERY_HIGH_WATER = 64 * 1024
 DURABLE_PREFIX = "bson-durable:"
 
 Batch = dict[str, tuple[PartitionService, list[bytes | memoryview], list[Any]]]
@@ -424,10 +427,10 @@ class EventsConnection:
                         continue  # a record of another protocol, not a BSON event
                     if not matched:
                         continue
-                    if len(in_flight) >= flow.window or outbox.size + pending > WRITE_HIGH_WATER:
+                    if len(in_flight) >= flow.window or outbox.size + pending > DELIVERY_HIGH_WATER:
                         self._send_frames(frames)
                         pending = 0
-                        await outbox.drain_above(WRITE_HIGH_WATER)
+                        await outbox.drain_above(DELIVERY_HIGH_WATER)
                         while len(in_flight) >= flow.window:  # no credit: wait for ACKEV
                             sender.wake.clear()
                             await sender.wake.wait()
@@ -498,8 +501,8 @@ class EventsConnection:
                 self.send("QUERYRESULT", {"queryID": query_id, "last": True})
             while current is not None:
                 following = next(results, None)
-                if flow.full or self.outbox.size > WRITE_HIGH_WATER:
-                    await self.outbox.drain_above(WRITE_HIGH_WATER)
+                if flow.full or self.outbox.size > DELIVERY_HIGH_WATER:
+                    await self.outbox.drain_above(DELIVERY_HIGH_WATER)
                 while flow.full:  # no credit: wait for QUERYACK
                     sender.wake.clear()
                     await sender.wake.wait()

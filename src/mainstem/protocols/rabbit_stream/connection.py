@@ -7,7 +7,9 @@ feeds them frames, carries out the actions they answer with (sending, logging in
 opening the namespace) and maps each command onto the broker's stream service. A
 Publish frame goes to its partition's appender, which batches what arrives together
 into chunks, and is confirmed once durable; a subscription ships committed chunks from
-the segment files to the socket as they are, paced by credit (one credit = one chunk).
+the segment files to the socket as they are, paced by credit (one credit = one chunk)
+and by the socket (`PacedOutput`: a chunk goes as the socket takes it, so a consumer
+that stops reading holds a piece of one chunk in the broker, not its backlog).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from mainstem.broker.cluster_view import ClusterView, NodeAddress
 from mainstem.broker.errors import AuthenticationFailed, BrokerError, NotFound
 from mainstem.broker.stream_service import ChunkLimits, PartitionClosed, PartitionService
 from mainstem.broker.stream_service import Subscription as Reader
+from mainstem.broker.stream_service.subscription import sendfile_socket
 from mainstem.broker.streams import BINDING_KEYS, PARTITION_NAMES, Stream
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
+from mainstem.protocols.paced_output import PacedOutput
 from mainstem.protocols.rabbit_stream import credit as c
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
@@ -53,7 +57,7 @@ from mainstem.protocols.rabbit_stream.wire import FrameError, FrameTooLarge
 from mainstem.protocols.receiver import Receiver
 
 RECEIVE_BUFFER = 1024 * 1024
-# Stop shipping chunks to a connection whose socket buffer holds this much.
+# Stop reading from a connection whose responses wait unsent to this much.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 # A chunk's bounds, whatever a Publish frame holds: Osiris cuts chunks by the batches
 # its writer takes (at most 8,192 writes), so a subscription at `last` gets a slice of
@@ -105,6 +109,7 @@ class StreamConnection:
         self._unwatch: list[Callable[[], None]] = []
         self._reply_timers: dict[int, asyncio.TimerHandle] = {}  # ConsumerUpdates asked
         self._transport = ctx.writer.transport
+        self.output = PacedOutput(ctx.writer, sendfile_socket(self._transport))
         self._handlers: dict[type, Callable[[Any], Any]] = {
             f.DeclarePublisher: self.on_declare_publisher,
             f.PublishBlock: self.on_publish,
@@ -187,8 +192,8 @@ class StreamConnection:
             self._write_staged()
             if malformed is not None:
                 raise self._refuse_frame(malformed)
-            if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                await self.ctx.writer.drain()
+            if self.output.buffered > WRITE_HIGH_WATER:
+                await self.output.drain()
 
     def _refuse_frame(self, error: FrameError) -> s.ProtocolError:
         event = "frame.too_large" if isinstance(error, FrameTooLarge) else "frame.invalid"
@@ -247,12 +252,13 @@ class StreamConnection:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self.output.close()  # chunks part-sent: their segments unpinned
 
     async def _close_from_server(self, code: int, reason: str) -> None:
         self.log.info("connection.closing", extra={"code": code, "reason": reason})
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self._perform(self.state.close(code, reason))
-            await asyncio.wait_for(self.ctx.writer.drain(), 2)
+            await asyncio.wait_for(self.output.drain(), 2)
 
     async def _close_requested(self, reason: str) -> None:
         """An operator closed the connection (management API): say Close, hang up."""
@@ -319,8 +325,7 @@ class StreamConnection:
     # -- output --------------------------------------------------------------
 
     def send(self, frame: f.Frame) -> None:
-        if not self._transport.is_closing():
-            self._transport.write(encode(frame))
+        self.output.write(encode(frame))
 
     def respond(self, key: int, correlation_id: int, code: int = ResponseCode.OK) -> None:
         self.send(f.Response(key, correlation_id, code))
@@ -690,7 +695,8 @@ class StreamConnection:
 
     async def _deliver_loop(self, subscription: Subscription) -> None:
         """Ship committed chunks as Deliver frames, one credit each: the chunk's header
-        and data go from the segment file, after the frame's own header."""
+        and data go from the segment file, after the frame's own header, as the socket
+        takes them; the next chunk is read once this one has been handed over."""
         reader, service = subscription.reader, subscription.service
         try:
             while True:
@@ -698,13 +704,14 @@ class StreamConnection:
                 header = encode_deliver_prefix(subscription.subscription_id,
                                                self.state.deliver_version, chunk.wire_size,
                                                service.committed_chunk_id)
-                reader.send(chunk, header, self._transport)
+                sending = self.output.send(reader.transfer(chunk, header))
                 subscription.consumed += chunk.num_records
                 self.stats.deliver_no_ack += chunk.num_records
                 self.core.delivery_stats.delivered(
                     self.namespace, subscription.name, chunk.num_records, chunk.location.send_size)
-                if self._transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await self.ctx.writer.drain()  # a slow consumer holds one buffer, not the log
+                del chunk  # a small chunk's bytes, read whole: not held while the socket waits
+                if sending is not None:
+                    await sending  # a consumer that does not read holds one piece, not the log
         except (PartitionClosed, ConnectionError):
             return
 
