@@ -104,9 +104,14 @@ class ConnectionRegistry:
         return list(self._connections.values())
 
     def find(self, name: str) -> Connection | None:
-        """By RabbitMQ-style name or by numeric id."""
+        """By RabbitMQ-style name, by numeric id, or by the client-given `connection_name`
+        (AMQP client_properties, stream PeerProperties); several connections may share a
+        client-given name, the oldest of them is the one found."""
         for connection in self._connections.values():
             if name in (connection.name, str(connection.conn_id)):
+                return connection
+        for connection in self._connections.values():  # in the order they were added
+            if connection.ctx.client_properties.get("connection_name") == name:
                 return connection
         return None
 
