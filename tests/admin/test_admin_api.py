@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pika
 import pytest
-from rstream import AMQPMessage, Producer
+from rstream import AMQPMessage, Consumer, Producer
 
 from mainstem import Broker
 from mainstem.client.events import EventsClient
@@ -323,3 +323,25 @@ async def test_a_connection_is_closed_by_its_client_given_name(broker, http):
         await producer.close()
         if amqp.is_open:
             await asyncio.to_thread(amqp.close)
+
+
+async def test_stream_subscribers_count_as_the_queues_consumers(broker, http):
+    """As RabbitMQ shows a stream queue's stream-protocol consumers in /api/queues."""
+    await publish(broker, "ticks", 3)
+
+    async def on_message(message, context) -> None:
+        pass
+
+    async with Consumer(**stream_args(broker)) as first, \
+            Consumer(**stream_args(broker)) as second:
+        for consumer in (first, second):
+            await consumer.start()
+            await consumer.subscribe("ticks", on_message)
+        [row] = [q for q in await get(http, "/api/queues") if q["name"] == "ticks"]
+        assert row["type"] == "stream" and row["consumers"] == 2
+        one = await get(http, "/api/queues/%2F/ticks")
+        assert one["consumers"] == 2 and len(one["consumer_details"]) == 2
+
+    async def unsubscribed():
+        return (await get(http, "/api/queues/%2F/ticks"))["consumers"] == 0
+    await until(unsubscribed)

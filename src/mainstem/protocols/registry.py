@@ -13,6 +13,7 @@ import socket
 import struct
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,15 @@ class Connection:
             "client_properties": dict(ctx.client_properties),
             "user_provided_name": ctx.client_properties.get("connection_name"),
         }
+
+
+def consumers_per_queue(connections: Iterable[Connection]) -> Counter[tuple[str | None, str]]:
+    """How many consumers the protocol handlers recorded (`ctx.add_consumer`) on each
+    (vhost, queue or stream): a stream's count includes its stream-protocol subscriptions,
+    as RabbitMQ counts them."""
+    return Counter((connection.ctx.namespace, str(consumer.get("queue", "")))
+                   for connection in connections
+                   for consumer in connection.ctx.consumers.values())
 
 
 class ConnectionRegistry:
