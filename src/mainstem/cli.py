@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from mainstem import __version__
 from mainstem.admin.ctl import add_ctl_arguments, run_ctl
+from mainstem.broker.catalog import CatalogUnreadable
 from mainstem.config import ConfigError, add_config_arguments, load_config
 from mainstem.logging_setup import configure_logging
 from mainstem.server import Broker, DataDirLocked, ListenerBindError
@@ -21,6 +23,8 @@ from mainstem.tls import TlsSetupError
 # Exit codes: 0 after a clean shutdown, 2 when the server cannot start.
 EXIT_OK = 0
 EXIT_CANNOT_START = 2
+
+log = logging.getLogger("mainstem.server")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +78,10 @@ def _serve(args: argparse.Namespace) -> int:
         _run(Broker(config=config).serve_forever())
     except (DataDirLocked, ListenerBindError, TlsSetupError) as exc:
         return _fail(exc)
+    except CatalogUnreadable as exc:
+        # One line in the configured log format, naming the file; no traceback.
+        log.critical("catalog.unreadable", extra={"path": str(exc.path), "error": exc.reason})
+        return EXIT_CANNOT_START
     return EXIT_OK
 
 

@@ -8,8 +8,9 @@ import dataclasses
 from collections.abc import AsyncIterator
 
 import aiohttp
+import pika
 import pytest
-from rstream import AMQPMessage, Producer
+from rstream import AMQPMessage, Consumer, Producer
 
 from mainstem import Broker
 from mainstem.client.events import EventsClient
@@ -295,3 +296,52 @@ def test_admin_listener_flags_and_limits():
     assert config.alarms == AlarmConfig(0.6, 10**9, 1000)
     disabled = load_config(build_parser().parse_args(["serve", "--disable", "admin"]), {})
     assert disabled.admin.enabled is False
+
+
+async def test_a_connection_is_closed_by_its_client_given_name(broker, http):
+    """README: the client's `connection_name` (pika's client_properties, rstream's
+    connection_name) is `user_provided_name`, and DELETE closes the connection by it."""
+    producer = Producer(**stream_args(broker), connection_name="orders-writer")
+    await producer.start()
+    params = pika.ConnectionParameters(
+        "127.0.0.1", broker.ports["amqp"], credentials=pika.PlainCredentials("guest", "guest"),
+        client_properties={"connection_name": "billing-reader"})
+    amqp = await asyncio.to_thread(pika.BlockingConnection, params)
+    try:
+        rows = await get(http, "/api/connections")
+        assert {row["user_provided_name"] for row in rows} == {"orders-writer",
+                                                                "billing-reader"}
+        assert (await get(http, "/api/connections/orders-writer"))["protocol"] == "stream"
+        await send(http, "DELETE", "/api/connections/orders-writer")
+        await send(http, "DELETE", "/api/connections/billing-reader")
+        with pytest.raises(pika.exceptions.ConnectionClosed):
+            await asyncio.to_thread(amqp.process_data_events, 2)
+        names = {row["user_provided_name"] for row in await get(http, "/api/connections")}
+        assert not names & {"orders-writer", "billing-reader"}
+        await send(http, "DELETE", "/api/connections/no-such-name", status=404)
+    finally:
+        await producer.close()
+        if amqp.is_open:
+            await asyncio.to_thread(amqp.close)
+
+
+async def test_stream_subscribers_count_as_the_queues_consumers(broker, http):
+    """As RabbitMQ shows a stream queue's stream-protocol consumers in /api/queues."""
+    await publish(broker, "ticks", 3)
+
+    async def on_message(message, context) -> None:
+        pass
+
+    async with Consumer(**stream_args(broker)) as first, \
+            Consumer(**stream_args(broker)) as second:
+        for consumer in (first, second):
+            await consumer.start()
+            await consumer.subscribe("ticks", on_message)
+        [row] = [q for q in await get(http, "/api/queues") if q["name"] == "ticks"]
+        assert row["type"] == "stream" and row["consumers"] == 2
+        one = await get(http, "/api/queues/%2F/ticks")
+        assert one["consumers"] == 2 and len(one["consumer_details"]) == 2
+
+    async def unsubscribed():
+        return (await get(http, "/api/queues/%2F/ticks"))["consumers"] == 0
+    await until(unsubscribed)

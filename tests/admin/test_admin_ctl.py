@@ -96,6 +96,35 @@ async def test_users_vhosts_and_permissions(broker):
     assert [row["name"] for row in rows] == ["/"]
 
 
+async def test_users_add_refuses_an_existing_user_and_set_password_and_tags_change_one(
+        broker):
+    """As rabbitmqctl add_user / change_password / set_user_tags: adding a user that
+    exists changes nothing; the password and the tags each change without the other."""
+    assert (await ctl(broker, "users", "add", "bob", "first", "--tags",
+                      "monitoring,management"))[0] == 0
+    code, out, err = await ctl(broker, "users", "add", "bob", "second")
+    assert code == 1 and "user 'bob' already exists" in err and out == ""
+    auth = broker.core.auth
+    assert auth.authenticate("bob", "first", "127.0.0.1").tags == ("monitoring", "management")
+
+    assert (await ctl(broker, "users", "set-password", "bob", "second"))[0] == 0
+    user = auth.authenticate("bob", "second", "127.0.0.1")
+    assert user.tags == ("monitoring", "management")  # kept
+    code, _, err = await ctl(broker, "users", "set-password", "nobody", "x")
+    assert code == 1 and "HTTP 404" in err and "nobody" in err
+
+    assert (await ctl(broker, "users", "set-tags", "bob", "administrator", "policymaker")
+            )[0] == 0
+    assert auth.authenticate("bob", "second", "127.0.0.1").tags == ("administrator",
+                                                                    "policymaker")
+    assert (await ctl(broker, "users", "set-tags", "bob"))[0] == 0  # no tags: cleared
+    code, rows, _ = await ctl(broker, "users", "list", json_output=True)
+    assert {"name": "bob", "tags": [], "limits": {}} in rows
+    assert auth.authenticate("bob", "second", "127.0.0.1").tags == ()  # password kept
+    code, _, err = await ctl(broker, "users", "set-tags", "nobody", "monitoring")
+    assert code == 1 and "HTTP 404" in err
+
+
 def hold_unacked(broker: Broker, ready: asyncio.Event, release: asyncio.Event,
                  loop: asyncio.AbstractEventLoop) -> None:
     """3 messages into "work", one fetched and left unacked until `release`, and a

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from rstream import Consumer
 
 from mainstem import Broker
 
@@ -169,3 +170,17 @@ async def test_export_and_import(broker, tmp_path: Path):
 @pytest.mark.parametrize("args", [("list", "nodes"), ("list", "exchanges", "name", "type")])
 async def test_table_listings(broker, args):
     assert "name" in await admin(broker, *args)
+
+
+async def test_list_queues_counts_stream_subscribers(broker):
+    await admin(broker, "declare", "queue", "name=ticks", "queue_type=stream")
+
+    async def on_message(message, context) -> None:
+        pass
+
+    async with Consumer("127.0.0.1", broker.ports["stream"], username="guest",
+                        password="guest") as consumer:
+        await consumer.start()
+        await consumer.subscribe("ticks", on_message)
+        queues = {q["name"]: q for q in await listed(broker, "queues")}
+        assert queues["ticks"]["consumers"] == 1

@@ -344,6 +344,29 @@ def test_cli_refuses_a_data_dir_in_use(tmp_path):
         kill(process)
 
 
+def test_cli_names_a_corrupt_catalog_in_one_log_line(tmp_path):
+    """Garbage in catalog.sqlite: exit 2 and one structured line naming the file (it was
+    a 35-line traceback that named no file)."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    catalog = data_dir / "catalog.sqlite"
+    catalog.write_bytes(b"this is not a database\n" * 200)
+    log_path = tmp_path / "server.log"
+    process = start_server(data_dir, log_path)
+    try:
+        assert process.wait(TIMEOUT_S) == 2
+    finally:
+        kill(process)
+    lines = log_path.read_text().splitlines()
+    assert len(lines) == 1, lines
+    entry = json.loads(lines[0])
+    assert entry["event"] == "catalog.unreadable" and entry["level"] == "critical"
+    assert entry["path"] == str(catalog)
+    assert "file is not a database" in entry["error"]
+    assert "traceback" not in entry
+    assert catalog.read_bytes() == b"this is not a database\n" * 200  # left as it was
+
+
 def test_cli_reports_config_errors_without_traceback(tmp_path):
     result = subprocess.run(
         [str(MAINSTEM), "serve", "--data-dir", str(tmp_path), "--fsync", "sometimes"],

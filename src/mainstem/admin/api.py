@@ -37,6 +37,7 @@ from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
 from mainstem.protocols.identity import NODE
+from mainstem.protocols.registry import consumers_per_queue
 
 if TYPE_CHECKING:
     from mainstem.broker.core import BrokerCore
@@ -300,6 +301,11 @@ def _merged(request: web.Request, kind: str) -> list[dict[str, Any]]:
     if kind != "bindings":
         for row in rows:
             add_message_stats(state, kind[:-1], row)
+    if kind == "queues":  # a stream's consumers are its subscriptions, on any connection
+        subscribers = consumers_per_queue(state.connections.list())
+        for row in rows:
+            if row["type"] == "stream":
+                row["consumers"] = subscribers[row["vhost"], row["name"]]
     return rows
 
 

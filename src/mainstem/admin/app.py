@@ -20,6 +20,7 @@ from aiohttp import web
 
 from mainstem.admin import api, connections, definitions, health, inventory, objects, policies
 from mainstem.admin import state as shared
+from mainstem.admin.audit import audit
 from mainstem.admin.metrics import Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
@@ -57,7 +58,8 @@ def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = Non
         certfile=broker.config.tls.certfile, identity=broker.config.identity,
         on_login=on_login,
     )
-    app = web.Application(middlewares=[_errors, _authenticate], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[audit, _errors, _authenticate],
+                          client_max_size=1024 * 1024)
     app[shared.STATE] = state
     for table in ROUTE_TABLES:
         app.add_routes(table)

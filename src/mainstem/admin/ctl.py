@@ -29,7 +29,11 @@ Argument = tuple[tuple[str, ...], dict[str, Any]]
 Columns = tuple[tuple[str, str], ...]  # (column title, row key; dots go into nested objects)
 
 
-class ApiError(Exception):
+class Refused(Exception):
+    """An action that mainstem ctl itself declines (exit code 1, like an API refusal)."""
+
+
+class ApiError(Refused):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(f"HTTP {status}: {reason}")
         self.status = status
@@ -108,6 +112,9 @@ VHOST: Argument = (("--vhost",), {"default": "/", "help": "virtual host (default
 VHOST_FILTER: Argument = (("--vhost",), {"help": "only this virtual host (default: all)"})
 # not "user": that is the login of --user
 TARGET_USER: Argument = (("target_user",), {"metavar": "USER", "help": "the user"})
+NEW_PASSWORD: Argument = (("new_password",), {
+    "metavar": "PASSWORD", "nargs": "?",
+    "help": "the password (default: the first line of stdin)"})
 ARGUMENT: Argument = (("--argument",), {
     "action": "append", "default": [], "metavar": "KEY=VALUE",
     "help": "an x-argument, e.g. x-max-length=1000 (VALUE is read as JSON if it parses,"
@@ -129,9 +136,42 @@ def _arguments(pairs: Sequence[str]) -> dict[str, Any]:
 
 # -- actions ----------------------------------------------------------------------------
 
+def _new_password(args: argparse.Namespace) -> str:
+    """PASSWORD from the command line, or else the first line of stdin (so that it need
+    not show in the process list)."""
+    if args.new_password is not None:
+        return str(args.new_password)
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise Refused("no password given (as an argument or on stdin)")
+    return password
+
+
 def _add_user(client: Client, args: argparse.Namespace) -> None:
+    """As rabbitmqctl add_user: a user that exists is refused, not changed (a PUT would
+    replace its password and tags)."""
+    try:
+        client.call("GET", f"/api/users/{_q(args.name)}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    else:
+        raise Refused(f"user '{args.name}' already exists")
     client.call("PUT", f"/api/users/{_q(args.name)}",
-                {"password": args.new_password, "tags": args.tags})
+                {"password": _new_password(args), "tags": args.tags})
+
+
+def _set_password(client: Client, args: argparse.Namespace) -> None:
+    """As rabbitmqctl change_password: the tags stay (the API's PUT replaces both)."""
+    user = client.call("GET", f"/api/users/{_q(args.name)}")
+    client.call("PUT", f"/api/users/{_q(args.name)}",
+                {"password": _new_password(args), "tags": user["tags"]})
+
+
+def _set_tags(client: Client, args: argparse.Namespace) -> None:
+    """As rabbitmqctl set_user_tags: the password stays (a PUT without one keeps it)."""
+    client.call("GET", f"/api/users/{_q(args.name)}")  # 404 for an unknown user
+    client.call("PUT", f"/api/users/{_q(args.name)}", {"tags": list(args.tags)})
 
 
 def _list_permissions(client: Client, args: argparse.Namespace) -> Any:
@@ -336,13 +376,19 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
                 ("connection", "channel_details.connection_name"),
                 ("ack_required", "ack_required"), ("prefetch", "prefetch_count"))),
     )),
-    "users": ("users: list, add, delete", (
+    "users": ("users: list, add, set-password, set-tags, delete", (
         Action("list", "users and their tags", lambda c, a: c.call("GET", "/api/users"),
                columns=(("name", "name"), ("tags", "tags"))),
-        Action("add", "add a user, or change its password and tags", _add_user,
-               (NAME, (("new_password",), {"metavar": "PASSWORD", "help": "its password"}),
+        Action("add", "add a user (refused if it exists)", _add_user,
+               (NAME, NEW_PASSWORD,
                 (("--tags",), {"default": "",
                                "help": "comma-separated, e.g. administrator,monitoring"}))),
+        Action("set-password", "change a user's password, keeping its tags", _set_password,
+               (NAME, NEW_PASSWORD)),
+        Action("set-tags", "replace a user's tags (none: clear them), keeping its password",
+               _set_tags, (NAME, (("tags",), {
+                   "nargs": "*", "metavar": "TAG",
+                   "help": "e.g. administrator monitoring; none clears the tags"}))),
         Action("delete", "delete a user with its permissions", lambda c, a: c.call(
             "DELETE", f"/api/users/{_q(a.name)}"), (NAME,)),
     )),
@@ -438,7 +484,7 @@ def run_ctl(args: argparse.Namespace) -> int:
     action: Action = args.ctl
     try:
         result = action.run(client, args)
-    except ApiError as exc:
+    except Refused as exc:
         print(f"mainstem ctl: {exc}", file=sys.stderr)
         return 1
     except (URLError, OSError) as exc:

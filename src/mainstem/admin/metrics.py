@@ -41,7 +41,7 @@ from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.segment_store import SegmentName
 from mainstem.protocols.base import ChannelView
 from mainstem.protocols.identity import NODE
-from mainstem.protocols.registry import Connection
+from mainstem.protocols.registry import Connection, consumers_per_queue
 
 _FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 AMQP091, STREAM = "amqp091", "stream"  # RabbitMQ's values of the `protocol` label
@@ -257,16 +257,12 @@ class _RabbitCollector:
         rows = [_QueueRow(host.name, queue.name, queue.ready_count, queue.unacked_count,
                           len(queue.consumers), queue.stats.publish, queue.ready_bytes)
                 for host in core.queues.vhosts.values() for queue in host.queues.values()]
-        subscribers: dict[tuple[str | None, object], int] = {}
-        for connection in connections:
-            for consumer in connection.ctx.consumers.values():
-                key = (connection.ctx.namespace, consumer.get("queue"))
-                subscribers[key] = subscribers.get(key, 0) + 1
+        subscribers = consumers_per_queue(connections)
         for stream in core.streams.list():
             partitions = stream.partitions
             stored = sum(p.committed_offset - p.first_offset for p in partitions)
             rows.append(_QueueRow(stream.namespace, stream.name, stored, 0,
-                                  subscribers.get((stream.namespace, stream.name), 0),
+                                  subscribers[stream.namespace, stream.name],
                                   sum(p.committed_offset for p in partitions),
                                   sum(p.size_bytes for p in partitions)))
         return rows

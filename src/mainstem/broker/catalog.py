@@ -293,6 +293,16 @@ def _migrate(db: sqlite3.Connection, directory: Path) -> None:
     legacy.remove_old_stores(directory)
 
 
+class CatalogUnreadable(BrokerError):
+    """The catalog file cannot be opened or read as this broker's catalog (not SQLite,
+    damaged, unreadable, or of a newer schema). The server does not start."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"catalog {path} cannot be opened: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class ChangeNotifier:
     """Tells `on_change` of the changes made on this node (in a cluster, to share them),
     not of those applied from another node."""
@@ -360,7 +370,19 @@ class Catalog(ChangeNotifier):
     @classmethod
     def open(cls, path: Path) -> Catalog:
         """Open or create the catalog at `path`, migrating its schema to the current one
-        (which takes in the old stores' files beside it, see `legacy`)."""
+        (which takes in the old stores' files beside it, see `legacy`).
+
+        Raises CatalogUnreadable, naming the file, when SQLite cannot use it; the file is
+        left as it was, for the operator to restore or move aside."""
+        try:
+            return cls._open(path)
+        except sqlite3.DatabaseError as error:
+            raise CatalogUnreadable(path, str(error)) from None
+        except BrokerError as error:  # a schema newer than this broker's
+            raise CatalogUnreadable(path, error.message) from None
+
+    @classmethod
+    def _open(cls, path: Path) -> Catalog:
         metadata = _connect(path, "FULL")
         try:
             _migrate(metadata, path.parent)

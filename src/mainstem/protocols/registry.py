@@ -13,6 +13,7 @@ import socket
 import struct
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,15 @@ class Connection:
         }
 
 
+def consumers_per_queue(connections: Iterable[Connection]) -> Counter[tuple[str | None, str]]:
+    """How many consumers the protocol handlers recorded (`ctx.add_consumer`) on each
+    (vhost, queue or stream): a stream's count includes its stream-protocol subscriptions,
+    as RabbitMQ counts them."""
+    return Counter((connection.ctx.namespace, str(consumer.get("queue", "")))
+                   for connection in connections
+                   for consumer in connection.ctx.consumers.values())
+
+
 class ConnectionRegistry:
     def __init__(self) -> None:
         self._connections: dict[int, Connection] = {}
@@ -104,9 +114,14 @@ class ConnectionRegistry:
         return list(self._connections.values())
 
     def find(self, name: str) -> Connection | None:
-        """By RabbitMQ-style name or by numeric id."""
+        """By RabbitMQ-style name, by numeric id, or by the client-given `connection_name`
+        (AMQP client_properties, stream PeerProperties); several connections may share a
+        client-given name, the oldest of them is the one found."""
         for connection in self._connections.values():
             if name in (connection.name, str(connection.conn_id)):
+                return connection
+        for connection in self._connections.values():  # in the order they were added
+            if connection.ctx.client_properties.get("connection_name") == name:
                 return connection
         return None
 
