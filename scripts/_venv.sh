@@ -7,7 +7,7 @@ python=${MAINSTEM_PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 extras=$1
 stamp=.venv/.mainstem-installed-$extras
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q -e ".[$extras]"
     touch "$stamp"

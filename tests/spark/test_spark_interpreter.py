@@ -1,60 +1,148 @@
-"""A job run as ``.venv/bin/python job.py`` without an activated venv: PATH's ``python3`` is
-the system one, without mainstem, yet Spark's workers find the ``mainstem`` data source
-because the installed .pth points them at the driver's interpreter."""
+"""``format("mainstem")`` resolves wherever people run Spark, each case a real process with
+a bare environment (PATH's ``python3`` is the system one, without mainstem, and no Spark
+variables): a job run with this venv's interpreter (its editable install's .pth); PySpark's
+own spark-submit given only ``spark.pyspark.python`` (PySpark's lookup ignores it: the
+driver registers the source); and the README's cluster block, which packs a venv holding
+mainstem's wheel and ships it with ``--archives`` to a ``local-cluster`` master."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import re
+import shutil
 import subprocess
 import sys
+import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.dataset as ds
+import pyspark
 import pytest
+
+from mainstem.testing import ThreadedBroker
+from tests.spark.test_spark import README, publish
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
+SPARK_HOME = Path(pyspark.__file__).parent
+PTH_NAME = "mainstem-spark-python.pth"
 JOB = """
+import os
 from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+spark = (SparkSession.builder.config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-print(",".join(spark.read.format("mainstem").option("stream", "s").load().columns))
+rows = (spark.read.format("mainstem").option("url", os.environ["MAINSTEM_STREAM_URL"])
+        .option("stream", "s").load())
+print("COLUMNS", ",".join(rows.columns))
+print("VALUES", ",".join(sorted(bytes(r.value).decode() for r in rows.collect())))
 spark.stop()
 """
+COLUMNS = "COLUMNS key,value,stream,topic,partition,offset,timestamp,headers,properties"
+VALUES = "VALUES a,b,c,last"
 
 
-def _setup_module():
-    spec = importlib.util.spec_from_file_location("mainstem_setup", ROOT / "setup.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Iterator[ThreadedBroker]:
+    with ThreadedBroker(tmp_path_factory.mktemp("broker")) as running:
+        publish(running, "s", [b"a", b"b", b"c"])
+        yield running
 
 
-def _run(job: Path, site_dir: Path | None) -> subprocess.CompletedProcess[str]:
-    """The job under the venv's interpreter, with a bare PATH and no Spark variables; the
-    site directory (if any) stands for site-packages holding the installed .pth."""
+def _bare_env(**extra: str | Path) -> dict[str, str]:
+    """No venv on PATH, no PYSPARK_*, no PYTHONPATH: what a user's shell may well have."""
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
            "SPARK_LOCAL_IP": "127.0.0.1",
            **{k: v for k, v in os.environ.items() if k == "JAVA_HOME"}}
-    prelude = f"import site; site.addsitedir({str(site_dir)!r}); " if site_dir else ""
-    code = f"{prelude}import runpy; runpy.run_path({str(job)!r}, run_name='__main__')"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=job.parent)
+    return {**env, **{key: str(value) for key, value in extra.items()}}
 
 
-def test_workers_run_the_drivers_interpreter_without_an_activated_venv(tmp_path) -> None:
-    setup = _setup_module()
-    site_dir = tmp_path / "site"
-    site_dir.mkdir()
-    (site_dir / setup.PTH_NAME).write_text(setup.PTH_LINE)
+def _run(command: list[str | Path] | str, cwd: Path, env: dict[str, str],
+         timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    args = command if isinstance(command, str) else [str(part) for part in command]
+    found = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
+                           cwd=cwd, shell=isinstance(command, str))
+    errors = [line for line in found.stderr.splitlines() if "Error" in line
+              or "Exception:" in line]
+    assert found.returncode == 0, (errors[:10], found.stdout[-2000:], found.stderr[-2000:])
+    return found
+
+
+def test_the_venvs_editable_install_carries_the_pth() -> None:
+    """What scripts/test made: ``pip install -e`` installs the .pth beside the package's."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    assert (site / PTH_NAME).read_text().startswith("import mainstem_spark_python;")
+    assert list(site.glob("__editable__*mainstem*"))  # it is the editable install
+    assert sorted(p.name for p in site.glob("*.pth")).index(PTH_NAME) > 0  # src comes first
+
+
+def test_a_job_finds_the_source_run_directly_and_under_spark_submit(broker, tmp_path) -> None:
+    """Before: both failed with DATA_SOURCE_NOT_FOUND (ClassNotFoundException:
+    mainstem.DefaultSource); the second even with spark.pyspark.python set."""
     job = tmp_path / "job.py"
-    job.write_text(JOB)
-    found = _run(job, site_dir)
-    assert found.returncode == 0, found.stderr[-2000:]
-    assert found.stdout.strip().endswith("key,value,stream,topic,partition,offset,timestamp,"
-                                         "headers,properties")
-    lost = _run(job, None)  # what users met before: the system python3 runs the lookup
-    assert "DATA_SOURCE_NOT_FOUND" in lost.stdout + lost.stderr
+    job.write_text(JOB.replace('SparkSession.builder', 'SparkSession.builder.master("local[1]")'))
+    direct = _run([sys.executable, job], tmp_path, _bare_env(
+        MAINSTEM_STREAM_URL=broker.urls["stream"]))
+    assert (COLUMNS in direct.stdout and VALUES in direct.stdout), direct.stdout
+    job.write_text(JOB)  # spark-submit's master
+    submitted = _run([SPARK_HOME / "bin" / "spark-submit", "--master", "local[1]",
+                      "--conf", f"spark.pyspark.python={sys.executable}", job], tmp_path,
+                     _bare_env(SPARK_HOME=SPARK_HOME, MAINSTEM_STREAM_URL=broker.urls["stream"]))
+    assert (COLUMNS in submitted.stdout and VALUES in submitted.stdout), submitted.stdout
+
+
+def _wheel(work: Path) -> Path:
+    """mainstem's wheel built from a copy of this checkout (building leaves files behind)."""
+    source = work / "source"
+    shutil.copytree(ROOT / "src", source / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+          "-w", work / "dist", source], work, {**os.environ})
+    return next((work / "dist").glob("mainstem-*.whl"))
+
+
+def test_the_readme_cluster_block_ships_mainstem_to_executors(broker, tmp_path) -> None:
+    """The block as written, on ``local-cluster[1,1,1024]`` (a master and a worker JVM, as
+    a standalone cluster) instead of ``spark://host:7077``. The venv it packs gets the wheel
+    without dependencies, the rest (pyspark, pyarrow...) from this venv's site-packages by
+    a .pth path line (which runs none of that directory's .pth files: mainstem comes from
+    the wheel alone). Before: without ``spark.pyspark.python`` the driver ran PATH's python3
+    (``No module named 'mainstem'``)."""
+    section = README.read_text().split("## Spark: the `mainstem` data source")[1]
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+                 if "--archives" in b)
+    deps = Path(sysconfig.get_paths()["purelib"])
+    env_site = f"env/lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    substitutions = {
+        "python3 -m venv env": f"{sys._base_executable} -m venv --without-pip env",
+        "env/bin/pip install 'mainstem[spark]'":  # this venv's pip, into env
+            f"{sys.executable} -m pip --python env/bin/python install -q --no-deps "
+            f"--no-index {_wheel(tmp_path)} "
+            f"&& echo {deps} > {env_site}/shared-dependencies.pth",
+        "spark-submit --master spark://host:7077":
+            f"{SPARK_HOME}/bin/spark-submit --master 'local-cluster[1,1,1024]'",
+        "rabbitmq-stream://guest:guest@broker:5552/%2F": broker.urls["stream"],
+        "hdfs:///lake/orders": f"{tmp_path}/lake/orders",
+        "hdfs:///lake/_cp": f"{tmp_path}/lake/_cp",
+        "--stream orders": "--stream s --quiet",
+    }
+    for old, new in substitutions.items():
+        assert old in block, old
+        block = block.replace(old, new)
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    spark_home = tmp_path / "spark-home"  # a local-cluster's workers work in SPARK_HOME/work
+    spark_home.mkdir()
+    for entry in SPARK_HOME.iterdir():
+        (spark_home / entry.name).symlink_to(entry)
+    block = block.replace(str(SPARK_HOME), str(spark_home))
+    _run(["bash", "-euc", block], submit, _bare_env(SPARK_HOME=spark_home))
+    unpacked = list((spark_home / "work").glob("app-*/*/env/bin/python"))
+    assert unpacked, "the executor did not unpack the archive"
+    values = ds.dataset(tmp_path / "lake" / "orders", format="parquet",
+                        partitioning="hive").to_table(columns=["value"]).column("value")
+    assert sorted(values.to_pylist()) == [b"a", b"b", b"c", b"last"]

@@ -5,8 +5,12 @@
 
 runs locally (``--master local[*]`` by default) or, given to ``spark-submit``, on a cluster:
 
-    spark-submit --master spark://host:7077 "$(python -c 'import mainstem.spark.pipelines
-    as p; print(p.__file__)')" archive --stream orders --output hdfs:///lake/orders ...
+    spark-submit --master spark://host:7077 --archives env.tar.gz#env \
+        --conf spark.pyspark.python=./env/bin/python "$(env/bin/python -c 'import
+        mainstem.spark.pipelines as p; print(p.__file__)')" archive --stream orders ...
+
+(``spark.pyspark.python`` runs the driver with mainstem; the README's Spark section packs
+``env`` for the executors.)
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from mainstem.broker.events.projections import FOLDS, Projection
 from mainstem.spark.options import DEFAULT_URL, OffsetMap, SourceOptions, topic_partitions
 from mainstem.spark.progress import INTERVAL_S, Progress, progress_bar
 from mainstem.spark.projection import DEFAULT_EVENTS_PORT, RebuildError, rebuild
-from mainstem_spark_python import point_workers_here
+from mainstem_spark_python import point_workers_here, register
 
 # What pyproject.toml's spark extra installs, as imported: the broker's base install lacks them.
 SPARK_EXTRA_MODULES = ("pyspark", "pyarrow", "tqdm", "mmh3")
@@ -85,12 +89,14 @@ def spark_session(master: str | None, name: str) -> Any:
                          "pip install 'mainstem[spark]'")
     from pyspark.sql import SparkSession
 
-    point_workers_here()  # also when installed editable, which has no .pth
+    point_workers_here()  # as the .pth does, for an interpreter that did not run it
     builder = SparkSession.builder.appName(name).config("spark.ui.showConsoleProgress", "false")
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master or not launched_by_spark_submit:
         builder = builder.master(master or "local[*]")
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    register(session)  # a no-op when the .pth's hook did it
+    return session
 
 
 def run_archive(args: argparse.Namespace) -> int:
