@@ -24,6 +24,7 @@ from pathlib import Path
 
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
+from mainstem.log.reader import PartitionReader
 
 BATCH = 1000
 MIB = 1 << 20
@@ -87,7 +88,7 @@ def log_append(directory: Path, batch: list[bytes], batches: int, fsync: bool) -
 def log_read(directory: Path, expected_records: int, decode: bool) -> float:
     """Read every chunk and, with `decode`, walk every record."""
     partition = Partition.open(directory)
-    reader = partition.reader(0)
+    reader = PartitionReader(partition, 0)
     records = 0
     start = time.perf_counter()
     while (chunk := reader.next_chunk_nowait()) is not None:

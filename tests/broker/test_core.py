@@ -13,6 +13,7 @@ from mainstem.broker.layout import storage_name
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
 from mainstem.log.partition import PartitionClosed
+from mainstem.log.reader import PartitionReader
 
 
 async def open_core(data_dir: Path) -> BrokerCore:
@@ -62,7 +63,7 @@ async def test_delete_stream_removes_files_and_a_new_one_starts_empty(tmp_path: 
     stream = core.streams.create("/", "gone")
     partition = stream.partitions[0]
     await partition.append([b"old"])
-    waiting = partition.reader(1)
+    waiting = PartitionReader(partition, 1)
     await core.streams.delete("/", "gone")
     assert not stream.directory.exists()
     with pytest.raises(PartitionClosed):

@@ -30,6 +30,7 @@ from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode
+from mainstem.log.reader import PartitionReader
 from mainstem.log.transfer import READ_WHOLE_UP_TO
 
 NEVER = DurabilityPolicy(FsyncMode.NEVER)
@@ -40,7 +41,7 @@ def entry(body: bytes) -> bytes:
 
 
 def chunks_of(partition: Partition) -> Iterator[Chunk]:
-    reader = partition.reader(0)
+    reader = PartitionReader(partition, 0)
     while (chunk := reader.next_chunk_nowait()) is not None:
         yield chunk
 

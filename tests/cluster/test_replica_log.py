@@ -16,6 +16,7 @@ from mainstem.formats.chunk import CorruptChunk
 from mainstem.log import commit_point
 from mainstem.log.partition import NotWritable, Partition
 from mainstem.log.policy import RetentionPolicy
+from mainstem.log.reader import PartitionReader
 
 
 def raw_chunks(partition: Partition, start: int = 0) -> list[tuple[bytes, bool]]:
@@ -35,7 +36,7 @@ def copy_into(follower: Partition, leader: Partition, start: int) -> None:
 
 def records(partition: Partition) -> list[bytes]:
     partition.flush()
-    reader = partition.reader(partition.first_offset)
+    reader = PartitionReader(partition, partition.first_offset)
     found = []
     while (chunk := reader.next_chunk_nowait()) is not None:
         found += [bytes(entry.body) for entry in chunk.entries()]
@@ -180,7 +181,7 @@ def test_a_missing_or_damaged_commit_point_reads_as_nothing_committed(tmp_path: 
 def records_visible(partition: Partition) -> list[bytes]:
     """What a reader sees now, without flushing (which would commit nothing more here,
     but keeps the test about visibility alone)."""
-    reader = partition.reader(partition.first_offset)
+    reader = PartitionReader(partition, partition.first_offset)
     found = []
     while (chunk := reader.next_chunk_nowait()) is not None:
         found += [bytes(entry.body) for entry in chunk.entries()]

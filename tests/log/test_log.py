@@ -22,6 +22,7 @@ from mainstem.formats.osiris import HEADER_SIZE, SUB_BATCH_ENTRY
 from mainstem.log.guard import check_guard, guard
 from mainstem.log.partition import Partition, PartitionClosed
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
+from mainstem.log.reader import PartitionReader
 from mainstem.log.segment_file import SEGMENT_SUFFIX
 
 NEVER = DurabilityPolicy(FsyncMode.NEVER)
@@ -32,7 +33,7 @@ def records(batch: int, count: int = 10) -> list[bytes]:
 
 
 def read_all(partition: Partition, start: int = 0) -> list[tuple[int, bytes]]:
-    reader = partition.reader(start)
+    reader = PartitionReader(partition, start)
     out = []
     while (chunk := reader.next_chunk_nowait()) is not None:
         out.extend((offset, bytes(body)) for offset, body in chunk.records())
@@ -120,7 +121,7 @@ async def test_index_is_rebuilt_when_missing_or_damaged(tmp_path: Path, small_se
 
 async def test_tail_reader_wakes_on_commit_without_polling(tmp_path: Path) -> None:
     partition = Partition.open(tmp_path / "p")
-    reader = partition.reader(0)
+    reader = PartitionReader(partition, 0)
     waiting = asyncio.create_task(reader.next_chunk())
     await asyncio.sleep(0.01)
     assert not waiting.done()
@@ -182,7 +183,7 @@ async def test_retention_by_bytes_keeps_active_segment_and_moves_readers(
     partition = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
     for batch in range(30):
         partition.write_records(records(batch))
-    reader = partition.reader(0)
+    reader = PartitionReader(partition, 0)
     assert reader.next_chunk_nowait() is not None  # positioned in the first segment
     partition.retention = RetentionPolicy(max_bytes=2_500, max_segment_bytes=1_000)
     deleted = partition.apply_retention()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mainstem.log.partition import Partition
+from mainstem.log.reader import PartitionReader
 from tests.log.crash_writer import batch_records
 
 HERE = Path(__file__).parent
@@ -49,7 +50,7 @@ def run_writer_until(directory: Path, acks_wanted: int) -> list[tuple[int, int, 
 
 
 def stored_records(partition: Partition) -> dict[int, bytes]:
-    reader = partition.reader(0)
+    reader = PartitionReader(partition, 0)
     held = {}
     while (chunk := reader.next_chunk_nowait()) is not None:  # CRC-checked reads
         held.update((offset, bytes(body)) for offset, body in chunk.records())
@@ -124,7 +125,7 @@ async def test_damage_inside_the_log_is_never_served(tmp_path: Path) -> None:
         segment.seek(location.file_pos + 50)
         segment.write(b"\xff")
     reopened = Partition.open(directory)
-    reader = reopened.reader(0)
+    reader = PartitionReader(reopened, 0)
     assert reader.next_chunk_nowait() is not None
     assert reader.next_chunk_nowait() is not None
     with pytest.raises(Exception, match="CRC"):

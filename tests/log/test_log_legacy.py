@@ -13,6 +13,7 @@ import pytest
 from mainstem.formats.chunk import BloomMatcher, decode_sequences, parse_header
 from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.partition import Partition
+from mainstem.log.reader import PartitionReader
 from mainstem.log.segment_file import (
     FILE_HEADER,
     FILE_MAGIC,
@@ -34,7 +35,7 @@ def v1_directory(tmp_path: Path) -> Path:
 
 
 def read_all(partition: Partition) -> list[tuple[int, bytes]]:
-    reader = partition.reader(0)
+    reader = PartitionReader(partition, 0)
     out = []
     while (chunk := reader.next_chunk_nowait()) is not None:
         out.extend((offset, bytes(body)) for offset, body in chunk.records())

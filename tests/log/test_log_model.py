@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
+from mainstem.log.reader import PartitionReader
 
 SEGMENT_BYTES = 600
 POLICY = RetentionPolicy(max_segment_bytes=SEGMENT_BYTES)
@@ -49,7 +50,7 @@ class PartitionModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def read_from(self, data: st.DataObject) -> None:
         start = data.draw(st.integers(self.first, max(self.first, self.next)))
-        reader = self.partition.reader(start)
+        reader = PartitionReader(self.partition, start)
         seen = []
         while (chunk := reader.next_chunk_nowait()) is not None:
             seen.extend((offset, bytes(body)) for offset, body in chunk.records())

@@ -32,7 +32,6 @@ from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.guard import GUARD, guard
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
-from mainstem.log.reader import PartitionReader
 from mainstem.log.segment_file import SEGMENT_VERSION, Segment, chunk_from
 from mainstem.log.segments import Segments, fsync_directory
 from mainstem.log.writer_state import WriterState
@@ -378,9 +377,6 @@ class Partition:
         return ChunkLocation(segment, file_pos, span - index.tail_lengths[i],
                              index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i],
                              index.byte_positions[i])
-
-    def reader(self, offset: int) -> PartitionReader:
-        return PartitionReader(self, offset)
 
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from mainstem.formats.chunk import Chunk
+from mainstem.log.partition import ChunkLocation, Partition
 from mainstem.log.segment_file import Segment
-
-if TYPE_CHECKING:
-    from mainstem.log.partition import ChunkLocation, Partition
 
 
 class PartitionReader:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from mainstem.formats.chunk import BloomMatcher, Chunk
 from mainstem.log.partition import Partition
+from mainstem.log.reader import PartitionReader
 from mainstem.log.transfer import ChunkView, Transfer, peek, transfer
 
 
@@ -22,7 +23,7 @@ class Subscription:
     def __init__(self, partition: Partition, offset: int, *, credit: int | None = None,
                  filter_values: Sequence[str] = (), match_unfiltered: bool = False) -> None:
         self._partition = partition
-        self._reader = partition.reader(offset)
+        self._reader = PartitionReader(partition, offset)
         self.credit = credit
         self._wake = asyncio.Event()
         self._matcher = (BloomMatcher(filter_values, match_unfiltered) if filter_values
@@ -35,7 +36,7 @@ class Subscription:
 
     def seek(self, offset: int) -> None:
         """Read on from `offset` (a single active consumer starts where it is told)."""
-        self._reader = self._partition.reader(max(offset, self._partition.first_offset))
+        self._reader = PartitionReader(self._partition, max(offset, self._partition.first_offset))
 
     def grant(self, credit: int) -> None:
         assert self.credit is not None, "an unmetered subscription takes no credit"
