@@ -55,6 +55,6 @@ def test_workers_run_the_drivers_interpreter_without_an_activated_venv(tmp_path)
     found = _run(job, site_dir)
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout.strip().endswith("key,value,stream,topic,partition,offset,timestamp,"
-                                         "headers,properties")
+                                         "timestampType,headers,properties")
     lost = _run(job, None)  # what users met before: the system python3 runs the lookup
     assert "DATA_SOURCE_NOT_FOUND" in lost.stdout + lost.stderr
