@@ -273,37 +273,15 @@ Parts = dict[str, list[tuple[pa.Array, pa.Array]]]  # a column's (rows, values) 
 
 
 def _bodies(entries: pa.Array, data: bytes, bounds: pa.Array
-            ) -> tuple[pa.Array, _Pending | None]:
-    """The values of entries of any sizes: messages that are only a data section (the
-    head's length agreeing with the entry's) are cut by Arrow's kernels; the others are
-    left pending, decoded with the rest of the batch (see ``_decode_pending``)."""
-    starts = bounds.slice(0, len(entries))
-    lengths = pc.subtract(pc.subtract(bounds.slice(1), starts), SIMPLE_ENTRY.size)
-    octets = pa.Array.from_buffers(pa.uint8(), len(data), [None, pa.py_buffer(data)])
-
-    def octet(at: int) -> pa.Array:  # the byte at `at` of every entry, as int64
-        return pc.cast(pc.take(octets, pc.add(starts, at)), pa.int64())
-
-    head = pc.binary_slice(entries, SIMPLE_ENTRY.size, SIMPLE_ENTRY.size + len(_DATA8))
-    data8 = pc.and_(pc.equal(head, _DATA8),
-                    pc.equal(octet(8), pc.subtract(lengths, len(_DATA8) + 1)))
-    values = pc.binary_slice(entries, SIMPLE_ENTRY.size + len(_DATA8) + 1, _MAX_SLICE)
-    if pc.all(data8).as_py():
-        return values, None
-    length32 = octet(8)
-    for at in (9, 10, 11):
-        length32 = pc.add(pc.multiply(length32, 256), octet(at))
-    data32 = pc.and_(pc.equal(head, _DATA32),
-                     pc.equal(length32, pc.subtract(lengths, len(_DATA32) + 4)))
-    values = pc.if_else(data8, values, pc.binary_slice(
-        entries, SIMPLE_ENTRY.size + len(_DATA32) + 4, _MAX_SLICE))
-    others = pc.invert(pc.or_(data8, data32))
-    rows = pc.cast(pc.indices_nonzero(others), pa.int64())
-    if not len(rows):
-        return values, None
-    at = pc.cast(pc.add(pc.take(starts, rows), SIMPLE_ENTRY.size), pa.int64())
-    length = pc.cast(pc.take(lengths, rows), pa.int64())
-    return values, _Pending(data, rows, at, length)
+            ) -> tuple[pa.Array, _Pending]:
+    """Entries of any sizes are left pending, decoded with the rest of the batch (see
+    ``_decode_pending``): Arrow's kernels cost per call, so the more rows at once the
+    better."""
+    starts = pc.cast(bounds.slice(0, len(entries)), pa.int64())
+    lengths = pc.subtract(pc.cast(bounds.slice(1), pa.int64()), starts)
+    return pa.nulls(len(entries), pa.binary()), _Pending(
+        data, shapes.ramp(len(entries)), pc.add(starts, SIMPLE_ENTRY.size),
+        pc.subtract(lengths, SIMPLE_ENTRY.size))
 
 
 def _decode_pending(pieces: list[_Rows], values: pa.Array, columns: dict[str, pa.Array]

@@ -97,6 +97,7 @@ class _Values:
     start: pa.Array  # the payload
     length: pa.Array
     code: pa.Array
+    text: pa.Array | None = None  # see member_text
 
 
 class _Buffer:
@@ -194,7 +195,7 @@ def _decode(buf: _Buffer, starts: pa.Array, ends: pa.Array) -> Shaped:
     pos = starts
     done = pa.repeat(pa.scalar(False), count)
     body_start, body_end = starts, starts
-    sections: list[tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]] = []
+    sections: list[tuple[pa.Array, pa.Array, pa.Array, pa.Array]] = []
     for _ in range(MAX_SECTIONS):
         active = pc.and_(ok, pc.invert(done))
         if not _any(active):
@@ -203,35 +204,17 @@ def _decode(buf: _Buffer, starts: pa.Array, ends: pa.Array) -> Shaped:
         code = buf.at(pos, 2)
         value = pc.add(pos, 3)
         ctor = buf.at(value)
-        # the data section: vbin8 or vbin32, ending the record
-        short = pc.equal(ctor, 0xA0)
-        size = pc.if_else(short, buf.at(value, 1), buf.u32(value, 1))
-        start = pc.add(value, pc.if_else(short, 2, 5))
-        stop = pc.add(start, size)
-        is_data = pc.and_(pc.equal(code, Section.DATA), pc.or_(short, pc.equal(ctor, 0xB0)))
-        data_ok = pc.and_(is_data, pc.equal(stop, ends))
+        step = _uniform_section(buf, value, ends, _same(code, active), _same(ctor, active))
+        if step is None:
+            step = _any_section(buf, code, value, ctor, ends)
+        data_ok, start, data_stop, section_ok, first, members, stop = step
         body_start = pc.if_else(pc.and_(active, data_ok), start, body_start)
-        body_end = pc.if_else(pc.and_(active, data_ok), stop, body_end)
-        # a non-body section: null, list0, or a list/map with size and count
-        small = _isin(ctor, (0xC0, 0xC1))
-        bare = _isin(ctor, (0x40, 0x45))
-        width = pc.if_else(small, 1, 4)
-        size = pc.if_else(small, buf.at(value, 1), buf.u32(value, 1))
-        members = pc.if_else(bare, 0, pc.if_else(small, buf.at(value, 2), buf.u32(value, 5)))
-        first = pc.add(pc.add(value, 1), pc.multiply(width, 2))
-        stop = pc.if_else(bare, pc.add(value, 1), pc.add(pc.add(value, 1), pc.add(width, size)))
-        listed = pc.and_(_isin(code, _LIST_SECTIONS), _isin(ctor, (0x40, 0x45, 0xC0, 0xD0)))
-        mapped = pc.and_(_isin(code, _MAP_SECTIONS), pc.and_(
-            _isin(ctor, (0x40, 0xC1, 0xD1)), pc.equal(pc.bit_wise_and(members, 1), 0)))
-        fits = pc.and_(pc.less_equal(stop, ends), pc.or_(bare, pc.greater_equal(size, width)))
-        fits = pc.and_(fits, pc.less_equal(members, MAX_MEMBERS))
-        section_ok = pc.and_(pc.or_(listed, mapped), fits)
+        body_end = pc.if_else(pc.and_(active, data_ok), data_stop, body_end)
         good = pc.and_(described, pc.or_(data_ok, section_ok))
         ok = pc.and_(ok, pc.or_(pc.invert(active), good))
         done = pc.or_(done, pc.and_(active, data_ok))
         kept = pc.and_(active, pc.and_(section_ok, described))
-        sections.append((pc.if_else(kept, code, -1), first, members, stop,
-                         pc.equal(ctor, 0x40)))
+        sections.append((pc.if_else(kept, code, -1), first, members, stop))
         pos = pc.if_else(pc.and_(active, section_ok), stop, pos)
     ok = pc.and_(ok, done)
     places: dict[int, tuple[pa.Array, pa.Array, pa.Array, pa.Array]] = {}
@@ -245,17 +228,81 @@ def _decode(buf: _Buffer, starts: pa.Array, ends: pa.Array) -> Shaped:
         first, members, stop = (_pick(found, [s[at] for s in sections]) for at in (1, 2, 3))
         places[section] = (has, first, members, stop)
     walked: dict[int, list[_Values]] = {}
-    strings: list[tuple[pa.Array, pa.Array, pa.Array]] = []
     for section, (has, first, members, stop) in places.items():
-        values, bad = _walk(buf, pc.and_(ok, has), first, members, stop, strings)
+        values, bad = _walk(buf, pc.and_(ok, has), first, members, stop)
         ok = pc.and_(ok, pc.invert(bad))
         walked[section] = values
-    ok = _checked(buf, ok, walked, strings)
+    ok = _checked(buf, ok, walked)
     return _columns(buf, count, ok, walked, body_start, body_end)
 
 
+_Step = tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]
+
+
+def _uniform_section(buf: _Buffer, value: pa.Array, ends: pa.Array, code: int | None,
+                     ctor: int | None) -> _Step | None:
+    """The next section of each record when all have the same descriptor and constructor
+    (the common case: one publisher, one layout), with no per-constructor choice; None
+    otherwise. As ``_any_section``: (data ok, body start, body stop, section ok, first
+    member, members, section stop)."""
+    if code is None or ctor is None:
+        return None
+    count = len(value)
+    no = pa.repeat(pa.scalar(False), count)
+    zero = pa.repeat(pa.scalar(0, pa.int64()), count)
+    if code == Section.DATA and ctor in (0xA0, 0xB0):
+        short = ctor == 0xA0
+        start = pc.add(value, 2 if short else 5)
+        stop = pc.add(start, buf.at(value, 1) if short else buf.u32(value, 1))
+        return pc.equal(stop, ends), start, stop, no, zero, zero, zero
+    listed = code in _LIST_SECTIONS and ctor in (0x40, 0x45, 0xC0, 0xD0)
+    mapped = code in _MAP_SECTIONS and ctor in (0x40, 0xC1, 0xD1)
+    if not (listed or mapped):
+        return None
+    if ctor in (0x40, 0x45):
+        stop = pc.add(value, 1)
+        return no, value, value, pc.less_equal(stop, ends), stop, zero, stop
+    small = ctor in (0xC0, 0xC1)
+    width = 1 if small else 4
+    size = buf.at(value, 1) if small else buf.u32(value, 1)
+    members = buf.at(value, 2) if small else buf.u32(value, 5)
+    stop = pc.add(pc.add(value, 1 + width), size)
+    fits = pc.and_(pc.and_(pc.less_equal(stop, ends), pc.greater_equal(size, width)),
+                   pc.less_equal(members, MAX_MEMBERS))
+    if mapped:
+        fits = pc.and_(fits, pc.equal(pc.bit_wise_and(members, 1), 0))
+    return no, value, value, fits, pc.add(value, 1 + 2 * width), members, stop
+
+
+def _any_section(buf: _Buffer, code: pa.Array, value: pa.Array, ctor: pa.Array,
+                 ends: pa.Array) -> _Step:
+    """The next section of each record, whatever its descriptor and constructor."""
+    # the data section: vbin8 or vbin32, ending the record
+    short = pc.equal(ctor, 0xA0)
+    size = pc.if_else(short, buf.at(value, 1), buf.u32(value, 1))
+    start = pc.add(value, pc.if_else(short, 2, 5))
+    data_stop = pc.add(start, size)
+    is_data = pc.and_(pc.equal(code, Section.DATA), pc.or_(short, pc.equal(ctor, 0xB0)))
+    data_ok = pc.and_(is_data, pc.equal(data_stop, ends))
+    # a non-body section: null, list0, or a list/map with size and count
+    small = _isin(ctor, (0xC0, 0xC1))
+    bare = _isin(ctor, (0x40, 0x45))
+    width = pc.if_else(small, 1, 4)
+    size = pc.if_else(small, buf.at(value, 1), buf.u32(value, 1))
+    members = pc.if_else(bare, 0, pc.if_else(small, buf.at(value, 2), buf.u32(value, 5)))
+    first = pc.add(pc.add(value, 1), pc.multiply(width, 2))
+    stop = pc.if_else(bare, pc.add(value, 1), pc.add(pc.add(value, 1), pc.add(width, size)))
+    listed = pc.and_(_isin(code, _LIST_SECTIONS), _isin(ctor, (0x40, 0x45, 0xC0, 0xD0)))
+    mapped = pc.and_(_isin(code, _MAP_SECTIONS), pc.and_(
+        _isin(ctor, (0x40, 0xC1, 0xD1)), pc.equal(pc.bit_wise_and(members, 1), 0)))
+    fits = pc.and_(pc.less_equal(stop, ends), pc.or_(bare, pc.greater_equal(size, width)))
+    fits = pc.and_(fits, pc.less_equal(members, MAX_MEMBERS))
+    section_ok = pc.and_(pc.or_(listed, mapped), fits)
+    return data_ok, start, data_stop, section_ok, first, members, stop
+
+
 def _walk(buf: _Buffer, has: pa.Array, pos: pa.Array, members: pa.Array, stop: pa.Array,
-          strings: list[tuple[pa.Array, pa.Array, pa.Array]]) -> tuple[list[_Values], pa.Array]:
+          ) -> tuple[list[_Values], pa.Array]:
     """The members of a list or map of every record (where ``has``), one member of all the
     records per step; ``bad``: records with a member not simple or not fitting."""
     bad = pa.repeat(pa.scalar(False), len(pos))
@@ -282,9 +329,6 @@ def _walk(buf: _Buffer, has: pa.Array, pos: pa.Array, members: pa.Array, stop: p
             kind, start, length, end, wrong = _member(buf, code, pos, stop, present)
         bad = pc.or_(bad, pc.and_(present, wrong))
         present = pc.and_(present, pc.invert(wrong))
-        text = pc.and_(present, pc.equal(kind, STRING))
-        if _any(text):
-            strings.append((start, length, text))
         found.append(_Values(present, kind, start, length, code))
         pos = pc.if_else(present, end, pos)
     bad = pc.or_(bad, pc.and_(has, pc.not_equal(pos, stop)))  # stray bytes
@@ -317,8 +361,7 @@ def _member(buf: _Buffer, code: pa.Array, pos: pa.Array, stop: pa.Array, present
     return kind, start, length, end, pc.or_(wrong, octet)
 
 
-def _checked(buf: _Buffer, ok: pa.Array, walked: dict[int, list[_Values]],
-             strings: list[tuple[pa.Array, pa.Array, pa.Array]]) -> pa.Array:
+def _checked(buf: _Buffer, ok: pa.Array, walked: dict[int, list[_Values]]) -> pa.Array:
     """Every string is UTF-8 (else _Invalid); lists not longer than their fields; binary
     property values that are UTF-8 (the per-record decoder replaces bad bytes)."""
     header = walked.get(Section.HEADER, [])
@@ -331,15 +374,27 @@ def _checked(buf: _Buffer, ok: pa.Array, walked: dict[int, list[_Values]],
         if index in TIME_FIELDS:  # ms for datetime: a timestamp, else left alone
             odd = pc.and_(field.present, pc.invert(_isin(field.kind, (NULL, TIMESTAMP))))
             ok = pc.and_(ok, pc.invert(odd))
-        else:
-            binary = pc.and_(field.present, pc.equal(field.kind, BINARY))
-            if _any(binary):
-                strings.append((field.start, field.length, binary))
-    for start, length, where in strings:  # each in the order of the data
-        try:
-            pc.cast(buf.cut(start, length, where), pa.string())
-        except pa.ArrowInvalid:
-            raise _Invalid from None
+    for section, members in walked.items():
+        for member in members:
+            strings = pc.and_(member.present, pc.equal(member.kind, STRING))
+            if not _any(strings):
+                continue
+            binary = pc.and_(member.present, pc.equal(member.kind, BINARY))
+            if section != Section.PROPERTIES and _any(binary):  # bytes may be anything
+                checked = buf.cut(member.start, member.length, strings)
+            else:  # the text the columns take (properties: binary decoded as UTF-8 too)
+                checked = member_text(buf, member)
+            try:
+                pc.cast(checked, pa.string())
+            except pa.ArrowInvalid:
+                raise _Invalid from None
+    for field in properties[:PROPERTY_FIELDS]:
+        binary = pc.and_(field.present, pc.equal(field.kind, BINARY))
+        if _any(binary):
+            try:
+                pc.cast(member_text(buf, field), pa.string())
+            except pa.ArrowInvalid:
+                raise _Invalid from None
     return ok
 
 
@@ -347,7 +402,9 @@ def _numbers(buf: _Buffer, values: _Values) -> tuple[pa.Array, pa.Array]:
     """The integer values, read unsigned and signed (the others: anything)."""
     width = pc.if_else(pc.equal(values.kind, BOOL_OCTET), 0, values.length)
     unsigned = pa.repeat(pa.scalar(0, pa.uint64()), len(width))
-    for k in range(8):
+    numbers = pc.and_(values.present, _isin(values.kind, (UNSIGNED, SIGNED, TIMESTAMP)))
+    widest = pc.max(pc.if_else(numbers, width, 0)).as_py() or 0
+    for k in range(min(widest, 8)):
         byte = pc.cast(buf.at(values.start, k), pa.uint64())
         unsigned = pc.if_else(pc.greater(width, k),
                               pc.bit_wise_or(pc.shift_left(unsigned, _EIGHT), byte), unsigned)
@@ -363,6 +420,13 @@ def _integers(buf: _Buffer, values: _Values) -> pa.Array:
     unsigned, signed = _numbers(buf, values)
     return pc.cast(pc.if_else(pc.equal(values.kind, UNSIGNED), pc.cast(unsigned, pa.string()),
                               pc.cast(signed, pa.string())), pa.binary())
+
+
+def member_text(buf: _Buffer, values: _Values) -> pa.Array:
+    """``texts`` of the present values, made once."""
+    if values.text is None:
+        values.text = texts(buf, values, values.present)
+    return values.text
 
 
 def texts(buf: _Buffer, values: _Values, where: pa.Array) -> pa.Array:
@@ -396,10 +460,11 @@ def _columns(buf: _Buffer, count: int, ok: pa.Array, walked: dict[int, list[_Val
     for k in range(0, len(pairs), 2):
         application = _lookup(buf, pairs[k], pairs[k + 1], KEY_PROPERTY, application)
     fields = walked.get(Section.PROPERTIES, [])
-    message_id = texts(buf, fields[0], fields[0].present) if fields else nothing
+    message_id = member_text(buf, fields[0]) if fields else nothing
     keys = pc.coalesce(annotation, application, message_id)
     properties, created = _properties(buf, count, fields)
-    return Shaped(ok, values, keys, headers, properties, created)
+    # a null (a bug) would leave a row to neither decoder: the per-record one takes it
+    return Shaped(pc.fill_null(ok, False), values, keys, headers, properties, created)
 
 
 def _lookup(buf: _Buffer, key: _Values, value: _Values, name: bytes,
@@ -410,8 +475,8 @@ def _lookup(buf: _Buffer, key: _Values, value: _Values, name: bytes,
                                        pc.equal(key.length, len(name))))
     if not _any(hit):
         return found
-    hit = pc.and_(hit, pc.equal(buf.cut(key.start, key.length, hit), name))
-    return pc.if_else(hit, texts(buf, value, hit), found)
+    hit = pc.and_(hit, pc.fill_null(pc.equal(member_text(buf, key), name), False))
+    return pc.if_else(hit, member_text(buf, value), found)
 
 
 def _headers(buf: _Buffer, count: int, ok: pa.Array, pairs: list[_Values]
@@ -426,13 +491,13 @@ def _headers(buf: _Buffer, count: int, ok: pa.Array, pairs: list[_Values]
     if len(keys) > MAX_HEADERS:  # more: left to the per-record decoder
         ok = pc.and_(ok, pc.invert(keys[MAX_HEADERS].present))
         keys = keys[:MAX_HEADERS]
-    names = [buf.cut(key.start, key.length, key.present) for key in keys]
+    names = [member_text(buf, key) for key in keys]
     for a in range(len(keys)):  # a repeated key (a dict keeps one): per-record decoder
         for b in range(a + 1, len(keys)):
             repeated = pc.and_(pc.and_(keys[a].present, keys[b].present),
-                               pc.equal(names[a], names[b]))
+                               pc.fill_null(pc.equal(names[a], names[b]), False))
             ok = pc.and_(ok, pc.invert(repeated))
-    values = [texts(buf, value, value.present) for value in pairs[1:2 * len(keys):2]]
+    values = [member_text(buf, value) for value in pairs[1:2 * len(keys):2]]
     sizes = _sum([pc.cast(key.present, pa.int64()) for key in keys])
     offsets = pc.cumulative_sum(pa.concat_arrays([pa.array([0], pa.int64()), sizes]))
     total = offsets[-1].as_py()
@@ -455,8 +520,7 @@ def _properties(buf: _Buffer, count: int, fields: list[_Values]) -> tuple[pa.Arr
     """The properties that are set, as text by name, and the creation time (ms)."""
     if not fields:
         return pa.nulls(count, PROPERTIES_TYPE), pa.nulls(count, pa.int64())
-    rows = ramp(count)
-    columns: dict[str, list[pa.Array]] = {"row": [], "rank": [], "value": []}
+    found: dict[int, tuple[pa.Array, pa.Array]] = {}  # by rank: (present, text)
     created = pa.nulls(count, pa.int64())
     for index, field in enumerate(fields[:PROPERTY_FIELDS]):
         rank = PROPERTY_RANK[index]
@@ -469,29 +533,30 @@ def _properties(buf: _Buffer, count: int, fields: list[_Values]) -> tuple[pa.Arr
             if index == CREATION:
                 created = pc.if_else(present, moments, pa.scalar(None, pa.int64()))
         else:
-            text = pc.cast(texts(buf, field, present), pa.string())
-        columns["row"].append(pc.filter(rows, present))
-        columns["rank"].append(pa.repeat(pa.scalar(rank, pa.int64()), pc.sum(
-            pc.cast(present, pa.int64())).as_py()))
-        columns["value"].append(pc.filter(text, present))
-    if not columns["row"]:
+            text = pc.cast(member_text(buf, field), pa.string())
+        found[rank] = (present, text)
+    if not found:
         return pa.nulls(count, PROPERTIES_TYPE), created
-    entries = pa.table({name: pa.concat_arrays(parts) for name, parts in columns.items()})
-    entries = entries.sort_by([("row", "ascending"), ("rank", "ascending")])
-    names = pc.take(pa.array([PROPERTY_NAMES[PROPERTY_RANK.index(rank)] for rank in range(12)],
-                             pa.string()), entries["rank"])
-    sizes = pc.value_counts(entries["row"])
-    per_row = pa.repeat(pa.scalar(0, pa.int64()), count)
-    if len(sizes):
-        found = sizes.field("values")
-        per_row = pc.fill_null(pc.take(sizes.field("counts"), pc.index_in(
-            rows, value_set=found)), 0)
-    offsets = pc.cast(pc.cumulative_sum(pa.concat_arrays([pa.array([0], pa.int64()),
-                                                          pc.cast(per_row, pa.int64())])),
+    ranks = sorted(found)
+    wide = len(ranks)
+    # all fields of record 0 by rank, then of record 1, ...: element j is field j % wide
+    # of record j // wide, at (j % wide) * count + j // wide of the fields laid end to end
+    steps = ramp(wide * count)
+    record = pc.divide(steps, wide)  # integer division
+    field = pc.subtract(steps, pc.multiply(record, wide))
+    across = pc.add(pc.multiply(field, count), record)
+    present = pc.take(pa.concat_arrays([found[rank][0] for rank in ranks]), across)
+    text = pc.filter(pc.take(pa.concat_arrays([found[rank][1] for rank in ranks]), across),
+                     present)
+    names = pc.filter(pc.take(pa.array([PROPERTY_NAMES[PROPERTY_RANK.index(rank)]
+                                        for rank in ranks], pa.string()),
+                              field),
+                      present)
+    sizes = _sum([pc.cast(found[rank][0], pa.int64()) for rank in ranks])
+    offsets = pc.cast(pc.cumulative_sum(pa.concat_arrays([pa.array([0], pa.int64()), sizes])),
                       pa.int32())
-    maps = pa.MapArray.from_arrays(offsets, names.combine_chunks(),
-                                   entries["value"].combine_chunks(), type=PROPERTIES_TYPE,
-                                   mask=pc.equal(per_row, 0))
+    maps = pa.MapArray.from_arrays(offsets, names, text, type=PROPERTIES_TYPE,
+                                   mask=pc.equal(sizes, 0))
     return maps, created
 
 
