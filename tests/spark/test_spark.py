@@ -103,7 +103,7 @@ def test_batch_read_every_offset_option(spark, broker) -> None:
     assert past.count() == 21
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,stream:string,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp,headers:array<struct<key:string,value:binary>>,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>,"
         "properties:map<string,string>>")
 
 
@@ -352,6 +352,57 @@ def test_streaming_query_restarts_exactly_where_it_stopped(spark, broker, tmp_pa
     run_once()
     offsets = [r.offset for r in spark.read.parquet(out).collect()]
     assert sorted(offsets) == list(range(82))  # no loss, no duplicate
+
+
+def test_key_and_timestamp_type_come_from_what_publishers_set(spark, broker) -> None:
+    """rstream publishes: the key is the annotation x-routing-key, else the application
+    property ``key``, else the message-id; timestampType is 0 (CreateTime) with the
+    creation-time a publisher set, else 1 (LogAppendTime) with the chunk's time."""
+    created = 1_600_000_000_123
+
+    async def run() -> None:
+        async with Producer("127.0.0.1", port=broker.ports["stream"], username="guest",
+                            password="guest") as producer:
+            await producer.create_stream("keyed", exists_ok=True)
+            await producer.send_batch("keyed", [
+                AMQPMessage(body=b"1", message_annotations={"x-routing-key": "routed"},
+                            application_properties={"key": "app"}),
+                AMQPMessage(body=b"2", application_properties={"key": "app", "n": 5},
+                            properties=Properties(message_id="id-2")),
+                AMQPMessage(body=b"3", properties=Properties(message_id="id-3",
+                                                             creation_time=created)),
+                AMQPMessage(body=b"4")])
+            await producer.send_wait("keyed", AMQPMessage(body=b"5"))
+    before = time.time()
+    asyncio.run(run())
+    rows = read(spark, broker, stream="keyed").orderBy("offset").collect()
+    assert [r.key for r in rows] == [b"routed", b"app", b"id-3", None, None]
+    assert [r.timestampType for r in rows] == [1, 1, 0, 1, 1]
+    assert rows[2].timestamp.timestamp() == created / 1000
+    assert rows[0].timestamp.timestamp() >= before - 1
+    assert [(h.key, h.value) for h in rows[1].headers] == [("key", b"app"), ("n", b"5")]
+
+
+def test_streaming_progress_reports_the_latest_offset(spark, broker, tmp_path) -> None:
+    """As Kafka's source: a micro-batch's progress has the partitions' ends it saw
+    (latestOffset) beside the end the read limit admitted (endOffset)."""
+    publish(broker, "behind", [f"l{i}".encode() for i in range(59)])  # 60 with "last"
+    query = (spark.readStream.format("mainstem").option("url", broker.urls["stream"])
+             .option("stream", "behind").option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", "25").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    sources = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
+
+    def parsed(value):
+        return json.loads(value) if isinstance(value, str) else value
+
+    assert [parsed(s["endOffset"]) for s in sources] == [
+        {"behind": {"0": 25}}, {"behind": {"0": 50}}, {"behind": {"0": 60}}]
+    assert [parsed(s["latestOffset"]) for s in sources] == [{"behind": {"0": 60}}] * 3
+    assert all(not s.get("metrics") for s in sources)  # PySpark: no custom source metrics
 
 
 def test_batch_write_then_read(spark, broker) -> None:

@@ -40,7 +40,8 @@ print("COLUMNS", ",".join(rows.columns))
 print("VALUES", ",".join(sorted(bytes(r.value).decode() for r in rows.collect())))
 spark.stop()
 """
-COLUMNS = "COLUMNS key,value,stream,topic,partition,offset,timestamp,headers,properties"
+COLUMNS = ("COLUMNS key,value,stream,topic,partition,offset,timestamp,timestampType,"
+           "headers,properties")
 VALUES = "VALUES a,b,c,last"
 
 

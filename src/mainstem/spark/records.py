@@ -1,27 +1,31 @@
 """Rows of a stream as Spark sees them (Kafka's shape), built as Arrow columns per chunk, and
 rows written by Spark as AMQP 1.0 messages.
 
-key        binary   message annotation ``x-routing-key`` (what AMQP 0-9-1 and Spark writes set)
+key        binary   the first that is set of: message annotation ``x-routing-key`` (what AMQP
+                    0-9-1 publishes and Spark writes set), application property ``key``,
+                    property message-id (what RabbitMQ's super stream clients route on)
 value      binary   the body (data sections; an amqp-value string as UTF-8); a record that is
                     not an AMQP 1.0 message (a BSON event, ...) is its raw bytes
 stream     string   the stream (a super stream's name for its partitions)
 topic      string   the same as ``stream``, under Kafka's name, so Kafka jobs run unchanged
 partition  int      the partition index (0 for a plain stream)
 offset     bigint
-timestamp  timestamp the chunk's timestamp (millisecond precision)
+timestamp  timestamp property creation-time when the publisher set it, else the chunk's
+                    timestamp (when the broker appended it); millisecond precision
+timestampType int   as Kafka's: 0 (CreateTime) for a creation-time, 1 (LogAppendTime) else
 headers    array<struct<key string, value binary>>  the application properties
 properties map<string, string>  the AMQP 1.0 properties that are set
 
 ``includeHeaders=false`` leaves out the headers column.
 
 Reads are Spark's hot loop: a chunk is decoded by Arrow's kernels over its bytes (see
-``_chunk_rows``); the record-by-record decoder is kept for chunks with compressed sub-batches
-and as the reference the tests hold the vectorised one to.
+``_chunk_rows``, and ``shapes`` for messages with annotations and properties); the
+record-by-record decoder is kept for chunks with compressed sub-batches, for the messages of
+rarer shapes, and as the reference the tests hold the vectorised one to.
 """
 
 from __future__ import annotations
 
-import datetime
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -40,6 +44,7 @@ from mainstem.formats.osiris import (
     SUB_BATCH_BIT,
     SUB_BATCH_ENTRY,
 )
+from mainstem.spark import shapes
 
 HEADERS_COLUMN = "headers"
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -47,10 +52,14 @@ PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("stream", pa.string()),
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")), (HEADERS_COLUMN, HEADER_TYPE),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    (HEADERS_COLUMN, HEADER_TYPE),
     ("properties", PROPERTIES_TYPE),
 ])
 KEY_ANNOTATION = "x-routing-key"
+KEY_PROPERTY = "key"
+CREATE_TIME, LOG_APPEND_TIME = 0, 1  # Kafka's timestampType
+_LAST_MS = 253_402_300_800_000  # 10000-01-01: later creation times are not taken
 BATCH_ROWS = 65536  # fewer, larger batches: Spark's cost per Arrow batch is high
 BATCH_BYTES = 32 * 1024 * 1024  # ... unless the messages are large
 # A message that is only a data section: its described-type constructor (0x00, smallulong
@@ -70,6 +79,7 @@ def schema_ddl(include_headers: bool) -> str:
 
 _SPARK_TYPES = {"key": "BINARY", "value": "BINARY", "stream": "STRING", "topic": "STRING",
                 "partition": "INT", "offset": "BIGINT", "timestamp": "TIMESTAMP",
+                "timestampType": "INT",
                 HEADERS_COLUMN: "ARRAY<STRUCT<key: STRING, value: BINARY>>",
                 "properties": "MAP<STRING, STRING>"}
 
@@ -78,26 +88,76 @@ class _Sparse:
     """Keys, headers and properties of the rows of a piece that were decoded one by one
     (most records have none), by row index within the piece."""
 
-    __slots__ = ("headers", "keys", "properties")
+    __slots__ = ("created", "headers", "keys", "properties")
 
     def __init__(self) -> None:
         self.keys: dict[int, bytes | None] = {}
         self.headers: dict[int, list[dict[str, Any]]] = {}
         self.properties: dict[int, list[tuple[str, str]]] = {}
+        self.created: dict[int, int] = {}
+
+    def parts(self, column: str, kind: pa.DataType) -> list[tuple[pa.Array, pa.Array]]:
+        found = getattr(self, column)
+        if not found:
+            return []
+        return [(pa.array(list(found), pa.int64()), pa.array(list(found.values()), kind))]
+
+
+_SPARSE_TYPES = {"keys": pa.binary(), "headers": HEADER_TYPE, "properties": PROPERTIES_TYPE,
+                 "created": pa.int64()}
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Rows of a piece left to decode with the other pieces of its batch (Arrow's kernels
+    cost per call, so the more rows at once the better): where their messages are."""
+
+    data: bytes
+    rows: pa.Array  # int64, ascending
+    at: pa.Array  # int64
+    length: pa.Array  # int64
 
 
 @dataclass(slots=True)
 class _Rows:
     """The rows one chunk gives in the offset range: its values and offsets as Arrow
-    arrays, the chunk's timestamp, and the sparse columns."""
+    arrays, the chunk's timestamp, and the other columns (None: all null)."""
 
     values: pa.Array
     offsets: pa.Array
     timestamp_ms: int
-    sparse: _Sparse
+    keys: pa.Array | None = None
+    headers: pa.Array | None = None
+    properties: pa.Array | None = None
+    created: pa.Array | None = None
+    pending: _Pending | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def fill(self, parts: dict[str, list[tuple[pa.Array, pa.Array]]]) -> _Rows:
+        """The columns set where ``parts`` (rows, values) say."""
+        for column, found in parts.items():
+            setattr(self, column, _scatter(len(self), _SPARSE_TYPES[column], None, found))
+        return self
+
+
+def _scatter(rows: int, kind: pa.DataType, base: pa.Array | None,
+             parts: list[tuple[pa.Array, pa.Array]]) -> pa.Array | None:
+    """``base`` (or nulls) with the values of each part at its rows (int64, ascending)."""
+    parts = [part for part in parts if len(part[0])]
+    if not parts:
+        return base
+    arrays = [pa.nulls(1, kind) if base is None else base]
+    index = shapes.ramp(rows) if base is not None else pa.repeat(pa.scalar(0, pa.int64()),
+                                                                 rows)
+    placed = len(arrays[0])
+    for where, values in parts:
+        mask = pc.is_in(shapes.ramp(rows), value_set=where)
+        index = pc.replace_with_mask(index, mask, pc.add(shapes.ramp(len(where)), placed))
+        arrays.append(values)
+        placed += len(values)
+    return pc.take(pa.concat_arrays(arrays), index)
 
 
 def record_batches(chunks: Iterable[Chunk], stream: str, partition: int, start: int, end: int,
@@ -143,14 +203,12 @@ def _chunk_rows(chunk: Chunk, start: int, end: int) -> _Rows:
     lo = min(lo, hi)
     entries = pa.BinaryArray.from_buffers(pa.binary(), count, [
         None, bounds.buffers()[1], pa.py_buffer(data)]).slice(lo, hi - lo)
-    sparse = _Sparse()
     head_size = None if stride is None else _alike_head_size(data, stride, count)
-    if head_size is not None:
-        values = pc.binary_slice(entries, head_size, _MAX_SLICE)
-    else:
-        values = _bodies(entries, data, bounds.slice(lo, hi - lo + 1), sparse)
     offsets = pc.add(_ARANGE.slice(0, hi - lo), header.chunk_id + lo)
-    return _Rows(values, offsets, header.timestamp, sparse)
+    if head_size is not None:
+        return _Rows(pc.binary_slice(entries, head_size, _MAX_SLICE), offsets, header.timestamp)
+    values, pending = _bodies(entries, data, bounds.slice(lo, hi - lo + 1))
+    return _Rows(values, offsets, header.timestamp, pending=pending)
 
 
 def _uniform_stride(data: bytes, size: int, count: int) -> int | None:
@@ -211,39 +269,63 @@ def _alike_head_size(data: bytes, stride: int, count: int) -> int | None:
     return len(head)
 
 
-def _bodies(entries: pa.Array, data: bytes, bounds: pa.Array, sparse: _Sparse) -> pa.Array:
-    """The values of entries of any sizes: messages that are only a data section (the
-    head's length agreeing with the entry's) are cut by Arrow's kernels, the others decoded
-    one by one into `sparse`."""
-    starts = bounds.slice(0, len(entries))
-    lengths = pc.subtract(pc.subtract(bounds.slice(1), starts), SIMPLE_ENTRY.size)
-    octets = pa.Array.from_buffers(pa.uint8(), len(data), [None, pa.py_buffer(data)])
+Parts = dict[str, list[tuple[pa.Array, pa.Array]]]  # a column's (rows, values) pieces
 
-    def octet(at: int) -> pa.Array:  # the byte at `at` of every entry, as int64
-        return pc.cast(pc.take(octets, pc.add(starts, at)), pa.int64())
 
-    head = pc.binary_slice(entries, SIMPLE_ENTRY.size, SIMPLE_ENTRY.size + len(_DATA8))
-    data8 = pc.and_(pc.equal(head, _DATA8),
-                    pc.equal(octet(8), pc.subtract(lengths, len(_DATA8) + 1)))
-    values = pc.binary_slice(entries, SIMPLE_ENTRY.size + len(_DATA8) + 1, _MAX_SLICE)
-    if pc.all(data8).as_py():
-        return values
-    length32 = octet(8)
-    for at in (9, 10, 11):
-        length32 = pc.add(pc.multiply(length32, 256), octet(at))
-    data32 = pc.and_(pc.equal(head, _DATA32),
-                     pc.equal(length32, pc.subtract(lengths, len(_DATA32) + 4)))
-    values = pc.if_else(data8, values, pc.binary_slice(
-        entries, SIMPLE_ENTRY.size + len(_DATA32) + 4, _MAX_SLICE))
-    others = pc.invert(pc.or_(data8, data32))
-    rows = pc.indices_nonzero(others)
-    if not len(rows):
-        return values
-    view = memoryview(data)
-    decoded = [_decode_record(sparse, row, view[at:at + length]) for row, at, length in zip(
-        rows.to_pylist(), pc.add(pc.take(starts, rows), SIMPLE_ENTRY.size).to_pylist(),
-        pc.take(lengths, rows).to_pylist(), strict=True)]
-    return pc.replace_with_mask(values, others, pa.array(decoded, pa.binary()))
+def _bodies(entries: pa.Array, data: bytes, bounds: pa.Array
+            ) -> tuple[pa.Array, _Pending]:
+    """Entries of any sizes are left pending, decoded with the rest of the batch (see
+    ``_decode_pending``): Arrow's kernels cost per call, so the more rows at once the
+    better."""
+    starts = pc.cast(bounds.slice(0, len(entries)), pa.int64())
+    lengths = pc.subtract(pc.cast(bounds.slice(1), pa.int64()), starts)
+    return pa.nulls(len(entries), pa.binary()), _Pending(
+        data, shapes.ramp(len(entries)), pc.add(starts, SIMPLE_ENTRY.size),
+        pc.subtract(lengths, SIMPLE_ENTRY.size))
+
+
+def _decode_pending(pieces: list[_Rows], values: pa.Array, columns: dict[str, pa.Array]
+                    ) -> pa.Array:
+    """Decode the pending rows of all pieces at once, into ``values`` and ``columns``
+    (replaced in place): the common shapes by ``shapes``, the others one by one."""
+    datas, rows_, ats = [], [], []
+    lengths_ = []
+    row_base = data_base = 0
+    for piece in pieces:
+        pending = piece.pending
+        if pending is not None:
+            datas.append(pending.data)
+            rows_.append(pc.add(pending.rows, row_base))
+            ats.append(pc.add(pending.at, data_base))
+            lengths_.append(pending.length)
+            data_base += len(pending.data)
+        row_base += len(piece)
+    data = b"".join(datas) if len(datas) > 1 else datas[0]
+    rows, at = pa.concat_arrays(rows_), pa.concat_arrays(ats)
+    length = pa.concat_arrays(lengths_)
+    shaped = shapes.decode(data, at, pc.add(at, length))
+    parts: Parts = {column: [] for column in _SPARSE_TYPES}
+    value_parts = []
+    if shaped is not None:
+        taken = shaped.taken
+        where = pc.filter(rows, taken)
+        value_parts.append((where, pc.filter(shaped.values, taken)))
+        for column in _SPARSE_TYPES:
+            parts[column].append((where, pc.filter(getattr(shaped, column), taken)))
+        left = pc.invert(taken)
+        rows, at, length = pc.filter(rows, left), pc.filter(at, left), pc.filter(length, left)
+    if len(rows):
+        sparse = _Sparse()
+        view = memoryview(data)
+        decoded = [_decode_record(sparse, row, view[start:start + size])
+                   for row, start, size in zip(rows.to_pylist(), at.to_pylist(),
+                                               length.to_pylist(), strict=True)]
+        value_parts.append((rows, pa.array(decoded, pa.binary())))
+        for column, kind in _SPARSE_TYPES.items():
+            parts[column] += sparse.parts(column, kind)
+    for column, kind in _SPARSE_TYPES.items():
+        columns[column] = _scatter(len(values), kind, columns[column], parts[column])
+    return _scatter(len(values), pa.binary(), values, value_parts)
 
 
 # -- the per-record decoder ---------------------------------------------------------------
@@ -279,7 +361,8 @@ def _per_record_rows(chunk: Chunk, start: int, end: int) -> _Rows:
             offsets.append(offset)
         offset += 1
     return _Rows(pa.array(values, pa.binary()), pa.array(offsets, pa.int64()),
-                 chunk.header.timestamp, sparse)
+                 chunk.header.timestamp).fill({column: sparse.parts(column, kind)
+                                               for column, kind in _SPARSE_TYPES.items()})
 
 
 def _decode_record(sparse: _Sparse, row: int, record: memoryview) -> bytes | None:
@@ -289,17 +372,31 @@ def _decode_record(sparse: _Sparse, row: int, record: memoryview) -> bytes | Non
         message = decode_message(record)
     except Amqp10DecodeError:
         return bytes(record)  # not AMQP 1.0: a BSON event or other raw record
-    key = (message.message_annotations or {}).get(KEY_ANNOTATION)
+    application = message.application_properties
+    key = _key(message)
     if key is not None:
         sparse.keys[row] = _as_bytes(key)
-    application = message.application_properties
     if application:
         sparse.headers[row] = [{"key": str(k), "value": _as_bytes(v)}
                                for k, v in application.items()]
     properties = _properties(message)
     if properties:
         sparse.properties[row] = properties
+    created = message.properties.creation_time if message.properties else None
+    if isinstance(created, int) and not isinstance(created, bool):
+        sparse.created[row] = int(created)
     return _body_bytes(message.body)
+
+
+def _key(message: Message) -> Any:
+    """The record's key: the first set of the annotation x-routing-key, the application
+    property ``key`` and the message-id."""
+    key = (message.message_annotations or {}).get(KEY_ANNOTATION)
+    if key is None:
+        key = (message.application_properties or {}).get(KEY_PROPERTY)
+    if key is None and message.properties is not None:
+        key = message.properties.message_id
+    return key
 
 
 def _body_bytes(body: Any) -> bytes | None:
@@ -315,7 +412,17 @@ def _as_bytes(value: Any) -> bytes | None:
         return None
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    return str(value).encode()
+    return _text(value).encode()
+
+
+def _text(value: Any) -> str:
+    """A simple value as text: integers (a uint, a timestamp) in decimal, not as the
+    decoder's wrapper types show themselves (``UInt(5)``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return str(float(value))
+    return str(value)
 
 
 def _properties(message: Message) -> list[tuple[str, str]] | None:
@@ -327,13 +434,13 @@ def _properties(message: Message) -> list[tuple[str, str]] | None:
                  "content_type", "content_encoding", "group_id", "reply_to_group_id"):
         value = getattr(props, name)
         if value is not None:
-            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else _text(value)
             found.append((name, text))
     for name in ("creation_time", "absolute_expiry_time"):
         value = getattr(props, name)
         if value is not None:
-            moment = datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
-            found.append((name, moment.isoformat()))
+            moment = isinstance(value, int) and not isinstance(value, bool)
+            found.append((name, shapes.isoformat(value) if moment else _text(value)))
     return found or None
 
 
@@ -341,42 +448,53 @@ def _batch(pieces: list[_Rows], stream: str, partition: int, include_headers: bo
            ) -> pa.RecordBatch:
     rows = sum(len(piece) for piece in pieces)
     names = pa.repeat(pa.scalar(stream, pa.string()), rows)
+    values = pa.concat_arrays([piece.values for piece in pieces])
+    columns = {column: _sparse(pieces, column, rows, kind)
+               for column, kind in _SPARSE_TYPES.items()}
+    if any(piece.pending is not None for piece in pieces):
+        values = _decode_pending(pieces, values, columns)
     batch = pa.RecordBatch.from_arrays([
-        _sparse(pieces, "keys", rows, pa.binary()),
-        pa.concat_arrays([piece.values for piece in pieces]),
+        columns["keys"],
+        values,
         names,
         names,
         pa.repeat(pa.scalar(partition, pa.int32()), rows),
         pa.concat_arrays([piece.offsets for piece in pieces]),
-        _timestamps(pieces),
-        _sparse(pieces, "headers", rows, HEADER_TYPE),
-        _sparse(pieces, "properties", rows, PROPERTIES_TYPE),
+        *_timestamps(pieces, columns["created"]),
+        columns["headers"],
+        columns["properties"],
     ], schema=ARROW_SCHEMA)
     return batch if include_headers else batch.drop_columns([HEADERS_COLUMN])
 
 
-def _timestamps(pieces: list[_Rows]) -> pa.Array:
-    """Each piece's chunk timestamp, once per row: a run per piece, decoded by Arrow."""
+def _timestamps(pieces: list[_Rows], created: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The timestamp and timestampType columns: a record's creation time where the
+    publisher set one (in years 1970 to 9999), else its chunk's timestamp, a run per piece
+    decoded by Arrow."""
     ends, total = [], 0
     for piece in pieces:
         total += len(piece)
         ends.append(total)
-    runs = pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(
-        [piece.timestamp_ms * 1000 for piece in pieces], _TIMESTAMP))
-    return pc.run_end_decode(runs)
+    appended = pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(
+        pa.array(ends, pa.int32()), pa.array([piece.timestamp_ms * 1000 for piece in pieces],
+                                             pa.int64())))
+    rows = len(created)
+    if created.null_count == rows:
+        return appended.cast(_TIMESTAMP), pa.repeat(pa.scalar(LOG_APPEND_TIME, pa.int32()), rows)
+    usable = pc.and_kleene(pc.greater_equal(created, 0), pc.less(created, _LAST_MS))
+    usable = pc.fill_null(usable, False)
+    moments = pc.if_else(usable, pc.multiply(pc.fill_null(created, 0), 1000), appended)
+    kinds = pc.if_else(usable, CREATE_TIME, LOG_APPEND_TIME)
+    return moments.cast(_TIMESTAMP), pc.cast(kinds, pa.int32())
 
 
 def _sparse(pieces: list[_Rows], column: str, rows: int, kind: pa.DataType) -> pa.Array:
-    """One of the sparse columns of the pieces: nulls but where a row has a value."""
-    filled: list[Any] | None = None
-    base = 0
-    for piece in pieces:
-        for row, value in getattr(piece.sparse, column).items():
-            if filled is None:
-                filled = [None] * rows
-            filled[base + row] = value
-        base += len(piece)
-    return pa.nulls(rows, kind) if filled is None else pa.array(filled, kind)
+    """One of the columns the pieces may leave all null."""
+    found = [getattr(piece, column) for piece in pieces]
+    if all(array is None for array in found):
+        return pa.nulls(rows, kind)
+    return pa.concat_arrays([pa.nulls(len(piece), kind) if array is None else array
+                             for piece, array in zip(pieces, found, strict=True)])
 
 
 def encode_row(value: bytes | None, key: bytes | None, headers: Any) -> bytes:

@@ -244,6 +244,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: StreamClient | None = None
         self._target: OffsetMap | None = None  # availableNow: what existed at the start
         self._last_trigger = time.monotonic()
+        self._latest: OffsetMap | None = None  # the ends the last latestOffset saw
 
     @property
     def client(self) -> StreamClient:
@@ -289,12 +290,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key, offset in parts.items():
                 latest.setdefault(stream, {})[key] = max(latest.get(stream, {}).get(key, 0),
                                                          offset)
+        self._latest = {stream: dict(parts) for stream, parts in latest.items()}
         if not self._admitted(start, latest):
             return start
         if isinstance(limit, ReadMaxRows):
             latest = _spread(start, latest, limit.max_rows)
         self._last_trigger = time.monotonic()
         return latest
+
+    def reportLatestOffset(self) -> OffsetMap | None:
+        """As Kafka's source: the ends of the partitions when the micro-batch was planned
+        (``latestOffset`` of the query's progress), whatever the read limit admitted.
+        PySpark gives Python sources no hook for custom metrics (Kafka's
+        minOffsetsBehindLatest and the like: ReportsSourceMetrics is not implemented by
+        PythonMicroBatchStream), so the lag is endOffset against this."""
+        return self._latest
 
     def _admitted(self, start: OffsetMap, latest: OffsetMap) -> bool:
         """minOffsetsPerTrigger: enough new records, or waited maxTriggerDelay (availableNow
