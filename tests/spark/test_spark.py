@@ -494,6 +494,32 @@ def test_the_readme_spark_examples_run(spark, tmp_path, monkeypatch) -> None:
                                                          .collect())
 
 
+# What a Kafka job changes to run on mainstem: its format and its connection option.
+CONNECTION = re.compile(r'\.format\("(kafka|mainstem)"\)'
+                        r'|\.option\("(kafka\.bootstrap\.servers|url)", [^)]*\)')
+
+
+def test_the_readme_kafka_job_differs_only_in_format_and_connection(spark, tmp_path) -> None:
+    text = README.read_text()
+    (diff,) = re.findall(r"```diff\n(.*?)```", text[text.index("## Spark: the `mainstem`"):],
+                         re.DOTALL)
+    lines = diff.splitlines()
+    kafka = [line[1:] for line in lines if line[0] in " -"]
+    mainstem = [line[1:] for line in lines if line[0] in " +"]
+    changed = [line[1:] for line in lines if line[0] in "-+"]
+    assert len(changed) == 2 and len(kafka) == len(mainstem)
+    assert {CONNECTION.sub("", line).strip() for line in changed} == {""}  # nothing else
+    assert all(CONNECTION.search(line) for line in changed)
+    with ThreadedBroker(tmp_path / "broker") as fresh:
+        publish(fresh, "orders", [f"o{i}".encode() for i in range(30)])
+        lake = tmp_path / "lake"
+        exec(compile("\n".join(mainstem), str(README), "exec"),
+             {"spark": spark, "url": fresh.urls["stream"], "lake": str(lake)})
+    rows = spark.read.parquet(str(lake / "orders_by_key")).collect()
+    assert sorted(r.value for r in rows) == sorted([f"o{i}" for i in range(30)] + ["last"])
+    assert {(r.topic, r.partition, r.timestampType) for r in rows} == {("orders", 0, 1)}
+
+
 # Where RabbitMQ's Java stream client routes these keys among 3 partitions: the murmur3
 # x86 32-bit hash of the key's UTF-8 bytes, seed 104729, and its unsigned remainder
 # (Integer.remainderUnsigned, since the client's issue #199, before RabbitMQ 3.11), in the
