@@ -18,12 +18,13 @@ them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +44,12 @@ MAX_NAME_BYTES = 255
 # Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
-# (kind, key, row): "namespace", "user", "permission" or "offset" (and "binder",
-# "projection" of the binder store); row None when deleted
-ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None], None]
+# (kind, key, row): "namespace", "user", "permission" or "offset" (and the kinds of the
+# other stores, see `broker.replicated`); row None when deleted. In a cluster it returns
+# what completes once the change is in the cluster's store.
+ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None],
+                          Awaitable[None] | None]
+SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
 
 Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
 
@@ -313,6 +317,22 @@ class ChangeNotifier:
     def _changed(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
         if self.on_change is not None and not self._applying:
             self.on_change(kind, key, row)
+
+    async def _shared(self, kind: str, key: tuple[Any, ...],
+                      row: dict[str, Any] | None) -> None:
+        """As `_changed`, returning once the change is in the cluster's store (a change
+        the client must not be told of before every node can know it)."""
+        if self.on_change is None or self._applying:
+            return
+        shared = self.on_change(kind, key, row)
+        if shared is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(shared), SHARE_WAIT_S)
+        except TimeoutError:
+            raise BrokerError("the cluster's metadata store did not answer: the change "
+                              "holds on this node and reaches the others once it does"
+                              ) from None
 
     @contextmanager
     def applying(self) -> Iterator[None]:

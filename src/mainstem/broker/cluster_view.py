@@ -140,19 +140,6 @@ class IdRegistry(Protocol):
         """A client of this node left a consumer group (or disconnected)."""
 
 
-class SegmentSharing(Protocol):
-    """Sealing and truncation of segments, shared by every node."""
-
-    async def seal(self, namespace: str, stream: str, number: int) -> None:
-        """Record the seal; returns once the cluster holds it."""
-
-    async def truncate(self, namespace: str, stream: str, number: int, offset: int) -> None:
-        """Record a truncation point; returns once the cluster holds it."""
-
-    async def forget(self, namespace: str, stream: str) -> None:
-        """The stream's segments were deleted: drop their state on every node."""
-
-
 class Settlement(enum.IntEnum):
     """What a node tells a queue's home about a message relayed to one of its clients."""
 

@@ -12,11 +12,12 @@ import logging
 import os
 from pathlib import Path
 
+from mainstem.broker import replicated
 from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.amqp.queues import QueueManager
 from mainstem.broker.auth import Auth, User
-from mainstem.broker.catalog import Catalog, NamespaceRecord
+from mainstem.broker.catalog import Catalog, ChangeListener, NamespaceRecord
 from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.delivery_stats import DeliveryStats
@@ -68,6 +69,7 @@ class BrokerCore:
                                    self.fsync_timings, self.counters)
         self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
+        self.kinds = replicated.declare(catalog, self.projections, self.segments)
         self._retention_task: asyncio.Task[None] | None = None
         self.cluster: ClusterView | None = None  # set by a node that joins a cluster
 
@@ -100,6 +102,12 @@ class BrokerCore:
         self.binders.close()
         self.catalog.close()
         self._password_checks.shutdown()
+
+    def tell_changes(self, listener: ChangeListener | None) -> None:
+        """Tell `listener` of every change made here to metadata every node holds (a
+        cluster shares them, `broker.replicated`); None: no longer."""
+        for store in (self.catalog, self.binders, self.segments):
+            store.on_change = listener
 
     # -- authentication ------------------------------------------------------
 

@@ -7,10 +7,11 @@ whose payload starts at payload byte B starts at segment byte B + 8 * N.
 Appenders are deduplicated by connection id: the highest connection offset
 stored is a publisher sequence in the chunk trailer, written with the data.
 Sealing and logical truncation are rows of the catalog (`segment_states`), read once
-at start and kept in memory, since every append checks the seal. In a cluster they are
-shared through `sharing` before they are answered, and changes made on other nodes come
-in through `apply`: a seal is for good and a truncation point only moves forward, so
-applying them in any order gives every node the same state.
+at start and kept in memory, since every append checks the seal. In a cluster a
+segment's state is a "segment" change (`broker.replicated`), shared before the client is
+answered; changes made on other nodes come in through `apply`: a seal is for good and a
+truncation point only moves forward (`merge`), so applying them in any order gives every
+node the same state.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import operator
 import sqlite3
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from mainstem.broker.cluster_view import SegmentSharing
+from mainstem.broker.catalog import ChangeNotifier
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import ChunkLocation, DataRemoved, PartitionService, Receipt
 from mainstem.broker.streams import StreamStore
@@ -36,6 +38,7 @@ EVENT_HEADER = struct.Struct(">iI")  # type 0, data length
 EVENT_TYPE = bytes(4)
 RECENT_CHUNKS = 8  # walked chunks kept for the next read (each up to a chunk's size)
 DEFAULT_SCOPE = "/"  # an empty scope names the default namespace
+SEGMENT = "segment"  # the kind of its changes: key (namespace, stream, number)
 
 
 class SegmentSealed(PreconditionFailed):
@@ -82,7 +85,13 @@ def writer_key(connection_id: uuid.UUID) -> str:
     return "segment:" + connection_id.hex
 
 
-class SegmentStore:
+def merge(held: dict[str, Any], written: dict[str, Any]) -> dict[str, Any]:
+    """Two states of one segment as one: sealed if either is, the later truncation."""
+    return {"sealed": bool(held["sealed"] or written["sealed"]),
+            "truncated": max(int(held["truncated"]), int(written["truncated"]))}
+
+
+class SegmentStore(ChangeNotifier):
     def __init__(self, streams: StreamStore, db: sqlite3.Connection,
                  tail_wait_s: float = 30.0) -> None:
         """`db`: a connection of its own to the catalog (`Catalog.connect`), closed by
@@ -95,7 +104,6 @@ class SegmentStore:
                                                           "truncated": truncated}
             for namespace, stream, number, sealed, truncated in db.execute(
                 "SELECT namespace, stream, number, sealed, truncated FROM segment_states")}
-        self.sharing: SegmentSharing | None = None  # set by a node that joins a cluster
         self._recent = _RecentChunks()
 
     def close(self) -> None:
@@ -138,25 +146,36 @@ class SegmentStore:
     async def seal(self, name: SegmentName) -> None:
         await self.service(name).appender.settled()
         self._save(name, sealed=True)
-        if self.sharing is not None:
-            await self.sharing.seal(name.namespace, name.stream, name.number)
+        await self._share(name)
 
     async def truncate(self, name: SegmentName, offset: int) -> None:
         if not self.start_offset(name) <= offset <= self.write_offset(name):
             raise InvalidArgument(f"truncation offset {offset} is outside segment {name}")
         self._save(name, truncated=offset)
-        if self.sharing is not None:
-            await self.sharing.truncate(name.namespace, name.stream, name.number, offset)
+        await self._share(name)
 
-    def apply(self, name: SegmentName, sealed: bool, truncated: int) -> None:
-        """A seal or truncation made on another node: merged, never undone."""
-        self._save(name, sealed=sealed or self.is_sealed(name),
-                   truncated=max(truncated, self.truncated_at(name)))
+    async def _share(self, name: SegmentName) -> None:
+        await self._shared(SEGMENT, (name.namespace, name.stream, name.number),
+                           self._row(name))
 
-    def states(self) -> dict[SegmentName, tuple[bool, int]]:
-        """(sealed, truncation point) of every segment with either."""
-        return {SegmentName.parse(key): (bool(state.get("sealed")), int(state.get("truncated", 0)))
-                for key, state in self._state.items()}
+    def _row(self, name: SegmentName) -> dict[str, Any]:
+        return {"sealed": self.is_sealed(name), "truncated": self.truncated_at(name)}
+
+    def apply(self, key: Sequence[str], row: dict[str, Any] | None) -> None:
+        """A segment's state from another node: merged, never undone; None: its stream
+        was deleted."""
+        namespace, stream, number = key
+        if row is None:
+            self.forget(namespace, stream)
+            return
+        name = SegmentName(namespace, stream, int(number))
+        self._save(name, **merge(self._row(name), row))
+
+    def rows(self) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """(key, state) of every segment sealed or truncated."""
+        for key in self._state:
+            name = SegmentName.parse(key)
+            yield (name.namespace, name.stream, name.number), self._row(name)
 
     async def delete(self, name: SegmentName) -> None:
         stream = self.streams.get(name.namespace, name.stream)
@@ -165,8 +184,7 @@ class SegmentStore:
                                      "can be deleted")
         await self.streams.delete(name.namespace, name.stream)
         self.forget(name.namespace, name.stream)
-        if self.sharing is not None:
-            await self.sharing.forget(name.namespace, name.stream)
+        await self._shared(SEGMENT, (name.namespace, name.stream, name.number), None)
 
     def forget(self, namespace: str, stream: str) -> None:
         """Drop the state of a stream's segments (deleted here or on another node)."""

@@ -25,9 +25,8 @@ cluster no longer has it (a node also drops its copy of a stream it does not rep
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from mainstem.broker import layout
 from mainstem.broker.errors import AlreadyExists, BrokerError
@@ -40,35 +39,28 @@ from mainstem.broker.iggy.model import (
     IggyModel,
     scope_of,
 )
-from mainstem.broker.streams import Stream, StreamStore
-from mainstem.cluster.etcd import (
-    Compare,
-    EtcdClient,
-    EtcdError,
-    KeyValue,
-    delete,
-    delete_prefix,
-    put,
-)
-from mainstem.cluster.metadata_keys import path, prefix, written
+from mainstem.broker.streams import Stream
+from mainstem.cluster.context import NodeContext
+from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, delete_prefix, put
+from mainstem.cluster.metadata_keys import path, prefix, segments, written
 
 AREA = "iggy"
 NAMES, IDS, MEMBERS = "names", "ids", "members"
 NODE = "node"
 CLIENT_BITS = 22  # a node numbers 4M clients; u32 client ids leave room for 1023 nodes
-Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 log = logging.getLogger("mainstem.cluster")
 
 
 class IggyIds:
-    def __init__(self, etcd: EtcdClient, model: IggyModel, streams: StreamStore,
-                 spawn: Spawn, lease: Callable[[], int]) -> None:
-        self.etcd = etcd
-        self.model = model
-        self.streams = streams
-        self.spawn = spawn
-        self.lease = lease  # this node's current lease
+    def __init__(self, context: NodeContext) -> None:
+        self.context = context
+        self.etcd = context.etcd
+        self.model: IggyModel = context.core.iggy
+        self.streams = context.core.streams
+        self.spawn = context.spawn
+        self.lease = context.lease
+        self._unwatch: Callable[[], None] | None = None
         # What etcd held at start, while it is being read (None afterwards), and the
         # members read then (their groups' keys sort after theirs).
         self._seen: set[tuple[str, tuple[str, ...], str]] | None = set()
@@ -76,7 +68,18 @@ class IggyIds:
         # (kind, scope, name) -> (revision of its key, id), as the watch last said.
         self._known: dict[tuple[str, tuple[str, ...], str], tuple[int, int]] = {}
 
-    async def number_clients(self, node_name: str) -> None:
+    async def install(self) -> None:
+        """From now on, Iggy ids given on this node are the cluster's."""
+        await self._number_clients(self.context.node_name)
+        self.model.registry = self
+        self._unwatch = self.streams.watch(self.stream_deleted)
+
+    def uninstall(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+        self.model.registry = None
+
+    async def _number_clients(self, node_name: str) -> None:
         """Number this node's Iggy clients apart from every other node's."""
         found = await written(partial(self.etcd.get, path(AREA, NAMES, NODE, node_name)))
         number = int(found.value) if found else await self.claim(NODE, (), node_name, None)
@@ -153,8 +156,11 @@ class IggyIds:
 
     # -- the watch -------------------------------------------------------------------
 
-    def apply(self, parts: list[str], kv: KeyValue | None) -> None:
-        """A change of `/mainstem/iggy/...` (`parts` after `iggy`; kv None: deleted)."""
+    def event(self, kv: KeyValue, deleted: bool) -> None:
+        """A change of `/mainstem/iggy/...`."""
+        self._apply(segments(kv.key)[1:], None if deleted else kv)
+
+    def _apply(self, parts: list[str], kv: KeyValue | None) -> None:
         if parts[0] == MEMBERS:
             self._apply_member(parts[1:], kv)
             return

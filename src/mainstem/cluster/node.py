@@ -19,7 +19,6 @@ import socket
 import time
 from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any
-from urllib.parse import quote, unquote
 
 from mainstem.broker import layout
 from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
@@ -30,10 +29,14 @@ from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
 from mainstem.cluster.amqp_topology import ROOT as AMQP_ROOT
 from mainstem.cluster.amqp_topology import SharedTopology
+from mainstem.cluster.catalog_feed import ROOT as CATALOG_ROOT
+from mainstem.cluster.catalog_feed import CatalogFeed
+from mainstem.cluster.context import NodeContext
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
 from mainstem.cluster.forwarding import Answer, Forwarding, committed
+from mainstem.cluster.iggy_ids import AREA as IGGY_AREA
+from mainstem.cluster.iggy_ids import IggyIds
 from mainstem.cluster.leader import LeaderLog, read_frame
-from mainstem.cluster.metadata import AREAS, CATALOG_KINDS, SharedMetadata
 from mainstem.cluster.partition_counts import PartitionCounts, partition_keys
 from mainstem.cluster.quorum import QUORUM, QuorumQueues
 from mainstem.cluster.quorum import storage_of as quorum_storage
@@ -86,14 +89,12 @@ class ClusterNode:
         self.quorum = QuorumQueues(self)
         self.topology = SharedTopology(self, PREFIX)
         self.relay = Relay(self)
-        # Catalog changes made here, shared through etcd in the order they were made.
-        self._changes: asyncio.Queue[tuple[str, tuple[Any, ...], dict[str, Any] | None]] = (
-            asyncio.Queue())
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
         self.partition_counts = PartitionCounts(self)
-        self.metadata = SharedMetadata(core, self.etcd, self._queue_change, self.spawn,
-                                       lambda: self.lease)
+        context = NodeContext(core, self.etcd, self.node_name, self.spawn, lambda: self.lease)
+        self.catalog = CatalogFeed(context, self._catalog_applied)
+        self.iggy = IggyIds(context)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -109,18 +110,18 @@ class ClusterNode:
         self.core.queues.topology = self.topology
         self.spawn(self._keep_alive())
         self.spawn(self._watch())
-        self.spawn(self._share_changes())
+        self.spawn(self.catalog.share())
         self.spawn(self.topology.share())
         self.spawn(self._save_commit_points())
-        self.core.catalog.on_change = self._queue_change
-        await self.metadata.install(self.node_name)
+        self.core.tell_changes(self._changed)
+        await self.iggy.install()
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 
     async def stop(self) -> None:
-        self.core.catalog.on_change = None
+        self.core.tell_changes(None)
         self.core.queues.topology = None
-        self.metadata.uninstall()
+        self.iggy.uninstall()
         for role in self.roles.values():
             role.stop()
         for task in self._tasks:
@@ -205,10 +206,14 @@ class ClusterNode:
     async def _load(self) -> None:
         kvs, self._revision = await self.etcd.get_prefix(PREFIX)
         topology = [kv for kv in kvs if kv.key.startswith(self.topology.prefix)]
+        catalog = [kv for kv in kvs if kv.key.startswith(CATALOG_ROOT)]
         for kv in kvs:
-            if not kv.key.startswith(self.topology.prefix):
+            if kv not in topology and kv not in catalog:
                 self._apply_logged(Event("PUT", kv))
-        self.metadata.loaded()
+        for kv in sorted(catalog, key=lambda kv: kv.mod_revision):  # the order made
+            self._apply_logged(Event("PUT", kv))
+        self.catalog.loaded({kv.key for kv in catalog})
+        self.iggy.loaded()
         self._forget_deleted_streams()
         self.quorum.forget_deleted()
         self.topology.load(topology)  # last: its vhosts, queues and streams are known
@@ -249,10 +254,10 @@ class ClusterNode:
                 self._add_stream(parts[1], event.kv.json())
         elif kind == AMQP_ROOT:
             self.topology.event(event.kv, deleted)
-        elif kind in AREAS:
-            self.metadata.apply(event.kv, deleted)
-        elif kind == "catalog" and len(parts) >= 3:
-            self._apply_catalog(parts[1], [unquote(p) for p in parts[2:]], event.kv.json())
+        elif kind == IGGY_AREA:
+            self.iggy.event(event.kv, deleted)
+        elif event.kv.key.startswith(CATALOG_ROOT) and not deleted:
+            self.catalog.apply(event.kv)
         elif kind in ("leaders", "isr", "epochs") and len(parts) == 3:
             role = self.roles.get((parts[1], int(parts[2])))
             if role is not None:
@@ -261,34 +266,21 @@ class ClusterNode:
                 self.quorum.note_leader(parts[1], int(parts[2]),
                                         None if deleted else event.kv)
 
-    def _queue_change(self, kind: str, key: tuple[Any, ...],
-                      row: dict[str, Any] | None) -> None:
-        self._changes.put_nowait((kind, key, row))
+    def _changed(self, kind: str, key: tuple[Any, ...],
+                 row: dict[str, Any] | None) -> Awaitable[None]:
+        """A change made here, for every node; a namespace deleted here (whichever node
+        asked) also ends its Iggy ids."""
+        if kind == "namespace" and row is None:
+            self.iggy.namespace_deleted(key[0])
+        return self.catalog.changed(kind, key, row)
 
-    async def _share_changes(self) -> None:
-        """Write catalog changes to etcd one at a time, so every node applies them in
-        the order they were made (a user before its permissions). A deletion is a
-        tombstone (null): etcd reports no event for deleting a key it never had."""
-        while True:
-            kind, key, row = await self._changes.get()
-            path = _key("catalog", kind, *(quote(str(part), safe="") for part in key))
-            while True:
-                try:
-                    await self.etcd.put(path, json.dumps(row).encode())
-                    break
-                except EtcdError:
-                    await asyncio.sleep(0.5)
-
-    def _apply_catalog(self, kind: str, key: list[str], row: dict[str, Any] | None) -> None:
-        """A catalog change, made here or on another node (applying one's own is a
-        no-op, and keeps every node in etcd's order when two change the same thing)."""
+    def _catalog_applied(self, kind: str, key: tuple[str, ...],
+                         row: dict[str, Any] | None) -> None:
+        """What follows a catalog change here: a namespace deleted goes through the core
+        (its streams close first); one added lets its AMQP objects in."""
         if kind == "namespace" and row is None:
             self.spawn(self._delete_namespace(key[0]))
-        elif kind in CATALOG_KINDS:
-            self.metadata.apply_catalog(kind, key, row)
-        else:
-            self.core.catalog.apply(kind, key, row)
-        if kind == "namespace" and row is not None:
+        elif kind == "namespace":
             self.topology.vhost_added(key[0])
 
     async def _delete_namespace(self, name: str) -> None:

@@ -1,0 +1,104 @@
+"""The metadata every node of a cluster holds alike, as one table of kinds.
+
+A store that holds such metadata is a `ChangeNotifier`: each change made on this node is
+told to its `on_change` as (kind, key, row), row None for a deletion. In a cluster that
+is the one feed to etcd (`cluster/catalog_feed.py`): every change is one key,
+`/mainstem/catalog/KIND/KEY...`, and every node applies every key through `Kinds.apply`
+in etcd's order. So a new kind of cluster-wide metadata is a store's table, `_changed`
+calls where it changes, and a row in `declare` below, which says:
+
+- `apply`: how this node takes a row (or a deletion) made elsewhere; applying one's own
+  change again must change nothing;
+- `merge`: how etcd keeps two rows written to one key by nodes that did not see each
+  other's; None, the default, is last writer wins in etcd's order;
+- `encode`/`decode`: a row that is not plain JSON (a BSON definition);
+- `rows`: what this node may hold from before it joined, shared when etcd lacks it.
+
+The catalog's own kinds (namespaces, users, permissions, offsets, and any table added to
+`Catalog._apply`) need no row: they apply through `Catalog.apply`, last writer wins.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+
+from mainstem.broker import segment_store
+from mainstem.broker.catalog import Catalog
+from mainstem.broker.events.binders import BINDER, PROJECTION
+from mainstem.broker.events.projections import Projections
+from mainstem.broker.segment_store import SEGMENT, SegmentStore
+
+Row = dict[str, Any]
+Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    apply: Callable[[Sequence[str], Row | None], None]
+    merge: Callable[[Row, Row], Row] | None = None  # (row etcd holds, row written)
+    encode: Callable[[Row], Row] | None = None
+    decode: Callable[[Row], Row] | None = None
+    rows: Callable[[], Iterable[tuple[Key, Row]]] | None = None
+
+
+class Kinds:
+    """The declared kinds; a kind not declared is one of the catalog's own."""
+
+    def __init__(self, catalog: Catalog, declared: Mapping[str, Kind]) -> None:
+        self.catalog = catalog
+        self.declared = dict(declared)
+
+    def apply(self, kind: str, key: Sequence[str], row: Row | None) -> None:
+        """A change from the cluster (made here or on another node)."""
+        declared = self.declared.get(kind)
+        if declared is None:
+            self.catalog.apply(kind, key, row)
+        else:
+            declared.apply(key, row if row is None or declared.decode is None
+                           else declared.decode(row))
+
+    def encode(self, kind: str, row: Row | None) -> Row | None:
+        declared = self.declared.get(kind)
+        if row is None or declared is None or declared.encode is None:
+            return row
+        return declared.encode(row)
+
+    def merge(self, kind: str) -> Callable[[Row, Row], Row] | None:
+        declared = self.declared.get(kind)
+        return None if declared is None else declared.merge
+
+    def local_rows(self) -> Iterator[tuple[str, Key, Row | None]]:
+        """(kind, key, encoded row) of what this node holds of the kinds that list theirs."""
+        for kind, declared in self.declared.items():
+            for key, row in declared.rows() if declared.rows is not None else ():
+                yield kind, key, self.encode(kind, row)
+
+
+def _bson_out(row: Row) -> Row:
+    return {"bson": base64.b64encode(bson.encode(row)).decode()}
+
+
+def _bson_in(row: Row) -> Row:
+    return bson.decode(base64.b64decode(row["bson"]))
+
+
+def declare(catalog: Catalog, projections: Projections, segments: SegmentStore) -> Kinds:
+    """The table of kinds beyond the catalog's own."""
+    binders = projections.binders
+    return Kinds(catalog, {
+        # Binders and projection definitions (documents never travel: every node runs
+        # each projection into its own binder).
+        BINDER: Kind(lambda key, row: projections.apply(BINDER, key[0], key[1], row),
+                     rows=lambda: (((ns, name), {}) for ns, name, _ in binders.counts())),
+        PROJECTION: Kind(lambda key, row: projections.apply(PROJECTION, key[0], key[1], row),
+                         encode=_bson_out, decode=_bson_in,
+                         rows=lambda: (((ns, d["name"]), d)
+                                       for ns, d, _ in binders.projections())),
+        # A segment's seal and truncation point: merged, never undone.
+        SEGMENT: Kind(segments.apply, merge=segment_store.merge, rows=segments.rows),
+    })
