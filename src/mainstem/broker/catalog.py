@@ -307,6 +307,16 @@ class CatalogUnreadable(BrokerError):
         self.reason = reason
 
 
+async def held_everywhere(shared: Awaitable[None]) -> None:
+    """Wait for a change to reach the cluster's store, as a client's answer does."""
+    try:
+        await asyncio.wait_for(asyncio.shield(shared), SHARE_WAIT_S)
+    except TimeoutError:
+        raise PreconditionFailed("the cluster's metadata store did not answer: the change "
+                                 "holds on this node and reaches the others once it does"
+                                 ) from None
+
+
 class ChangeNotifier:
     """Tells `on_change` of the changes made on this node (in a cluster, to share them),
     not of those applied from another node."""
@@ -325,14 +335,8 @@ class ChangeNotifier:
         if self.on_change is None or self._applying:
             return
         shared = self.on_change(kind, key, row)
-        if shared is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(shared), SHARE_WAIT_S)
-        except TimeoutError:
-            raise BrokerError("the cluster's metadata store did not answer: the change "
-                              "holds on this node and reaches the others once it does"
-                              ) from None
+        if shared is not None:
+            await held_everywhere(shared)
 
     @contextmanager
     def applying(self) -> Iterator[None]:

@@ -16,6 +16,7 @@ from mainstem.broker import replicated
 from mainstem.broker.active_consumers import ActiveConsumers
 from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.amqp.queues import QueueManager
+from mainstem.broker.amqp.shared_topology import SharedTopology
 from mainstem.broker.auth import Auth, User
 from mainstem.broker.catalog import Catalog, ChangeListener, NamespaceRecord
 from mainstem.broker.cluster_view import ClusterView
@@ -69,7 +70,9 @@ class BrokerCore:
                                    self.fsync_timings, self.counters)
         self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
-        self.kinds = replicated.declare(catalog, self.projections, self.segments)
+        self.topology = SharedTopology(self.queues)  # AMQP objects, once in a cluster
+        self.kinds = replicated.declare(catalog, self.projections, self.segments,
+                                        self.topology)
         self._retention_task: asyncio.Task[None] | None = None
         self.cluster: ClusterView | None = None  # set by a node that joins a cluster
 
@@ -106,7 +109,7 @@ class BrokerCore:
     def tell_changes(self, listener: ChangeListener | None) -> None:
         """Tell `listener` of every change made here to metadata every node holds (a
         cluster shares them, `broker.replicated`); None: no longer."""
-        for store in (self.catalog, self.binders, self.segments):
+        for store in (self.catalog, self.binders, self.segments, self.topology):
             store.on_change = listener
 
     # -- authentication ------------------------------------------------------

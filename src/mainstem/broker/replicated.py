@@ -11,6 +11,8 @@ calls where it changes, and a row in `declare` below, which says:
   change again must change nothing;
 - `merge`: how etcd keeps two rows written to one key by nodes that did not see each
   other's; None, the default, is last writer wins in etcd's order;
+- `tombstones`: whether a deletion stays as a null row (False: its key goes, for kinds
+  whose keys are often new names and that take the cluster's view at a restart);
 - `encode`/`decode`: a row that is not plain JSON (a BSON definition);
 - `rows`: what this node may hold from before it joined, shared when etcd lacks it.
 
@@ -28,6 +30,8 @@ from typing import Any
 import bson
 
 from mainstem.broker import segment_store
+from mainstem.broker.amqp.shared_topology import KINDS as AMQP_KINDS
+from mainstem.broker.amqp.shared_topology import QUEUES, SharedTopology, keep_home
 from mainstem.broker.catalog import Catalog
 from mainstem.broker.events.binders import BINDER, PROJECTION
 from mainstem.broker.events.projections import Projections
@@ -41,6 +45,7 @@ Key = tuple[Any, ...]
 class Kind:
     apply: Callable[[Sequence[str], Row | None], None]
     merge: Callable[[Row, Row], Row] | None = None  # (row etcd holds, row written)
+    tombstones: bool = True
     encode: Callable[[Row], Row] | None = None
     decode: Callable[[Row], Row] | None = None
     rows: Callable[[], Iterable[tuple[Key, Row]]] | None = None
@@ -72,6 +77,10 @@ class Kinds:
         declared = self.declared.get(kind)
         return None if declared is None else declared.merge
 
+    def tombstones(self, kind: str) -> bool:
+        declared = self.declared.get(kind)
+        return declared is None or declared.tombstones
+
     def local_rows(self) -> Iterator[tuple[str, Key, Row | None]]:
         """(kind, key, encoded row) of what this node holds of the kinds that list theirs."""
         for kind, declared in self.declared.items():
@@ -87,10 +96,19 @@ def _bson_in(row: Row) -> Row:
     return bson.decode(base64.b64decode(row["bson"]))
 
 
-def declare(catalog: Catalog, projections: Projections, segments: SegmentStore) -> Kinds:
+def _amqp(topology: SharedTopology, objects: str) -> Kind:
+    return Kind(lambda key, row: topology.apply(objects, key, row), tombstones=False,
+                merge=keep_home if objects == QUEUES else None)
+
+
+def declare(catalog: Catalog, projections: Projections, segments: SegmentStore,
+            topology: SharedTopology) -> Kinds:
     """The table of kinds beyond the catalog's own."""
     binders = projections.binders
     return Kinds(catalog, {
+        # AMQP exchanges, queues and bindings: a queue declared on two nodes at once
+        # keeps the home etcd holds first.
+        **{kind: _amqp(topology, objects) for objects, kind in AMQP_KINDS.items()},
         # Binders and projection definitions (documents never travel: every node runs
         # each projection into its own binder).
         BINDER: Kind(lambda key, row: projections.apply(BINDER, key[0], key[1], row),

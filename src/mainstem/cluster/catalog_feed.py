@@ -1,15 +1,18 @@
 """The one feed of cluster-wide metadata: the broker's changes to etcd and back.
 
 Every change a store makes on this node (`broker.replicated`) is one key,
-`/mainstem/catalog/KIND/KEY...` (each key part percent-encoded), written one at a time
-in the order made, so every node applies them in that order (a user before its
-permissions). A deletion is a tombstone (null): etcd reports no event for deleting a key
-it never had. A kind with a merge rule is written by compare-and-swap, so etcd keeps the
-merge of what it held and what is written. Every node, this one included, applies each
-key as the watch reports it (applying its own change again changes nothing, and keeps
-every node in etcd's order when two change one thing). At start the node applies what
-etcd holds in the order it was written, then `loaded` shares what only this node holds
-(from before it joined) of the kinds that list theirs.
+`/mainstem/catalog/KIND/KEY...` (each key part percent-encoded), written in the order
+made, so every node applies them in that order (a user before its permissions). A
+deletion is a tombstone (null), since etcd reports no event for deleting a key it never
+had, unless the kind has none: then its key goes. A kind with a merge rule is written by
+compare-and-swap, so etcd keeps the merge of what it held and what is written; when that
+is what etcd held, nothing is written and this node takes it.
+
+Every node applies each key as the watch reports it, its own writes excepted: an echo of
+what this node wrote and holds already is skipped, unless another node wrote the key in
+between (then it is applied again, so this node ends where etcd's order ends). At start
+the node applies what etcd holds in the order it was written, then `loaded` shares what
+only this node holds (from before it joined) of the kinds that list theirs.
 """
 
 from __future__ import annotations
@@ -17,23 +20,30 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote, unquote
 
 from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
-from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
+from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
 
 log = logging.getLogger("mainstem.cluster")
 
 ROOT = "/mainstem/catalog/"
 RETRY_S = 0.5
+MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
 Applied = Callable[[str, tuple[str, ...], Row | None], None]
+Change = tuple[str, tuple[Any, ...], Row | None, asyncio.Future[None]]
 
 
 def path(kind: str, key: Iterable[object]) -> str:
     return ROOT + "/".join(quote(str(part), safe="") for part in (kind, *key))
+
+
+def _value(row: Row | None) -> bytes:
+    return json.dumps(row, sort_keys=True, separators=(",", ":")).encode()
 
 
 class CatalogFeed:
@@ -41,8 +51,9 @@ class CatalogFeed:
         self.context = context
         self.kinds = context.core.kinds
         self._applied = applied  # the node's own follow-up of a change applied
-        self._changes: asyncio.Queue[tuple[str, str, Row | None, asyncio.Future[None]]] = (
-            asyncio.Queue())
+        self._changes: asyncio.Queue[Change] = asyncio.Queue()
+        self._echoes: dict[str, deque[bytes | None]] = {}  # written, not yet watched
+        self._contended: set[str] = set()  # of those, keys another node wrote meanwhile
 
     # -- changes made here -------------------------------------------------------------
 
@@ -52,44 +63,100 @@ class CatalogFeed:
 
     def _queue(self, kind: str, key: tuple[Any, ...], row: Row | None) -> asyncio.Future[None]:
         written = asyncio.get_running_loop().create_future()
-        self._changes.put_nowait((path(kind, key), kind, row, written))
+        self._changes.put_nowait((kind, key, row, written))
         return written
 
     async def share(self) -> None:
+        """Write the changes in the order made: the plain ones in batches, each in one
+        transaction, the merged ones one at a time."""
         while True:
-            key, kind, row, written = await self._changes.get()
-            while True:
-                try:
-                    await self._write(key, kind, row)
-                    break
-                except EtcdError as error:
-                    log.warning("catalog.write_failed", extra={"error": str(error)})
-                    await asyncio.sleep(RETRY_S)
-            if not written.done():
-                written.set_result(None)
+            batch = [await self._changes.get()]
+            while (len(batch) < MAX_TXN_OPS and not self._changes.empty()
+                   and self._plain(batch[-1])):
+                batch.append(self._changes.get_nowait())
+            merged = [] if self._plain(batch[-1]) else [batch.pop()]
+            await self._retried(self._write_plain, batch)
+            await self._retried(self._write_merged, merged)
+            for *_, written in batch + merged:
+                if not written.done():
+                    written.set_result(None)
 
-    async def _write(self, key: str, kind: str, row: Row | None) -> None:
-        etcd = self.context.etcd
-        merge = self.kinds.merge(kind)
-        if merge is None or row is None:
-            await etcd.put(key, json.dumps(row).encode())
-            return
-        while True:  # merged with what etcd holds, unless it changed meanwhile
-            held = await etcd.get(key)
-            current = held.json() if held is not None else None
-            merged = row if current is None else merge(current, row)
-            revision = held.mod_revision if held is not None else 0
-            if await etcd.txn([Compare(key, "MOD", revision)],
-                              [put(key, json.dumps(merged).encode())]):
+    def _plain(self, change: Change) -> bool:
+        kind, _, row, _ = change
+        return row is None or self.kinds.merge(kind) is None
+
+    @staticmethod
+    async def _retried(write: Callable[[list[Change]], Any], changes: list[Change]) -> None:
+        while changes:
+            try:
+                await write(changes)
                 return
+            except EtcdError as error:
+                log.warning("catalog.write_failed", extra={"error": str(error)})
+                await asyncio.sleep(RETRY_S)
+
+    async def _write_plain(self, changes: list[Change]) -> None:
+        operations, keys = [], []
+        for kind, key, row, _ in changes:
+            at = path(kind, key)
+            gone = row is None and not self.kinds.tombstones(kind)
+            value = None if gone else _value(row)
+            operations.append(delete(at) if value is None else put(at, value))
+            self._echoes.setdefault(at, deque()).append(value)
+            keys.append(at)
+        try:
+            await self.context.etcd.txn([], operations)
+        except EtcdError:
+            for at in keys:  # not written: no echo comes
+                self._echoes[at].pop()
+            raise
+
+    async def _write_merged(self, changes: list[Change]) -> None:
+        [(kind, key, row, _)] = changes
+        merge = self.kinds.merge(kind)
+        assert merge is not None and row is not None
+        at = path(kind, key)
+        while True:
+            held = await self.context.etcd.get(at)
+            current: Row | None = held.json() if held is not None else None
+            merged = row if current is None else merge(current, row)
+            if merged == current:  # etcd keeps what it held: this node takes it
+                self.kinds.apply(kind, [str(part) for part in key], current)
+                return
+            if merged == row:  # this node holds it already: its echo changes nothing
+                self._echoes.setdefault(at, deque()).append(_value(row))
+            revision = held.mod_revision if held is not None else 0
+            if await self.context.etcd.txn([Compare(at, "MOD", revision)],
+                                           [put(at, _value(merged))]):
+                return
+            if merged == row:
+                self._echoes[at].pop()
 
     # -- changes etcd reports ------------------------------------------------------------
 
-    def apply(self, kv: KeyValue) -> None:
+    def apply(self, kv: KeyValue, deleted: bool) -> None:
+        if self._echo(kv.key, None if deleted else kv.value):
+            return
         kind, *key = (unquote(part) for part in kv.key[len(ROOT):].split("/"))
-        row = kv.json()
+        row = None if deleted else kv.json()
         self.kinds.apply(kind, key, row)
         self._applied(kind, tuple(key), row)
+
+    def _echo(self, key: str, value: bytes | None) -> bool:
+        """True if this is this node's own write, which it holds already."""
+        echoes = self._echoes.get(key)
+        if not echoes:
+            return False
+        mine = echoes[0] == value
+        if mine:
+            echoes.popleft()
+        else:
+            self._contended.add(key)
+        contended = key in self._contended
+        if not echoes:
+            del self._echoes[key]
+            self._contended.discard(key)
+        return mine and not contended
 
     def loaded(self, held: set[str]) -> None:
         """What etcd held at start (its keys) is applied: share what only this node

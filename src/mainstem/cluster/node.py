@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -27,8 +28,6 @@ from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
-from mainstem.cluster.amqp_topology import ROOT as AMQP_ROOT
-from mainstem.cluster.amqp_topology import SharedTopology
 from mainstem.cluster.catalog_feed import ROOT as CATALOG_ROOT
 from mainstem.cluster.catalog_feed import CatalogFeed
 from mainstem.cluster.context import NodeContext
@@ -55,6 +54,7 @@ DEFAULT_REPLICAS = 3
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 COMMIT_POINT_EVERY_S = 1.0  # how stale a restarted replica's commit point may be
+MEMBER_FILE = "cluster-member"  # this data directory has been a member of that cluster
 
 
 def _key(*parts: object) -> str:
@@ -87,7 +87,6 @@ class ClusterNode:
         self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
         self.forwarding = Forwarding(self)
         self.quorum = QuorumQueues(self)
-        self.topology = SharedTopology(self, PREFIX)
         self.relay = Relay(self)
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
@@ -106,21 +105,21 @@ class ClusterNode:
         await self._register()
         self.core.queues.replication = self.quorum
         self.core.queues.relay = self.relay
+        self.core.topology.join(self.node_name, lambda name: name in self.nodes)
         await self._load()
-        self.core.queues.topology = self.topology
+        self.core.tell_changes(self._changed)
+        self._take_topology()
         self.spawn(self._keep_alive())
         self.spawn(self._watch())
         self.spawn(self.catalog.share())
-        self.spawn(self.topology.share())
         self.spawn(self._save_commit_points())
-        self.core.tell_changes(self._changed)
         await self.iggy.install()
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 
     async def stop(self) -> None:
         self.core.tell_changes(None)
-        self.core.queues.topology = None
+        self.core.topology.leave()
         self.iggy.uninstall()
         for role in self.roles.values():
             role.stop()
@@ -205,18 +204,25 @@ class ClusterNode:
 
     async def _load(self) -> None:
         kvs, self._revision = await self.etcd.get_prefix(PREFIX)
-        topology = [kv for kv in kvs if kv.key.startswith(self.topology.prefix)]
         catalog = [kv for kv in kvs if kv.key.startswith(CATALOG_ROOT)]
         for kv in kvs:
-            if kv not in topology and kv not in catalog:
+            if not kv.key.startswith(CATALOG_ROOT):
                 self._apply_logged(Event("PUT", kv))
-        for kv in sorted(catalog, key=lambda kv: kv.mod_revision):  # the order made
-            self._apply_logged(Event("PUT", kv))
-        self.catalog.loaded({kv.key for kv in catalog})
         self.iggy.loaded()
         self._forget_deleted_streams()
         self.quorum.forget_deleted()
-        self.topology.load(topology)  # last: its vhosts, queues and streams are known
+        # Last, in the order written: the streams and queues AMQP bindings name are known.
+        for kv in sorted(catalog, key=lambda kv: kv.mod_revision):
+            self._apply_logged(Event("PUT", kv))
+        self.catalog.loaded({kv.key for kv in catalog})
+
+    def _take_topology(self) -> None:
+        """The AMQP objects etcd held are applied: a data directory that was a member of
+        this cluster before takes the cluster's view, one new to it shares its own."""
+        member = self.core.data_dir / MEMBER_FILE
+        cluster = hashlib.sha256(self.secret.encode()).hexdigest()
+        self.core.topology.loaded(member.exists() and member.read_text() == cluster)
+        member.write_text(cluster)
 
     async def _watch(self) -> None:
         while True:
@@ -252,12 +258,10 @@ class ClusterNode:
                 self.quorum.add(parts[1], event.kv.json())
             else:
                 self._add_stream(parts[1], event.kv.json())
-        elif kind == AMQP_ROOT:
-            self.topology.event(event.kv, deleted)
         elif kind == IGGY_AREA:
             self.iggy.event(event.kv, deleted)
-        elif event.kv.key.startswith(CATALOG_ROOT) and not deleted:
-            self.catalog.apply(event.kv)
+        elif event.kv.key.startswith(CATALOG_ROOT):
+            self.catalog.apply(event.kv, deleted)
         elif kind in ("leaders", "isr", "epochs") and len(parts) == 3:
             role = self.roles.get((parts[1], int(parts[2])))
             if role is not None:
@@ -281,7 +285,7 @@ class ClusterNode:
         if kind == "namespace" and row is None:
             self.spawn(self._delete_namespace(key[0]))
         elif kind == "namespace":
-            self.topology.vhost_added(key[0])
+            self.core.topology.vhost_added(key[0])
 
     async def _delete_namespace(self, name: str) -> None:
         with contextlib.suppress(BrokerError):
@@ -290,7 +294,7 @@ class ClusterNode:
     def _apply_node(self, name: str, info: dict[str, Any] | None) -> None:
         if info is None:
             self.nodes.pop(name, None)
-            self.topology.node_gone(name)
+            self.core.topology.node_gone(name)
             self.relay.node_left(name)
             return
         self.nodes[name] = NodeAddress(name, info["host"], info.get("ports", {}))

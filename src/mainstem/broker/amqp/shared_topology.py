@@ -1,10 +1,16 @@
 """A virtual host's exchanges, bindings and queue definitions as a cluster shares them.
 
 In a cluster every node knows every exchange, binding and (non-exclusive) queue of every
-virtual host, wherever it was declared. This module turns a vhost into records — one per
-object, under a key such as ``exchanges/NAME``, ``queues/NAME`` or ``bindings/DIGEST`` —
-and applies the records other nodes made. The cluster (`mainstem.cluster.amqp_topology`)
-stores them in etcd and diffs one snapshot against the next to find what changed.
+virtual host, wherever it was declared. `SharedTopology` turns a vhost into records, one
+per object, and finds what a change did by comparing the vhost's snapshot with the one
+before; each record changed is a catalog change (`broker.replicated`) of kind
+"amqp_exchange", "amqp_queue" or "amqp_binding" keyed by vhost and name (a binding by a
+digest), and the vhost's client is answered once the cluster holds them. A deleted
+object's key goes (no tombstone: a node that was away takes the cluster's view at its
+restart, and queues named anew by every client, as celery's are, leave nothing behind).
+Records made on other nodes are applied to the local vhost; a binding whose exchange or
+queue has not arrived yet waits for it. Of two nodes declaring one queue at once, the one
+etcd holds first keeps it (`keep_home`): the other's goes remote.
 
 A classic queue is live on one node, its home (the node it was declared on, as RabbitMQ
 places classic queues client-local); every other node holds a `RemoteQueue` naming that
@@ -15,10 +21,12 @@ Quorum queues and streams are shared by the replication of their logs, not here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
-from typing import Any
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from mainstem.broker.amqp.metadata import decode_table, encode_table
@@ -28,8 +36,16 @@ from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import PREDECLARED, Binding
 from mainstem.broker.amqp.routing.exchanges import binding_record, exchange_record
 from mainstem.broker.amqp.routing.model import Exchange, ExchangeType
+from mainstem.broker.catalog import ChangeNotifier, held_everywhere
+from mainstem.broker.errors import BrokerError
+
+if TYPE_CHECKING:
+    from mainstem.broker.amqp.queues.manager import QueueManager
+
+log = logging.getLogger("mainstem.broker")
 
 EXCHANGES, QUEUES, BINDINGS = "exchanges", "queues", "bindings"
+KINDS = {EXCHANGES: "amqp_exchange", QUEUES: "amqp_queue", BINDINGS: "amqp_binding"}
 # key ("kind/name") -> the object's record, canonical JSON (equal objects, equal text)
 Snapshot = dict[str, str]
 
@@ -187,3 +203,145 @@ class Applier:
 
 def _binding(fields: dict[str, Any]) -> Binding:
     return Binding(**{**fields, "arguments": decode_table(fields["arguments"])})
+
+
+def keep_home(held: dict[str, Any], written: dict[str, Any]) -> dict[str, Any]:
+    """The merge rule of queue records: a queue another node holds keeps its home."""
+    return written if held["home"] == written["home"] else held
+
+
+class SharedTopology(ChangeNotifier):
+    """Implements `broker.cluster_view.TopologyReplication` once a node `join`s."""
+
+    def __init__(self, queues: QueueManager) -> None:
+        self.queues = queues
+        self.applier = Applier("", lambda _: False)
+        self.last: dict[str, Snapshot] = {}  # vhost -> its objects as last shared or applied
+        # vhost -> records to apply later (bindings before their ends, or a vhost's objects
+        # before its namespace); None: a deletion
+        self.waiting: dict[str, dict[str, str | None]] = {}
+        self._written: dict[str, Awaitable[None]] = {}  # vhost -> its last change shared
+        self._loaded: dict[str, Snapshot] | None = None  # what the cluster held at start
+
+    def join(self, node: str, live: Callable[[str], bool]) -> None:
+        """This node joins a cluster: what etcd holds is applied next (`loaded` ends it)."""
+        self.applier = Applier(node, live)
+        self._loaded = {}
+        self.queues.topology = self
+
+    def leave(self) -> None:
+        self.queues.topology = None
+
+    # -- changes made here -------------------------------------------------------------
+
+    def changed(self, vhost: VirtualHost) -> None:
+        if self._applying or self.on_change is None:
+            return  # applying what the cluster holds: nothing to share back
+        current = snapshot(vhost, self.applier.node)
+        before = self.last.get(vhost.name, {})
+        self.last[vhost.name] = current
+        for object_key, record in current.items():
+            if before.get(object_key) != record:
+                self._share(vhost.name, object_key, json.loads(record))
+        for object_key in before.keys() - current.keys():
+            self._share(vhost.name, object_key, None)
+
+    def _share(self, vhost: str, object_key: str, row: dict[str, Any] | None) -> None:
+        assert self.on_change is not None
+        kind, _, name = object_key.partition("/")
+        shared = self.on_change(KINDS[kind], (vhost, name), row)
+        if shared is not None:
+            self._written[vhost] = shared
+
+    async def written(self, vhost: str) -> None:
+        shared = self._written.get(vhost)
+        if shared is not None:
+            await held_everywhere(shared)
+
+    # -- changes from the cluster --------------------------------------------------------
+
+    def apply(self, kind: str, key: Sequence[str],
+              row: dict[str, Any] | None) -> None:
+        """A record made on another node (None: deleted); `kind` one of KINDS' keys."""
+        vhost_name, name = key
+        object_key = f"{kind}/{name}"
+        record = None if row is None else json.dumps(row, sort_keys=True,
+                                                     separators=(",", ":"))
+        if self._loaded is not None and record is not None:
+            self._loaded.setdefault(vhost_name, {})[object_key] = record
+        vhost = self._vhost(vhost_name)
+        waiting = self.waiting.setdefault(vhost_name, {})
+        if vhost is None:  # its namespace's record is still to come
+            waiting[object_key] = record
+            return
+        previous = self.last.get(vhost_name, {}).get(object_key)
+        with self._applying_to(vhost):
+            try:
+                if not self.applier.apply(vhost, object_key, record, previous):
+                    waiting[object_key] = record
+                else:
+                    waiting.pop(object_key, None)
+                    self._retry_waiting(vhost, waiting)
+            except BrokerError as error:
+                log.error("amqp_topology.apply_failed", extra={"key": object_key,
+                                                               "error": str(error)})
+        if self._loaded is None:
+            self.queues.save()
+
+    @contextlib.contextmanager
+    def _applying_to(self, vhost: VirtualHost) -> Iterator[None]:
+        """Apply what the cluster holds (nothing is shared back), then take the vhost's
+        objects as shared; at start `loaded` takes them once, after the last object."""
+        with self.applying():
+            try:
+                yield
+            finally:
+                if self._loaded is None:
+                    self.last[vhost.name] = snapshot(vhost, self.applier.node)
+
+    def _vhost(self, name: str) -> VirtualHost | None:
+        try:
+            return self.queues.vhost(name)
+        except BrokerError:
+            return None
+
+    def vhost_added(self, name: str) -> None:
+        """A namespace arrived: what waited for it is applied."""
+        vhost = self._vhost(name)
+        waiting = self.waiting.get(name)
+        if vhost is not None and waiting:
+            with self._applying_to(vhost):
+                self._retry_waiting(vhost, waiting)
+
+    def _retry_waiting(self, vhost: VirtualHost, waiting: dict[str, str | None]) -> None:
+        """Apply what waited (in the order it came), until a pass applies nothing more."""
+        progress = True
+        while progress and waiting:
+            progress = False
+            for object_key, record in list(waiting.items()):
+                if self.applier.apply(vhost, object_key, record, None):
+                    del waiting[object_key]
+                    progress = True
+
+    def node_gone(self, name: str) -> None:
+        """A node's lease lapsed: its transient queues are gone everywhere (every node
+        deletes the same keys; one would do)."""
+        for vhost in list(self.queues.vhosts.values()):
+            if self.applier.node_gone(vhost, name):
+                self.changed(vhost)
+
+    def loaded(self, returning: bool) -> None:
+        """What the cluster held at start is applied. A data directory that was a member
+        of this cluster before takes the cluster's view (what was deleted while it was
+        away goes); one joining for the first time shares what it has."""
+        held, self._loaded = self._loaded or {}, None
+        for vhost in list(self.queues.vhosts.values()):
+            stored = held.get(vhost.name, {})
+            if returning:
+                with self._applying_to(vhost):
+                    for object_key, record in snapshot(vhost, self.applier.node).items():
+                        if object_key not in stored:
+                            self.applier.apply(vhost, object_key, None, record)
+            self.last[vhost.name] = stored
+            self.changed(vhost)  # what only this node has, it shares
+        self.queues.save()
