@@ -411,6 +411,31 @@ async def test_a_truncation_through_one_node_is_seen_by_reads_on_another(
         await client.close()
 
 
+async def test_a_seal_and_a_truncation_at_once_through_two_nodes_both_hold(
+        cluster: LocalCluster) -> None:
+    """One segment's state is one key, merged in etcd: neither change undoes the other."""
+    a, b, c_ = [await segment_client(cluster, node) for node in NODES]
+    name = "/both/0"
+    await a.create(name)
+    appender = await a.appender(name)
+    appender.append_block([b"e1", b"e2", b"e3"])
+    end = await appender.flush()
+    await eventually(lambda: b.info(name), lambda info: info.write_offset == end,
+                     "the events on node2")
+    await asyncio.gather(a.seal(name), b.truncate(name, 10))
+    for client in (a, b, c_):
+        info = await eventually(lambda: client.info(name),  # noqa: B023 (awaited here)
+                                lambda info: info.sealed and info.start_offset == 10,
+                                "the seal and the truncation")
+        assert info.write_offset == end
+    etcd = EtcdClient([cluster.etcd.endpoint])
+    held = await etcd.get("/mainstem/catalog/segment/%2F/both/0")
+    await etcd.close()
+    assert held is not None and held.json() == {"sealed": True, "truncated": 10}
+    for client in (a, b, c_):
+        await client.close()
+
+
 async def test_a_restarted_node_holds_what_the_cluster_holds(cluster: LocalCluster) -> None:
     """Made before node3 stops, kept; deleted while it is down, gone once it is back."""
     a = await iggy(cluster, "node1")
