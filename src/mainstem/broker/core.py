@@ -70,7 +70,7 @@ class BrokerCore:
                                    self.fsync_timings, self.counters)
         self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
-        self.topology = SharedTopology(self.queues)  # AMQP objects, once in a cluster
+        self.topology = self.queues.topology = SharedTopology(self.queues)
         self.kinds = replicated.declare(catalog, self.projections, self.segments,
                                         self.topology)
         self._retention_task: asyncio.Task[None] | None = None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import bson
@@ -58,34 +59,20 @@ class Kinds:
         self.catalog = catalog
         self.declared = dict(declared)
 
+    def of(self, kind: str) -> Kind:
+        return self.declared.get(kind) or Kind(partial(self.catalog.apply, kind))
+
     def apply(self, kind: str, key: Sequence[str], row: Row | None) -> None:
         """A change from the cluster (made here or on another node)."""
-        declared = self.declared.get(kind)
-        if declared is None:
-            self.catalog.apply(kind, key, row)
-        else:
-            declared.apply(key, row if row is None or declared.decode is None
-                           else declared.decode(row))
+        declared = self.of(kind)
+        declared.apply(key, row if row is None or declared.decode is None
+                       else declared.decode(row))
 
-    def encode(self, kind: str, row: Row | None) -> Row | None:
-        declared = self.declared.get(kind)
-        if row is None or declared is None or declared.encode is None:
-            return row
-        return declared.encode(row)
-
-    def merge(self, kind: str) -> Callable[[Row, Row], Row] | None:
-        declared = self.declared.get(kind)
-        return None if declared is None else declared.merge
-
-    def tombstones(self, kind: str) -> bool:
-        declared = self.declared.get(kind)
-        return declared is None or declared.tombstones
-
-    def local_rows(self) -> Iterator[tuple[str, Key, Row | None]]:
-        """(kind, key, encoded row) of what this node holds of the kinds that list theirs."""
+    def local_rows(self) -> Iterator[tuple[str, Key, Row]]:
+        """(kind, key, row) of what this node holds of the kinds that list theirs."""
         for kind, declared in self.declared.items():
             for key, row in declared.rows() if declared.rows is not None else ():
-                yield kind, key, self.encode(kind, row)
+                yield kind, key, row
 
 
 def _bson_out(row: Row) -> Row:

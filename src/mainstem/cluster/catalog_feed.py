@@ -59,11 +59,10 @@ class CatalogFeed:
 
     def changed(self, kind: str, key: tuple[Any, ...], row: Row | None) -> asyncio.Future[None]:
         """A store's `on_change`: done once etcd holds the change."""
-        return self._queue(kind, key, self.kinds.encode(kind, row))
-
-    def _queue(self, kind: str, key: tuple[Any, ...], row: Row | None) -> asyncio.Future[None]:
+        encode = self.kinds.of(kind).encode
         written = asyncio.get_running_loop().create_future()
-        self._changes.put_nowait((kind, key, row, written))
+        self._changes.put_nowait((kind, key, row if row is None or encode is None
+                                  else encode(row), written))
         return written
 
     async def share(self) -> None:
@@ -83,7 +82,7 @@ class CatalogFeed:
 
     def _plain(self, change: Change) -> bool:
         kind, _, row, _ = change
-        return row is None or self.kinds.merge(kind) is None
+        return row is None or self.kinds.of(kind).merge is None
 
     @staticmethod
     async def _retried(write: Callable[[list[Change]], Any], changes: list[Change]) -> None:
@@ -99,7 +98,7 @@ class CatalogFeed:
         operations, keys = [], []
         for kind, key, row, _ in changes:
             at = path(kind, key)
-            gone = row is None and not self.kinds.tombstones(kind)
+            gone = row is None and not self.kinds.of(kind).tombstones
             value = None if gone else _value(row)
             operations.append(delete(at) if value is None else put(at, value))
             self._echoes.setdefault(at, deque()).append(value)
@@ -113,7 +112,7 @@ class CatalogFeed:
 
     async def _write_merged(self, changes: list[Change]) -> None:
         [(kind, key, row, _)] = changes
-        merge = self.kinds.merge(kind)
+        merge = self.kinds.of(kind).merge
         assert merge is not None and row is not None
         at = path(kind, key)
         while True:
@@ -163,4 +162,4 @@ class CatalogFeed:
         holds."""
         for kind, key, row in self.kinds.local_rows():
             if path(kind, key) not in held:
-                self._queue(kind, key, row)
+                self.changed(kind, key, row)

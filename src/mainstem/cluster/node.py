@@ -119,7 +119,6 @@ class ClusterNode:
 
     async def stop(self) -> None:
         self.core.tell_changes(None)
-        self.core.topology.leave()
         self.iggy.uninstall()
         for role in self.roles.values():
             role.stop()

@@ -211,7 +211,8 @@ def keep_home(held: dict[str, Any], written: dict[str, Any]) -> dict[str, Any]:
 
 
 class SharedTopology(ChangeNotifier):
-    """Implements `broker.cluster_view.TopologyReplication` once a node `join`s."""
+    """Implements `broker.cluster_view.TopologyReplication`: shares nothing until told
+    changes go somewhere (`on_change`, set in a cluster)."""
 
     def __init__(self, queues: QueueManager) -> None:
         self.queues = queues
@@ -227,10 +228,6 @@ class SharedTopology(ChangeNotifier):
         """This node joins a cluster: what etcd holds is applied next (`loaded` ends it)."""
         self.applier = Applier(node, live)
         self._loaded = {}
-        self.queues.topology = self
-
-    def leave(self) -> None:
-        self.queues.topology = None
 
     # -- changes made here -------------------------------------------------------------
 

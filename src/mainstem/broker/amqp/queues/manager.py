@@ -47,8 +47,8 @@ class QueueManager:
         self.streams = streams
         self.durability = durability
         self.vhosts: dict[str, VirtualHost] = {}
-        # Set by a node in a cluster: quorum queues' journals, every vhost's topology, and
-        # the relay that reaches RemoteQueues' homes.
+        # Set by a node in a cluster: quorum queues' journals and the relay that reaches
+        # RemoteQueues' homes. The topology is the core's (it shares only in a cluster).
         self.replication: QueueReplication | None = None
         self.topology: TopologyReplication | None = None
         self.relay: QueueRelay | None = None
