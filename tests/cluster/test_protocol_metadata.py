@@ -469,3 +469,29 @@ async def test_a_restarted_node_holds_what_the_cluster_holds(cluster: LocalClust
     assert (await segments_c.info("/kept/0")).sealed
     for client in (events_a, events_c, segments_a, segments_c):
         await client.close()
+
+
+async def test_a_user_and_its_permissions_made_while_a_node_was_away_reach_it(
+        cluster: LocalCluster) -> None:
+    """At start a node applies the catalog in the order it was written (a user before its
+    permissions), not in the order of etcd's keys."""
+    headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    cluster.kill("node3", signal.SIGTERM)
+    async with aiohttp.ClientSession(headers=headers) as http:
+        api = f"http://127.0.0.1:{port(cluster, 'node1', 'admin')}/api"
+        made = await http.put(f"{api}/users/away", json={"password": "pw", "tags": ""})
+        assert made.status in (201, 204)
+        granted = await http.put(f"{api}/permissions/%2F/away",
+                                 json={"configure": "c.*", "write": "w.*", "read": "r.*"})
+        assert granted.status in (201, 204)
+        cluster.start("node3")
+        api = f"http://127.0.0.1:{port(cluster, 'node3', 'admin')}/api"
+
+        async def permission() -> dict[str, Any] | None:
+            async with http.get(f"{api}/permissions/%2F/away") as found:
+                return await found.json() if found.status == 200 else None
+
+        there = await eventually(permission, lambda found: found is not None,
+                                 "the permission on node3")
+        assert there is not None and (there["configure"], there["write"], there["read"]) == (
+            "c.*", "w.*", "r.*")

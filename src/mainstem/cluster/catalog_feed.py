@@ -86,6 +86,8 @@ class CatalogFeed:
 
     @staticmethod
     async def _retried(write: Callable[[list[Change]], Any], changes: list[Change]) -> None:
+        """Write, again while etcd does not answer; a bug is logged and the feed goes on
+        (no client waits for it forever)."""
         while changes:
             try:
                 await write(changes)
@@ -93,6 +95,9 @@ class CatalogFeed:
             except EtcdError as error:
                 log.warning("catalog.write_failed", extra={"error": str(error)})
                 await asyncio.sleep(RETRY_S)
+            except Exception:
+                log.exception("catalog.write_broken")
+                return
 
     async def _write_plain(self, changes: list[Change]) -> None:
         operations, keys = [], []
