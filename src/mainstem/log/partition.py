@@ -4,6 +4,10 @@ Offsets count records from 0. A record becomes visible to readers once its
 chunk reaches the durability point (`committed_offset`), so nothing a reader
 sees can vanish in a crash. Besides offsets, every payload byte has a position
 in the partition's byte stream, for protocols that address data by bytes.
+
+This module keeps the local files (Kafka's LocalLog): writing, reading, rolling, retention
+and cutting a tail. What readers may see as the replica set agrees is `commits`
+(`log/replicated.py`), the leader epochs are `epochs` (`log/epochs.py`).
 """
 
 from __future__ import annotations
@@ -271,7 +275,7 @@ class Partition:
                 segment.sync()
 
     def _commit_moved(self) -> None:
-        if self._retention_waits:
+        if self._retention_waits:  # a segment waited for this commit to go (see below)
             self.apply_retention()
 
     # -- reading -------------------------------------------------------------
