@@ -24,6 +24,7 @@ from mainstem.cluster import wire
 from mainstem.cluster.leader import read_frame
 
 if TYPE_CHECKING:
+    from mainstem.cluster.context import Peers
     from mainstem.cluster.node import ClusterNode
     from mainstem.cluster.replica import PartitionRole
 
@@ -104,8 +105,8 @@ class _Link:
 class Forwarding:
     """This node's links to leader nodes."""
 
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
+    def __init__(self, peers: Peers) -> None:
+        self.peers = peers
         self._links: dict[str, _Link] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -114,11 +115,7 @@ class Forwarding:
         async with lock:
             link = self._links.get(leader)
             if link is None or link.closed:
-                address = self.node.nodes[leader]
-                port = self.node.replication_ports[leader]
-                reader, writer = await asyncio.open_connection(address.host, port)
-                hello = {"secret": self.node.secret, "node": self.node.node_name}
-                writer.write(wire.frame(wire.FrameType.FORWARD_HELLO, json.dumps(hello).encode()))
+                reader, writer = await self.peers.dial(leader, wire.FrameType.FORWARD_HELLO)
                 link = self._links[leader] = _Link(reader, writer)
             return link
 

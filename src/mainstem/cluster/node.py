@@ -31,7 +31,7 @@ from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
 from mainstem.cluster.catalog_feed import ROOT as CATALOG_ROOT
 from mainstem.cluster.catalog_feed import CatalogFeed
-from mainstem.cluster.context import NodeContext
+from mainstem.cluster.context import NodeContext, Peers
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
 from mainstem.cluster.forwarding import Answer, Forwarding, committed
 from mainstem.cluster.iggy_ids import AREA as IGGY_AREA
@@ -76,18 +76,18 @@ class ClusterNode:
         self.lag_timeout = max(2.0, lease_ttl * 0.8)
         self._replication_host, self._replication_port = replication_host, replication_port
         self.lease = 0
-        self.secret = ""
-        self.nodes: dict[str, NodeAddress] = {}
-        self.replication_ports: dict[str, int] = {}
+        self.peers = Peers(self.node_name)
+        self.nodes = self.peers.nodes
+        self.replication_ports = self.peers.replication_ports
         self.records: dict[str, dict[str, Any]] = {}  # storage name -> stream record
         self.roles: dict[tuple[str, int], PartitionRole] = {}
         self.leading: dict[tuple[str, int], LeaderLog] = {}
         self.lease_lost = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
-        self.forwarding = Forwarding(self)
+        self.forwarding = Forwarding(self.peers)
         self.quorum = QuorumQueues(self)
-        self.relay = Relay(self)
+        self.relay = Relay(self.peers)
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
         self.partition_counts = PartitionCounts(self)
@@ -101,7 +101,7 @@ class ClusterNode:
         self._server = await asyncio.start_server(self._serve_follower, self._replication_host,
                                                   self._replication_port)
         self.replication_port = self._server.sockets[0].getsockname()[1]
-        self.secret = await self._shared_secret()
+        self.peers.secret = await self._shared_secret()
         await self._register()
         self.core.queues.replication = self.quorum
         self.core.queues.relay = self.relay
@@ -219,7 +219,7 @@ class ClusterNode:
         """The AMQP objects etcd held are applied: a data directory that was a member of
         this cluster before takes the cluster's view, one new to it shares its own."""
         member = self.core.data_dir / MEMBER_FILE
-        cluster = hashlib.sha256(self.secret.encode()).hexdigest()
+        cluster = hashlib.sha256(self.peers.secret.encode()).hexdigest()
         self.core.topology.loaded(member.exists() and member.read_text() == cluster)
         member.write_text(cluster)
 
@@ -576,7 +576,7 @@ class ClusterNode:
             secret, peer = str(fields["secret"]), str(fields.get("node", "?"))
         except (ValueError, KeyError, TypeError) as error:
             raise wire.WireError(f"bad hello: {error}") from error
-        if not hmac.compare_digest(secret.encode(), self.secret.encode()):
+        if not hmac.compare_digest(secret.encode(), self.peers.secret.encode()):
             writer.write(wire.frame(wire.FrameType.REFUSE, b"wrong cluster secret"))
             return None
         return peer
@@ -603,7 +603,7 @@ class ClusterNode:
         return _answer(writer, answer, committed(appender, receipt, append.writer))
 
     def _refusal(self, hello: wire.Hello, leader: LeaderLog | None) -> str | None:
-        if not hmac.compare_digest(hello.secret.encode(), self.secret.encode()):
+        if not hmac.compare_digest(hello.secret.encode(), self.peers.secret.encode()):
             return "wrong cluster secret"
         if leader is None:
             return f"{self.node_name} does not lead {hello.stream}/{hello.partition}"

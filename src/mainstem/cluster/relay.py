@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,10 +28,10 @@ from mainstem.broker.cluster_view import RelaySubscriber, Settlement
 from mainstem.broker.errors import AccessRefused, BrokerError, NotFound
 from mainstem.cluster import relay_wire as rw
 from mainstem.cluster.leader import read_frame
-from mainstem.cluster.wire import FrameType, WireError, frame
+from mainstem.cluster.wire import FrameType, WireError
 
 if TYPE_CHECKING:
-    from mainstem.cluster.node import ClusterNode
+    from mainstem.cluster.context import Peers
     from mainstem.cluster.relay_home import HomeLink
 
 log = logging.getLogger("mainstem.cluster")
@@ -94,16 +93,16 @@ class Outbox:
 class Relay:
     """This node's links to queues' homes; implements `broker.cluster_view.QueueRelay`."""
 
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
-        self.node_name = node.node_name
+    def __init__(self, peers: Peers) -> None:
+        self.peers = peers
+        self.node_name = peers.me
         self._links: dict[str, RelayLink] = {}
         self._served: dict[str, set[HomeLink]] = {}  # other nodes' links to this one
 
     def reaches(self, home: str) -> bool:
         """Another live node, and not one whose link just broke: a publisher to a dead
         home that etcd still names is refused without a connection attempt each time."""
-        if home == self.node_name or home not in self.node.nodes:
+        if home == self.node_name or home not in self.peers.nodes:
             return False
         link = self._links.get(home)
         return link is None or link.ended_at is None \
@@ -112,7 +111,7 @@ class Relay:
     def _link(self, home: str) -> RelayLink:
         link = self._links.get(home)
         if link is None or link.closed:
-            link = self._links[home] = RelayLink(self.node, home)
+            link = self._links[home] = RelayLink(self.peers, home)
         return link
 
     def publish(self, home: str, vhost: str, queue: str, message: QueueMessage,
@@ -186,7 +185,7 @@ class RelayLink:
     """The connection to one home node. Frames made before it is connected wait, in
     order, and go first."""
 
-    def __init__(self, node: ClusterNode, home: str) -> None:
+    def __init__(self, peers: Peers, home: str) -> None:
         self.home = home
         self.ended_at: float | None = None  # the loop's time
         self._early: list[bytes] = []
@@ -195,7 +194,7 @@ class RelayLink:
         self._confirms: dict[int, asyncio.Future[None]] = {}
         self._calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._subscribers: dict[int, RelaySubscriber] = {}
-        self._task = asyncio.get_running_loop().create_task(self._run(node))
+        self._task = asyncio.get_running_loop().create_task(self._run(peers))
 
     @property
     def closed(self) -> bool:
@@ -274,16 +273,13 @@ class RelayLink:
 
     # -- the connection -------------------------------------------------------------------
 
-    async def _run(self, node: ClusterNode) -> None:
+    async def _run(self, peers: Peers) -> None:
         writer: asyncio.StreamWriter | None = None
         reason = "closed"
         try:
-            address, port = node.nodes[self.home], node.replication_ports[self.home]
             reader, connected = await asyncio.wait_for(
-                asyncio.open_connection(address.host, port), CONNECT_TIMEOUT_S)
+                peers.dial(self.home, FrameType.RELAY_HELLO), CONNECT_TIMEOUT_S)
             writer = connected
-            hello = {"secret": node.secret, "node": node.node_name}
-            connected.write(frame(FrameType.RELAY_HELLO, json.dumps(hello).encode()))
             self._out = Outbox(connected)
             early, self._early = self._early, []
             for data in early:

@@ -223,7 +223,7 @@ class PartitionRole:
             return
         following = self.service.follow()
         last = following.last_chunk()
-        hello = wire.Hello(self.node.secret, self.storage, self.index, self.node.node_name,
+        hello = wire.Hello(self.node.peers.secret, self.storage, self.index, self.node.node_name,
                            int(self.leader["epoch"]) if self.leader else 0,
                            following.next_offset, last[0] if last else -1,
                            last[1] if last else 0)
