@@ -33,7 +33,7 @@ from mainstem.cluster.catalog_feed import ROOT as CATALOG_ROOT
 from mainstem.cluster.catalog_feed import CatalogFeed
 from mainstem.cluster.context import NodeContext, Peers
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
-from mainstem.cluster.forwarding import Answer, Forwarding, committed
+from mainstem.cluster.forward_links import Answer, Forwarding, committed
 from mainstem.cluster.iggy_ids import AREA as IGGY_AREA
 from mainstem.cluster.iggy_ids import IggyIds
 from mainstem.cluster.leader import LeaderLog, read_frame

@@ -20,7 +20,7 @@ from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster import wire
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
 from mainstem.cluster.follower import Refused, follow
-from mainstem.cluster.forwarding import PartitionForwarder
+from mainstem.cluster.forward_links import PartitionForwarder
 from mainstem.cluster.leader import LeaderLog
 
 if TYPE_CHECKING:
