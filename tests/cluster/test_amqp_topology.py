@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 from aio_pika.exceptions import ChannelClosed
 
+from mainstem.cluster.etcd import EtcdClient
 from mainstem.testing_cluster import LocalCluster
 from tests.support.quorum_clients import HEADERS, amqp_url
 
@@ -228,3 +229,28 @@ async def test_a_dead_nodes_transient_queues_go_and_its_durable_ones_are_down(
         queues = {row["name"]: row for row in await api(cluster, "node2", "queues/%2F")}
         assert queues["ledger"]["state"] == "running"
     await eventually(back_up)
+
+
+async def test_one_exchange_declared_two_ways_at_once_ends_the_same_everywhere(
+        cluster: LocalCluster) -> None:
+    """Two nodes declare one exchange differently at the same moment: each applies the
+    other's record, and its own again if it came after, so all end where etcd's order
+    ends, as the key etcd holds says."""
+    async with contextlib.AsyncExitStack() as stack:
+        one, two = [await channel_on(cluster, node, stack) for node in ("node1", "node2")]
+        await asyncio.gather(
+            one.declare_exchange("raced", aio_pika.ExchangeType.DIRECT),
+            two.declare_exchange("raced", aio_pika.ExchangeType.FANOUT))
+
+    async def agreed() -> None:
+        types = set()
+        for node in NODES:
+            rows = await api(cluster, node, "exchanges/%2F")
+            types |= {row["type"] for row in rows if row["name"] == "raced"}
+        assert len(types) == 1, types
+        etcd = EtcdClient([cluster.etcd.endpoint])
+        held = await etcd.get("/mainstem/catalog/amqp_exchange/%2F/raced")
+        await etcd.close()
+        assert held is not None and held.json()["type"] in types
+
+    await eventually(agreed)
