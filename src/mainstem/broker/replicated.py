@@ -4,11 +4,12 @@ A store that holds such metadata is a `ChangeNotifier`: each change made on this
 told to its `on_change` as (kind, key, row), row None for a deletion. In a cluster that
 is the one feed to etcd (`cluster/catalog_feed.py`): every change is one key,
 `/mainstem/catalog/KIND/KEY...`, and every node applies every key through `Kinds.apply`
-in etcd's order. So a new kind of cluster-wide metadata is a store's table, `_changed`
-calls where it changes, and a row in `declare` below, which says:
+in etcd's order. So a new kind of cluster-wide metadata is a store's table and
+`_changed` calls where it changes; a row in `declare` below, for a kind that needs one,
+says:
 
-- `apply`: how this node takes a row (or a deletion) made elsewhere; applying one's own
-  change again must change nothing;
+- `apply`: how this node takes a row (or a deletion) made elsewhere; applying a row it
+  holds already must change nothing;
 - `merge`: how etcd keeps two rows written to one key by nodes that did not see each
   other's; None, the default, is last writer wins in etcd's order;
 - `tombstones`: whether a deletion stays as a null row (False: its key goes, for kinds
