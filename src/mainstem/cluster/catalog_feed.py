@@ -111,8 +111,8 @@ class CatalogFeed:
         try:
             await self.context.etcd.txn([], operations)
         except EtcdError:
-            for at in keys:  # not written: no echo comes
-                self._echoes[at].pop()
+            for at in keys:
+                self._unexpect(at)
             raise
 
     async def _write_merged(self, changes: list[Change]) -> None:
@@ -120,8 +120,8 @@ class CatalogFeed:
         merge = self.kinds.of(kind).merge
         assert merge is not None and row is not None
         at = path(kind, key)
+        held: KeyValue | None = None  # first tried as absent: a new key costs one call
         while True:
-            held = await self.context.etcd.get(at)
             current: Row | None = held.json() if held is not None else None
             merged = row if current is None else merge(current, row)
             if merged == current:  # etcd keeps what it held: this node takes it
@@ -134,7 +134,15 @@ class CatalogFeed:
                                            [put(at, _value(merged))]):
                 return
             if merged == row:
-                self._echoes[at].pop()
+                self._unexpect(at)
+            held = await self.context.etcd.get(at)
+
+    def _unexpect(self, at: str) -> None:
+        """The last write to `at` did not happen: no echo of it comes."""
+        echoes = self._echoes[at]
+        echoes.pop()
+        if not echoes:
+            del self._echoes[at]
 
     # -- changes etcd reports ------------------------------------------------------------
 
