@@ -52,7 +52,11 @@ from mainstem.protocols.iggy.state import Execute, IggyState, Login, Logout, use
 
 READ_SIZE = 256 * 1024
 # A poll reply stops growing past this many payload bytes (the count is a wish).
-MAX_POLL_BYTES = 8 * 1024 * 1024
+# What one poll answers at most (a poll asking for more gets fewer messages, as at the end of
+# the data), and how much of a read's answers wait for the socket together: a client that
+# pipelines polls and stops reading holds about one poll's answer in the broker.
+MAX_POLL_BYTES = 1024 * 1024
+OUTPUT_STEP = 256 * 1024
 EXPIRY_ARG = "x-iggy-message-expiry-us"
 NEVER = 2**64 - 1
 NODE_INFO = struct.Struct("<HHHHBB")  # tcp, quic, http and websocket ports, role, status
@@ -144,8 +148,16 @@ class IggyConnection:
                                                         "reason": str(exc)})
             self.ctx.writer.write(self.state.framing_failed())
             return None
-        self.ctx.writer.writelines([await self.answer(request) for request in requests])
-        await self.ctx.writer.drain()
+        writer, answers, pending = self.ctx.writer, [], 0
+        for request in requests:
+            answers.append(await self.answer(request))
+            pending += len(answers[-1])
+            if pending >= OUTPUT_STEP:  # pipelined polls wait for the socket, not memory
+                writer.writelines(answers)
+                answers, pending = [], 0
+                await writer.drain()
+        writer.writelines(answers)
+        await writer.drain()
         return buf[used:]
 
     async def answer(self, request: c.Request | vsr.Frame) -> bytes:
