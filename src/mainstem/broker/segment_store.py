@@ -291,7 +291,7 @@ class _RecentChunks:
         key = (service, found.chunk_id)
         frames = self._chunks.pop(key, None)
         if frames is None:
-            chunk = service.read_chunk(found.chunk_id)
+            chunk = found.read()
             if chunk is None:  # retention took it since it was found
                 raise DataRemoved(f"chunk {found.chunk_id} was removed", service.first_byte)
             frames = _ChunkFrames(chunk, segment_byte(found.chunk_id, found.first_byte))
