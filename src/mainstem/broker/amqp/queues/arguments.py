@@ -32,6 +32,8 @@ class QueueArguments:
     dead_letter_routing_key: str | None = None
     max_priority: int = 0
     single_active_consumer: bool = False
+    # Returns of a message (a quorum queue's) before it is dead-lettered (None: no limit).
+    delivery_limit: int | None = None
     # Ready messages kept in memory, the rest paged to disk (None: the broker's bound).
     max_in_memory_length: int | None = None
     max_in_memory_bytes: int | None = None
@@ -87,6 +89,7 @@ def parse_queue_arguments(queue: str, vhost: str, args: Mapping[str, Any]) -> Qu
         raise PreconditionFailed(
             f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost '{vhost}':"
             " routing_key_but_no_dlx_defined")
+    delivery_limit = integer("x-delivery-limit", -1) if queue_type == QUORUM else None
     sac = args.get("x-single-active-consumer", False)
     if not isinstance(sac, bool):
         raise fail("x-single-active-consumer", f"{{unacceptable_type,{amqp_type_name(sac)}}}")
@@ -101,6 +104,7 @@ def parse_queue_arguments(queue: str, vhost: str, args: Mapping[str, Any]) -> Qu
         dead_letter_routing_key=routing_key,
         max_priority=priority,
         single_active_consumer=sac,
+        delivery_limit=None if delivery_limit is None or delivery_limit < 0 else delivery_limit,
         max_in_memory_length=integer("x-max-in-memory-length", 0),
         max_in_memory_bytes=integer("x-max-in-memory-bytes", 0),
     )
