@@ -67,12 +67,9 @@ _KEYS: Mapping[str, tuple[Any, str]] = {
     "queue-leader-locator": (lambda v: v in LEADER_LOCATORS,
                              "a valid queue leader locator value"),
     "alternate-exchange": (_text, "a valid alternate exchange name"),
-    "max-in-memory-length": (_integer(0), "a valid maximum memory length"),
-    "max-in-memory-bytes": (_integer(0), "a valid maximum memory in bytes"),
 }
 # The keys an operator policy may set; each combines with the policy's by the smaller value.
-OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes",
-                 "max-in-memory-length", "max-in-memory-bytes", "delivery-limit")
+OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,7 @@ from mainstem.broker.amqp.queues.arguments import QUORUM, QueueArguments
 
 # policy key -> QueueArguments field
 _SMALLER = {"max-length": "max_length", "max-length-bytes": "max_length_bytes",
-            "message-ttl": "message_ttl_ms", "expires": "expires_ms",
-            "max-in-memory-length": "max_in_memory_length",
-            "max-in-memory-bytes": "max_in_memory_bytes"}
+            "message-ttl": "message_ttl_ms", "expires": "expires_ms"}
 _ARGUMENT_FIRST = {"overflow": "overflow", "dead-letter-exchange": "dead_letter_exchange",
                    "dead-letter-routing-key": "dead_letter_routing_key"}
 
