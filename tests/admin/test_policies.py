@@ -126,6 +126,14 @@ def test_a_policy_on_a_live_queue_holds_at_once_and_clearing_it_restores_the_arg
     assert ready(channel, "jobs") == 15
 
 
+def test_max_length_bytes_counts_bodies(server, channel):
+    set_policy(server, "bytes", "^sized$", {"max-length-bytes": 100})
+    channel.queue_declare("sized")
+    publish(channel, "sized", 10, size=30)  # 300 bytes of bodies: the newest 3 fit
+    until(lambda: ready(channel, "sized") == 3)
+    assert queue_row(server, "sized")["message_bytes_ready"] == 90
+
+
 def test_overflow_reject_publish_nacks_confirmed_publishes(server, channel):
     set_policy(server, "reject", "^bounded$", {"max-length": 2, "overflow": "reject-publish"})
     channel.queue_declare("bounded")
