@@ -112,5 +112,4 @@ class QueueManager:
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
                 await queue.close()
-        self.catalog.policy_watchers.remove(self._policies_changed)
         self._db.close()
