@@ -128,7 +128,8 @@ def test_every_import_points_down() -> None:
 # from the modules that open partitions or lay out the data directory.
 LOG_OBJECTS = ("mainstem.log.partition", "mainstem.log.segments", "mainstem.log.segment_file",
                "mainstem.log.reader", "mainstem.log.transfer", "mainstem.log.index",
-               "mainstem.log.guard", "mainstem.log.writer_state")
+               "mainstem.log.guard", "mainstem.log.writer_state", "mainstem.log.replicated",
+               "mainstem.log.epochs")
 OPENS_PARTITIONS = {
     "mainstem.broker.streams",  # a stream's partitions
     "mainstem.broker.amqp.queues.journal",  # a durable queue's journal
@@ -171,4 +172,53 @@ def test_the_check_sees_upward_imports(tmp_path: Path) -> None:
         "broker/core.py:1: broker imports mainstem.protocols.iggy",
         "client/stream.py:2: client imports mainstem.broker.auth",
         "protocols/iggy/records.py:1: protocols.iggy imports mainstem.log.partition",
+    ]
+
+
+# The cluster replicates a partition through its stream service's roles (`stand_by`,
+# `lead`, `follow`): it never imports the partition, reaches a service's `.partition`, or
+# sets an appender's `forwarder` itself.
+def cluster_reaches_past_the_service(source: Path = SOURCE) -> list[str]:
+    found = []
+    for path in sorted((source / "cluster").rglob("*.py")):
+        where = path.relative_to(source)
+        found += [f"{where}:{line}: imports {name}" for name, line, _ in imports(path, source)
+                  if name.startswith("mainstem.log.partition")]
+        reaching = [node for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                    if isinstance(node, ast.Attribute) and _reaches_in(node)]
+        found += [f"{where}:{node.lineno}: .{_name(node.value)}.{node.attr}"
+                  for node in sorted(reaching, key=lambda node: node.lineno)]
+    return found
+
+
+def _reaches_in(node: ast.Attribute) -> bool:
+    owner = _name(node.value)
+    return ((node.attr == "partition" and owner.endswith("service"))
+            or (node.attr == "forwarder" and owner.endswith("appender")))
+
+
+def _name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def test_the_cluster_changes_partitions_only_through_the_service_roles() -> None:
+    assert cluster_reaches_past_the_service() == []
+
+
+def test_the_role_check_sees_the_cluster_reaching_past_the_service(tmp_path: Path) -> None:
+    tree = {
+        "cluster/leader.py": "from mainstem.log.partition import Partition\n",
+        "cluster/replica.py": ("def lead(role):\n    role.service.partition.writable = True\n"
+                               "    service.appender.forwarder = None\n"),
+        "cluster/wire.py": "def name(hello):\n    return hello.partition\n",  # a number
+    }
+    for name, text in tree.items():
+        (tmp_path / "mainstem" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mainstem" / name).write_text(text)
+    assert cluster_reaches_past_the_service(tmp_path / "mainstem") == [
+        "cluster/leader.py:1: imports mainstem.log.partition",
+        "cluster/replica.py:2: .service.partition",
+        "cluster/replica.py:3: .appender.forwarder",
     ]

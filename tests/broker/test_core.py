@@ -12,7 +12,7 @@ from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.layout import storage_name
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.settings import CoreSettings
-from mainstem.log.partition import PartitionClosed
+from mainstem.log.errors import PartitionClosed
 from mainstem.log.reader import PartitionReader
 
 

@@ -257,7 +257,7 @@ async def test_a_replica_forwards_framed_records_as_bodies(service: PartitionSer
         def sequence(self, writer: str) -> asyncio.Future[int | None]:
             raise AssertionError("not asked")
 
-    service.appender.forwarder = Leader()
+    service.stand_by(Leader())
     receipt = service.appender.append_simple_entries([entry(b"a"), entry(b"bc")],
                                                      writer="seg", sequence=5)
     await receipt.durable

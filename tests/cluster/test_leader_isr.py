@@ -12,8 +12,10 @@ import asyncio
 import time
 from pathlib import Path
 
+from mainstem.broker.stream_service import Leading, PartitionService
 from mainstem.cluster.leader import LeaderLog
 from mainstem.cluster.replica import successor_isr
+from mainstem.formats.chunk import FIRST_EPOCH
 from mainstem.log.partition import Partition
 
 LAG_S = 0.3
@@ -40,10 +42,14 @@ def open_leader(tmp_path: Path) -> Partition:
     return partition
 
 
-async def write_and_ack(leader: LeaderLog, keeping_up: list[str], seconds: float) -> None:
+def lead(partition: Partition) -> Leading:
+    return PartitionService(partition).lead(FIRST_EPOCH)
+
+
+async def write_and_ack(leader: LeaderLog, partition: Partition, keeping_up: list[str],
+                        seconds: float) -> None:
     """Write a chunk every 20 ms for `seconds`; each follower in `keeping_up` acks, a
     chunk behind, what the leader had before it (the usual state under steady writes)."""
-    partition = leader.partition
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         before = partition.next_offset
@@ -61,8 +67,8 @@ async def settle() -> None:
 
 async def test_followers_keeping_up_under_steady_writes_stay_in_sync(tmp_path: Path) -> None:
     partition, store = open_leader(tmp_path), IsrStore()
-    leader = LeaderLog(partition, "a", ["a", "b", "c"], ["a", "b", "c"], store.write, LAG_S)
-    await write_and_ack(leader, ["b", "c"], 4 * LAG_S)
+    leader = LeaderLog(lead(partition), "a", ["a", "b", "c"], ["a", "b", "c"], store.write, LAG_S)
+    await write_and_ack(leader, partition, ["b", "c"], 4 * LAG_S)
     assert store.written == [] and leader.isr == ["a", "b", "c"]
     leader.close()
     partition.close()
@@ -71,11 +77,11 @@ async def test_followers_keeping_up_under_steady_writes_stay_in_sync(tmp_path: P
 async def test_every_stopped_follower_leaves_in_one_change(tmp_path: Path) -> None:
     partition, store = open_leader(tmp_path), IsrStore()
     replicas = ["a", "b", "c", "d", "e"]
-    leader = LeaderLog(partition, "a", replicas, replicas, store.write, LAG_S)
+    leader = LeaderLog(lead(partition), "a", replicas, replicas, store.write, LAG_S)
     for follower in replicas[1:]:
         leader.on_ack(follower, partition.next_offset)
     stopped_at = partition.committed_offset
-    await write_and_ack(leader, ["b", "c"], 3 * LAG_S)  # d and e stopped
+    await write_and_ack(leader, partition, ["b", "c"], 3 * LAG_S)  # d and e stopped
     assert store.written[0] == ["a", "b", "c"]
     assert leader.isr == ["a", "b", "c"]
     assert partition.committed_offset > stopped_at  # confirms go on without them
@@ -86,12 +92,12 @@ async def test_every_stopped_follower_leaves_in_one_change(tmp_path: Path) -> No
 async def test_confirms_resume_within_the_lag_timeout_of_a_follower_stopping(
         tmp_path: Path) -> None:
     partition, store = open_leader(tmp_path), IsrStore()
-    leader = LeaderLog(partition, "a", ["a", "b", "c"], ["a", "b", "c"], store.write, LAG_S)
-    await write_and_ack(leader, ["b", "c"], LAG_S)
+    leader = LeaderLog(lead(partition), "a", ["a", "b", "c"], ["a", "b", "c"], store.write, LAG_S)
+    await write_and_ack(leader, partition, ["b", "c"], LAG_S)
     stopped_at, stopped = partition.committed_offset, time.monotonic()
     resumed = None
     while time.monotonic() - stopped < 4 * LAG_S:  # c stopped: only b acks
-        await write_and_ack(leader, ["b"], 0.02)
+        await write_and_ack(leader, partition, ["b"], 0.02)
         if partition.committed_offset > stopped_at + 1:
             resumed = time.monotonic() - stopped
             break
@@ -104,12 +110,12 @@ async def test_confirms_resume_within_the_lag_timeout_of_a_follower_stopping(
 async def test_a_follower_catching_up_while_a_change_is_written_joins_after_it(
         tmp_path: Path) -> None:
     partition, store = open_leader(tmp_path), IsrStore()
-    leader = LeaderLog(partition, "a", ["a", "b", "c", "d", "e"], ["a", "b", "c", "d"],
+    leader = LeaderLog(lead(partition), "a", ["a", "b", "c", "d", "e"], ["a", "b", "c", "d"],
                        store.write, LAG_S)
     store.gate = asyncio.Event()
     # d stops; once its removal is being written, e (out of the set) catches up, then
     # everything is idle: no further ack would bring e's rejoin back.
-    await write_and_ack(leader, ["b", "c"], 1.5 * LAG_S)
+    await write_and_ack(leader, partition, ["b", "c"], 1.5 * LAG_S)
     assert leader.isr == ["a", "b", "c", "d"] and store.written == []  # held at the gate
     leader.on_ack("b", partition.next_offset)
     leader.on_ack("c", partition.next_offset)
@@ -125,7 +131,7 @@ async def test_a_follower_catching_up_while_a_change_is_written_joins_after_it(
 
 async def test_an_idle_follower_that_holds_everything_stays_in_sync(tmp_path: Path) -> None:
     partition, store = open_leader(tmp_path), IsrStore()
-    leader = LeaderLog(partition, "a", ["a", "b", "c"], ["a", "b", "c"], store.write, LAG_S)
+    leader = LeaderLog(lead(partition), "a", ["a", "b", "c"], ["a", "b", "c"], store.write, LAG_S)
     leader.on_ack("b", partition.next_offset)
     leader.on_ack("c", partition.next_offset)
     await asyncio.sleep(3 * LAG_S)  # nothing written, so no acks come
@@ -136,7 +142,7 @@ async def test_an_idle_follower_that_holds_everything_stays_in_sync(tmp_path: Pa
 
 async def test_a_leader_missing_from_its_own_set_puts_itself_back(tmp_path: Path) -> None:
     partition, store = open_leader(tmp_path), IsrStore()
-    leader = LeaderLog(partition, "a", ["a", "b", "c"], ["b", "c"], store.write, LAG_S)
+    leader = LeaderLog(lead(partition), "a", ["a", "b", "c"], ["b", "c"], store.write, LAG_S)
     await settle()
     assert store.written == [["a", "b", "c"]] and leader.isr == ["a", "b", "c"]
     leader.close()

@@ -35,7 +35,7 @@ async def test_a_follower_replays_its_leaders_live_messages(tmp_path: Path) -> N
     follower = open_partition(tmp_path / "follower", durability, fsync_on_demand=False)
     follower.writable = False
     copy_into(follower, leader.service.partition, 0)
-    follower.set_commit_limit(0)  # nothing known committed: a replay reads it all anyway
+    follower.commits.set_limit(0)  # nothing known committed: a replay reads it all anyway
     journal = QueueJournal(PartitionService(follower))
     replay = journal.replay()
     bodies = [decode_enqueue(record).body for record in journal.reader.read(replay.offsets)]
@@ -61,7 +61,7 @@ async def test_a_follower_drops_segments_that_hold_only_settled_messages(
     follower = Partition.open(tmp_path / "follower", retention=small)
     follower.writable = False
     copy_into(follower, leader.service.partition, 0)
-    follower.set_commit_limit(follower.next_offset)
+    follower.commits.set_limit(follower.next_offset)
     follower.flush()  # durable, so committed
     segments = follower.segment_count
     FollowedJournal(PartitionService(follower), compact_every=1).catch_up()

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster import wire
 from mainstem.cluster.leader import LeaderLog
-from mainstem.formats.chunk import CorruptChunk
+from mainstem.formats.chunk import FIRST_EPOCH, CorruptChunk
 from mainstem.log import commit_point
-from mainstem.log.partition import NotWritable, Partition
+from mainstem.log.errors import NotWritable
+from mainstem.log.partition import Partition
 from mainstem.log.policy import RetentionPolicy
 from mainstem.log.reader import PartitionReader
 
@@ -96,11 +98,12 @@ async def test_a_returning_leader_cuts_what_it_wrote_in_an_old_epoch(tmp_path: P
     copy_into(new_leader, old_leader, 0)
     old_leader.write_records([b"lost-1"])  # written by the old leader, never replicated
     old_leader.write_records([b"lost-2"])
-    new_leader.epoch = 2
+    new_leader.epochs.current = 2
     new_leader.write_records([b"n1"])
     new_leader.write_records([b"n2"])
     new_leader.flush()
-    feeder = LeaderLog(new_leader, "new", ["new", "old"], ["new"], _no_isr_change, 5.0)
+    feeder = LeaderLog(PartitionService(new_leader).lead(2), "new", ["new", "old"], ["new"],
+                       _no_isr_change, 5.0)
     answer = feeder.handshake(hello(old_leader))
     assert answer[4] == wire.FrameType.TRUNCATE
     cut = wire.read_offset(answer[5:])
@@ -126,14 +129,15 @@ async def test_a_follower_joins_the_in_sync_set_only_with_all_its_leader_had(
     for i in range(20):
         leader.write_records([f"r{i}".encode()])
     leader.flush()
-    leader.rewind_commit(5)  # restarted: its saved commit point was 5
+    leader.commits.rewind(5)  # restarted: its saved commit point was 5
     written: list[list[str]] = []
 
     async def write_isr(isr: list[str]) -> bool:
         written.append(isr)
         return True
 
-    feeder = LeaderLog(leader, "a", ["a", "b", "c"], ["a", "b"], write_isr, 5.0)
+    feeder = LeaderLog(PartitionService(leader).lead(FIRST_EPOCH), "a", ["a", "b", "c"],
+                       ["a", "b"], write_isr, 5.0)
     feeder.on_ack("c", 10)  # past the commit point, short of the leader's log
     await asyncio.sleep(0)
     assert written == [] and feeder.isr == ["a", "b"]
@@ -160,12 +164,12 @@ async def test_a_restarted_replica_serves_only_its_last_known_commit_point(
     replica.close()
     reopened = Partition.open(tmp_path / "replica", retention=small)
     assert reopened.segment_count > 2
-    reopened.rewind_commit(commit_point.load(reopened.directory))
+    reopened.commits.rewind(commit_point.load(reopened.directory))
     assert reopened.committed_offset == 7
     assert records_visible(reopened) == [f"r{i}".encode() * 10 for i in range(7)]
-    reopened.set_commit_limit(12)  # the leader's word
+    reopened.commits.set_limit(12)  # the leader's word
     assert reopened.committed_offset == 12
-    reopened.set_commit_limit(20)
+    reopened.commits.set_limit(20)
     assert records_visible(reopened) == [f"r{i}".encode() * 10 for i in range(20)]
     reopened.close()
 

@@ -19,8 +19,9 @@ from mainstem.formats.chunk import (
     parse_header,
 )
 from mainstem.formats.osiris import HEADER_SIZE, SUB_BATCH_ENTRY
+from mainstem.log.errors import PartitionClosed
 from mainstem.log.guard import check_guard, guard
-from mainstem.log.partition import Partition, PartitionClosed
+from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.log.reader import PartitionReader
 from mainstem.log.segment_file import SEGMENT_SUFFIX

@@ -41,7 +41,10 @@ def run_writer_until(directory: Path, acks_wanted: int) -> list[tuple[int, int, 
             acks.append(parse_ack(line))
     finally:
         child.send_signal(signal.SIGKILL)
-        remaining, _ = child.communicate(timeout=30)
+        child.wait(timeout=30)
+        # Read on through child.stdout: what its buffer holds is the start of the next line
+        # (communicate() reads the pipe past that buffer, and would cut the line's head).
+        remaining = child.stdout.read()
     # A line cut short by the kill has no newline yet: that ack was never given.
     acks.extend(parse_ack(line) for line in remaining.splitlines(keepends=True)
                 if line.endswith("\n"))

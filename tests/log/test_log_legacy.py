@@ -12,6 +12,7 @@ import pytest
 
 from mainstem.formats.chunk import BloomMatcher, decode_sequences, parse_header
 from mainstem.formats.osiris import HEADER_SIZE
+from mainstem.log import chunk_stream
 from mainstem.log.partition import Partition
 from mainstem.log.reader import PartitionReader
 from mainstem.log.segment_file import (
@@ -111,3 +112,17 @@ async def test_a_follower_gets_version_1_chunks_in_the_current_layout(
     assert decode_sequences(trailer) == {"alpha": 1}
     leader.close()
     follower.close()
+
+
+def test_version_1_chunks_streamed_a_few_bytes_at_a_time(
+        v1_directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows of 8 bytes: every version-1 chunk is streamed, and checked by its trailer."""
+    monkeypatch.setattr(chunk_stream, "WINDOW", 8)
+    partition = Partition.open(v1_directory)
+    reader = PartitionReader(partition, 0)
+    streamed = []
+    while (chunk := reader.next_chunk_nowait()) is not None:
+        assert isinstance(chunk, chunk_stream.StreamedChunk)
+        streamed.extend((offset, bytes(body)) for offset, body in chunk.records())
+    assert streamed == list(enumerate(V1_RECORDS))
+    partition.close()

@@ -16,6 +16,8 @@ import pytest
 
 from mainstem.client.events import EventsClient
 from mainstem.client.stream import StreamClient
+from mainstem.protocols.amqp091 import methods as m
+from tests.support.amqp_raw import RawClient
 from tests.support.server_process import kill, rss_bytes, start_server, started_ports
 from tests.support.stream_stall import publish, stalled_consumer
 
@@ -146,3 +148,75 @@ def test_stalled_bson_subscribers_hold_their_chunk_not_megabytes_of_frames(
     per_connection = asyncio.run(run())
     print(f"broker RSS per stalled BSON subscriber: {per_connection / 1024:.1f} KiB")
     assert per_connection <= BSON_STALLED_LIMIT
+
+
+AMQP_STALLED = 20
+AMQP_STALLED_LIMIT = 256 * 1024  # a window of the chunk (64 KiB) and what is being sent
+
+
+def publish_to_stream_queue(port: int, queue: str, batches: int, size: int) -> None:
+    """Batches of 500 publishes sent at once with confirms: AMQP's chunks of megabytes."""
+    client = RawClient(port)
+    client.open_channel(1)
+    client.send(1, m.QueueDeclare(queue=queue, durable=True,
+                                  arguments={"x-queue-type": "stream"}))
+    client.expect(m.QueueDeclareOk, 1)
+    client.send(1, m.ConfirmSelect())
+    client.expect(m.ConfirmSelectOk, 1)
+    sent = 0
+    for batch in range(batches):
+        client.sock.sendall(b"".join(client.publish(1, "", queue, bytes([batch]) * size)
+                                     for _ in range(500)))
+        sent += 500
+        while (ack := client.expect(m.BasicAck, 1)).delivery_tag < sent:
+            assert isinstance(ack, m.BasicAck)
+    client.close()
+
+
+def stalled_amqp_consumer(port: int, queue: str) -> RawClient:
+    """A consumer of the stream queue from its start, with a 4 KiB receive buffer and
+    prefetch for every message, that is never read again."""
+    client = RawClient(port, receive_buffer=4096)
+    client.open_channel(1)
+    client.send(1, m.BasicQos(prefetch_count=60_000))
+    client.expect(m.BasicQosOk, 1)
+    client.send(1, m.BasicConsume(queue=queue, arguments={"x-stream-offset": "first"}))
+    client.expect(m.BasicConsumeOk, 1)
+    return client
+
+
+def test_stalled_amqp_stream_queue_consumers_hold_a_window_of_the_chunk(
+        server: tuple[Popen, Path]) -> None:
+    """An AMQP consumer of a stream queue that stops reading holds a window of the chunk it
+    is in, not the chunk: AMQP-written chunks run to megabytes (it held ~2.7 MB before)."""
+    process, log = server
+    port = started_ports(process, log)["amqp"]
+    publish_to_stream_queue(port, "stalled-sq", 6, 4096)  # 12 MB in chunks of ~2 MB
+    clients = [stalled_amqp_consumer(port, "stalled-sq")]  # warm-up: first-use costs
+    try:
+        before = settled_rss(process.pid)
+        clients += [stalled_amqp_consumer(port, "stalled-sq") for _ in range(AMQP_STALLED)]
+        stalled = settled_rss(process.pid)
+        per_connection = (stalled - before) / AMQP_STALLED
+        print(f"broker RSS per stalled AMQP stream-queue consumer: "
+              f"{per_connection / 1024:.1f} KiB ({before >> 20} -> {stalled >> 20} MiB)")
+        assert per_connection <= AMQP_STALLED_LIMIT
+    finally:
+        for client in clients:
+            client.close()
+    # A consumer that reads gets every message.
+    reader = RawClient(port)
+    reader.open_channel(1)
+    reader.send(1, m.BasicQos(prefetch_count=5_000))
+    reader.send(1, m.BasicConsume(queue="stalled-sq", no_ack=False,
+                                  arguments={"x-stream-offset": "first"}))
+    received = 0
+    deadline = time.monotonic() + 60
+    while received < 3000 and time.monotonic() < deadline:
+        frames = reader.read(timeout=1.0)
+        delivered = [method for _, method in frames if isinstance(method, m.BasicDeliver)]
+        received += len(delivered)
+        if delivered:
+            reader.send(1, m.BasicAck(delivery_tag=delivered[-1].delivery_tag, multiple=True))
+    reader.close()
+    assert received == 3000

@@ -13,9 +13,9 @@ import asyncio
 import dataclasses
 import logging
 
+from mainstem.broker.stream_service import Following
 from mainstem.cluster import wire
 from mainstem.cluster.leader import read_frame
-from mainstem.log.partition import Partition
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -26,40 +26,40 @@ class Refused(Exception):
     """The leader would not feed this follower (not the leader, or a wrong secret)."""
 
 
-async def follow(partition: Partition, hello: wire.Hello, host: str, port: int) -> None:
+async def follow(following: Following, hello: wire.Hello, host: str, port: int) -> None:
     """Replicate from the leader at host:port until the connection ends."""
     reader, writer = await asyncio.open_connection(host, port)
     acks: asyncio.Task[None] | None = None
     try:
-        await _agree(partition, hello, reader, writer)
+        await _agree(following, hello, reader, writer)
         durable = asyncio.Event()
-        partition.on_durable = lambda _mark: durable.set()
-        acks = asyncio.get_running_loop().create_task(_send_acks(partition, durable, writer))
+        following.on_durable(lambda _mark: durable.set())
+        acks = asyncio.get_running_loop().create_task(_send_acks(following, durable, writer))
         durable.set()  # say at once where this replica stands
         while True:
             kind, body = await read_frame(reader, MAX_CHUNK_FRAME)
             if kind == wire.FrameType.CHUNK:
                 opens, commit = wire.CHUNK_PREFIX.unpack_from(body)
-                partition.append_chunk(memoryview(body)[wire.CHUNK_PREFIX.size:], bool(opens))
-                partition.set_commit_limit(commit)
+                following.accept_chunk(memoryview(body)[wire.CHUNK_PREFIX.size:], bool(opens),
+                                       commit)
             elif kind == wire.FrameType.COMMIT:
-                partition.set_commit_limit(wire.read_offset(body))
+                following.commit_to(wire.read_offset(body))
             else:
                 raise wire.WireError(f"unexpected frame {kind} from the leader")
     finally:
-        partition.on_durable = None
+        following.on_durable(None)
         if acks is not None:
             acks.cancel()
         writer.close()
 
 
-async def _agree(partition: Partition, hello: wire.Hello, reader: asyncio.StreamReader,
+async def _agree(following: Following, hello: wire.Hello, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
     """HELLO until the leader says START, cutting the log where it says TRUNCATE."""
     for _ in range(10_000):  # each TRUNCATE drops at least one chunk
-        last = partition.last_chunk()
+        last = following.last_chunk()
         writer.write(dataclasses.replace(
-            hello, next_offset=partition.next_offset, last_chunk_id=last[0] if last else -1,
+            hello, next_offset=following.next_offset, last_chunk_id=last[0] if last else -1,
             last_epoch=last[1] if last else 0).encode())
         kind, body = await read_frame(reader, wire.MAX_CONTROL_FRAME)
         if kind == wire.FrameType.START:
@@ -67,18 +67,18 @@ async def _agree(partition: Partition, hello: wire.Hello, reader: asyncio.Stream
         if kind == wire.FrameType.TRUNCATE:
             cut = wire.read_offset(body)
             log.info("replica.truncated", extra={
-                "partition": str(partition.directory), "from": cut, "dropped":
-                partition.next_offset - cut})
-            partition.truncate_from(cut)
+                "partition": following.name, "from": cut, "dropped":
+                following.next_offset - cut})
+            following.truncate_from(cut)
             continue
         raise Refused(body.decode(errors="replace"))
     raise wire.WireError("the leader kept asking to truncate")
 
 
-async def _send_acks(partition: Partition, durable: asyncio.Event,
+async def _send_acks(following: Following, durable: asyncio.Event,
                      writer: asyncio.StreamWriter) -> None:
     while True:
         await durable.wait()
         durable.clear()
-        writer.write(wire.offset_frame(wire.FrameType.ACK, partition.local_durable))
+        writer.write(wire.offset_frame(wire.FrameType.ACK, following.durable))
         await writer.drain()

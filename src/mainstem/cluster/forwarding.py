@@ -18,11 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from mainstem.broker.stream_service import Appender, Receipt
+from mainstem.broker.stream_service import Appender, NotWritable, Receipt
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.cluster import wire
 from mainstem.cluster.leader import read_frame
-from mainstem.log.partition import NotWritable
 
 if TYPE_CHECKING:
     from mainstem.cluster.node import ClusterNode
@@ -176,7 +175,7 @@ class PartitionForwarder:
         waited_since = loop.time()
         while self._queue:
             leader = role.leader_node
-            if leader == self.node.node_name and role.service.partition.writable:
+            if leader == self.node.node_name and role.service.takes_writes:
                 await self._run_here()
                 continue
             if leader is None or leader == self.node.node_name or leader not in self.node.nodes:

@@ -21,9 +21,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from mainstem.broker.stream_service import Leading
 from mainstem.broker.stream_service.subscription import sendfile_socket
 from mainstem.cluster import wire
-from mainstem.log.partition import Partition
 from mainstem.log.transfer import send_range
 
 log = logging.getLogger("mainstem.cluster")
@@ -37,9 +37,9 @@ IsrWriter = Callable[[list[str]], Awaitable[bool]]
 
 
 class LeaderLog:
-    def __init__(self, partition: Partition, node: str, replicas: list[str], isr: list[str],
+    def __init__(self, leading: Leading, node: str, replicas: list[str], isr: list[str],
                  write_isr: IsrWriter, lag_timeout: float) -> None:
-        self.partition = partition
+        self.leading = leading
         self.node = node
         self.replicas = replicas
         self.isr = [n for n in isr if n in replicas]
@@ -49,18 +49,17 @@ class LeaderLog:
         # Where this leader's log ended when it took over: it holds every chunk committed
         # before, so a follower that has this much lacks none of them. Its own commit
         # point may be lower (restarted, see log.commit_point), so it cannot say that.
-        self.epoch_start = partition.next_offset
+        self.epoch_start = leading.next_offset
         # Kafka's lastCaughtUpTime: when each follower last held all that this leader had
         # written as of the previous lag check (`_mark`). A new leader gives each follower
         # a whole lag_timeout to show it keeps up.
         now = time.monotonic()
         self._caught_up = {n: now for n in replicas if n != node}
-        self._mark = partition.next_offset
+        self._mark = leading.next_offset
         self._commit_moved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._isr_task: asyncio.Task[None] | None = None
         self._lag_task = asyncio.get_running_loop().create_task(self._watch_lag())
-        partition.commit_limit = partition.committed_offset  # nothing new until acked
-        partition.on_durable = lambda _mark: self._recompute()
+        leading.on_durable(lambda _mark: self._recompute())
         self._recompute()
         self._update_isr()  # a set etcd gave without this leader (a re-election) gains it
 
@@ -70,14 +69,14 @@ class LeaderLog:
 
     def lag(self) -> dict[str, int]:
         """Records each follower lacks of what this leader has written."""
-        end = self.partition.next_offset
+        end = self.leading.next_offset
         return {n: end - self.acked.get(n, 0) for n in self.replicas if n != self.node}
 
     def close(self) -> None:
         self._lag_task.cancel()
         if self._isr_task is not None:
             self._isr_task.cancel()
-        self.partition.on_durable = None
+        self.leading.on_durable(None)
         if not self._commit_moved.done():
             self._commit_moved.set_result(None)
 
@@ -94,12 +93,12 @@ class LeaderLog:
     def _recompute(self) -> None:
         if len(self.isr) < self.majority:
             return  # too few in-sync replicas: writes wait, nothing is committed
-        point = self.partition.local_durable
+        point = self.leading.durable
         for follower in self.isr:
             if follower != self.node:
                 point = min(point, self.acked.get(follower, 0))
-        if point > (self.partition.commit_limit or 0):
-            self.partition.set_commit_limit(point)
+        if point > self.leading.commit_limit:
+            self.leading.commit_to(point)
             moved = self._commit_moved
             self._commit_moved = asyncio.get_running_loop().create_future()
             moved.set_result(None)
@@ -113,7 +112,7 @@ class LeaderLog:
             for follower, acked in self.acked.items():
                 if acked >= self._mark:  # an idle follower sends no acks, yet keeps up
                     self._caught_up[follower] = now
-            self._mark = self.partition.next_offset
+            self._mark = self.leading.next_offset
             if self._wanted_isr(now) != self.isr:
                 self._update_isr()
 
@@ -124,7 +123,7 @@ class LeaderLog:
         """Acked this leader (not merely never heard from), keeps up, and holds every
         chunk committed, before this leader's election too."""
         return (follower in self.acked and not self._lagging(follower, now)
-                and self.acked[follower] >= max(self.partition.committed_offset,
+                and self.acked[follower] >= max(self.leading.committed_offset,
                                                 self.epoch_start))
 
     def _wanted_isr(self, now: float) -> list[str]:
@@ -151,7 +150,7 @@ class LeaderLog:
             for follower in self.isr:
                 if follower not in isr:
                     log.warning("replica.out_of_sync", extra={
-                        "follower": follower, "partition": str(self.partition.directory)})
+                        "follower": follower, "partition": self.leading.name})
             self.isr = isr
             self._recompute()
 
@@ -160,13 +159,13 @@ class LeaderLog:
     def handshake(self, hello: wire.Hello) -> bytes:
         """The answer to a follower's HELLO: START when its log agrees with this one up to
         where it ends, else TRUNCATE where it must cut to agree (Kafka's leader epochs)."""
-        partition = self.partition
+        leading = self.leading
         if hello.last_chunk_id < 0:
             return wire.frame(wire.FrameType.START)
-        if (partition.chunk_epoch(hello.last_chunk_id) == hello.last_epoch
-                and hello.next_offset <= partition.next_offset):
+        if (leading.chunk_epoch(hello.last_chunk_id) == hello.last_epoch
+                and hello.next_offset <= leading.next_offset):
             return wire.frame(wire.FrameType.START)
-        cut = min(partition.epoch_end(hello.last_epoch), hello.last_chunk_id)
+        cut = min(leading.epoch_end(hello.last_epoch), hello.last_chunk_id)
         return wire.offset_frame(wire.FrameType.TRUNCATE, cut)
 
     async def feed(self, follower: str, position: int, reader: asyncio.StreamReader,
@@ -187,18 +186,18 @@ class LeaderLog:
             self.on_ack(follower, wire.read_offset(body))
 
     async def _send_chunks(self, position: int, writer: asyncio.StreamWriter) -> None:
-        partition, transport = self.partition, writer.transport
+        leading, transport = self.leading, writer.transport
         sent_commit = -1
         while not transport.is_closing():
-            chunk = partition.written_chunk(position)
+            chunk = leading.written_chunk(position)
             if chunk is None:
-                commit = partition.committed_offset
+                commit = leading.committed_offset
                 if commit != sent_commit:
                     writer.write(wire.offset_frame(wire.FrameType.COMMIT, commit))
                     sent_commit = commit
                 await self._next_change(position)
                 continue
-            sent_commit = partition.committed_offset
+            sent_commit = leading.committed_offset
             if chunk.rewritten is not None:  # from a segment of an older version
                 writer.write(wire.chunk_frame_header(len(chunk.rewritten), chunk.opens_segment,
                                                      sent_commit) + chunk.rewritten)
@@ -213,7 +212,7 @@ class LeaderLog:
 
     async def _next_change(self, position: int) -> None:
         """Wait for a new chunk, a moved commit point, or the heartbeat."""
-        written = asyncio.ensure_future(self.partition.wait_written(position))
+        written = asyncio.ensure_future(self.leading.wait_written(position))
         moved = asyncio.ensure_future(asyncio.shield(self._commit_moved))
         try:
             await asyncio.wait({written, moved}, timeout=HEARTBEAT_S,

@@ -26,6 +26,7 @@ from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
 from mainstem.broker.policies import STREAM
+from mainstem.broker.stream_service import PartitionClosed
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
@@ -41,7 +42,6 @@ from mainstem.cluster.quorum import storage_of as quorum_storage
 from mainstem.cluster.relay import Relay
 from mainstem.cluster.relay_home import HomeLink
 from mainstem.cluster.replica import PartitionRole
-from mainstem.log.partition import PartitionClosed
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -131,7 +131,7 @@ class ClusterNode:
         await asyncio.gather(*self._tasks, *(r.task for r in self.roles.values() if r.task),
                              return_exceptions=True)
         for role in self.roles.values():
-            role.save_commit_point()
+            role.service.save_commit_point()
         await self.quorum.close()
         self.core.queues.replication = None
         self.core.queues.relay = None
@@ -150,7 +150,7 @@ class ClusterNode:
         while True:
             await asyncio.sleep(COMMIT_POINT_EVERY_S)
             for role in list(self.roles.values()):
-                role.save_commit_point()
+                role.service.save_commit_point()
 
     def spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -24,10 +24,9 @@ from mainstem.broker.amqp.queues.journal import FollowedJournal, QueueJournal
 from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.errors import PreconditionFailed
-from mainstem.broker.stream_service import PartitionService
+from mainstem.broker.stream_service import DataRemoved, PartitionClosed, PartitionService
 from mainstem.cluster.etcd import EtcdError, KeyValue
 from mainstem.cluster.replica import PartitionRole
-from mainstem.log.partition import DataRemoved, Partition, PartitionClosed
 
 if TYPE_CHECKING:
     from mainstem.cluster.node import ClusterNode
@@ -46,9 +45,9 @@ def storage_of(namespace: str, queue: str) -> str:
 class QuorumRole(PartitionRole):
     """The replica of a quorum queue's journal on this node."""
 
-    def __init__(self, queues: QuorumQueues, storage: str, partition: Partition,
+    def __init__(self, queues: QuorumQueues, storage: str, service: PartitionService,
                  record: dict[str, Any]) -> None:
-        super().__init__(queues.node, storage, 0, PartitionService(partition), record)
+        super().__init__(queues.node, storage, 0, service, record)
         self.queues = queues
         self.namespace: str = record["namespace"]
         self.queue: str = record["name"]
@@ -169,8 +168,8 @@ class QuorumQueues:
             log.error("quorum.name_taken", extra={"vhost": namespace, "queue": queue})
             return  # a queue of this node alone has the name: its journal is not ours
         if node.node_name in record["replicas"] and (storage, 0) not in node.roles:
-            partition = node.core.queues.open_journal_partition(namespace, queue)
-            role = QuorumRole(self, storage, partition, record)
+            journal = node.core.queues.open_journal_partition(namespace, queue)
+            role = QuorumRole(self, storage, PartitionService(journal), record)
             node.roles[(storage, 0)] = role
             role.start()
 
@@ -222,7 +221,7 @@ class QuorumQueues:
             return
         vhost.go_live(role.queue, journal, replay)
         log.info("quorum.live", extra={"vhost": role.namespace, "queue": role.queue,
-                                       "epoch": role.service.partition.epoch,
+                                       "epoch": role.service.epoch,
                                        "messages": len(replay.offsets)})
 
     def stood_by(self, role: QuorumRole) -> None:
@@ -234,7 +233,7 @@ class QuorumQueues:
         """The node stops (its roles stopped already): close the journals."""
         for role in list(self.node.roles.values()):
             if isinstance(role, QuorumRole):
-                await role.service.partition.aclose()
+                await role.service.close()
 
 
 async def _remove(role: PartitionRole | None, directory: Path) -> None:
@@ -243,5 +242,5 @@ async def _remove(role: PartitionRole | None, directory: Path) -> None:
         role.stop()
         if role.task is not None:
             await asyncio.gather(role.task, return_exceptions=True)
-        await role.service.partition.aclose()
+        await role.service.close()
     await asyncio.to_thread(shutil.rmtree, directory, True)

@@ -22,7 +22,6 @@ from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
 from mainstem.cluster.follower import Refused, follow
 from mainstem.cluster.forwarding import PartitionForwarder
 from mainstem.cluster.leader import LeaderLog
-from mainstem.log import commit_point
 
 if TYPE_CHECKING:
     from mainstem.cluster.node import ClusterNode
@@ -61,12 +60,9 @@ class PartitionRole:
         self._last_leader: str | None = None
         self._leading = asyncio.Event()  # set while this node leads the partition
         # Until this node is elected, it writes nothing itself: appends go to the leader.
-        service.partition.writable = False
         # Nor does it serve what its replica set may not have committed before a restart.
-        self._saved_commit = commit_point.load(service.partition.directory)
-        service.partition.rewind_commit(self._saved_commit)
         self.forwarder = PartitionForwarder(node, self)
-        service.appender.forwarder = self.forwarder
+        service.stand_by(self.forwarder)
 
     def _key(self, kind: str) -> str:
         return f"/mainstem/{kind}/{self.storage}/{self.index}"
@@ -81,14 +77,6 @@ class PartitionRole:
     def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
-
-    def save_commit_point(self) -> None:
-        """Keep the commit point for a restart, if it moved (see log.commit_point)."""
-        committed = self.service.partition.committed_offset
-        if committed != self._saved_commit:
-            with contextlib.suppress(OSError):  # the stream may be going away
-                commit_point.save(self.service.partition.directory, committed)
-                self._saved_commit = committed
 
     def update(self, kind: str, kv: KeyValue | None) -> None:
         """A change of this partition's keys, from the node's watch (or its first read)."""
@@ -181,16 +169,12 @@ class PartitionRole:
     # -- leading --------------------------------------------------------------------------
 
     async def _lead(self) -> None:
-        partition = self.service.partition
-        partition.epoch = int(self.leader["epoch"]) if self.leader else self.epoch
-        leader = LeaderLog(partition, self.node.node_name, self.replicas, self.isr,
+        leading = self.service.lead(int(self.leader["epoch"]) if self.leader else self.epoch)
+        leader = LeaderLog(leading, self.node.node_name, self.replicas, self.isr,
                            self._write_isr, self.node.lag_timeout)
         self.node.leading[(self.storage, self.index)] = leader
-        forwarder, self.service.appender.forwarder = self.forwarder, None
-        partition.resume_commits()
-        partition.writable = True
         # Appends that waited for a leader go first, before any made here from now on.
-        forwarder.answer_staged(forwarder.stage_here())
+        self.forwarder.answer_staged(self.forwarder.stage_here())
         self.took_lead()
         self._leading.set()
         try:
@@ -201,11 +185,9 @@ class PartitionRole:
                 await self.changed.wait()
         finally:
             self._leading.clear()
-            partition.writable = False
-            partition.abandon_uncommitted(
+            leading.step_down(
                 f"{self.node.node_name} no longer leads partition {self.index} of this "
                 "stream: what it had not committed is the new leader's to keep or drop")
-            self.service.appender.forwarder = forwarder
             self.left_lead()
             self.node.core.streams.leader_moved(self.service)
             log.info("replica.stepped_down", extra={
@@ -239,13 +221,13 @@ class PartitionRole:
         if address is None or port is None:
             await self.wait_changed(0.5)
             return
-        partition = self.service.partition
-        last = partition.last_chunk()
+        following = self.service.follow()
+        last = following.last_chunk()
         hello = wire.Hello(self.node.secret, self.storage, self.index, self.node.node_name,
                            int(self.leader["epoch"]) if self.leader else 0,
-                           partition.next_offset, last[0] if last else -1,
+                           following.next_offset, last[0] if last else -1,
                            last[1] if last else 0)
-        fetching = asyncio.ensure_future(follow(partition, hello, address.host, port))
+        fetching = asyncio.ensure_future(follow(following, hello, address.host, port))
         changed = asyncio.ensure_future(self.changed.wait())
         done, _ = await asyncio.wait({fetching, changed}, return_when=asyncio.FIRST_COMPLETED)
         changed.cancel()

@@ -127,6 +127,11 @@ def data_crc(data: ChunkData) -> int:
             crc = crc32(part, crc)
     else:
         crc = crc32(data)
+    return signed_crc(crc)
+
+
+def signed_crc(crc: int) -> int:
+    """A CRC-32 as the signed 32-bit integer the header stores."""
     return crc - 0x1_0000_0000 if crc & 0x8000_0000 else crc
 
 

@@ -27,11 +27,23 @@ def guard(head: bytes | memoryview, trailer: bytes | memoryview) -> bytes:
 
 def check_guard(raw: memoryview, header: ChunkHeader) -> memoryview:
     """Check a chunk followed by its guard; return its trailer."""
-    if len(raw) != header.size + GUARD.size:
-        raise CorruptChunk(f"chunk {header.chunk_id}: {len(raw)} bytes with its guard, "
+    check_size(len(raw), header)
+    return check_ends(raw[:header.data_start], raw[header.size - header.trailer_length:],
+                      header)
+
+
+def check_size(size: int, header: ChunkHeader) -> None:
+    """Check that a chunk with its guard takes `size` bytes, as its header says."""
+    if size != header.size + GUARD.size:
+        raise CorruptChunk(f"chunk {header.chunk_id}: {size} bytes with its guard, "
                            f"header says {header.size + GUARD.size}")
-    trailer = raw[header.size - header.trailer_length:header.size]
-    if guard(raw[:header.data_start], trailer) != raw[header.size:]:
+
+
+def check_ends(head: memoryview, tail: memoryview, header: ChunkHeader) -> memoryview:
+    """Check a chunk's guard from its two ends, read apart from its data: `head` (header
+    and filter) and `tail` (trailer and guard). Return its trailer."""
+    trailer = tail[:-GUARD.size]
+    if guard(head, trailer) != tail[-GUARD.size:]:
         raise CorruptChunk(f"chunk {header.chunk_id}: header, filter or trailer CRC mismatch")
     return trailer
 

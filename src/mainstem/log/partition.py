@@ -4,14 +4,17 @@ Offsets count records from 0. A record becomes visible to readers once its
 chunk reaches the durability point (`committed_offset`), so nothing a reader
 sees can vanish in a crash. Besides offsets, every payload byte has a position
 in the partition's byte stream, for protocols that address data by bytes.
+
+This module keeps the local files (Kafka's LocalLog): writing, reading, rolling, retention
+and cutting a tail. What readers may see as the replica set agrees is `commits`
+(`log/replicated.py`), the leader epochs are `epochs` (`log/epochs.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,28 +32,15 @@ from mainstem.formats.chunk import (
 from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.commit import FsyncTimings, GroupCommit
 from mainstem.log.descriptors import DescriptorCache, shared_cache
+from mainstem.log.epochs import Epochs
+from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed
 from mainstem.log.guard import GUARD, guard
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
+from mainstem.log.replicated import CommitView
 from mainstem.log.segment_file import SEGMENT_VERSION, Segment, chunk_from
 from mainstem.log.segments import Segments, fsync_directory
 from mainstem.log.writer_state import WriterState
-
-
-class PartitionClosed(Exception):
-    """The partition was closed while a caller waited on it."""
-
-
-class NotWritable(PartitionClosed):
-    """This replica of the partition takes no writes: its leader is on another node."""
-
-
-class DataRemoved(Exception):
-    """The requested position was deleted by retention or truncation."""
-
-    def __init__(self, message: str, first_available: int) -> None:
-        super().__init__(message)
-        self.first_available = first_available
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,41 +83,26 @@ class WrittenChunk:
     rewritten: bytes | None = None
 
 
-@dataclass(slots=True)
-class _Committed:
-    offset: int = 0  # every record below it is durable and visible
-    chunk_id: int = -1  # first offset of the last visible chunk, -1 when none
-    byte: int = 0
-
-
 class Partition:
     def __init__(self, directory: Path, segments: Segments, durability: DurabilityPolicy,
                  retention: RetentionPolicy, epoch: int, fsync_on_demand: bool = False,
                  fsync_timings: FsyncTimings | None = None) -> None:
         self.directory = directory
         self.retention = retention
-        self.epoch = epoch
         self._segments = segments
+        self.epochs = Epochs(segments, epoch)
         active = segments.active
         self.next_offset = active.next_offset
         self.next_byte = active.next_byte
         self._last_chunk_id, self._last_timestamp = segments.last_chunk()
         self.writers = WriterState.recover(segments)
-        self._pending: deque[tuple[int, int, int]] = deque()  # next offset, chunk id, next byte
-        self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
-        self._durable_mark = self.next_offset  # what this disk holds durably
-        # A replicated partition commits no further than its replica set agreed on; None
-        # for a partition of one replica, where durable means committed.
-        self.commit_limit: int | None = None
-        self.on_durable: Callable[[int], None] | None = None  # replication's vote
+        self.commits = CommitView(segments, self._commit_moved)
         self.writable = True  # False on a follower: only its leader's chunks come in
-        self._abandoned: NotWritable | None = None  # see abandon_uncommitted
         self._written_tail: asyncio.Future[None] | None = None
         self._dirty: dict[int, Segment] = {}
-        self._commit = GroupCommit(durability, self._sync_dirty, self._on_durable,
+        self._commit = GroupCommit(durability, self._sync_dirty, self.commits.reached_disk,
                                    durable=self.next_offset, on_demand=fsync_on_demand,
                                    timings=fsync_timings)
-        self._tail: asyncio.Future[None] | None = None
         self._closed = False
         self._retention_waits = False  # see apply_retention
 
@@ -153,8 +128,7 @@ class Partition:
             return
         self._commit.sync_now()
         self._closed = True
-        if self._tail is not None and not self._tail.done():
-            self._tail.set_result(None)  # waiters wake, see the partition closed, and raise
+        self.commits.close()
         self._segments.close()
 
     async def aclose(self) -> None:
@@ -178,15 +152,15 @@ class Partition:
 
     @property
     def committed_offset(self) -> int:
-        return self._committed.offset
+        return self.commits.offset
 
     @property
     def committed_chunk_id(self) -> int:
-        return self._committed.chunk_id
+        return self.commits.chunk_id
 
     @property
     def committed_byte(self) -> int:
-        return self._committed.byte
+        return self.commits.byte
 
     @property
     def size_bytes(self) -> int:
@@ -225,9 +199,9 @@ class Partition:
         tracking = self.writers.tracking(sequences)  # restates all after a roll
         timestamp = max(timestamp if timestamp is not None else _now_ms(), self._last_timestamp)
         header = encode_header(chunk_id=chunk_id, data=data, num_entries=num_entries,
-                               num_records=num_records, timestamp=timestamp, epoch=self.epoch,
-                               chunk_type=ChunkType.USER, trailer_length=len(tracking),
-                               bloom_size=len(bloom))
+                               num_records=num_records, timestamp=timestamp,
+                               epoch=self.epochs.current, chunk_type=ChunkType.USER,
+                               trailer_length=len(tracking), bloom_size=len(bloom))
         entry = IndexEntry(chunk_id, timestamp, segment.size, self.next_byte, num_records,
                            len(tracking) + GUARD.size)
         segment.append((header, bloom, *parts, tracking, guard(header + bloom, tracking)),
@@ -237,7 +211,7 @@ class Partition:
         self.next_byte += payload_bytes
         self._last_chunk_id, self._last_timestamp = chunk_id, timestamp
         self._dirty[id(segment)] = segment
-        self._pending.append((self.next_offset, chunk_id, self.next_byte))
+        self.commits.written(self.next_offset, chunk_id, self.next_byte)
         self._commit.written(self.next_offset)
         self._wake_written()
         return Appended(chunk_id, self.next_offset)
@@ -261,14 +235,7 @@ class Partition:
 
     async def _reach(self, mark: int) -> None:
         await self._commit.wait(mark)
-        while self.commit_limit is not None and self.committed_offset < mark:
-            if self._abandoned is not None:
-                raise self._abandoned
-            if self._closed:
-                raise PartitionClosed(f"{self.directory} is closed")
-            if self._tail is None:
-                self._tail = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._tail)
+        await self.commits.reach(mark)
 
     async def append(self, records: Sequence[bytes | memoryview], *,
                      sequences: Mapping[str, int] | None = None) -> Appended:
@@ -307,23 +274,8 @@ class Partition:
             if not segment.deleted:
                 segment.sync()
 
-    def _on_durable(self, mark: int) -> None:
-        self._durable_mark = mark
-        if self.on_durable is not None:
-            self.on_durable(mark)
-        self._advance_commit()
-
-    def _advance_commit(self) -> None:
-        mark = self._durable_mark
-        if self.commit_limit is not None:
-            mark = min(mark, self.commit_limit)
-        committed = self._committed
-        while self._pending and self._pending[0][0] <= mark:
-            committed.offset, committed.chunk_id, committed.byte = self._pending.popleft()
-        if self._tail is not None and not self._tail.done():
-            self._tail.set_result(None)
-        self._tail = None
-        if self._retention_waits:
+    def _commit_moved(self) -> None:
+        if self._retention_waits:  # a segment waited for this commit to go (see below)
             self.apply_retention()
 
     # -- reading -------------------------------------------------------------
@@ -380,62 +332,12 @@ class Partition:
 
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""
-        while self.committed_offset <= offset:
-            if self._closed:
-                raise PartitionClosed(f"{self.directory} is closed")
-            if self._tail is None:
-                self._tail = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._tail)
+        await self.commits.wait_for(offset)
 
     # -- replication -----------------------------------------------------------
     # A leader sends followers every written chunk, durable or not, byte for byte; a
     # follower appends them as they are, and both move their commit point only as far as
-    # the replica set agreed (`set_commit_limit`).
-
-    @property
-    def local_durable(self) -> int:
-        """Every record below it is durable on this disk (committed or not)."""
-        return self._durable_mark
-
-    def abandon_uncommitted(self, reason: str) -> None:
-        """This node stopped leading: whoever waits for a write of its own to commit is
-        told it may not (the new leader decides), instead of waiting for ever."""
-        self._abandoned = NotWritable(reason)
-        if self._tail is not None and not self._tail.done():
-            self._tail.set_result(None)
-        self._tail = None
-
-    def resume_commits(self) -> None:
-        """This node leads again: its writes commit as the replica set acks them."""
-        self._abandoned = None
-
-    def rewind_commit(self, offset: int) -> None:
-        """Show readers only the chunks that end at or below `offset` (the replica set's
-        last known commit point); those after it wait for the replica set's word again.
-        For a replica that restarted and may hold a tail no majority ever acked."""
-        if offset >= self._committed.offset:
-            return
-        k = self._segments.holding(offset)
-        before = self._segments[k - 1].index.last() if k else None
-        committed = _Committed(self._segments[k].first_chunk_id,
-                               before.chunk_id if before else -1, self._segments[k].first_byte)
-        pending: deque[tuple[int, int, int]] = deque()
-        for segment in self._segments[k:]:
-            index = segment.index
-            for i, chunk_id in enumerate(index.chunk_ids):
-                end = chunk_id + index.record_counts[i]
-                next_byte = (index.byte_positions[i + 1] if i + 1 < len(index.chunk_ids)
-                             else segment.next_byte)
-                if end <= offset:
-                    committed = _Committed(end, chunk_id, next_byte)
-                else:
-                    pending.append((end, chunk_id, next_byte))
-        self._committed, self._pending = committed, pending
-        self.commit_limit = committed.offset
-
-    def set_commit_limit(self, limit: int) -> None:
-        self.commit_limit = limit
-        self._advance_commit()
+    # the replica set agreed (`commits.set_limit`).
 
     def written_chunk(self, offset: int) -> WrittenChunk | None:
         """The written chunk holding `offset` (or the first after a gap); None past the end."""
@@ -485,12 +387,12 @@ class Partition:
                            header.num_records, header.trailer_length + GUARD.size)
         segment.append((raw,), entry, payload)
         self.writers.written(sequences)
-        self.epoch = max(self.epoch, header.epoch)
+        self.epochs.saw(header.epoch)
         self.next_offset = header.next_offset
         self.next_byte += payload
         self._last_chunk_id, self._last_timestamp = header.chunk_id, header.timestamp
         self._dirty[id(segment)] = segment
-        self._pending.append((self.next_offset, header.chunk_id, self.next_byte))
+        self.commits.written(self.next_offset, header.chunk_id, self.next_byte)
         self._commit.written(self.next_offset)
         self._wake_written()
         return Appended(header.chunk_id, self.next_offset)
@@ -499,16 +401,7 @@ class Partition:
         """(chunk id, epoch) of the last written chunk; None for an empty log."""
         if self._last_chunk_id < 0 or self.next_offset <= self.first_offset:
             return None
-        return self._last_chunk_id, self.chunk_epoch(self._last_chunk_id) or 0
-
-    def chunk_epoch(self, chunk_id: int) -> int | None:
-        """The epoch of the chunk that starts at `chunk_id`; None when none does."""
-        return self._segments.chunk_epoch(chunk_id)
-
-    def epoch_end(self, epoch: int) -> int:
-        """Where the log's records of epochs up to `epoch` end: the first chunk of a later
-        epoch, or the end of the log."""
-        return self._segments.epoch_end(epoch)
+        return self._last_chunk_id, self.epochs.of_chunk(self._last_chunk_id) or 0
 
     def truncate_from(self, offset: int) -> None:
         """Drop every chunk at or after `offset` (a chunk boundary): a follower's divergent
@@ -521,12 +414,10 @@ class Partition:
         self.next_offset, self.next_byte = segment.next_offset, segment.next_byte
         self._last_chunk_id, self._last_timestamp = self._segments.last_chunk()
         self.writers = WriterState.recover(self._segments)
-        self._pending = deque(p for p in self._pending if p[0] <= self.next_offset)
-        self._durable_mark = min(self._durable_mark, self.next_offset)
-        if self._committed.offset > self.next_offset:
-            self._committed = _Committed(self.next_offset, self._last_chunk_id, self.next_byte)
-        self._commit = GroupCommit(self._commit.policy, self._sync_dirty, self._on_durable,
-                                   durable=self.next_offset, timings=self._commit.timings)
+        self.commits.cut(self.next_offset, self._last_chunk_id, self.next_byte)
+        self._commit = GroupCommit(self._commit.policy, self._sync_dirty,
+                                   self.commits.reached_disk, durable=self.next_offset,
+                                   timings=self._commit.timings)
 
     # -- retention -----------------------------------------------------------
 

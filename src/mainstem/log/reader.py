@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mainstem.formats.chunk import Chunk
+from mainstem.log.chunk_stream import ReadChunk, read_records
 from mainstem.log.partition import ChunkLocation, Partition
 from mainstem.log.segment_file import Segment
 
@@ -34,11 +35,17 @@ class PartitionReader:
         found = self._next()
         return None if found is None else self.partition.location(*found)
 
-    def next_chunk_nowait(self) -> Chunk | None:
+    def next_chunk_nowait(self) -> ReadChunk | None:
+        """The next committed chunk: streamed if it is large (see `chunk_stream`)."""
+        found = self._next()
+        return None if found is None else read_records(*found) or found[0].read_chunk(found[1])
+
+    def next_whole_chunk_nowait(self) -> Chunk | None:
+        """The next committed chunk read at once, for a reader that takes it in one step."""
         found = self._next()
         return None if found is None else found[0].read_chunk(found[1])
 
-    async def next_chunk(self) -> Chunk:
+    async def next_chunk(self) -> ReadChunk:
         while True:
             chunk = self.next_chunk_nowait()
             if chunk is not None:

@@ -100,31 +100,6 @@ class Segments(Sequence[Segment]):
                 return segment.index.chunk_ids[-1], segment.index.timestamps[-1]
         return -1, 0
 
-    def chunk_epoch(self, chunk_id: int) -> int | None:
-        """The epoch of the chunk that starts at `chunk_id`; None when none does."""
-        found = self.find(chunk_id) if self[0].first_chunk_id <= chunk_id else None
-        if found is None or found[0].index.chunk_ids[found[1]] != chunk_id:
-            return None
-        return found[0].read_header(found[1]).epoch
-
-    def epoch_end(self, epoch: int) -> int:
-        """Where the records of epochs up to `epoch` end: the first chunk of a later
-        epoch, or the end of the log. Epochs never decrease along a log, so a binary
-        search over the chunks finds it."""
-        chunks = [(segment, i) for segment in self._files for i in range(segment.num_chunks)]
-        low, high = 0, len(chunks)
-        while low < high:
-            middle = (low + high) // 2
-            segment, i = chunks[middle]
-            if segment.read_header(i).epoch <= epoch:
-                low = middle + 1
-            else:
-                high = middle
-        if low == len(chunks):
-            return self.active.next_offset
-        segment, i = chunks[low]
-        return segment.index.chunk_ids[i]
-
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset of the first chunk at or after `timestamp` (ms); None when every
         chunk is older."""

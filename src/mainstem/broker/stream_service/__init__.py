@@ -2,20 +2,23 @@
 
 `PartitionService` gives each partition one `Appender` (batching, chunk bounds, writer
 sequences, durability, the write gate) and `Subscription`s (credit, waiting for new
-data, sending chunks from the files). Below it lies the log; protocols see only this,
+data, sending chunks from the files); in a cluster, its roles (`stand_by`, `lead`,
+`follow`) are the only way replication changes it. Below it lies the log; protocols see only this,
 and the Osiris layout itself is declared once, in `formats.osiris`.
 """
 
 from mainstem.broker.stream_service.appender import Appender, ChunkLimits, Receipt
 from mainstem.broker.stream_service.gate import WriteGate, WritesHeld
+from mainstem.broker.stream_service.roles import Following, Leading
 from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
-from mainstem.log.partition import ChunkLocation, DataRemoved, PartitionClosed
+from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed
+from mainstem.log.partition import ChunkLocation
 from mainstem.log.transfer import ChunkView, Transfer
 
 __all__ = [
     "Appender", "Chunk", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
-    "PartitionClosed", "PartitionService", "Receipt", "Subscription", "Transfer", "WriteGate",
-    "WritesHeld",
+    "Following", "Leading", "NotWritable", "PartitionClosed", "PartitionService", "Receipt",
+    "Subscription", "Transfer", "WriteGate", "WritesHeld",
 ]

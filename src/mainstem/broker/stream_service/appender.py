@@ -19,7 +19,8 @@ from mainstem.broker.stream_service.forwarding import ForwardedAppend, Forwarder
 from mainstem.broker.stream_service.gate import WriteGate
 from mainstem.formats.chunk import UNFILTERED, bloom_filter
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES, SIMPLE_ENTRY, SUB_BATCH_ENTRY, SUB_BATCH_FLAG
-from mainstem.log.partition import Appended, Partition, PartitionClosed
+from mainstem.log.errors import PartitionClosed
+from mainstem.log.partition import Appended, Partition
 from mainstem.logging_setup import describe_error
 
 log = logging.getLogger("mainstem.broker")

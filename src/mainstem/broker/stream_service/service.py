@@ -3,13 +3,17 @@ the positions they answer queries with. Protocols hold these, never the log's ob
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Sequence
 
 from mainstem.broker.stream_service.appender import Appender
+from mainstem.broker.stream_service.forwarding import Forwarder
 from mainstem.broker.stream_service.gate import WriteGate
+from mainstem.broker.stream_service.roles import Following, Leading
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
+from mainstem.log import commit_point
 from mainstem.log.partition import ChunkLocation, Partition
 
 
@@ -17,6 +21,8 @@ class PartitionService:
     def __init__(self, partition: Partition, gate: WriteGate | None = None) -> None:
         self.partition = partition
         self.appender = Appender(partition, gate)
+        self._forwarder: Forwarder | None = None  # the way to the leader, when replicated
+        self._saved_commit = 0  # see save_commit_point
 
     def subscribe(self, offset: int, *, credit: int | None = None,
                   filter_values: Sequence[str] = (),
@@ -104,3 +110,51 @@ class PartitionService:
     def offset_for_timestamp(self, timestamp: int) -> int:
         """First offset of the first committed chunk at or after `timestamp` (ms)."""
         return self.partition.offset_for_timestamp(timestamp)
+
+    # -- replication roles: a cluster changes the partition through these only ---------
+
+    def stand_by(self, forwarder: Forwarder) -> None:
+        """This node holds a replica it does not lead (yet): it writes nothing itself, its
+        appends go to the leader by `forwarder`, and after a restart it shows readers only
+        what its replica set had committed as last saved (see `save_commit_point`)."""
+        self._forwarder = forwarder
+        self._saved_commit = commit_point.load(self.partition.directory)
+        self.partition.commits.rewind(self._saved_commit)
+        self._stand_by()
+
+    def _stand_by(self) -> None:
+        self.partition.writable = False
+        self.appender.forwarder = self._forwarder
+
+    def lead(self, epoch: int) -> Leading:
+        """This node leads from `epoch` on: it takes writes, and they commit only as far as
+        the replica set acks them (`Leading.commit_to`); nothing new until it does."""
+        partition = self.partition
+        partition.epochs.current = epoch
+        partition.commits.hold()
+        partition.commits.resume()
+        partition.writable = True
+        self.appender.forwarder = None
+        return Leading(partition, self._stand_by)
+
+    def follow(self) -> Following:
+        """This node follows the leader on another node (it stands by meanwhile)."""
+        return Following(self.partition)
+
+    @property
+    def takes_writes(self) -> bool:
+        """False on a replica whose leader is elsewhere."""
+        return self.partition.writable
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the chunks this node writes (its leader's, when following)."""
+        return self.partition.epochs.current
+
+    def save_commit_point(self) -> None:
+        """Keep the commit point for a restart, if it moved (see log.commit_point)."""
+        committed = self.committed_offset
+        if committed != self._saved_commit:
+            with contextlib.suppress(OSError):  # the stream may be going away
+                commit_point.save(self.partition.directory, committed)
+                self._saved_commit = committed

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Sequence
 
 from mainstem.formats.chunk import BloomMatcher, Chunk
+from mainstem.log.chunk_stream import ReadChunk
 from mainstem.log.partition import Partition
 from mainstem.log.reader import PartitionReader
 from mainstem.log.transfer import ChunkView, Transfer, peek, transfer
@@ -66,12 +67,17 @@ class Subscription:
             self.credit -= 1
         return transfer(view, frame_header)
 
-    async def next_chunk(self) -> Chunk:
-        """The next committed chunk, read; waits for new data at the end of the log."""
+    async def next_chunk(self) -> ReadChunk:
+        """The next committed chunk, read (a large one as its records are taken); waits for
+        new data at the end of the log."""
         return await self._reader.next_chunk()
 
-    def next_chunk_nowait(self) -> Chunk | None:
+    def next_chunk_nowait(self) -> ReadChunk | None:
         return self._reader.next_chunk_nowait()
+
+    def next_whole_chunk_nowait(self) -> Chunk | None:
+        """The next committed chunk read at once, for a reader that takes it in one step."""
+        return self._reader.next_whole_chunk_nowait()
 
 
 def sendfile_socket(transport: asyncio.BaseTransport) -> int | None:

@@ -42,8 +42,9 @@ READ_SIZE = 256 * 1024
 CLOSE_OK_TIMEOUT_S = 2.0  # for pending confirms, and for the client's close-ok at shutdown
 CLOSING_TIMEOUT_S = 30.0  # RabbitMQ's: how long a closing connection waits for its client
 SHUTDOWN_REASON = "broker forced connection closure with reason 'shutdown'"
-# Deliveries pause while the socket holds this much unsent data (a slow consumer).
-WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+# Deliveries pause while the socket holds this much unsent data (a slow consumer): what a
+# consumer that stops reading costs the broker beyond the kernel's socket buffer.
+WRITE_BUFFER_LIMIT = 128 * 1024
 # What one event-loop turn sends after its first frames is written at its end, or sooner
 # past this size.
 OUTPUT_FLUSH_BYTES = 256 * 1024

@@ -558,7 +558,7 @@ class IggyConnection:
         out: list[tuple[int, list[Stored]]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
-            chunk = reader.next_chunk_nowait()
+            chunk = reader.next_whole_chunk_nowait()
             if chunk is None:
                 break
             timestamp = chunk.header.timestamp

@@ -1,0 +1,19 @@
+"""What the log raises to those who wait on it or read it."""
+
+from __future__ import annotations
+
+
+class PartitionClosed(Exception):
+    """The partition was closed while a caller waited on it."""
+
+
+class NotWritable(PartitionClosed):
+    """This replica of the partition takes no writes: its leader is on another node."""
+
+
+class DataRemoved(Exception):
+    """The requested position was deleted by retention or truncation."""
+
+    def __init__(self, message: str, first_available: int) -> None:
+        super().__init__(message)
+        self.first_available = first_available
