@@ -101,6 +101,7 @@ class VirtualHost:
                           applied)
 
     def policies_changed(self) -> None:
+        """A policy of this vhost was set or cleared: each queue runs with what applies."""
         for queue in list(self.queues.values()):
             if not queue.deleted:
                 self.apply_policy(queue)
