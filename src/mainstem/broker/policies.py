@@ -159,6 +159,9 @@ class Applied:
 
 
 NONE_APPLIED = Applied()
+# Resolutions kept between changes (a message with no route asks for its exchange's
+# alternate each time); cleared when full, as temporary queues' names come and go.
+_REMEMBERED = 10_000
 
 
 class PolicyBook:
@@ -166,18 +169,22 @@ class PolicyBook:
 
     def __init__(self, policies: Iterable[Policy] = ()) -> None:
         self._by_vhost: dict[tuple[str, str], dict[str, Policy]] = {}
+        self._applied: dict[tuple[str, str, str], Applied] = {}
         for policy in policies:
             self.put(policy)
 
     def put(self, policy: Policy) -> None:
         self._by_vhost.setdefault((policy.kind, policy.vhost), {})[policy.name] = policy
+        self._applied.clear()
 
     def remove(self, kind: str, vhost: str, name: str) -> None:
         self._by_vhost.get((kind, vhost), {}).pop(name, None)
+        self._applied.clear()
 
     def drop_vhost(self, vhost: str) -> None:
         for kind in KINDS:
             self._by_vhost.pop((kind, vhost), None)
+        self._applied.clear()
 
     def list(self, kind: str, vhost: str | None = None) -> list[Policy]:
         return sorted((p for (k, v), policies in self._by_vhost.items()
@@ -190,6 +197,16 @@ class PolicyBook:
         return min(matching, key=lambda p: (-p.priority, p.name), default=None)
 
     def applied(self, vhost: str, name: str, what: str) -> Applied:
+        """What applies to the object `name` of kind `what` (see APPLY_TO) in `vhost`."""
+        key = (vhost, name, what)
+        found = self._applied.get(key)
+        if found is None:
+            if len(self._applied) >= _REMEMBERED:
+                self._applied.clear()
+            found = self._applied[key] = self._resolve(vhost, name, what)
+        return found
+
+    def _resolve(self, vhost: str, name: str, what: str) -> Applied:
         policy = self._match(POLICY, vhost, name, what)
         operator = self._match(OPERATOR_POLICY, vhost, name, what)
         if policy is None and operator is None:
