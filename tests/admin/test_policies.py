@@ -252,6 +252,19 @@ def test_delivery_limit_dead_letters_a_quorum_queues_message_returned_too_often(
     assert ready(channel, "tasks") == 0
 
 
+def test_a_smaller_x_delivery_limit_argument_wins_over_the_policy(server, channel):
+    set_policy(server, "loose", "^strict$", {"delivery-limit": 5}, apply_to="quorum_queues")
+    channel.queue_declare("strict", durable=True,
+                          arguments={"x-queue-type": "quorum", "x-delivery-limit": 0})
+    channel.confirm_delivery()
+    publish(channel, "strict", 1)
+    until(lambda: ready(channel, "strict") == 1)
+    method, _, _ = channel.basic_get("strict")
+    channel.basic_nack(method.delivery_tag, requeue=True)  # returned once: over the limit
+    until(lambda: ready(channel, "strict") == 0)
+    assert channel.basic_get("strict")[0] is None
+
+
 def test_alternate_exchange_by_policy(server, channel):
     channel.exchange_declare("orders-x", "direct")
     channel.exchange_declare("ae", "fanout")
