@@ -11,7 +11,7 @@ both set, the smaller value (`merged_definition`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,10 @@ OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
-def _integer(minimum: int) -> Any:
+Check = Callable[[Any], bool]
+
+
+def _integer(minimum: int) -> Check:
     def check(value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
     return check
@@ -53,7 +56,7 @@ def _age(value: Any) -> bool:
 
 
 # key -> (check, what RabbitMQ calls a bad value)
-_KEYS: Mapping[str, tuple[Any, str]] = {
+_KEYS: Mapping[str, tuple[Check, str]] = {
     "max-length": (_integer(0), "a valid maximum length"),
     "max-length-bytes": (_integer(0), "a valid maximum length in bytes"),
     "overflow": (lambda v: v in OVERFLOW_MODES, "a valid overflow value"),

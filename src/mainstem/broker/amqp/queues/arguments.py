@@ -10,8 +10,12 @@ from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.amqp.routing.model import amqp_type_name, canonical_value
 from mainstem.broker.errors import PreconditionFailed
 
-CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
-OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+# The queue types and overflow modes, one list with the policies that name them too
+from mainstem.broker.policies import CLASSIC as CLASSIC
+from mainstem.broker.policies import OVERFLOW_MODES
+from mainstem.broker.policies import QUORUM as QUORUM
+from mainstem.broker.policies import STREAM as STREAM
+
 # Compared on redeclaration; RabbitMQ ignores the others (x-queue-mode, x-queue-version, ...).
 _EQUIVALENCE_KEYS = (
     "x-queue-type", "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
