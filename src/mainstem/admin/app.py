@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, connections, definitions, health, inventory, objects, policies
+from mainstem.admin import (
+    api,
+    connections,
+    definitions,
+    health,
+    inventory,
+    objects,
+    policies,
+    policy_api,
+)
 from mainstem.admin import state as shared
 from mainstem.admin.audit import audit
 from mainstem.admin.metrics import Metrics
@@ -45,7 +54,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
-                health.routes, policies.routes, inventory.routes, _own_routes)
+                health.routes, policies.routes, policy_api.routes, inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = None
