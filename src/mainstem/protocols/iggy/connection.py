@@ -4,9 +4,10 @@ An Iggy stream is a namespace, an Iggy topic a stream of the log engine. The fir
 frame tells the generation the client speaks: the 2024 length-prefixed requests
 (iggy-py 0.4) or the replicated framing of apache-iggy 0.9 (vsr.py), whose bodies
 differ where layouts.py says. The protocol's rules (the framing choice, login and
-logout, how each framing answers) live in `state.IggyState`; this moves bytes, runs the
-commands against the broker and carries out the state's actions. Requests are answered in
-order; every complete request in the read buffer is handled before the next read.
+logout, how each framing answers) live in `state.IggyState` and each request body is read
+by `requests.py`; this moves bytes, runs the commands against the broker and carries out
+the state's actions. Requests are answered in order; every complete request in the read
+buffer is handled before the next read.
 """
 
 from __future__ import annotations
