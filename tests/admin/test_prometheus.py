@@ -182,3 +182,25 @@ async def test_the_tls_twin_serves_the_same_endpoints(tmp_path):
             {("vhost", "/"), ("queue", "orders")}))] == 2
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await scrape(port, "/metrics", scheme="https", context=ssl.create_default_context())
+
+
+async def test_the_protocol_listener_check_knows_the_prometheus_listener(tmp_path):
+    path = "/api/health/checks/protocol-listener/http%2Fprometheus"
+    for enabled, status in ((True, 200), (False, 503)):
+        config = ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=tmp_path / "data")
+        prometheus = dataclasses.replace(config.prometheus, enabled=enabled)
+        async with Broker(config=dataclasses.replace(config, prometheus=prometheus)) as broker, \
+                aiohttp.ClientSession(headers=ADMIN) as http, http.get(
+                    f"http://127.0.0.1:{broker.ports['admin']}{path}") as response:
+            assert response.status == status
+            assert ("prometheus" in broker.ports) is enabled
+
+
+async def test_the_listener_serves_with_the_management_listener_off(tmp_path):
+    config = ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=tmp_path / "data")
+    admin = dataclasses.replace(config.admin, enabled=False)
+    async with Broker(config=dataclasses.replace(config, admin=admin)) as broker:
+        assert "admin" not in broker.ports
+        await asyncio.to_thread(declare, broker, "/", {"orders": 1})
+        samples = await scrape(broker.ports["prometheus"], "/metrics")
+    assert samples[("rabbitmq_queue_messages_ready", frozenset())] == 1
