@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from mainstem import __version__
 from mainstem.admin.state import AdminState
-from mainstem.broker.alarms import DISK, MEMORY, measure
+from mainstem.broker.alarms import DISK, MEMORY, ResourceUsage, measure
 from mainstem.broker.message_stats import MessageStats
 from mainstem.protocols.base import ChannelView
 from mainstem.protocols.identity import NODE
@@ -239,7 +239,7 @@ class RabbitFamilies:
                                 "Free disk space low watermark in bytes",
                                 value=marks.disk_free_limit)
 
-    def _usage(self) -> Any:
+    def _usage(self) -> ResourceUsage:
         monitor = self._state.monitor
         usage = monitor.usage if monitor is not None else None
         return usage if usage is not None else measure(self._state.core.data_dir)
