@@ -86,6 +86,11 @@ async def test_the_listener_aggregates_metrics_and_names_objects_per_object(brok
     assert aggregated[("rabbitmq_queue_messages_ready", frozenset())] == 5
     assert aggregated[("rabbitmq_queues", frozenset())] == 3
     per_object = await scrape(port, "/metrics/per-object")
+    async with aiohttp.ClientSession() as http, http.get(
+            f"http://127.0.0.1:{port}/metrics/per-object",
+            headers={"Accept-Encoding": "gzip"}) as response:
+        assert response.headers["Content-Encoding"] == "gzip"  # as Prometheus asks
+        assert "invoices" in await response.text()
     # the same families, with one sample per object, and RabbitMQ 4's queue_info beside
     assert names(per_object) - names(aggregated) == {"rabbitmq_queue_info"}
     assert per_object[("rabbitmq_queue_messages_ready", frozenset(

@@ -110,5 +110,9 @@ class Metrics:
 
 
 def _exposition(registry: CollectorRegistry) -> web.Response:
-    return web.Response(body=generate_latest(registry),
-                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+    """The registry as Prometheus text; gzipped for a scraper that accepts it, as
+    RabbitMQ's plugin does (per-object scrapes of many queues are large)."""
+    response = web.Response(body=generate_latest(registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+    response.enable_compression()
+    return response
