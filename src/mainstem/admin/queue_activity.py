@@ -21,7 +21,7 @@ Counts = Mapping[str, int]
 
 @dataclass(frozen=True, slots=True)
 class QueueLook:
-    counts: Counts  # the queue's message counters
+    counts: Counts  # the queue's message counters, a snapshot no one changes
     deliverable: bool  # a message arriving now would go to a consumer at once
 
 
@@ -38,7 +38,7 @@ class QueueActivity:
         for key, look in looks.items():
             moved = self._moved.get(key)
             if moved is None or moved[0] != look.counts:
-                self._moved[key] = (dict(look.counts), now)
+                self._moved[key] = (look.counts, now)
             self._deliverable.setdefault(key, deque(maxlen=self._window)).append(
                 look.deliverable)
         for key in self._moved.keys() - looks.keys():

@@ -17,6 +17,7 @@ import platform
 import resource
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import prometheus_client
@@ -246,8 +247,9 @@ class RabbitFamilies:
 
     # -- queues -------------------------------------------------------------------
 
+    @cached_property
     def queue_rows(self) -> list[_QueueRow]:
-        """Every AMQP queue and stream, of the scope's vhosts."""
+        """Every AMQP queue and stream, of the scope's vhosts (read once a scrape)."""
         core, activity = self._state.core, self._state.activity
         rows = [_QueueRow(host.name, queue.name, queue.kind, queue.ready_count,
                           queue.unacked_count, len(queue.consumers), queue.stats.publish,
@@ -267,10 +269,14 @@ class RabbitFamilies:
 
     def _queue_family(self, family: str) -> Callable[[], Iterator[Metric]]:
         def collect() -> Iterator[Metric]:
-            rows = self.queue_rows()
+            rows = self.queue_rows
             for kind, name, documentation, value_of in _QUEUE_FAMILIES[family]:
+                if not self._scope.per_object:  # the sum alone: no labels to build
+                    yield kind(self._scope.prefix + name, documentation,
+                               value=sum(value_of(q) for q in rows))
+                    continue
                 yield self._family(kind, name, documentation, ["vhost", "queue"],
-                                         [([q.vhost, q.name], value_of(q)) for q in rows])
+                                   [([q.vhost, q.name], value_of(q)) for q in rows])
 
         return collect
 
@@ -279,7 +285,7 @@ class RabbitFamilies:
         info = GaugeMetricFamily(f"{self._scope.prefix}queue_info", "A metric with a constant"
                                  " '1' value and labels that provide some queue details",
                                  labels=["vhost", "queue", "queue_type", "membership"])
-        for row in self.queue_rows():
+        for row in self.queue_rows:
             info.add_metric([row.vhost, row.name, _QUEUE_TYPES[row.kind], "leader"], 1)
         return info
 
