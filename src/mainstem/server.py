@@ -136,7 +136,7 @@ class Broker:
         self.alarm_monitor: AlarmMonitor | None = None
         self._background: list[asyncio.Task[None]] = []
         self.workers: Workers | None = None  # with config.workers: the decoding processes
-        self._admin_runners: list[web.AppRunner] = []  # aiohttp's runners of the HTTP listeners
+        self._http_runners: list[web.AppRunner] = []  # aiohttp's runners of the HTTP listeners
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self._handshakes = Handshakes(0, 0)  # connections not logged in, set by start()
         self.ports: dict[str, int] = {}
@@ -230,7 +230,7 @@ class Broker:
             return
         for server in self._servers:
             server.close()
-        await self._stop_admin()
+        await self._stop_http()
         self._closing.set()
         await self._end_connections()
         await self._release()
@@ -329,7 +329,7 @@ class Broker:
                                keepalive_timeout=self._handshake_timeout_s,
                                logger=HttpServerLog(logging.getLogger("mainstem.admin.http")))
         await runner.setup()
-        self._admin_runners.append(runner)
+        self._http_runners.append(runner)
         return runner
 
     async def _serve_http(self, name: str, listener: ListenerConfig, runner: web.AppRunner,
@@ -356,8 +356,8 @@ class Broker:
             self._servers.append(server)
             self._bound(site, listener.host, server.sockets[0].getsockname()[1])
 
-    async def _stop_admin(self) -> None:
-        runners, self._admin_runners = self._admin_runners, []
+    async def _stop_http(self) -> None:
+        runners, self._http_runners = self._http_runners, []
         for runner in runners:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
@@ -391,7 +391,7 @@ class Broker:
 
     def _open_connections(self) -> int:
         """Protocol connections and the HTTP listeners' connections."""
-        http = sum(len(runner.server.connections) for runner in self._admin_runners
+        http = sum(len(runner.server.connections) for runner in self._http_runners
                    if runner.server is not None)
         return len(self.connections) + http
 
@@ -487,7 +487,7 @@ class Broker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), _CLOSE_TIMEOUT_S)
         self._servers.clear()
-        await self._stop_admin()
+        await self._stop_http()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
