@@ -209,3 +209,23 @@ async def test_the_listener_serves_with_the_management_listener_off(tmp_path):
         await asyncio.to_thread(declare, broker, "/", {"orders": 1})
         samples = await scrape(broker.ports["prometheus"], "/metrics")
     assert samples[("rabbitmq_queue_messages_ready", frozenset())] == 1
+
+
+ALL_FAMILIES = ("connection_churn_metrics", "node_coarse_metrics", "node_metrics",
+                "queue_coarse_metrics", "queue_consumer_count", "queue_metrics",
+                "channel_metrics", "channel_exchange_metrics", "channel_queue_metrics",
+                "connection_coarse_metrics", "connection_metrics",
+                "channel_queue_exchange_metrics")
+
+
+async def test_every_endpoint_declares_each_family_once(broker):
+    await asyncio.to_thread(declare, broker, "/", {"orders": 1})
+    every = "&".join(f"family={family}" for family in ALL_FAMILIES)
+    for path in ("/metrics", "/metrics/per-object", f"/metrics/detailed?{every}"):
+        async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{broker.ports['prometheus']}{path}") as response:
+            text = await response.text()
+        declared = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+        assert len(declared) == len(set(declared)) > 20, path
+        families = {family.name for family in text_string_to_metric_families(text)}
+        assert len(families) == len(declared), path
