@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from mainstem import __version__
 from mainstem.admin.state import AdminState
 from mainstem.broker.alarms import DISK, MEMORY, ResourceUsage, measure
+from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.message_stats import MessageStats
 from mainstem.protocols.base import ChannelView
 from mainstem.protocols.identity import NODE
@@ -72,6 +73,7 @@ class _QueueRow:
     ready_bytes: int
     in_memory: int  # ready messages held in memory
     capacity: float  # consumer capacity, 0.0 to 1.0
+    membership: str = "leader"  # "follower": its home is another node
 
 
 QueueValue = Callable[[_QueueRow], float]
@@ -254,7 +256,8 @@ class RabbitFamilies:
         rows = [_QueueRow(host.name, queue.name, queue.kind, queue.ready_count,
                           queue.unacked_count, len(queue.consumers), queue.stats.publish,
                           queue.ready_bytes, queue.in_memory,
-                          activity.consumer_capacity(("queue", host.name, queue.name)) or 0.0)
+                          activity.consumer_capacity(("queue", host.name, queue.name)) or 0.0,
+                          "follower" if isinstance(queue, RemoteQueue) else "leader")
                 for host in core.queues.vhosts.values() for queue in host.queues.values()]
         subscribers = consumers_per_queue(self._connections)
         for stream in core.streams.list():
@@ -286,7 +289,8 @@ class RabbitFamilies:
                                  " '1' value and labels that provide some queue details",
                                  labels=["vhost", "queue", "queue_type", "membership"])
         for row in self.queue_rows:
-            info.add_metric([row.vhost, row.name, _QUEUE_TYPES[row.kind], "leader"], 1)
+            queue_type = _QUEUE_TYPES.get(row.kind, row.kind)
+            info.add_metric([row.vhost, row.name, queue_type, row.membership], 1)
         return info
 
     # -- connections and channels -------------------------------------------------
