@@ -36,13 +36,18 @@ LOG_FORMATS = ("json", "text")
 MIN_FRAME_SIZE = 4096  # AMQP 0-9-1's frame-min-size: every protocol must fit its handshake
 ADMIN = "admin"  # the management API's listener name in flags, ports and URLs
 ADMIN_PORT = 15672
+PROMETHEUS = "prometheus"  # the Prometheus scrape listener, as RabbitMQ's plugin serves it
+PROMETHEUS_PORT = 15692
+# Who may read /metrics on the management listener: logged-in users (default), anyone, or
+# nobody (scrape the prometheus listener instead, as with RabbitMQ).
+ADMIN_METRICS = ("authenticated", "open", "off")
 REPLICATION_PORT = 5553  # followers fetch chunks from their leader here (cluster only)
 MAX_WORKERS = 64  # [server] workers: more only adds processes a machine cannot feed
 AUTO_WORKERS = 4  # "auto" stops here: beyond, the broker's own loop is the limit
 # The TLS twin of each listener, where RabbitMQ or the protocol's project has a convention
 # (AMQP 5671, stream 5551, management 15671); the others take the next port up.
 DEFAULT_TLS_PORTS = {"amqp": 5671, "stream": 5551, "iggy": 8091, "bson": 7452,
-                     "segment": 12346, "admin": 15671}
+                     "segment": 12346, "admin": 15671, "prometheus": 15691}
 TLS_VERIFY = ("none", "optional", "required")
 
 
@@ -146,7 +151,14 @@ class ServerConfig:
     # The management API's listener, outside `listeners` as it is HTTP, not a protocol.
     admin: ListenerConfig = field(default_factory=lambda: ListenerConfig(port=ADMIN_PORT))
     tls: TlsConfig = field(default_factory=TlsConfig)
-    # listener name -> port of its TLS twin (0: ephemeral); "admin" included.
+    # /metrics on the management listener: one of ADMIN_METRICS
+    admin_metrics: str = "authenticated"
+    # RabbitMQ's Prometheus listener: /metrics, /metrics/per-object, /metrics/detailed
+    prometheus: ListenerConfig = field(
+        default_factory=lambda: ListenerConfig(port=PROMETHEUS_PORT))
+    # prometheus.return_per_object_metrics: /metrics with a sample per object, as RabbitMQ
+    return_per_object_metrics: bool = False
+    # listener name -> port of its TLS twin (0: ephemeral); "admin" and "prometheus" included.
     tls_ports: Mapping[str, int] = field(default_factory=dict)
     alarms: AlarmConfig = field(default_factory=AlarmConfig)
     # The [limits] section, kept flat so that limits() can build the handlers' view.
@@ -195,12 +207,14 @@ class ServerConfig:
             for spec in specs
         }
         admin = ListenerConfig(host, ADMIN_PORT if port is None else port)
+        prometheus = ListenerConfig(host, PROMETHEUS_PORT if port is None else port)
+        http = {ADMIN: admin, PROMETHEUS: prometheus}
         tls_ports = {
             name: default_tls_port(name, listener.port) if port is None else port
-            for name, listener in {**listeners, "admin": admin}.items()
+            for name, listener in {**listeners, **http}.items()
         }
         return cls(data_dir=Path(data_dir), listeners=listeners, admin=admin,
-                   tls_ports=tls_ports)
+                   prometheus=prometheus, tls_ports=tls_ports)
 
     def listener(self, spec: ProtocolSpec) -> ListenerConfig:
         """This protocol's listener; one missing from the configuration gets its default port."""
@@ -210,8 +224,8 @@ class ServerConfig:
         """The port of a listener's TLS twin (its own listener port decides the default)."""
         if name in self.tls_ports:
             return self.tls_ports[name]
-        listener = self.admin if name == "admin" else self.listeners[name]
-        return default_tls_port(name, listener.port)
+        listener = {ADMIN: self.admin, PROMETHEUS: self.prometheus}.get(name)
+        return default_tls_port(name, (listener or self.listeners[name]).port)
 
     def core_settings(self) -> CoreSettings:
         return CoreSettings(
@@ -444,6 +458,12 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "admin.port": _port,
     "admin.enabled": _bool,
     "admin.tls_port": _port,
+    "admin.metrics": _choice(ADMIN_METRICS),
+    "prometheus.host": _text,
+    "prometheus.port": _port,
+    "prometheus.enabled": _bool,
+    "prometheus.tls_port": _port,
+    "prometheus.return_per_object_metrics": _bool,
     "tls.certfile": _path,
     "tls.keyfile": _path,
     "tls.cafile": _path,
@@ -498,6 +518,12 @@ _ENV_VARS = {
     "MAINSTEM_ADMIN_PORT": "admin.port",
     "MAINSTEM_ADMIN_ENABLED": "admin.enabled",
     "MAINSTEM_ADMIN_TLS_PORT": "admin.tls_port",
+    "MAINSTEM_ADMIN_METRICS": "admin.metrics",
+    "MAINSTEM_PROMETHEUS_HOST": "prometheus.host",
+    "MAINSTEM_PROMETHEUS_PORT": "prometheus.port",
+    "MAINSTEM_PROMETHEUS_ENABLED": "prometheus.enabled",
+    "MAINSTEM_PROMETHEUS_TLS_PORT": "prometheus.tls_port",
+    "MAINSTEM_PROMETHEUS_RETURN_PER_OBJECT_METRICS": "prometheus.return_per_object_metrics",
     "MAINSTEM_TLS_CERTFILE": "tls.certfile",
     "MAINSTEM_TLS_KEYFILE": "tls.keyfile",
     "MAINSTEM_TLS_CAFILE": "tls.cafile",
@@ -550,6 +576,11 @@ _FLAGS = (
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
     ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
     ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
+    ("--admin-metrics", "admin.metrics", "WHO",
+     "/metrics on the management listener: authenticated | open | off"
+     " (default: authenticated)"),
+    ("--prometheus-per-object-metrics", "prometheus.return_per_object_metrics", "BOOL",
+     "the prometheus listener's /metrics with a sample per object (default: false)"),
     ("--log-level", "log.level", "LEVEL", "debug | info | warning | error"),
     ("--log-format", "log.format", "FORMAT", "json (one object per line) | text (key=value)"),
     ("--tls-certfile", "tls.certfile", "PATH", "PEM certificate chain; enables TLS listeners"),
@@ -754,12 +785,12 @@ def _listener_flag(spec: str, names: Sequence[str]) -> _Layer:
 
 
 def _listener_prefix(name: str) -> str:
-    """Where a listener's keys live: the HTTP admin listener has a section of its own."""
-    return ADMIN if name == ADMIN else f"listeners.{name}"
+    """Where a listener's keys live: the HTTP listeners have sections of their own."""
+    return name if name in (ADMIN, PROMETHEUS) else f"listeners.{name}"
 
 
 def _check_listener_name(name: str, names: Sequence[str], origin: str) -> None:
-    if name not in names and name != ADMIN:
+    if name not in names and name not in (ADMIN, PROMETHEUS):
         raise ConfigError(f"{origin}: unknown listener {name!r}{_known(names)}")
 
 
@@ -787,20 +818,22 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         fields = {renamed.get(key, key): value for key, value in _section(values, prefix).items()}
         return cls(**fields)
 
-    admin = ListenerConfig(
-        host=values.get("admin.host", host),
-        port=values.get("admin.port", ADMIN_PORT),
-        enabled=values.get("admin.enabled", True),
-    )
+    http = {name: _http_listener(values, name, host, port)
+            for name, port in ((ADMIN, ADMIN_PORT), (PROMETHEUS, PROMETHEUS_PORT))}
     tls_ports = {
         name: values.get(f"listeners.{name}.tls_port", default_tls_port(name, listener.port))
         for name, listener in listeners.items()
     }
-    tls_ports["admin"] = values.get("admin.tls_port", default_tls_port("admin", admin.port))
+    for name, listener in http.items():
+        tls_ports[name] = values.get(f"{name}.tls_port", default_tls_port(name, listener.port))
     return ServerConfig(
         data_dir=values.get("data_dir", default.data_dir),
         listeners=listeners,
-        admin=admin,
+        admin=http[ADMIN],
+        admin_metrics=values.get("admin.metrics", default.admin_metrics),
+        prometheus=http[PROMETHEUS],
+        return_per_object_metrics=values.get("prometheus.return_per_object_metrics",
+                                             default.return_per_object_metrics),
         tls=section(TlsConfig, "tls"),
         tls_ports=tls_ports,
         alarms=section(AlarmConfig, "alarms"),
@@ -834,6 +867,14 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         projections=values.get("projections", default.projections),
         workers=values.get("server.workers", default.workers),
     )
+
+
+def _http_listener(values: Mapping[str, Any], name: str, host: str, port: int
+                   ) -> ListenerConfig:
+    """The [admin] or [prometheus] listener."""
+    return ListenerConfig(host=values.get(f"{name}.host", host),
+                          port=values.get(f"{name}.port", port),
+                          enabled=values.get(f"{name}.enabled", True))
 
 
 def _section(values: Mapping[str, object], prefix: str) -> dict[str, object]:

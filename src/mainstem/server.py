@@ -28,7 +28,7 @@ from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
 from mainstem.cluster.node import ClusterNode
-from mainstem.config import ServerConfig, default_workers
+from mainstem.config import ADMIN, PROMETHEUS, ListenerConfig, ServerConfig, default_workers
 from mainstem.handshakes import Handshakes
 from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
@@ -62,6 +62,8 @@ _URL_TEMPLATES = {
     "stream/tls": "rabbitmq-stream+tls://{user}:{password}@{host}:{port}/%2F",
     "amqp/tls": "amqps://{user}:{password}@{host}:{port}/%2F",
     "admin/tls": "https://{host}:{port}/",
+    "prometheus": "http://{host}:{port}/metrics",
+    "prometheus/tls": "https://{host}:{port}/metrics",
 }
 TLS_SUFFIX = "/tls"  # a listener's TLS twin is named "stream/tls", "amqp/tls", ...
 
@@ -117,6 +119,9 @@ class Broker:
             config = dataclasses.replace(
                 config, admin=dataclasses.replace(config.admin, enabled=admin)
             )
+        if admin is False:  # nor Prometheus' listener
+            config = dataclasses.replace(
+                config, prometheus=dataclasses.replace(config.prometheus, enabled=False))
         self.config = _with_overrides(config, self._protocols, data_dir, host, port_overrides)
         self.data_dir = Path(self.config.data_dir).absolute()
         self._grace_s = shutdown_grace_s
@@ -131,7 +136,7 @@ class Broker:
         self.alarm_monitor: AlarmMonitor | None = None
         self._background: list[asyncio.Task[None]] = []
         self.workers: Workers | None = None  # with config.workers: the decoding processes
-        self._admin_runners: list[web.AppRunner] = []  # the aiohttp AppRunner of the admin sites
+        self._http_runners: list[web.AppRunner] = []  # aiohttp's runners of the HTTP listeners
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self._handshakes = Handshakes(0, 0)  # connections not logged in, set by start()
         self.ports: dict[str, int] = {}
@@ -207,8 +212,8 @@ class Broker:
             if self.config.cluster.enabled:
                 await self._join_cluster()
             self._start_alarm_monitor()
-            if self.config.admin.enabled:
-                await self._start_admin(tls)
+            if self.config.admin.enabled or self.config.prometheus.enabled:
+                await self._start_http(tls)
         except BaseException:
             await self._release()
             raise
@@ -225,7 +230,7 @@ class Broker:
             return
         for server in self._servers:
             server.close()
-        await self._stop_admin()
+        await self._stop_http()
         self._closing.set()
         await self._end_connections()
         await self._release()
@@ -296,46 +301,63 @@ class Broker:
         self._hosts[name] = host
         log.info("listener.started", extra={"listener": name, "host": host, "port": port})
 
-    async def _start_admin(self, tls: ssl.SSLContext | None) -> None:
-        """The management API, metrics and console: HTTP on its port, HTTPS on its twin."""
+    async def _start_http(self, tls: ssl.SSLContext | None) -> None:
+        """The management API, metrics and console, and RabbitMQ's Prometheus listener:
+        each HTTP on its port, HTTPS on its twin. The management app runs even with its
+        listener off: it keeps the state both serve (rates, fsync timings)."""
+        from mainstem.admin.app import create_app, prometheus_app
+
+        admin = create_app(self, on_login=self._handshakes.end)
+        runners = {ADMIN: await self._http_runner(admin)}
+        if self.config.prometheus.enabled:
+            # A scrape needs no login: once answered, its connection is no handshake.
+            runners[PROMETHEUS] = await self._http_runner(
+                prometheus_app(admin, on_answered=self._handshakes.end))
+        for name, runner in runners.items():
+            listener = self.config.admin if name == ADMIN else self.config.prometheus
+            if listener.enabled:
+                await self._serve_http(name, listener, runner, tls)
+
+    async def _http_runner(self, app: web.Application) -> web.AppRunner:
         from aiohttp import web
 
-        from mainstem.admin.app import create_app
         from mainstem.admin.http_log import HttpServerLog
 
-        app = create_app(self, on_login=self._handshakes.end)
-        listener = self.config.admin
-        sites: list[tuple[str, int, ssl.SSLContext | None]] = [("admin", listener.port, None)]
-        if tls is not None:
-            sites.append(("admin" + TLS_SUFFIX, self.config.tls_port("admin"), tls))
         # aiohttp closes a connection that has no request under way for the keep-alive
         # timeout, from its first byte on: silent and slow-header clients are handshakes.
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
                                keepalive_timeout=self._handshake_timeout_s,
                                logger=HttpServerLog(logging.getLogger("mainstem.admin.http")))
         await runner.setup()
-        self._admin_runners.append(runner)
+        self._http_runners.append(runner)
+        return runner
+
+    async def _serve_http(self, name: str, listener: ListenerConfig, runner: web.AppRunner,
+                          tls: ssl.SSLContext | None) -> None:
         http = runner.server
         assert http is not None
+        sites: list[tuple[str, int, ssl.SSLContext | None]] = [(name, listener.port, None)]
+        if tls is not None:
+            sites.append((name + TLS_SUFFIX, self.config.tls_port(name), tls))
 
         def accept() -> asyncio.BaseProtocol:
-            if self._refused("admin"):
+            if self._refused(name):
                 return _Refused()
             return _HttpHandshake(http(), self._handshakes)
 
-        for name, port, context in sites:
+        for site, port, context in sites:
             try:
                 server = await asyncio.get_running_loop().create_server(
                     accept, listener.host, port, ssl=context, backlog=LISTEN_BACKLOG,
                     ssl_handshake_timeout=self._handshake_timeout_s if context else None,
                 )
             except OSError as exc:
-                raise ListenerBindError(name, listener.host, port, _bind_reason(exc)) from exc
+                raise ListenerBindError(site, listener.host, port, _bind_reason(exc)) from exc
             self._servers.append(server)
-            self._bound(name, listener.host, server.sockets[0].getsockname()[1])
+            self._bound(site, listener.host, server.sockets[0].getsockname()[1])
 
-    async def _stop_admin(self) -> None:
-        runners, self._admin_runners = self._admin_runners, []
+    async def _stop_http(self) -> None:
+        runners, self._http_runners = self._http_runners, []
         for runner in runners:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
@@ -368,8 +390,8 @@ class Broker:
         return max(1, self.max_connections // 2) if self.max_connections else 0
 
     def _open_connections(self) -> int:
-        """Protocol connections and the admin listener's HTTP connections."""
-        http = sum(len(runner.server.connections) for runner in self._admin_runners
+        """Protocol connections and the HTTP listeners' connections."""
+        http = sum(len(runner.server.connections) for runner in self._http_runners
                    if runner.server is not None)
         return len(self.connections) + http
 
@@ -465,7 +487,7 @@ class Broker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), _CLOSE_TIMEOUT_S)
         self._servers.clear()
-        await self._stop_admin()
+        await self._stop_http()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -637,7 +659,7 @@ def _with_overrides(
     port_overrides: Mapping[str, int] | None,
 ) -> ServerConfig:
     ports = dict(port_overrides or {})
-    unknown = ports.keys() - {spec.name for spec in protocols} - {"admin"}
+    unknown = ports.keys() - {spec.name for spec in protocols} - {ADMIN, PROMETHEUS}
     if unknown:
         raise ValueError(f"port_overrides for unknown listeners: {', '.join(sorted(unknown))}")
     listeners = {}
@@ -646,12 +668,11 @@ def _with_overrides(
         listeners[spec.name] = dataclasses.replace(
             listener, host=host or listener.host, port=ports.get(spec.name, listener.port)
         )
-    admin = dataclasses.replace(
-        config.admin, host=host or config.admin.host, port=ports.get("admin", config.admin.port)
-    )
-    return dataclasses.replace(
-        config, data_dir=Path(data_dir or config.data_dir), listeners=listeners, admin=admin
-    )
+    admin, prometheus = (
+        dataclasses.replace(http, host=host or http.host, port=ports.get(name, http.port))
+        for name, http in ((ADMIN, config.admin), (PROMETHEUS, config.prometheus)))
+    return dataclasses.replace(config, data_dir=Path(data_dir or config.data_dir),
+                               listeners=listeners, admin=admin, prometheus=prometheus)
 
 
 class _DataDirLock:

@@ -171,7 +171,7 @@ class LocalCluster:
         """Start (or restart, with the same data directory) a node."""
         node = self.nodes[name]
         listeners = []
-        for listener in ("stream", "amqp", "iggy", "bson", "segment", "admin"):
+        for listener in ("stream", "amqp", "iggy", "bson", "segment", "admin", "prometheus"):
             listeners += ["--listener", f"{listener}=127.0.0.1:0"]
         with open(node.log_path, "ab") as log:
             node.process = subprocess.Popen(

@@ -70,8 +70,12 @@ async def test_api_needs_an_administrator(broker):
                 assert (await response.json())["error"] == "not_authorised"
         async with session.get("/api/overview", headers=ADMIN) as response:
             assert response.status == 200
-        async with session.get("/metrics") as response:  # open, as RabbitMQ's Prometheus
-            assert response.status == 200
+        for path in ("/metrics", "/metrics/per-object", "/metrics/detailed"):
+            # they name every vhost, queue and stream: open on the prometheus port only
+            async with session.get(path) as response:
+                assert response.status == 401
+            async with session.get(path, headers=ADMIN) as response:
+                assert response.status == 200
 
 
 async def test_vhosts_users_and_permissions(broker, http):
@@ -162,7 +166,7 @@ async def test_binders_and_projections(broker, http):
     assert await get(http, "/api/binders/%2F/pages/documents?limit=1") == [{"page": "a",
                                                                              "n": 2}]
     await get(http, "/api/binders/%2F/pages/documents?limit=0", status=400)
-    async with http.get("/metrics") as response:
+    async with http.get("/metrics/per-object") as response:
         metrics = await response.text()
     assert 'mainstem_binder_documents{binder="pages",vhost="/"} 2.0' in metrics
     assert 'mainstem_projection_lag{projection="per_page",vhost="/"} 0.0' in metrics
@@ -205,7 +209,7 @@ async def test_connections_are_listed_and_closed(broker, http):
 async def test_metrics(broker, http):
     await publish(broker, "metered", 5)
     broker.core.store_offset("/", "metered", 0, "app", 1)
-    async with Producer(**stream_args(broker)), http.get("/metrics") as response:
+    async with Producer(**stream_args(broker)), http.get("/metrics/per-object") as response:
         text = await response.text()
     assert 'mainstem_connections{protocol="stream"} 1.0' in text
     assert 'mainstem_stream_messages_in_total{stream="metered",vhost="/"} 5.0' in text

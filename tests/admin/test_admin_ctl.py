@@ -96,6 +96,32 @@ async def test_users_vhosts_and_permissions(broker):
     assert [row["name"] for row in rows] == ["/"]
 
 
+async def test_policies_set_list_and_clear(broker):
+    code, _, err = await ctl(broker, "policies", "set", "cap", "^capped$",
+                             '{"max-length": 2}', "--priority", "4", "--apply-to", "queues")
+    assert code == 0, err
+    code, _, err = await ctl(broker, "policies", "set", "ops", ".*", '{"message-ttl": 5000}',
+                             "--operator")
+    assert code == 0, err
+    assert (await ctl(broker, "queues", "declare", "capped"))[0] == 0
+    await asyncio.to_thread(publish, broker, "", "capped", 5)
+    queue = next(q for q in broker.core.queues.vhost("/").queues.values()
+                 if q.name == "capped")
+    assert queue.ready_count == 2 and queue.settings.message_ttl_ms == 5000
+    code, rows, _ = await ctl(broker, "policies", "list", "--vhost", "/", json_output=True)
+    assert [(r["name"], r["priority"], r["apply-to"]) for r in rows] == [("cap", 4, "queues")]
+    code, table, _ = await ctl(broker, "policies", "list", "--operator")
+    assert rows_of(table)[1][:3] == ["/", "ops", ".*"]
+    code, _, err = await ctl(broker, "policies", "set", "bad", ".*", "{not json")
+    assert code == 1 and "not JSON" in err
+    code, _, err = await ctl(broker, "policies", "set", "bad", ".*", '{"max-length": "x"}')
+    assert code == 1 and "HTTP 400" in err
+    assert (await ctl(broker, "policies", "clear", "cap"))[0] == 0
+    assert (await ctl(broker, "policies", "clear", "ops", "--operator"))[0] == 0
+    code, rows, _ = await ctl(broker, "policies", "list", json_output=True)
+    assert rows == [] and queue.settings.max_length is None
+
+
 async def test_users_add_refuses_an_existing_user_and_set_password_and_tags_change_one(
         broker):
     """As rabbitmqctl add_user / change_password / set_user_tags: adding a user that

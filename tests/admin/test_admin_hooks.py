@@ -76,12 +76,12 @@ async def test_identify_consumers_and_polite_close(tmp_path):
         for line in (b"deliver orders 10 1000\n", b"deliver orders 5 500\n"):
             writer.write(line)
             assert await asyncio.wait_for(reader.readline(), TIMEOUT_S) == b"ok\n"
-        async with http.get("/metrics") as response:
+        async with http.get("/metrics/per-object") as response:
             text = await response.text()
         assert 'mainstem_messages_out_total{queue="orders",vhost="/"} 15.0' in text
         assert 'mainstem_bytes_out_total{queue="orders",vhost="/"} 1500.0' in text
         await broker.core.streams.delete("/", "orders")
-        async with http.get("/metrics") as response:
+        async with http.get("/metrics/per-object") as response:
             assert 'queue="orders"' not in await response.text()
 
         async with http.delete(f"/api/connections/{row['id']}",

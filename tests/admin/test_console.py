@@ -389,6 +389,29 @@ async def test_admin_forms_create_and_delete_users_vhosts_permissions(broker, co
     assert catalog.get_user("ann") is None and catalog.get_namespace("console-vh") is None
 
 
+async def test_admin_page_sets_and_clears_policies(broker, console):
+    policies = broker.core.catalog.policies
+    await call(console.open, "admin")
+    refused = await call(console.submit, "policy-form", name="cap", pattern="^q$",
+                         definition="{not json")
+    assert "not JSON" in refused and policies.list("policy") == []
+    assert "set" in await call(console.submit, "policy-form", name="cap", pattern="^q$",
+                               priority="2", definition='{"max-length": 5}')
+    assert "set" in await call(console.submit, "policy-form", kind="operator-policies",
+                               name="ops", apply_to="quorum_queues",
+                               definition='{"delivery-limit": 3}')
+    await call(assert_shows, console, "policies-table", "policies:cap@/", pattern="^q$",
+               priority="2", definition='{"max-length":5}')
+    await call(assert_shows, console, "policies-table", "operator-policies:ops@/",
+               kind="operator policy")
+    assert policies.applied("/", "q", "classic").definition == {"max-length": 5}
+    assert policies.applied("/", "q", "quorum").operator_policy == "ops"
+    for name in ("policies:cap@/", "operator-policies:ops@/"):
+        await call(console.click, f"#policies-table tr[data-name='{name}'] button")
+        await call(console.wait_for_rows, "policies-table", lambda names, n=name: n not in names)
+    assert policies.list("policy") == policies.list("operator_policy") == []
+
+
 async def test_closing_a_connection_from_the_console(broker, console):
     args = {"host": "127.0.0.1", "port": broker.ports["stream"], "username": "guest",
             "password": "guest"}

@@ -190,11 +190,15 @@ async def test_rabbitmq_definitions_import_log_in_and_round_trip(broker, http):
     assert again["exchanges"] == exported["exchanges"]
 
 
-async def test_definitions_with_policies_are_refused(http):
-    body = {"policies": [{"name": "ha", "vhost": "/", "pattern": ".*",
-                          "definition": {"max-length": 10}}]}
+async def test_definitions_with_parameters_or_unknown_policy_keys_are_refused(http):
+    body = {"parameters": [{"name": "up", "vhost": "/", "component": "federation-upstream",
+                            "value": {"uri": "amqp://elsewhere"}}]}
     answer = await call(http, "POST", "/api/definitions", body, status=400)
-    assert "policies" in answer["reason"]
+    assert "parameters" in answer["reason"]
+    body = {"policies": [{"name": "ha", "vhost": "/", "pattern": ".*",
+                          "definition": {"ha-mode": "all"}}]}
+    answer = await call(http, "POST", "/api/definitions", body, status=400)
+    assert "ha-mode" in answer["reason"]
 
 
 async def test_pagination_filtering_sorting_and_columns(http):

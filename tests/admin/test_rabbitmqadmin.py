@@ -145,9 +145,28 @@ async def test_users_vhosts_permissions(broker):
     assert "staging" not in {v["name"] for v in await listed(broker, "vhosts")}
 
 
-async def test_policies_and_parameters_are_empty(broker):
-    for kind in ("policies", "parameters", "operator_policies", "vhost_limits"):
+async def test_parameters_are_empty(broker):
+    for kind in ("parameters", "vhost_limits"):
         assert await listed(broker, kind) == []
+
+
+async def test_declare_policy_and_operator_policy(broker):
+    await admin(broker, "declare", "policy", "name=cap", "pattern=^capped$",
+                'definition={"max-length": 2}', "apply-to=queues", "priority=3")
+    await admin(broker, "declare", "operator_policy", "name=ops", "pattern=^capped",
+                'definition={"max-length": 1}')
+    await admin(broker, "declare", "queue", "name=capped")
+    for i in range(3):
+        await admin(broker, "publish", "routing_key=capped", f"payload=m{i}")
+    queue = await admin_queue(broker, "capped")
+    assert queue["messages"] == 1 and (queue["policy"], queue["operator_policy"]) == (
+        "cap", "ops")
+    [policy] = await listed(broker, "policies")
+    assert (policy["name"], policy["priority"], policy["apply-to"]) == ("cap", 3, "queues")
+    assert [p["name"] for p in await listed(broker, "operator_policies")] == ["ops"]
+    await admin(broker, "delete", "policy", "name=cap")
+    await admin(broker, "delete", "operator_policy", "name=ops")
+    assert await listed(broker, "policies") == []
 
 
 async def test_export_and_import(broker, tmp_path: Path):

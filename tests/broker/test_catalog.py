@@ -28,6 +28,7 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.policies import OPERATOR_POLICY, POLICY, parse_policy
 
 RETENTION = {"max-length-bytes": 20_000_000_000, "max-age": "7D", "nested": {"a": [1, 2]}}
 
@@ -418,3 +419,40 @@ def test_offsets_match_a_dict_model_across_reopens(tmp_path: Path, operations: l
         assert catalog.list_offsets("/", "s") == model
     finally:
         catalog.close()
+
+
+# -- policies ---------------------------------------------------------------------------
+
+
+def test_policies_are_stored_shared_and_go_with_their_namespace(path: Path) -> None:
+    told: list[tuple[str, tuple, dict | None]] = []
+    watched: list[str] = []
+    with Catalog.open(path) as catalog:
+        catalog.on_change = lambda kind, key, row: told.append((kind, key, row))
+        catalog.policy_watchers.append(watched.append)
+        catalog.add_namespace("shop")
+        body = {"pattern": "^o", "definition": {"max-length": 5}, "apply-to": "queues"}
+        catalog.put_policy(parse_policy(POLICY, "shop", "cap", body))
+        catalog.put_policy(parse_policy(OPERATOR_POLICY, "shop", "ops",
+                                        {**body, "definition": {"max-length": 2}}))
+        assert catalog.policies.applied("shop", "orders", "quorum").fields() == {
+            "policy": "cap", "operator_policy": "ops",
+            "effective_policy_definition": {"max-length": 2}}
+        assert told[-1] == (OPERATOR_POLICY, ("shop", "ops"), {
+            "pattern": "^o", "apply-to": "queues", "priority": 0,
+            "definition": {"max-length": 2}})
+        with pytest.raises(NotFound):
+            catalog.put_policy(parse_policy(POLICY, "nowhere", "cap", body))
+    with Catalog.open(path) as catalog:  # read back after a restart
+        assert [p.name for p in catalog.policies.list(POLICY)] == ["cap"]
+        catalog.policy_watchers.append(watched.append)
+        # another node's change: applied, told to watchers, not shared again
+        told.clear()
+        catalog.on_change = lambda kind, key, row: told.append((kind, key, row))
+        catalog.apply(POLICY, ("shop", "cap"), None)
+        assert catalog.policies.list(POLICY) == [] and told == []
+        catalog.delete_namespace("shop")
+        assert catalog.policies.list(OPERATOR_POLICY) == []
+    with Catalog.open(path) as catalog:
+        assert catalog.policies.list(OPERATOR_POLICY) == []
+    assert watched == ["shop", "shop", "shop"]

@@ -28,7 +28,7 @@ from mainstem.broker import legacy
 from mainstem.broker.amqp import metadata as amqp_metadata
 from mainstem.broker.amqp.metadata import decode_table, encode_table
 from mainstem.broker.amqp.routing.model import canonical_value
-from mainstem.broker.catalog import SCHEMA_VERSION, Catalog, transaction
+from mainstem.broker.catalog import _MIGRATIONS, SCHEMA_VERSION, Catalog, transaction
 from mainstem.client.events import EventsClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.config import ServerConfig
@@ -172,7 +172,8 @@ async def test_an_import_killed_before_its_commit_leaves_the_old_files_as_the_st
     data_dir = old_data_dir(tmp_path)
     before = {name: (data_dir / name).read_bytes() for name in OLD_FILES}
     open_killed_at(data_dir, "_import_sqlite")  # after the AMQP and segment rows
-    assert catalog_rows(data_dir) == (SCHEMA_VERSION - 1, 0, 0)
+    before_import = _MIGRATIONS.index(legacy.import_old_stores)  # the version it starts from
+    assert catalog_rows(data_dir) == (before_import, 0, 0)
     assert {name: (data_dir / name).read_bytes() for name in OLD_FILES} == before
     async with broker_on(data_dir) as broker:
         assert catalog_rows(data_dir) == (SCHEMA_VERSION, 3, 2)

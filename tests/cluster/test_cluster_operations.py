@@ -1,7 +1,7 @@
 """What operators see of a cluster through RabbitMQ's tools and `mainstem ctl`: the
 nodes (`rabbitmqadmin list nodes`, `ctl nodes list`), and each stream's leader, epoch,
 replicas, in-sync set and followers' lag (management API, `ctl streams replicas`,
-/metrics)."""
+/metrics/per-object)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ async def test_nodes_leaders_replicas_and_lag(mainstem_cluster: LocalCluster) ->
         assert sorted(queue["online"]) == sorted(queue["members"]) == [
             "node1", "node2", "node3"]
         assert queue["messages"] == 1_000
-        async with http.get(f"http://127.0.0.1:{node1.ports['admin']}/metrics") as response:
+        per_object = f"http://127.0.0.1:{node1.ports['admin']}/metrics/per-object"
+        async with http.get(per_object) as response:
             exposition = await response.text()
         for replica in ("node2", "node3"):
             assert (f'mainstem_replication_lag{{partition="0",replica="{replica}",'

@@ -70,7 +70,8 @@ def test_a_broker_starts_from_the_base_install(base_install: Path, tmp_path: Pat
                            env=_env())
     try:
         ports = started_ports(process, log_path)
-        assert set(ports) == {spec.name for spec in all_protocols()} | {"admin"}
+        assert set(ports) == {spec.name for spec in all_protocols()} | {
+            "admin", "prometheus"}
         assert all(port > 0 for port in ports.values())
     finally:
         kill(process, signal.SIGTERM)

@@ -269,3 +269,33 @@ def test_cluster_settings_from_the_environment(tmp_path):
     assert load(tmp_path, env=env, flags=["--lease-ttl", "3"]).cluster.lease_ttl == 3
     with pytest.raises(ConfigError, match="MAINSTEM_LEASE_TTL"):
         load(tmp_path, env={"MAINSTEM_LEASE_TTL": "1"})  # at least 2 s
+
+
+def test_the_prometheus_listener_as_rabbitmq_configures_it(tmp_path):
+    default = load(tmp_path)
+    assert default.prometheus == ListenerConfig(DEFAULT_HOST, 15692, True)
+    assert default.tls_port("prometheus") == 15691  # RabbitMQ's prometheus.ssl.port
+    assert (default.return_per_object_metrics, default.admin_metrics) == (
+        False, "authenticated")
+    toml = ('[prometheus]\nport = 9419\nreturn_per_object_metrics = true\n'
+            '[admin]\nmetrics = "open"\n')
+    from_toml = load(tmp_path, toml)
+    assert from_toml.prometheus.port == 9419 and from_toml.tls_port("prometheus") == 15691
+    assert from_toml.return_per_object_metrics and from_toml.admin_metrics == "open"
+    env = {"MAINSTEM_PROMETHEUS_PORT": "9000", "MAINSTEM_PROMETHEUS_TLS_PORT": "9443",
+           "MAINSTEM_PROMETHEUS_RETURN_PER_OBJECT_METRICS": "false",
+           "MAINSTEM_ADMIN_METRICS": "off"}
+    from_env = load(tmp_path, toml, env)
+    assert (from_env.prometheus.port, from_env.tls_port("prometheus")) == (9000, 9443)
+    assert not from_env.return_per_object_metrics and from_env.admin_metrics == "off"
+    flags = ["--listener", "prometheus=127.0.0.1:0", "--tls-listener", "prometheus=0",
+             "--prometheus-per-object-metrics", "true", "--admin-metrics", "authenticated"]
+    from_flags = load(tmp_path, toml, env, flags)
+    assert from_flags.prometheus == ListenerConfig("127.0.0.1", 0, True)
+    assert from_flags.tls_port("prometheus") == 0
+    assert from_flags.return_per_object_metrics and from_flags.admin_metrics == "authenticated"
+    assert not load(tmp_path, flags=["--disable", "prometheus"]).prometheus.enabled
+    with pytest.raises(ConfigError, match=r"admin\.metrics"):
+        load(tmp_path, env={"MAINSTEM_ADMIN_METRICS": "sometimes"})
+    embedded = ServerConfig.defaults(PROTOCOLS, host="127.0.0.1", port=0)
+    assert (embedded.prometheus.port, embedded.tls_port("prometheus")) == (0, 0)

@@ -15,8 +15,13 @@ from subprocess import Popen
 import pytest
 
 from mainstem.client.events import EventsClient
+from mainstem.client.iggy import IggyClient, Polling
+from mainstem.client.segment import SegmentClient
 from mainstem.client.stream import StreamClient
 from mainstem.protocols.amqp091 import methods as m
+from mainstem.protocols.iggy.codec import CONSUMER, Consumer, encode_request
+from mainstem.protocols.iggy.commands import LoginUser, Message, PollMessages
+from mainstem.protocols.segment import codec as segment_codec
 from tests.support.amqp_raw import RawClient
 from tests.support.server_process import kill, rss_bytes, start_server, started_ports
 from tests.support.stream_stall import publish, stalled_consumer
@@ -220,3 +225,77 @@ def test_stalled_amqp_stream_queue_consumers_hold_a_window_of_the_chunk(
             reader.send(1, m.BasicAck(delivery_tag=delivered[-1].delivery_tag, multiple=True))
     reader.close()
     assert received == 3000
+
+
+PIPELINED_POLLS = 100  # each asks for all 16 MB: an Iggy poll answers at most 1 MiB
+IGGY_STALLED_LIMIT = 4 << 20  # one poll's answer and what waits with it
+
+
+def test_pipelined_iggy_polls_of_a_client_that_stops_reading_wait_for_its_socket(
+        server: tuple[Popen, Path]) -> None:
+    """A client that sends a hundred polls at once and reads nothing holds about one
+    poll's answer in the broker; every answer used to be made and held (~800 MB here)."""
+    process, log = server
+    port = started_ports(process, log)["iggy"]
+
+    async def fill() -> None:
+        async with await IggyClient.connect("127.0.0.1", port) as client:
+            await client.login("guest", "guest")
+            await client.create_stream("piped", 1)
+            await client.create_topic(1, "t", partitions=1)
+            for batch in range(64):  # 16 MB
+                await client.send(1, 1, [Message(bytes([batch]) * 16384)] * 16, partition=1)
+
+    asyncio.run(fill())
+    poll = PollMessages(Consumer(CONSUMER, 1), 1, 1, 1, Polling.OFFSET, 0, 1_000_000, False)
+    login = LoginUser("guest", "guest")
+    before = settled_rss(process.pid)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(encode_request(login.code, login.encode())
+                     + encode_request(poll.code, poll.encode()) * PIPELINED_POLLS)
+        held = settled_rss(process.pid) - before
+        print(f"broker RSS held by {PIPELINED_POLLS} pipelined polls: {held >> 10} KiB")
+        assert held <= IGGY_STALLED_LIMIT
+    finally:
+        sock.close()
+
+
+# One read's answer (at most 8 MiB) in the few copies it goes through: read, framed, cut
+# into partial frames, the transport's buffer (the allocator keeps their pages).
+SEGMENT_STALLED_LIMIT = 48 << 20
+
+
+def test_pipelined_segment_reads_of_a_client_that_stops_reading_wait_for_its_socket(
+        server: tuple[Popen, Path]) -> None:
+    """A client that sends a hundred 8 MiB reads at once and reads nothing holds one answer
+    in the broker, however many it asked for; every answer used to be made and held
+    (~800 MB here)."""
+    process, log = server
+    port = started_ports(process, log)["segment"]
+
+    async def fill() -> None:
+        client = await SegmentClient.connect("127.0.0.1", port)
+        await client.create("/piped/0")
+        appender = await client.appender("/piped/0")
+        for batch in range(64):  # 16 MB
+            appender.append_block([bytes([batch]) * 16384] * 16)
+        await appender.flush()
+        await client.close()
+
+    asyncio.run(fill())
+    before = settled_rss(process.pid)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(segment_codec.Authenticate("guest", "guest").encode()
+                     + segment_codec.ReadSegment("/piped/0", 0, 8 << 20).encode()
+                     * PIPELINED_POLLS)
+        held = settled_rss(process.pid) - before
+        print(f"broker RSS held by {PIPELINED_POLLS} pipelined segment reads: {held >> 10} KiB")
+        assert held <= SEGMENT_STALLED_LIMIT
+    finally:
+        sock.close()

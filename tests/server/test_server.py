@@ -64,6 +64,7 @@ async def ignore_shutdown(ctx: ConnectionContext) -> None:
 ECHO = ProtocolSpec("echo", 7999, echo_lines)
 POLITE = ProtocolSpec("polite", 7998, say_bye_on_shutdown)
 STUBBORN = ProtocolSpec("stubborn", 7997, ignore_shutdown)
+HTTP = {"admin", "prometheus"}  # the HTTP listeners beside the protocols
 
 
 def lock_is_held(data_dir: Path) -> bool:
@@ -286,12 +287,12 @@ def test_configure_logging_json_to_a_stream():
 
 async def test_plugin_async_fixture(mainstem_broker):
     assert isinstance(mainstem_broker, Broker)
-    assert set(mainstem_broker.ports) == {spec.name for spec in all_protocols()} | {"admin"}
+    assert set(mainstem_broker.ports) == {spec.name for spec in all_protocols()} | HTTP
     assert lock_is_held(mainstem_broker.data_dir)
 
 
 def test_plugin_sync_fixture(mainstem_server):
-    assert set(mainstem_server.ports) == {spec.name for spec in all_protocols()} | {"admin"}
+    assert set(mainstem_server.ports) == {spec.name for spec in all_protocols()} | HTTP
     assert lock_is_held(mainstem_server.data_dir)
 
 
@@ -318,7 +319,7 @@ def test_cli_serves_until_sigterm(tmp_path):
     try:
         started = wait_for_event(process, log_path, "broker.started")
         assert started["pid"] == process.pid
-        assert set(started["ports"]) == {spec.name for spec in all_protocols()} | {"admin"}
+        assert set(started["ports"]) == {spec.name for spec in all_protocols()} | HTTP
         os.kill(process.pid, signal.SIGTERM)
         assert process.wait(TIMEOUT_S) == 0
         wait_for_event(process, log_path, "broker.stopped")

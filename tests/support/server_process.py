@@ -27,7 +27,7 @@ def loopback_listener_flags() -> list[str]:
     flags = []
     for spec in all_protocols():
         flags += ["--listener", f"{spec.name}=127.0.0.1:0"]
-    flags += ["--listener", "admin=127.0.0.1:0"]
+    flags += ["--listener", "admin=127.0.0.1:0", "--listener", "prometheus=127.0.0.1:0"]
     return flags
 
 

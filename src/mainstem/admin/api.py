@@ -17,10 +17,12 @@ from mainstem.admin.connections import consumer_rows
 from mainstem.admin.listing import list_response
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.state import (
+    CHURN,
     OVERVIEW,
     USER,
     AdminState,
     add_message_stats,
+    churn_counts,
     no_content,
     read_body,
     state_of,
@@ -73,6 +75,7 @@ async def overview(request: web.Request) -> web.Response:
         },
         "queue_totals": message_totals(queues),
         "message_stats": state.message_stats(OVERVIEW, state.totals()),
+        "churn_rates": state.message_stats(CHURN, churn_counts(state.core)),
         **_alarm_fields(state),
     })
 

@@ -1,8 +1,11 @@
-"""The management HTTP server: API, Prometheus metrics and web console in one aiohttp app.
+"""The management HTTP server: API, Prometheus metrics and web console in one aiohttp app;
+and the Prometheus listener's app, which serves the same metrics alone.
 
 Everything under /api needs HTTP basic auth by a user tagged `administrator`, checked by
-the same Auth as every protocol (loopback-only users stay loopback-only). /metrics is
-open, as RabbitMQ's Prometheus endpoint is; the console's static files carry no data.
+the same Auth as every protocol (loopback-only users stay loopback-only); so does /metrics
+on the management port (`admin.metrics`: authenticated, open or off), as it names every
+vhost, queue and stream. The Prometheus listener is open, as RabbitMQ's is; the console's
+static files carry no data.
 """
 
 from __future__ import annotations
@@ -18,10 +21,19 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, connections, definitions, health, inventory, objects, policies
+from mainstem.admin import (
+    api,
+    connections,
+    definitions,
+    health,
+    inventory,
+    objects,
+    policies,
+    policy_api,
+)
 from mainstem.admin import state as shared
 from mainstem.admin.audit import audit
-from mainstem.admin.metrics import Metrics
+from mainstem.admin.metrics import PATHS, Metrics
 from mainstem.admin.openapi import openapi_document
 from mainstem.admin.resources import providers_for
 from mainstem.broker.errors import (
@@ -43,9 +55,11 @@ _SAMPLE_INTERVAL_S = 1.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # What app.cleanup_ctx runs: set up until its yield, clean up after it.
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
+METRICS = web.AppKey("metrics", Metrics)
+GUARDED = web.AppKey("guarded", tuple)  # path prefixes that need a login
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
-                health.routes, policies.routes, inventory.routes, _own_routes)
+                health.routes, policies.routes, policy_api.routes, inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = None
@@ -63,13 +77,34 @@ def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = Non
     app[shared.STATE] = state
     for table in ROUTE_TABLES:
         app.add_routes(table)
-    metrics = Metrics(state)
-    metrics.add_routes(app)
+    metrics = Metrics(state, broker.config.return_per_object_metrics)
+    app[METRICS] = metrics
+    served = broker.config.admin_metrics
+    app[GUARDED] = ("/api/", *(PATHS if served == "authenticated" else ()))
+    if served != "off":
+        metrics.add_routes(app)
     app.router.add_get("/", _console_index)
     app.router.add_static("/console/", CONSOLE_DIR)
     app.cleanup_ctx.append(_sampling(state))
     app.cleanup_ctx.append(_forgetting_deleted_streams(state))
     app.cleanup_ctx.append(metrics.lifetime)
+    return app
+
+
+def prometheus_app(admin: web.Application,
+                   on_answered: Callable[[Hashable], None]) -> web.Application:
+    """RabbitMQ's Prometheus listener: the management app's metrics, with no login.
+    `on_answered` is called with the transport of each connection whose request was
+    answered."""
+    @web.middleware
+    async def answered(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if request.transport is not None:
+            on_answered(request.transport)
+        return response
+
+    app = web.Application(middlewares=[answered])
+    admin[METRICS].add_routes(app)
     return app
 
 
@@ -145,7 +180,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @web.middleware
 async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if not request.path.startswith("/api/"):
+    if not request.path.startswith(request.app[GUARDED]):
         return await handler(request)
     # The console asks for no challenge: a browser would answer it with its own dialog.
     challenge = {} if CONSOLE_HEADER in request.headers else {"WWW-Authenticate": _REALM}

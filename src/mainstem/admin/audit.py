@@ -31,7 +31,8 @@ _NOT_CHANGES = frozenset({"/api/exchanges/{vhost}/{name}/publish",
                           "/api/queues/{vhost}/{name}/get"})
 # Body fields that describe a change and are safe to log; passwords and hashes never are.
 _DETAILS = ("tags", "configure", "write", "read", "type", "durable", "auto_delete",
-            "internal", "arguments", "routing_key", "partitions", "channel", "binder")
+            "internal", "arguments", "routing_key", "partitions", "channel", "binder",
+            "pattern", "apply-to", "priority", "definition")
 _CREDENTIALS = ("password", "password_hash")
 _MAX_BODY_FOR_DETAILS = 64 * 1024  # a definitions import is logged without them
 

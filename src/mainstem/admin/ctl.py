@@ -2,7 +2,7 @@
 
 The everyday tasks of rabbitmqctl and rabbitmqadmin, on RabbitMQ's documented API paths:
 queues with ready/unacked/consumers, declare/purge/delete, connections and channels,
-users, vhosts and permissions, definitions export/import, plus mainstem's streams and
+users, vhosts, permissions and policies, definitions export/import, plus mainstem's streams and
 consumer lag. Table output by default, `--json` for scripts. Exit code 0 on success, 1 when
 the API refuses (the reason goes to stderr), 2 when the broker cannot be reached.
 """
@@ -115,6 +115,8 @@ TARGET_USER: Argument = (("target_user",), {"metavar": "USER", "help": "the user
 NEW_PASSWORD: Argument = (("new_password",), {
     "metavar": "PASSWORD", "nargs": "?",
     "help": "the password (default: the first line of stdin)"})
+OPERATOR: Argument = (("--operator",), {
+    "action": "store_true", "help": "an operator policy (what operators impose on users')"})
 ARGUMENT: Argument = (("--argument",), {
     "action": "append", "default": [], "metavar": "KEY=VALUE",
     "help": "an x-argument, e.g. x-max-length=1000 (VALUE is read as JSON if it parses,"
@@ -185,6 +187,21 @@ def _list_permissions(client: Client, args: argparse.Namespace) -> Any:
 def _set_permissions(client: Client, args: argparse.Namespace) -> None:
     client.call("PUT", f"/api/permissions/{_q(args.vhost)}/{_q(args.target_user)}",
                 {"configure": args.configure, "write": args.write, "read": args.read})
+
+
+def _policies(args: argparse.Namespace) -> str:
+    return "operator-policies" if args.operator else "policies"
+
+
+def _set_policy(client: Client, args: argparse.Namespace) -> None:
+    """As rabbitmqctl set_policy: NAME PATTERN DEFINITION (a JSON object)."""
+    try:
+        definition = json.loads(args.definition)
+    except ValueError:
+        raise Refused(f"the definition is not JSON: {args.definition!r}") from None
+    client.call("PUT", f"/api/{_policies(args)}/{_q(args.vhost)}/{_q(args.name)}",
+                {"pattern": args.pattern, "definition": definition,
+                 "priority": args.priority, "apply-to": args.apply_to})
 
 
 def _list_streams(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -407,6 +424,24 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
         Action("clear", "remove a user's permissions in a vhost", lambda c, a: c.call(
             "DELETE", f"/api/permissions/{_q(a.vhost)}/{_q(a.target_user)}"),
             (TARGET_USER, VHOST)),
+    )),
+    "policies": ("policies and operator policies (--operator): list, set, clear", (
+        Action("list", "policies of every vhost (or of one)",
+               lambda c, a: c.call("GET", _in_vhost(a, _policies(a))), (VHOST_FILTER, OPERATOR),
+               (("vhost", "vhost"), ("name", "name"), ("pattern", "pattern"),
+                ("apply-to", "apply-to"), ("priority", "priority"),
+                ("definition", "definition"))),
+        Action("set", "set a policy, as rabbitmqctl set_policy", _set_policy,
+               (NAME, (("pattern",), {"help": "regular expression on object names"}),
+                (("definition",), {"help": "a JSON object, e.g. '{\"max-length\": 1000}'"}),
+                VHOST, OPERATOR,
+                (("--priority",), {"type": int, "default": 0, "help": "default: 0"}),
+                (("--apply-to",), {"default": "all", "choices": (
+                    "all", "queues", "classic_queues", "quorum_queues", "streams",
+                    "exchanges"), "help": "default: all"}))),
+        Action("clear", "remove a policy", lambda c, a: c.call(
+            "DELETE", f"/api/{_policies(a)}/{_q(a.vhost)}/{_q(a.name)}"),
+            (NAME, VHOST, OPERATOR)),
     )),
     "vhosts": ("virtual hosts: list, add, delete", (
         Action("list", "virtual hosts", lambda c, a: c.call("GET", "/api/vhosts"),

@@ -1,8 +1,8 @@
 """Definitions export and import in RabbitMQ's JSON format (what `rabbitmqadmin export` and
 `import` move, and what the management UI downloads): users with their password hashes,
-virtual hosts, permissions, durable queues (streams as x-queue-type stream), exchanges and
-bindings. mainstem has no policies or parameters: they export as empty lists, and a file
-that holds some is refused rather than half applied.
+virtual hosts, permissions, policies and operator policies, durable queues (streams as
+x-queue-type stream), exchanges and bindings. mainstem has no parameters: they export as
+empty lists, and a file that holds some is refused rather than half applied.
 
 The whole-broker form is /api/definitions; /api/definitions/{vhost} holds one virtual
 host's queues, exchanges and bindings, without the vhost field."""
@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from mainstem.admin.objects import flag, json_object
+from mainstem.admin.policy_api import policy_row
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.state import read_body, state_of
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
@@ -26,10 +27,12 @@ from mainstem.broker.auth import (
 )
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.policies import OPERATOR_POLICY, POLICY, parse_policy
 from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 routes = web.RouteTableDef()
-_UNSUPPORTED = ("policies", "parameters", "global_parameters", "topic_permissions")
+_UNSUPPORTED = ("parameters", "global_parameters", "topic_permissions")
+_POLICIES = {"policies": POLICY, "operator_policies": OPERATOR_POLICY}
 # global parameters every RabbitMQ export holds: they describe its cluster, set nothing
 _INFORMATIONAL = ("cluster_name", "internal_cluster_id")
 
@@ -47,8 +50,11 @@ def export_definitions(core: BrokerCore, vhost: str | None = None,
             objects[kind] += [row if vhost is None else _without_vhost(row) for row in rows]
     header = {"rabbit_version": RABBITMQ_VERSION, "rabbitmq_version": RABBITMQ_VERSION,
               "product_name": identity.product, "product_version": identity.version}
+    policies = {key: [row if vhost is None else _without_vhost(row)
+                      for row in map(policy_row, core.catalog.policies.list(kind, vhost))]
+                for key, kind in _POLICIES.items()}
     if vhost is not None:
-        return {**header, "parameters": [], "policies": [], **objects}
+        return {**header, "parameters": [], **policies, **objects}
     return {**header, "users": [_user(record) for record in core.catalog.list_users()],
             "vhosts": [{"name": name, "limits": [],
                         "metadata": {"description": "", "tags": []}} for name in names],
@@ -56,7 +62,7 @@ def export_definitions(core: BrokerCore, vhost: str | None = None,
                              "write": p.write, "read": p.read}
                             for p in core.catalog.list_permissions()],
             "topic_permissions": [], "parameters": [], "global_parameters": [],
-            "policies": [], **objects}
+            **policies, **objects}
 
 
 def _user(record: Any) -> dict[str, Any]:
@@ -137,7 +143,7 @@ def import_definitions(core: BrokerCore, definitions: dict[str, Any],
     for key in _UNSUPPORTED:
         if [row for row in _rows(definitions, key) if row.get("name") not in _INFORMATIONAL]:
             raise InvalidArgument(f"mainstem has no {key.replace('_', ' ')}: remove them "
-                                  "from the file (queue arguments carry queue settings)")
+                                  "from the file (policies carry queue settings)")
     if vhost is None:
         for row in _rows(definitions, "vhosts"):
             if core.catalog.get_namespace(_text(row, "name")) is None:
@@ -150,6 +156,10 @@ def import_definitions(core: BrokerCore, definitions: dict[str, Any],
 
     def host(row: dict[str, Any]) -> VirtualHost:
         return core.queues.vhost(vhost if vhost is not None else _text(row, "vhost"))
+
+    for key, kind in _POLICIES.items():
+        for row in _rows(definitions, key):
+            core.catalog.put_policy(parse_policy(kind, host(row).name, _text(row, "name"), row))
 
     for row in _rows(definitions, "queues"):
         host(row).declare_queue(_text(row, "name"), durable=flag(row, "durable", True),

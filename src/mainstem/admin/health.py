@@ -21,7 +21,8 @@ routes = web.RouteTableDef()
 # RabbitMQ's protocol names -> mainstem's listener names (mainstem's own pass as they are)
 _PROTOCOLS = {"amqp091": "amqp", "amqp": "amqp", "amqp/ssl": "amqp/tls",
               "stream": "stream", "stream/ssl": "stream/tls", "http": "admin",
-              "https": "admin/tls", "http/prometheus": "admin"}
+              "https": "admin/tls", "http/prometheus": "prometheus",
+              "https/prometheus": "prometheus/tls"}
 _UNIT_DAYS = {"days": 1, "weeks": 7, "months": 30, "years": 365}
 ALIVENESS_QUEUE = "aliveness-test"
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
 from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.cluster_view import ClusterView, PartitionStatus
+from mainstem.broker.policies import EXCHANGE
 from mainstem.protocols.identity import NODE
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class StreamQueues:
                 "memory": 0,
                 "partitions": len(stream.partitions),
                 "size_bytes": sum(p.size_bytes for p in stream.partitions),
+                **stream.applied.fields(),
                 **self._members(stream),
             })
         return rows
@@ -158,6 +160,7 @@ class ClassicQueues:
             "messages_paged_out": queue.ready_count - queue.in_memory,
             "consumers": len(queue.consumers),
             "memory": queue.ready_bytes,
+            **queue.applied.fields(),
             **(members(cluster, cluster.quorum_status(host.name, queue.name))
                if cluster is not None and isinstance(queue, REPLICATED_QUEUES) else {}),
         } for host in self._vhosts(vhost) for queue in host.queues.values()]
@@ -171,6 +174,7 @@ class ClassicQueues:
             "auto_delete": exchange.auto_delete,
             "internal": exchange.internal,
             "arguments": dict(exchange.arguments),
+            **self._core.catalog.policies.applied(host.name, exchange.name, EXCHANGE).fields(),
         } for host in self._vhosts(vhost) for exchange in host.graph.exchanges()]
 
     def bindings(self, vhost: str | None) -> list[dict[str, Any]]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from mainstem.admin.queue_activity import QueueActivity, QueueLook
 from mainstem.admin.resources import ResourceProvider
 from mainstem.admin.stats import RateSampler
 from mainstem.broker.alarms import AlarmMonitor
@@ -21,10 +23,12 @@ from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 from mainstem.protocols.registry import Connection, ConnectionRegistry, socket_traffic
 
 if TYPE_CHECKING:
+    from mainstem.broker.amqp.queues.queue import ClassicQueue
     from mainstem.broker.core import BrokerCore
     from mainstem.broker.streams import Stream
 
 OVERVIEW = ("overview",)
+CHURN = ("churn",)
 
 
 @dataclass
@@ -41,23 +45,30 @@ class AdminState:
     # no longer counts it among the connections not logged in.
     on_login: Callable[[Hashable], None] | None = None
     rates: RateSampler = field(default_factory=RateSampler)
+    activity: QueueActivity = field(default_factory=QueueActivity)
 
     def sample(self) -> None:
-        """Every live object's counters, once a second, for the rates of message_stats."""
+        """Every live object's counters, once a second, for the rates of message_stats,
+        and every AMQP queue's activity."""
         samples: dict[Hashable, Mapping[str, int]] = {}
+        looks: dict[Hashable, QueueLook] = {}
         for connection in self.connections.list():
             samples[connection_key(connection)] = traffic_counts(connection)
             for number, channel in list(connection.ctx.channels.items()):
                 samples[channel_key(connection, number)] = channel.stats.counts()
         for vhost in self.core.queues.vhosts.values():
             for queue in vhost.queues.values():
-                samples[("queue", vhost.name, queue.name)] = queue.stats.counts()
+                key = ("queue", vhost.name, queue.name)
+                samples[key] = queue.stats.counts()
+                looks[key] = QueueLook(samples[key], deliverable(queue))
             for name, stats in list(vhost.graph.stats.items()):
                 samples[("exchange", vhost.name, name)] = stats.counts()
         for stream in self.core.streams.list():
             samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
         samples[OVERVIEW] = self.totals()
+        samples[CHURN] = churn_counts(self.core)
         self.rates.record(time.monotonic(), samples)
+        self.activity.record(time.time(), looks)
 
     def totals(self) -> dict[str, int]:
         """The overview's counters: every AMQP channel's, closed ones included, and the
@@ -74,6 +85,24 @@ class AdminState:
 
     def message_stats(self, key: Hashable, counts: Mapping[str, int]) -> dict[str, Any]:
         return self.rates.detailed(key, counts)
+
+
+def deliverable(queue: ClassicQueue) -> bool:
+    """Whether a message arriving now would go to a consumer at once."""
+    consumers = queue.consumers
+    return bool(consumers) and (not queue.ready_count or any(c.has_credit() for c in consumers))
+
+
+def churn_counts(core: BrokerCore) -> dict[str, int]:
+    """The node's object churn under the names of RabbitMQ's `churn_rates`."""
+    counters = core.counters
+    return {"connection_created": counters.connections_opened,
+            "connection_closed": counters.connections_closed,
+            "channel_created": counters.channels_opened,
+            "channel_closed": counters.channels_closed,
+            "queue_declared": counters.queues_declared,
+            "queue_created": counters.queues_created,
+            "queue_deleted": counters.queues_deleted}
 
 
 def traffic_counts(connection: Connection) -> dict[str, int]:
@@ -119,10 +148,23 @@ def no_content() -> web.Response:
 
 
 def add_message_stats(state: AdminState, kind: str, row: dict[str, Any]) -> None:
-    """A queue's, stream's or exchange's counters and rates, as RabbitMQ shows them."""
+    """A queue's, stream's or exchange's counters and rates, and an AMQP queue's activity,
+    as RabbitMQ shows them."""
+    key = (kind, row["vhost"], row["name"])
     counts = object_counts(state.core, kind, row["vhost"], row["name"])
     if counts is not None:
-        row["message_stats"] = state.message_stats((kind, row["vhost"], row["name"]), counts)
+        row["message_stats"] = state.message_stats(key, counts)
+    capacity = state.activity.consumer_capacity(key)
+    if capacity is not None:
+        row["consumer_capacity"] = row["consumer_utilisation"] = round(capacity, 2)
+    idle_since = state.activity.idle_since(key)
+    if idle_since is not None:
+        row["idle_since"] = rfc3339(idle_since)
+
+
+def rfc3339(timestamp: float) -> str:
+    """A time as RabbitMQ 3.10+ writes `idle_since`: 2026-11-29T06:40:00.123+00:00."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
 
 
 def object_counts(core: BrokerCore, kind: str, vhost: str, name: str

@@ -38,15 +38,17 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.policies import KINDS as POLICY_KINDS
+from mainstem.broker.policies import Policy, PolicyBook, parse_policy
 
 DEFAULT_NAMESPACE = "/"
 MAX_NAME_BYTES = 255
 # Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
-# (kind, key, row): "namespace", "user", "permission" or "offset" (and the kinds of the
-# other stores, see `broker.replicated`); row None when deleted. In a cluster it returns
-# what completes once the change is in the cluster's store.
+# (kind, key, row): "namespace", "user", "permission", "offset", "policy" or
+# "operator_policy" (and the kinds of the other stores, see `broker.replicated`); row None
+# when deleted. In a cluster it returns what completes once the cluster's store has it.
 ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None],
                           Awaitable[None] | None]
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
@@ -171,6 +173,17 @@ _MIGRATIONS: tuple[Migration, ...] = (
     """),
     # 6: the content of the stores that had files of their own (broker/legacy.py).
     legacy.import_old_stores,
+    # 7: policies and operator policies (broker/policies.py); kind is "policy" or
+    # "operator_policy", definition a JSON object.
+    _script("""
+    CREATE TABLE policies (
+        kind TEXT NOT NULL,
+        namespace TEXT NOT NULL REFERENCES namespaces (name) ON DELETE CASCADE,
+        name TEXT NOT NULL, pattern TEXT NOT NULL, apply_to TEXT NOT NULL,
+        priority INTEGER NOT NULL, definition TEXT NOT NULL,
+        PRIMARY KEY (kind, namespace, name)
+    );
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -363,6 +376,10 @@ class Catalog(ChangeNotifier):
         # In a cluster: told of every change to namespaces, users, permissions and offsets
         # made here, to share it (a change applied from elsewhere is not told again).
         self.on_change = None
+        # Policies of every vhost in memory (matched on each declaration); told to each
+        # watcher on every change, made here or applied from another node (by vhost).
+        self.policies = PolicyBook(self._read_policies())
+        self.policy_watchers: list[Callable[[str], None]] = []
 
     def apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
         """Apply a change another node made (see `on_change`); one that no longer applies
@@ -385,6 +402,11 @@ class Catalog(ChangeNotifier):
             else:
                 self.set_permissions(key[0], key[1], row["configure"], row["write"],
                                      row["read"])
+        elif kind in POLICY_KINDS:
+            if row is None:
+                self.delete_policy(kind, key[0], key[1])
+            else:
+                self.put_policy(parse_policy(kind, key[0], key[1], row))
         elif kind == "offset":
             if row is None:
                 self.delete_offset(key[0], key[1], int(key[2]), key[3])
@@ -479,6 +501,7 @@ class Catalog(ChangeNotifier):
         self._permissions.clear()
         if not self._write("DELETE FROM namespaces WHERE name = ?", (name,)):
             raise NotFound(f"namespace '{name}' not found")
+        self.policies.drop_vhost(name)
         self._changed("namespace", (name,), None)
 
     def get_namespace(self, name: str) -> NamespaceRecord | None:
@@ -666,6 +689,44 @@ class Catalog(ChangeNotifier):
             (user, namespace),
         )
         return [PermissionRecord(*row) for row in rows]
+
+    # -- policies and operator policies -------------------------------------------
+
+    def _read_policies(self) -> list[Policy]:
+        rows = self._rows("SELECT kind, namespace, name, pattern, apply_to, priority,"
+                          " definition FROM policies")
+        return [Policy(namespace, name, pattern, json.loads(definition), priority, apply_to,
+                       kind)
+                for kind, namespace, name, pattern, apply_to, priority, definition in rows]
+
+    def put_policy(self, policy: Policy) -> None:
+        """Create or replace a policy (or operator policy) of a vhost."""
+        validate_name(policy.name, "policy")
+        with self._transaction() as db:
+            self._require_namespace(policy.vhost)
+            db.execute(
+                "INSERT INTO policies (kind, namespace, name, pattern, apply_to, priority,"
+                " definition) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (kind, namespace, name) DO UPDATE SET pattern = excluded.pattern,"
+                " apply_to = excluded.apply_to, priority = excluded.priority,"
+                " definition = excluded.definition",
+                (policy.kind, policy.vhost, policy.name, policy.pattern, policy.apply_to,
+                 policy.priority, json.dumps(dict(policy.definition))))
+        self.policies.put(policy)
+        self._changed(policy.kind, (policy.vhost, policy.name), policy.row())
+        self._policies_changed(policy.vhost)
+
+    def delete_policy(self, kind: str, vhost: str, name: str) -> None:
+        if not self._write("DELETE FROM policies WHERE kind = ? AND namespace = ? AND name = ?",
+                           (kind, vhost, name)):
+            raise NotFound(f"{kind.replace('_', ' ')} '{name}' not found in vhost '{vhost}'")
+        self.policies.remove(kind, vhost, name)
+        self._changed(kind, (vhost, name), None)
+        self._policies_changed(vhost)
+
+    def _policies_changed(self, vhost: str) -> None:
+        for watcher in self.policy_watchers:
+            watcher(vhost)
 
     # -- consumer offsets ---------------------------------------------------------
 

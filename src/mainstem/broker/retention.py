@@ -43,6 +43,25 @@ def _positive_int(arguments: Mapping[str, Any], key: str) -> int:
     return value
 
 
+def with_policy(arguments: Mapping[str, Any], definition: Mapping[str, Any]
+                ) -> dict[str, Any]:
+    """A stream's arguments with a policy's retention keys: of an argument and the
+    policy's value, the smaller limit holds, as in RabbitMQ."""
+    merged = dict(arguments)
+    for argument in RETENTION_ARGUMENTS:
+        value = definition.get(argument.removeprefix("x-"))
+        if value is None:
+            continue
+        current = merged.get(argument)
+        if current is None or _limit(argument, value) < _limit(argument, current):
+            merged[argument] = value
+    return merged
+
+
+def _limit(argument: str, value: Any) -> int:
+    return parse_age_ms(value) if argument == MAX_AGE else int(value)
+
+
 def retention_from_arguments(
     arguments: Mapping[str, Any], defaults: RetentionPolicy
 ) -> RetentionPolicy:

@@ -214,15 +214,19 @@ class SegmentStore(ChangeNotifier):
 
     # -- reading -----------------------------------------------------------------
 
-    async def read(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
-        """Event-frame bytes from `offset`; at the tail, waits up to `tail_wait_s`."""
+    async def wait_readable(self, name: SegmentName, offset: int) -> None:
+        """At the tail of an open segment, wait up to `tail_wait_s` for more events."""
         service = self.service(name)
-        if offset < self.start_offset(name):
-            raise SegmentTruncated(f"offset {offset} of {name} was truncated")
         if offset >= self.write_offset(name) and not self.is_sealed(name):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(service.wait_for(service.committed_offset),
                                        self.tail_wait_s)
+
+    def read_now(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
+        """Event-frame bytes from `offset`, as far as they are written."""
+        service = self.service(name)
+        if offset < self.start_offset(name):
+            raise SegmentTruncated(f"offset {offset} of {name} was truncated")
         try:
             data = _read_frames(service, offset, max_bytes, self._recent)
         except DataRemoved as error:
@@ -305,7 +309,7 @@ class _RecentChunks:
         key = (service, found.chunk_id)
         frames = self._chunks.pop(key, None)
         if frames is None:
-            chunk = service.read_chunk(found.chunk_id)
+            chunk = found.read()
             if chunk is None:  # retention took it since it was found
                 raise DataRemoved(f"chunk {found.chunk_id} was removed", service.first_byte)
             frames = _ChunkFrames(chunk, segment_byte(found.chunk_id, found.first_byte))

@@ -28,7 +28,8 @@ from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog, StreamRecord
 from mainstem.broker.cluster_view import StreamReplication
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
-from mainstem.broker.retention import retention_from_arguments
+from mainstem.broker.policies import NONE_APPLIED, STREAM, Applied
+from mainstem.broker.retention import retention_from_arguments, with_policy
 from mainstem.broker.stream_service import PartitionService, WriteGate
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
@@ -66,6 +67,7 @@ class Stream:
     directory: Path
     retention: RetentionPolicy
     services: list[PartitionService]  # what protocols write and read through
+    applied: Applied = NONE_APPLIED  # the policies its retention follows
 
     @property
     def partitions(self) -> list[Partition]:
@@ -117,6 +119,7 @@ class StreamStore:
         self._watchers: set[DeletionWatcher] = set()
         self._leader_watchers: set[LeaderWatcher] = set()
         self.replication: StreamReplication | None = None  # set by a node in a cluster
+        catalog.policy_watchers.append(self._policies_changed)
 
     def open_all(self) -> None:
         """Open every stream of the catalog, once moved out of an old layout, and clear out
@@ -309,10 +312,23 @@ class StreamStore:
             raise TooManyPartitions(f"a stream has at most {self.max_partitions} partitions,"
                                     f" {partitions} were asked for")
 
+    def _policies_changed(self, namespace: str) -> None:
+        """A policy of the namespace changed: each stream's retention follows at once
+        (a partition checks it on its next segment roll and retention run)."""
+        for stream in self.list(namespace):
+            stream.retention, stream.applied = self._retention(stream.record)
+            for partition in stream.partitions:
+                partition.retention = stream.retention
+
+    def _retention(self, record: StreamRecord) -> tuple[RetentionPolicy, Applied]:
+        applied = self._catalog.policies.applied(record.namespace, record.name, STREAM)
+        arguments = with_policy(record.arguments, applied.definition)
+        return retention_from_arguments(arguments, self._default_retention), applied
+
     def _open_stream(self, record: StreamRecord) -> Stream:
         directory = self._directory(record)
-        retention = retention_from_arguments(record.arguments, self._default_retention)
-        stream = Stream(record, directory, retention, [])
+        retention, applied = self._retention(record)
+        stream = Stream(record, directory, retention, [], applied)
         stream.services = [self._open_partition(stream, i) for i in range(record.partitions)]
         self._open[(record.namespace, record.name)] = stream
         self._remember_names(stream)

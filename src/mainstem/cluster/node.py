@@ -25,6 +25,7 @@ from mainstem.broker import layout
 from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
+from mainstem.broker.policies import STREAM
 from mainstem.broker.stream_service import PartitionClosed
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
@@ -50,6 +51,8 @@ PREFIX = "/mainstem/"
 REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a cluster stream
 SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size", "x-quorum-initial-group-size")
 LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
+# RabbitMQ 4 takes its older locators random and least-leaders as balanced
+BALANCED = ("balanced", "random", "least-leaders")
 DEFAULT_REPLICAS = 3
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
@@ -363,10 +366,22 @@ class ClusterNode:
         await self._await_leaders(namespace, name, partitions)
 
     def new_record(self, namespace: str, name: str, partitions: int,
-                    arguments: Mapping[str, Any], live: list[str]) -> dict[str, Any]:
+                    arguments: Mapping[str, Any], live: list[str],
+                    what: str = STREAM) -> dict[str, Any]:
+        """A new stream's (or, `what` quorum, a quorum queue's) record, replicas placed."""
+        locator = self._locator(namespace, name, what, arguments)
         return {"namespace": namespace, "name": name, "partitions": partitions,
                 "arguments": dict(arguments),
-                "replicas": self._choose_replicas(arguments, sorted(live))}
+                "replicas": self._choose_replicas(arguments, sorted(live), locator)}
+
+    def _locator(self, namespace: str, name: str, what: str,
+                 arguments: Mapping[str, Any]) -> str:
+        """The argument's queue-leader-locator, else a policy's, else client-local."""
+        given = next((arguments[a] for a in LOCATOR_ARGUMENTS if a in arguments), None)
+        if given is None:
+            given = self.core.catalog.policies.applied(namespace, name, what) \
+                .definition.get("queue-leader-locator")
+        return "client-local" if given is None else str(given)
 
     async def claim(self, storage: str, record: dict[str, Any]) -> bool:
         """Record a new stream in etcd with its replica sets; False if one of that name
@@ -438,20 +453,19 @@ class ClusterNode:
                 return
             await asyncio.sleep(0.05)
 
-    def _choose_replicas(self, arguments: Mapping[str, Any], live: list[str]) -> list[str]:
+    def _choose_replicas(self, arguments: Mapping[str, Any], live: list[str],
+                         locator: str) -> list[str]:
         """The replica set, leader first: `client-local` puts this node first (RabbitMQ's
         default), `balanced` the node with the fewest replicas."""
         live = live or [self.node_name]
         wanted = next((arguments[a] for a in SIZE_ARGUMENTS if a in arguments), None)
         size = min(int(wanted) if wanted else DEFAULT_REPLICAS, len(live))
-        locator = next((str(arguments[a]) for a in LOCATOR_ARGUMENTS if a in arguments),
-                       "client-local")
         load = {n: 0 for n in live}
         for record in self.records.values():
             for n in record["replicas"]:
                 if n in load:
                     load[n] += 1
-        if locator == "balanced" or self.node_name not in load:
+        if locator in BALANCED or self.node_name not in load:
             first = min(live, key=lambda n: (load[n], n))
         else:
             first = self.node_name

@@ -111,7 +111,8 @@ class QuorumQueues:
             if storage not in node.records:
                 live, _ = await node.etcd.get_prefix("/mainstem/nodes/")
                 record = {**node.new_record(namespace, queue, 1, arguments,
-                                            [kv.key.rpartition("/")[2] for kv in live]),
+                                            [kv.key.rpartition("/")[2] for kv in live],
+                                            QUORUM),
                           "kind": QUORUM}
                 if not await node.claim(storage, record):  # declared meanwhile elsewhere
                     found = await node.etcd.get(f"/mainstem/streams/{storage}")

@@ -64,6 +64,11 @@ class ChunkLocation:
     chunk_id: int
     next_offset: int
     first_byte: int  # the partition's payload byte where the chunk's records begin
+    index: int  # the chunk's place in its segment
+
+    def read(self) -> Chunk | None:
+        """The chunk, read and checked; None once retention has deleted its segment."""
+        return None if self.segment.deleted else self.segment.read_chunk(self.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +333,7 @@ class Partition:
         file_pos, span = segment.chunk_span(i)
         return ChunkLocation(segment, file_pos, span - index.tail_lengths[i],
                              index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i],
-                             index.byte_positions[i])
+                             index.byte_positions[i], i)
 
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""

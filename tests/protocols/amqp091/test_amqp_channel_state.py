@@ -1,5 +1,6 @@
-"""A channel's delivery tags, publisher confirms and transactions driven directly, against
-simple models of what a client sees: no socket, no event loop."""
+"""A channel's delivery tags, publisher confirms, transactions, consumer tags and queue
+names driven directly, against simple models of what a client sees: no socket, no event
+loop."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from hypothesis import strategies as st
 
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.channel_state import (
+    ConsumerTags,
     DeliveryTags,
     PublisherConfirms,
+    QueueNames,
     Transaction,
 )
-from mainstem.protocols.amqp091.errors import ChannelError
+from mainstem.protocols.amqp091.errors import AmqpCodecError, ChannelError
 from mainstem.protocols.amqp091.events import ContentMessage
 from mainstem.protocols.amqp091.methods import ReplyCode
 
@@ -85,7 +88,8 @@ def test_every_publish_is_answered_once_and_acked_only_when_stored(
             seq += 1
             expected[seq] = "nack" if refused or failed.intersection(writes) else "ack"
         assert confirms.unconfirmed == seq - len(outcome)
-        answers, confirmed = confirms.answer(confirms.end_read(), failed)
+        confirms.end_read()
+        answers, confirmed = confirms.answer_over(lambda write: True, failed.__contains__)
         for answer in answers:  # as a client applies them, acks with multiple=true
             assert isinstance(answer, m.BasicAck | m.BasicNack)
             covered = ([s for s in range(1, answer.delivery_tag + 1) if s not in outcome]
@@ -113,10 +117,87 @@ def test_a_transaction_holds_its_work_until_commit_and_drops_it_on_rollback() ->
         tx.commit(m.TxCommit())
     assert tx.select(m.TxSelect(), confirming=False) == m.TxSelectOk()
     publish = ContentMessage(1, m.BasicPublish(0, "", "q"), b"\x00\x00", b"body")
-    tx.publishes.append(publish)
-    tx.settles.append((m.BasicAck(1, False), [1]))
+    assert tx.hold_publish(publish) and tx.hold_settle(m.BasicAck(1, False), [1])
     assert tx.commit(m.TxCommit()) == ([publish], [(m.BasicAck(1, False), [1])])
     assert tx.commit(m.TxCommit()) == ([], [])  # a commit starts the next transaction
-    tx.publishes.append(publish)
+    assert tx.hold_publish(publish)
     assert tx.rollback(m.TxRollback()) == m.TxRollbackOk()
     assert tx.commit(m.TxCommit()) == ([], [])
+
+
+def test_outside_a_transaction_nothing_is_held() -> None:
+    tx = Transaction()
+    publish = ContentMessage(1, m.BasicPublish(0, "", "q"), b"\x00\x00", b"body")
+    assert not tx.hold_publish(publish) and not tx.hold_settle(m.BasicAck(1, False), [1])
+    assert (tx.publishes, tx.settles) == ([], [])
+
+
+# Reads of one publish each, by the write it waits for; then the order the writes finish.
+@given(st.integers(1, 8).flatmap(lambda n: st.tuples(st.just(n), st.permutations(range(n)))))
+def test_reads_are_answered_in_their_order_whatever_order_their_writes_end(
+        script: tuple[int, list[int]]) -> None:
+    reads, finishing = script
+    confirms: PublisherConfirms[int] = PublisherConfirms()
+    confirms.select(m.ConfirmSelect(), transactional=False)
+    for write in range(reads):
+        confirms.published([write], refused=False)
+        assert confirms.end_read() == {write}
+    assert confirms.end_read() is None  # a read that published nothing waits for nothing
+    over: set[int] = set()
+    acked = 0
+    for write in finishing:
+        over.add(write)
+        answers, confirmed = confirms.answer_over(over.__contains__, lambda write: False)
+        # Answered: every read up to the first whose write is not over, none beyond.
+        answered = next((n for n in range(reads) if n not in over), reads)
+        assert confirmed == answered - acked
+        assert answers == [m.BasicAck(seq, True) for seq in range(acked + 1, answered + 1)]
+        acked = answered
+        assert confirms.waiting == (acked < reads)
+    assert confirms.unconfirmed == 0
+
+
+def test_consumer_tags_are_unique_on_a_channel_and_made_when_left_empty() -> None:
+    tags: ConsumerTags[str] = ConsumerTags()
+    made = {tags.tag_for(m.BasicConsume(queue="q", consumer_tag="")) for _ in range(50)}
+    assert len(made) == 50 and all(tag.startswith("amq.ctag-") for tag in made)
+    tag = tags.tag_for(m.BasicConsume(queue="q", consumer_tag="mine"))
+    tags.add(tag, "consumer")
+    with pytest.raises(AmqpCodecError) as reused:
+        tags.tag_for(m.BasicConsume(queue="q", consumer_tag="mine"))
+    assert reused.value.reply_code == ReplyCode.NOT_ALLOWED
+    assert (len(tags), list(tags)) == (1, ["consumer"])
+    assert tags.remove("mine") == "consumer" and tags.remove("mine") is None
+    assert tags.tag_for(m.BasicConsume(queue="q", consumer_tag="mine")) == "mine"  # free again
+
+
+def test_cancel_notices_wait_for_the_channels_own_queue_delete() -> None:
+    tags: ConsumerTags[str] = ConsumerTags()
+    assert tags.notices("a") == ["a"]
+    tags.hold_notices()
+    assert tags.notices("b") == [] and tags.notices("c") == []
+    assert tags.release_notices() == ["b", "c"]
+    assert tags.notices("d") == ["d"] and tags.release_notices() == []
+
+
+def test_an_empty_queue_name_is_the_last_declared_one() -> None:
+    names = QueueNames()
+    with pytest.raises(ChannelError) as unknown:
+        names.resolve("", m.QueueBind(queue="", exchange="x"))
+    assert unknown.value.code == ReplyCode.NOT_FOUND
+    names.declared("q1")
+    assert names.resolve("", m.QueueBind(queue="", exchange="x")) == "q1"
+    assert names.resolve("q2", m.QueueBind(queue="q2", exchange="x")) == "q2"
+
+
+def test_declared_queue_names_are_made_or_checked() -> None:
+    names = QueueNames()
+    made = names.to_declare("", m.QueueDeclare())
+    assert made.startswith("amq.gen-") and len(made) == len("amq.gen-") + 22
+    assert names.to_declare("orders", m.QueueDeclare()) == "orders"
+    with pytest.raises(ChannelError) as reserved:
+        names.to_declare("amq.mine", m.QueueDeclare())
+    assert reserved.value.code == ReplyCode.ACCESS_REFUSED
+    with pytest.raises(AmqpCodecError) as not_text:
+        names.to_declare("bad\udc80", m.QueueDeclare())
+    assert not_text.value.reply_code == ReplyCode.SYNTAX_ERROR

@@ -1,20 +1,14 @@
-"""A connection's transactions and a PUBLISH's checks driven directly, against a model:
-no socket, no event loop."""
+"""A connection's transactions driven directly, against a model: no socket, no event
+loop. (A PUBLISH's checks: test_events_requests.py.)"""
 
 from __future__ import annotations
 
-import bson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mainstem.protocols.bson_events.state import FrameFailed
-from mainstem.protocols.bson_events.transactions import (
-    MAX_TX_EVENTS,
-    Transactions,
-    event_bytes,
-    session_of,
-)
+from mainstem.protocols.bson_events.transactions import MAX_TX_EVENTS, Transactions
 
 operations = st.lists(st.one_of(
     st.tuples(st.just("start"), st.integers(0, 2)),
@@ -64,22 +58,3 @@ def test_a_transaction_holds_one_chunk_at_most() -> None:
         transactions.add(1, "c", b"one too many")
     assert failed.value.code == "TX_TOO_LARGE"
     assert [len(events) for _, events in transactions.commit(1)] == [MAX_TX_EVENTS]
-
-
-@pytest.mark.parametrize(("body", "code"), [
-    ({"event": {}}, "INVALID_FRAME"),  # no rID
-    ({"rID": 1, "event": "text"}, "INVALID_FRAME"),
-    ({"rID": 1, "event": {}, "sessID": "s"}, "INVALID_FRAME"),
-    ({"rID": 1, "event": {"x": "y" * 100}}, "EVENT_TOO_LARGE"),
-])
-def test_a_publish_is_checked_before_it_is_stored(body: dict, code: str) -> None:
-    with pytest.raises(FrameFailed) as failed:
-        event_bytes(body, max_event_size=64)
-    assert failed.value.code == code
-
-
-def test_a_publish_stores_its_event_as_bson() -> None:
-    assert event_bytes({"rID": 1, "event": {"x": 1}}, 64) == bson.encode({"x": 1})
-    assert session_of({"sessID": 7}) == 7
-    with pytest.raises(FrameFailed):
-        session_of({"sessID": True})

@@ -430,8 +430,9 @@ const render = {
   },
 
   async admin() {
-    const [users, vhosts, permissions] = await Promise.all([api("GET", "/api/users"),
-      api("GET", "/api/vhosts"), api("GET", "/api/permissions")]);
+    const [users, vhosts, permissions, policies, operatorPolicies] = await Promise.all([
+      api("GET", "/api/users"), api("GET", "/api/vhosts"), api("GET", "/api/permissions"),
+      api("GET", "/api/policies"), api("GET", "/api/operator-policies")]);
     if (!users) return;
     fillSelects("user-select", users.map((u) => u.name));
     table("users-table", [
@@ -457,6 +458,19 @@ const render = {
         await refresh();
       })],
     ], permissions, (p) => p.user + "@" + p.vhost);
+    const kinds = [...policies.map((p) => ({ ...p, kind: "policies" })),
+      ...operatorPolicies.map((p) => ({ ...p, kind: "operator-policies" }))];
+    table("policies-table", [
+      ["name", (p) => p.name], ["vhost", (p) => p.vhost],
+      ["kind", (p) => (p.kind === "policies" ? "policy" : "operator policy")],
+      ["pattern", (p) => p.pattern], ["apply-to", (p) => p["apply-to"]],
+      ["priority", (p) => p.priority, "num"],
+      ["definition", (p) => JSON.stringify(p.definition)],
+      ["", (p) => button("Clear", "clear-policy", async () => {
+        await api("DELETE", "/api/" + p.kind + "/" + enc(p.vhost) + "/" + enc(p.name));
+        await refresh();
+      })],
+    ], kinds, (p) => p.kind + ":" + p.name + "@" + p.vhost);
   },
 };
 
@@ -565,6 +579,16 @@ onSubmit("permission-form", async (v) => {
   await api("PUT", "/api/permissions/" + enc(v.vhost) + "/" + enc(v.user),
     { configure: v.configure, write: v.write, read: v.read });
   return "Permission set for " + v.user + " in " + v.vhost;
+});
+
+onSubmit("policy-form", async (v) => {
+  let definition;
+  try { definition = JSON.parse(v.definition); } catch (error) {
+    throw new Error("the definition is not JSON: " + error.message);
+  }
+  await api("PUT", "/api/" + v.kind + "/" + enc(v.vhost) + "/" + enc(v.name),
+    { pattern: v.pattern, "apply-to": v.apply_to, priority: Number(v.priority), definition });
+  return "Policy " + v.name + " set in " + v.vhost;
 });
 
 // -- routing and polling ---------------------------------------------------------------

@@ -70,10 +70,6 @@ class PartitionService:
         nothing is committed there yet. For readers that pick chunks by position."""
         return self.partition.locate(offset)
 
-    def read_chunk(self, offset: int) -> Chunk | None:
-        """The committed chunk holding `offset`, read (see `locate`)."""
-        return self.partition.read_chunk(offset)
-
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""
         await self.partition.wait_for(offset)

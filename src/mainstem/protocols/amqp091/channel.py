@@ -5,10 +5,7 @@ channel.close); connection exceptions raise ``AmqpCodecError``."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +24,13 @@ from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091.channel_state import (
+    ConsumerTags,
     DeliveryTags,
     PublisherConfirms,
+    QueueNames,
     Settle,
     Transaction,
+    require_utf8,
 )
 from mainstem.protocols.amqp091.consumers import QueueConsumer, StreamConsumer
 from mainstem.protocols.amqp091.encode import encode_content
@@ -81,17 +81,13 @@ class Channel:
         self.vhost = connection.vhost
         self.closing = False  # we sent channel.close and wait for close-ok
         self.ended = False  # the close handshake is over: nothing more is sent
-        self._held_cancels: list[str] | None = None  # while our queue.delete runs
-        self.consumers: dict[str, Consumer] = {}
+        self.consumers: ConsumerTags[Consumer] = ConsumerTags()
         self.deliveries: DeliveryTags[_Delivery] = DeliveryTags()
         self.credit = ChannelCredit(self.deliveries)
         self.confirms: PublisherConfirms[Write] = PublisherConfirms()
-        # Reads' publishes waiting for their writes, oldest first, with those writes.
-        self._confirm_batches: deque[tuple[list[tuple[int, list[Write], bool]],
-                                           set[Write]]] = deque()
         self._confirms_drained: asyncio.Future[None] | None = None
         self.tx = Transaction()
-        self._last_queue = ""
+        self.queue_names = QueueNames()
         self._write_allowed: set[str] = set()
         self.stats = MessageStats()
         self._handlers: dict[type[Method], Callable[[Any], Any]] = {
@@ -168,18 +164,11 @@ class Channel:
 
     def resume(self) -> None:
         """Credit may be back (acks, flow, a drained socket): deliver again."""
-        for consumer in list(self.consumers.values()):
+        for consumer in self.consumers:
             if isinstance(consumer, StreamConsumer):
                 consumer.resume()
             else:
                 consumer.queue.dispatch()
-
-    def _queue_name(self, name: str, method: Method) -> str:
-        if name:
-            return name
-        if not self._last_queue:
-            raise ChannelError(ReplyCode.NOT_FOUND, "no previously declared queue", method)
-        return self._last_queue
 
     # -- channel ---------------------------------------------------------------
 
@@ -189,10 +178,9 @@ class Channel:
     def close(self) -> None:
         """The channel ends: consumers stop, unacked messages go back to their queues."""
         self.credit.close()
-        for consumer in list(self.consumers.values()):
+        for consumer in self.consumers.take_all():
             consumer.stop()
             self.connection.ctx.remove_consumer(consumer.tag)
-        self.consumers.clear()
         self._requeue(self.deliveries.take_all())
 
     # -- exchanges -------------------------------------------------------------
@@ -202,7 +190,7 @@ class Channel:
         if method.passive:
             graph.passive_declare_exchange(method.exchange)
         else:
-            _require_utf8("exchange", method.exchange, method)
+            require_utf8("exchange", method.exchange, method)
             self.check("configure", method.exchange, "exchange")
             exchange = graph.declare_exchange(
                 method.exchange, method.type, durable=method.durable,
@@ -245,35 +233,29 @@ class Channel:
         name = method.queue
         owner = self.connection
         if method.passive:
-            queue = self.vhost.lookup(self._queue_name(name, method), owner)
+            queue = self.vhost.lookup(self.queue_names.resolve(name, method), owner)
         else:
-            if not name:
-                name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
-            elif name.startswith("amq."):
-                raise ChannelError(ReplyCode.ACCESS_REFUSED,
-                                   f"queue name '{name}' contains reserved prefix 'amq.*'",
-                                   method)
-            _require_utf8("queue", name, method)
+            name = self.queue_names.to_declare(name, method)
             self.check("configure", name, "queue")
             queue = await self.vhost.placed(self.vhost.declare_queue(
                 name, durable=method.durable, exclusive=method.exclusive,
                 auto_delete=method.auto_delete, arguments=method.arguments, owner=owner))
             await self.vhost.shared()
-        self._last_queue = queue.name
+        self.queue_names.declared(queue.name)
         if not method.no_wait:
             counts = await queue.home_counts() if isinstance(queue, RemoteQueue) \
                 else _counts(queue)
             self.reply(m.QueueDeclareOk(queue.name, *counts))
 
     def _queue_binding(self, method: m.QueueBind | m.QueueUnbind) -> Binding:
-        queue = self._queue_name(method.queue, method)
+        queue = self.queue_names.resolve(method.queue, method)
         self.check("write", queue, "queue")
         self.check("read", method.exchange, "exchange")
         key = method.routing_key if method.queue or method.routing_key else queue
         return Binding(method.exchange, queue, "queue", key, method.arguments)
 
     async def on_queue_bind(self, method: m.QueueBind) -> None:
-        self.vhost.lookup(self._queue_name(method.queue, method), self.connection)
+        self.vhost.lookup(self.queue_names.resolve(method.queue, method), self.connection)
         self.vhost.bind(self._queue_binding(method))
         await self.vhost.shared()
         if not method.no_wait:
@@ -285,7 +267,7 @@ class Channel:
         self.reply(m.QueueUnbindOk())
 
     def on_queue_purge(self, method: m.QueuePurge) -> Awaitable[None] | None:
-        name = self._queue_name(method.queue, method)
+        name = self.queue_names.resolve(method.queue, method)
         queue = self.vhost.lookup(name, self.connection)
         self.check("read", name, "queue")
         if isinstance(queue, RemoteQueue):
@@ -302,9 +284,9 @@ class Channel:
 
     async def on_queue_delete(self, method: m.QueueDelete) -> None:
         """Our own consumers of the queue hear of its end after delete-ok, as in RabbitMQ."""
-        name = self._queue_name(method.queue, method)
+        name = self.queue_names.resolve(method.queue, method)
         self.check("configure", name, "queue")
-        self._held_cancels = []
+        self.consumers.hold_notices()
         try:
             remote = self.vhost.queues.get(name)
             if isinstance(remote, RemoteQueue):
@@ -317,8 +299,7 @@ class Channel:
             if not method.no_wait:
                 self.reply(m.QueueDeleteOk(count))
         finally:
-            held, self._held_cancels = self._held_cancels, None
-            for tag in held:
+            for tag in self.consumers.release_notices():
                 self._notify_cancel(tag)
 
     # -- consuming -------------------------------------------------------------
@@ -328,15 +309,10 @@ class Channel:
         self.resume()
 
     def on_consume(self, method: m.BasicConsume) -> Awaitable[None] | None:
-        name = self._queue_name(method.queue, method)
+        name = self.queue_names.resolve(method.queue, method)
         queue = self.vhost.lookup(name, self.connection)
         self.check("read", name, "queue")
-        tag = method.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
-            os.urandom(16)).decode()[:22]
-        if tag in self.consumers:
-            raise AmqpCodecError(ReplyCode.NOT_ALLOWED,
-                                 f"attempt to reuse consumer tag '{tag}'",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        tag = self.consumers.tag_for(method)
         limit = self.connection.ctx.limits.max_consumers_per_queue
         consumer: Consumer
         if isinstance(queue, Stream):
@@ -378,7 +354,7 @@ class Channel:
 
     def _consuming(self, consumer: Consumer, method: m.BasicConsume) -> None:
         tag = consumer.tag
-        self.consumers[tag] = consumer
+        self.consumers.add(tag, consumer)
         if not method.no_wait:
             self.reply(m.BasicConsumeOk(tag))
         self.connection.ctx.add_consumer(tag, consumer.queue.name,
@@ -388,7 +364,7 @@ class Channel:
             consumer.start()  # deliveries follow consume-ok
 
     def on_cancel(self, method: m.BasicCancel) -> None:
-        consumer = self.consumers.pop(method.consumer_tag, None)
+        consumer = self.consumers.remove(method.consumer_tag)
         if consumer is not None:
             consumer.stop()
             self.connection.ctx.remove_consumer(method.consumer_tag)
@@ -397,20 +373,18 @@ class Channel:
 
     def consumer_cancelled(self, tag: str) -> None:
         """The queue went away: tell the client (consumer_cancel_notify)."""
-        if self.consumers.pop(tag, None) is None:
+        if self.consumers.remove(tag) is None:
             return
         self.connection.ctx.remove_consumer(tag)
-        if self._held_cancels is not None:
-            self._held_cancels.append(tag)
-        else:
-            self._notify_cancel(tag)
+        for notice in self.consumers.notices(tag):
+            self._notify_cancel(notice)
 
     def _notify_cancel(self, tag: str) -> None:
         if self.connection.cancel_notify:
             self.reply(m.BasicCancel(tag, True))
 
     def on_get(self, method: m.BasicGet) -> Awaitable[None] | None:
-        name = self._queue_name(method.queue, method)
+        name = self.queue_names.resolve(method.queue, method)
         queue = self.vhost.lookup(name, self.connection)
         self.check("read", name, "queue")
         if isinstance(queue, Stream):
@@ -456,9 +430,7 @@ class Channel:
 
     def on_settle(self, method: Settle) -> None:
         tags = self.deliveries.tags_of(method)
-        if self.tx.enabled:
-            self.tx.settles.append((method, tags))
-        else:
+        if not self.tx.hold_settle(method, tags):
             self._settle(method, self.deliveries.take(tags))
 
     def _settle(self, method: Settle, deliveries: list[_Delivery]) -> None:
@@ -514,8 +486,7 @@ class Channel:
             except BrokerError as exc:
                 raise broker_error(exc, method) from None
             self._write_allowed.add(exchange)
-        if self.tx.enabled:
-            self.tx.publishes.append(content)
+        if self.tx.hold_publish(content):
             return
         try:
             outcome = self._publish(content, method)
@@ -575,11 +546,9 @@ class Channel:
     def flush_confirms(self) -> None:
         """Send this read's confirms once their messages are durable, in publish order:
         callbacks on the writes, no task per read."""
-        confirms = self.confirms.end_read()
-        if not confirms:
+        waits = self.confirms.end_read()
+        if waits is None:
             return
-        waits = {wait for _, futures, _ in confirms for wait in futures}
-        self._confirm_batches.append((confirms, waits))
         pending = [wait for wait in waits if not wait.done()]
         for wait in pending:
             wait.add_done_callback(self._send_durable_confirms)
@@ -589,23 +558,18 @@ class Channel:
     def _send_durable_confirms(self, _done: object = None) -> None:
         """Answer the oldest reads whose writes are all over (a later read waits for the
         ones before it)."""
-        batches = self._confirm_batches
-        while batches and all(wait.done() for wait in batches[0][1]):
-            confirms, waits = batches.popleft()
-            answers, confirmed = self.confirms.answer(
-                confirms, {wait for wait in waits
-                           if wait.cancelled() or wait.exception() is not None})
-            self.stats.confirm += confirmed
-            for answer in answers:
-                self.reply(answer)
+        answers, confirmed = self.confirms.answer_over(_over, _failed)
+        self.stats.confirm += confirmed
+        for answer in answers:
+            self.reply(answer)
         drained = self._confirms_drained
-        if not batches and drained is not None:
+        if not self.confirms.waiting and drained is not None:
             self._confirms_drained = None
             if not drained.done():
                 drained.set_result(None)
 
     async def confirms_sent(self) -> None:
-        if self._confirm_batches:
+        if self.confirms.waiting:
             if self._confirms_drained is None:
                 self._confirms_drained = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._confirms_drained)  # a caller's timeout ends its wait only
@@ -634,13 +598,12 @@ class Channel:
         self.reply(self.tx.rollback(method))
 
 
-def _require_utf8(kind: str, name: str, method: Method) -> None:
-    """Names are kept and shown as text: bytes that are not UTF-8 are a syntax error."""
-    try:
-        name.encode()
-    except UnicodeEncodeError:
-        raise AmqpCodecError(ReplyCode.SYNTAX_ERROR, f"{kind} name is not valid UTF-8",
-                             class_id=method.CLASS_ID, method_id=method.METHOD_ID) from None
+def _over(write: Write) -> bool:
+    return write.done()
+
+
+def _failed(write: Write) -> bool:
+    return write.cancelled() or write.exception() is not None
 
 
 def _counts(queue: ClassicQueue | Stream) -> tuple[int, int]:

@@ -4,6 +4,10 @@
 - ``PublisherConfirms``: confirm mode's publish numbering, and the basic.ack/basic.nack
   answers once the writes of a read's publishes are over.
 - ``Transaction``: tx mode's publishes and acknowledgements held until tx.commit.
+- ``ConsumerTags``: the channel's consumers by tag, and the cancel notifications held
+  while its own queue.delete runs.
+- ``QueueNames``: the names a queue method means: the last declared queue for an empty
+  one, a server-named queue, the reserved prefix.
 
 The asyncio channel (``channel.py``) feeds them methods and the outcome of writes, and
 sends what they return; what they hold of a write or a delivery is opaque to them.
@@ -11,17 +15,21 @@ sends what they return; what they hold of a write or a delivery is opaque to the
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import base64
+import os
+from collections import deque
+from collections.abc import Callable, Collection, Iterator
 from typing import Generic, TypeVar
 
 from mainstem.protocols.amqp091 import methods as m
-from mainstem.protocols.amqp091.errors import ChannelError
+from mainstem.protocols.amqp091.errors import AmqpCodecError, ChannelError
 from mainstem.protocols.amqp091.events import ContentMessage
 from mainstem.protocols.amqp091.methods import ReplyCode
 from mainstem.protocols.amqp091.wire import Method
 
 D = TypeVar("D")  # what a delivery holds (its consumer, queue and message)
 W = TypeVar("W")  # a write a publish waits for
+C = TypeVar("C")  # a consumer
 
 Settle = m.BasicAck | m.BasicNack | m.BasicReject
 
@@ -77,15 +85,18 @@ class DeliveryTags(Generic[D]):
 
 class PublisherConfirms(Generic[W]):
     """Each publish in confirm mode gets the next sequence number. The publishes of one
-    read form a batch; once its writes are over the batch is answered in publish order:
-    basic.ack multiple=true for each run of publishes whose writes all succeeded,
-    basic.nack for one refused or with a failed write."""
+    read form a batch; batches are answered in read order, each once its writes are over
+    (a later read waits for the ones before it): basic.ack multiple=true for each run of
+    publishes whose writes all succeeded, basic.nack for one refused or with a failed
+    write."""
 
     def __init__(self) -> None:
         self.enabled = False
         self._last_seq = 0
         self._answered_seq = 0
         self._read: list[tuple[int, list[W], bool]] = []  # this read's publishes
+        # Reads' publishes waiting for their writes, oldest first, with those writes.
+        self._waiting: deque[tuple[list[tuple[int, list[W], bool]], set[W]]] = deque()
 
     def select(self, method: m.ConfirmSelect, transactional: bool) -> m.ConfirmSelectOk | None:
         if transactional:
@@ -99,15 +110,37 @@ class PublisherConfirms(Generic[W]):
         self._last_seq += 1
         self._read.append((self._last_seq, writes, refused))
 
-    def end_read(self) -> list[tuple[int, list[W], bool]]:
-        """This read's publishes, as one batch to answer once its writes are over."""
+    def end_read(self) -> set[W] | None:
+        """This read's publishes become one batch; the writes it waits for (None: the read
+        published nothing)."""
+        if not self._read:
+            return None
         batch, self._read = self._read, []
-        return batch
+        writes = {write for _, waits, _ in batch for write in waits}
+        self._waiting.append((batch, writes))
+        return writes
 
-    def answer(self, batch: list[tuple[int, list[W], bool]], failed: Collection[W]
-               ) -> tuple[list[Method], int]:
-        """The answers to a batch whose writes are over (`failed`: those that failed), and
-        how many publishes they acknowledge."""
+    @property
+    def waiting(self) -> bool:
+        """Some batch is not answered yet."""
+        return bool(self._waiting)
+
+    def answer_over(self, over: Callable[[W], bool], failed: Callable[[W], bool]
+                    ) -> tuple[list[Method], int]:
+        """The answers to the oldest batches whose writes are all `over` (those that
+        `failed` nacked), and how many publishes they acknowledge."""
+        answers: list[Method] = []
+        confirmed = 0
+        waiting = self._waiting
+        while waiting and all(over(write) for write in waiting[0][1]):
+            batch, writes = waiting.popleft()
+            more, count = self._answer(batch, {write for write in writes if failed(write)})
+            answers += more
+            confirmed += count
+        return answers, confirmed
+
+    def _answer(self, batch: list[tuple[int, list[W], bool]], failed: Collection[W]
+                ) -> tuple[list[Method], int]:
         answers: list[Method] = []
         run_end = confirmed = 0
         for seq, writes, refused in batch:
@@ -146,6 +179,18 @@ class Transaction:
         self.enabled = True
         return m.TxSelectOk()
 
+    def hold_publish(self, content: ContentMessage) -> bool:
+        """Whether the transaction takes this publish, to apply at commit."""
+        if self.enabled:
+            self.publishes.append(content)
+        return self.enabled
+
+    def hold_settle(self, method: Settle, tags: list[int]) -> bool:
+        """Whether the transaction takes this acknowledgement, to apply at commit."""
+        if self.enabled:
+            self.settles.append((method, tags))
+        return self.enabled
+
     def commit(self, method: m.TxCommit
                ) -> tuple[list[ContentMessage], list[tuple[Settle, list[int]]]]:
         """What the transaction did, to apply now; it starts over empty."""
@@ -163,3 +208,97 @@ class Transaction:
         if not self.enabled:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional",
                                method)
+
+
+class ConsumerTags(Generic[C]):
+    """A channel's consumers by tag. A tag is unique on its channel; one the client leaves
+    empty is made here (amq.ctag-…, as RabbitMQ names them). While the channel's own
+    queue.delete runs, the basic.cancel notices it causes wait for its delete-ok, as in
+    RabbitMQ."""
+
+    def __init__(self) -> None:
+        self._by_tag: dict[str, C] = {}
+        self._held: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._by_tag)
+
+    def __iter__(self) -> Iterator[C]:
+        return iter(list(self._by_tag.values()))  # a copy: delivering may cancel one
+
+    def tag_for(self, method: m.BasicConsume) -> str:
+        """The tag of a new consumer; reusing one on the channel is a connection error."""
+        tag = method.consumer_tag or server_named("amq.ctag-")
+        if tag in self._by_tag:
+            raise AmqpCodecError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
+                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        return tag
+
+    def add(self, tag: str, consumer: C) -> None:
+        self._by_tag[tag] = consumer
+
+    def remove(self, tag: str) -> C | None:
+        return self._by_tag.pop(tag, None)
+
+    def take_all(self) -> list[C]:
+        taken = list(self._by_tag.values())
+        self._by_tag.clear()
+        return taken
+
+    def notices(self, tag: str) -> list[str]:
+        """The server cancelled `tag`: the tags to notify the client of now."""
+        if self._held is None:
+            return [tag]
+        self._held.append(tag)
+        return []
+
+    def hold_notices(self) -> None:
+        self._held = []
+
+    def release_notices(self) -> list[str]:
+        """The held notices, to send now; notices go out at once from here on."""
+        held, self._held = self._held or [], None
+        return held
+
+
+class QueueNames:
+    """What a queue method's name means: empty is the queue the channel declared last
+    (AMQP 0-9-1's current queue); a declared one may be left to the server (amq.gen-…)
+    but not take the reserved amq. prefix."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def resolve(self, name: str, method: Method) -> str:
+        if name:
+            return name
+        if not self.last:
+            raise ChannelError(ReplyCode.NOT_FOUND, "no previously declared queue", method)
+        return self.last
+
+    def declared(self, name: str) -> None:
+        self.last = name
+
+    def to_declare(self, name: str, method: Method) -> str:
+        """The name a queue.declare creates."""
+        if not name:
+            return server_named("amq.gen-")
+        if name.startswith("amq."):
+            raise ChannelError(ReplyCode.ACCESS_REFUSED,
+                               f"queue name '{name}' contains reserved prefix 'amq.*'", method)
+        require_utf8("queue", name, method)
+        return name
+
+
+def server_named(prefix: str) -> str:
+    """A name nobody else holds: 128 random bits, as RabbitMQ makes them."""
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
+
+
+def require_utf8(kind: str, name: str, method: Method) -> None:
+    """Names are kept and shown as text: bytes that are not UTF-8 are a syntax error."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise AmqpCodecError(ReplyCode.SYNTAX_ERROR, f"{kind} name is not valid UTF-8",
+                             class_id=method.CLASS_ID, method_id=method.METHOD_ID) from None

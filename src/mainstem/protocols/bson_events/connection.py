@@ -35,6 +35,7 @@ from mainstem.broker.events.projections import Projection
 from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
+from mainstem.protocols.bson_events import requests as rq
 from mainstem.protocols.bson_events.codec import (
     EVENT_TAIL,
     Event,
@@ -64,7 +65,7 @@ from mainstem.protocols.bson_events.state import (
     failure,
     response_kind,
 )
-from mainstem.protocols.bson_events.transactions import Transactions, event_bytes, session_of
+from mainstem.protocols.bson_events.transactions import Transactions
 from mainstem.protocols.receiver import Receiver
 
 READ_SIZE = 256 * 1024
@@ -268,8 +269,8 @@ class EventsConnection:
                 staged[2].append(request_id)
                 return
         try:
-            raw = event_bytes(body, self.limits.max_event_size)
-            channel = _channel_name(body)
+            raw = rq.event_bytes(body, self.limits.max_event_size)
+            channel = rq.channel_name(body)
             partition = self._channel(channel)
             self._check("write", channel, "channel")
         except (FrameFailed, BrokerError) as exc:
@@ -334,13 +335,13 @@ class EventsConnection:
     # -- transactions ----------------------------------------------------------------
 
     def on_start_tx(self, body: dict[str, Any]) -> None:
-        self.transactions.start(session_of(body))
+        self.transactions.start(rq.session_of(body))
         self.respond(body.get("rID"))
 
     async def on_commit_tx(self, body: dict[str, Any]) -> None:
         """All the transaction's events of a channel go in one chunk: after a crash either
         all of them are there or none."""
-        session = session_of(body)
+        session = rq.session_of(body)
         self.transactions.check_open(session)
         try:
             self.core.write_gate.check()
@@ -355,25 +356,21 @@ class EventsConnection:
         self.respond(body.get("rID"))
 
     def on_abort_tx(self, body: dict[str, Any]) -> None:
-        self.transactions.abort(session_of(body))
+        self.transactions.abort(rq.session_of(body))
         self.respond(body.get("rID"))
 
     # -- subscriptions ----------------------------------------------------------------
 
     def on_subscribe(self, body: dict[str, Any]) -> None:
-        channel = _channel_name(body)
+        channel = rq.channel_name(body)
         partition = self._channel(channel)
         self._check("read", channel, "channel")
-        matcher = body.get("matcher")
-        if matcher is not None and not isinstance(matcher, dict):
-            raise FrameFailed("INVALID_FRAME", "'matcher' must be a document")
+        matcher = rq.matcher(body)
         try:
             predicate = compile_matcher(matcher)
         except InvalidArgument as exc:
             raise FrameFailed("INVALID_MATCHER", exc.message) from None
-        durable_id = body.get("durableID")
-        if durable_id is not None and not isinstance(durable_id, str):
-            raise FrameFailed("INVALID_FRAME", "'durableID' must be a string")
+        durable_id = rq.durable_id(body)
         start = self._start_position(body, partition, channel, durable_id)
         flow = self.state.subscribe(channel, durable_id)
         sender = self.subscriptions[flow.sub_id] = Sender()
@@ -390,15 +387,11 @@ class EventsConnection:
                                                   DURABLE_PREFIX + durable_id)
             if stored is not None:
                 return stored
-        position, timestamp = body.get("startPos"), body.get("startTimestamp")
-        if position is not None:
-            if not isinstance(position, int) or position < 0:
-                raise FrameFailed("INVALID_FRAME", "'startPos' must be a non-negative int64")
-            return position
-        if timestamp is not None:
-            if not isinstance(timestamp, int):
-                raise FrameFailed("INVALID_FRAME", "'startTimestamp' must be an int64")
-            return partition.offset_for_timestamp(timestamp)
+        start = rq.start(body)
+        if start.position is not None:
+            return start.position
+        if start.timestamp is not None:
+            return partition.offset_for_timestamp(start.timestamp)
         return partition.committed_offset  # from now on
 
     async def _deliver(self, flow: SubscriptionFlow, sender: Sender, partition: PartitionService,
@@ -468,21 +461,11 @@ class EventsConnection:
 
     # -- binders and queries --------------------------------------------------------
 
-    def _name(self, body: dict[str, Any], key: str) -> str:
-        value = body.get(key)
-        if not isinstance(value, str) or not value:
-            raise FrameFailed("INVALID_FRAME", f"{key!r} must be a non-empty string")
-        return value
-
     def on_query(self, body: dict[str, Any]) -> None:
-        query_id = body.get("queryID")
-        if not isinstance(query_id, int) or query_id in self.state.queries:
-            raise FrameFailed("INVALID_FRAME", "'queryID' must be a new integer")
-        binder = self._name(body, "binder")
+        query_id = rq.new_query_id(body, self.state.queries)
+        binder = rq.name(body, "binder")
         self._check("read", binder, "binder")
-        matcher = body.get("matcher")
-        if matcher is not None and not isinstance(matcher, dict):
-            raise FrameFailed("INVALID_FRAME", "'matcher' must be a document")
+        matcher = rq.matcher(body)
         try:
             results = self.core.binders.query(self.namespace, binder, matcher)
             first = next(results, None)
@@ -515,7 +498,7 @@ class EventsConnection:
             self.queries.pop(query_id, None)
 
     def on_find_by_id(self, body: dict[str, Any]) -> None:
-        binder = self._name(body, "binder")
+        binder = rq.name(body, "binder")
         self._check("read", binder, "binder")
         if "docID" not in body:
             raise FrameFailed("INVALID_FRAME", "'docID' is required")
@@ -526,7 +509,7 @@ class EventsConnection:
         self.respond(body.get("rID"), binders=self.core.binders.names(self.namespace))
 
     def on_create_binder(self, body: dict[str, Any]) -> None:
-        name = self._name(body, "name")
+        name = rq.name(body, "name")
         self._check("configure", name, "binder")
         self.respond(body.get("rID"), exists=self.core.binders.create(self.namespace, name))
 
@@ -536,7 +519,7 @@ class EventsConnection:
         self.respond(body.get("rID"), channels=channels)
 
     def on_create_channel(self, body: dict[str, Any]) -> None:
-        name = self._name(body, "name")
+        name = rq.name(body, "name")
         self._check("configure", name, "channel")
         try:
             self.core.streams.create(self.namespace, name)
@@ -549,16 +532,14 @@ class EventsConnection:
         """A projection's definition from a frame, checked against the user's rights: one
         that exists is replaced only with configure on the binder it feeds now too, as a
         queue is redeclared or deleted only with configure on it."""
-        name, binder = self._name(body, "name"), self._name(body, "binder")
+        name, binder = rq.name(body, "name"), rq.name(body, "binder")
         current = self.core.binders.projection(self.namespace, name)
         if current is not None:
             self._check("configure", current["binder"], "binder")
         self._check("configure", binder, "binder")
-        self._check("read", self._name(body, "channel"), "channel")
-        matcher = body.get("matcher") or {}
-        if not isinstance(matcher, dict):
-            raise FrameFailed("INVALID_FRAME", "'matcher' must be a document")
-        return Projection(name, body["channel"], binder, self._name(body, "idField"),
+        self._check("read", rq.name(body, "channel"), "channel")
+        matcher = rq.matcher(body) or {}
+        return Projection(name, body["channel"], binder, rq.name(body, "idField"),
                           body.get("fold", "merge"), matcher)
 
     def on_create_projection(self, body: dict[str, Any]) -> None:
@@ -569,14 +550,14 @@ class EventsConnection:
     # -- bulk loads: a binder rebuilt by Spark, handed over to the live projection --------
 
     def on_begin_load(self, body: dict[str, Any]) -> None:
-        binder = self._name(body, "binder")
+        binder = rq.name(body, "binder")
         self._check("configure", binder, "binder")
         load_id = self.core.binders.begin_load(self.namespace, binder)
         self.core.projections.collect_garbage()  # an abandoned earlier load is garbage now
         self.respond(body.get("rID"), loadID=load_id)
 
     def _load(self, body: dict[str, Any]) -> str:
-        load_id = self._name(body, "loadID")
+        load_id = rq.name(body, "loadID")
         self._check("configure", self.core.binders.load_binder(self.namespace, load_id),
                     "binder")
         return load_id
@@ -584,21 +565,15 @@ class EventsConnection:
     def on_load_docs(self, body: dict[str, Any]) -> None:
         """Stage documents, ``docs: [{id, doc}]``, in a load."""
         load_id = self._load(body)
-        docs = body.get("docs")
-        if not isinstance(docs, list) or not all(
-                isinstance(d, dict) and "id" in d and isinstance(d.get("doc"), dict)
-                for d in docs):
-            raise FrameFailed("INVALID_FRAME", "'docs' must be a list of {id, doc} documents")
-        self.core.binders.stage(self.namespace, load_id, [(d["id"], d["doc"]) for d in docs])
+        docs = rq.docs(body)
+        self.core.binders.stage(self.namespace, load_id, docs)
         self.respond(body.get("rID"), count=len(docs))
 
     def on_hand_over(self, body: dict[str, Any]) -> None:
         """Swap a load in as its binder and run the projection live from ``position``."""
         load_id = self._load(body)
         projection = self._projection(body)
-        position = body.get("position")
-        if not isinstance(position, int) or isinstance(position, bool) or position < 0:
-            raise FrameFailed("INVALID_FRAME", "'position' must be a non-negative int64")
+        position = rq.position(body)
         self._channel(projection.channel)
         documents = self.core.projections.hand_over(self.namespace, projection, load_id,
                                                     position)
@@ -629,10 +604,3 @@ def _query_id(event: Frame) -> dict[str, Any]:
     """A failed QUERY's QUERYRESPONSE names its queryID: the document gives QUERY no rID."""
     query_id = event.body.get("queryID")
     return {"queryID": query_id} if event.type == "QUERY" and query_id is not None else {}
-
-
-def _channel_name(body: dict[str, Any]) -> str:
-    name = body.get("channel")
-    if not isinstance(name, str):
-        raise FrameFailed("INVALID_FRAME", "'channel' must be a string")
-    return name

@@ -1,6 +1,5 @@
-"""A connection's open transactions (STARTTX, PUBLISH with a sessID, COMMITTX, ABORTTX) and
-the checks of a PUBLISH's fields, as pure objects: frames' bodies in, events to store or a
-failed request out.
+"""A connection's open transactions (STARTTX, PUBLISH with a sessID, COMMITTX, ABORTTX) as
+a pure object: sessions and events in, events to store or a failed request out.
 
 A transaction's events are stored at COMMITTX, each channel's in one chunk, so after a
 crash all of a channel's are there or none; a transaction holds one chunk's worth at most.
@@ -8,39 +7,13 @@ crash all of a channel's are there or none; a transaction holds one chunk's wort
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
-
-import bson
+from typing import Generic, TypeVar
 
 from mainstem.formats.osiris import MAX_CHUNK_ENTRIES
 from mainstem.protocols.bson_events.state import FrameFailed
 
 MAX_TX_EVENTS = MAX_CHUNK_ENTRIES  # a transaction is one chunk
 C = TypeVar("C")  # a channel, as the connection holds it
-
-
-def event_bytes(body: dict[str, Any], max_event_size: int) -> bytes:
-    """A PUBLISH's event, encoded as stored, once its fields are checked."""
-    if not isinstance(body.get("rID"), int):
-        raise FrameFailed("INVALID_FRAME", "'rID' must be an integer")
-    event = body.get("event")
-    if not isinstance(event, dict):
-        raise FrameFailed("INVALID_FRAME", "'event' must be a document")
-    session = body.get("sessID")
-    if session is not None and not isinstance(session, int):
-        raise FrameFailed("INVALID_FRAME", "'sessID' must be an int32")
-    raw = bson.encode(event)
-    if len(raw) > max_event_size:
-        raise FrameFailed("EVENT_TOO_LARGE", f"an event of {len(raw)} bytes is over the "
-                          f"limit of {max_event_size}")
-    return raw
-
-
-def session_of(body: dict[str, Any]) -> int:
-    session = body.get("sessID")
-    if not isinstance(session, int) or isinstance(session, bool):
-        raise FrameFailed("INVALID_FRAME", "'sessID' must be an int32")
-    return session
 
 
 class Transactions(Generic[C]):

@@ -4,9 +4,10 @@ An Iggy stream is a namespace, an Iggy topic a stream of the log engine. The fir
 frame tells the generation the client speaks: the 2024 length-prefixed requests
 (iggy-py 0.4) or the replicated framing of apache-iggy 0.9 (vsr.py), whose bodies
 differ where layouts.py says. The protocol's rules (the framing choice, login and
-logout, how each framing answers) live in `state.IggyState`; this moves bytes, runs the
-commands against the broker and carries out the state's actions. Requests are answered in
-order; every complete request in the read buffer is handled before the next read.
+logout, how each framing answers) live in `state.IggyState` and each request body is read
+by `requests.py`; this moves bytes, runs the commands against the broker and carries out
+the state's actions. Requests are answered in order; every complete request in the read
+buffer is handled before the next read.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Awaitable, Callable
 
 from mainstem import __version__
 from mainstem.broker.auth import ADMINISTRATOR_TAG, User
@@ -37,6 +37,7 @@ from mainstem.broker.streams import Stream, TooManyPartitions
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.iggy import codec as c
+from mainstem.protocols.iggy import requests as rq
 from mainstem.protocols.iggy import vsr
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
 from mainstem.protocols.iggy.commands import (
@@ -48,11 +49,16 @@ from mainstem.protocols.iggy.commands import (
 )
 from mainstem.protocols.iggy.layouts import SeedLayout
 from mainstem.protocols.iggy.records import Stored, read_chunk
+from mainstem.protocols.iggy.requests import Handler, route
 from mainstem.protocols.iggy.state import Execute, IggyState, Login, Logout, user_id
 
 READ_SIZE = 256 * 1024
 # A poll reply stops growing past this many payload bytes (the count is a wish).
-MAX_POLL_BYTES = 8 * 1024 * 1024
+# What one poll answers at most (a poll asking for more gets fewer messages, as at the end of
+# the data), and how much of a read's answers wait for the socket together: a client that
+# pipelines polls and stops reading holds about one poll's answer in the broker.
+MAX_POLL_BYTES = 1024 * 1024
+OUTPUT_STEP = 256 * 1024
 EXPIRY_ARG = "x-iggy-message-expiry-us"
 NEVER = 2**64 - 1
 NODE_INFO = struct.Struct("<HHHHBB")  # tcp, quic, http and websocket ports, role, status
@@ -60,9 +66,6 @@ LEADER, HEALTHY = 0, 0
 # Iggy's global read_servers / manage_servers permissions: RabbitMQ's monitoring and
 # administrator tags. Stats and client lists show every peer's address and the host's kernel.
 SERVER_READER_TAGS = frozenset((ADMINISTRATOR_TAG, "monitoring"))
-
-Handler = Callable[[c.Reader], Awaitable[bytes]]
-
 
 class IggyConnection:
     def __init__(self, ctx: ConnectionContext) -> None:
@@ -74,25 +77,33 @@ class IggyConnection:
         peer = ctx.writer.get_extra_info("peername")
         self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.handlers: dict[int, Handler] = {
-            Code.PING: self.on_ping, Code.GET_STATS: self.on_get_stats,
-            Code.GET_CLUSTER_METADATA: self.on_get_cluster_metadata,
-            Code.GET_ME: self.on_get_me, Code.GET_CLIENT: self.on_get_client,
-            Code.GET_CLIENTS: self.on_get_clients, Code.POLL_MESSAGES: self.on_poll,
-            Code.SEND_MESSAGES: self.on_send, Code.GET_CONSUMER_OFFSET: self.on_get_offset,
-            Code.STORE_CONSUMER_OFFSET: self.on_store_offset, Code.GET_STREAM: self.on_get_stream,
-            Code.GET_STREAMS: self.on_get_streams, Code.CREATE_STREAM: self.on_create_stream,
-            Code.DELETE_STREAM: self.on_delete_stream, Code.GET_TOPIC: self.on_get_topic,
-            Code.GET_TOPICS: self.on_get_topics, Code.CREATE_TOPIC: self.on_create_topic,
-            Code.DELETE_TOPIC: self.on_delete_topic,
-            Code.CREATE_PARTITIONS: self.on_create_partitions,
-            Code.DELETE_PARTITIONS: self.on_delete_partitions,
-            Code.GET_CONSUMER_GROUP: self.on_get_group,
-            Code.GET_CONSUMER_GROUPS: self.on_get_groups,
-            Code.CREATE_CONSUMER_GROUP: self.on_create_group,
-            Code.DELETE_CONSUMER_GROUP: self.on_delete_group,
-            Code.JOIN_CONSUMER_GROUP: self.on_join_group,
-            Code.LEAVE_CONSUMER_GROUP: self.on_leave_group,
-            Code.SYNC_CONSUMER_GROUP: self.on_sync_group,
+            Code.PING: route(rq.read_nothing, self.on_ping),
+            Code.GET_STATS: route(rq.read_nothing, self.on_get_stats),
+            Code.GET_CLUSTER_METADATA: route(rq.read_nothing, self.on_get_cluster_metadata),
+            Code.GET_ME: route(rq.read_nothing, self.on_get_me),
+            Code.GET_CLIENT: route(rq.read_client, self.on_get_client),
+            Code.GET_CLIENTS: route(rq.read_nothing, self.on_get_clients),
+            Code.POLL_MESSAGES: route(rq.read_poll, self.on_poll),
+            Code.SEND_MESSAGES: route(rq.read_send, self.on_send),
+            Code.GET_CONSUMER_OFFSET: route(rq.read_get_offset, self.on_get_offset),
+            Code.STORE_CONSUMER_OFFSET: route(rq.read_store_offset, self.on_store_offset),
+            Code.GET_STREAM: route(rq.read_stream, self.on_get_stream),
+            Code.GET_STREAMS: route(rq.read_nothing, self.on_get_streams),
+            Code.CREATE_STREAM: route(rq.read_new_stream, self.on_create_stream),
+            Code.DELETE_STREAM: route(rq.read_stream, self.on_delete_stream),
+            Code.GET_TOPIC: route(rq.read_topic, self.on_get_topic),
+            Code.GET_TOPICS: route(rq.read_stream, self.on_get_topics),
+            Code.CREATE_TOPIC: route(rq.read_new_topic, self.on_create_topic),
+            Code.DELETE_TOPIC: route(rq.read_topic, self.on_delete_topic),
+            Code.CREATE_PARTITIONS: route(rq.read_partitions, self.on_create_partitions),
+            Code.DELETE_PARTITIONS: route(rq.read_partitions, self.on_delete_partitions),
+            Code.GET_CONSUMER_GROUP: route(rq.read_group, self.on_get_group),
+            Code.GET_CONSUMER_GROUPS: route(rq.read_topic, self.on_get_groups),
+            Code.CREATE_CONSUMER_GROUP: route(rq.read_new_group, self.on_create_group),
+            Code.DELETE_CONSUMER_GROUP: route(rq.read_group, self.on_delete_group),
+            Code.JOIN_CONSUMER_GROUP: route(rq.read_group, self.on_join_group),
+            Code.LEAVE_CONSUMER_GROUP: route(rq.read_group, self.on_leave_group),
+            Code.SYNC_CONSUMER_GROUP: route(rq.read_group, self.on_sync_group),
         }
         self.state = IggyState(self.client_id,
                                {*self.handlers, Code.LOGIN_USER, Code.LOGOUT_USER},
@@ -144,8 +155,16 @@ class IggyConnection:
                                                         "reason": str(exc)})
             self.ctx.writer.write(self.state.framing_failed())
             return None
-        self.ctx.writer.writelines([await self.answer(request) for request in requests])
-        await self.ctx.writer.drain()
+        writer, answers, pending = self.ctx.writer, [], 0
+        for request in requests:
+            answers.append(await self.answer(request))
+            pending += len(answers[-1])
+            if pending >= OUTPUT_STEP:  # pipelined polls wait for the socket, not memory
+                writer.writelines(answers)
+                answers, pending = [], 0
+                await writer.drain()
+        writer.writelines(answers)
+        await writer.drain()
         return buf[used:]
 
     async def answer(self, request: c.Request | vsr.Frame) -> bytes:
@@ -177,7 +196,7 @@ class IggyConnection:
         """The reply body of one command the state let through; a failure raises
         IggyError."""
         try:
-            return await self.handlers[code](c.Reader(payload))
+            return await self.handlers[code](self.layout, c.Reader(payload))
         except AuthenticationFailed:
             raise IggyError(ErrorCode.INVALID_CREDENTIALS, "invalid credentials") from None
         except AccessRefused as exc:
@@ -195,13 +214,12 @@ class IggyConnection:
 
     # -- system --------------------------------------------------------------------
 
-    async def on_ping(self, r: c.Reader) -> bytes:
+    async def on_ping(self, _: None) -> bytes:
         return b""
 
-    async def on_get_cluster_metadata(self, r: c.Reader) -> bytes:
+    async def on_get_cluster_metadata(self, _: None) -> bytes:
         """One node, the leader of everything, at the listener's advertised address; the
         configured cluster name."""
-        r.end()
         host, port = self.ctx.advertised_address()
         node = c.encode_long_string(socket.gethostname()) + c.encode_long_string(host)
         node += NODE_INFO.pack(port, 0, 0, 0, LEADER, HEALTHY)
@@ -213,8 +231,7 @@ class IggyConnection:
             raise IggyError(ErrorCode.UNAUTHORIZED,
                             "reading server details takes the administrator or monitoring tag")
 
-    async def on_get_stats(self, r: c.Reader) -> bytes:
-        r.end()
+    async def on_get_stats(self, _: None) -> bytes:
         self._require_read_servers()
         streams = self.core.streams.list()
         partitions = [p for s in streams for p in s.services]
@@ -233,20 +250,16 @@ class IggyConnection:
         return head + b"".join(c.encode_long_string(s) for s in (
             socket.gethostname(), uname.sysname, uname.release, uname.version))
 
-    async def on_get_me(self, r: c.Reader) -> bytes:
-        r.end()
+    async def on_get_me(self, _: None) -> bytes:
         return self._client_info(self.client_id, details=True)
 
-    async def on_get_client(self, r: c.Reader) -> bytes:
-        client_id = r.u32()
-        r.end()
+    async def on_get_client(self, client_id: int) -> bytes:
         self._require_read_servers()
         if client_id not in self.model.clients:
             raise IggyError(ErrorCode.CLIENT_NOT_FOUND, f"client {client_id} not found")
         return self._client_info(client_id, details=True)
 
-    async def on_get_clients(self, r: c.Reader) -> bytes:
-        r.end()
+    async def on_get_clients(self, _: None) -> bytes:
         self._require_read_servers()
         return b"".join(self._client_info(i, details=False) for i in sorted(self.model.clients))
 
@@ -283,9 +296,8 @@ class IggyConnection:
             raise IggyError(code, f"topic {ident} not found")
         return stream
 
-    def _stream_and_topic(self, r: c.Reader) -> Stream:
-        namespace = self._namespace(r.identifier())
-        return self._topic(namespace, r.identifier())
+    def _stream_and_topic(self, ref: rq.TopicRef) -> Stream:
+        return self._topic(self._namespace(ref.stream), ref.topic)
 
     def _check(self, kind: str, stream: Stream) -> None:
         assert self.user is not None
@@ -312,14 +324,12 @@ class IggyConnection:
             sum(p.size_bytes for p in parts), sum(_count(p) for p in parts), namespace)
         return info, topics
 
-    async def on_get_stream(self, r: c.Reader) -> bytes:
-        namespace = self._namespace(r.identifier())
-        r.end()
+    async def on_get_stream(self, ident: rq.Ident) -> bytes:
+        namespace = self._namespace(ident)
         info, topics = self._stream_info(namespace)
         return info + b"".join(self._topic_info(t) for t in topics)
 
-    async def on_get_streams(self, r: c.Reader) -> bytes:
-        r.end()
+    async def on_get_streams(self, _: None) -> bytes:
         assert self.user is not None
         out = []
         for record in self.core.catalog.list_namespaces():
@@ -327,9 +337,8 @@ class IggyConnection:
                 out.append(self._stream_info(record.name)[0])
         return b"".join(out)
 
-    async def on_create_stream(self, r: c.Reader) -> bytes:
-        wanted, name = self.layout.new_stream(r)
-        r.end()
+    async def on_create_stream(self, new: tuple[int, str]) -> bytes:
+        wanted, name = new
         self._require_admin()
         if wanted and self.model.taken(STREAM, "", wanted):
             raise IggyError(ErrorCode.STREAM_ID_ALREADY_EXISTS, f"stream {wanted} exists")
@@ -346,9 +355,8 @@ class IggyConnection:
         self.core.auth.set_permissions(self.user.name, name)
         return self._stream_info(name)[0]
 
-    async def on_delete_stream(self, r: c.Reader) -> bytes:
-        namespace = self._namespace(r.identifier())
-        r.end()
+    async def on_delete_stream(self, ident: rq.Ident) -> bytes:
+        namespace = self._namespace(ident)
         self._require_admin()
         await self.core.delete_namespace(namespace)
         await self.model.forget(TOPIC, namespace)
@@ -389,21 +397,17 @@ class IggyConnection:
                                         max(p.committed_offset - 1, 0), p.size_bytes, _count(p))
             for i, p in enumerate(stream.services))
 
-    async def on_get_topic(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        r.end()
+    async def on_get_topic(self, ref: rq.TopicRef) -> bytes:
+        stream = self._stream_and_topic(ref)
         return self._topic_details(stream)
 
-    async def on_get_topics(self, r: c.Reader) -> bytes:
-        namespace = self._namespace(r.identifier())
-        r.end()
+    async def on_get_topics(self, ident: rq.Ident) -> bytes:
+        namespace = self._namespace(ident)
         return self.layout.topic_list([self._topic_info(t)
                                        for t in self.core.streams.list(namespace)])
 
-    async def on_create_topic(self, r: c.Reader) -> bytes:
-        namespace = self._namespace(r.identifier())
-        topic = self.layout.new_topic(r)
-        r.end()
+    async def on_create_topic(self, request: rq.CreateTopic) -> bytes:
+        namespace, topic = self._namespace(request.stream), request.topic
         wanted, partitions, name = topic.wanted, topic.partitions, topic.name
         expiry_us, max_size = topic.expiry_us, topic.max_size
         assert self.user is not None
@@ -429,18 +433,15 @@ class IggyConnection:
             raise
         return self._topic_details(stream)
 
-    async def on_delete_topic(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        r.end()
+    async def on_delete_topic(self, ref: rq.TopicRef) -> bytes:
+        stream = self._stream_and_topic(ref)
         self._check("configure", stream)
         await self.core.streams.delete(stream.namespace, stream.name)
         await self.model.forget(TOPIC, stream.namespace, stream.name)
         return b""
 
-    async def on_create_partitions(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        count = r.u32()
-        r.end()
+    async def on_create_partitions(self, request: rq.Partitions) -> bytes:
+        stream, count = self._stream_and_topic(request.topic), request.count
         self._check("configure", stream)
         if not 1 <= count <= 1000:
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "1 to 1000 partitions")
@@ -449,10 +450,8 @@ class IggyConnection:
         self._rebalance_topic(stream)
         return b""
 
-    async def on_delete_partitions(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        count = r.u32()
-        r.end()
+    async def on_delete_partitions(self, request: rq.Partitions) -> bytes:
+        stream, count = self._stream_and_topic(request.topic), request.count
         self._check("configure", stream)
         if not 1 <= count < len(stream.services):
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, "a topic keeps at least one partition")
@@ -467,12 +466,8 @@ class IggyConnection:
 
     # -- messages ---------------------------------------------------------------------
 
-    async def on_send(self, r: c.Reader) -> bytes:
-        self.layout.send_prefix(r)
-        stream = self._stream_and_topic(r)
-        kind, length = r.u8(), r.u8()
-        value = r.take(length)
-        entries = self.layout.entries(r)
+    async def on_send(self, send: rq.Send) -> bytes:
+        stream, entries = self._stream_and_topic(send.topic), send.entries
         if not entries:
             raise IggyError(ErrorCode.INVALID_MESSAGES_COUNT, "no messages")
         self._check("write", stream)
@@ -480,7 +475,7 @@ class IggyConnection:
             self.core.write_gate.check()
         except WritesHeld as held:
             raise IggyError(ErrorCode.CANNOT_APPEND_MESSAGE, str(held)) from None
-        index = self._choose(stream, kind, value)
+        index = self._choose(stream, send.partitioning, send.value)
         receipt = stream.services[index].appender.append_simple_entries(entries)
         try:
             await receipt.durable
@@ -493,7 +488,7 @@ class IggyConnection:
                                  self.model.id_of(TOPIC, stream.namespace, stream.name), index,
                                  receipt.first_offset)
 
-    def _choose(self, stream: Stream, kind: int, value: memoryview) -> int:
+    def _choose(self, stream: Stream, kind: int, value: bytes) -> int:
         count = len(stream.services)
         if kind == 1:
             return self.model.next_turn(stream.namespace, stream.name) % count
@@ -505,18 +500,14 @@ class IggyConnection:
             return zlib.crc32(value) % count
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad partitioning kind {kind}")
 
-    async def on_poll(self, r: c.Reader) -> bytes:
-        consumer = self.layout.consumer(r, 18)
-        stream = self._stream_and_topic(r)
-        index = self.layout.partition(r)
-        kind, value, count, auto_commit = r.u8(), r.u64(), r.u32(), r.u8()
-        r.end()
+    async def on_poll(self, poll: rq.Poll) -> bytes:
+        stream = self._stream_and_topic(poll.topic)
         self._check("read", stream)
-        reference, index = self._consumer(stream, consumer, index)
+        reference, index = self._consumer(stream, poll.consumer, poll.index)
         partition = self._partition(stream, index)
-        start = self._start(stream, partition, index, reference, kind, value, count)
-        chunks, polled, last = self._read(stream, partition, start, count)
-        if auto_commit and polled:
+        start = self._start(stream, partition, index, reference, poll)
+        chunks, polled, last = self._read(stream, partition, start, poll.count)
+        if poll.auto_commit and polled:
             self.core.store_offset(stream.namespace, stream.name, index, reference, last)
         return self.layout.polled(index, max(partition.committed_offset - 1, 0), polled,
                                    chunks)
@@ -534,7 +525,8 @@ class IggyConnection:
         return f"iggy-group:{group.id}", index
 
     def _start(self, stream: Stream, partition: PartitionService, index: int, reference: str,
-               kind: int, value: int, count: int) -> int:
+               poll: rq.Poll) -> int:
+        kind, value, count = poll.polling, poll.value, poll.count
         if kind == 1:
             return value
         if kind == 2:
@@ -572,13 +564,10 @@ class IggyConnection:
 
     # -- consumer offsets -------------------------------------------------------------
 
-    async def on_get_offset(self, r: c.Reader) -> bytes:
-        consumer = self.layout.consumer(r, 4)
-        stream = self._stream_and_topic(r)
-        index = self.layout.partition(r)
-        r.end()
+    async def on_get_offset(self, request: rq.OffsetRef) -> bytes:
+        stream, index = self._stream_and_topic(request.topic), request.index
         self._check("read", stream)
-        reference = self._offset_reference(stream, consumer)
+        reference = self._offset_reference(stream, request.consumer)
         partition = self._partition(stream, index)
         assert index is not None
         stored = self.core.query_offset(stream.namespace, stream.name, index, reference)
@@ -587,17 +576,13 @@ class IggyConnection:
         return OFFSET_INFO.pack(index + self.layout.partition_base,
                                 max(partition.committed_offset - 1, 0), stored)
 
-    async def on_store_offset(self, r: c.Reader) -> bytes:
-        consumer = self.layout.consumer(r, 12)
-        stream = self._stream_and_topic(r)
-        index = self.layout.partition(r)
-        offset = self.layout.stored_offset(r)
-        r.end()
+    async def on_store_offset(self, request: rq.StoreOffset) -> bytes:
+        stream, index = self._stream_and_topic(request.topic), request.index
         self._check("read", stream)
-        reference = self._offset_reference(stream, consumer)
+        reference = self._offset_reference(stream, request.consumer)
         self._partition(stream, index)
         assert index is not None
-        self.core.store_offset(stream.namespace, stream.name, index, reference, offset)
+        self.core.store_offset(stream.namespace, stream.name, index, reference, request.offset)
         return b""
 
     def _offset_reference(self, stream: Stream, consumer: c.Consumer) -> str:
@@ -624,24 +609,21 @@ class IggyConnection:
                                    *(p + self.layout.partition_base for p in partitions))
         return out
 
-    async def on_get_group(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        group = self._group(stream, self.layout.group(r))
-        r.end()
+    async def on_get_group(self, request: rq.GroupRef) -> bytes:
+        stream = self._stream_and_topic(request.topic)
+        group = self._group(stream, request.group)
         self._check("read", stream)
         return self._group_info(group, stream, details=True)
 
-    async def on_get_groups(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        r.end()
+    async def on_get_groups(self, ref: rq.TopicRef) -> bytes:
+        stream = self._stream_and_topic(ref)
         self._check("read", stream)
         return b"".join(self._group_info(g, stream, details=False)
                         for g in self.model.list_groups(stream.namespace, stream.name))
 
-    async def on_create_group(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        wanted, name = self.layout.new_group(r)
-        r.end()
+    async def on_create_group(self, request: rq.CreateGroup) -> bytes:
+        stream = self._stream_and_topic(request.topic)
+        wanted, name = request.wanted, request.name
         self._check("configure", stream)
         try:
             group = await self.model.create_group(stream.namespace, stream.name, wanted or None,
@@ -650,37 +632,33 @@ class IggyConnection:
             raise IggyError(ErrorCode.CONSUMER_GROUP_ID_ALREADY_EXISTS, "group exists") from None
         return self._group_info(group, stream, details=True)
 
-    async def on_delete_group(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        group = self._group(stream, self.layout.group(r))
-        r.end()
+    async def on_delete_group(self, request: rq.GroupRef) -> bytes:
+        stream = self._stream_and_topic(request.topic)
+        group = self._group(stream, request.group)
         self._check("configure", stream)
         await self.model.delete_group(group)
         return b""
 
-    async def on_join_group(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        group = self._group(stream, self.layout.group(r))
-        r.end()
+    async def on_join_group(self, request: rq.GroupRef) -> bytes:
+        stream = self._stream_and_topic(request.topic)
+        group = self._group(stream, request.group)
         self._check("read", stream)
         await self.model.join(group, self.client_id, len(stream.services))
         return b""
 
-    async def on_leave_group(self, r: c.Reader) -> bytes:
-        stream = self._stream_and_topic(r)
-        group = self._group(stream, self.layout.group(r))
-        r.end()
+    async def on_leave_group(self, request: rq.GroupRef) -> bytes:
+        stream = self._stream_and_topic(request.topic)
+        group = self._group(stream, request.group)
         try:
             await self.model.leave(group, self.client_id, len(stream.services))
         except NotFound:
             raise IggyError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND, "not a member") from None
         return b""
 
-    async def on_sync_group(self, r: c.Reader) -> bytes:
+    async def on_sync_group(self, request: rq.GroupRef) -> bytes:
         """This member's partitions and the group's generation; nothing for a non-member."""
-        stream = self._stream_and_topic(r)
-        group = self._group(stream, self.layout.group(r))
-        r.end()
+        stream = self._stream_and_topic(request.topic)
+        group = self._group(stream, request.group)
         self._check("read", stream)
         assigned = group.members.get(self.client_id)
         if assigned is None:

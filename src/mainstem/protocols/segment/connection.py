@@ -53,7 +53,8 @@ from mainstem.protocols.segment.state import (
 
 READ_SIZE = 1024 * 1024  # a receive buffer: a read's events go to the log as one chunk
 MAX_READ_BYTES = 8 * 1024 * 1024  # a SegmentRead carries at most this much data
-MAX_CONCURRENT_READS = 16
+MAX_CONCURRENT_READS = 16  # reads waiting at a tail at once
+MAX_PENDING_READS = 256  # beyond, requests are not read on until reads finish
 LINGER_S = 2.0  # after an error reply that ends the connection, for the peer to read it
 
 
@@ -75,6 +76,10 @@ class SegmentConnection:
         # Each appender's writes not yet acked: done once durable, or failed.
         self.receipts: defaultdict[uuid.UUID, list[asyncio.Future[None]]] = defaultdict(list)
         self.reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
+        self.pending_reads = asyncio.Semaphore(MAX_PENDING_READS)
+        # A read's data is taken and sent only once the answer before it has gone to the
+        # socket: a client that pipelines reads and stops reading holds one in the broker.
+        self.sending = asyncio.Lock()
         self.tasks: set[asyncio.Task[None]] = set()
 
     # -- sending -------------------------------------------------------------
@@ -252,22 +257,27 @@ class SegmentConnection:
         check_found(name, self.core.streams)
         if message.offset < 0 or message.suggested_length < 0:
             raise Violation(c.ProtocolError(str(name), "negative offset or length"))
-        self.spawn(self._read(name, message))
+        await self.pending_reads.acquire()
+        self.spawn(self._read(name, message)).add_done_callback(
+            lambda _: self.pending_reads.release())
 
     async def _read(self, name: SegmentName, message: c.ReadSegment) -> None:
         async with self.reads:
             try:
-                got = await self.segments.read(name, message.offset,
-                                               min(max(message.suggested_length, 1),
-                                                   MAX_READ_BYTES))
+                await self.segments.wait_readable(name, message.offset)
+                async with self.sending:
+                    got = self.segments.read_now(name, message.offset,
+                                                 min(max(message.suggested_length, 1),
+                                                     MAX_READ_BYTES))
+                    self.send(c.SegmentRead(str(name), got.offset, got.at_tail,
+                                            got.end_of_segment, got.data))
+                    await self.ctx.writer.drain()
             except BrokerError as error:
                 self.send(_error_reply(str(name), error))
-                return
             except PartitionClosed:
                 self.send(c.NoSuchSegment(str(name), "the segment was deleted"))
-                return
-            self.send(c.SegmentRead(str(name), got.offset, got.at_tail, got.end_of_segment,
-                                    got.data))
+            except ConnectionError:
+                pass  # the connection ended: its loop stops too
 
     async def on_info(self, message: c.GetStreamSegmentInfo) -> None:
         name = self._segment(message.segment, "read")

@@ -10,8 +10,12 @@ from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.amqp.routing.model import amqp_type_name, canonical_value
 from mainstem.broker.errors import PreconditionFailed
 
-CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
-OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+# The queue types and overflow modes, one list with the policies that name them too
+from mainstem.broker.policies import CLASSIC as CLASSIC
+from mainstem.broker.policies import OVERFLOW_MODES
+from mainstem.broker.policies import QUORUM as QUORUM
+from mainstem.broker.policies import STREAM as STREAM
+
 # Compared on redeclaration; RabbitMQ ignores the others (x-queue-mode, x-queue-version, ...).
 _EQUIVALENCE_KEYS = (
     "x-queue-type", "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
@@ -32,6 +36,8 @@ class QueueArguments:
     dead_letter_routing_key: str | None = None
     max_priority: int = 0
     single_active_consumer: bool = False
+    # Returns of a message (a quorum queue's) before it is dead-lettered (None: no limit).
+    delivery_limit: int | None = None
     # Ready messages kept in memory, the rest paged to disk (None: the broker's bound).
     max_in_memory_length: int | None = None
     max_in_memory_bytes: int | None = None
@@ -87,6 +93,7 @@ def parse_queue_arguments(queue: str, vhost: str, args: Mapping[str, Any]) -> Qu
         raise PreconditionFailed(
             f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost '{vhost}':"
             " routing_key_but_no_dlx_defined")
+    delivery_limit = integer("x-delivery-limit", -1) if queue_type == QUORUM else None
     sac = args.get("x-single-active-consumer", False)
     if not isinstance(sac, bool):
         raise fail("x-single-active-consumer", f"{{unacceptable_type,{amqp_type_name(sac)}}}")
@@ -101,6 +108,7 @@ def parse_queue_arguments(queue: str, vhost: str, args: Mapping[str, Any]) -> Qu
         dead_letter_routing_key=routing_key,
         max_priority=priority,
         single_active_consumer=sac,
+        delivery_limit=None if delivery_limit is None or delivery_limit < 0 else delivery_limit,
         max_in_memory_length=integer("x-max-in-memory-length", 0),
         max_in_memory_bytes=integer("x-max-in-memory-bytes", 0),
     )

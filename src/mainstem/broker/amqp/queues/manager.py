@@ -53,6 +53,14 @@ class QueueManager:
         self.topology: TopologyReplication | None = None
         self.relay: QueueRelay | None = None
         self._db = catalog.connect()
+        catalog.policy_watchers.append(self._policies_changed)
+
+    def _policies_changed(self, vhost: str) -> None:
+        """A policy of `vhost` was set or cleared (here or on another node): its queues
+        run with what now applies, without a redeclare."""
+        host = self.vhosts.get(vhost)
+        if host is not None:
+            host.policies_changed()
 
     def open(self) -> None:
         """Recover durable exchanges, queues (with their messages) and bindings."""

@@ -20,6 +20,7 @@ from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.paging import MemoryBound, ReadyMessages
 from mainstem.broker.errors import AccessRefused
 from mainstem.broker.message_stats import MessageStats
+from mainstem.broker.policies import NONE_APPLIED, Applied
 
 DeadLetter = Callable[["ClassicQueue", QueueMessage, str], None]
 
@@ -50,7 +51,9 @@ class ClassicQueue:
         self.auto_delete = auto_delete
         self.owner = owner  # the connection of an exclusive queue
         self.arguments = arguments
-        self.settings = settings
+        self.declared = settings  # from its arguments alone
+        self.settings = settings  # what it runs with: with the policies that apply
+        self.applied: Applied = NONE_APPLIED
         self.journal = journal
         self._dead_letter = dead_letter
         self._on_unused = on_unused  # x-expires elapsed or the last auto-delete consumer left
@@ -102,6 +105,21 @@ class ClassicQueue:
         if message.expires_at is not None:
             self._arm_expiry()
         return durable_write
+
+    def reconfigure(self, settings: QueueArguments, applied: Applied) -> None:
+        """A policy changed what the queue runs with: a lower length limit drops the
+        oldest at once (drop-head), a new x-expires restarts its timer. A new TTL counts
+        for messages published from now on, as in RabbitMQ."""
+        self.applied = applied
+        if settings == self.settings:
+            return
+        expires_changed = settings.expires_ms != self.settings.expires_ms
+        self.settings = settings
+        self._bounded = settings.max_length is not None or settings.max_length_bytes is not None
+        if self._bounded and settings.overflow == "drop-head":
+            self._enforce_drop_head()
+        if expires_changed:
+            self.touch()
 
     def _withdraw(self, messages: list[QueueMessage]) -> None:
         """The journal refused these (their publishers get a nack): those still waiting
@@ -165,9 +183,14 @@ class ClassicQueue:
         self._dead_letter(self, message, reason)
 
     def requeue(self, messages: Iterable[QueueMessage]) -> None:
-        """Put delivered messages back where they were (by publish order)."""
+        """Put delivered messages back where they were (by publish order); one returned
+        more often than the delivery limit is dead-lettered instead."""
+        limit = self.settings.delivery_limit
         for message in sorted(messages, key=lambda m: m.seq, reverse=True):
             self.unacked_count -= 1
+            if limit is not None and message.delivery_count > limit:
+                self._discard(message, "delivery_limit")
+                continue
             self._ready.requeue(message)
             self.ready_count += 1
             self.ready_bytes += len(message.body)

@@ -23,6 +23,7 @@ from mainstem.broker.amqp.queues.arguments import (
 )
 from mainstem.broker.amqp.queues.journal import QueueJournal, Replay
 from mainstem.broker.amqp.queues.message import QueueMessage, properties_codec
+from mainstem.broker.amqp.queues.policy_settings import with_policy
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.quorum import (
     REPLICATED,
@@ -39,6 +40,7 @@ from mainstem.broker.errors import (
     PreconditionFailed,
 )
 from mainstem.broker.message_stats import MessageStats
+from mainstem.broker.policies import EXCHANGE
 from mainstem.broker.streams import Stream
 
 if TYPE_CHECKING:
@@ -71,8 +73,38 @@ class VirtualHost:
     def __init__(self, name: str, manager: QueueManager) -> None:
         self.name = name
         self.manager = manager
-        self.graph = ExchangeGraph(name)
         self.queues: dict[str, ClassicQueue] = {}
+        self.graph = ExchangeGraph(name)
+
+    @property
+    def graph(self) -> ExchangeGraph:
+        return self._graph
+
+    @graph.setter
+    def graph(self, graph: ExchangeGraph) -> None:
+        graph.policy_alternate = self._policy_alternate
+        self._graph = graph
+
+    def _policy_alternate(self, exchange: str) -> str | None:
+        """An exchange's alternate-exchange set by policy (an argument goes first)."""
+        value = self.manager.catalog.policies.applied(self.name, exchange, EXCHANGE) \
+            .definition.get("alternate-exchange")
+        return value if isinstance(value, str) else None
+
+    # -- policies ----------------------------------------------------------------
+
+    def apply_policy(self, queue: ClassicQueue) -> None:
+        """The queue runs with its arguments and the policies that match it now."""
+        applied = self.manager.catalog.policies.applied(self.name, queue.name,
+                                                        queue.declared.queue_type)
+        queue.reconfigure(with_policy(queue.declared, queue.arguments, applied.definition),
+                          applied)
+
+    def policies_changed(self) -> None:
+        """A policy of this vhost was set or cleared: each queue runs with what applies."""
+        for queue in list(self.queues.values()):
+            if not queue.deleted:
+                self.apply_policy(queue)
 
     def describe(self, kind: str, name: str) -> str:
         return f"{kind} '{name}' in vhost '{self.name}'"
@@ -179,6 +211,7 @@ class VirtualHost:
             queue.vhost, queue.relay_of = self.name, lambda: self.manager.relay
         self.queues[name] = queue
         self.graph.add_queue(name, durable=durable)
+        self.apply_policy(queue)
         return queue
 
     def restore_queue(self, record: dict[str, Any]) -> None:
@@ -290,7 +323,7 @@ class VirtualHost:
         standby = self.queues.get(name)
         if not isinstance(standby, QuorumStandby):
             return  # deleted meanwhile
-        queue = self._new_queue(name, True, False, None, standby.arguments, standby.settings,
+        queue = self._new_queue(name, True, False, None, standby.arguments, standby.declared,
                                 journal, kind=QuorumQueue)
         queue.restore(replay)
 

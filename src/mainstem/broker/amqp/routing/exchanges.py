@@ -12,7 +12,7 @@ Declaration rules and error messages mirror RabbitMQ 4.x (the names say
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -54,6 +54,10 @@ _ABSENT = object()
 Records = dict[str, list[dict[str, Any]]]
 
 
+def _no_alternate(exchange: str) -> None:
+    return None
+
+
 @dataclass
 class _Entry:
     exchange: Exchange
@@ -70,6 +74,9 @@ class ExchangeGraph:
         self._incoming: dict[Destination, set[Binding]] = {}
         # exchange name -> its message counters, kept by the publisher (VirtualHost)
         self.stats: dict[str, MessageStats] = {}
+        # exchange name -> the alternate exchange a policy gives it (asked only when a
+        # message finds no route, so a policy set or cleared holds at once)
+        self.policy_alternate: Callable[[str], str | None] = _no_alternate
         for name, exchange_type in PREDECLARED.items():
             self._create(Exchange(name, exchange_type))
 
@@ -212,10 +219,11 @@ class ExchangeGraph:
         found: set[Destination] = set()
         for key in keys:
             found |= entry.matcher.route(key, headers)
-        alternate = entry.exchange.alternate_exchange
-        if not found and alternate is not None:
-            return {("exchange", alternate)}
-        return found
+        if found:
+            return found
+        alternate = entry.exchange.alternate_exchange or self.policy_alternate(
+            entry.exchange.name)
+        return set() if alternate is None else {("exchange", alternate)}
 
     # -- persistence -----------------------------------------------------------
 
