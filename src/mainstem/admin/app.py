@@ -1,7 +1,8 @@
 """The management HTTP server: API, Prometheus metrics and web console in one aiohttp app.
 
-Everything under /api needs HTTP basic auth by a user tagged `administrator`, checked by
-the same Auth as every protocol (loopback-only users stay loopback-only). /metrics is
+Everything under /api needs HTTP basic auth, checked by the same Auth as every protocol
+(loopback-only users stay loopback-only), by a user whose tags allow the route (`scope`:
+administrator, monitoring, policymaker, management). /metrics is
 open, as RabbitMQ's Prometheus endpoint is; the console's static files carry no data.
 """
 
@@ -18,7 +19,17 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from mainstem.admin import api, connections, definitions, health, inventory, objects, policies
+from mainstem.admin import (
+    api,
+    connections,
+    definitions,
+    health,
+    inventory,
+    limits,
+    objects,
+    policies,
+    scope,
+)
 from mainstem.admin import state as shared
 from mainstem.admin.audit import audit
 from mainstem.admin.metrics import Metrics
@@ -45,7 +56,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
-                health.routes, policies.routes, inventory.routes, _own_routes)
+                health.routes, policies.routes, limits.routes, inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = None
@@ -73,6 +84,7 @@ def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = Non
     return app
 
 
+@scope.scoped(scope.Scope.MANAGEMENT)
 @_own_routes.get("/api/openapi.json")
 async def openapi(request: web.Request) -> web.Response:
     """This API described in OpenAPI 3.1."""
@@ -121,6 +133,8 @@ def _error(status: int, error: str, reason: str, **headers: str) -> web.Response
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except scope.NotAuthorised as exc:
+        return _error(401, "not_authorised", exc.reason)
     except NotFound as exc:
         return _error(404, "Object Not Found", str(exc))
     except AlreadyExists as exc:
@@ -161,9 +175,8 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         return _error(401, "not_authorised", str(exc), **challenge)
     if state.on_login is not None and request.transport is not None:
         state.on_login(request.transport)
-    if not user.is_administrator:
-        return _error(401, "not_authorised", "Not management user: needs the administrator tag")
     request[shared.USER] = user
+    scope.authorize(request, user)
     return await handler(request)
 
 

@@ -1,4 +1,4 @@
-"""Policies, operator policies, runtime parameters and limits: mainstem has none (queue
+"""Policies, operator policies and runtime parameters: mainstem has none (queue
 arguments carry what policies would set). Listing answers as RabbitMQ does with none set
 (an empty list), one by name is 404, and setting one is refused with a clear reason."""
 
@@ -10,8 +10,7 @@ from mainstem.broker.errors import InvalidArgument, NotFound
 
 routes = web.RouteTableDef()
 _KINDS = {"policies": "policies", "operator-policies": "operator policies",
-          "parameters": "runtime parameters", "global-parameters": "global parameters",
-          "vhost-limits": "virtual host limits", "user-limits": "user limits"}
+          "parameters": "runtime parameters", "global-parameters": "global parameters"}
 # path segments after the kind: how many name a list (none to all), how many one object
 _LISTS = {"parameters": 2, "global-parameters": 0}
 _OBJECT = {"parameters": 3, "global-parameters": 1}

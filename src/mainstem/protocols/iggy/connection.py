@@ -27,6 +27,7 @@ from mainstem.broker.errors import (
     AlreadyExists,
     AuthenticationFailed,
     BrokerError,
+    NotAllowed,
     NotFound,
     storage_failure,
 )
@@ -160,6 +161,7 @@ class IggyConnection:
         if isinstance(action, Login):
             return await self.login(action)
         if isinstance(action, Logout):
+            self.ctx.leave()
             self._logged_in(None)
         elif action.note:
             self.ctx.log.info("request.refused", extra={"reason": action.note})
@@ -168,7 +170,8 @@ class IggyConnection:
     async def login(self, login: Login) -> bytes:
         try:
             user = await self.ctx.login(login.username, login.password)
-        except AuthenticationFailed:
+            self.ctx.admit(user.name)  # Iggy has no vhost: the user's limit only
+        except (AuthenticationFailed, NotAllowed):
             return self.state.login_refused(login)
         self._logged_in(user)
         return self.state.logged_in(login, user.name)

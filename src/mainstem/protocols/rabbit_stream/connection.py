@@ -309,6 +309,7 @@ class StreamConnection:
     def _open_namespace(self, action: s.OpenNamespace) -> list[s.Action]:
         try:
             self.core.open_namespace(action.user, action.namespace)
+            self.ctx.admit(action.user.name, action.namespace)
         except BrokerError as error:
             return self.state.namespace_refused(error.message)
         return self.state.namespace_opened(*self.ctx.advertised_address())
@@ -353,6 +354,7 @@ class StreamConnection:
 
     async def _create(self, name: str, partitions: int, arguments: dict[str, Any]) -> None:
         """Create here, or in the cluster, which places the stream's replicas."""
+        self.core.limits.check_queue(self.namespace, name)
         if self.core.cluster is None:
             self.core.streams.create(self.namespace, name, partitions, arguments)
         else:

@@ -24,6 +24,7 @@ from mainstem.broker.errors import (
     AlreadyExists,
     AuthenticationFailed,
     BrokerError,
+    NotAllowed,
     NotFound,
     PreconditionFailed,
     storage_failure,
@@ -168,7 +169,8 @@ class SegmentConnection:
     async def login(self, login: Login) -> tuple[Action, ...]:
         try:
             self.user = await self.ctx.login(login.username, login.password)
-        except AuthenticationFailed as error:
+            self.ctx.admit(self.user.name)  # segments have no vhost: the user's limit only
+        except (AuthenticationFailed, NotAllowed) as error:
             return self.state.login_refused(error.message)
         self.ctx.identify(self.user.name)
         return self.state.logged_in(self.user.name)
