@@ -3,8 +3,9 @@
 The everyday tasks of rabbitmqctl and rabbitmqadmin, on RabbitMQ's documented API paths:
 queues with ready/unacked/consumers, declare/purge/delete, connections and channels,
 users, vhosts and permissions, vhost and user limits, definitions export/import, plus
-mainstem's streams and consumer lag. Table output by default, `--json` for scripts. Exit code 0 on success, 1 when
-the API refuses (the reason goes to stderr), 2 when the broker cannot be reached.
+mainstem's streams and consumer lag. Table output by default, `--json` for scripts. Exit
+code 0 on success, 1 when the API refuses (the reason goes to stderr), 2 when the broker
+cannot be reached.
 """
 
 from __future__ import annotations
