@@ -121,14 +121,21 @@ def visible_vhosts(request: web.Request, names: Iterable[str]) -> list[str]:
 
 def visible(request: web.Request, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of a list the user may see: a connection's or channel's (a row with a
-    `user`) if it is the user's own, another object if it is in one of its vhosts;
-    monitors and administrators see every row."""
+    `user`) if it is the user's own, another object if it is in one of its vhosts (a row
+    naming no vhost, such as a vhost's own, was chosen by its handler); monitors and
+    administrators see every row."""
     user = request.get(USER)
     if user is None or is_monitor(user):
         return rows
     vhosts = login_vhosts(request)
-    return [row for row in rows
-            if (row["user"] == user.name if "user" in row else _vhost(row) in vhosts)]
+    return [row for row in rows if _sees(row, user, vhosts)]
+
+
+def _sees(row: dict[str, Any], user: User, vhosts: frozenset[str]) -> bool:
+    if "user" in row:
+        return bool(row["user"] == user.name)
+    vhost = _vhost(row)
+    return vhost is None or vhost in vhosts
 
 
 def _vhost(row: dict[str, Any]) -> Any:

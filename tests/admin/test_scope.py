@@ -1,0 +1,215 @@
+"""Scoped management access: RabbitMQ's user tags (management, policymaker, monitoring,
+administrator) against each family of endpoints, as the management plugin's documentation
+and its authorisation rules state them, with real HTTP and AMQP clients (aiohttp, pika)
+against a real broker. Outside its scope a request gets RabbitMQ's answer: 401
+{"error": "not_authorised", "reason": ...}."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+import aiohttp
+import pika
+import pytest
+
+from mainstem import Broker
+
+PERMISSIONS = {"configure": ".*", "write": ".*", "read": ".*"}
+# user -> tags; each may log in to "team" only (guest, the administrator, to "/")
+USERS = {"manager": "management", "maker": "policymaker", "watcher": "monitoring",
+         "plain": "", "narrow": "management"}
+NOT_MANAGEMENT = {"error": "not_authorised", "reason": "Not management user"}
+NOT_ADMIN = {"error": "not_authorised", "reason": "Not administrator user"}
+NOT_MONITOR = {"error": "not_authorised", "reason": "Not monitor user"}
+NOT_VHOST = {"error": "not_authorised", "reason": "User not authorised to access virtual host"}
+NOT_OBJECT = {"error": "not_authorised", "reason": "User not authorised to access object"}
+
+
+def session(broker: Broker, user: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}", headers={
+        "Authorization": aiohttp.encode_basic_auth(user, user if user != "guest" else "guest")})
+
+
+async def call(http: aiohttp.ClientSession, method: str, path: str, body=None,
+               status: int = 200):
+    async with http.request(method, path, json=body) as response:
+        text = await response.text()
+        assert response.status == status, (method, path, text)
+        return json.loads(text) if text else None
+
+
+@pytest.fixture
+async def sessions(broker: Broker) -> AsyncIterator[dict[str, aiohttp.ClientSession]]:
+    """guest (administrator) and the users of USERS, with vhosts team and other, a queue
+    in each."""
+    opened = {name: session(broker, name) for name in ("guest", *USERS)}
+    admin = opened["guest"]
+    for vhost in ("team", "other"):
+        await call(admin, "PUT", f"/api/vhosts/{vhost}", status=201)
+        await call(admin, "PUT", f"/api/queues/{vhost}/{vhost}-q", {}, status=201)
+    for name, tags in USERS.items():
+        await call(admin, "PUT", f"/api/users/{name}", {"password": name, "tags": tags},
+                   status=201)
+        patterns = {"configure": "^narrow-", "write": "^$", "read": "^$"} \
+            if name == "narrow" else PERMISSIONS
+        await call(admin, "PUT", f"/api/permissions/team/{name}", patterns, status=204)
+    try:
+        yield opened
+    finally:
+        for http in opened.values():
+            await http.close()
+
+
+def names(rows: list[dict]) -> set[str]:
+    return {row["name"] for row in rows}
+
+
+async def test_a_user_without_a_management_tag_is_refused_everywhere(sessions):
+    plain = sessions["plain"]
+    for path in ("/api/overview", "/api/whoami", "/api/queues", "/api/vhosts/team"):
+        assert await call(plain, "GET", path, status=401) == NOT_MANAGEMENT
+    assert await call(plain, "PUT", "/api/queues/team/x", {}, status=401) == NOT_MANAGEMENT
+
+
+async def test_administrator_only_families(sessions):
+    """Users, permissions, vhosts' creation, definitions (password hashes) and limits'
+    changes: administrators only, monitoring included."""
+    for user in ("manager", "maker", "watcher"):
+        http = sessions[user]
+        for method, path in (("GET", "/api/users"), ("GET", "/api/users/manager"),
+                             ("PUT", "/api/users/mallory"), ("GET", "/api/permissions"),
+                             ("PUT", "/api/permissions/team/plain"),
+                             ("PUT", "/api/vhosts/mine"), ("DELETE", "/api/vhosts/team"),
+                             ("GET", "/api/definitions"), ("GET", "/api/definitions/team"),
+                             ("POST", "/api/definitions"), ("GET", "/api/user-limits"),
+                             ("PUT", "/api/vhost-limits/team/max-queues")):
+            assert await call(http, method, path, {"value": 1}, status=401) == NOT_ADMIN, \
+                (user, method, path)
+    await call(sessions["guest"], "GET", "/api/definitions")
+
+
+async def test_every_management_tag_sees_the_overview_and_itself(sessions):
+    for user, tags in USERS.items():
+        if tags:
+            http = sessions[user]
+            assert (await call(http, "GET", "/api/whoami")) == {"name": user, "tags": [tags]}
+            assert "object_totals" in await call(http, "GET", "/api/overview")
+            await call(http, "GET", "/api/health/checks/alarms")
+
+
+async def test_management_sees_and_manages_only_its_vhosts(sessions):
+    manager = sessions["manager"]
+    assert names(await call(manager, "GET", "/api/vhosts")) == {"team"}
+    assert names(await call(manager, "GET", "/api/queues")) == {"team-q"}
+    assert {row["vhost"] for row in await call(manager, "GET", "/api/exchanges")} == {"team"}
+    assert {row["vhost"] for row in await call(manager, "GET", "/api/bindings")} == {"team"}
+    paged = await call(manager, "GET", "/api/queues?page=1&page_size=10")
+    assert paged["total_count"] == 1 and names(paged["items"]) == {"team-q"}
+    for method, path in (("GET", "/api/vhosts/other"), ("GET", "/api/queues/other"),
+                         ("GET", "/api/queues/other/other-q"),
+                         ("PUT", "/api/queues/other/mine"),
+                         ("DELETE", "/api/queues/other/other-q"),
+                         ("GET", "/api/exchanges/other"),
+                         ("PUT", "/api/exchanges/other/x"),
+                         ("POST", "/api/exchanges/other/amq.default/publish"),
+                         ("POST", "/api/queues/other/other-q/get"),
+                         ("GET", "/api/vhost-limits/other")):
+        assert await call(manager, method, path, {}, status=401) == NOT_VHOST, (method, path)
+    assert await call(manager, "GET", "/api/nodes", status=401) == NOT_MONITOR
+    # in its own vhost: declare, publish, get, bind, delete
+    await call(manager, "PUT", "/api/queues/team/mine", {}, status=201)
+    await call(manager, "PUT", "/api/exchanges/team/mine-x", {"type": "fanout"}, status=201)
+    await call(manager, "POST", "/api/bindings/team/e/mine-x/q/mine", {}, status=201)
+    routed = await call(manager, "POST", "/api/exchanges/team/mine-x/publish",
+                        {"routing_key": "", "payload": "hello", "properties": {}})
+    assert routed == {"routed": True}
+    got = await call(manager, "POST", "/api/queues/team/mine/get",
+                     {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"})
+    assert [message["payload"] for message in got] == ["hello"]
+    await call(manager, "DELETE", "/api/queues/team/mine", status=204)
+    await call(manager, "GET", "/api/vhost-limits/team")
+
+
+async def test_management_acts_only_as_its_permissions_allow(sessions):
+    narrow = sessions["narrow"]  # configure ^narrow-, no write, no read
+    await call(narrow, "PUT", "/api/queues/team/narrow-q", {}, status=201)
+    refused = await call(narrow, "PUT", "/api/queues/team/wide-q", {}, status=401)
+    assert refused["error"] == "not_authorised"
+    assert refused["reason"] == ("configure access to queue 'wide-q' in namespace 'team'"
+                                 " refused for user 'narrow'")
+    await call(narrow, "POST", "/api/exchanges/team/amq.default/publish",
+               {"routing_key": "narrow-q", "payload": "x", "properties": {}}, status=401)
+    await call(narrow, "POST", "/api/queues/team/narrow-q/get",
+               {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}, status=401)
+    await call(narrow, "DELETE", "/api/queues/team/narrow-q", status=204)
+
+
+async def test_monitoring_reads_everything_and_changes_only_its_vhosts(sessions):
+    watcher = sessions["watcher"]
+    assert names(await call(watcher, "GET", "/api/vhosts")) >= {"/", "team", "other"}
+    assert names(await call(watcher, "GET", "/api/queues")) >= {"team-q", "other-q"}
+    await call(watcher, "GET", "/api/queues/other/other-q")
+    await call(watcher, "GET", "/api/exchanges/other")
+    assert len(await call(watcher, "GET", "/api/nodes")) == 1
+    await call(watcher, "GET", "/api/vhost-limits/other")
+    for method, path in (("PUT", "/api/queues/other/mine"),
+                         ("DELETE", "/api/queues/other/other-q"),
+                         ("POST", "/api/queues/other/other-q/get")):
+        assert await call(watcher, method, path, {}, status=401) == NOT_VHOST
+    await call(watcher, "PUT", "/api/queues/team/watched", {}, status=201)
+
+
+async def test_policymaker_is_a_management_user_for_its_vhosts(sessions):
+    maker = sessions["maker"]
+    assert names(await call(maker, "GET", "/api/vhosts")) == {"team"}
+    assert await call(maker, "GET", "/api/queues/other", status=401) == NOT_VHOST
+    assert await call(maker, "GET", "/api/nodes", status=401) == NOT_MONITOR
+
+
+async def connect(broker: Broker, user: str, vhost: str, name: str) -> pika.BlockingConnection:
+    password = "guest" if user == "guest" else user
+    params = pika.ConnectionParameters(
+        "127.0.0.1", broker.ports["amqp"], vhost, pika.PlainCredentials(user, password),
+        client_properties={"connection_name": name})
+    connection = await asyncio.to_thread(pika.BlockingConnection, params)
+    await asyncio.to_thread(connection.channel)
+    return connection
+
+
+async def test_connections_and_channels_are_their_owners(broker: Broker, sessions):
+    """management: its own connections and channels, closing them too; monitoring: every
+    one, closing only its own; administrator: every one."""
+    mine = await connect(broker, "manager", "team", "mine")
+    theirs = await connect(broker, "guest", "/", "theirs")
+    try:
+        manager, watcher = sessions["manager"], sessions["watcher"]
+        rows = await call(manager, "GET", "/api/connections")
+        assert [row["user_provided_name"] for row in rows] == ["mine"]
+        assert {row["user"] for row in await call(manager, "GET", "/api/channels")} == \
+            {"manager"}
+        assert {row["user_provided_name"] for row in await call(
+            watcher, "GET", "/api/connections")} == {"mine", "theirs"}
+        assert len(await call(watcher, "GET", "/api/channels")) == 2
+        theirs_row = next(row for row in await call(sessions["guest"], "GET",
+                                                    "/api/connections")
+                          if row["user_provided_name"] == "theirs")
+        path = f"/api/connections/{quote(theirs_row['name'], safe='')}"
+        assert await call(manager, "GET", path, status=401) == NOT_OBJECT
+        assert await call(manager, "GET", path + "/channels", status=401) == NOT_OBJECT
+        channel = f"/api/channels/{quote(theirs_row['name'] + ' (1)', safe='')}"
+        assert await call(manager, "GET", channel, status=401) == NOT_OBJECT
+        await call(watcher, "GET", path)
+        await call(watcher, "GET", channel)
+        assert await call(watcher, "DELETE", path, status=401) == NOT_OBJECT
+        assert await call(manager, "DELETE", path, status=401) == NOT_OBJECT
+        await call(manager, "DELETE", "/api/connections/mine", status=204)
+        assert await call(manager, "GET", "/api/connections") == []
+        await call(sessions["guest"], "DELETE", path, status=204)
+    finally:
+        for connection in (mine, theirs):
+            with contextlib.suppress(pika.exceptions.AMQPError):  # closed by the API
+                await asyncio.to_thread(connection.close)
