@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -21,6 +22,9 @@ from rstream import Producer
 from rstream import exceptions as stream_errors
 
 from mainstem import Broker
+from mainstem.client.events import EventsClient, EventsError
+from mainstem.client.iggy import IggyClient, IggyClientError
+from mainstem.client.segment import SegmentClient, SegmentClientError
 from tests.admin.test_admin_ctl import ctl
 
 ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
@@ -45,6 +49,16 @@ async def amqp(broker: Broker, user: str = "guest", vhost: str = "/"
                ) -> pika.BlockingConnection:
     return await asyncio.to_thread(pika.BlockingConnection, pika.ConnectionParameters(
         "127.0.0.1", broker.ports["amqp"], vhost, pika.PlainCredentials(user, user)))
+
+
+async def amqp_once_freed(broker: Broker, user: str = "guest") -> pika.BlockingConnection:
+    """A connection once a closed one's place is given back (the broker sees the close a
+    moment after the client)."""
+    for _ in range(50):
+        with contextlib.suppress(ProbableAccessDeniedError):
+            return await amqp(broker, user)
+        await asyncio.sleep(0.1)
+    pytest.fail("a closed connection still counts")
 
 
 async def add_user(http: aiohttp.ClientSession, name: str, vhost: str = "/") -> None:
@@ -116,8 +130,7 @@ async def test_vhost_connection_limit_refuses_amqp_and_stream_clients(broker, ht
         await producer.close()
     finally:
         await asyncio.to_thread(first.close)
-    # the closed connection gave its place back
-    again = await amqp(broker)
+    again = await amqp_once_freed(broker)  # the closed connection gave its place back
     await asyncio.to_thread(again.close)
     await call(http, "PUT", "/api/vhost-limits/%2F/max-connections", {"value": 0}, status=204)
     with pytest.raises(ProbableAccessDeniedError, match=re.escape("connection limit (0)")):
@@ -152,11 +165,42 @@ async def test_user_limits_refuse_connections_and_channels(broker, http):
         if first.is_open:
             await asyncio.to_thread(first.close)
     # the refused connection's channels were given back with it
-    second = await amqp(broker, "bob")
+    second = await amqp_once_freed(broker, "bob")
     try:
         assert len([await asyncio.to_thread(second.channel) for _ in range(2)]) == 2
     finally:
         await asyncio.to_thread(second.close)
+
+
+async def test_the_other_protocols_count_under_the_users_limit(broker, http):
+    """Iggy and segment logins have no vhost: the user's max-connections; BSON's CONNECT
+    names one: its vhost's too."""
+    await add_user(http, "bob")
+    await call(http, "PUT", "/api/user-limits/bob/max-connections", {"value": 1}, status=204)
+    segment = await SegmentClient.connect("127.0.0.1", broker.ports["segment"], "bob", "bob")
+    try:
+        with pytest.raises(SegmentClientError, match=re.escape(
+                "user connection limit (1) is reached")):
+            await SegmentClient.connect("127.0.0.1", broker.ports["segment"], "bob", "bob")
+        async with await IggyClient.connect("127.0.0.1", broker.ports["iggy"]) as iggy:
+            with pytest.raises(IggyClientError):
+                await iggy.login("bob", "bob")
+        with pytest.raises(EventsError, match=re.escape("user connection limit (1)")):
+            await EventsClient.connect("127.0.0.1", broker.ports["bson"], "bob", "bob")
+    finally:
+        await segment.close()
+    await call(http, "PUT", "/api/vhost-limits/%2F/max-connections", {"value": 0}, status=204)
+    with pytest.raises(EventsError, match=re.escape("connection limit (0) is reached")):
+        await EventsClient.connect("127.0.0.1", broker.ports["bson"], "guest", "guest")
+    # the segment connection gives its place back once the broker has seen it close
+    async with await IggyClient.connect("127.0.0.1", broker.ports["iggy"]) as iggy:
+        for _ in range(50):
+            with contextlib.suppress(IggyClientError):
+                await iggy.login("bob", "bob")
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the closed segment connection still counts")
 
 
 async def test_vhost_queue_limit_refuses_queue_declare_and_stream_create(broker, http):

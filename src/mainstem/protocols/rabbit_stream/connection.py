@@ -354,7 +354,8 @@ class StreamConnection:
 
     async def _create(self, name: str, partitions: int, arguments: dict[str, Any]) -> None:
         """Create here, or in the cluster, which places the stream's replicas."""
-        self.core.limits.check_queue(self.namespace, name)
+        if self.core.streams.find(self.namespace, name) is None:  # a new one: max-queues
+            self.core.limits.check_queue(self.namespace, name)
         if self.core.cluster is None:
             self.core.streams.create(self.namespace, name, partitions, arguments)
         else:
