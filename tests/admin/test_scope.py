@@ -134,6 +134,18 @@ async def test_management_sees_and_manages_only_its_vhosts(sessions):
     await call(manager, "GET", "/api/vhost-limits/team")
 
 
+async def test_the_overview_counts_what_the_user_sees(sessions):
+    """management: its vhosts' queues and its own connections, no node-level data;
+    monitoring: the node's."""
+    manager = await call(sessions["manager"], "GET", "/api/overview")
+    assert manager["object_totals"]["queues"] == 1  # team-q, not other-q
+    assert manager["listeners"] == [] and "alarms" not in manager
+    assert "message_stats" not in manager
+    watcher = await call(sessions["watcher"], "GET", "/api/overview")
+    assert watcher["object_totals"]["queues"] >= 2
+    assert watcher["listeners"] and "alarms" in watcher and "message_stats" in watcher
+
+
 async def test_management_acts_only_as_its_permissions_allow(sessions):
     narrow = sessions["narrow"]  # configure ^narrow-, no write, no read
     await call(narrow, "PUT", "/api/queues/team/narrow-q", {}, status=201)

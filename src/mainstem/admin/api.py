@@ -17,7 +17,14 @@ from mainstem.admin.connections import consumer_rows
 from mainstem.admin.limits import user_limits_of
 from mainstem.admin.listing import list_response
 from mainstem.admin.resources import RABBITMQ_VERSION
-from mainstem.admin.scope import Scope, check_permission, scoped, visible_vhosts
+from mainstem.admin.scope import (
+    Scope,
+    check_permission,
+    is_monitor,
+    scoped,
+    visible,
+    visible_vhosts,
+)
 from mainstem.admin.state import (
     OVERVIEW,
     USER,
@@ -53,8 +60,12 @@ routes = web.RouteTableDef()
 @scoped(Scope.MANAGEMENT)
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
+    """As RabbitMQ: totals over what the user sees (its vhosts' objects, its connections);
+    node-level data (listeners, alarms, the node's message rates) for monitors only."""
     state = state_of(request)
-    queues = [q for provider in state.providers for q in provider.queues(None)]
+    queues = visible(request, [q for provider in state.providers for q in provider.queues(None)])
+    connections = visible(request, [c.describe() for c in state.connections.list()])
+    monitor = is_monitor(request[USER])
     return web.json_response({
         "management_version": __version__,
         "rabbitmq_version": RABBITMQ_VERSION,
@@ -64,19 +75,21 @@ async def overview(request: web.Request) -> web.Response:
         "node": NODE,
         "listeners": [
             {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}
-            for name, port in state.listeners.items()
+            for name, port in state.listeners.items() if monitor
         ],
         "object_totals": {
-            "connections": len(state.connections),
-            "channels": sum(len(c.ctx.channels) for c in state.connections.list()),
+            "connections": len(connections),
+            "channels": sum(row["channels"] for row in connections),
             "queues": len(queues),
-            "exchanges": sum(len(p.exchanges(None)) for p in state.providers),
-            "consumers": len(consumer_rows(state.connections)),
-            "streams": len(state.core.streams.list()),
+            "exchanges": len(visible(request, [e for p in state.providers
+                                               for e in p.exchanges(None)])),
+            "consumers": len(visible(request, consumer_rows(state.connections))),
+            "streams": len(visible(request, [{"vhost": s.namespace}
+                                             for s in state.core.streams.list()])),
         },
         "queue_totals": message_totals(queues),
-        "message_stats": state.message_stats(OVERVIEW, state.totals()),
-        **_alarm_fields(state),
+        **({"message_stats": state.message_stats(OVERVIEW, state.totals()),
+            **_alarm_fields(state)} if monitor else {}),
     })
 
 
