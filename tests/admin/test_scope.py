@@ -117,7 +117,11 @@ async def test_management_sees_and_manages_only_its_vhosts(sessions):
                          ("PUT", "/api/exchanges/other/x"),
                          ("POST", "/api/exchanges/other/amq.default/publish"),
                          ("POST", "/api/queues/other/other-q/get"),
-                         ("GET", "/api/vhost-limits/other")):
+                         ("GET", "/api/vhost-limits/other"),
+                         ("GET", "/api/consumers/other"), ("GET", "/api/streams/other"),
+                         ("PUT", "/api/streams/other/s"),
+                         ("GET", "/api/stream/consumers/other"),
+                         ("GET", "/api/aliveness-test/other")):
         assert await call(manager, method, path, {}, status=401) == NOT_VHOST, (method, path)
     assert await call(manager, "GET", "/api/nodes", status=401) == NOT_MONITOR
     # in its own vhost: declare, publish, get, bind, delete
@@ -131,7 +135,18 @@ async def test_management_sees_and_manages_only_its_vhosts(sessions):
                      {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"})
     assert [message["payload"] for message in got] == ["hello"]
     await call(manager, "DELETE", "/api/queues/team/mine", status=204)
-    await call(manager, "GET", "/api/vhost-limits/team")
+    admin = sessions["guest"]
+    for vhost in ("team", "other"):
+        await call(admin, "PUT", f"/api/vhost-limits/{vhost}/max-queues", {"value": 9},
+                   status=204)
+    assert await call(manager, "GET", "/api/vhost-limits") == [
+        {"vhost": "team", "value": {"max-queues": 9}}]
+    assert len(await call(sessions["watcher"], "GET", "/api/vhost-limits")) == 2
+    await call(manager, "GET", "/api/aliveness-test/team")
+    await call(admin, "PUT", "/api/streams/other/theirs", {}, status=201)
+    await call(manager, "PUT", "/api/streams/team/ours", {}, status=201)
+    assert names(await call(manager, "GET", "/api/streams")) == {"ours"}
+    await call(manager, "DELETE", "/api/streams/team/ours", status=204)
 
 
 async def test_the_overview_counts_what_the_user_sees(sessions):

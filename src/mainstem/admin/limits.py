@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from mainstem.admin.scope import Scope, scoped
+from mainstem.admin.scope import Scope, scoped, visible
 from mainstem.admin.state import no_content, read_body, state_of
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.limits import USER_LIMIT, VHOST_LIMIT
@@ -32,7 +32,7 @@ async def vhost_limits(request: web.Request) -> web.Response:
     core, vhost = state_of(request).core, request.match_info.get("vhost")
     if vhost is not None and core.catalog.get_namespace(vhost) is None:
         raise NotFound(f"virtual host '{vhost}' not found")
-    return web.json_response(limit_rows(core, VHOST_LIMIT, vhost))
+    return web.json_response(visible(request, limit_rows(core, VHOST_LIMIT, vhost)))
 
 
 @routes.get("/api/user-limits")

@@ -8,8 +8,11 @@ user may log in to (those it has permissions on).
   the nodes), never users, permissions or definitions (password hashes);
 - `administrator`: everything.
 
-Each handler declares its scope with `@scoped(Scope.X)` (above its route decorators); one
-that declares none is for administrators only, so a new route is never opened by accident.
+Each handler declares its scope with `@scoped(Scope.X)` beside its route decorators
+(policies' and parameters' handlers: `Scope.POLICIES`); one that declares none is for
+administrators only, so a new route is never opened by accident. Within its scope a handler
+may narrow further: `visible` for the rows of a list, `check_owner` for a connection or
+channel, `check_permission` for what the user's permissions allow.
 A request outside its scope is answered as RabbitMQ's management plugin answers it: 401
 {"error": "not_authorised", "reason": ...}. Lists are cut to what the user may see
 (`visible`).
