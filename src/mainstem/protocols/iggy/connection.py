@@ -170,8 +170,12 @@ class IggyConnection:
     async def login(self, login: Login) -> bytes:
         try:
             user = await self.ctx.login(login.username, login.password)
+        except AuthenticationFailed:
+            return self.state.login_refused(login)
+        try:
             self.ctx.admit(user.name)  # Iggy has no vhost: the user's limit only
-        except (AuthenticationFailed, NotAllowed):
+        except NotAllowed:
+            self._logged_in(None)  # a user logged in before gave its place up for this login
             return self.state.login_refused(login)
         self._logged_in(user)
         return self.state.logged_in(login, user.name)

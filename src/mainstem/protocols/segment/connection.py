@@ -168,10 +168,11 @@ class SegmentConnection:
 
     async def login(self, login: Login) -> tuple[Action, ...]:
         try:
-            self.user = await self.ctx.login(login.username, login.password)
-            self.ctx.admit(self.user.name)  # segments have no vhost: the user's limit only
+            user = await self.ctx.login(login.username, login.password)
+            self.ctx.admit(user.name)  # segments have no vhost: the user's limit only
         except (AuthenticationFailed, NotAllowed) as error:
             return self.state.login_refused(error.message)
+        self.user = user
         self.ctx.identify(self.user.name)
         return self.state.logged_in(self.user.name)
 
