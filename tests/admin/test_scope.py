@@ -73,6 +73,10 @@ async def test_a_user_without_a_management_tag_is_refused_everywhere(sessions):
     for path in ("/api/overview", "/api/whoami", "/api/queues", "/api/vhosts/team"):
         assert await call(plain, "GET", path, status=401) == NOT_MANAGEMENT
     assert await call(plain, "PUT", "/api/queues/team/x", {}, status=401) == NOT_MANAGEMENT
+    # a management user meets unknown paths and methods as an administrator does
+    assert (await call(sessions["manager"], "GET", "/api/nothing", status=404))["error"] == \
+        "Object Not Found"
+    await call(sessions["manager"], "PATCH", "/api/queues", status=405)
 
 
 async def test_administrator_only_families(sessions):

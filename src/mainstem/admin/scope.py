@@ -76,24 +76,31 @@ def is_policymaker(user: User) -> bool:
 
 
 def authorize(request: web.Request, user: User) -> None:
-    """Raise NotAuthorised unless `user` may call the request's route."""
+    """Raise NotAuthorised unless `user` may call the request's route (an unknown path or
+    method is left to be answered 404 or 405)."""
     if not MANAGEMENT_TAGS & set(user.tags):
         raise NotAuthorised("Not management user")
-    if user.is_administrator:
+    if user.is_administrator or request.match_info.http_exception is not None:
         return
     scope = getattr(request.match_info.handler, _SCOPE, Scope.ADMINISTRATOR)
-    vhost = request.match_info.get("vhost")
-    allowed = {
-        Scope.MANAGEMENT: True,
-        Scope.VHOST: _may_enter(request, vhost),
-        Scope.VHOST_OR_MONITOR: is_monitor(user) or _may_enter(request, vhost),
-        Scope.OWNER: True,  # each object's owner is checked by `check_owner`
-        Scope.POLICIES: is_policymaker(user) and _may_enter(request, vhost),
-        Scope.MONITOR: is_monitor(user),
-        Scope.ADMINISTRATOR: False,
-    }[scope]
-    if not allowed:
+    if not _allowed(request, user, scope):
         raise NotAuthorised(_REASONS.get(scope, "User not authorised to access virtual host"))
+
+
+def _allowed(request: web.Request, user: User, scope: Scope) -> bool:
+    vhost = request.match_info.get("vhost")
+    match scope:
+        case Scope.MANAGEMENT | Scope.OWNER:  # OWNER: each object by `check_owner`
+            return True
+        case Scope.VHOST:
+            return _may_enter(request, vhost)
+        case Scope.VHOST_OR_MONITOR:
+            return is_monitor(user) or _may_enter(request, vhost)
+        case Scope.POLICIES:
+            return is_policymaker(user) and _may_enter(request, vhost)
+        case Scope.MONITOR:
+            return is_monitor(user)
+    return False  # ADMINISTRATOR
 
 
 _REASONS = {Scope.ADMINISTRATOR: "Not administrator user", Scope.MONITOR: "Not monitor user",
