@@ -244,3 +244,31 @@ async def test_connections_and_channels_are_their_owners(broker: Broker, session
         for connection in (mine, theirs):
             with contextlib.suppress(pika.exceptions.AMQPError):  # closed by the API
                 await asyncio.to_thread(connection.close)
+
+
+async def rabbitmqadmin(broker: Broker, user: str, *args: str) -> tuple[int, str]:
+    """Debian's rabbitmqadmin (3.10) as `user`: its exit code and output."""
+    process = await asyncio.create_subprocess_exec(
+        "/usr/bin/rabbitmqadmin", "-H", "127.0.0.1", "-P", str(broker.ports["admin"]),
+        "-u", user, "-p", user, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_rabbitmqadmin_as_a_management_user(broker: Broker, sessions):
+    code, out = await rabbitmqadmin(broker, "manager", "--format", "raw_json", "list",
+                                    "queues")
+    assert code == 0 and names(json.loads(out)) == {"team-q"}
+    code, out = await rabbitmqadmin(broker, "manager", "-V", "team", "declare", "queue",
+                                    "name=made-by-manager")
+    assert code == 0, out
+    code, out = await rabbitmqadmin(broker, "manager", "-V", "other", "declare", "queue",
+                                    "name=refused")
+    assert code != 0 and "Access refused: /api/queues/other/refused" in out  # its 401
+    code, out = await rabbitmqadmin(broker, "manager", "list", "users")
+    assert code != 0 and "Access refused: /api/users" in out
+    code, out = await rabbitmqadmin(broker, "watcher", "--format", "raw_json", "list",
+                                    "queues")
+    assert code == 0 and names(json.loads(out)) >= {"team-q", "other-q", "made-by-manager"}
