@@ -15,6 +15,7 @@ from urllib.parse import quote
 import aiohttp
 import pika
 import pytest
+from rstream import Producer
 
 from mainstem import Broker
 
@@ -255,6 +256,20 @@ async def rabbitmqadmin(broker: Broker, user: str, *args: str) -> tuple[int, str
     out, _ = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode is not None
     return process.returncode, out.decode()
+
+
+async def test_stream_clients_are_listed_in_their_vhost_only(broker: Broker, sessions):
+    """RabbitMQ's stream management lists: a management user sees its vhosts' publishers
+    and subscriptions, not another vhost's."""
+    admin = sessions["guest"]
+    await call(admin, "PUT", "/api/permissions/other/guest", PERMISSIONS, status=204)
+    await call(admin, "PUT", "/api/streams/other/feed", {}, status=201)
+    producer = Producer("127.0.0.1", port=broker.ports["stream"], username="guest",
+                        password="guest", vhost="other")
+    async with producer:
+        await producer.send_wait("feed", b"x")
+        assert len(await call(sessions["watcher"], "GET", "/api/stream/publishers")) == 1
+        assert await call(sessions["manager"], "GET", "/api/stream/publishers") == []
 
 
 async def test_rabbitmqadmin_as_a_management_user(broker: Broker, sessions):

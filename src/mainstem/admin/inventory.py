@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from mainstem.admin.scope import Scope, scoped
+from mainstem.admin.scope import Scope, scoped, visible
 from mainstem.admin.state import state_of
 from mainstem.broker.errors import NotFound
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group
@@ -46,7 +46,7 @@ def _stream_rows(request: web.Request, kind: str) -> list[dict[str, Any]]:
         rows.extend({**row, "connection_details": details} for row in describe()
                     if vhost in (None, row["queue"]["vhost"])
                     and queue in (None, row["queue"]["name"]))
-    return rows
+    return visible(request, rows)
 
 
 @scoped(Scope.VHOST_OR_MONITOR)

@@ -144,13 +144,10 @@ def visible(request: web.Request, rows: list[dict[str, Any]]) -> list[dict[str, 
 def _sees(row: dict[str, Any], user: User, vhosts: frozenset[str]) -> bool:
     if "user" in row:
         return bool(row["user"] == user.name)
-    vhost = _vhost(row)
-    return vhost is None or vhost in vhosts
-
-
-def _vhost(row: dict[str, Any]) -> Any:
     queue = row.get("queue")  # a consumer's row names its vhost with its queue
-    return queue.get("vhost") if isinstance(queue, dict) else row.get("vhost")
+    if isinstance(queue, dict):
+        return queue.get("vhost") in vhosts
+    return "vhost" not in row or row["vhost"] in vhosts
 
 
 def check_owner(request: web.Request, owner: str | None) -> None:
