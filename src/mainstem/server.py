@@ -461,6 +461,7 @@ class Broker:
             handshake.cancel()
             self._connections.discard(task)
             self.connections.remove(conn_id)
+            ctx.leave()
             self.core.counters.connections_closed += 1
             traffic = socket_traffic(writer)
             await _close_writer(writer)

@@ -439,3 +439,27 @@ async def test_wrong_password_shows_the_login_again(broker, browser):
     await call(lambda: browser.find_element(By.ID, "login-submit").click())
     await call(WebDriverWait(browser, WAIT_S).until, lambda d: "Login failed" in
                d.find_element(By.ID, "login-error").text)
+
+
+async def test_a_management_user_is_shown_refusals_not_logged_out(broker, browser):
+    """A user tagged management uses the console for its vhosts; a page outside its scope
+    (Admin: users and permissions) shows RabbitMQ's reason, and the user stays logged in."""
+    broker.core.add_namespace("team")
+    broker.core.auth.add_user("manager", "manager", tags=["management"])
+    broker.core.auth.set_permissions("manager", "team", ".*", ".*", ".*")
+    broker.core.queues.vhost("team").declare_queue(
+        "team-q", durable=True, exclusive=False, auto_delete=False, arguments={}, owner=None)
+    base = f"http://127.0.0.1:{broker.ports['admin']}"
+    await call(browser.get, base + "/")
+    await call(browser.execute_script, "sessionStorage.clear()")
+    await call(browser.get, base + "/?poll_ms=300&scoped=1#queues")
+    await call(lambda: browser.find_element(By.ID, "login-user").send_keys("manager"))
+    await call(lambda: browser.find_element(By.ID, "login-password").send_keys("manager"))
+    await call(lambda: browser.find_element(By.ID, "login-submit").click())
+    await call(WebDriverWait(browser, WAIT_S).until, lambda d: "team-q" in
+               d.find_element(By.ID, "queues").text)
+    await call(browser.get, base + "/?poll_ms=300&scoped=1#admin")
+    await call(WebDriverWait(browser, WAIT_S).until, lambda d: "Not administrator user" in
+               d.find_element(By.ID, "status").text)
+    assert not await call(lambda: browser.find_element(By.ID, "login").is_displayed())
+    await call(browser.execute_script, "sessionStorage.clear()")

@@ -14,8 +14,17 @@ from bson import json_util
 
 from mainstem import __version__
 from mainstem.admin.connections import consumer_rows
+from mainstem.admin.limits import user_limits_of
 from mainstem.admin.listing import list_response
 from mainstem.admin.resources import RABBITMQ_VERSION
+from mainstem.admin.scope import (
+    Scope,
+    check_permission,
+    is_monitor,
+    scoped,
+    visible,
+    visible_vhosts,
+)
 from mainstem.admin.state import (
     CHURN,
     OVERVIEW,
@@ -50,10 +59,15 @@ routes = web.RouteTableDef()
 # -- overview ------------------------------------------------------------------
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
+    """As RabbitMQ: totals over what the user sees (its vhosts' objects, its connections);
+    node-level data (listeners, alarms, the node's message rates) for monitors only."""
     state = state_of(request)
-    queues = [q for provider in state.providers for q in provider.queues(None)]
+    queues = visible(request, [q for provider in state.providers for q in provider.queues(None)])
+    connections = visible(request, [c.describe() for c in state.connections.list()])
+    monitor = is_monitor(request[USER])
     return web.json_response({
         "management_version": __version__,
         "rabbitmq_version": RABBITMQ_VERSION,
@@ -63,20 +77,22 @@ async def overview(request: web.Request) -> web.Response:
         "node": NODE,
         "listeners": [
             {"node": NODE, "protocol": name, "ip_address": state.hosts.get(name), "port": port}
-            for name, port in state.listeners.items()
+            for name, port in state.listeners.items() if monitor
         ],
         "object_totals": {
-            "connections": len(state.connections),
-            "channels": sum(len(c.ctx.channels) for c in state.connections.list()),
+            "connections": len(connections),
+            "channels": sum(row["channels"] for row in connections),
             "queues": len(queues),
-            "exchanges": sum(len(p.exchanges(None)) for p in state.providers),
-            "consumers": len(consumer_rows(state.connections)),
-            "streams": len(state.core.streams.list()),
+            "exchanges": len(visible(request, [e for p in state.providers
+                                               for e in p.exchanges(None)])),
+            "consumers": len(visible(request, consumer_rows(state.connections))),
+            "streams": len(visible(request, [{"vhost": s.namespace}
+                                             for s in state.core.streams.list()])),
         },
         "queue_totals": message_totals(queues),
-        "message_stats": state.message_stats(OVERVIEW, state.totals()),
-        "churn_rates": state.message_stats(CHURN, churn_counts(state.core)),
-        **_alarm_fields(state),
+        **({"message_stats": state.message_stats(OVERVIEW, state.totals()),
+            "churn_rates": state.message_stats(CHURN, churn_counts(state.core)),
+            **_alarm_fields(state)} if monitor else {}),
     })
 
 
@@ -95,6 +111,7 @@ def _alarm_fields(state: AdminState) -> dict[str, Any]:
     return fields
 
 
+@scoped(Scope.MONITOR)
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
     state = state_of(request)
@@ -115,11 +132,12 @@ async def nodes(request: web.Request) -> web.Response:
 # -- virtual hosts ---------------------------------------------------------------
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
     state = state_of(request)
-    return list_response(request, [_vhost_row(state, ns.name)
-                                   for ns in state.core.catalog.list_namespaces()])
+    names = visible_vhosts(request, [ns.name for ns in state.core.catalog.list_namespaces()])
+    return list_response(request, [_vhost_row(state, name) for name in names])
 
 
 def _vhost_row(state: AdminState, name: str) -> dict[str, Any]:
@@ -141,6 +159,7 @@ def _existing_vhost(request: web.Request) -> str:
     return name
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
     return web.json_response(_vhost_row(state_of(request), _existing_vhost(request)))
@@ -165,11 +184,13 @@ async def delete_vhost(request: web.Request) -> web.Response:
 # -- users and permissions -------------------------------------------------------
 
 
-def _user_row(record: UserRecord) -> dict[str, Any]:
+def _user_row(core: BrokerCore, record: UserRecord) -> dict[str, Any]:
     # The password hash stays inside the broker: the API never needs to show it.
-    return {"name": record.name, "tags": list(record.tags), "limits": {}}
+    return {"name": record.name, "tags": list(record.tags),
+            "limits": user_limits_of(core, record.name)}
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/whoami")
 async def whoami(request: web.Request) -> web.Response:
     """The authenticated user."""
@@ -179,8 +200,8 @@ async def whoami(request: web.Request) -> web.Response:
 
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
-    users = state_of(request).core.catalog.list_users()
-    return list_response(request, [_user_row(u) for u in users])
+    core = state_of(request).core
+    return list_response(request, [_user_row(core, u) for u in core.catalog.list_users()])
 
 
 @routes.get("/api/users/{user}")
@@ -189,7 +210,7 @@ async def get_user(request: web.Request) -> web.Response:
     record = state_of(request).core.catalog.get_user(name)
     if record is None:
         raise NotFound(f"user '{name}' not found")
-    return web.json_response(_user_row(record))
+    return web.json_response(_user_row(state_of(request).core, record))
 
 
 @routes.put("/api/users/{user}")
@@ -312,12 +333,14 @@ def _merged(request: web.Request, kind: str) -> list[dict[str, Any]]:
     return rows
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 async def list_queues(request: web.Request) -> web.Response:
     return list_response(request, _merged(request, "queues"))
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
     """One queue, with its consumers (`consumer_details`) as RabbitMQ shows one."""
@@ -331,10 +354,12 @@ async def get_queue(request: web.Request) -> web.Response:
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost_of(request)}'")
 
 
+@scoped(Scope.VHOST)
 @routes.delete("/api/queues/{vhost}/{name}")
 async def delete_queue(request: web.Request) -> web.Response:
     """Delete a queue or stream; `?if-empty=true`, `?if-unused=true` as in RabbitMQ."""
     vhost, name = request.match_info["vhost"], request.match_info["name"]
+    check_permission(request, "configure", vhost, name, "queue")
     host = state_of(request).core.queues.vhosts.get(vhost)
     queue = None if host is None else host.queues.get(name)
     if queue is not None:
@@ -348,12 +373,14 @@ async def delete_queue(request: web.Request) -> web.Response:
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost}'")
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/exchanges")
 @routes.get("/api/exchanges/{vhost}")
 async def list_exchanges(request: web.Request) -> web.Response:
     return list_response(request, _merged(request, "exchanges"))
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/bindings")
 @routes.get("/api/bindings/{vhost}")
 async def list_bindings(request: web.Request) -> web.Response:
@@ -404,6 +431,7 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
     return rows
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/streams")
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
@@ -417,11 +445,13 @@ def _stream(request: web.Request) -> Stream:
                                             request.match_info["name"])
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/streams/{vhost}/{name}")
 async def get_stream(request: web.Request) -> web.Response:
     return web.json_response(stream_row(_stream(request), state_of(request).core.cluster))
 
 
+@scoped(Scope.VHOST)
 @routes.put("/api/streams/{vhost}/{name}")
 async def put_stream(request: web.Request) -> web.Response:
     """Create a stream: {"partitions": 1, "arguments": {"x-max-age": "7D"}}."""
@@ -432,15 +462,20 @@ async def put_stream(request: web.Request) -> web.Response:
     if not isinstance(arguments, dict):
         raise InvalidArgument("arguments must be a JSON object")
     vhost, name = request.match_info["vhost"], request.match_info["name"]
+    check_permission(request, "configure", vhost, name, "stream")
     core = state_of(request).core
     if core.streams.find(vhost, name) is not None:
         return no_content()
+    core.limits.check_queue(vhost, name)
     core.streams.create(vhost, name, partitions, arguments)
     return web.Response(status=201)
 
 
+@scoped(Scope.VHOST)
 @routes.delete("/api/streams/{vhost}/{name}")
 async def delete_stream(request: web.Request) -> web.Response:
+    check_permission(request, "configure", request.match_info["vhost"], request.match_info["name"],
+                     "stream")
     await state_of(request).core.streams.delete(request.match_info["vhost"],
                                               request.match_info["name"])
     return no_content()

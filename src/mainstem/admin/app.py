@@ -1,11 +1,12 @@
 """The management HTTP server: API, Prometheus metrics and web console in one aiohttp app;
 and the Prometheus listener's app, which serves the same metrics alone.
 
-Everything under /api needs HTTP basic auth by a user tagged `administrator`, checked by
-the same Auth as every protocol (loopback-only users stay loopback-only); so does /metrics
-on the management port (`admin.metrics`: authenticated, open or off), as it names every
-vhost, queue and stream. The Prometheus listener is open, as RabbitMQ's is; the console's
-static files carry no data.
+Everything under /api needs HTTP basic auth, checked by the same Auth as every protocol
+(loopback-only users stay loopback-only), by a user whose tags allow the route (`scope`:
+administrator, monitoring, policymaker, management); so does /metrics on the management
+port (`admin.metrics`: authenticated, open or off), as it names every vhost, queue and
+stream. The Prometheus listener is open, as RabbitMQ's is; the console's static files
+carry no data.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from mainstem.admin import (
     definitions,
     health,
     inventory,
+    limits,
     objects,
     policies,
     policy_api,
+    scope,
 )
 from mainstem.admin import state as shared
 from mainstem.admin.audit import audit
@@ -59,7 +62,8 @@ METRICS = web.AppKey("metrics", Metrics)
 GUARDED = web.AppKey("guarded", tuple)  # path prefixes that need a login
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
-                health.routes, policies.routes, policy_api.routes, inventory.routes, _own_routes)
+                health.routes, policies.routes, policy_api.routes, limits.routes,
+                inventory.routes, _own_routes)
 
 
 def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = None
@@ -108,6 +112,7 @@ def prometheus_app(admin: web.Application,
     return app
 
 
+@scope.scoped(scope.Scope.MANAGEMENT)
 @_own_routes.get("/api/openapi.json")
 async def openapi(request: web.Request) -> web.Response:
     """This API described in OpenAPI 3.1."""
@@ -156,6 +161,8 @@ def _error(status: int, error: str, reason: str, **headers: str) -> web.Response
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except scope.NotAuthorised as exc:
+        return _error(401, "not_authorised", exc.reason)
     except NotFound as exc:
         return _error(404, "Object Not Found", str(exc))
     except AlreadyExists as exc:
@@ -196,9 +203,8 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         return _error(401, "not_authorised", str(exc), **challenge)
     if state.on_login is not None and request.transport is not None:
         state.on_login(request.transport)
-    if not user.is_administrator:
-        return _error(401, "not_authorised", "Not management user: needs the administrator tag")
     request[shared.USER] = user
+    scope.authorize(request, user)
     return await handler(request)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from mainstem.admin.listing import list_response
+from mainstem.admin.scope import Scope, check_owner, scoped
 from mainstem.admin.state import (
     AdminState,
     channel_key,
@@ -31,6 +32,7 @@ def connection_row(state: AdminState, connection: Connection) -> dict[str, Any]:
     return row
 
 
+@scoped(Scope.OWNER)
 @routes.get("/api/connections")
 @routes.get("/api/vhosts/{vhost}/connections")
 async def list_connections(request: web.Request) -> web.Response:
@@ -40,13 +42,16 @@ async def list_connections(request: web.Request) -> web.Response:
 
 
 def _connection(request: web.Request) -> Connection:
+    """The path's connection, if the user may see it (close it, for a DELETE)."""
     name = request.match_info["name"]
     connection = state_of(request).connections.find(name)
     if connection is None:
         raise NotFound(f"connection '{name}' not found")
+    check_owner(request, connection.ctx.user)
     return connection
 
 
+@scoped(Scope.OWNER)
 @routes.get("/api/connections/{name}")
 async def get_connection(request: web.Request) -> web.Response:
     return web.json_response(connection_row(state_of(request), _connection(request)))
@@ -75,6 +80,7 @@ def channel_rows(state: AdminState, connections: list[Connection]) -> list[dict[
     return rows
 
 
+@scoped(Scope.OWNER)
 @routes.get("/api/channels")
 @routes.get("/api/vhosts/{vhost}/channels")
 async def list_channels(request: web.Request) -> web.Response:
@@ -84,21 +90,25 @@ async def list_channels(request: web.Request) -> web.Response:
     return list_response(request, channel_rows(state, connections))
 
 
+@scoped(Scope.OWNER)
 @routes.get("/api/connections/{name}/channels")
 async def connection_channels(request: web.Request) -> web.Response:
     return list_response(request, channel_rows(state_of(request), [_connection(request)]))
 
 
+@scoped(Scope.OWNER)
 @routes.get("/api/channels/{name}")
 async def get_channel(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     state = state_of(request)
     for row in channel_rows(state, state.connections.list()):
         if row["name"] == name:
+            check_owner(request, row["user"])
             return web.json_response(row)
     raise NotFound(f"channel '{name}' not found")
 
 
+@scoped(Scope.OWNER)
 @routes.delete("/api/connections/{name}")
 async def close_connection(request: web.Request) -> web.Response:
     connection = _connection(request)
@@ -132,6 +142,7 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
     return rows
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/consumers")
 @routes.get("/api/consumers/{vhost}")
 async def list_consumers(request: web.Request) -> web.Response:

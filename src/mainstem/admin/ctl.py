@@ -2,9 +2,10 @@
 
 The everyday tasks of rabbitmqctl and rabbitmqadmin, on RabbitMQ's documented API paths:
 queues with ready/unacked/consumers, declare/purge/delete, connections and channels,
-users, vhosts, permissions and policies, definitions export/import, plus mainstem's streams and
-consumer lag. Table output by default, `--json` for scripts. Exit code 0 on success, 1 when
-the API refuses (the reason goes to stderr), 2 when the broker cannot be reached.
+users, vhosts, permissions and policies, vhost and user limits, definitions export/import,
+plus mainstem's streams and consumer lag. Table output by default, `--json` for scripts.
+Exit code 0 on success, 1 when the API refuses (the reason goes to stderr), 2 when the
+broker cannot be reached.
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ NEW_PASSWORD: Argument = (("new_password",), {
     "help": "the password (default: the first line of stdin)"})
 OPERATOR: Argument = (("--operator",), {
     "action": "store_true", "help": "an operator policy (what operators impose on users')"})
+LIMIT: Argument = (("limit",), {"help": "max-connections, max-queues (vhosts) or"
+                                        " max-channels (users)"})
+OF_USER: Argument = (("--of-user",), {"metavar": "USER",
+                                      "help": "a limit of this user, not of a vhost"})
 ARGUMENT: Argument = (("--argument",), {
     "action": "append", "default": [], "metavar": "KEY=VALUE",
     "help": "an x-argument, e.g. x-max-length=1000 (VALUE is read as JSON if it parses,"
@@ -278,6 +283,21 @@ def _import_definitions(client: Client, args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise SystemExit(f"mainstem ctl: {args.file} is not JSON: {exc}") from None
     client.call("POST", _in_vhost(args, "definitions"), definitions)
+
+
+def _limit_path(args: argparse.Namespace) -> str:
+    """A user's limit with --of-user, else the vhost's (--vhost)."""
+    if args.of_user:
+        return f"/api/user-limits/{_q(args.of_user)}/{_q(args.limit)}"
+    return f"/api/vhost-limits/{_q(args.vhost)}/{_q(args.limit)}"
+
+
+def _list_limits(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per limit set: its vhost or user, its name and value."""
+    return [{"vhost": row.get("vhost", ""), "user": row.get("user", ""), "limit": name,
+             "value": value}
+            for path in ("/api/vhost-limits", "/api/user-limits")
+            for row in client.call("GET", path) for name, value in row["value"].items()]
 
 
 def _lag(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -466,6 +486,17 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
                (("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
                 ("leader", "leader"), ("epoch", "epoch"), ("replicas", "replicas"),
                 ("in_sync", "in_sync"), ("lag", "lag"))),
+    )),
+    "limits": ("limits of vhosts (max-connections, max-queues) and users (max-connections,"
+               " max-channels)", (
+        Action("list", "every limit set", _list_limits, (),
+               (("vhost", "vhost"), ("user", "user"), ("limit", "limit"), ("value", "value"))),
+        Action("set", "set a vhost's limit (or a user's, with --of-user); 0 allows none, a"
+               " negative value any number", lambda c, a: c.call(
+                   "PUT", _limit_path(a), {"value": a.value}),
+               (LIMIT, (("value",), {"type": int, "help": "the limit"}), VHOST, OF_USER)),
+        Action("clear", "remove a vhost's limit (or a user's, with --of-user)", lambda c, a:
+               c.call("DELETE", _limit_path(a)), (LIMIT, VHOST, OF_USER)),
     )),
     "nodes": ("the cluster's live nodes (this node alone without a cluster)", (
         Action("list", "live nodes with their host and whether they run",

@@ -1,8 +1,9 @@
 """Definitions export and import in RabbitMQ's JSON format (what `rabbitmqadmin export` and
 `import` move, and what the management UI downloads): users with their password hashes,
 virtual hosts, permissions, policies and operator policies, durable queues (streams as
-x-queue-type stream), exchanges and bindings. mainstem has no parameters: they export as
-empty lists, and a file that holds some is refused rather than half applied.
+x-queue-type stream), exchanges and bindings, vhost limits (RabbitMQ's "vhost-limits"
+parameters) and user limits. mainstem has no other parameters: they export as empty lists,
+and a file that holds some is refused rather than half applied.
 
 The whole-broker form is /api/definitions; /api/definitions/{vhost} holds one virtual
 host's queues, exchanges and bindings, without the vhost field."""
@@ -13,6 +14,12 @@ from typing import Any
 
 from aiohttp import web
 
+from mainstem.admin.limits import (
+    import_limits,
+    is_limits_parameter,
+    limit_parameters,
+    user_limits_of,
+)
 from mainstem.admin.objects import flag, json_object
 from mainstem.admin.policy_api import policy_row
 from mainstem.admin.resources import RABBITMQ_VERSION
@@ -27,6 +34,7 @@ from mainstem.broker.auth import (
 )
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.limits import USER_LIMIT, VHOST_LIMIT
 from mainstem.broker.policies import OPERATOR_POLICY, POLICY, parse_policy
 from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
@@ -54,21 +62,24 @@ def export_definitions(core: BrokerCore, vhost: str | None = None,
                       for row in map(policy_row, core.catalog.policies.list(kind, vhost))]
                 for key, kind in _POLICIES.items()}
     if vhost is not None:
-        return {**header, "parameters": [], **policies, **objects}
-    return {**header, "users": [_user(record) for record in core.catalog.list_users()],
+        return {**header, "parameters": [_without_vhost(row)
+                                         for row in limit_parameters(core, vhost)],
+                **policies, **objects}
+    return {**header, "users": [_user(core, record) for record in core.catalog.list_users()],
             "vhosts": [{"name": name, "limits": [],
                         "metadata": {"description": "", "tags": []}} for name in names],
             "permissions": [{"user": p.user, "vhost": p.namespace, "configure": p.configure,
                              "write": p.write, "read": p.read}
                             for p in core.catalog.list_permissions()],
-            "topic_permissions": [], "parameters": [], "global_parameters": [],
-            **policies, **objects}
+            "topic_permissions": [], "parameters": limit_parameters(core),
+            "global_parameters": [], **policies, **objects}
 
 
-def _user(record: Any) -> dict[str, Any]:
+def _user(core: BrokerCore, record: Any) -> dict[str, Any]:
     password_hash, algorithm = export_password_hash(record.password_hash)
     return {"name": record.name, "password_hash": password_hash,
-            "hashing_algorithm": algorithm, "tags": list(record.tags), "limits": {}}
+            "hashing_algorithm": algorithm, "tags": list(record.tags),
+            "limits": user_limits_of(core, record.name)}
 
 
 def _without_vhost(row: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +152,8 @@ async def post_vhost_definitions(request: web.Request) -> web.Response:
 def import_definitions(core: BrokerCore, definitions: dict[str, Any],
                        vhost: str | None = None) -> None:
     for key in _UNSUPPORTED:
-        if [row for row in _rows(definitions, key) if row.get("name") not in _INFORMATIONAL]:
+        if [row for row in _rows(definitions, key)
+                if row.get("name") not in _INFORMATIONAL and not is_limits_parameter(row)]:
             raise InvalidArgument(f"mainstem has no {key.replace('_', ' ')}: remove them "
                                   "from the file (policies carry queue settings)")
     if vhost is None:
@@ -153,6 +165,9 @@ def import_definitions(core: BrokerCore, definitions: dict[str, Any],
         for row in _rows(definitions, "permissions"):
             core.auth.set_permissions(_text(row, "user"), _text(row, "vhost"),
                                       **{kind: _text(row, kind) for kind in PERMISSION_KINDS})
+    for row in _rows(definitions, "parameters"):
+        if is_limits_parameter(row):
+            import_limits(core, VHOST_LIMIT, vhost or _text(row, "vhost"), row.get("value"))
 
     def host(row: dict[str, Any]) -> VirtualHost:
         return core.queues.vhost(vhost if vhost is not None else _text(row, "vhost"))
@@ -190,6 +205,7 @@ def _import_user(core: BrokerCore, row: dict[str, Any]) -> None:
     stored = import_password_hash(_text(row, "password_hash"),
                                   row.get("hashing_algorithm") or DEFAULT_HASHING)
     core.auth.put_user_hash(_text(row, "name"), stored, tags)
+    import_limits(core, USER_LIMIT, _text(row, "name"), row.get("limits") or {})
 
 
 def _rows(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from aiohttp import web
 from cryptography import x509
 
 from mainstem.admin.objects import virtual_host
+from mainstem.admin.scope import Scope, scoped
 from mainstem.admin.state import state_of
 from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import InvalidArgument
@@ -35,6 +36,7 @@ def failed(reason: str, **details: Any) -> web.Response:
     return web.json_response({"status": "failed", "reason": reason, **details}, status=503)
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/health/checks/alarms")
 @routes.get("/api/health/checks/local-alarms")
 async def alarms(request: web.Request) -> web.Response:
@@ -46,12 +48,14 @@ async def alarms(request: web.Request) -> web.Response:
     return ok()
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/health/checks/virtual-hosts")
 async def virtual_hosts(request: web.Request) -> web.Response:
     """Every virtual host runs (they cannot be stopped one by one in mainstem)."""
     return ok()
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/health/checks/node-is-quorum-critical")
 @routes.get("/api/health/checks/node-is-mirror-sync-critical")
 async def single_node(request: web.Request) -> web.Response:
@@ -59,6 +63,7 @@ async def single_node(request: web.Request) -> web.Response:
     return ok()
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/health/checks/port-listener/{port}")
 async def port_listener(request: web.Request) -> web.Response:
     port_text = request.match_info["port"]
@@ -71,6 +76,7 @@ async def port_listener(request: web.Request) -> web.Response:
                   ports=ports)
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/health/checks/protocol-listener/{protocol}")
 async def protocol_listener(request: web.Request) -> web.Response:
     """By RabbitMQ's name (amqp091, stream, http, ...) or mainstem's (iggy, ...)."""
@@ -82,6 +88,7 @@ async def protocol_listener(request: web.Request) -> web.Response:
                   protocols=sorted(listeners))
 
 
+@scoped(Scope.MANAGEMENT)
 @routes.get("/api/health/checks/certificate-expiration/{within}/{unit}")
 async def certificate_expiration(request: web.Request) -> web.Response:
     """503 if a TLS listener's certificate expires within the period (days, weeks,
@@ -103,6 +110,7 @@ async def certificate_expiration(request: web.Request) -> web.Response:
     return ok()
 
 
+@scoped(Scope.VHOST)
 @routes.get("/api/aliveness-test/{vhost}")
 async def aliveness_test(request: web.Request) -> web.Response:
     """Declare the aliveness-test queue, publish a message to it and get it back."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mainstem.admin.scope import visible
 from mainstem.broker.errors import InvalidArgument
 
 MAX_PAGE_SIZE = 500
@@ -19,7 +20,8 @@ DEFAULT_PAGE_SIZE = 100
 
 
 def list_response(request: web.Request, rows: list[dict[str, Any]]) -> web.Response:
-    return web.json_response(shaped(request.query, rows))
+    """The rows the request's user may see (`scope.visible`), shaped as the query asks."""
+    return web.json_response(shaped(request.query, visible(request, rows)))
 
 
 def shaped(query: Mapping[str, str], rows: list[dict[str, Any]]) -> Any:

@@ -13,7 +13,7 @@ everything else is read when Prometheus scrapes (`rabbit_metrics`, `broker_metri
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import (
@@ -26,6 +26,7 @@ from prometheus_client import (
 from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from mainstem.admin import scope as access
 from mainstem.admin.broker_metrics import BrokerCollector
 from mainstem.admin.rabbit_metrics import DETAILED_PREFIX, RabbitFamilies, Scope
 from mainstem.admin.state import AdminState
@@ -76,9 +77,10 @@ class Metrics:
         yield from BrokerCollector(self._state, scope).collect()
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/metrics", self.handle)
-        app.router.add_get("/metrics/per-object", self.handle_per_object)
-        app.router.add_get("/metrics/detailed", self.handle_detailed)
+        for path, handler in (("/metrics", self.handle),
+                              ("/metrics/per-object", self.handle_per_object),
+                              ("/metrics/detailed", self.handle_detailed)):
+            app.router.add_get(path, _for_monitors(handler))
 
     async def handle(self, request: web.Request) -> web.Response:
         return _exposition(self.registry)
@@ -116,3 +118,11 @@ def _exposition(registry: CollectorRegistry) -> web.Response:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
     response.enable_compression()
     return response
+
+
+def _for_monitors(handler: Callable[[web.Request], Awaitable[web.Response]]
+                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """Where a login is asked (the management port), monitoring users may scrape too."""
+    async def handle(request: web.Request) -> web.Response:
+        return await handler(request)
+    return access.scoped(access.Scope.MONITOR)(handle)

@@ -18,12 +18,14 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from mainstem.admin.scope import Scope, check_permission, scoped
 from mainstem.admin.state import add_message_stats, no_content, read_body, state_of
 from mainstem.broker.amqp.queues import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.amqp.routing.model import DestinationKind
+from mainstem.broker.auth import PermissionKind
 from mainstem.broker.errors import AccessRefused, InvalidArgument, NotFound
 from mainstem.protocols.amqp091.events import decode_properties
 from mainstem.protocols.amqp091.methods import BasicProperties
@@ -65,6 +67,11 @@ def virtual_host(request: web.Request) -> VirtualHost:
         raise NotFound(f"virtual host '{name}' not found") from None
 
 
+def may(request: web.Request, kind: PermissionKind, resource_type: str, name: str) -> None:
+    """Raise unless the user's permissions in the path's vhost allow `kind` on `name`."""
+    check_permission(request, kind, request.match_info["vhost"], name, resource_type)
+
+
 def exchange_name(request: web.Request, key: str = "name") -> str:
     name = request.match_info[key]
     return "" if name == DEFAULT_EXCHANGE else name
@@ -80,11 +87,13 @@ def classic_queue(vhost: VirtualHost, name: str) -> ClassicQueue:
 # -- queues ----------------------------------------------------------------------
 
 
+@scoped(Scope.VHOST)
 @routes.put("/api/queues/{vhost}/{name}")
 async def put_queue(request: web.Request) -> web.Response:
     """Declare a queue: {"durable", "auto_delete", "arguments": {"x-queue-type": ...}}."""
     body = await read_body(request)
     vhost, name = virtual_host(request), request.match_info["name"]
+    may(request, "configure", "queue", name)
     if name.startswith("amq."):
         raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     existed = name in vhost.queues or vhost.stream(name) is not None
@@ -96,18 +105,22 @@ async def put_queue(request: web.Request) -> web.Response:
     return no_content() if existed else created()
 
 
+@scoped(Scope.VHOST)
 @routes.delete("/api/queues/{vhost}/{name}/contents")
 async def purge_queue(request: web.Request) -> web.Response:
     vhost = virtual_host(request)
+    may(request, "read", "queue", request.match_info["name"])
     queue = vhost.lookup(request.match_info["name"], None)
     if isinstance(queue, ClassicQueue):
         queue.purge()
     return no_content()
 
 
+@scoped(Scope.VHOST)
 @routes.post("/api/queues/{vhost}/{name}/get")
 async def get_messages(request: web.Request) -> web.Response:
     """Fetch messages: {"count", "ackmode", "encoding": "auto"|"base64", "truncate"}."""
+    may(request, "read", "queue", request.match_info["name"])
     body = await read_body(request)
     count, truncate = _count(body.get("count", 1), "count"), body.get("truncate")
     ackmode, encoding = body.get("ackmode", "ack_requeue_true"), body.get("encoding", "auto")
@@ -200,6 +213,7 @@ def exchange_row(vhost: str, exchange: Any) -> dict[str, Any]:
             "internal": exchange.internal, "arguments": dict(exchange.arguments)}
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/exchanges/{vhost}/{name}")
 async def get_exchange(request: web.Request) -> web.Response:
     vhost = virtual_host(request)
@@ -211,6 +225,7 @@ async def get_exchange(request: web.Request) -> web.Response:
     return web.json_response(row)
 
 
+@scoped(Scope.VHOST)
 @routes.put("/api/exchanges/{vhost}/{name}")
 async def put_exchange(request: web.Request) -> web.Response:
     """Declare an exchange: {"type", "durable", "auto_delete", "internal", "arguments"}."""
@@ -219,6 +234,7 @@ async def put_exchange(request: web.Request) -> web.Response:
     if not isinstance(kind, str) or not kind:
         raise InvalidArgument("type must be an exchange type: direct, fanout, topic, headers")
     vhost, name = virtual_host(request), exchange_name(request)
+    may(request, "configure", "exchange", name)
     existed = vhost.graph.has_exchange(name)
     try:
         exchange = vhost.graph.declare_exchange(
@@ -232,9 +248,11 @@ async def put_exchange(request: web.Request) -> web.Response:
     return no_content() if existed else created()
 
 
+@scoped(Scope.VHOST)
 @routes.delete("/api/exchanges/{vhost}/{name}")
 async def delete_exchange(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)
+    may(request, "configure", "exchange", name)
     if not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
     vhost.graph.delete_exchange(name, if_unused=request.query.get("if-unused") == "true")
@@ -243,6 +261,7 @@ async def delete_exchange(request: web.Request) -> web.Response:
     return no_content()
 
 
+@scoped(Scope.VHOST)
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
 async def publish(request: web.Request) -> web.Response:
     """Publish one message: {"routing_key", "payload", "payload_encoding", "properties"};
@@ -255,6 +274,7 @@ async def publish(request: web.Request) -> web.Response:
     raw = _encode_properties(json_object(body, "properties"))
     facts = essentials(raw)
     vhost, name = virtual_host(request), exchange_name(request)
+    may(request, "write", "exchange", name or "amq.default")
     if name and not vhost.graph.has_exchange(name):
         raise NotFound(f"no {vhost.describe('exchange', name)}")
     expires_at = None
@@ -334,6 +354,13 @@ def _ends(request: web.Request) -> tuple[VirtualHost, str, DestinationKind, str]
     return vhost, source, kind, destination
 
 
+def _may_bind(request: web.Request) -> None:
+    """Binding and unbinding: write on the destination, read on the source (RabbitMQ's)."""
+    kind = "queue" if request.match_info["kind"] == "q" else "exchange"
+    may(request, "write", kind, request.match_info["destination"])
+    may(request, "read", "exchange", exchange_name(request, "source") or "amq.default")
+
+
 def _between(request: web.Request) -> list[Binding]:
     vhost, source, kind, destination = _ends(request)
     return [b for b in vhost.graph.bindings(source)
@@ -343,12 +370,14 @@ def _between(request: web.Request) -> list[Binding]:
 _BETWEEN = "/api/bindings/{vhost}/e/{source}/{kind:[eq]}/{destination}"
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get(_BETWEEN)
 async def bindings_between(request: web.Request) -> web.Response:
     vhost = request.match_info["vhost"]
     return web.json_response([binding_row(vhost, b) for b in _between(request)])
 
 
+@scoped(Scope.VHOST)
 @routes.post(_BETWEEN)
 async def create_binding(request: web.Request) -> web.Response:
     """Bind: {"routing_key", "arguments"}; 201 with the new binding's Location."""
@@ -357,6 +386,7 @@ async def create_binding(request: web.Request) -> web.Response:
     if not isinstance(routing_key, str):
         raise InvalidArgument("routing_key must be a string")
     arguments = json_object(body, "arguments")
+    _may_bind(request)
     vhost, source, kind, destination = _ends(request)
     vhost.bind(Binding(source, destination, kind, routing_key, arguments))
     key = quote(properties_key(routing_key, arguments), safe="~")
@@ -372,18 +402,22 @@ def _one_binding(request: web.Request) -> Binding:
     raise NotFound("binding not found")
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get(_BETWEEN + "/{props}")
 async def get_binding(request: web.Request) -> web.Response:
     return web.json_response(binding_row(request.match_info["vhost"], _one_binding(request)))
 
 
+@scoped(Scope.VHOST)
 @routes.delete(_BETWEEN + "/{props}")
 async def delete_binding(request: web.Request) -> web.Response:
+    _may_bind(request)
     vhost = virtual_host(request)
     vhost.unbind(_one_binding(request), None)
     return no_content()
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/queues/{vhost}/{name}/bindings")
 async def queue_bindings(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), request.match_info["name"]
@@ -394,6 +428,7 @@ async def queue_bindings(request: web.Request) -> web.Response:
     return web.json_response(rows)
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/source")
 async def exchange_source_bindings(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)
@@ -402,6 +437,7 @@ async def exchange_source_bindings(request: web.Request) -> web.Response:
     return web.json_response([binding_row(vhost.name, b) for b in vhost.graph.bindings(name)])
 
 
+@scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/destination")
 async def exchange_destination_bindings(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)

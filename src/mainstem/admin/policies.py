@@ -1,6 +1,6 @@
-"""Runtime parameters and limits: mainstem has none (policies are in `policy_api`).
-Listing answers as RabbitMQ does with none set (an empty list), one by name is 404, and
-setting one is refused with a clear reason."""
+"""Runtime parameters: mainstem has none (policies are in `policy_api`, limits in
+`limits`). Listing answers as RabbitMQ does with none set (an empty list), one by name is
+404, and setting one is refused with a clear reason."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from aiohttp import web
 from mainstem.broker.errors import InvalidArgument, NotFound
 
 routes = web.RouteTableDef()
-_KINDS = {"parameters": "runtime parameters", "global-parameters": "global parameters",
-          "vhost-limits": "virtual host limits", "user-limits": "user limits"}
+_KINDS = {"parameters": "runtime parameters", "global-parameters": "global parameters"}
 # path segments after the kind: how many name a list (none to all), how many one object
 _LISTS = {"parameters": 2, "global-parameters": 0}
 _OBJECT = {"parameters": 3, "global-parameters": 1}

@@ -46,9 +46,10 @@ MAX_NAME_BYTES = 255
 # Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
-# (kind, key, row): "namespace", "user", "permission", "offset", "policy" or
-# "operator_policy" (and the kinds of the other stores, see `broker.replicated`); row None
-# when deleted. In a cluster it returns what completes once the cluster's store has it.
+# (kind, key, row): "namespace", "user", "permission", "offset", "policy",
+# "operator_policy", "vhost_limit" or "user_limit" (and the kinds of the other stores, see
+# `broker.replicated`); row None when deleted. In a cluster it returns what completes once
+# the cluster's store has it.
 ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None],
                           Awaitable[None] | None]
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
@@ -184,8 +185,24 @@ _MIGRATIONS: tuple[Migration, ...] = (
         PRIMARY KEY (kind, namespace, name)
     );
     """),
+    # 8: virtual host and user limits (broker/limits.py): one row per limit set.
+    _script("""
+    CREATE TABLE vhost_limits (
+        namespace TEXT NOT NULL REFERENCES namespaces (name) ON DELETE CASCADE,
+        name TEXT NOT NULL, value INTEGER NOT NULL,
+        PRIMARY KEY (namespace, name)
+    );
+    CREATE TABLE user_limits (
+        user TEXT NOT NULL REFERENCES users (name) ON DELETE CASCADE,
+        name TEXT NOT NULL, value INTEGER NOT NULL,
+        PRIMARY KEY (user, name)
+    );
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
+# A limit's kind -> (its table, the column naming what it limits)
+_LIMIT_TABLES = {"vhost_limit": ("vhost_limits", "namespace"),
+                 "user_limit": ("user_limits", "user")}
 
 # One statement per store: the WHERE clause both checks that the partition exists
 # and, as SQLite requires for an upsert fed by a SELECT, disambiguates ON CONFLICT.
@@ -266,6 +283,10 @@ def _stream_from_row(row: tuple[Any, ...]) -> StreamRecord:
 def _user_from_row(row: tuple[Any, ...]) -> UserRecord:
     name, password_hash, tags = row
     return UserRecord(name, password_hash, tuple(json.loads(tags)))
+
+
+def _owner_kind(limit_kind: str) -> str:
+    return "virtual host" if limit_kind == "vhost_limit" else "user"
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -407,6 +428,11 @@ class Catalog(ChangeNotifier):
                 self.delete_policy(kind, key[0], key[1])
             else:
                 self.put_policy(parse_policy(kind, key[0], key[1], row))
+        elif kind in _LIMIT_TABLES:
+            if row is None:
+                self.clear_limit(kind, key[0], key[1])
+            else:
+                self.set_limit(kind, key[0], key[1], int(row["value"]))
         elif kind == "offset":
             if row is None:
                 self.delete_offset(key[0], key[1], int(key[2]), key[3])
@@ -727,6 +753,36 @@ class Catalog(ChangeNotifier):
     def _policies_changed(self, vhost: str) -> None:
         for watcher in self.policy_watchers:
             watcher(vhost)
+
+    # -- limits -------------------------------------------------------------------
+
+    def set_limit(self, kind: str, owner: str, name: str, value: int) -> None:
+        """Store a "vhost_limit" of a namespace or a "user_limit" of a user (broker/limits.py
+        checks names and values)."""
+        table, column = _LIMIT_TABLES[kind]
+        try:
+            self._write(f"INSERT INTO {table} ({column}, name, value) VALUES (?, ?, ?)"
+                        f" ON CONFLICT ({column}, name) DO UPDATE SET value = excluded.value",
+                        (owner, name, value))
+        except sqlite3.IntegrityError:  # the foreign key: no such namespace or user
+            raise NotFound(f"{_owner_kind(kind)} '{owner}' not found") from None
+        self._changed(kind, (owner, name), {"value": value})
+
+    def clear_limit(self, kind: str, owner: str, name: str) -> None:
+        table, column = _LIMIT_TABLES[kind]
+        if not self._write(f"DELETE FROM {table} WHERE {column} = ? AND name = ?", (owner, name)):
+            raise NotFound(f"no limit '{name}' set for {_owner_kind(kind)} '{owner}'")
+        self._changed(kind, (owner, name), None)
+
+    def list_limits(self, kind: str, owner: str | None = None) -> dict[str, dict[str, int]]:
+        """{owner: {limit name: value}} of every namespace or user with limits, or of one."""
+        table, column = _LIMIT_TABLES[kind]
+        limits: dict[str, dict[str, int]] = {}
+        for who, name, value in self._rows(
+                f"SELECT {column}, name, value FROM {table} WHERE ?1 IS NULL OR {column} = ?1"
+                f" ORDER BY {column}, name", (owner,)):
+            limits.setdefault(who, {})[name] = value
+        return limits
 
     # -- consumer offsets ---------------------------------------------------------
 

@@ -26,6 +26,7 @@ from mainstem.broker.errors import AuthenticationFailed
 from mainstem.broker.events.binders import BinderStore
 from mainstem.broker.events.projections import Projections
 from mainstem.broker.iggy.model import IggyModel
+from mainstem.broker.limits import Limits
 from mainstem.broker.login_throttle import LoginThrottle
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.password_checks import PasswordChecks
@@ -65,9 +66,10 @@ class BrokerCore:
         self.delivery_stats = DeliveryStats()  # handlers count deliveries per chunk/batch
         self.counters = BrokerCounters()  # RabbitMQ's global counters, read by /metrics
         self.closed_channel_stats = MessageStats()  # of channels gone, for overview totals
+        self.limits = Limits(catalog, lambda vhost: self.queues.queue_count(vhost))
         self.queues = QueueManager(data_dir, catalog, self.streams, settings.durability,
                                    self.descriptors, settings.queue_memory,
-                                   self.fsync_timings, self.counters)
+                                   self.fsync_timings, self.counters, self.limits)
         self.binders = BinderStore(catalog.connect())
         self.projections = Projections(self.streams, self.binders)
         self.topology = self.queues.topology = SharedTopology(self.queues)

@@ -33,6 +33,10 @@ class PreconditionFailed(BrokerError):
     """The request is well formed but conflicts with the current state."""
 
 
+class NotAllowed(BrokerError):
+    """A connection or channel over a virtual host's or user's limit (AMQP NOT_ALLOWED)."""
+
+
 class InvalidArgument(BrokerError):
     """A malformed name, number or pattern."""
 

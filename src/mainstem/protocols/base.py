@@ -73,6 +73,8 @@ class ConnectionContext:
     # /api/stream/publishers and /api/stream/consumers, built when asked, not kept in step.
     stream_publishers: Callable[[], list[dict[str, Any]]] | None = None
     stream_consumers: Callable[[], list[dict[str, Any]]] | None = None
+    # Set by admit(): gives the connection's place under its limits back (see leave()).
+    admitted: Callable[[], None] | None = None
 
     def identify(self, user: str, namespace: str | None = None, **client_properties: object
                  ) -> None:
@@ -82,6 +84,19 @@ class ConnectionContext:
         self.client_properties.update(client_properties)
         if self.on_login is not None:
             self.on_login()
+
+    def admit(self, user: str, namespace: str | None = None) -> None:
+        """Count this connection under its virtual host's and user's `max-connections`
+        before the client is told it is in; NotAllowed, with RabbitMQ's text, when a limit
+        is reached. A connection that logs in again is counted again, for its new user."""
+        self.leave()
+        self.admitted = self.core.limits.admit_connection(user, namespace)
+
+    def leave(self) -> None:
+        """No longer count this connection (it closed, or its user logged out)."""
+        if self.admitted is not None:
+            self.admitted()
+            self.admitted = None
 
     def advertised_address(self) -> tuple[str, int]:
         """The host and port to tell clients to connect to: the configured ones, else the

@@ -22,10 +22,22 @@ async function api(method, path, body) {
   const response = await fetch(path, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body),
   });
-  if (response.status === 401) { logout("Login failed: " + (await reason(response))); return null; }
+  if (response.status === 401) {
+    const why = await reason(response);
+    // A user tagged management or monitoring is refused what is outside its scope: an
+    // error to show, not a failed login (then /api/whoami answers still).
+    if (path !== "/api/whoami" && (await loggedIn())) throw new Error(method + " " + path + ": " + why);
+    logout("Login failed: " + why);
+    return null;
+  }
   if (!response.ok) throw new Error(method + " " + path + ": " + (await reason(response)));
   const text = await response.text();
   return text ? JSON.parse(text) : null;
+}
+
+async function loggedIn() {
+  const headers = { Authorization: "Basic " + credentials(), "X-Mainstem-Console": "1" };
+  return (await fetch("/api/whoami", { headers })).ok;
 }
 
 async function reason(response) {

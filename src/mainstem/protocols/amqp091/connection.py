@@ -25,7 +25,7 @@ from typing import Any
 from mainstem.broker.amqp.queues.credit_flow import CreditFlow
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.auth import User
-from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotFound
+from mainstem.broker.errors import AccessRefused, AuthenticationFailed, NotAllowed, NotFound
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.amqp091 import methods as m
 from mainstem.protocols.amqp091 import state as s
@@ -187,7 +187,8 @@ class AmqpConnection:
         try:
             self.core.open_namespace(self.user, name)
             self.vhost = self.core.queues.vhost(name)
-        except (AccessRefused, NotFound) as exc:
+            self.ctx.admit(self.user.name, name)
+        except (AccessRefused, NotFound, NotAllowed) as exc:
             return s.VirtualHostRefused(exc.message)
         self.ctx.identify(self.user.name, name,
                           **{k: v for k, v in self.state.client_properties.items()
@@ -373,6 +374,7 @@ class AmqpConnection:
             await self._guarded(channel, channel.handle, method)
             touched.add(channel)
         elif verdict is s.Verdict.OPEN:
+            self._count_channel()
             self.channels[number] = self.ctx.channels[number] = Channel(self, number)
             self.core.counters.channels_opened += 1
             self.send_method(number, m.ChannelOpenOk())
@@ -388,6 +390,15 @@ class AmqpConnection:
         elif verdict is s.Verdict.ANSWER_CLOSE:
             self.send_method(number, m.ChannelCloseOk())
 
+    def _count_channel(self) -> None:
+        """Under the user's max-channels, or the connection closes with NOT_ALLOWED as
+        RabbitMQ's does."""
+        try:
+            self.core.limits.open_channel(self.user.name)
+        except NotAllowed as exc:
+            raise AmqpCodecError(ReplyCode.NOT_ALLOWED, exc.message, class_id=20,
+                                 method_id=10) from None
+
     def _forget(self, channel: Channel) -> None:
         """The channel's close handshake is over: nothing more is sent on it."""
         channel.ended = True
@@ -397,6 +408,7 @@ class AmqpConnection:
     def _unregister(self, channel: Channel) -> None:
         """The API stops listing the channel; overview totals keep its counters."""
         if self.ctx.channels.pop(channel.number, None) is channel:
+            self.core.limits.close_channel(self.user.name)
             self.core.closed_channel_stats.add(channel.stats)
             self.core.counters.channels_closed += 1
 

@@ -234,6 +234,7 @@ class EventsConnection:
         try:
             user = await self.ctx.login(login.username, login.password)
             self.core.open_namespace(user, login.namespace)
+            self.ctx.admit(user.name, login.namespace)
         except BrokerError as exc:
             return self.state.refused(login.request_id, _error_code(exc), exc.message)
         self.user, self.namespace = user, login.namespace

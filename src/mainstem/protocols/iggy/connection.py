@@ -27,6 +27,7 @@ from mainstem.broker.errors import (
     AlreadyExists,
     AuthenticationFailed,
     BrokerError,
+    NotAllowed,
     NotFound,
     storage_failure,
 )
@@ -179,6 +180,7 @@ class IggyConnection:
         if isinstance(action, Login):
             return await self.login(action)
         if isinstance(action, Logout):
+            self.ctx.leave()
             self._logged_in(None)
         elif action.note:
             self.ctx.log.info("request.refused", extra={"reason": action.note})
@@ -188,6 +190,11 @@ class IggyConnection:
         try:
             user = await self.ctx.login(login.username, login.password)
         except AuthenticationFailed:
+            return self.state.login_refused(login)
+        try:
+            self.ctx.admit(user.name)  # Iggy has no vhost: the user's limit only
+        except NotAllowed:
+            self._logged_in(None)  # a user logged in before gave its place up for this login
             return self.state.login_refused(login)
         self._logged_in(user)
         return self.state.logged_in(login, user.name)

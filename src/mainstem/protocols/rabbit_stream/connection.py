@@ -260,6 +260,7 @@ class StreamConnection:
     def _open_namespace(self, action: s.OpenNamespace) -> list[s.Action]:
         try:
             self.core.open_namespace(action.user, action.namespace)
+            self.ctx.admit(action.user.name, action.namespace)
         except BrokerError as error:
             return self.state.namespace_refused(error.message)
         return self.state.namespace_opened(*self.ctx.advertised_address())

@@ -39,6 +39,8 @@ class Management:
     async def _create(self, name: str, partitions: int, arguments: dict[str, Any]) -> None:
         """Create here, or in the cluster, which places the stream's replicas."""
         namespace = self.session.namespace
+        if self.core.streams.find(namespace, name) is None:  # a new one: max-queues
+            self.core.limits.check_queue(namespace, name)
         if self.core.cluster is None:
             self.core.streams.create(namespace, name, partitions, arguments)
         else:

@@ -24,6 +24,7 @@ from mainstem.broker.errors import (
     AlreadyExists,
     AuthenticationFailed,
     BrokerError,
+    NotAllowed,
     NotFound,
     PreconditionFailed,
     storage_failure,
@@ -172,9 +173,11 @@ class SegmentConnection:
 
     async def login(self, login: Login) -> tuple[Action, ...]:
         try:
-            self.user = await self.ctx.login(login.username, login.password)
-        except AuthenticationFailed as error:
+            user = await self.ctx.login(login.username, login.password)
+            self.ctx.admit(user.name)  # segments have no vhost: the user's limit only
+        except (AuthenticationFailed, NotAllowed) as error:
             return self.state.login_refused(error.message)
+        self.user = user
         self.ctx.identify(self.user.name)
         return self.state.logged_in(self.user.name)
 

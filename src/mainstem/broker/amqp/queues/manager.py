@@ -22,6 +22,7 @@ from mainstem.broker.catalog import Catalog, transaction
 from mainstem.broker.cluster_view import QueueRelay, QueueReplication, TopologyReplication
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
+from mainstem.broker.limits import Limits
 from mainstem.broker.streams import StreamStore
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
@@ -36,12 +37,15 @@ class QueueManager:
                  durability: DurabilityPolicy, descriptors: DescriptorCache | None = None,
                  memory: MemoryBound | None = None,
                  fsync_timings: FsyncTimings | None = None,
-                 counters: BrokerCounters | None = None) -> None:
+                 counters: BrokerCounters | None = None, limits: Limits | None = None
+                 ) -> None:
         self.directory = data_dir / "queues"
         self.spill_directory = data_dir / SPILL_DIRECTORY
         self.descriptors = descriptors
         self.fsync_timings = fsync_timings
         self.counters = counters or BrokerCounters()  # queues declared, created, deleted
+        # The vhosts' max-queues, checked before a queue is created (none: no limits)
+        self.limits = limits
         self.memory = memory or MemoryBound()
         self.catalog = catalog
         self.streams = streams
@@ -80,6 +84,11 @@ class QueueManager:
             vhost.graph = ExchangeGraph.from_records(
                 record, namespace=name, durable_queues=[*vhost.queues, *streams])
             self.vhosts[name] = vhost
+
+    def queue_count(self, vhost: str) -> int:
+        """The queues and streams of a vhost, as its max-queues counts them."""
+        host = self.vhosts.get(vhost)
+        return (0 if host is None else len(host.queues)) + len(self.streams.list(vhost))
 
     def vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)

@@ -150,6 +150,8 @@ class VirtualHost:
             if isinstance(found, ClassicQueue):
                 found.touch()
             return found
+        if self.manager.limits is not None:
+            self.manager.limits.check_queue(self.name, name)
         if settings.queue_type == STREAM:
             stream = self._declare_stream(name, durable, exclusive, auto_delete, arguments)
             counters.queues_created += 1
