@@ -495,3 +495,30 @@ async def test_a_user_and_its_permissions_made_while_a_node_was_away_reach_it(
                                  "the permission on node3")
         assert there is not None and (there["configure"], there["write"], there["read"]) == (
             "c.*", "w.*", "r.*")
+
+
+async def test_many_quick_changes_of_one_key_keep_the_catalog_flowing(
+        cluster: LocalCluster) -> None:
+    """Changes queued while one is written go in batches, each naming a key once (etcd
+    refuses a transaction naming one twice): the last of them, and what follows, reach
+    every node."""
+    headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        one = f"http://127.0.0.1:{port(cluster, 'node1', 'admin')}/api"
+        made = await asyncio.gather(*(
+            http.put(f"{one}/users/quick", json={"password": "pw", "tags": f"t{i}"})
+            for i in range(30)))
+        assert all(response.status in (201, 204) for response in made)
+        last = (await (await http.get(f"{one}/users/quick")).json())["tags"]
+        assert (await http.put(f"{one}/users/after", json={"password": "pw", "tags": ""})
+                ).status in (201, 204)
+        three = f"http://127.0.0.1:{port(cluster, 'node3', 'admin')}/api"
+
+        async def on_node3() -> tuple[Any, int]:
+            async with http.get(f"{three}/users/quick") as quick, \
+                    http.get(f"{three}/users/after") as after:
+                return (await quick.json())["tags"] if quick.status == 200 else None, \
+                    after.status
+
+        assert await eventually(on_node3, lambda got: got == (last, 200),
+                                "the users on node3") == (last, 200)

@@ -35,7 +35,7 @@ ROOT = "/mainstem/catalog/"
 RETRY_S = 0.5
 MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
 Applied = Callable[[str, tuple[str, ...], Row | None], None]
-Change = tuple[str, tuple[Any, ...], Row | None, asyncio.Future[None]]
+Change = tuple[str, str, tuple[Any, ...], Row | None, asyncio.Future[None]]  # path first
 
 
 def path(kind: str, key: Iterable[object]) -> str:
@@ -51,7 +51,8 @@ class CatalogFeed:
         self.context = context
         self.kinds = context.core.kinds
         self._applied = applied  # the node's own follow-up of a change applied
-        self._changes: asyncio.Queue[Change] = asyncio.Queue()
+        self._changes: deque[Change] = deque()
+        self._queued = asyncio.Event()
         self._echoes: dict[str, deque[bytes | None]] = {}  # written, not yet watched
         self._contended: set[str] = set()  # of those, keys another node wrote meanwhile
 
@@ -61,18 +62,20 @@ class CatalogFeed:
         """A store's `on_change`: done once etcd holds the change."""
         encode = self.kinds.of(kind).encode
         written = asyncio.get_running_loop().create_future()
-        self._changes.put_nowait((kind, key, row if row is None or encode is None
-                                  else encode(row), written))
+        self._changes.append((path(kind, key), kind, key,
+                              row if row is None or encode is None else encode(row), written))
+        self._queued.set()
         return written
 
     async def share(self) -> None:
         """Write the changes in the order made: the plain ones in batches, each in one
         transaction, the merged ones one at a time."""
         while True:
-            batch = [await self._changes.get()]
-            while (len(batch) < MAX_TXN_OPS and not self._changes.empty()
-                   and self._plain(batch[-1])):
-                batch.append(self._changes.get_nowait())
+            if not self._changes:
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            batch = self._batch()
             merged = [] if self._plain(batch[-1]) else [batch.pop()]
             await self._retried(self._write_plain, batch)
             await self._retried(self._write_merged, merged)
@@ -80,8 +83,19 @@ class CatalogFeed:
                 if not written.done():
                     written.set_result(None)
 
+    def _batch(self) -> list[Change]:
+        """The next changes to write: plain ones up to the first merged one, at most
+        MAX_TXN_OPS and each key once (etcd refuses a transaction naming a key twice)."""
+        batch = [self._changes.popleft()]
+        keys = {batch[0][0]}
+        while (self._plain(batch[-1]) and self._changes and len(batch) < MAX_TXN_OPS
+               and self._changes[0][0] not in keys):
+            batch.append(self._changes.popleft())
+            keys.add(batch[-1][0])
+        return batch
+
     def _plain(self, change: Change) -> bool:
-        kind, _, row, _ = change
+        _, kind, _, row, _ = change
         return row is None or self.kinds.of(kind).merge is None
 
     @staticmethod
@@ -101,8 +115,7 @@ class CatalogFeed:
 
     async def _write_plain(self, changes: list[Change]) -> None:
         operations, keys = [], []
-        for kind, key, row, _ in changes:
-            at = path(kind, key)
+        for at, kind, _, row, _ in changes:
             gone = row is None and not self.kinds.of(kind).tombstones
             value = None if gone else _value(row)
             operations.append(delete(at) if value is None else put(at, value))
@@ -116,10 +129,9 @@ class CatalogFeed:
             raise
 
     async def _write_merged(self, changes: list[Change]) -> None:
-        [(kind, key, row, _)] = changes
+        [(at, kind, key, row, _)] = changes
         merge = self.kinds.of(kind).merge
         assert merge is not None and row is not None
-        at = path(kind, key)
         held: KeyValue | None = None  # first tried as absent: a new key costs one call
         while True:
             current: Row | None = held.json() if held is not None else None
