@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pika
@@ -15,16 +14,9 @@ from rstream import AMQPMessage, Consumer, Producer
 from mainstem import Broker
 from mainstem.client.events import EventsClient
 from mainstem.config import AlarmConfig, ServerConfig
+from tests.admin.conftest import ADMIN
 
 TIMEOUT_S = 10
-ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
-
-
-@pytest.fixture
-async def http(broker: Broker) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}",
-                                     headers=ADMIN) as session:
-        yield session
 
 
 async def get(http: aiohttp.ClientSession, path: str, status: int = 200):

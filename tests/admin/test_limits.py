@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pika
@@ -26,23 +24,7 @@ from mainstem.client.events import EventsClient, EventsError
 from mainstem.client.iggy import IggyClient, IggyClientError
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from tests.admin.test_admin_ctl import ctl
-
-ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
-
-
-@pytest.fixture
-async def http(broker: Broker) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}",
-                                     headers=ADMIN) as session:
-        yield session
-
-
-async def call(http: aiohttp.ClientSession, method: str, path: str, body=None,
-               status: int = 200):
-    async with http.request(method, path, json=body) as response:
-        text = await response.text()
-        assert response.status == status, text
-        return json.loads(text) if text else None
+from tests.support.admin_http import call
 
 
 async def amqp(broker: Broker, user: str = "guest", vhost: str = "/"

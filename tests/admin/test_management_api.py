@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,26 +17,10 @@ from mainstem import Broker
 from mainstem.admin.app import ROUTE_TABLES, create_app
 from mainstem.admin.openapi import openapi_document
 from mainstem.broker.errors import AuthenticationFailed
+from tests.support.admin_http import call
 
 FIXTURES = Path(__file__).parent / "fixtures"
-ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
 TIMEOUT_S = 15
-
-
-@pytest.fixture
-async def http(broker: Broker) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}",
-                                     headers=ADMIN) as session:
-        yield session
-
-
-async def call(http: aiohttp.ClientSession, method: str, path: str, body=None,
-               status: int = 200):
-    """The JSON answer (None for an empty one), after checking the status."""
-    async with http.request(method, path, json=body) as response:
-        text = await response.text()
-        assert response.status == status, text
-        return json.loads(text) if text else None
 
 
 async def until(condition, timeout: float = TIMEOUT_S) -> None:

@@ -5,26 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pika
-import pytest
 
 from mainstem import Broker
 
-ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
 TIMEOUT_S = 15
 RFC3339_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00")
-
-
-@pytest.fixture
-async def http(broker: Broker) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}",
-                                     headers=ADMIN) as session:
-        yield session
 
 
 async def get(http: aiohttp.ClientSession, path: str) -> Any:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from subprocess import Popen
+from typing import TypeVar
 
 import pytest
 
@@ -27,6 +28,7 @@ from tests.support.server_process import kill, rss_bytes, start_server, started_
 from tests.support.stream_stall import publish, stalled_consumer
 
 CONNECTIONS = 60  # per protocol whose connections receive into buffers of their own
+T = TypeVar("T")
 PROTOCOLS = ("stream", "bson", "segment")
 
 
@@ -88,6 +90,20 @@ def settled_rss(pid: int, timeout: float = 30.0) -> int:
     return last
 
 
+def rss_per_connection(pid: int, open_one: Callable[[], T], count: int, what: str
+                       ) -> tuple[float, list[T]]:
+    """The broker's RSS taken by each of `count` connections `open_one` opens (after one
+    more, opened first, that pays first-use costs), and every connection opened."""
+    opened = [open_one()]
+    before = settled_rss(pid)
+    opened += [open_one() for _ in range(count)]
+    after = settled_rss(pid)
+    per_connection = (after - before) / count
+    print(f"broker RSS per {what}: {per_connection / 1024:.1f} KiB "
+          f"({before >> 20} -> {after >> 20} MiB)")
+    return per_connection, opened
+
+
 def test_stalled_stream_consumers_hold_a_small_bounded_buffer_each(
         server: tuple[Popen, Path]) -> None:
     process, log = server
@@ -95,14 +111,10 @@ def test_stalled_stream_consumers_hold_a_small_bounded_buffer_each(
     # 12 MiB in chunks read whole (40 KiB), then 12 MiB in chunks sent by sendfile (400 KiB)
     publish(port, "stalled", 300, 10, 4096)
     publish(port, "stalled", 30, 100, 4096)
-    sockets = [stalled_consumer(port, "stalled")]  # warm-up: first-use costs
+    per_connection, sockets = rss_per_connection(
+        process.pid, lambda: stalled_consumer(port, "stalled"), STALLED, "stalled consumer")
     try:
-        before = settled_rss(process.pid)
-        sockets += [stalled_consumer(port, "stalled") for _ in range(STALLED)]
-        stalled = settled_rss(process.pid)
-        per_connection = (stalled - before) / STALLED
-        print(f"broker RSS per stalled consumer: {per_connection / 1024:.1f} KiB "
-              f"({before >> 20} -> {stalled >> 20} MiB)")
+        stalled = rss_bytes(process.pid)
         assert per_connection <= STALLED_LIMIT
         time.sleep(2)  # still stalled: nothing more is taken on
         assert rss_bytes(process.pid) - stalled < STALLED * STALLED_LIMIT
@@ -197,14 +209,10 @@ def test_stalled_amqp_stream_queue_consumers_hold_a_window_of_the_chunk(
     process, log = server
     port = started_ports(process, log)["amqp"]
     publish_to_stream_queue(port, "stalled-sq", 6, 4096)  # 12 MB in chunks of ~2 MB
-    clients = [stalled_amqp_consumer(port, "stalled-sq")]  # warm-up: first-use costs
+    per_connection, clients = rss_per_connection(
+        process.pid, lambda: stalled_amqp_consumer(port, "stalled-sq"), AMQP_STALLED,
+        "stalled AMQP stream-queue consumer")
     try:
-        before = settled_rss(process.pid)
-        clients += [stalled_amqp_consumer(port, "stalled-sq") for _ in range(AMQP_STALLED)]
-        stalled = settled_rss(process.pid)
-        per_connection = (stalled - before) / AMQP_STALLED
-        print(f"broker RSS per stalled AMQP stream-queue consumer: "
-              f"{per_connection / 1024:.1f} KiB ({before >> 20} -> {stalled >> 20} MiB)")
         assert per_connection <= AMQP_STALLED_LIMIT
     finally:
         for client in clients:
@@ -225,6 +233,17 @@ def test_stalled_amqp_stream_queue_consumers_hold_a_window_of_the_chunk(
             reader.send(1, m.BasicAck(delivery_tag=delivered[-1].delivery_tag, multiple=True))
     reader.close()
     assert received == 3000
+
+
+def rss_held_by_requests(pid: int, port: int, requests: bytes) -> int:
+    """The broker's RSS taken while a connection with a 4 KiB receive buffer that sent
+    `requests` at once reads none of the answers."""
+    before = settled_rss(pid)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(requests)
+        return settled_rss(pid) - before
 
 
 PIPELINED_POLLS = 100  # each asks for all 16 MB: an Iggy poll answers at most 1 MiB
@@ -249,18 +268,10 @@ def test_pipelined_iggy_polls_of_a_client_that_stops_reading_wait_for_its_socket
     asyncio.run(fill())
     poll = PollMessages(Consumer(CONSUMER, 1), 1, 1, 1, Polling.OFFSET, 0, 1_000_000, False)
     login = LoginUser("guest", "guest")
-    before = settled_rss(process.pid)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    try:
-        sock.connect(("127.0.0.1", port))
-        sock.sendall(encode_request(login.code, login.encode())
-                     + encode_request(poll.code, poll.encode()) * PIPELINED_POLLS)
-        held = settled_rss(process.pid) - before
-        print(f"broker RSS held by {PIPELINED_POLLS} pipelined polls: {held >> 10} KiB")
-        assert held <= IGGY_STALLED_LIMIT
-    finally:
-        sock.close()
+    held = rss_held_by_requests(process.pid, port, encode_request(login.code, login.encode())
+                                + encode_request(poll.code, poll.encode()) * PIPELINED_POLLS)
+    print(f"broker RSS held by {PIPELINED_POLLS} pipelined polls: {held >> 10} KiB")
+    assert held <= IGGY_STALLED_LIMIT
 
 
 # One read's answer (at most 8 MiB) in the few copies it goes through: read, framed, cut
@@ -286,16 +297,9 @@ def test_pipelined_segment_reads_of_a_client_that_stops_reading_wait_for_its_soc
         await client.close()
 
     asyncio.run(fill())
-    before = settled_rss(process.pid)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    try:
-        sock.connect(("127.0.0.1", port))
-        sock.sendall(segment_codec.Authenticate("guest", "guest").encode()
-                     + segment_codec.ReadSegment("/piped/0", 0, 8 << 20).encode()
-                     * PIPELINED_POLLS)
-        held = settled_rss(process.pid) - before
-        print(f"broker RSS held by {PIPELINED_POLLS} pipelined segment reads: {held >> 10} KiB")
-        assert held <= SEGMENT_STALLED_LIMIT
-    finally:
-        sock.close()
+    held = rss_held_by_requests(process.pid, port,
+                                segment_codec.Authenticate("guest", "guest").encode()
+                                + segment_codec.ReadSegment("/piped/0", 0, 8 << 20).encode()
+                                * PIPELINED_POLLS)
+    print(f"broker RSS held by {PIPELINED_POLLS} pipelined segment reads: {held >> 10} KiB")
+    assert held <= SEGMENT_STALLED_LIMIT
