@@ -21,25 +21,22 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, unquote
 
 from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
+from mainstem.cluster.metadata_keys import path, prefix, segments
 
 log = logging.getLogger("mainstem.cluster")
 
-ROOT = "/mainstem/catalog/"
+AREA = "catalog"
+ROOT = prefix(AREA)
 RETRY_S = 0.5
 MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
 Applied = Callable[[str, tuple[str, ...], Row | None], None]
 Change = tuple[str, str, tuple[Any, ...], Row | None, asyncio.Future[None]]  # path first
-
-
-def path(kind: str, key: Iterable[object]) -> str:
-    return ROOT + "/".join(quote(str(part), safe="") for part in (kind, *key))
 
 
 def _value(row: Row | None) -> bytes:
@@ -62,7 +59,7 @@ class CatalogFeed:
         """A store's `on_change`: done once etcd holds the change."""
         encode = self.kinds.of(kind).encode
         written = asyncio.get_running_loop().create_future()
-        self._changes.append((path(kind, key), kind, key,
+        self._changes.append((path(AREA, kind, *key), kind, key,
                               row if row is None or encode is None else encode(row), written))
         self._queued.set()
         return written
@@ -161,7 +158,7 @@ class CatalogFeed:
     def apply(self, kv: KeyValue, deleted: bool) -> None:
         if self._echo(kv.key, None if deleted else kv.value):
             return
-        kind, *key = (unquote(part) for part in kv.key[len(ROOT):].split("/"))
+        _, kind, *key = segments(kv.key)
         row = None if deleted else kv.json()
         self.kinds.apply(kind, key, row)
         self._applied(kind, tuple(key), row)
@@ -186,5 +183,5 @@ class CatalogFeed:
         """What etcd held at start (its keys) is applied: share what only this node
         holds."""
         for kind, key, row in self.kinds.local_rows():
-            if path(kind, key) not in held:
+            if path(AREA, kind, *key) not in held:
                 self.changed(kind, key, row)
