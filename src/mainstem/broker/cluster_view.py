@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from mainstem.broker.amqp.queues.message import QueueMessage
     from mainstem.broker.amqp.queues.remote import RelayedMessage
-    from mainstem.broker.amqp.queues.virtual_host import VirtualHost
     from mainstem.broker.streams import Stream
 
 
@@ -103,16 +102,6 @@ class QueueReplication(Protocol):
 
     def quorum_leader(self, namespace: str, queue: str) -> str | None:
         """The node leading a quorum queue's journal (None during an election)."""
-
-
-class TopologyReplication(Protocol):
-    """What AMQP virtual hosts tell the cluster of their exchanges, bindings and queues."""
-
-    def changed(self, vhost: VirtualHost) -> None:
-        """Objects of `vhost` changed on this node: share them with every node."""
-
-    def written(self, vhost: str) -> Awaitable[None]:
-        """Done once every change told so far of `vhost` is in the cluster."""
 
 
 class IdRegistry(Protocol):

@@ -72,8 +72,8 @@ class Kinds:
     def local_rows(self) -> Iterator[tuple[str, Key, Row]]:
         """(kind, key, row) of what this node holds of the kinds that list theirs."""
         for kind, declared in self.declared.items():
-            for key, row in declared.rows() if declared.rows is not None else ():
-                yield kind, key, row
+            if declared.rows is not None:
+                yield from ((kind, key, row) for key, row in declared.rows())
 
 
 def _bson_out(row: Row) -> Row:

@@ -70,7 +70,10 @@ class IggyIds:
 
     async def install(self) -> None:
         """From now on, Iggy ids given on this node are the cluster's."""
-        await self._number_clients(self.context.node_name)
+        node = self.context.node_name  # its Iggy clients numbered apart from others'
+        found = await written(partial(self.etcd.get, path(AREA, NAMES, NODE, node)))
+        number = int(found.value) if found else await self.claim(NODE, (), node, None)
+        self.model.number_clients_from(number << CLIENT_BITS)
         self.model.registry = self
         self._unwatch = self.streams.watch(self.stream_deleted)
 
@@ -78,12 +81,6 @@ class IggyIds:
         if self._unwatch is not None:
             self._unwatch()
         self.model.registry = None
-
-    async def _number_clients(self, node_name: str) -> None:
-        """Number this node's Iggy clients apart from every other node's."""
-        found = await written(partial(self.etcd.get, path(AREA, NAMES, NODE, node_name)))
-        number = int(found.value) if found else await self.claim(NODE, (), node_name, None)
-        self.model.number_clients_from(number << CLIENT_BITS)
 
     # -- IdRegistry ------------------------------------------------------------------
 

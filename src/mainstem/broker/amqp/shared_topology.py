@@ -211,8 +211,8 @@ def keep_home(held: dict[str, Any], written: dict[str, Any]) -> dict[str, Any]:
 
 
 class SharedTopology(ChangeNotifier):
-    """Implements `broker.cluster_view.TopologyReplication`: shares nothing until told
-    changes go somewhere (`on_change`, set in a cluster)."""
+    """What the vhosts tell of their changes; shares nothing until told where
+    (`on_change`, set in a cluster)."""
 
     def __init__(self, queues: QueueManager) -> None:
         self.queues = queues
