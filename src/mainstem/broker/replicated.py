@@ -1,12 +1,10 @@
 """The metadata every node of a cluster holds alike, as one table of kinds.
 
-A store that holds such metadata is a `ChangeNotifier`: each change made on this node is
-told to its `on_change` as (kind, key, row), row None for a deletion. In a cluster that
-is the one feed to etcd (`cluster/catalog_feed.py`): every change is one key,
-`/mainstem/catalog/KIND/KEY...`, and every node applies every key through `Kinds.apply`
-in etcd's order. So a new kind of cluster-wide metadata is a store's table and
-`_changed` calls where it changes; a row in `declare` below, for a kind that needs one,
-says:
+A store of such metadata is a `ChangeNotifier`: each change made here goes to its
+`on_change` as (kind, key, row), row None when deleted; in a cluster, to etcd through one
+feed (`cluster/catalog_feed.py`), and every node applies it through `Kinds.apply`. So a
+new kind is a store's table and `_changed` calls; a row in `declare` below, for a kind
+that needs one, says:
 
 - `apply`: how this node takes a row (or a deletion) made elsewhere; applying a row it
   holds already must change nothing;

@@ -111,17 +111,16 @@ class CatalogFeed:
                 return
 
     async def _write_plain(self, changes: list[Change]) -> None:
-        operations, keys = [], []
+        operations = []
         for at, kind, _, row, _ in changes:
             gone = row is None and not self.kinds.of(kind).tombstones
             value = None if gone else _value(row)
             operations.append(delete(at) if value is None else put(at, value))
             self._echoes.setdefault(at, deque()).append(value)
-            keys.append(at)
         try:
             await self.context.etcd.txn([], operations)
         except EtcdError:
-            for at in keys:
+            for at, *_ in changes:
                 self._unexpect(at)
             raise
 
