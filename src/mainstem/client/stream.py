@@ -23,6 +23,12 @@ from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode
 from mainstem.protocols.rabbit_stream.constants import OffsetType, ResponseCode
 from mainstem.protocols.rabbit_stream.responses import REPLY_PARSERS
+from mainstem.protocols.rabbit_stream.state import (
+    ClientHandshake,
+    Phase,
+    ProtocolError,
+    StepRefused,
+)
 from mainstem.protocols.rabbit_stream.wire import FrameError
 
 TLS_SCHEME = "rabbitmq-stream+tls"
@@ -276,18 +282,21 @@ class StreamClient:
         # heartbeats and the rest need no answer here
 
     def _handshake(self) -> None:
+        """Driven by the protocol's own handshake state, the server's in reverse."""
         e = self.endpoint
-        self._call(lambda corr: f.PeerProperties(corr, {"product": "mainstem-spark"}),
-                   r.PeerPropertiesResponse)
-        self._call(f.SaslHandshake, r.SaslHandshakeResponse)
-        credentials = f"\0{e.user}\0{e.password}".encode()
-        self._call(lambda corr: f.SaslAuthenticate(corr, "PLAIN", credentials),
-                   r.SaslAuthenticateResponse)
-        frame = self._read_frame()
-        if not isinstance(frame, f.Tune):
-            raise StreamClientError(f"expected Tune after authentication, got {frame}")
-        self._other(frame)  # take the server's frame max and heartbeat
-        self._call(lambda corr: f.Open(corr, e.vhost), r.OpenResponse)
+        handshake = ClientHandshake(e.user, e.password, e.vhost, {"product": "mainstem-spark"})
+        self._send(handshake.begin())
+        while handshake.phase is not Phase.OPEN:
+            try:
+                answers = handshake.receive(self._read_frame())
+            except StepRefused as refused:
+                raise StreamClientError(describe(refused.code, e, refused.request),
+                                        refused.code) from None
+            except ProtocolError as error:
+                raise StreamClientError(f"the server broke the handshake: {error}") from None
+            for frame in answers:
+                self._send(frame)
+        self._correlation = handshake.correlations.next()
 
     # -- streams ---------------------------------------------------------------
 

@@ -15,13 +15,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mainstem.protocols.identity import DEFAULT_IDENTITY
 from mainstem.protocols.rabbit_stream import commands
 from mainstem.protocols.rabbit_stream import credit as c
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import publishers as p
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream import state as s
+from mainstem.protocols.rabbit_stream.codec import StreamCodec, encode
 from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.responses import REPLY_PARSERS
 
 SERVER_FRAME_MAX = 1_048_576
 SERVER_HEARTBEAT = 60
@@ -30,7 +33,7 @@ PLAIN = b"\0guest\0guest"
 
 
 def new_state() -> s.ConnectionState:
-    return s.ConnectionState(SERVER_FRAME_MAX, SERVER_HEARTBEAT)
+    return s.ConnectionState(SERVER_FRAME_MAX, SERVER_HEARTBEAT, DEFAULT_IDENTITY)
 
 
 def sent(actions: list) -> list[f.Frame]:
@@ -217,7 +220,7 @@ def test_a_client_close_is_answered_and_ends_the_connection() -> None:
 
 def test_the_servers_close_and_consumer_updates_share_one_correlation_sequence() -> None:
     correlations = s.Correlations()
-    state = s.ConnectionState(SERVER_FRAME_MAX, SERVER_HEARTBEAT, correlations)
+    state = s.ConnectionState(SERVER_FRAME_MAX, SERVER_HEARTBEAT, DEFAULT_IDENTITY, correlations)
     subscriptions = c.Subscriptions(correlations)
     subscriptions.subscribe(f.Subscribe(1, 1, "s", f.OffsetSpec(OffsetType.FIRST), 1,
                                         {"single-active-consumer": "true"}))
@@ -494,3 +497,62 @@ def test_offset_specs_resolve_against_the_partition(spec: f.OffsetSpec, offset: 
     partition = SimpleNamespace(first_offset=10, committed_chunk_id=40, committed_offset=50,
                                 offset_for_timestamp=lambda ms: 30)
     assert commands.resolve_offset(partition, spec) == offset  # type: ignore[arg-type]
+
+
+# -- the client's side of the same handshake ---------------------------------------------
+
+
+def handshake_through(server: s.ConnectionState, client: s.ClientHandshake, *,
+                      accept_login: bool = True, open_namespace: bool = True) -> None:
+    """Frames from one side to the other through the codec, each side's state deciding
+    what to send, the server's broker answers given as asked, until neither sends more."""
+    codec = StreamCodec(1 << 20, REPLY_PARSERS)
+    to_server = [client.begin()]
+    while to_server:
+        to_client: list[f.Frame] = []
+        for frame in to_server:
+            actions = server.receive(frame)
+            while actions:
+                action, *actions = actions
+                if isinstance(action, s.Send):
+                    to_client.append(action.frame)
+                elif isinstance(action, s.Authenticate):
+                    actions += (server.login_succeeded(action.username) if accept_login
+                                else server.login_failed("wrong password"))
+                elif isinstance(action, s.OpenNamespace):
+                    actions += (server.namespace_opened("127.0.0.1", 5552) if open_namespace
+                                else server.namespace_refused("no such vhost"))
+        to_server = []
+        for frame in to_client:
+            codec.receive_data(encode(frame))
+            for read in codec.next_frames():
+                to_server += client.receive(read)
+
+
+def test_the_client_walks_the_servers_handshake_to_open() -> None:
+    server = s.ConnectionState(1 << 20, 60, DEFAULT_IDENTITY)
+    client = s.ClientHandshake("guest", "guest", "shop", {"product": "test"})
+    handshake_through(server, client)
+    assert client.phase is server.phase is s.Phase.OPEN
+    assert server.user == "guest" and server.namespace == "shop"
+    assert (client.frame_max, client.heartbeat_s) == (1 << 20, 60)
+
+
+@pytest.mark.parametrize(("login", "namespace", "code", "step"), [
+    (False, True, ResponseCode.AUTHENTICATION_FAILURE, "SaslAuthenticate"),
+    (True, False, ResponseCode.VIRTUAL_HOST_ACCESS_FAILURE, "Open")])
+def test_a_refused_step_stops_the_client_with_its_code(login: bool, namespace: bool,
+                                                       code: int, step: str) -> None:
+    server = s.ConnectionState(1 << 20, 60, DEFAULT_IDENTITY)
+    client = s.ClientHandshake("guest", "guest", "shop", {})
+    with pytest.raises(s.StepRefused) as refused:
+        handshake_through(server, client, accept_login=login, open_namespace=namespace)
+    assert (refused.value.code, refused.value.request) == (code, step)
+    assert client.phase is s.Phase.CLOSED
+
+
+def test_an_answer_out_of_order_is_a_protocol_error() -> None:
+    client = s.ClientHandshake("guest", "guest", "/", {})
+    client.begin()
+    with pytest.raises(s.ProtocolError):
+        client.receive(r.OpenResponse(1, ResponseCode.OK))

@@ -54,7 +54,7 @@ class StreamConnection:
             self.codec.deferred = DEFERRED
         correlations = s.Correlations()
         self.state = s.ConnectionState(ctx.limits.max_frame_size, ctx.limits.heartbeat_s,
-                                       correlations, ctx.identity)
+                                       ctx.identity, correlations)
         self.session = Session(ctx)
         self.output = self.session.output
         self.send = self.session.send

@@ -9,6 +9,9 @@ sans-IO core inside a connection process. A frame that breaks the protocol raise
 `ProtocolError`, whose code the connection closes with.
 
     PEER_PROPERTIES -> AUTHENTICATING -> TUNING -> OPENING -> OPEN -> CLOSED
+
+`ClientHandshake` walks the same phases from the client's side (h11's one state machine
+for both roles): mainstem's own client sends what it says and feeds it the server's frames.
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream import responses as r
 from mainstem.protocols.rabbit_stream.constants import Key, ResponseCode
 from mainstem.protocols.rabbit_stream.sasl import MECHANISMS, SaslError, plain_credentials
+
+if TYPE_CHECKING:  # the server's; the client side loads none of it
+    from mainstem.protocols.identity import ServerIdentity
 
 
 class Phase(enum.Enum):
@@ -137,9 +142,8 @@ class Correlations:
 class ConnectionState:
     """One connection's handshake, negotiated limits and liveness."""
 
-    def __init__(self, frame_max: int, heartbeat_s: int,
-                 correlations: Correlations | None = None,
-                 identity: ServerIdentity = DEFAULT_IDENTITY) -> None:
+    def __init__(self, frame_max: int, heartbeat_s: int, identity: ServerIdentity,
+                 correlations: Correlations | None = None) -> None:
         self.identity = identity  # what the PeerProperties response reports
         self.phase = Phase.PEER_PROPERTIES
         self.frame_max = frame_max  # the server's proposal, then what Tune settled
@@ -317,3 +321,89 @@ _RECEIVERS: dict[type[f.Frame], Callable[[ConnectionState, Any], list[Action]]] 
     f.UnknownCommand: ConnectionState._unknown,
     f.ExchangeCommandVersions: ConnectionState._exchange_command_versions,
 }
+
+
+# -- the client's side ----------------------------------------------------------
+
+
+class StepRefused(Exception):
+    """The server refused a step of the handshake: `request` got `code`."""
+
+    def __init__(self, code: int, request: str) -> None:
+        super().__init__(f"{request} refused with code {code}")
+        self.code = code
+        self.request = request
+
+
+HandshakeRequest = f.PeerProperties | f.SaslHandshake | f.SaslAuthenticate | f.Open
+HandshakeReply = (r.PeerPropertiesResponse | r.SaslHandshakeResponse
+                  | r.SaslAuthenticateResponse | r.OpenResponse)
+
+
+@dataclass(frozen=True, slots=True)
+class _Awaited:
+    reply: type[HandshakeReply]
+    correlation_id: int
+    request: str  # the request's name, for errors
+
+
+class ClientHandshake:
+    """A client's handshake with PLAIN credentials: `begin` gives the first frame, each
+    server frame fed to `receive` the frames to send in answer, until `phase` is OPEN. The
+    client takes the server's Tune as it is, as rstream and the Java client do."""
+
+    def __init__(self, username: str, password: str, namespace: str,
+                 properties: dict[str, str]) -> None:
+        self.phase = Phase.PEER_PROPERTIES
+        self.correlations = Correlations()  # the client's requests, from 1
+        self.frame_max = self.heartbeat_s = 0  # as the server's Tune settles them
+        self._credentials = f"\0{username}\0{password}".encode()
+        self._namespace = namespace
+        self._properties = properties
+        self._awaited: _Awaited | None = None
+
+    def begin(self) -> f.Frame:
+        return self._request(r.PeerPropertiesResponse,
+                             lambda corr: f.PeerProperties(corr, self._properties))
+
+    def receive(self, frame: f.Frame) -> list[f.Frame]:
+        """The frames to send in answer to one of the server's; StepRefused when it
+        refused a step, ProtocolError when it answered out of order."""
+        if isinstance(frame, f.Heartbeat):
+            return []
+        if isinstance(frame, f.Tune) and self.phase is Phase.TUNING:
+            self.frame_max, self.heartbeat_s = frame.frame_max, frame.heartbeat
+            self.phase = Phase.OPENING
+            return [frame, self._request(r.OpenResponse,
+                                         lambda corr: f.Open(corr, self._namespace))]
+        awaited, self._awaited = self._awaited, None
+        if (awaited is None or not isinstance(frame, awaited.reply)
+                or frame.correlation_id != awaited.correlation_id):
+            raise ProtocolError(ResponseCode.PRECONDITION_FAILED,
+                                f"{type(frame).__name__} in {self.phase.name}")
+        if frame.response_code != ResponseCode.OK:
+            self.phase = Phase.CLOSED
+            raise StepRefused(frame.response_code, awaited.request)
+        return self._next_step(frame)
+
+    def _next_step(self, reply: HandshakeReply) -> list[f.Frame]:
+        if isinstance(reply, r.PeerPropertiesResponse):
+            self.phase = Phase.AUTHENTICATING
+            return [self._request(r.SaslHandshakeResponse, f.SaslHandshake)]
+        if isinstance(reply, r.SaslHandshakeResponse):
+            if "PLAIN" not in reply.mechanisms:
+                self.phase = Phase.CLOSED
+                raise StepRefused(ResponseCode.SASL_MECHANISM_NOT_SUPPORTED, "SaslHandshake")
+            return [self._request(r.SaslAuthenticateResponse, lambda corr: f.SaslAuthenticate(
+                corr, "PLAIN", self._credentials))]
+        if isinstance(reply, r.SaslAuthenticateResponse):
+            self.phase = Phase.TUNING  # the server's Tune comes next
+        else:
+            self.phase = Phase.OPEN
+        return []
+
+    def _request(self, reply: type[HandshakeReply], make: Callable[[int], HandshakeRequest]
+                 ) -> HandshakeRequest:
+        request = make(self.correlations.next())
+        self._awaited = _Awaited(reply, request.correlation_id, type(request).__name__)
+        return request
