@@ -128,7 +128,7 @@ def test_every_import_points_down() -> None:
 # from the modules that open partitions or lay out the data directory.
 LOG_OBJECTS = ("mainstem.log.partition", "mainstem.log.segments", "mainstem.log.segment_file",
                "mainstem.log.reader", "mainstem.log.transfer", "mainstem.log.index",
-               "mainstem.log.guard", "mainstem.log.writer_state", "mainstem.log.replicated",
+               "mainstem.log.guard", "mainstem.log.writer_state", "mainstem.log.commit_view",
                "mainstem.log.epochs")
 OPENS_PARTITIONS = {
     "mainstem.broker.streams",  # a stream's partitions

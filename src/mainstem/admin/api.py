@@ -14,7 +14,7 @@ from bson import json_util
 
 from mainstem import __version__
 from mainstem.admin.connections import consumer_rows
-from mainstem.admin.limits import user_limits_of
+from mainstem.admin.limits_api import user_limits_of
 from mainstem.admin.listing import list_response
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.scope import (

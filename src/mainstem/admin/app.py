@@ -28,9 +28,9 @@ from mainstem.admin import (
     definitions,
     health,
     inventory,
-    limits,
+    limits_api,
     objects,
-    policies,
+    parameters,
     policy_api,
     scope,
 )
@@ -62,7 +62,7 @@ METRICS = web.AppKey("metrics", Metrics)
 GUARDED = web.AppKey("guarded", tuple)  # path prefixes that need a login
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
-                health.routes, policies.routes, policy_api.routes, limits.routes,
+                health.routes, parameters.routes, policy_api.routes, limits_api.routes,
                 inventory.routes, _own_routes)
 
 

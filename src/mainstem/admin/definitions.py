@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mainstem.admin.limits import (
+from mainstem.admin.limits_api import (
     import_limits,
     is_limits_parameter,
     limit_parameters,

@@ -39,8 +39,8 @@ from mainstem.cluster.iggy_ids import AREA as IGGY_AREA
 from mainstem.cluster.iggy_ids import IggyIds
 from mainstem.cluster.leader import LeaderLog, read_frame
 from mainstem.cluster.partition_counts import PartitionCounts, partition_keys
-from mainstem.cluster.quorum import QUORUM, QuorumQueues
-from mainstem.cluster.quorum import storage_of as quorum_storage
+from mainstem.cluster.quorum_journals import QUORUM, QuorumQueues
+from mainstem.cluster.quorum_journals import storage_of as quorum_storage
 from mainstem.cluster.relay import Relay
 from mainstem.cluster.relay_home import HomeLink
 from mainstem.cluster.replica import PartitionRole

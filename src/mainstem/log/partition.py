@@ -7,7 +7,7 @@ in the partition's byte stream, for protocols that address data by bytes.
 
 This module keeps the local files (Kafka's LocalLog): writing, reading, rolling, retention
 and cutting a tail. What readers may see as the replica set agrees is `commits`
-(`log/replicated.py`), the leader epochs are `epochs` (`log/epochs.py`).
+(`log/commit_view.py`), the leader epochs are `epochs` (`log/epochs.py`).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from mainstem.formats.chunk import (
 )
 from mainstem.formats.osiris import HEADER_SIZE, MAX_CHUNK_ENTRIES
 from mainstem.log.commit import FsyncTimings, GroupCommit
+from mainstem.log.commit_view import CommitView
 from mainstem.log.descriptors import DescriptorCache, shared_cache
 from mainstem.log.epochs import Epochs
 from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed
 from mainstem.log.guard import GUARD, guard
 from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
-from mainstem.log.replicated import CommitView
 from mainstem.log.segment_file import SEGMENT_VERSION, Segment, chunk_from
 from mainstem.log.segments import Segments, fsync_directory
 from mainstem.log.writer_state import WriterState

@@ -1,5 +1,5 @@
 """Runtime parameters: mainstem has none (policies are in `policy_api`, limits in
-`limits`). Listing answers as RabbitMQ does with none set (an empty list), one by name is
+`limits_api`). Listing answers as RabbitMQ does with none set (an empty list), one by name is
 404, and setting one is refused with a clear reason."""
 
 from __future__ import annotations
