@@ -148,13 +148,16 @@ def _scatter(rows: int, kind: pa.DataType, base: pa.Array | None,
     parts = [part for part in parts if len(part[0])]
     if not parts:
         return base
+    if (base is None or base.null_count == rows) and len(parts) == 1 \
+            and len(parts[0][0]) == rows:
+        return parts[0][1]  # every row (rows are ascending and distinct)
     arrays = [pa.nulls(1, kind) if base is None else base]
     index = shapes.ramp(rows) if base is not None else pa.repeat(pa.scalar(0, pa.int64()),
                                                                  rows)
     placed = len(arrays[0])
-    for where, values in parts:
-        mask = pc.is_in(shapes.ramp(rows), value_set=where)
-        index = pc.replace_with_mask(index, mask, pc.add(shapes.ramp(len(where)), placed))
+    for where, values in parts:  # each value's place in the arrays laid end to end
+        moved = pc.scatter(pc.add(shapes.ramp(len(where)), placed), where, max_index=rows - 1)
+        index = pc.coalesce(moved, index)
         arrays.append(values)
         placed += len(values)
     return pc.take(pa.concat_arrays(arrays), index)
