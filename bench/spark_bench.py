@@ -1,7 +1,8 @@
 """Batch read through the Spark data source (count, and into Parquet) against two plain
 Python consumers of the same data, in one run: rstream's ``Consumer`` (the issue's
-baseline: the stream client Kafka users' Python code would use) and mainstem's own
-``StreamClient.chunks``. Two kinds of records:
+baseline: the stream client a user's Python code would use) and mainstem's own
+``StreamClient.chunks``; and Spark's own ceiling, a source that hands Spark ready-made
+batches of the same rows (``ReadyBatches``). Two kinds of records:
 
 - data-only: 100-byte messages that are only a data section (--messages, default 1,000,000);
 - keyed: JSON messages as a publisher keys them with rstream (--keyed, default 500,000): a
