@@ -26,6 +26,7 @@ rarer shapes, and as the reference the tests hold the vectorised one to.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -110,12 +111,10 @@ _SPARSE_TYPES = {"keys": pa.binary(), "headers": HEADER_TYPE, "properties": PROP
 @dataclass(slots=True)
 class _Pending:
     """Rows of a piece left to decode with the other pieces of its batch (Arrow's kernels
-    cost per call, so the more rows at once the better): where their messages are."""
+    cost per call, so the more rows at once the better): where their entries are."""
 
     data: bytes
-    rows: pa.Array  # int64, ascending
-    at: pa.Array  # int64
-    length: pa.Array  # int64
+    bounds: pa.Array  # int32: where each entry starts in ``data``, and the last ends
 
 
 @dataclass(slots=True)
@@ -148,13 +147,16 @@ def _scatter(rows: int, kind: pa.DataType, base: pa.Array | None,
     parts = [part for part in parts if len(part[0])]
     if not parts:
         return base
+    if (base is None or base.null_count == rows) and len(parts) == 1 \
+            and len(parts[0][0]) == rows:
+        return parts[0][1]  # every row (rows are ascending and distinct)
     arrays = [pa.nulls(1, kind) if base is None else base]
     index = shapes.ramp(rows) if base is not None else pa.repeat(pa.scalar(0, pa.int64()),
                                                                  rows)
     placed = len(arrays[0])
-    for where, values in parts:
-        mask = pc.is_in(shapes.ramp(rows), value_set=where)
-        index = pc.replace_with_mask(index, mask, pc.add(shapes.ramp(len(where)), placed))
+    for where, values in parts:  # each value's place in the arrays laid end to end
+        moved = pc.scatter(pc.add(shapes.ramp(len(where)), placed), where, max_index=rows - 1)
+        index = pc.coalesce(moved, index)
         arrays.append(values)
         placed += len(values)
     return pc.take(pa.concat_arrays(arrays), index)
@@ -201,14 +203,15 @@ def _chunk_rows(chunk: Chunk, start: int, end: int) -> _Rows:
         return _per_record_rows(chunk, start, end)
     lo, hi = max(start - header.chunk_id, 0), max(min(end - header.chunk_id, count), 0)
     lo = min(lo, hi)
-    entries = pa.BinaryArray.from_buffers(pa.binary(), count, [
-        None, bounds.buffers()[1], pa.py_buffer(data)]).slice(lo, hi - lo)
     head_size = None if stride is None else _alike_head_size(data, stride, count)
     offsets = pc.add(_ARANGE.slice(0, hi - lo), header.chunk_id + lo)
     if head_size is not None:
+        entries = pa.BinaryArray.from_buffers(pa.binary(), count, [
+            None, bounds.buffers()[1], pa.py_buffer(data)]).slice(lo, hi - lo)
         return _Rows(pc.binary_slice(entries, head_size, _MAX_SLICE), offsets, header.timestamp)
-    values, pending = _bodies(entries, data, bounds.slice(lo, hi - lo + 1))
-    return _Rows(values, offsets, header.timestamp, pending=pending)
+    # left to decode with the rest of the batch (see ``_decode_pending``)
+    return _Rows(pa.nulls(hi - lo, pa.binary()), offsets, header.timestamp,
+                 pending=_Pending(data, bounds.slice(lo, hi - lo + 1)))
 
 
 def _uniform_stride(data: bytes, size: int, count: int) -> int | None:
@@ -272,54 +275,64 @@ def _alike_head_size(data: bytes, stride: int, count: int) -> int | None:
 Parts = dict[str, list[tuple[pa.Array, pa.Array]]]  # a column's (rows, values) pieces
 
 
-def _bodies(entries: pa.Array, data: bytes, bounds: pa.Array
-            ) -> tuple[pa.Array, _Pending]:
-    """Entries of any sizes are left pending, decoded with the rest of the batch (see
-    ``_decode_pending``): Arrow's kernels cost per call, so the more rows at once the
-    better."""
-    starts = pc.cast(bounds.slice(0, len(entries)), pa.int64())
-    lengths = pc.subtract(pc.cast(bounds.slice(1), pa.int64()), starts)
-    return pa.nulls(len(entries), pa.binary()), _Pending(
-        data, shapes.ramp(len(entries)), pc.add(starts, SIMPLE_ENTRY.size),
-        pc.subtract(lengths, SIMPLE_ENTRY.size))
+def _runs(lengths: list[int], values: list[int]) -> pa.Array:
+    """Each value repeated its length's times (int64), in one kernel."""
+    ends = list(itertools.accumulate(lengths))
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(
+        pa.array(ends, pa.int64()), pa.array(values, pa.int64())))
+
+
+def _pending_places(pieces: list[_Rows]) -> tuple[bytes, pa.Array, pa.Array, pa.Array]:
+    """The pending pieces' data laid end to end, and of their rows: the row in the batch,
+    and where the message starts and ends in that data (all int64)."""
+    datas, firsts, lasts, rows_, sizes, row_bases, data_bases = [], [], [], [], [], [], []
+    row_base = data_base = 0
+    for piece in pieces:
+        pending = piece.pending
+        if pending is not None:
+            count = len(pending.bounds) - 1
+            datas.append(pending.data)
+            firsts.append(pending.bounds.slice(0, count))
+            lasts.append(pending.bounds.slice(1))
+            rows_.append(shapes.ramp(count))
+            sizes.append(count)
+            row_bases.append(row_base)
+            data_bases.append(data_base + SIMPLE_ENTRY.size)  # past the size prefix
+            data_base += len(pending.data)
+        row_base += len(piece)
+    data = b"".join(datas) if len(datas) > 1 else datas[0]
+    rows = pc.add(pa.concat_arrays(rows_), _runs(sizes, row_bases))
+    bases = _runs(sizes, data_bases)
+    at = pc.add(pc.cast(pa.concat_arrays(firsts), pa.int64()), bases)
+    end = pc.add(pc.cast(pa.concat_arrays(lasts), pa.int64()),
+                 pc.subtract(bases, SIMPLE_ENTRY.size))
+    return data, rows, at, end
 
 
 def _decode_pending(pieces: list[_Rows], values: pa.Array, columns: dict[str, pa.Array]
                     ) -> pa.Array:
     """Decode the pending rows of all pieces at once, into ``values`` and ``columns``
     (replaced in place): the common shapes by ``shapes``, the others one by one."""
-    datas, rows_, ats = [], [], []
-    lengths_ = []
-    row_base = data_base = 0
-    for piece in pieces:
-        pending = piece.pending
-        if pending is not None:
-            datas.append(pending.data)
-            rows_.append(pc.add(pending.rows, row_base))
-            ats.append(pc.add(pending.at, data_base))
-            lengths_.append(pending.length)
-            data_base += len(pending.data)
-        row_base += len(piece)
-    data = b"".join(datas) if len(datas) > 1 else datas[0]
-    rows, at = pa.concat_arrays(rows_), pa.concat_arrays(ats)
-    length = pa.concat_arrays(lengths_)
-    shaped = shapes.decode(data, at, pc.add(at, length))
+    data, rows, at, end = _pending_places(pieces)
+    shaped = shapes.decode(data, at, end)
     parts: Parts = {column: [] for column in _SPARSE_TYPES}
-    value_parts = []
+    value_parts: list[tuple[pa.Array, pa.Array]] = []
     if shaped is not None:
         taken = shaped.taken
-        where = pc.filter(rows, taken)
-        value_parts.append((where, pc.filter(shaped.values, taken)))
-        for column in _SPARSE_TYPES:
-            parts[column].append((where, pc.filter(getattr(shaped, column), taken)))
+        every = taken.true_count == len(taken)  # the common case: no filtering
+        where = rows if every else pc.filter(rows, taken)
+        for column in ("values", *_SPARSE_TYPES):
+            found = getattr(shaped, column)
+            found = found if every else pc.filter(found, taken)
+            (value_parts if column == "values" else parts[column]).append((where, found))
         left = pc.invert(taken)
-        rows, at, length = pc.filter(rows, left), pc.filter(at, left), pc.filter(length, left)
+        rows, at, end = pc.filter(rows, left), pc.filter(at, left), pc.filter(end, left)
     if len(rows):
         sparse = _Sparse()
         view = memoryview(data)
-        decoded = [_decode_record(sparse, row, view[start:start + size])
-                   for row, start, size in zip(rows.to_pylist(), at.to_pylist(),
-                                               length.to_pylist(), strict=True)]
+        decoded = [_decode_record(sparse, row, view[start:stop])
+                   for row, start, stop in zip(rows.to_pylist(), at.to_pylist(),
+                                               end.to_pylist(), strict=True)]
         value_parts.append((rows, pa.array(decoded, pa.binary())))
         for column, kind in _SPARSE_TYPES.items():
             parts[column] += sparse.parts(column, kind)

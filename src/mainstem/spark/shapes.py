@@ -112,8 +112,11 @@ class _Buffer:
     def at(self, pos: pa.Array, plus: int = 0) -> pa.Array:
         """The byte at ``pos + plus`` of each (0 past the end)."""
         where = pc.add(pos, plus) if plus else pos  # never negative
-        where = pc.min_element_wise(where, self.last)
-        return pc.cast(pc.take(self.octets, where), pa.int64())
+        try:  # bounds checked by take: clamped only when some are past the end
+            found = pc.take(self.octets, where)
+        except IndexError:
+            found = pc.take(self.octets, pc.min_element_wise(where, self.last))
+        return pc.cast(found, pa.int64())
 
     def u32(self, pos: pa.Array, plus: int = 0) -> pa.Array:
         value = self.at(pos, plus)
