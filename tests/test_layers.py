@@ -165,9 +165,7 @@ def test_the_check_sees_upward_imports(tmp_path: Path) -> None:
         "client/stream.py": "if TYPE_CHECKING:\n    import mainstem.broker.auth\n",
         "admin/app.py": "if TYPE_CHECKING:\n    from mainstem.server import Broker\n",
     }
-    for name, text in tree.items():
-        (tmp_path / "mainstem" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "mainstem" / name).write_text(text)
+    write_tree(tmp_path / "mainstem", tree)
     assert violations(tmp_path / "mainstem") == [
         "broker/core.py:1: broker imports mainstem.protocols.iggy",
         "client/stream.py:2: client imports mainstem.broker.auth",
@@ -178,6 +176,13 @@ def test_the_check_sees_upward_imports(tmp_path: Path) -> None:
 # The cluster replicates a partition through its stream service's roles (`stand_by`,
 # `lead`, `follow`): it never imports the partition, reaches a service's `.partition`, or
 # sets an appender's `forwarder` itself.
+def write_tree(root: Path, tree: dict[str, str]) -> None:
+    """Made-up source files (path below `root` -> text), for a check to be shown failing."""
+    for name, text in tree.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def cluster_reaches_past_the_service(source: Path = SOURCE) -> list[str]:
     found = []
     for path in sorted((source / "cluster").rglob("*.py")):
@@ -214,9 +219,7 @@ def test_the_role_check_sees_the_cluster_reaching_past_the_service(tmp_path: Pat
                                "    service.appender.forwarder = None\n"),
         "cluster/wire.py": "def name(hello):\n    return hello.partition\n",  # a number
     }
-    for name, text in tree.items():
-        (tmp_path / "mainstem" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "mainstem" / name).write_text(text)
+    write_tree(tmp_path / "mainstem", tree)
     assert cluster_reaches_past_the_service(tmp_path / "mainstem") == [
         "cluster/leader.py:1: imports mainstem.log.partition",
         "cluster/replica.py:2: .service.partition",

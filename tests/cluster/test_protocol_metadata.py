@@ -390,16 +390,22 @@ async def test_a_seal_through_one_node_refuses_appends_through_another(
         await client.close()
 
 
-async def test_a_truncation_through_one_node_is_seen_by_reads_on_another(
-        cluster: LocalCluster) -> None:
-    a, b, c_ = [await segment_client(cluster, node) for node in NODES]
-    name = "/cut/0"
+async def three_events_seen_on_node2(a: SegmentClient, b: SegmentClient, name: str) -> int:
+    """Segment `name` made through `a` with events e1..e3, once `b` sees them; its end."""
     await a.create(name)
     appender = await a.appender(name)
     appender.append_block([b"e1", b"e2", b"e3"])
     end = await appender.flush()
     await eventually(lambda: b.info(name), lambda info: info.write_offset == end,
                      "the events on node2")
+    return end
+
+
+async def test_a_truncation_through_one_node_is_seen_by_reads_on_another(
+        cluster: LocalCluster) -> None:
+    a, b, c_ = [await segment_client(cluster, node) for node in NODES]
+    name = "/cut/0"
+    end = await three_events_seen_on_node2(a, b, name)
     await b.truncate(name, 10)
     info = await eventually(lambda: c_.info(name), lambda info: info.start_offset == 10,
                             "the truncation on node3")
@@ -416,12 +422,7 @@ async def test_a_seal_and_a_truncation_at_once_through_two_nodes_both_hold(
     """One segment's state is one key, merged in etcd: neither change undoes the other."""
     a, b, c_ = [await segment_client(cluster, node) for node in NODES]
     name = "/both/0"
-    await a.create(name)
-    appender = await a.appender(name)
-    appender.append_block([b"e1", b"e2", b"e3"])
-    end = await appender.flush()
-    await eventually(lambda: b.info(name), lambda info: info.write_offset == end,
-                     "the events on node2")
+    end = await three_events_seen_on_node2(a, b, name)
     await asyncio.gather(a.seal(name), b.truncate(name, 10))
     for client in (a, b, c_):
         info = await eventually(lambda: client.info(name),  # noqa: B023 (awaited here)

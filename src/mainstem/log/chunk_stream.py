@@ -31,12 +31,15 @@ class StreamedChunk:
         self._segment = segment
         start, size = segment.chunk_span(i)
         fd = segment.fileno()
-        head = memoryview(os.pread(fd, HEADER_SIZE, start))
+        head = os.pread(fd, HEADER_SIZE, start)
         self.header = header = parse_header(head)
         self._data_start = start + header.data_start
-        self._check(fd, start, size)
+        if header.bloom_size:  # the guard covers the filter too
+            head += _pread(fd, header.bloom_size, start + HEADER_SIZE)
+        self._check(fd, memoryview(head), start, size)
 
-    def _check(self, fd: int, start: int, size: int) -> None:
+    def _check(self, fd: int, head: memoryview, start: int, size: int) -> None:
+        """The data CRC and the guard (of `head`, header and filter, and the trailer)."""
         header = self.header
         legacy = self._segment.version == LEGACY_VERSION
         if legacy and size != header.size:
@@ -50,7 +53,6 @@ class StreamedChunk:
                                self._data_start + pos), crc)
         if signed_crc(crc) != header.crc:
             raise CorruptChunk(f"chunk {header.chunk_id}: CRC mismatch")
-        head = memoryview(_pread(fd, header.data_start, start))
         tail_start = self._data_start + header.data_length
         tail = memoryview(_pread(fd, start + size - tail_start, tail_start))
         if legacy:

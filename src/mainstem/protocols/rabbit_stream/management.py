@@ -3,6 +3,7 @@ their super stream forms, Metadata, Route, Partitions, StreamStats."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from mainstem.broker.cluster_view import ClusterView, NodeAddress
@@ -25,16 +26,22 @@ class Management:
         self.core = session.core
 
     async def on_create_stream(self, frame: f.CreateStream) -> None:
-        respond = self.session.respond
+        await self._answer(Key.CREATE_STREAM, frame.correlation_id, self._create_stream(frame))
+
+    async def _create_stream(self, frame: f.CreateStream) -> None:
+        self.session.check("configure", frame.stream)
+        await self._create(frame.stream, 1, stream_arguments(frame.arguments))
+
+    async def _answer(self, key: int, correlation_id: int, create: Awaitable[None]) -> None:
+        """Run a create command and answer it with its outcome's code."""
         try:
-            self.session.check("configure", frame.stream)
-            await self._create(frame.stream, 1, stream_arguments(frame.arguments))
+            await create
         except BrokerError as error:
-            respond(Key.CREATE_STREAM, frame.correlation_id, response_code(error))
+            self.session.respond(key, correlation_id, response_code(error))
         except CommandFailed as failed:
-            respond(Key.CREATE_STREAM, frame.correlation_id, failed.code)
+            self.session.respond(key, correlation_id, failed.code)
         else:
-            respond(Key.CREATE_STREAM, frame.correlation_id)
+            self.session.respond(key, correlation_id)
 
     async def _create(self, name: str, partitions: int, arguments: dict[str, Any]) -> None:
         """Create here, or in the cluster, which places the stream's replicas."""
@@ -67,23 +74,19 @@ class Management:
         return ResponseCode.OK
 
     async def on_create_super_stream(self, frame: f.CreateSuperStream) -> None:
-        respond = self.session.respond
-        try:
-            self.session.check("configure", frame.name)
-            arguments = stream_arguments(frame.arguments)
-            arguments[PARTITION_NAMES] = frame.partitions
-            arguments[BINDING_KEYS] = frame.binding_keys
-            for partition_name in frame.partitions:
-                self.session.check("configure", partition_name)
-            if not frame.partitions:
-                raise CommandFailed(ResponseCode.PRECONDITION_FAILED)
-            await self._create(frame.name, len(frame.partitions), arguments)
-        except BrokerError as error:
-            respond(Key.CREATE_SUPER_STREAM, frame.correlation_id, response_code(error))
-        except CommandFailed as failed:
-            respond(Key.CREATE_SUPER_STREAM, frame.correlation_id, failed.code)
-        else:
-            respond(Key.CREATE_SUPER_STREAM, frame.correlation_id)
+        await self._answer(Key.CREATE_SUPER_STREAM, frame.correlation_id,
+                           self._create_super_stream(frame))
+
+    async def _create_super_stream(self, frame: f.CreateSuperStream) -> None:
+        self.session.check("configure", frame.name)
+        arguments = stream_arguments(frame.arguments)
+        arguments[PARTITION_NAMES] = frame.partitions
+        arguments[BINDING_KEYS] = frame.binding_keys
+        for partition_name in frame.partitions:
+            self.session.check("configure", partition_name)
+        if not frame.partitions:
+            raise CommandFailed(ResponseCode.PRECONDITION_FAILED)
+        await self._create(frame.name, len(frame.partitions), arguments)
 
     async def on_delete_super_stream(self, frame: f.DeleteSuperStream) -> None:
         code = await self._delete(frame.name, single_partition=False)
