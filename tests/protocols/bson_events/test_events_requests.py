@@ -24,7 +24,8 @@ values = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.
 KEYS = ("rID", "event", "sessID", "name", "channel", "matcher", "durableID", "startPos",
         "startTimestamp", "queryID", "docs", "position")
 bodies = st.dictionaries(st.sampled_from(KEYS), values)
-keys = st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=4)  # as BSON keys are
+# as BSON keys are: UTF-8 text without NUL
+keys = st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=4)
 
 
 def outcome(check: Callable[[], Any]) -> tuple[str, Any]:
