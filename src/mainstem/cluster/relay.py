@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.broker.amqp.queues.remote import NotHere, RelayedMessage
-from mainstem.broker.cluster_view import RelaySubscriber, Settlement
+from mainstem.broker.amqp.queues.remote import NotHere, RelayedMessage, RelaySubscriber
+from mainstem.broker.cluster_view import Settlement
 from mainstem.broker.errors import AccessRefused, BrokerError, NotFound
 from mainstem.cluster import relay_wire as rw
 from mainstem.cluster.leader import read_frame
@@ -100,7 +100,7 @@ class ServedLink(Protocol):
 
 
 class Relay:
-    """This node's links to queues' homes; implements `broker.cluster_view.QueueRelay`."""
+    """This node's links to queues' homes; implements `broker.amqp.queues.remote.QueueRelay`."""
 
     def __init__(self, peers: Peers) -> None:
         self.peers = peers

@@ -16,11 +16,12 @@ from mainstem.broker import layout
 from mainstem.broker.amqp import metadata as amqp_metadata
 from mainstem.broker.amqp.queues.journal import QueueJournal, Replay, open_partition
 from mainstem.broker.amqp.queues.paging import MemoryBound
+from mainstem.broker.amqp.queues.remote import QueueRelay
 from mainstem.broker.amqp.queues.spill import wipe
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
-from mainstem.broker.cluster_view import QueueRelay, QueueReplication
+from mainstem.broker.cluster_view import QueueReplication
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
 from mainstem.broker.limits import Limits
