@@ -57,9 +57,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "testing": {"server", "testing_cluster", "testing_wait"},
 }
 # Anyone may import the package itself (its __version__; Broker is exported lazily).
-# Imports made only for type annotations that may point up: the management app is
-# handed the server's Broker.
-TYPE_ONLY_UP = {("admin", "server")}
+# An import made only for type annotations points the same way as any other.
 
 
 def unit_of(module: str) -> str:
@@ -74,13 +72,11 @@ def module_of(path: Path, source: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, source: Path) -> Iterator[tuple[str, int, bool]]:
-    """(module imported, line, only for type checking) of each mainstem import."""
+def imports(path: Path, source: Path) -> Iterator[tuple[str, int]]:
+    """(module imported, line) of each mainstem import."""
     module = module_of(path, source)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
-    type_only = {id(node) for block in ast.walk(tree) if _is_type_checking_block(block)
-                 for node in ast.walk(block)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -90,7 +86,7 @@ def imports(path: Path, source: Path) -> Iterator[tuple[str, int, bool]]:
             continue
         for name in names:
             if name == "mainstem" or name.startswith("mainstem."):
-                yield name, node.lineno, id(node) in type_only
+                yield name, node.lineno
 
 
 def _absolute(node: ast.ImportFrom, package: str) -> str:
@@ -100,20 +96,13 @@ def _absolute(node: ast.ImportFrom, package: str) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _is_type_checking_block(node: ast.AST) -> bool:
-    return (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-            and node.test.id == "TYPE_CHECKING")
-
-
 def violations(source: Path = SOURCE) -> list[str]:
     found = []
     for path in sorted(source.rglob("*.py")):
         here = unit_of(module_of(path, source))
-        for name, line, type_only in imports(path, source):
+        for name, line in imports(path, source):
             there = unit_of(name)
             if there in (here, "__init__") or there in MAY_IMPORT.get(here, set()):
-                continue
-            if type_only and (here, there) in TYPE_ONLY_UP:
                 continue
             found.append(f"{path.relative_to(source)}:{line}: {here} imports {name}")
     return found
@@ -146,7 +135,7 @@ def test_the_broker_reaches_partitions_only_through_the_stream_service() -> None
         module = module_of(path, SOURCE)
         if module.startswith("mainstem.broker.stream_service") or module in OPENS_PARTITIONS:
             continue
-        found += [f"{module} imports {name}" for name, _, _ in imports(path, SOURCE)
+        found += [f"{module} imports {name}" for name, _ in imports(path, SOURCE)
                   if name.startswith(LOG_OBJECTS)]
     assert found == []
 
@@ -158,7 +147,8 @@ def test_every_unit_has_its_floor_declared() -> None:
 
 def test_the_check_sees_upward_imports(tmp_path: Path) -> None:
     # The check itself must be able to fail: a protocol reading the log directly, the
-    # broker reaching up to a protocol (relatively), a client loading the broker.
+    # broker reaching up to a protocol (relatively), a client loading the broker, the
+    # management app reaching up to the server for a type alone.
     tree = {
         "protocols/iggy/records.py": "from mainstem.log.partition import Partition\n",
         "broker/core.py": "from ..protocols.iggy import codec\n",
@@ -167,6 +157,7 @@ def test_the_check_sees_upward_imports(tmp_path: Path) -> None:
     }
     write_tree(tmp_path / "mainstem", tree)
     assert violations(tmp_path / "mainstem") == [
+        "admin/app.py:2: admin imports mainstem.server",
         "broker/core.py:1: broker imports mainstem.protocols.iggy",
         "client/stream.py:2: client imports mainstem.broker.auth",
         "protocols/iggy/records.py:1: protocols.iggy imports mainstem.log.partition",
@@ -187,7 +178,7 @@ def cluster_reaches_past_the_service(source: Path = SOURCE) -> list[str]:
     found = []
     for path in sorted((source / "cluster").rglob("*.py")):
         where = path.relative_to(source)
-        found += [f"{where}:{line}: imports {name}" for name, line, _ in imports(path, source)
+        found += [f"{where}:{line}: imports {name}" for name, line in imports(path, source)
                   if name.startswith("mainstem.log.partition")]
         reaching = [node for node in ast.walk(ast.parse(path.read_text(), str(path)))
                     if isinstance(node, ast.Attribute) and _reaches_in(node)]

@@ -306,8 +306,14 @@ class Broker:
         each HTTP on its port, HTTPS on its twin. The management app runs even with its
         listener off: it keeps the state both serve (rates, fsync timings)."""
         from mainstem.admin.app import create_app, prometheus_app
+        from mainstem.admin.state import AdminState
 
-        admin = create_app(self, on_login=self._handshakes.end)
+        state = AdminState(
+            core=self.core, connections=self.connections, monitor=self.alarm_monitor,
+            listeners=self.ports, hosts=self._hosts, certfile=self.config.tls.certfile,
+            identity=self.config.identity, on_login=self._handshakes.end)
+        admin = create_app(state, served_metrics=self.config.admin_metrics,
+                           per_object_metrics=self.config.return_per_object_metrics)
         runners = {ADMIN: await self._http_runner(admin)}
         if self.config.prometheus.enabled:
             # A scrape needs no login: once answered, its connection is no handshake.

@@ -16,6 +16,7 @@ import pytest
 from mainstem import Broker
 from mainstem.admin.app import ROUTE_TABLES, create_app
 from mainstem.admin.openapi import openapi_document
+from mainstem.admin.state import AdminState
 from mainstem.broker.errors import AuthenticationFailed
 from tests.support.admin_http import call
 
@@ -289,7 +290,9 @@ async def test_message_stats_and_unacked_totals(broker, http):
 
 async def test_openapi_lists_every_path(broker, http):
     document = await call(http, "GET", "/api/openapi.json")
-    app = create_app(broker)
+    state = AdminState(core=broker.core, connections=broker.connections, monitor=None,
+                       listeners=broker.ports, hosts=broker.hosts)
+    app = create_app(state, served_metrics="authenticated", per_object_metrics=False)
     api_paths = {resource.canonical for resource in app.router.resources()
                  if resource.canonical.startswith("/api/")}
     assert api_paths <= set(document["paths"])

@@ -18,7 +18,6 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -38,7 +37,6 @@ from mainstem.admin import state as shared
 from mainstem.admin.audit import audit
 from mainstem.admin.metrics import PATHS, Metrics
 from mainstem.admin.openapi import openapi_document
-from mainstem.admin.resources import providers_for
 from mainstem.broker.errors import (
     AccessRefused,
     AlreadyExists,
@@ -46,9 +44,6 @@ from mainstem.broker.errors import (
     BrokerError,
     NotFound,
 )
-
-if TYPE_CHECKING:
-    from mainstem.server import Broker
 
 log = logging.getLogger("mainstem.admin")
 CONSOLE_DIR = Path(__file__).parent / "console"
@@ -66,26 +61,19 @@ ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.rout
                 inventory.routes, _own_routes)
 
 
-def create_app(broker: Broker, on_login: Callable[[Hashable], None] | None = None
+def create_app(state: shared.AdminState, *, served_metrics: str, per_object_metrics: bool
                ) -> web.Application:
-    """`on_login` is called with the transport of a connection whose request logged in."""
-    core = broker.core
-    state = shared.AdminState(
-        core=core, connections=broker.connections, providers=providers_for(core),
-        monitor=broker.alarm_monitor, listeners=broker.ports, hosts=broker.hosts,
-        certfile=broker.config.tls.certfile, identity=broker.config.identity,
-        on_login=on_login,
-    )
+    """The app over what the server hands it; `served_metrics` is `admin.metrics`
+    (authenticated, open or off)."""
     app = web.Application(middlewares=[audit, _errors, _authenticate],
                           client_max_size=1024 * 1024)
     app[shared.STATE] = state
     for table in ROUTE_TABLES:
         app.add_routes(table)
-    metrics = Metrics(state, broker.config.return_per_object_metrics)
+    metrics = Metrics(state, per_object_metrics)
     app[METRICS] = metrics
-    served = broker.config.admin_metrics
-    app[GUARDED] = ("/api/", *(PATHS if served == "authenticated" else ()))
-    if served != "off":
+    app[GUARDED] = ("/api/", *(PATHS if served_metrics == "authenticated" else ()))
+    if served_metrics != "off":
         metrics.add_routes(app)
     app.router.add_get("/", _console_index)
     app.router.add_static("/console/", CONSOLE_DIR)

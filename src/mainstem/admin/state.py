@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from mainstem.admin.queue_activity import QueueActivity, QueueLook
-from mainstem.admin.resources import ResourceProvider
+from mainstem.admin.resources import ResourceProvider, providers_for
 from mainstem.admin.stats import RateSampler
 from mainstem.broker.alarms import AlarmMonitor
 from mainstem.broker.auth import User
@@ -35,7 +35,6 @@ CHURN = ("churn",)
 class AdminState:
     core: BrokerCore
     connections: ConnectionRegistry
-    providers: list[ResourceProvider]
     monitor: AlarmMonitor | None
     listeners: dict[str, int]  # listener name -> port, as bound
     hosts: dict[str, str]  # listener name -> bind address
@@ -46,6 +45,10 @@ class AdminState:
     on_login: Callable[[Hashable], None] | None = None
     rates: RateSampler = field(default_factory=RateSampler)
     activity: QueueActivity = field(default_factory=QueueActivity)
+    providers: list[ResourceProvider] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.providers = providers_for(self.core)
 
     def sample(self) -> None:
         """Every live object's counters, once a second, for the rates of message_stats,

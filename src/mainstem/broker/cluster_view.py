@@ -7,16 +7,10 @@ it knows this interface, which the cluster node implements. Without a cluster,
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from mainstem.broker.amqp.queues.message import QueueMessage
-    from mainstem.broker.amqp.queues.remote import RelayedMessage
-    from mainstem.broker.streams import Stream
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,20 +69,6 @@ class ClusterView(Protocol):
         election or for a queue the cluster lacks."""
 
 
-class StreamReplication(Protocol):
-    """What the stream store tells the cluster, whichever protocol made the change."""
-
-    def adopt(self, stream: Stream) -> None:
-        """A stream was created on this node: replicate it."""
-
-    def forget(self, stream: Stream) -> None:
-        """A stream was deleted on this node: delete it everywhere."""
-
-    def resized(self, stream: Stream, before: int) -> None:
-        """A stream's partition count changed on this node (it had `before`): change it
-        everywhere."""
-
-
 class QueueReplication(Protocol):
     """What AMQP virtual hosts ask of the cluster about quorum queues."""
 
@@ -135,61 +115,3 @@ class Settlement(enum.IntEnum):
     ACK = 1
     REJECT = 2  # dead-lettered if the queue says so
     REQUEUE = 3
-
-
-class RelaySubscriber(Protocol):
-    """A consumer of this node subscribed to a queue at its home."""
-
-    def relayed(self, message: RelayedMessage) -> None:
-        """A delivery from the home (unsettled there until settled through the relay)."""
-
-    def ended(self) -> None:
-        """The home cancelled the subscription, or the link to it broke."""
-
-
-class RelaySubscription(Protocol):
-    def cancel(self) -> None:
-        """basic.cancel at the home (what it delivered stays unsettled until settled)."""
-
-    def handed_on(self, count: int) -> None:
-        """`count` deliveries reached the client: a window counted in transit reopens."""
-
-
-class QueueRelay(Protocol):
-    """How this node reaches AMQP queues live on another node (their home): what a
-    `RemoteQueue` asks of the cluster. Errors are the broker's (`NotHere` when the home
-    cannot be reached or does not hold the queue live)."""
-
-    node_name: str  # this node's
-
-    def reaches(self, home: str) -> bool:
-        """Whether `home` is another live node of the cluster."""
-
-    def publish(self, home: str, vhost: str, queue: str, message: QueueMessage,
-                confirm: bool) -> asyncio.Future[None] | None:
-        """Enqueue at the home; with `confirm`, a future done once the home has it as its
-        own publish would be confirmed (failed if refused or the link broke)."""
-
-    async def subscribe(self, home: str, vhost: str, queue: str, subscriber: RelaySubscriber,
-                        *, window: int, exclusive: bool, in_transit: bool
-                        ) -> RelaySubscription:
-        """basic.consume at the home, with at most `window` deliveries unsettled (or, with
-        `in_transit`, not yet handed on to the client)."""
-
-    def backlog(self, home: str) -> asyncio.Future[None] | None:
-        """While the link to `home` has more to write than it should hold: done once it
-        caught up (publishers wait for it, as for a queue's pager)."""
-
-    def settle(self, route: object, deliveries: Sequence[int], how: Settlement) -> None:
-        """Settle deliveries that came over `route` (ignored once that link is gone: its
-        home requeued them)."""
-
-    async def get(self, home: str, vhost: str, queue: str, no_ack: bool
-                  ) -> tuple[RelayedMessage | None, int]:
-        """basic.get at the home: the message (None if empty) and how many stay ready."""
-
-    async def purge(self, home: str, vhost: str, queue: str) -> int:
-        """queue.purge at the home: how many ready messages it dropped."""
-
-    async def counts(self, home: str, vhost: str, queue: str) -> tuple[int, int]:
-        """The queue's ready messages and consumers at the home."""

@@ -21,12 +21,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog, StreamRecord
-from mainstem.broker.cluster_view import StreamReplication
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.policies import NONE_APPLIED, STREAM, Applied
 from mainstem.broker.retention import retention_from_arguments, with_policy
@@ -96,6 +95,20 @@ class Stream:
     def binding_keys(self) -> list[str]:
         keys = self.record.arguments.get(BINDING_KEYS)
         return list(keys) if keys else [str(i) for i in range(len(self.services))]
+
+
+class StreamReplication(Protocol):
+    """What the stream store tells the cluster, whichever protocol made the change."""
+
+    def adopt(self, stream: Stream) -> None:
+        """A stream was created on this node: replicate it."""
+
+    def forget(self, stream: Stream) -> None:
+        """A stream was deleted on this node: delete it everywhere."""
+
+    def resized(self, stream: Stream, before: int) -> None:
+        """A stream's partition count changed on this node (it had `before`): change it
+        everywhere."""
 
 
 class StreamStore:

@@ -20,11 +20,11 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.broker.amqp.queues.remote import NotHere, RelayedMessage
-from mainstem.broker.cluster_view import RelaySubscriber, Settlement
+from mainstem.broker.amqp.queues.remote import NotHere, RelayedMessage, RelaySubscriber
+from mainstem.broker.cluster_view import Settlement
 from mainstem.broker.errors import AccessRefused, BrokerError, NotFound
 from mainstem.cluster import relay_wire as rw
 from mainstem.cluster.leader import read_frame
@@ -32,7 +32,6 @@ from mainstem.cluster.wire import FrameType, WireError
 
 if TYPE_CHECKING:
     from mainstem.cluster.context import Peers
-    from mainstem.cluster.relay_home import HomeLink
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -90,14 +89,24 @@ class Outbox:
             self.writer.writelines(frames)
 
 
+class ServedLink(Protocol):
+    """Another node's link to this one, served here (`relay_home.HomeLink`)."""
+
+    peer: str
+
+    async def serve(self, reader: asyncio.StreamReader) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Relay:
-    """This node's links to queues' homes; implements `broker.cluster_view.QueueRelay`."""
+    """This node's links to queues' homes; implements `broker.amqp.queues.remote.QueueRelay`."""
 
     def __init__(self, peers: Peers) -> None:
         self.peers = peers
         self.node_name = peers.me
         self._links: dict[str, RelayLink] = {}
-        self._served: dict[str, set[HomeLink]] = {}  # other nodes' links to this one
+        self._served: dict[str, set[ServedLink]] = {}  # other nodes' links to this one
 
     def reaches(self, home: str) -> bool:
         """Another live node, and not one whose link just broke: a publisher to a dead
@@ -143,7 +152,7 @@ class Relay:
         reply = await self._link(home).call("counts", vhost, queue)
         return int(reply["ready"]), int(reply["consumers"])
 
-    async def serve(self, home_link: HomeLink, reader: asyncio.StreamReader) -> None:
+    async def serve(self, home_link: ServedLink, reader: asyncio.StreamReader) -> None:
         """Serve another node's link to this one until it ends."""
         served = self._served.setdefault(home_link.peer, set())
         served.add(home_link)

@@ -7,12 +7,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from mainstem.broker.amqp.queues import ClassicQueue, PublishOutcome, QueueMessage, ResourceLocked
+from mainstem.broker.amqp.queues import (
+    ClassicQueue,
+    PublishOutcome,
+    QueueMessage,
+    ResourceLocked,
+    VirtualHost,
+)
+from mainstem.broker.amqp.queues.credit_flow import CreditFlow
 from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.amqp.routing import Binding
-from mainstem.broker.auth import PermissionKind
+from mainstem.broker.auth import PermissionKind, User
+from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import (
     AccessRefused,
     BrokerError,
@@ -32,7 +40,7 @@ from mainstem.protocols.amqp091.channel_state import (
     Transaction,
     require_utf8,
 )
-from mainstem.protocols.amqp091.consumers import QueueConsumer, StreamConsumer
+from mainstem.protocols.amqp091.consumers import Consumer, Outgoing, QueueConsumer, StreamConsumer
 from mainstem.protocols.amqp091.encode import encode_content
 from mainstem.protocols.amqp091.errors import AmqpCodecError, ChannelError
 from mainstem.protocols.amqp091.events import ContentMessage
@@ -41,10 +49,6 @@ from mainstem.protocols.amqp091.properties import essentials, headers_of, to_str
 from mainstem.protocols.amqp091.state import ChannelCredit
 from mainstem.protocols.amqp091.wire import Method
 
-if TYPE_CHECKING:
-    from mainstem.protocols.amqp091.connection import AmqpConnection
-
-Consumer = QueueConsumer | StreamConsumer
 Write = asyncio.Future[None]
 NO_ROUTE = 312  # basic.return's reply code for an unroutable mandatory message
 
@@ -73,8 +77,24 @@ class _Delivery:
         self.message = message
 
 
+class Connection(Outgoing, Protocol):
+    """What a channel needs of its connection (`connection.AmqpConnection`)."""
+
+    core: BrokerCore
+    vhost: VirtualHost | None
+    flow: CreditFlow
+
+    @property
+    def user(self) -> User: ...
+
+    @property
+    def cancel_notify(self) -> bool: ...
+
+    def send_method(self, channel: int, method: Method) -> None: ...
+
+
 class Channel:
-    def __init__(self, connection: AmqpConnection, number: int) -> None:
+    def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
         assert connection.vhost is not None, "channels open once the connection is open"

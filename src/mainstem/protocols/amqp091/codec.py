@@ -83,7 +83,9 @@ class _PartialContent:
 
 
 class AmqpCodec:
-    """Parses frames from a client. Errors raise ``AmqpCodecError`` and poison the codec.
+    """Parses frames from a client. Errors raise ``AmqpCodecError`` and poison the codec;
+    ``parsed_before_error`` keeps what the same buffer held before the violation, so the
+    connection may still act on it (for example acks) before closing.
 
     ``frame_max`` is the largest whole frame accepted (header and end octet included, as in
     Connection.Tune); ``max_body_size`` caps a message's declared body size.
@@ -102,6 +104,7 @@ class AmqpCodec:
         self._awaiting_protocol_header = expect_protocol_header
         self._partial: dict[int, _PartialContent] = {}
         self._error: AmqpCodecError | None = None
+        self.parsed_before_error: list[Event] = []
         self._publishes: dict[bytes, Method] = {}
 
     @property
@@ -122,7 +125,7 @@ class AmqpCodec:
                 return events
             consumed = self._parse_frames(events)
         except AmqpCodecError as exc:
-            exc.events = events
+            self.parsed_before_error = events
             self._error = exc
             raise
         del self._buffer[:consumed]

@@ -298,7 +298,7 @@ class AmqpConnection:
         try:
             return await self._read_events(), None
         except AmqpCodecError as exc:
-            return exc.events, exc
+            return self.codec.parsed_before_error, exc
         except asyncio.CancelledError:
             if not self._read_interrupted:
                 raise

@@ -7,27 +7,58 @@ import asyncio
 import datetime
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import PreconditionFailed
+from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.stream_service import PartitionClosed, PartitionService
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091.encode import DeliverEncoder
 from mainstem.protocols.amqp091.properties import from_stream_record
-
-if TYPE_CHECKING:
-    from mainstem.protocols.amqp091.channel import Channel
+from mainstem.protocols.amqp091.state import ChannelCredit
+from mainstem.protocols.base import ConnectionContext
 
 _INTERVAL = re.compile(r"(\d+)([YMDhms])")
 _INTERVAL_S = {"Y": 365 * 86_400, "M": 30 * 86_400, "D": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+class Outgoing(Protocol):
+    """Where deliveries go: the connection (`connection.AmqpConnection`)."""
+
+    ctx: ConnectionContext
+    frame_max: int
+
+    def send(self, data: bytes) -> None: ...
+
+    def can_write(self) -> bool: ...
+
+    async def drain(self) -> None: ...
+
+
+class ConsumerChannel(Protocol):
+    """The channel as its consumers see it (`channel.Channel`): credit, delivery tags,
+    counters and the connection."""
+
+    number: int
+    credit: ChannelCredit
+    stats: MessageStats
+
+    @property
+    def connection(self) -> Outgoing: ...
+
+    def next_delivery_tag(self, consumer: Consumer, message: QueueMessage | None) -> int: ...
+
+    def counted(self, queue: str, size: int) -> None: ...
+
+    def consumer_cancelled(self, tag: str) -> None: ...
 
 
 class QueueConsumer:
     """A consumer of a classic queue. Credit: the channel's (``ChannelCredit``), once the
     client has its consume-ok, and the socket's write buffer."""
 
-    def __init__(self, channel: Channel, queue: ClassicQueue, tag: str, *, no_ack: bool,
+    def __init__(self, channel: ConsumerChannel, queue: ClassicQueue, tag: str, *, no_ack: bool,
                  exclusive: bool, prefetch: int) -> None:
         self.channel = channel
         self.queue = queue
@@ -77,7 +108,7 @@ class StreamConsumer:
     no_ack = False
     exclusive = False
 
-    def __init__(self, channel: Channel, stream: Stream, tag: str, prefetch: int,
+    def __init__(self, channel: ConsumerChannel, stream: Stream, tag: str, prefetch: int,
                  start: Any) -> None:
         if prefetch <= 0:
             raise PreconditionFailed("consumer prefetch count is not set for stream queue "
@@ -137,6 +168,9 @@ class StreamConsumer:
 
     def stop(self) -> None:
         self._task.cancel()
+
+
+Consumer = QueueConsumer | StreamConsumer
 
 
 def resolve_offset(partition: PartitionService, spec: Any) -> int:

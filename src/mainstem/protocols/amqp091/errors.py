@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING
 
 from mainstem.protocols.amqp091.methods import ChannelClose, ConnectionClose, ReplyCode
 
-if TYPE_CHECKING:  # events imports this module
-    from mainstem.protocols.amqp091.events import Event
+if TYPE_CHECKING:
     from mainstem.protocols.amqp091.wire import Method
 
 
@@ -15,8 +14,7 @@ class AmqpCodecError(Exception):
     """A protocol violation; the connection answers with Connection.Close and closes.
 
     ``class_id``/``method_id`` name the offending method when it is known (0 otherwise), as
-    Connection.Close wants. ``events`` holds what was parsed from the same buffer before the
-    violation, so the connection may still act on it (for example acks) before closing.
+    Connection.Close wants.
     """
 
     def __init__(
@@ -27,7 +25,6 @@ class AmqpCodecError(Exception):
         self.reply_text = reply_text
         self.class_id = class_id
         self.method_id = method_id
-        self.events: list[Event] = []
 
     def close_method(self) -> ConnectionClose:
         # RabbitMQ's reply texts look like "FRAME_ERROR - ..."; a shortstr holds 255 bytes.

@@ -9,18 +9,18 @@ are rare); each durable queue's messages are in its own journal under
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from mainstem.broker import layout
 from mainstem.broker.amqp import metadata as amqp_metadata
 from mainstem.broker.amqp.queues.journal import QueueJournal, Replay, open_partition
 from mainstem.broker.amqp.queues.paging import MemoryBound
+from mainstem.broker.amqp.queues.remote import QueueRelay
 from mainstem.broker.amqp.queues.spill import wipe
-from mainstem.broker.amqp.queues.virtual_host import VirtualHost
+from mainstem.broker.amqp.queues.virtual_host import Topology, VirtualHost
 from mainstem.broker.amqp.routing import ExchangeGraph
 from mainstem.broker.catalog import Catalog, transaction
-from mainstem.broker.cluster_view import QueueRelay, QueueReplication
+from mainstem.broker.cluster_view import QueueReplication
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import NotFound
 from mainstem.broker.limits import Limits
@@ -29,9 +29,6 @@ from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy
-
-if TYPE_CHECKING:
-    from mainstem.broker.amqp.shared_topology import SharedTopology
 
 SPILL_DIRECTORY = "queue-spill"
 
@@ -58,7 +55,7 @@ class QueueManager:
         # Set by a node in a cluster: quorum queues' journals and the relay that reaches
         # RemoteQueues' homes. The topology is the core's (it shares only in a cluster).
         self.replication: QueueReplication | None = None
-        self.topology: SharedTopology | None = None
+        self.topology: Topology | None = None
         self.relay: QueueRelay | None = None
         self._db = catalog.connect()
         catalog.policy_watchers.append(self._policies_changed)

@@ -4,20 +4,20 @@ Every node knows every shared queue (declarations succeed and bindings hold anyw
 where one is not live here — a quorum queue whose journal another node leads, a classic
 queue whose home is another node — this node holds a `RemoteQueue` in its place. What a
 queue does with messages and consumers happens at its home node: a `RemoteQueue` relays
-publishes, consumers, basic.get, purges and counts there through the cluster's
-`QueueRelay`, and refuses them (naming the home) while it cannot reach it.
+publishes, consumers, basic.get, purges and counts there through the `QueueRelay` the
+cluster implements, and refuses them (naming the home) while it cannot reach it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue, Consumer
-from mainstem.broker.cluster_view import QueueRelay, RelaySubscription, Settlement
+from mainstem.broker.cluster_view import Settlement
 from mainstem.broker.errors import PreconditionFailed
 
 # Deliveries a home may have in flight to a consumer without a prefetch (or a no-ack one):
@@ -40,6 +40,64 @@ class RelayedMessage(QueueMessage):
         self.delivery = delivery  # the home's id of this delivery
         self.route = route  # the link it came over: ids mean nothing on another one
         self.delivery_count = delivery_count
+
+
+class RelaySubscriber(Protocol):
+    """A consumer of this node subscribed to a queue at its home."""
+
+    def relayed(self, message: RelayedMessage) -> None:
+        """A delivery from the home (unsettled there until settled through the relay)."""
+
+    def ended(self) -> None:
+        """The home cancelled the subscription, or the link to it broke."""
+
+
+class RelaySubscription(Protocol):
+    def cancel(self) -> None:
+        """basic.cancel at the home (what it delivered stays unsettled until settled)."""
+
+    def handed_on(self, count: int) -> None:
+        """`count` deliveries reached the client: a window counted in transit reopens."""
+
+
+class QueueRelay(Protocol):
+    """How this node reaches AMQP queues live on another node (their home): what a
+    `RemoteQueue` asks of the cluster. Errors are the broker's (`NotHere` when the home
+    cannot be reached or does not hold the queue live)."""
+
+    node_name: str  # this node's
+
+    def reaches(self, home: str) -> bool:
+        """Whether `home` is another live node of the cluster."""
+
+    def publish(self, home: str, vhost: str, queue: str, message: QueueMessage,
+                confirm: bool) -> asyncio.Future[None] | None:
+        """Enqueue at the home; with `confirm`, a future done once the home has it as its
+        own publish would be confirmed (failed if refused or the link broke)."""
+
+    async def subscribe(self, home: str, vhost: str, queue: str, subscriber: RelaySubscriber,
+                        *, window: int, exclusive: bool, in_transit: bool
+                        ) -> RelaySubscription:
+        """basic.consume at the home, with at most `window` deliveries unsettled (or, with
+        `in_transit`, not yet handed on to the client)."""
+
+    def backlog(self, home: str) -> asyncio.Future[None] | None:
+        """While the link to `home` has more to write than it should hold: done once it
+        caught up (publishers wait for it, as for a queue's pager)."""
+
+    def settle(self, route: object, deliveries: Sequence[int], how: Settlement) -> None:
+        """Settle deliveries that came over `route` (ignored once that link is gone: its
+        home requeued them)."""
+
+    async def get(self, home: str, vhost: str, queue: str, no_ack: bool
+                  ) -> tuple[RelayedMessage | None, int]:
+        """basic.get at the home: the message (None if empty) and how many stay ready."""
+
+    async def purge(self, home: str, vhost: str, queue: str) -> int:
+        """queue.purge at the home: how many ready messages it dropped."""
+
+    async def counts(self, home: str, vhost: str, queue: str) -> tuple[int, int]:
+        """The queue's ready messages and consumers at the home."""
 
 
 class RemoteQueue(ClassicQueue):

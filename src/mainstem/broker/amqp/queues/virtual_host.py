@@ -12,7 +12,8 @@ import datetime
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from mainstem.broker.amqp.queues.arguments import (
     QUORUM,
@@ -23,6 +24,7 @@ from mainstem.broker.amqp.queues.arguments import (
 )
 from mainstem.broker.amqp.queues.journal import QueueJournal, Replay
 from mainstem.broker.amqp.queues.message import QueueMessage, properties_codec
+from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.amqp.queues.policy_settings import with_policy
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.quorum import (
@@ -31,20 +33,21 @@ from mainstem.broker.amqp.queues.quorum import (
     QuorumQueue,
     QuorumStandby,
 )
-from mainstem.broker.amqp.queues.remote import RemoteQueue
+from mainstem.broker.amqp.queues.remote import QueueRelay, RemoteQueue
 from mainstem.broker.amqp.routing import Binding, ExchangeGraph
+from mainstem.broker.catalog import Catalog
+from mainstem.broker.cluster_view import QueueReplication
+from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.errors import (
     AccessRefused,
     AlreadyExists,
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.limits import Limits
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.policies import EXCHANGE
-from mainstem.broker.streams import Stream
-
-if TYPE_CHECKING:
-    from mainstem.broker.amqp.queues.manager import QueueManager
+from mainstem.broker.streams import Stream, StreamStore
 
 log = logging.getLogger("mainstem.amqp")
 
@@ -69,8 +72,34 @@ class PublishOutcome:
     backlogs: list[asyncio.Future[None]] = field(default_factory=list)
 
 
+class Topology(Protocol):
+    """What a vhost tells the cluster of its changes (`shared_topology.SharedTopology`)."""
+
+    def changed(self, vhost: VirtualHost) -> None: ...
+
+    async def written(self, vhost: str) -> None: ...
+
+
+class Manager(Protocol):
+    """What a vhost needs of the manager of every vhost (`manager.QueueManager`)."""
+
+    catalog: Catalog
+    streams: StreamStore
+    counters: BrokerCounters
+    limits: Limits | None
+    memory: MemoryBound
+    spill_directory: Path
+    replication: QueueReplication | None
+    relay: QueueRelay | None
+    topology: Topology | None
+
+    def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, Replay]: ...
+
+    def save(self) -> None: ...
+
+
 class VirtualHost:
-    def __init__(self, name: str, manager: QueueManager) -> None:
+    def __init__(self, name: str, manager: Manager) -> None:
         self.name = name
         self.manager = manager
         self.queues: dict[str, ClassicQueue] = {}
