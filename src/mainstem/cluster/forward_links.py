@@ -181,8 +181,8 @@ class PartitionForwarder:
         waited_since = loop.time()
         while self._queue:
             leader = role.leader_node
-            if leader == me and role.service.takes_writes:
-                await self._run_here()
+            if leader == me and role.service.takes_writes:  # run here now, in order
+                await self._answer_all(self.stage_here())
                 continue
             if leader is None or leader == me or leader not in nodes:
                 if loop.time() - waited_since > LEADER_WAIT_S:
@@ -227,10 +227,6 @@ class PartitionForwarder:
         except Exception as error:  # the leader failed it, or the link broke
             item.answer.set_exception(error)
         return True
-
-    async def _run_here(self) -> None:
-        """This node leads now: run what is queued on its own appender, in order."""
-        await self._answer_all(self.stage_here())
 
     def stage_here(self) -> list[tuple[_Pending, Receipt]]:
         """Stage what is queued on this node's appender, in order, at once: called as

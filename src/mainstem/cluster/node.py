@@ -71,7 +71,6 @@ class ClusterNode:
         self.advertise_host = advertise_host
         self.listener_ports = dict(listener_ports)
         self.lease_ttl = lease_ttl
-        self.lag_timeout = max(2.0, lease_ttl * 0.8)
         self._replication_host, self._replication_port = replication_host, replication_port
         self.lease = 0
         self.peers = Peers(self.node_name)
@@ -84,7 +83,8 @@ class ClusterNode:
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
         context = ReplicaContext(core, self.etcd, self.node_name, self.spawn, lambda: self.lease,
-                                 self.peers, self.forwarding, self.lease_lost, self.lag_timeout)
+                                 self.peers, self.forwarding, self.lease_lost,
+                                 lag_timeout=max(2.0, lease_ttl * 0.8))
         self.replicated = ReplicatedStreams(context)
         self.quorum = QuorumQueues(context, self.replicated)
         self.partition_counts = PartitionCounts(context, self.replicated)
@@ -343,9 +343,7 @@ class ClusterNode:
         storage = layout.storage_name("stream", namespace, name)
         if storage in self.replicated.records:
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
-        live, _ = await self.etcd.get_prefix(_key("nodes", ""))  # the watch may lag behind
-        record = self.replicated.new_record(namespace, name, partitions, arguments,
-                                            [kv.key.rpartition("/")[2] for kv in live])
+        record = await self.replicated.place(namespace, name, partitions, arguments)
         if not await self.replicated.claim(storage, record):
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
         self._add_stream(storage, record)

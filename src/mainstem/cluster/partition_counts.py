@@ -19,10 +19,10 @@ from typing import Any
 from mainstem.broker import layout
 from mainstem.broker.iggy.model import rebalance
 from mainstem.broker.streams import Stream
-from mainstem.cluster.etcd import EtcdError, delete, put
+from mainstem.cluster.etcd import EtcdError, put
 from mainstem.cluster.metadata_keys import path
 from mainstem.cluster.replica import PartitionRole, ReplicaContext
-from mainstem.cluster.replicated_streams import PARTITION_KINDS, ReplicatedStreams, partition_keys
+from mainstem.cluster.replicated_streams import ReplicatedStreams, dropped
 
 
 class PartitionCounts:
@@ -51,7 +51,7 @@ class PartitionCounts:
             return  # not the cluster's, or the cluster's own change being followed here
         record = self.replicated.records[storage] = {**record, "partitions": count}
         self._pending[storage] = count
-        self._stop_removed(storage, count, before)
+        self.replicated.stop_roles(storage, count)  # any removed
         added = [self.replicated.add_role(storage, index, stream.services[index], record)
                  for index in range(before, count)]
         self.context.spawn(self._share(storage, record, before, added))
@@ -59,12 +59,9 @@ class PartitionCounts:
     async def _share(self, storage: str, record: dict[str, Any], before: int,
                      added: list[PartitionRole]) -> None:
         count = record["partitions"]
-        operations = [put(path("streams", storage), json.dumps(record).encode())]
-        for index in range(before, count):
-            operations += partition_keys(storage, index, record["replicas"],
-                                         self.context.node_name, self.context.lease())
-        for index in range(count, before):
-            operations += [delete(path(kind, storage, index)) for kind in PARTITION_KINDS]
+        operations = [put(path("streams", storage), json.dumps(record).encode()),
+                      *self.replicated.made(storage, record["replicas"], range(before, count)),
+                      *dropped(storage, range(count, before))]
         while True:
             try:
                 await self.context.etcd.txn([], operations)
@@ -82,14 +79,8 @@ class PartitionCounts:
         if count > before:
             self.context.core.streams.add_partitions(stream.namespace, stream.name, count)
         else:
-            self._stop_removed(storage, count, before)
+            self.replicated.stop_roles(storage, count)
             self.context.spawn(self.context.core.streams.remove_partitions(
                 stream.namespace, stream.name, count))
         for group in self.context.core.iggy.list_groups(stream.namespace, stream.name):
             rebalance(group, count)  # as the node that made the change did
-
-    def _stop_removed(self, storage: str, count: int, before: int) -> None:
-        for index in range(count, before):
-            role = self.replicated.roles.pop((storage, index), None)
-            if role is not None:
-                role.stop()

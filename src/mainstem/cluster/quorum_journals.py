@@ -26,7 +26,7 @@ from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.stream_service import DataRemoved, PartitionClosed, PartitionService
 from mainstem.cluster.etcd import EtcdError, KeyValue
-from mainstem.cluster.metadata_keys import path, prefix
+from mainstem.cluster.metadata_keys import path
 from mainstem.cluster.replica import PartitionRole, ReplicaContext
 from mainstem.cluster.replicated_streams import ReplicatedStreams
 
@@ -108,10 +108,7 @@ class QuorumQueues:
         replicated = self.replicated
         try:
             if storage not in replicated.records:
-                live, _ = await self.context.etcd.get_prefix(prefix("nodes"))
-                record = {**replicated.new_record(namespace, queue, 1, arguments,
-                                                  [kv.key.rpartition("/")[2] for kv in live],
-                                                  QUORUM),
+                record = {**await replicated.place(namespace, queue, 1, arguments, QUORUM),
                           "kind": QUORUM}
                 if not await replicated.claim(storage, record):  # declared meanwhile elsewhere
                     found = await self.context.etcd.get(path("streams", storage))

@@ -11,7 +11,7 @@ from typing import Any
 from mainstem.broker.policies import STREAM
 from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster.etcd import Compare, delete, put
-from mainstem.cluster.metadata_keys import path
+from mainstem.cluster.metadata_keys import path, prefix
 from mainstem.cluster.replica import PartitionRole, ReplicaContext
 
 PARTITION_KINDS = ("leaders", "isr", "epochs")
@@ -22,18 +22,9 @@ BALANCED = ("balanced", "random", "least-leaders")
 DEFAULT_REPLICAS = 3
 
 
-def partition_keys(storage: str, index: int, replicas: list[str], node_name: str,
-                   lease: int) -> list[dict[str, Any]]:
-    """The etcd puts that make partition `index` of a stream: its in-sync set (the whole
-    replica set), epoch 1, and, led by this node when it is the first replica, its
-    leader key under this node's lease."""
-    operations = [put(path("isr", storage, index), json.dumps(replicas).encode()),
-                  put(path("epochs", storage, index), b"1")]
-    if replicas[0] == node_name:
-        leader = {"node": node_name, "epoch": 1}
-        operations.append(put(path("leaders", storage, index), json.dumps(leader).encode(),
-                              lease))
-    return operations
+def dropped(storage: str, indexes: range) -> list[dict[str, Any]]:
+    """The etcd deletes that remove partitions `indexes` of a stream."""
+    return [delete(path(kind, storage, index)) for index in indexes for kind in PARTITION_KINDS]
 
 
 class ReplicatedStreams:
@@ -50,8 +41,9 @@ class ReplicatedStreams:
                                                             service, record)
         return role
 
-    def stop_roles(self, storage: str) -> None:
-        for key in [k for k in self.roles if k[0] == storage]:
+    def stop_roles(self, storage: str, first: int = 0) -> None:
+        """Stop and forget this node's replicas of a stream's partitions from `first` on."""
+        for key in [k for k in self.roles if k[0] == storage and k[1] >= first]:
             self.roles.pop(key).stop()
 
     def save_commit_points(self) -> None:
@@ -61,6 +53,13 @@ class ReplicatedStreams:
     def leader_of(self, storage: str, index: int) -> str | None:
         role = self.roles.get((storage, index))
         return None if role is None else role.leader_node
+
+    async def place(self, namespace: str, name: str, partitions: int,
+                    arguments: Mapping[str, Any], what: str = STREAM) -> dict[str, Any]:
+        """A new record, its replicas placed on the nodes etcd lists (the watch may lag)."""
+        live, _ = await self.context.etcd.get_prefix(prefix("nodes"))
+        return self.new_record(namespace, name, partitions, arguments,
+                               [kv.key.rpartition("/")[2] for kv in live], what)
 
     def new_record(self, namespace: str, name: str, partitions: int,
                    arguments: Mapping[str, Any], live: list[str],
@@ -98,18 +97,28 @@ class ReplicatedStreams:
         others = sorted((n for n in live if n != first), key=lambda n: (load[n], n))
         return [first, *others[:size - 1]]
 
+    def made(self, storage: str, replicas: list[str], indexes: range) -> list[dict[str, Any]]:
+        """The etcd puts that make partitions `indexes` of a stream: each one's in-sync set
+        (the whole replica set), epoch 1, and, led by this node when it is the first
+        replica, its leader key under this node's lease."""
+        me, operations = self.context.node_name, []
+        for index in indexes:
+            operations += [put(path("isr", storage, index), json.dumps(replicas).encode()),
+                           put(path("epochs", storage, index), b"1")]
+            if replicas[0] == me:
+                leader = json.dumps({"node": me, "epoch": 1}).encode()
+                operations.append(put(path("leaders", storage, index), leader,
+                                      self.context.lease()))
+        return operations
+
     async def claim(self, storage: str, record: dict[str, Any]) -> bool:
         """Record a new stream in etcd with its replica sets; False if one of that name
         exists. The leader is the first replica: this node, unless placement said not."""
-        operations = [put(path("streams", storage), json.dumps(record).encode())]
-        for index in range(record["partitions"]):
-            operations += partition_keys(storage, index, record["replicas"],
-                                         self.context.node_name, self.context.lease())
-        return await self.context.etcd.txn([Compare(path("streams", storage), "CREATE", 0)],
-                                           operations)
+        key = path("streams", storage)
+        return await self.context.etcd.txn([Compare(key, "CREATE", 0)], [
+            put(key, json.dumps(record).encode()),
+            *self.made(storage, record["replicas"], range(record["partitions"]))])
 
     async def unclaim(self, storage: str, partitions: int) -> None:
-        operations = [delete(path("streams", storage))]
-        for index in range(partitions):
-            operations += [delete(path(kind, storage, index)) for kind in PARTITION_KINDS]
-        await self.context.etcd.txn([], operations)
+        await self.context.etcd.txn([], [delete(path("streams", storage)),
+                                         *dropped(storage, range(partitions))])
