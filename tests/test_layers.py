@@ -75,8 +75,10 @@ def module_of(path: Path, source: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, source: Path) -> Iterator[tuple[str, int, bool]]:
-    """(module imported, line, only for type checking) of each mainstem import."""
+def imports(path: Path, source: Path, names_too: bool = False
+            ) -> Iterator[tuple[str, int, bool]]:
+    """(module imported, line, only for type checking) of each mainstem import; with
+    `names_too`, also each `package.name` a `from package import name` takes."""
     module = module_of(path, source)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
@@ -86,7 +88,8 @@ def imports(path: Path, source: Path) -> Iterator[tuple[str, int, bool]]:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            names = [_absolute(node, package)]
+            base = _absolute(node, package)
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names if names_too]
         else:
             continue
         for name in names:
@@ -231,36 +234,22 @@ def test_the_role_check_sees_the_cluster_reaching_past_the_service(tmp_path: Pat
 # The parts of a cluster node are handed small contexts (`cluster/context.py`, a
 # replica's `ReplicaContext`), never the node: only node.py names ClusterNode or imports
 # its module, so no part calls the node's private methods or reaches through it.
+NODE_MODULE = "mainstem.cluster.node"
+
+
 def cluster_parts_naming_the_node(source: Path = SOURCE) -> list[str]:
     found = []
     for path in sorted((source / "cluster").rglob("*.py")):
         if path.name == "node.py":
             continue
         where = path.relative_to(source)
-        found += [f"{where}:{line}: imports the node's module"
-                  for line in _imports_of(path, source, "mainstem.cluster.node")]
+        found += [f"{where}:{line}: imports the node's module" for line in sorted({
+            line for name, line, _ in imports(path, source, names_too=True)
+            if name == NODE_MODULE or name.startswith(NODE_MODULE + ".")})]
         found += [f"{where}:{number}: names ClusterNode"
                   for number, text in enumerate(path.read_text().splitlines(), 1)
                   if re.search(r"\bClusterNode\b", text)]
     return found
-
-
-def _imports_of(path: Path, source: Path, module: str) -> list[int]:
-    """The lines that import `module` or a name from it (`from package import module`
-    too)."""
-    package = module_of(path, source).rpartition(".")[0]
-    lines = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, package)
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        if any(name == module or name.startswith(module + ".") for name in names):
-            lines.append(node.lineno)
-    return lines
 
 
 def test_only_the_node_knows_the_cluster_node() -> None:
