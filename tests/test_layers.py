@@ -8,6 +8,7 @@ A unit is a top-level module or package of mainstem, except that each protocol u
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,8 +73,10 @@ def module_of(path: Path, source: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, source: Path) -> Iterator[tuple[str, int]]:
-    """(module imported, line) of each mainstem import."""
+def imports(path: Path, source: Path, names_too: bool = False
+            ) -> Iterator[tuple[str, int]]:
+    """(module imported, line) of each mainstem import; with `names_too`, also each
+    `package.name` a `from package import name` takes."""
     module = module_of(path, source)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
@@ -81,7 +84,8 @@ def imports(path: Path, source: Path) -> Iterator[tuple[str, int]]:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            names = [_absolute(node, package)]
+            base = _absolute(node, package)
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names if names_too]
         else:
             continue
         for name in names:
@@ -215,4 +219,46 @@ def test_the_role_check_sees_the_cluster_reaching_past_the_service(tmp_path: Pat
         "cluster/leader.py:1: imports mainstem.log.partition",
         "cluster/replica.py:2: .service.partition",
         "cluster/replica.py:3: .appender.forwarder",
+    ]
+
+
+# The parts of a cluster node are handed small contexts (`cluster/context.py`, a
+# replica's `ReplicaContext`), never the node: only node.py names ClusterNode or imports
+# its module, so no part calls the node's private methods or reaches through it.
+NODE_MODULE = "mainstem.cluster.node"
+
+
+def cluster_parts_naming_the_node(source: Path = SOURCE) -> list[str]:
+    found = []
+    for path in sorted((source / "cluster").rglob("*.py")):
+        if path.name == "node.py":
+            continue
+        where = path.relative_to(source)
+        found += [f"{where}:{line}: imports the node's module" for line in sorted({
+            line for name, line in imports(path, source, names_too=True)
+            if name == NODE_MODULE or name.startswith(NODE_MODULE + ".")})]
+        found += [f"{where}:{number}: names ClusterNode"
+                  for number, text in enumerate(path.read_text().splitlines(), 1)
+                  if re.search(r"\bClusterNode\b", text)]
+    return found
+
+
+def test_only_the_node_knows_the_cluster_node() -> None:
+    assert cluster_parts_naming_the_node() == []
+
+
+def test_the_node_check_sees_a_part_naming_the_node(tmp_path: Path) -> None:
+    tree = {
+        "cluster/node.py": "class ClusterNode:\n    pass\n",
+        "cluster/replica.py": ("if TYPE_CHECKING:\n"
+                               "    from mainstem.cluster.node import ClusterNode\n"),
+        "cluster/leader.py": "from mainstem.cluster import node\n",
+        "cluster/wire.py": "def lead(owner: 'ClusterNode') -> None:\n    pass\n",
+    }
+    write_tree(tmp_path / "mainstem", tree)
+    assert cluster_parts_naming_the_node(tmp_path / "mainstem") == [
+        "cluster/leader.py:1: imports the node's module",
+        "cluster/replica.py:2: imports the node's module",
+        "cluster/replica.py:2: names ClusterNode",
+        "cluster/wire.py:1: names ClusterNode",
     ]

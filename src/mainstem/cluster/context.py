@@ -19,7 +19,7 @@ class NodeContext:
     core: BrokerCore
     etcd: EtcdClient
     node_name: str
-    spawn: Callable[[Coroutine[Any, Any, None]], None]  # a task stopped with the node
+    spawn: Callable[[Coroutine[Any, Any, object]], None]  # a task stopped with the node
     lease: Callable[[], int]  # this node's current lease
 
 

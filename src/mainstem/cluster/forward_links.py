@@ -16,17 +16,13 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
-from mainstem.broker.stream_service import Appender, NotWritable, Receipt
+from mainstem.broker.stream_service import Appender, NotWritable, PartitionService, Receipt
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.cluster import wire
+from mainstem.cluster.context import Peers
 from mainstem.cluster.leader import read_frame
-
-if TYPE_CHECKING:
-    from mainstem.cluster.context import Peers
-    from mainstem.cluster.node import ClusterNode
-    from mainstem.cluster.replica import PartitionRole
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -125,6 +121,19 @@ class Forwarding:
         self._links.clear()
 
 
+class Replica(Protocol):
+    """What a forwarder asks of the replica it forwards for (a `PartitionRole`)."""
+
+    storage: str
+    index: int
+    service: PartitionService
+
+    @property
+    def leader_node(self) -> str | None: ...
+
+    async def wait_changed(self, timeout: float) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class _Pending:
     append: ForwardedAppend
@@ -139,8 +148,8 @@ class PartitionForwarder:
     the node asked did not run (it was not the leader, or not yet) back at the head of
     the queue for the next leader."""
 
-    def __init__(self, node: ClusterNode, role: PartitionRole) -> None:
-        self.node = node
+    def __init__(self, links: Forwarding, role: Replica) -> None:
+        self.links = links
         self.role = role
         self._queue: deque[_Pending] = deque()
         self._pump: asyncio.Task[None] | None = None
@@ -168,14 +177,14 @@ class PartitionForwarder:
 
     async def _run(self) -> None:
         role = self.role
-        loop = asyncio.get_running_loop()
+        loop, me, nodes = asyncio.get_running_loop(), self.links.peers.me, self.links.peers.nodes
         waited_since = loop.time()
         while self._queue:
             leader = role.leader_node
-            if leader == self.node.node_name and role.service.takes_writes:
-                await self._run_here()
+            if leader == me and role.service.takes_writes:  # run here now, in order
+                await self._answer_all(self.stage_here())
                 continue
-            if leader is None or leader == self.node.node_name or leader not in self.node.nodes:
+            if leader is None or leader == me or leader not in nodes:
                 if loop.time() - waited_since > LEADER_WAIT_S:
                     self._fail_all(ForwardFailed(f"partition {role.index} of a stream has had "
                                                  f"no leader for {LEADER_WAIT_S:.0f} s"))
@@ -183,7 +192,7 @@ class PartitionForwarder:
                 await role.wait_changed(0.1)
                 continue
             try:
-                link = await self.node.forwarding.link(leader)
+                link = await self.links.link(leader)
             except OSError:
                 await role.wait_changed(0.2)
                 continue
@@ -218,10 +227,6 @@ class PartitionForwarder:
         except Exception as error:  # the leader failed it, or the link broke
             item.answer.set_exception(error)
         return True
-
-    async def _run_here(self) -> None:
-        """This node leads now: run what is queued on its own appender, in order."""
-        await self._answer_all(self.stage_here())
 
     def stage_here(self) -> list[tuple[_Pending, Receipt]]:
         """Stage what is queued on this node's appender, in order, at once: called as

@@ -25,35 +25,30 @@ from mainstem.broker import layout
 from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
-from mainstem.broker.policies import STREAM
 from mainstem.broker.stream_service import PartitionClosed
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
 from mainstem.cluster import wire
 from mainstem.cluster.catalog_feed import ROOT as CATALOG_ROOT
 from mainstem.cluster.catalog_feed import CatalogFeed
-from mainstem.cluster.context import NodeContext, Peers
-from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete, put
+from mainstem.cluster.context import Peers
+from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, put
 from mainstem.cluster.forward_links import Answer, Forwarding, committed
 from mainstem.cluster.iggy_ids import AREA as IGGY_AREA
 from mainstem.cluster.iggy_ids import IggyIds
 from mainstem.cluster.leader import LeaderLog, read_frame
-from mainstem.cluster.partition_counts import PartitionCounts, partition_keys
+from mainstem.cluster.partition_counts import PartitionCounts
 from mainstem.cluster.quorum_journals import QUORUM, QuorumQueues
 from mainstem.cluster.quorum_journals import storage_of as quorum_storage
 from mainstem.cluster.relay import Relay
 from mainstem.cluster.relay_home import HomeLink
-from mainstem.cluster.replica import PartitionRole
+from mainstem.cluster.replica import ReplicaContext
+from mainstem.cluster.replicated_streams import ReplicatedStreams
 
 log = logging.getLogger("mainstem.cluster")
 
 PREFIX = "/mainstem/"
 REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a cluster stream
-SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size", "x-quorum-initial-group-size")
-LOCATOR_ARGUMENTS = ("queue-leader-locator", "x-queue-leader-locator")
-# RabbitMQ 4 takes its older locators random and least-leaders as balanced
-BALANCED = ("balanced", "random", "least-leaders")
-DEFAULT_REPLICAS = 3
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 COMMIT_POINT_EVERY_S = 1.0  # how stale a restarted replica's commit point may be
@@ -76,25 +71,23 @@ class ClusterNode:
         self.advertise_host = advertise_host
         self.listener_ports = dict(listener_ports)
         self.lease_ttl = lease_ttl
-        self.lag_timeout = max(2.0, lease_ttl * 0.8)
         self._replication_host, self._replication_port = replication_host, replication_port
         self.lease = 0
         self.peers = Peers(self.node_name)
         self.nodes = self.peers.nodes
-        self.replication_ports = self.peers.replication_ports
-        self.records: dict[str, dict[str, Any]] = {}  # storage name -> stream record
-        self.roles: dict[tuple[str, int], PartitionRole] = {}
-        self.leading: dict[tuple[str, int], LeaderLog] = {}
         self.lease_lost = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._feeds: set[asyncio.StreamWriter] = set()  # followers' connections
         self.forwarding = Forwarding(self.peers)
-        self.quorum = QuorumQueues(self)
         self.relay = Relay(self.peers)
         self._tasks: set[asyncio.Task[None]] = set()
         self._revision = 0
-        self.partition_counts = PartitionCounts(self)
-        context = NodeContext(core, self.etcd, self.node_name, self.spawn, lambda: self.lease)
+        context = ReplicaContext(core, self.etcd, self.node_name, self.spawn, lambda: self.lease,
+                                 self.peers, self.forwarding, self.lease_lost,
+                                 lag_timeout=max(2.0, lease_ttl * 0.8))
+        self.replicated = ReplicatedStreams(context)
+        self.quorum = QuorumQueues(context, self.replicated)
+        self.partition_counts = PartitionCounts(context, self.replicated)
         self.catalog = CatalogFeed(context, self._catalog_applied)
         self.iggy = IggyIds(context)
 
@@ -123,14 +116,14 @@ class ClusterNode:
     async def stop(self) -> None:
         self.core.tell_changes(None)
         self.iggy.uninstall()
-        for role in self.roles.values():
+        roles = self.replicated.roles.values()
+        for role in roles:
             role.stop()
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *(r.task for r in self.roles.values() if r.task),
+        await asyncio.gather(*self._tasks, *(r.task for r in roles if r.task),
                              return_exceptions=True)
-        for role in self.roles.values():
-            role.service.save_commit_point()
+        self.replicated.save_commit_points()
         await self.quorum.close()
         self.core.queues.replication = None
         self.core.queues.relay = None
@@ -148,8 +141,7 @@ class ClusterNode:
     async def _save_commit_points(self) -> None:
         while True:
             await asyncio.sleep(COMMIT_POINT_EVERY_S)
-            for role in list(self.roles.values()):
-                role.service.save_commit_point()
+            self.replicated.save_commit_points()
 
     def spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -190,7 +182,7 @@ class ClusterNode:
                 continue
             log.warning("cluster.lease_lost", extra={"node": self.node_name})
             self.lease_lost.set()
-            for role in self.roles.values():
+            for role in self.replicated.roles.values():
                 role.changed.set()
             while True:
                 try:
@@ -199,7 +191,7 @@ class ClusterNode:
                     break
                 except EtcdError:
                     await asyncio.sleep(interval)
-            for role in self.roles.values():
+            for role in self.replicated.roles.values():
                 role.changed.set()
 
     # -- what etcd holds ------------------------------------------------------------------
@@ -265,7 +257,7 @@ class ClusterNode:
         elif event.kv.key.startswith(CATALOG_ROOT):
             self.catalog.apply(event.kv, deleted)
         elif kind in ("leaders", "isr", "epochs") and len(parts) == 3:
-            role = self.roles.get((parts[1], int(parts[2])))
+            role = self.replicated.roles.get((parts[1], int(parts[2])))
             if role is not None:
                 role.update(kind, None if deleted else event.kv)
             elif kind == "leaders":
@@ -300,10 +292,10 @@ class ClusterNode:
             self.relay.node_left(name)
             return
         self.nodes[name] = NodeAddress(name, info["host"], info.get("ports", {}))
-        self.replication_ports[name] = int(info["replication_port"])
+        self.peers.replication_ports[name] = int(info["replication_port"])
 
     def _add_stream(self, storage: str, record: dict[str, Any]) -> None:
-        record = self.records[storage] = self.partition_counts.settled(storage, record)
+        record = self.replicated.records[storage] = self.partition_counts.settled(storage, record)
         if self.node_name not in record["replicas"]:
             return
         streams = self.core.streams
@@ -317,20 +309,14 @@ class ClusterNode:
         elif len(stream.services) != record["partitions"]:
             self.partition_counts.follow(storage, stream, record)
         for index, service in enumerate(stream.services[:record["partitions"]]):
-            role = self.roles.get((storage, index))
-            if role is None:
-                role = self.roles[(storage, index)] = PartitionRole(self, storage, index,
-                                                                    service, record)
+            role = self.replicated.roles.get((storage, index)) \
+                or self.replicated.add_role(storage, index, service, record)
             if role.task is None:
                 role.start()
 
-    def _stop_roles(self, storage: str) -> None:
-        for key in [k for k in self.roles if k[0] == storage]:
-            self.roles.pop(key).stop()
-
     def _drop_stream(self, storage: str) -> None:
-        record = self.records.pop(storage, None)
-        self._stop_roles(storage)
+        record = self.replicated.records.pop(storage, None)
+        self.replicated.stop_roles(storage)
         if record is None:
             return
         if self.core.streams.find(record["namespace"], record["name"]) is not None:
@@ -341,7 +327,7 @@ class ClusterNode:
         this node had before it joined (from single-node mode) become the cluster's."""
         for stream in self.core.streams.list():
             storage = layout.storage_name("stream", stream.namespace, stream.name)
-            if storage in self.records:
+            if storage in self.replicated.records:
                 continue
             if stream.record.arguments.get(REPLICATED):
                 self.spawn(self.core.streams.delete(stream.namespace, stream.name))
@@ -355,42 +341,13 @@ class ClusterNode:
         arguments = dict(arguments)
         self.core.streams.check_new(namespace, name, partitions, arguments)
         storage = layout.storage_name("stream", namespace, name)
-        if storage in self.records:
+        if storage in self.replicated.records:
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
-        live, _ = await self.etcd.get_prefix(_key("nodes", ""))  # the watch may lag behind
-        record = self.new_record(namespace, name, partitions, arguments,
-                                  [kv.key.rpartition("/")[2] for kv in live])
-        if not await self.claim(storage, record):
+        record = await self.replicated.place(namespace, name, partitions, arguments)
+        if not await self.replicated.claim(storage, record):
             raise AlreadyExists(f"stream '{name}' already exists in namespace '{namespace}'")
         self._add_stream(storage, record)
         await self._await_leaders(namespace, name, partitions)
-
-    def new_record(self, namespace: str, name: str, partitions: int,
-                    arguments: Mapping[str, Any], live: list[str],
-                    what: str = STREAM) -> dict[str, Any]:
-        """A new stream's (or, `what` quorum, a quorum queue's) record, replicas placed."""
-        locator = self._locator(namespace, name, what, arguments)
-        return {"namespace": namespace, "name": name, "partitions": partitions,
-                "arguments": dict(arguments),
-                "replicas": self._choose_replicas(arguments, sorted(live), locator)}
-
-    def _locator(self, namespace: str, name: str, what: str,
-                 arguments: Mapping[str, Any]) -> str:
-        """The argument's queue-leader-locator, else a policy's, else client-local."""
-        given = next((arguments[a] for a in LOCATOR_ARGUMENTS if a in arguments), None)
-        if given is None:
-            given = self.core.catalog.policies.applied(namespace, name, what) \
-                .definition.get("queue-leader-locator")
-        return "client-local" if given is None else str(given)
-
-    async def claim(self, storage: str, record: dict[str, Any]) -> bool:
-        """Record a new stream in etcd with its replica sets; False if one of that name
-        exists. The leader is the first replica: this node, unless placement said not."""
-        operations = [put(_key("streams", storage), json.dumps(record).encode())]
-        for index in range(record["partitions"]):
-            operations += partition_keys(storage, index, record["replicas"], self.node_name,
-                                         self.lease)
-        return await self.etcd.txn([Compare(_key("streams", storage), "CREATE", 0)], operations)
 
     # -- StreamReplication: streams any protocol creates or deletes on this node ---------
 
@@ -398,26 +355,26 @@ class ClusterNode:
         """A stream was created here by a protocol: make it the cluster's. Its partitions
         write nothing locally (appends wait for a leader) until etcd has it."""
         storage = layout.storage_name("stream", stream.namespace, stream.name)
-        if storage in self.records:
+        if storage in self.replicated.records:
             return  # one the cluster made: _add_stream created it here
-        record = self.new_record(stream.namespace, stream.name, len(stream.services),
-                                  stream.record.arguments, list(self.nodes))
-        self.records[storage] = record
+        record = self.replicated.new_record(stream.namespace, stream.name, len(stream.services),
+                                            stream.record.arguments, list(self.nodes))
+        self.replicated.records[storage] = record
         for index, service in enumerate(stream.services):
-            self.roles[(storage, index)] = PartitionRole(self, storage, index, service, record)
+            self.replicated.add_role(storage, index, service, record)
         self.spawn(self._claim_adopted(storage, record))
 
     async def _claim_adopted(self, storage: str, record: dict[str, Any]) -> None:
         while True:
             try:
-                won = await self.claim(storage, record)
+                won = await self.replicated.claim(storage, record)
                 existing = None if won else await self.etcd.get(_key("streams", storage))
                 break
             except EtcdError:
                 await asyncio.sleep(0.5)
         if existing is not None:  # another node made it first: theirs stands
-            record = self.records[storage] = existing.json()
-        roles = [role for (s, _), role in self.roles.items() if s == storage]
+            record = self.replicated.records[storage] = existing.json()
+        roles = [role for (s, _), role in self.replicated.roles.items() if s == storage]
         if self.node_name not in record["replicas"]:
             self._drop_stream(storage)
             return
@@ -433,59 +390,33 @@ class ClusterNode:
     def forget(self, stream: Stream) -> None:
         """A stream was deleted here by a protocol: delete it on every node."""
         storage = layout.storage_name("stream", stream.namespace, stream.name)
-        record = self.records.pop(storage, None)
+        record = self.replicated.records.pop(storage, None)
         if record is None:
             return  # the cluster deleted it: _drop_stream is deleting it here
-        self._stop_roles(storage)
-        self.spawn(self.unclaim(storage, record["partitions"]))
-
-    async def unclaim(self, storage: str, partitions: int) -> None:
-        operations = [delete(_key("streams", storage))]
-        for index in range(partitions):
-            operations += [delete(_key(kind, storage, index))
-                           for kind in ("leaders", "isr", "epochs")]
-        await self.etcd.txn([], operations)
+        self.replicated.stop_roles(storage)
+        self.spawn(self.replicated.unclaim(storage, record["partitions"]))
 
     async def _await_leaders(self, namespace: str, name: str, partitions: int) -> None:
         storage = layout.storage_name("stream", namespace, name)
         for _ in range(200):
-            if all(self.leader_of(storage, i) is not None for i in range(partitions)):
+            if all(self.replicated.leader_of(storage, i) is not None for i in range(partitions)):
                 return
             await asyncio.sleep(0.05)
 
-    def _choose_replicas(self, arguments: Mapping[str, Any], live: list[str],
-                         locator: str) -> list[str]:
-        """The replica set, leader first: `client-local` puts this node first (RabbitMQ's
-        default), `balanced` the node with the fewest replicas."""
-        live = live or [self.node_name]
-        wanted = next((arguments[a] for a in SIZE_ARGUMENTS if a in arguments), None)
-        size = min(int(wanted) if wanted else DEFAULT_REPLICAS, len(live))
-        load = {n: 0 for n in live}
-        for record in self.records.values():
-            for n in record["replicas"]:
-                if n in load:
-                    load[n] += 1
-        if locator in BALANCED or self.node_name not in load:
-            first = min(live, key=lambda n: (load[n], n))
-        else:
-            first = self.node_name
-        others = sorted((n for n in live if n != first), key=lambda n: (load[n], n))
-        return [first, *others[:size - 1]]
-
     async def delete_stream(self, namespace: str, name: str) -> None:
         storage = layout.storage_name("stream", namespace, name)
-        record = self.records.get(storage)
+        record = self.replicated.records.get(storage)
         if record is None:
             raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
-        await self.unclaim(storage, record["partitions"])
+        await self.replicated.unclaim(storage, record["partitions"])
         self._drop_stream(storage)
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:
         storage = layout.storage_name("stream", namespace, name)
-        record = self.records.get(storage)
+        record = self.replicated.records.get(storage)
         if record is None or not 0 <= index < record["partitions"]:
             return None
-        leader = self.leader_of(storage, index)
+        leader = self.replicated.leader_of(storage, index)
         replicas = tuple(self.nodes[n] for n in record["replicas"] if n in self.nodes)
         return Placement(self.nodes.get(leader) if leader else None, replicas)
 
@@ -501,22 +432,16 @@ class ClusterNode:
         return self.quorum.quorum_leader(namespace, queue)
 
     def _status(self, storage: str, index: int) -> PartitionStatus | None:
-        record = self.records.get(storage)
-        role = self.roles.get((storage, index))
+        record = self.replicated.records.get(storage)
+        role = self.replicated.roles.get((storage, index))
         if record is None or not 0 <= index < record["partitions"]:
             return None
         if role is None:  # a partition this node holds no replica of
             return PartitionStatus(self.quorum.leader(storage, index), 0,
                                    tuple(record["replicas"]), ())
-        leading = self.leading.get((storage, index))
+        leading = self.replicated.leading.get((storage, index))
         return PartitionStatus(role.leader_node, role.epoch, tuple(role.replicas),
                                tuple(role.isr), leading.lag() if leading else {})
-
-    def leader_of(self, storage: str, index: int) -> str | None:
-        role = self.roles.get((storage, index))
-        if role is not None:
-            return role.leader_node
-        return None
 
     # -- the replication listener -----------------------------------------------------------
 
@@ -535,7 +460,7 @@ class ClusterNode:
                 if kind != wire.FrameType.HELLO:
                     raise wire.WireError(f"a follower opens with HELLO, not {kind}")
                 hello = wire.Hello.decode(body)
-                leader = self.leading.get((hello.stream, hello.partition))
+                leader = self.replicated.leading.get((hello.stream, hello.partition))
                 refusal = self._refusal(hello, leader)
                 if refusal is not None or leader is None:
                     writer.write(wire.frame(wire.FrameType.REFUSE, (refusal or "").encode()))
@@ -601,10 +526,10 @@ class ClusterNode:
         """Stage a forwarded append on this node's appender; returns the work that
         answers it once committed."""
         answer: dict[str, object] = {"id": request}
-        role = self.roles.get((storage, index))
+        role = self.replicated.roles.get((storage, index))
         if role is not None and role.leader_node == self.node_name:
             await role.leading(FORWARD_LEAD_WAIT_S)  # elected, maybe not yet taking writes
-        if role is None or (storage, index) not in self.leading:
+        if role is None or (storage, index) not in self.replicated.leading:
             answer["error"] = f"{self.node_name} does not lead partition {index} of the stream"
             answer["retry"] = True  # not run: the sender may try the leader it finds next
             return _answer(writer, answer, None)

@@ -14,38 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mainstem.broker import layout
 from mainstem.broker.iggy.model import rebalance
 from mainstem.broker.streams import Stream
-from mainstem.cluster.etcd import EtcdError, delete, put
+from mainstem.cluster.etcd import EtcdError, put
 from mainstem.cluster.metadata_keys import path
-from mainstem.cluster.replica import PartitionRole
-
-if TYPE_CHECKING:
-    from mainstem.cluster.node import ClusterNode
-
-PARTITION_KINDS = ("leaders", "isr", "epochs")
-
-
-def partition_keys(storage: str, index: int, replicas: list[str], node_name: str,
-                   lease: int) -> list[dict[str, Any]]:
-    """The etcd puts that make partition `index` of a stream: its in-sync set (the whole
-    replica set), epoch 1, and, led by this node when it is the first replica, its
-    leader key under this node's lease."""
-    operations = [put(path("isr", storage, index), json.dumps(replicas).encode()),
-                  put(path("epochs", storage, index), b"1")]
-    if replicas[0] == node_name:
-        leader = {"node": node_name, "epoch": 1}
-        operations.append(put(path("leaders", storage, index), json.dumps(leader).encode(),
-                              lease))
-    return operations
+from mainstem.cluster.replica import PartitionRole, ReplicaContext
+from mainstem.cluster.replicated_streams import ReplicatedStreams, dropped
 
 
 class PartitionCounts:
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
+    def __init__(self, context: ReplicaContext, replicated: ReplicatedStreams) -> None:
+        self.context, self.replicated = context, replicated
         # Counts this node wrote whose record the watch has not brought back yet: records
         # the watch brings meanwhile are older (the stream's creation, say), not news.
         self._pending: dict[str, int] = {}
@@ -63,32 +45,26 @@ class PartitionCounts:
     def resized(self, stream: Stream, before: int) -> None:
         """A protocol changed a stream's count on this node: change it in the cluster."""
         storage = layout.storage_name("stream", stream.namespace, stream.name)
-        record = self.node.records.get(storage)
+        record = self.replicated.records.get(storage)
         count = len(stream.services)
         if record is None or record["partitions"] == count:
             return  # not the cluster's, or the cluster's own change being followed here
-        record = self.node.records[storage] = {**record, "partitions": count}
+        record = self.replicated.records[storage] = {**record, "partitions": count}
         self._pending[storage] = count
-        self._stop_removed(storage, count, before)
-        added = []
-        for index in range(before, count):
-            added.append(PartitionRole(self.node, storage, index, stream.services[index],
-                                       record))
-            self.node.roles[(storage, index)] = added[-1]
-        self.node.spawn(self._share(storage, record, before, added))
+        self.replicated.stop_roles(storage, count)  # any removed
+        added = [self.replicated.add_role(storage, index, stream.services[index], record)
+                 for index in range(before, count)]
+        self.context.spawn(self._share(storage, record, before, added))
 
     async def _share(self, storage: str, record: dict[str, Any], before: int,
                      added: list[PartitionRole]) -> None:
         count = record["partitions"]
-        operations = [put(path("streams", storage), json.dumps(record).encode())]
-        for index in range(before, count):
-            operations += partition_keys(storage, index, record["replicas"],
-                                         self.node.node_name, self.node.lease)
-        for index in range(count, before):
-            operations += [delete(path(kind, storage, index)) for kind in PARTITION_KINDS]
+        operations = [put(path("streams", storage), json.dumps(record).encode()),
+                      *self.replicated.made(storage, record["replicas"], range(before, count)),
+                      *dropped(storage, range(count, before))]
         while True:
             try:
-                await self.node.etcd.txn([], operations)
+                await self.context.etcd.txn([], operations)
                 break
             except EtcdError:
                 await asyncio.sleep(0.5)
@@ -101,16 +77,10 @@ class PartitionCounts:
         roles for new partitions are started by the node, as for a new stream)."""
         count, before = record["partitions"], len(stream.services)
         if count > before:
-            self.node.core.streams.add_partitions(stream.namespace, stream.name, count)
+            self.context.core.streams.add_partitions(stream.namespace, stream.name, count)
         else:
-            self._stop_removed(storage, count, before)
-            self.node.spawn(self.node.core.streams.remove_partitions(
+            self.replicated.stop_roles(storage, count)
+            self.context.spawn(self.context.core.streams.remove_partitions(
                 stream.namespace, stream.name, count))
-        for group in self.node.core.iggy.list_groups(stream.namespace, stream.name):
+        for group in self.context.core.iggy.list_groups(stream.namespace, stream.name):
             rebalance(group, count)  # as the node that made the change did
-
-    def _stop_removed(self, storage: str, count: int, before: int) -> None:
-        for index in range(count, before):
-            role = self.node.roles.pop((storage, index), None)
-            if role is not None:
-                role.stop()

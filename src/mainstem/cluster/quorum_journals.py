@@ -17,7 +17,7 @@ import logging
 import shutil
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mainstem.broker import layout
 from mainstem.broker.amqp.queues.journal import FollowedJournal, QueueJournal
@@ -26,10 +26,9 @@ from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.stream_service import DataRemoved, PartitionClosed, PartitionService
 from mainstem.cluster.etcd import EtcdError, KeyValue
-from mainstem.cluster.replica import PartitionRole
-
-if TYPE_CHECKING:
-    from mainstem.cluster.node import ClusterNode
+from mainstem.cluster.metadata_keys import path
+from mainstem.cluster.replica import PartitionRole, ReplicaContext
+from mainstem.cluster.replicated_streams import ReplicatedStreams
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -47,7 +46,7 @@ class QuorumRole(PartitionRole):
 
     def __init__(self, queues: QuorumQueues, storage: str, service: PartitionService,
                  record: dict[str, Any]) -> None:
-        super().__init__(queues.node, storage, 0, service, record)
+        super().__init__(queues.context, storage, 0, service, record)
         self.queues = queues
         self.namespace: str = record["namespace"]
         self.queue: str = record["name"]
@@ -89,13 +88,13 @@ class QuorumRole(PartitionRole):
 class QuorumQueues:
     """This node's quorum queues; implements `broker.cluster_view.QueueReplication`."""
 
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
+    def __init__(self, context: ReplicaContext, replicated: ReplicatedStreams) -> None:
+        self.context, self.replicated = context, replicated
         # Leaders of partitions this node holds no replica of (it has no role to ask).
         self._leaders: dict[tuple[str, int], str] = {}
 
     def is_quorum(self, storage: str) -> bool:
-        record = self.node.records.get(storage)
+        record = self.replicated.records.get(storage)
         return record is not None and record.get("kind") == QUORUM
 
     # -- what the vhosts ask -------------------------------------------------------
@@ -106,16 +105,13 @@ class QuorumQueues:
 
     async def _create(self, namespace: str, queue: str, arguments: dict[str, Any]) -> None:
         storage = storage_of(namespace, queue)
-        node = self.node
+        replicated = self.replicated
         try:
-            if storage not in node.records:
-                live, _ = await node.etcd.get_prefix("/mainstem/nodes/")
-                record = {**node.new_record(namespace, queue, 1, arguments,
-                                            [kv.key.rpartition("/")[2] for kv in live],
-                                            QUORUM),
+            if storage not in replicated.records:
+                record = {**await replicated.place(namespace, queue, 1, arguments, QUORUM),
                           "kind": QUORUM}
-                if not await node.claim(storage, record):  # declared meanwhile elsewhere
-                    found = await node.etcd.get(f"/mainstem/streams/{storage}")
+                if not await replicated.claim(storage, record):  # declared meanwhile elsewhere
+                    found = await self.context.etcd.get(path("streams", storage))
                     record = found.json() if found is not None else record
                 self.add(storage, record)
         except EtcdError as error:
@@ -128,8 +124,8 @@ class QuorumQueues:
         """Until the queue has a leader, and is live here if that is this node."""
         for _ in range(int(LEAD_WAIT_S / 0.05)):  # bounded: an election is seconds at most
             leader = self.leader(storage)
-            role = self.node.roles.get((storage, 0))
-            if leader == self.node.node_name and role is not None:
+            role = self.replicated.roles.get((storage, 0))
+            if leader == self.context.node_name and role is not None:
                 await role.leading(LEAD_WAIT_S)
                 return
             if leader is not None:
@@ -138,10 +134,10 @@ class QuorumQueues:
 
     def delete_quorum(self, namespace: str, queue: str) -> None:
         storage = storage_of(namespace, queue)
-        record = self.node.records.pop(storage, None)
+        record = self.replicated.records.pop(storage, None)
         if record is None:
             return  # the cluster deleted it: drop() is removing it here
-        self.node.spawn(self.node.unclaim(storage, 1))
+        self.context.spawn(self.replicated.unclaim(storage, 1))
         self._retire(storage, namespace, queue)
 
     def quorum_leader(self, namespace: str, queue: str) -> str | None:
@@ -149,7 +145,7 @@ class QuorumQueues:
 
     def leader(self, storage: str, index: int = 0) -> str | None:
         """The leader of a partition (a quorum queue's journal has one) as etcd says."""
-        role = self.node.roles.get((storage, index))
+        role = self.replicated.roles.get((storage, index))
         return role.leader_node if role is not None else self._leaders.get((storage, index))
 
     # -- what etcd says ----------------------------------------------------------------
@@ -157,25 +153,26 @@ class QuorumQueues:
     def add(self, storage: str, record: dict[str, Any]) -> None:
         """A quorum queue of the cluster: known in its vhost here, and its journal
         replicated here if this node is one of its replicas."""
-        node = self.node
-        node.records[storage] = record
+        self.replicated.records[storage] = record
         namespace, queue = record["namespace"], record["name"]
-        if node.core.catalog.get_namespace(namespace) is None:
+        core = self.context.core
+        if core.catalog.get_namespace(namespace) is None:
             # Its namespace's own change may come later: the queue's creator made both.
-            node.core.catalog.apply("namespace", (namespace,), {})
+            core.catalog.apply("namespace", (namespace,), {})
         known = self._vhost(namespace).add_standby(queue, dict(record["arguments"]))
         if not isinstance(known, REPLICATED_QUEUES):
             log.error("quorum.name_taken", extra={"vhost": namespace, "queue": queue})
             return  # a queue of this node alone has the name: its journal is not ours
-        if node.node_name in record["replicas"] and (storage, 0) not in node.roles:
-            journal = node.core.queues.open_journal_partition(namespace, queue)
+        roles = self.replicated.roles
+        if self.context.node_name in record["replicas"] and (storage, 0) not in roles:
+            journal = core.queues.open_journal_partition(namespace, queue)
             role = QuorumRole(self, storage, PartitionService(journal), record)
-            node.roles[(storage, 0)] = role
+            roles[(storage, 0)] = role
             role.start()
 
     def drop(self, storage: str) -> None:
         """The cluster deleted a quorum queue."""
-        record = self.node.records.pop(storage, None)
+        record = self.replicated.records.pop(storage, None)
         if record is not None:
             self._retire(storage, record["namespace"], record["name"])
 
@@ -188,27 +185,27 @@ class QuorumQueues:
 
     def forget_deleted(self) -> None:
         """Quorum queues deleted while this node was away go (at start, after the read)."""
-        for vhost in list(self.node.core.queues.vhosts.values()):
+        for vhost in list(self.context.core.queues.vhosts.values()):
             for name, queue in list(vhost.queues.items()):
                 storage = storage_of(vhost.name, name)
-                if isinstance(queue, REPLICATED_QUEUES) and storage not in self.node.records:
+                if isinstance(queue, REPLICATED_QUEUES) and storage not in self.replicated.records:
                     self._retire(storage, vhost.name, name)
 
     def _retire(self, storage: str, namespace: str, queue: str) -> None:
-        vhost = self.node.core.queues.vhosts.get(namespace)
+        vhost = self.context.core.queues.vhosts.get(namespace)
         if vhost is not None:
             vhost.drop_replicated(queue)
-        role = self.node.roles.pop((storage, 0), None)
-        directory = self.node.core.queues.journal_directory(namespace, queue)
-        self.node.spawn(_remove(role, directory))
+        role = self.replicated.roles.pop((storage, 0), None)
+        directory = self.context.core.queues.journal_directory(namespace, queue)
+        self.context.spawn(_remove(role, directory))
 
     def _vhost(self, namespace: str) -> VirtualHost:
-        return self.node.core.queues.vhost(namespace)
+        return self.context.core.queues.vhost(namespace)
 
     # -- leading ----------------------------------------------------------------------
 
     def went_live(self, role: QuorumRole) -> None:
-        vhost = self.node.core.queues.vhosts.get(role.namespace)
+        vhost = self.context.core.queues.vhosts.get(role.namespace)
         if vhost is None:
             return
         journal = QueueJournal(role.service)
@@ -225,13 +222,13 @@ class QuorumQueues:
                                        "messages": len(replay.offsets)})
 
     def stood_by(self, role: QuorumRole) -> None:
-        vhost = self.node.core.queues.vhosts.get(role.namespace)
+        vhost = self.context.core.queues.vhosts.get(role.namespace)
         if vhost is not None:
             vhost.stand_by(role.queue)
 
     async def close(self) -> None:
         """The node stops (its roles stopped already): close the journals."""
-        for role in list(self.node.roles.values()):
+        for role in list(self.replicated.roles.values()):
             if isinstance(role, QuorumRole):
                 await role.service.close()
 

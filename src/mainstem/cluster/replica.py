@@ -14,17 +14,16 @@ import contextlib
 import json
 import logging
 import random
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster import wire
+from mainstem.cluster.context import NodeContext, Peers
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
 from mainstem.cluster.follower import Refused, follow
-from mainstem.cluster.forward_links import PartitionForwarder
+from mainstem.cluster.forward_links import Forwarding, PartitionForwarder
 from mainstem.cluster.leader import LeaderLog
-
-if TYPE_CHECKING:
-    from mainstem.cluster.node import ClusterNode
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -39,10 +38,22 @@ def successor_isr(isr: list[str], candidate: str, last_leader: str | None) -> li
     return kept if candidate in kept else [candidate, *kept]
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaContext(NodeContext):
+    """What a replica needs of its node beyond what every part of it does."""
+
+    peers: Peers
+    forwarding: Forwarding  # links to leader nodes, for appends made here
+    lease_lost: asyncio.Event  # set while this node's lease has lapsed
+    lag_timeout: float  # how long a follower may lag before it leaves the in-sync set
+    # (storage, index) -> the log of a partition led here, for the replication listener
+    leading: dict[tuple[str, int], LeaderLog] = field(default_factory=dict)
+
+
 class PartitionRole:
-    def __init__(self, node: ClusterNode, storage: str, index: int, service: PartitionService,
-                 record: dict[str, Any]) -> None:
-        self.node = node
+    def __init__(self, context: ReplicaContext, storage: str, index: int,
+                 service: PartitionService, record: dict[str, Any]) -> None:
+        self.context = context
         self.storage = storage
         self.index = index
         self.service = service
@@ -61,7 +72,7 @@ class PartitionRole:
         self._leading = asyncio.Event()  # set while this node leads the partition
         # Until this node is elected, it writes nothing itself: appends go to the leader.
         # Nor does it serve what its replica set may not have committed before a restart.
-        self.forwarder = PartitionForwarder(node, self)
+        self.forwarder = PartitionForwarder(context.forwarding, self)
         service.stand_by(self.forwarder)
 
     def _key(self, kind: str) -> str:
@@ -88,7 +99,7 @@ class PartitionRole:
             else:
                 self.leader, self.leader_lease, self.leader_value = kv.json(), kv.lease, kv.value
                 if before is not None and self.leader_node != before:
-                    self.node.core.streams.leader_moved(self.service)
+                    self.context.core.streams.leader_moved(self.service)
         elif kind == "isr" and kv is not None:
             self.isr, self.isr_revision = kv.json(), kv.mod_revision
         elif kind == "epochs" and kv is not None:
@@ -102,9 +113,9 @@ class PartitionRole:
             try:
                 if self.leader is None:
                     await self._stand()
-                elif self.leader_node == self.node.node_name and self._holds_lease():
+                elif self.leader_node == self.context.node_name and self._holds_lease():
                     await self._lead()
-                elif self.leader_node == self.node.node_name:
+                elif self.leader_node == self.context.node_name:
                     await self.changed.wait()  # a key of a lapsed lease: it will expire
                 else:
                     await self._follow()
@@ -115,7 +126,7 @@ class PartitionRole:
 
     async def _read_state(self) -> None:
         for kind in ("leaders", "isr", "epochs"):
-            kv = await self.node.etcd.get(self._key(kind))
+            kv = await self.context.etcd.get(self._key(kind))
             if kv is not None:
                 self.update(kind, kv)
 
@@ -126,19 +137,19 @@ class PartitionRole:
         return self._leading.is_set()
 
     def _holds_lease(self) -> bool:
-        return self.leader_lease == self.node.lease and not self.node.lease_lost.is_set()
+        return self.leader_lease == self.context.lease() and not self.context.lease_lost.is_set()
 
     # -- election --------------------------------------------------------------------
 
     async def _stand(self) -> None:
         """Stand for leader if in sync: the transaction succeeds only if no one else was
         elected and neither the in-sync set nor the epoch changed since read."""
-        me = self.node.node_name
-        if me not in self.isr or self.node.lease_lost.is_set():
+        me = self.context.node_name
+        if me not in self.isr or self.context.lease_lost.is_set():
             await self.changed.wait()
             return
         preferred = self.replicas[0]
-        if preferred != me and preferred in self.node.nodes and preferred in self.isr:
+        if preferred != me and preferred in self.context.peers.nodes and preferred in self.isr:
             await self.wait_changed(PREFERRED_HEAD_START_S)
             if self.leader is not None:
                 return
@@ -146,11 +157,11 @@ class PartitionRole:
         epoch = self.epoch + 1
         isr = successor_isr(self.isr, me, self._last_leader)
         value = json.dumps({"node": me, "epoch": epoch}).encode()
-        won = await self.node.etcd.txn(
+        won = await self.context.etcd.txn(
             [Compare(self._key("leaders"), "CREATE", 0),
              Compare(self._key("isr"), "MOD", self.isr_revision),
              Compare(self._key("epochs"), "MOD", self.epoch_revision)],
-            [put(self._key("leaders"), value, self.node.lease),
+            [put(self._key("leaders"), value, self.context.lease()),
              put(self._key("epochs"), str(epoch).encode()),
              put(self._key("isr"), json.dumps(isr).encode())])
         if won:
@@ -170,9 +181,9 @@ class PartitionRole:
 
     async def _lead(self) -> None:
         leading = self.service.lead(int(self.leader["epoch"]) if self.leader else self.epoch)
-        leader = LeaderLog(leading, self.node.node_name, self.replicas, self.isr,
-                           self._write_isr, self.node.lag_timeout)
-        self.node.leading[(self.storage, self.index)] = leader
+        leader = LeaderLog(leading, self.context.node_name, self.replicas, self.isr,
+                           self._write_isr, self.context.lag_timeout)
+        self.context.leading[(self.storage, self.index)] = leader
         # Appends that waited for a leader go first, before any made here from now on.
         self.forwarder.answer_staged(self.forwarder.stage_here())
         self.took_lead()
@@ -180,21 +191,21 @@ class PartitionRole:
         try:
             # The in-sync set is the leader's own from here on (only it writes the key):
             # what the watch brings back is an echo, maybe of an older change.
-            while self.leader_node == self.node.node_name and self._holds_lease():
+            while self.leader_node == self.context.node_name and self._holds_lease():
                 self.changed.clear()
                 await self.changed.wait()
         finally:
             self._leading.clear()
             leading.step_down(
-                f"{self.node.node_name} no longer leads partition {self.index} of this "
+                f"{self.context.node_name} no longer leads partition {self.index} of this "
                 "stream: what it had not committed is the new leader's to keep or drop")
             self.left_lead()
-            self.node.core.streams.leader_moved(self.service)
+            self.context.core.streams.leader_moved(self.service)
             log.info("replica.stepped_down", extra={
                 "stream": self.storage, "partition": self.index, "leader": self.leader_node,
-                "lease_lost": self.node.lease_lost.is_set()})
+                "lease_lost": self.context.lease_lost.is_set()})
             leader.close()
-            self.node.leading.pop((self.storage, self.index), None)
+            self.context.leading.pop((self.storage, self.index), None)
 
     def took_lead(self) -> None:
         """This node has just been elected and takes writes (a hook: see quorum)."""
@@ -205,7 +216,7 @@ class PartitionRole:
     async def _write_isr(self, isr: list[str]) -> bool:
         """Record a new in-sync set, only while this node still leads in its epoch."""
         try:
-            return await self.node.etcd.txn(
+            return await self.context.etcd.txn(
                 [Compare(self._key("leaders"), "VALUE", self.leader_value)],
                 [put(self._key("isr"), json.dumps(isr).encode())])
         except EtcdError:
@@ -216,14 +227,14 @@ class PartitionRole:
     async def _follow(self) -> None:
         leader = self.leader_node
         assert leader is not None
-        address = self.node.nodes.get(leader)
-        port = self.node.replication_ports.get(leader)
+        peers = self.context.peers
+        address, port = peers.nodes.get(leader), peers.replication_ports.get(leader)
         if address is None or port is None:
             await self.wait_changed(0.5)
             return
         following = self.service.follow()
         last = following.last_chunk()
-        hello = wire.Hello(self.node.peers.secret, self.storage, self.index, self.node.node_name,
+        hello = wire.Hello(peers.secret, self.storage, self.index, peers.me,
                            int(self.leader["epoch"]) if self.leader else 0,
                            following.next_offset, last[0] if last else -1,
                            last[1] if last else 0)
