@@ -7,7 +7,7 @@ import time
 import pytest
 
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.broker.cluster_view import Settlement
+from mainstem.broker.amqp.queues.remote import Settlement
 from mainstem.cluster import relay_wire as rw
 from mainstem.cluster.wire import FRAME, FrameType, WireError
 

@@ -7,7 +7,6 @@ it knows this interface, which the cluster node implements. Without a cluster,
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -108,10 +107,3 @@ class IdRegistry(Protocol):
     async def leave(self, namespace: str, topic: str, group: str, client_id: int) -> None:
         """A client of this node left a consumer group (or disconnected)."""
 
-
-class Settlement(enum.IntEnum):
-    """What a node tells a queue's home about a message relayed to one of its clients."""
-
-    ACK = 1
-    REJECT = 2  # dead-lettered if the queue says so
-    REQUEUE = 3

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.broker.amqp.queues.remote import NotHere, RelayedMessage, RelaySubscriber
-from mainstem.broker.cluster_view import Settlement
+from mainstem.broker.amqp.queues.remote import NotHere, RelayedMessage, RelaySubscriber, Settlement
 from mainstem.broker.errors import AccessRefused, BrokerError, NotFound
 from mainstem.cluster import relay_wire as rw
 from mainstem.cluster.leader import read_frame

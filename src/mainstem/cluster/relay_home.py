@@ -18,8 +18,7 @@ from typing import Any
 from mainstem.broker.amqp.queues.manager import QueueManager
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
-from mainstem.broker.amqp.queues.remote import NotHere, RemoteQueue
-from mainstem.broker.cluster_view import Settlement
+from mainstem.broker.amqp.queues.remote import NotHere, RemoteQueue, Settlement
 from mainstem.broker.errors import BrokerError
 from mainstem.cluster import relay_wire as rw
 from mainstem.cluster.leader import read_frame

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mainstem.broker.amqp.queues.message import QueueMessage
-from mainstem.broker.amqp.queues.remote import RelayedMessage
-from mainstem.broker.cluster_view import Settlement
+from mainstem.broker.amqp.queues.remote import RelayedMessage, Settlement
 from mainstem.cluster.wire import FrameType, WireError, frame
 
 # A message as large as a client may publish (128 MiB body, properties within one

@@ -11,13 +11,13 @@ cluster implements, and refuses them (naming the home) while it cannot reach it.
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue, Consumer
-from mainstem.broker.cluster_view import Settlement
 from mainstem.broker.errors import PreconditionFailed
 
 # Deliveries a home may have in flight to a consumer without a prefetch (or a no-ack one):
@@ -40,6 +40,14 @@ class RelayedMessage(QueueMessage):
         self.delivery = delivery  # the home's id of this delivery
         self.route = route  # the link it came over: ids mean nothing on another one
         self.delivery_count = delivery_count
+
+
+class Settlement(enum.IntEnum):
+    """What a node tells a queue's home about a message relayed to one of its clients."""
+
+    ACK = 1
+    REJECT = 2  # dead-lettered if the queue says so
+    REQUEUE = 3
 
 
 class RelaySubscriber(Protocol):
