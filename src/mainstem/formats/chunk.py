@@ -230,10 +230,6 @@ class Entry:
     compression: int = 0
     uncompressed_length: int = 0
 
-    @property
-    def is_sub_batch(self) -> bool:
-        return self.num_records != 1 or self.compression != 0 or self.uncompressed_length != 0
-
 
 def iter_entries(data: bytes | memoryview, num_entries: int) -> Iterator[Entry]:
     """Walk the data section; raise CorruptChunk if it does not hold `num_entries`."""

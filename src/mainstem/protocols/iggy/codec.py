@@ -166,9 +166,6 @@ class Reader:
         value: int = U64.unpack(self.take(8))[0]
         return value
 
-    def u128(self) -> int:
-        return int.from_bytes(self.take(16), "little")
-
     def name(self, what: str) -> str:
         """u8 length + UTF-8, 1..255 bytes."""
         raw = self.take(self.u8())

@@ -186,13 +186,6 @@ class StreamConnection:
         if asyncio.iscoroutine(result):
             await result
 
-    def _write_staged(self) -> None:
-        """One chunk per partition for the frames of one read, as Osiris batches its
-        pending writes: they share one write, one index entry, one fsync, one Deliver."""
-        for service in self._staging:
-            service.appender.write_staged()
-        self._staging.clear()
-
     async def _release(self) -> None:
         self.state.connection_lost()
         for unwatch in self._unwatch:

@@ -12,7 +12,7 @@ import operator
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY
 from mainstem.protocols.rabbit_stream import wire
@@ -292,20 +292,27 @@ class PublishBlock(Frame):
 
 
 @dataclass(slots=True)
-class QueryPublisherSequence(Frame):
-    KEY = Key.QUERY_PUBLISHER_SEQUENCE
+class _ReferenceQuery(Frame):
+    """What a publisher's or a consumer's reference has stored on a stream: the layout of
+    QueryPublisherSequence and QueryOffset."""
+
     correlation_id: int
     reference: str
     stream: str
 
     @classmethod
-    def parse(cls, r: Reader) -> QueryPublisherSequence:
+    def parse(cls, r: Reader) -> Self:
         return cls(r.u32(), r.string(), r.string())
 
     def body(self) -> bytes:
         return (
             U32.pack(self.correlation_id) + wire.string(self.reference) + wire.string(self.stream)
         )
+
+
+@dataclass(slots=True)
+class QueryPublisherSequence(_ReferenceQuery):
+    KEY = Key.QUERY_PUBLISHER_SEQUENCE
 
 
 @dataclass(slots=True)
@@ -382,20 +389,8 @@ class StoreOffset(Frame):
 
 
 @dataclass(slots=True)
-class QueryOffset(Frame):
+class QueryOffset(_ReferenceQuery):
     KEY = Key.QUERY_OFFSET
-    correlation_id: int
-    reference: str
-    stream: str
-
-    @classmethod
-    def parse(cls, r: Reader) -> QueryOffset:
-        return cls(r.u32(), r.string(), r.string())
-
-    def body(self) -> bytes:
-        return (
-            U32.pack(self.correlation_id) + wire.string(self.reference) + wire.string(self.stream)
-        )
 
 
 @dataclass(slots=True)

@@ -282,10 +282,9 @@ class OpenResponse(Frame):
 
 
 @dataclass(slots=True)
-class RouteResponse(Frame):
-    """Today's layout is an array of streams (the seed shows a single string)."""
+class _SuperStreamReply(Frame):
+    """A super stream's streams: the layout of the replies to Route and to Partitions."""
 
-    KEY = Key.ROUTE | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     streams: list[str]
@@ -299,18 +298,15 @@ class RouteResponse(Frame):
 
 
 @dataclass(slots=True)
-class PartitionsResponse(Frame):
+class RouteResponse(_SuperStreamReply):
+    """Today's layout is an array of streams (the seed shows a single string)."""
+
+    KEY = Key.ROUTE | RESPONSE_FLAG
+
+
+@dataclass(slots=True)
+class PartitionsResponse(_SuperStreamReply):
     KEY = Key.PARTITIONS | RESPONSE_FLAG
-    correlation_id: int
-    response_code: int
-    streams: list[str]
-
-    @classmethod
-    def parse(cls, r: Reader) -> Self:
-        return cls(r.u32(), r.u16(), r.strings())
-
-    def body(self) -> bytes:
-        return CORR_CODE.pack(self.correlation_id, self.response_code) + wire.strings(self.streams)
 
 
 @dataclass(slots=True)

@@ -20,7 +20,6 @@ HEADER = struct.Struct(">iI")
 LONG = struct.Struct(">q")
 INT = struct.Struct(">i")
 U16 = struct.Struct(">H")
-BLOCK = struct.Struct(">16sqi")  # connection id, connection offset, length
 DEFAULT_MAX_FRAME = (1 << 24) - 1
 
 
