@@ -83,8 +83,7 @@ class Consuming:
 
     def on_subscribe(self, frame: f.Subscribe) -> None:
         try:
-            self.session.check("read", frame.stream)
-            stream, partition = self.session.resolve(frame.stream)
+            stream, partition = self.session.resolve(frame.stream, checking="read")
         except BrokerError as error:
             self.session.respond(Key.SUBSCRIBE, frame.correlation_id, response_code(error))
             return
@@ -217,8 +216,7 @@ class Consuming:
 
     def on_resolve_offset_spec(self, frame: f.ResolveOffsetSpec) -> None:
         try:
-            self.session.check("read", frame.stream)
-            _, partition = self.session.resolve(frame.stream)
+            _, partition = self.session.resolve(frame.stream, checking="read")
         except BrokerError as error:
             self.session.send(r.ResolveOffsetSpecResponse(
                 frame.correlation_id, response_code(error), OffsetType.OFFSET, 0))

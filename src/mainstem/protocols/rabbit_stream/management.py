@@ -163,8 +163,7 @@ class Management:
 
     def on_stream_stats(self, frame: f.StreamStats) -> None:
         try:
-            self.session.check("read", frame.stream)  # before the look-up, as RabbitMQ does
-            _, partition = self.session.resolve(frame.stream)
+            _, partition = self.session.resolve(frame.stream, checking="read")
         except BrokerError as error:
             self.session.send(r.StreamStatsResponse(frame.correlation_id, response_code(error),
                                                     {}))

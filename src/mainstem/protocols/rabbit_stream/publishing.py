@@ -58,8 +58,7 @@ class Publishing:
 
     def on_declare_publisher(self, frame: f.DeclarePublisher) -> None:
         try:
-            self.session.check("write", frame.stream)
-            _, partition = self.session.resolve(frame.stream)
+            _, partition = self.session.resolve(frame.stream, checking="write")
         except BrokerError as error:
             self.session.respond(Key.DECLARE_PUBLISHER, frame.correlation_id,
                                  response_code(error))
@@ -138,8 +137,7 @@ class Publishing:
 
     async def on_query_publisher_sequence(self, frame: f.QueryPublisherSequence) -> None:
         try:
-            self.session.check("read", frame.stream)
-            _, partition = self.session.resolve(frame.stream)
+            _, partition = self.session.resolve(frame.stream, checking="read")
         except BrokerError as error:
             self.send(r.QueryPublisherSequenceResponse(frame.correlation_id,
                                                        response_code(error), 0))

@@ -43,7 +43,12 @@ class Session:
         self.tasks.append(task)
         return task
 
-    def resolve(self, name: str) -> tuple[Stream, PartitionService]:
+    def resolve(self, name: str, *, checking: str | None = None
+                ) -> tuple[Stream, PartitionService]:
+        """The stream and partition `name` stands for; `checking` the user's permission on
+        it (read, write) first, before the look-up as RabbitMQ does."""
+        if checking is not None:
+            self.check(checking, name)
         stream, index = self.core.streams.resolve(self.namespace, name)
         return stream, stream.services[index]
 
