@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy import vsr
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
+from mainstem.protocols.iggy.commands import LoginUser
 from mainstem.protocols.iggy.layouts import SEED, VSR, SeedLayout
 
 ANONYMOUS_COMMANDS = frozenset((Code.PING, Code.LOGIN_USER))  # allowed before a login
@@ -153,13 +154,10 @@ class IggyState:
         return Execute(request, code, payload)
 
     def _login_user(self, request: c.Request | vsr.Frame, r: c.Reader) -> Login:
-        username, password = r.name("username"), r.name("password")
-        if r.remaining:  # version and context, u32-length strings, informative only
-            r.long_string()
-            r.long_string()
+        login = LoginUser.decode(r)  # its version and context are informative only
         r.end()
         self.phase = Phase.AUTHENTICATING
-        return Login(request, username, password, register=False)
+        return Login(request, login.username, login.password, register=False)
 
     def _register(self, frame: vsr.Frame) -> Action:
         """The login of the replicated framing: versions, credentials, a session."""
