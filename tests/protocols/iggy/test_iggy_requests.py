@@ -1,5 +1,6 @@
-"""The server's request readers (requests.py) read what mainstem's client encodes
-(commands.py) in the seed generation, and the replicated generation's own forms."""
+"""The server's request readers (requests.py, and the login in state.py) read what
+mainstem's client encodes (commands.py) in the seed generation, and the replicated
+generation's own forms."""
 
 from __future__ import annotations
 
@@ -15,8 +16,19 @@ from mainstem.protocols.iggy import commands as cmd
 from mainstem.protocols.iggy import layouts, records
 from mainstem.protocols.iggy import requests as rq
 from mainstem.protocols.iggy.codec import Code
+from mainstem.protocols.iggy.state import IggyState, Login
 
-from .test_iggy_codec import consumers, group_idents, headers, idents, names, u8, u32, u64
+from .test_iggy_codec import (
+    consumers,
+    group_idents,
+    headers,
+    idents,
+    long_strings,
+    names,
+    u8,
+    u32,
+    u64,
+)
 
 SEED, VSR = layouts.SEED, layouts.VSR
 messages = st.builds(cmd.Message, st.binary(max_size=40), st.integers(1, 2**128 - 1), headers)
@@ -110,9 +122,19 @@ def test_seed_management_requests(stream: rq.Ident, name: rq.Ident, number: int,
     assert read_body(rq.read_new_group, SEED, new_group.encode()) == rq.CreateGroup(
         ref, number, text)
     got = read_body(rq.read_new_topic, SEED, create.encode())
-    assert got == rq.CreateTopic(create.stream, cmd.NewTopic(
+    assert got == rq.CreateTopic(create.stream, layouts.NewTopic(
         create.topic_id, create.partitions, create.expiry_us, create.max_size, create.name,
         create.compression, create.replication_factor))
+
+
+@settings(max_examples=60)
+@given(st.builds(cmd.LoginUser, names, names, long_strings, long_strings))
+def test_a_seed_login_reads_as_its_credentials(login: cmd.LoginUser) -> None:
+    state = IggyState(1, {Code.LOGIN_USER}, "test")
+    assert state.tell_framing(c.encode_request(Code.PING))
+    read = state.receive(c.Request(Code.LOGIN_USER, memoryview(login.encode())))
+    assert isinstance(read, Login)
+    assert (read.username, read.password) == (login.username, login.password)
 
 
 def vsr_partition(partition: int | None) -> bytes:

@@ -257,26 +257,10 @@ POLL_REPLY_HEADER = struct.Struct("<IQI")  # partition id, current offset, count
 SEND_MESSAGE_HEADER = struct.Struct("<16sI")  # id, headers length
 
 
-@dataclass(slots=True)
-class SentMessage:
-    id: int
-    headers: bytes  # Iggy binary header map, kept as sent
-    payload: memoryview
-
-
-def read_messages(reader: Reader) -> list[SentMessage]:
-    """The rest of a SEND_MESSAGES body: id u128, headers length u32 + headers,
-    payload length u32 + payload, repeated."""
-    return read_each(reader, sent_message)
-
-
-def sent_message(raw_id: bytes, headers: bytes, payload: memoryview) -> SentMessage:
-    return SentMessage(int.from_bytes(raw_id, "little"), headers, payload)
-
-
 def read_each(reader: Reader, make: Callable[[bytes, bytes, memoryview], T]) -> list[T]:
     """`make(id as sent (u128 LE), headers, payload)` of each message that ends a
-    SEND_MESSAGES body (headers checked). One tight loop: this is the hot path."""
+    SEND_MESSAGES body: id u128, headers length u32 + headers (checked), payload length
+    u32 + payload, repeated. One tight loop: this is the hot path."""
     buf, pos, end = reader.buf, reader.pos, len(reader.buf)
     made = []
     unpack_head, unpack_u32 = SEND_MESSAGE_HEADER.unpack_from, U32.unpack_from

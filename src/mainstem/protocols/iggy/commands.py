@@ -1,11 +1,10 @@
-"""Iggy commands of the 2024 generation both ways, sans-IO: each request a client encodes
-and the server decodes, each reply the server encodes and a client decodes.
+"""Iggy commands of the 2024 generation both ways, sans-IO: each request a client encodes,
+each reply the server encodes and a client decodes.
 
 `encode()` gives a request's payload (`codec.encode_request` adds the length and code) or
-a reply's payload (`codec.encode_response` adds status and length); `decode(reader)` reads
-one back. The server's 2024 layout (`layouts.SEED`) reads and writes its bodies with the
-`read_*` functions and reply types here, so a request that round-trips here is one the
-server understands.
+a reply's payload (`codec.encode_response` adds status and length); a reply's
+`decode(reader)` reads one back. The server reads the requests with `requests.py` (through
+`layouts`), whose tests read what these encode; it reads LOGIN_USER with its `decode`.
 """
 
 from __future__ import annotations
@@ -61,46 +60,6 @@ def _consumer(consumer: c.Consumer) -> bytes:
     return bytes((consumer.kind,)) + c.encode_identifier(consumer.id)
 
 
-# -- request bodies the server reads (layouts.SEED) ---------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    wanted: int  # a requested id, 0 for the next free one
-    partitions: int
-    expiry_us: int
-    max_size: int
-    name: str
-    # Read and kept, not acted on: stored uncompressed, on one node.
-    compression: int = 1
-    replication_factor: int = 1
-
-
-def read_new_stream(r: Reader) -> tuple[int, str]:
-    return r.u32(), r.name("stream name")
-
-
-def read_new_topic(r: Reader) -> NewTopic:
-    """What follows the stream of CREATE_TOPIC (NEW_TOPIC and a name); the seed sends
-    the two ids and the name only."""
-    wanted, partitions = r.u32(), r.u32()
-    if r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]:  # only a name
-        return NewTopic(wanted, partitions, 0, 0, r.name("topic name"))
-    compression, expiry_us, max_size, replication_factor = r.u8(), r.u64(), r.u64(), r.u8()
-    return NewTopic(wanted, partitions, expiry_us, max_size, r.name("topic name"), compression,
-                    replication_factor)
-
-
-def read_new_group(r: Reader) -> tuple[int, str]:
-    wanted = r.u32()
-    return wanted, r.name("consumer group name") if r.remaining else str(wanted)
-
-
-def read_group(r: Reader) -> Ident:
-    """The group a request names: the seed sends a u32 id, the 0.6 client an identifier."""
-    return r.u32() if r.remaining == 4 else r.identifier()
-
-
 # -- requests -----------------------------------------------------------------
 
 
@@ -132,10 +91,6 @@ class GetClient:
     def encode(self) -> bytes:
         return U32.pack(self.client_id)
 
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        return cls(r.u32())
-
 
 @dataclass(frozen=True, slots=True)
 class CreateStream:
@@ -145,10 +100,6 @@ class CreateStream:
 
     def encode(self) -> bytes:
         return U32.pack(self.stream_id) + c.encode_name(self.name)
-
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        return cls(*read_new_stream(r))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +112,6 @@ class StreamCommand:
     def encode(self) -> bytes:
         return c.encode_identifier(self.stream)
 
-    @classmethod
-    def decode(cls, code: int, r: Reader) -> Self:
-        return cls(code, r.identifier())
-
 
 @dataclass(frozen=True, slots=True)
 class TopicCommand:
@@ -176,10 +123,6 @@ class TopicCommand:
 
     def encode(self) -> bytes:
         return _pair(self.stream, self.topic)
-
-    @classmethod
-    def decode(cls, code: int, r: Reader) -> Self:
-        return cls(code, r.identifier(), r.identifier())
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,13 +143,6 @@ class CreateTopic:
                                  self.max_size, self.replication_factor)
                 + c.encode_name(self.name))
 
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        stream = r.identifier()
-        t = read_new_topic(r)
-        return cls(stream, t.wanted, t.partitions, t.expiry_us, t.max_size, t.name,
-                   t.compression, t.replication_factor)
-
 
 @dataclass(frozen=True, slots=True)
 class PartitionsCommand:
@@ -219,10 +155,6 @@ class PartitionsCommand:
 
     def encode(self) -> bytes:
         return _pair(self.stream, self.topic) + U32.pack(self.count)
-
-    @classmethod
-    def decode(cls, code: int, r: Reader) -> Self:
-        return cls(code, r.identifier(), r.identifier(), r.u32())
 
 
 @dataclass(slots=True)
@@ -264,15 +196,6 @@ class SendMessages:
         return b"".join([_pair(self.stream, self.topic), self.partitioning.encode(),
                          *[m.encode() for m in self.messages]])
 
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        stream, topic = r.identifier(), r.identifier()
-        kind, length = r.u8(), r.u8()
-        partitioning = Partitioning(kind, bytes(r.take(length)))
-        messages = [Message(bytes(m.payload), m.id, decode_headers(m.headers))
-                    for m in c.read_messages(r)]
-        return cls(stream, topic, partitioning, messages)
-
 
 @dataclass(frozen=True, slots=True)
 class PollMessages:
@@ -291,13 +214,6 @@ class PollMessages:
                 + POLL_TAIL.pack(self.partition_id, self.polling, self.value, self.count,
                                  self.auto_commit))
 
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        consumer = c.read_consumer(r, POLL_TAIL.size)
-        stream, topic = r.identifier(), r.identifier()
-        partition_id, polling, value, count, auto_commit = POLL_TAIL.unpack(r.take(POLL_TAIL.size))
-        return cls(consumer, stream, topic, partition_id, polling, value, count, bool(auto_commit))
-
 
 @dataclass(frozen=True, slots=True)
 class StoreConsumerOffset:
@@ -312,12 +228,6 @@ class StoreConsumerOffset:
         return (_consumer(self.consumer) + _pair(self.stream, self.topic)
                 + STORED_OFFSET.pack(self.partition_id, self.offset))
 
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        consumer = c.read_consumer(r, STORED_OFFSET.size)
-        stream, topic = r.identifier(), r.identifier()
-        return cls(consumer, stream, topic, *STORED_OFFSET.unpack(r.take(STORED_OFFSET.size)))
-
 
 @dataclass(frozen=True, slots=True)
 class GetConsumerOffset:
@@ -331,11 +241,6 @@ class GetConsumerOffset:
         return _consumer(self.consumer) + _pair(self.stream, self.topic) + \
             U32.pack(self.partition_id)
 
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        consumer = c.read_consumer(r, U32.size)
-        return cls(consumer, r.identifier(), r.identifier(), r.u32())
-
 
 @dataclass(frozen=True, slots=True)
 class CreateConsumerGroup:
@@ -348,11 +253,6 @@ class CreateConsumerGroup:
     def encode(self) -> bytes:
         return _pair(self.stream, self.topic) + U32.pack(self.group_id) + \
             c.encode_name(self.name)
-
-    @classmethod
-    def decode(cls, r: Reader) -> Self:
-        stream, topic = r.identifier(), r.identifier()
-        return cls(stream, topic, *read_new_group(r))
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,10 +268,6 @@ class GroupCommand:
 
     def encode(self) -> bytes:
         return _pair(self.stream, self.topic) + c.encode_identifier(self.group)
-
-    @classmethod
-    def decode(cls, code: int, r: Reader) -> Self:
-        return cls(code, r.identifier(), r.identifier(), read_group(r))
 
 
 # -- replies ------------------------------------------------------------------

@@ -13,13 +13,14 @@ indexes from 0.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
 from mainstem.protocols.iggy import batch, commands, records
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy.codec import Code, ErrorCode, IggyError
-from mainstem.protocols.iggy.commands import NewTopic, StreamInfo, TopicInfo
+from mainstem.protocols.iggy.commands import StreamInfo, TopicInfo
 from mainstem.protocols.iggy.records import Stored
 
 VSR_TOPIC_INFO = struct.Struct("<IQIQBQQQ")  # the same without replicas
@@ -30,6 +31,18 @@ OPTION_EXPIRY = "message_expiry"
 OPTION_MAX_SIZE = "max_topic_size"
 
 
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    wanted: int  # a requested id, 0 for the next free one
+    partitions: int
+    expiry_us: int
+    max_size: int
+    name: str
+    # Read and kept, not acted on: stored uncompressed, on one node.
+    compression: int = 1
+    replication_factor: int = 1
+
+
 class SeedLayout:
     name = "2024"
     partition_base = 1
@@ -37,17 +50,25 @@ class SeedLayout:
     unsupported: frozenset[int] = frozenset()
 
     def new_stream(self, r: c.Reader) -> tuple[int, str]:
-        return commands.read_new_stream(r)
+        return r.u32(), r.name("stream name")
 
     def new_topic(self, r: c.Reader) -> NewTopic:
-        return commands.read_new_topic(r)
+        """What follows the stream of CREATE_TOPIC (NEW_TOPIC and a name); the seed sends
+        the two ids and the name only."""
+        wanted, partitions = r.u32(), r.u32()
+        if r.remaining > 0 and r.remaining == 1 + r.buf[r.pos]:  # only a name
+            return NewTopic(wanted, partitions, 0, 0, r.name("topic name"))
+        compression, expiry_us, max_size, replication_factor = r.u8(), r.u64(), r.u64(), r.u8()
+        return NewTopic(wanted, partitions, expiry_us, max_size, r.name("topic name"),
+                        compression, replication_factor)
 
     def new_group(self, r: c.Reader) -> tuple[int, str]:
-        return commands.read_new_group(r)
+        wanted = r.u32()
+        return wanted, r.name("consumer group name") if r.remaining else str(wanted)
 
     def group(self, r: c.Reader) -> int | str:
         """The group a request names: the seed sends a u32 id, the 0.6 client an identifier."""
-        return commands.read_group(r)
+        return r.u32() if r.remaining == 4 else r.identifier()
 
     def send_prefix(self, r: c.Reader) -> None:
         """What comes before the stream and topic identifiers."""

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from mainstem.protocols.iggy import codec as c
-from mainstem.protocols.iggy.commands import NewTopic
-from mainstem.protocols.iggy.layouts import SeedLayout
+from mainstem.protocols.iggy.layouts import NewTopic, SeedLayout
 
 Ident = int | str
 T = TypeVar("T")
