@@ -204,13 +204,17 @@ async def list_users(request: web.Request) -> web.Response:
     return list_response(request, [_user_row(core, u) for u in core.catalog.list_users()])
 
 
-@routes.get("/api/users/{user}")
-async def get_user(request: web.Request) -> web.Response:
+def _existing_user(request: web.Request) -> UserRecord:
     name = request.match_info["user"]
     record = state_of(request).core.catalog.get_user(name)
     if record is None:
         raise NotFound(f"user '{name}' not found")
-    return web.json_response(_user_row(state_of(request).core, record))
+    return record
+
+
+@routes.get("/api/users/{user}")
+async def get_user(request: web.Request) -> web.Response:
+    return web.json_response(_user_row(state_of(request).core, _existing_user(request)))
 
 
 @routes.put("/api/users/{user}")
@@ -254,11 +258,7 @@ def _tags(value: object) -> tuple[str, ...]:
 
 @routes.delete("/api/users/{user}")
 async def delete_user(request: web.Request) -> web.Response:
-    name = request.match_info["user"]
-    core = state_of(request).core
-    if core.catalog.get_user(name) is None:
-        raise NotFound(f"user '{name}' not found")
-    core.auth.delete_user(name)
+    state_of(request).core.auth.delete_user(_existing_user(request).name)
     return no_content()
 
 
@@ -295,15 +295,10 @@ async def get_permission(request: web.Request) -> web.Response:
 
 @routes.put("/api/permissions/{vhost}/{user}")
 async def put_permission(request: web.Request) -> web.Response:
-    user, vhost = request.match_info["user"], request.match_info["vhost"]
     body = await read_body(request)
-    core = state_of(request).core
-    for what, missing in (("user", core.catalog.get_user(user) is None),
-                          ("virtual host", core.catalog.get_namespace(vhost) is None)):
-        if missing:
-            raise NotFound(f"{what} '{user if what == 'user' else vhost}' not found")
+    user, vhost = _existing_user(request).name, _existing_vhost(request)
     patterns = {kind: body.get(kind, "") for kind in PERMISSION_KINDS}
-    core.auth.set_permissions(user, vhost, **patterns)
+    state_of(request).core.auth.set_permissions(user, vhost, **patterns)
     return no_content()
 
 
