@@ -600,15 +600,12 @@ def _dec_char(buf: memoryview, pos: int, end: int, depth: int) -> tuple[Char, in
     return Char(chr(code_point)), pos + 4
 
 
-def _dec_uuid(buf: memoryview, pos: int, end: int, depth: int) -> tuple[uuid.UUID, int]:
-    stop = pos + 16
-    if stop > end:
-        raise _truncated()
-    return uuid.UUID(bytes=bytes(buf[pos:stop])), stop
-
-
 def _bytes(raw: memoryview) -> bytes:
     return bytes(raw)
+
+
+def _uuid(raw: memoryview) -> uuid.UUID:
+    return uuid.UUID(bytes=bytes(raw))
 
 
 def _utf8(raw: memoryview) -> str:
@@ -781,7 +778,7 @@ for _code, _decoder in {
     0x83: _dec_fixed(_I64, Timestamp),
     0x84: _dec_raw(8, Decimal64),
     0x94: _dec_raw(16, Decimal128),
-    0x98: _dec_uuid,
+    0x98: _dec_raw(16, _uuid),
     0xA0: _dec_variable(_U8, _bytes),
     0xA1: _dec_variable(_U8, _utf8),
     0xA3: _dec_variable(_U8, _symbol),
