@@ -19,7 +19,7 @@ import resource
 import signal
 import socket
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, SupportsIndex
 from urllib.parse import quote
@@ -140,18 +140,13 @@ class Broker:
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self._handshakes = Handshakes(0, 0)  # connections not logged in, set by start()
         self.ports: dict[str, int] = {}
-        self._hosts: dict[str, str] = {}
+        self.hosts: dict[str, str] = {}  # the bind address of each listener, as `ports`
 
     @property
     def core(self) -> BrokerCore:
         if self._core is None:
             raise RuntimeError("the broker is not running")
         return self._core
-
-    @property
-    def hosts(self) -> dict[str, str]:
-        """The bind address of each running listener (a live view, as `ports` is)."""
-        return self._hosts
 
     @property
     def urls(self) -> dict[str, str]:
@@ -161,7 +156,7 @@ class Broker:
         urls = {}
         for name, port in self.ports.items():
             template = _URL_TEMPLATES.get(name, name + "://{host}:{port}")
-            host = _url_host(self._hosts[name])
+            host = _url_host(self.hosts[name])
             urls[name] = template.format(user=user, password=password, host=host, port=port)
         return urls
 
@@ -258,7 +253,7 @@ class Broker:
     async def _join_cluster(self) -> None:
         """Join the cluster once the listeners are bound: other nodes learn their ports."""
         settings = self.config.cluster
-        host = self._hosts.get("stream") or next(iter(self._hosts.values()), "127.0.0.1")
+        host = self.hosts.get("stream") or next(iter(self.hosts.values()), "127.0.0.1")
         advertise = settings.advertise_host or (socket.gethostname() if host in ("0.0.0.0", "::")
                                                 else host)
         self.cluster = ClusterNode(self.core, list(settings.etcd), settings.node_name,
@@ -286,19 +281,20 @@ class Broker:
             return asyncio.StreamReaderProtocol(FirstBytesReader(spec, limit, loop),
                                                 on_connection)
 
+        await self._bind(name, accept, host, port, tls)
+
+    async def _bind(self, name: str, accept: Callable[[], asyncio.BaseProtocol], host: str,
+                    port: int, tls: ssl.SSLContext | None) -> None:
         try:
-            server = await loop.create_server(
+            server = await asyncio.get_running_loop().create_server(
                 accept, host, port, backlog=LISTEN_BACKLOG, ssl=tls,
                 ssl_handshake_timeout=self._handshake_timeout_s if tls else None,
             )
         except OSError as exc:
             raise ListenerBindError(name, host, port, _bind_reason(exc)) from exc
         self._servers.append(server)
-        self._bound(name, host, server.sockets[0].getsockname()[1])
-
-    def _bound(self, name: str, host: str, port: int) -> None:
-        self.ports[name] = port
-        self._hosts[name] = host
+        self.ports[name] = port = server.sockets[0].getsockname()[1]
+        self.hosts[name] = host
         log.info("listener.started", extra={"listener": name, "host": host, "port": port})
 
     async def _start_http(self, tls: ssl.SSLContext | None) -> None:
@@ -310,7 +306,7 @@ class Broker:
 
         state = AdminState(
             core=self.core, connections=self.connections, monitor=self.alarm_monitor,
-            listeners=self.ports, hosts=self._hosts, certfile=self.config.tls.certfile,
+            listeners=self.ports, hosts=self.hosts, certfile=self.config.tls.certfile,
             identity=self.config.identity, on_login=self._handshakes.end)
         admin = create_app(state, served_metrics=self.config.admin_metrics,
                            per_object_metrics=self.config.return_per_object_metrics)
@@ -352,15 +348,7 @@ class Broker:
             return _HttpHandshake(http(), self._handshakes)
 
         for site, port, context in sites:
-            try:
-                server = await asyncio.get_running_loop().create_server(
-                    accept, listener.host, port, ssl=context, backlog=LISTEN_BACKLOG,
-                    ssl_handshake_timeout=self._handshake_timeout_s if context else None,
-                )
-            except OSError as exc:
-                raise ListenerBindError(site, listener.host, port, _bind_reason(exc)) from exc
-            self._servers.append(server)
-            self._bound(site, listener.host, server.sockets[0].getsockname()[1])
+            await self._bind(site, accept, listener.host, port, context)
 
     async def _stop_http(self) -> None:
         runners, self._http_runners = self._http_runners, []
