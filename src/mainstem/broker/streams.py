@@ -271,9 +271,7 @@ class StreamStore:
             self.replication.resized(stream, partitions + len(doomed))
         for index, service in enumerate(doomed, start=partitions):
             await service.close()
-            trash = self._discard(stream.directory / str(index))
-            if trash is not None:
-                await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
+            await self._remove(stream.directory / str(index))
         return stream
 
     async def delete(self, namespace: str, name: str) -> None:
@@ -289,9 +287,7 @@ class StreamStore:
             watcher(stream)
         for service in stream.services:
             await service.close()
-        trash = self._discard(stream.directory)
-        if trash is not None:
-            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
+        await self._remove(stream.directory)
 
     async def delete_namespace(self, namespace: str) -> None:
         for stream in self.list(namespace):
@@ -304,6 +300,11 @@ class StreamStore:
             for stream in self._open.values()
             for partition in stream.partitions
         )
+
+    async def _remove(self, directory: Path) -> None:
+        trash = self._discard(directory)
+        if trash is not None:
+            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
 
     def _discard(self, directory: Path) -> Path | None:
         """Move a directory into the trash (emptied on open): a rename is atomic, so
