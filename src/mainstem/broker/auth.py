@@ -97,18 +97,10 @@ def verify_password(password: str, password_hash: str) -> bool:
         if prefix != _SCRYPT_PREFIX:
             return False
         expected_key = base64.b64decode(expected, validate=True)
-        key = _scrypt(
-            password,
-            base64.b64decode(salt, validate=True),
-            int(n),
-            int(r),
-            int(p),
-            len(expected_key),
-        )
-    except (
-        ValueError,
-        OverflowError,
-    ):  # wrong field count, bad base64 or integers, costs OpenSSL refuses
+        key = _scrypt(password, base64.b64decode(salt, validate=True), int(n), int(r), int(p),
+                      len(expected_key))
+    # wrong field count, bad base64 or integers, costs OpenSSL refuses
+    except (ValueError, OverflowError):
         return False
     return hmac.compare_digest(key, expected_key)
 
