@@ -192,14 +192,9 @@ class ServerConfig:
     identity: ServerIdentity = DEFAULT_IDENTITY
 
     @classmethod
-    def defaults(
-        cls,
-        protocols: Sequence[ProtocolSpec] | None = None,
-        *,
-        data_dir: Path | str = Path("data"),
-        host: str = DEFAULT_HOST,
-        port: int | None = None,
-    ) -> ServerConfig:
+    def defaults(cls, protocols: Sequence[ProtocolSpec] | None = None, *,
+                 data_dir: Path | str = Path("data"), host: str = DEFAULT_HOST,
+                 port: int | None = None) -> ServerConfig:
         """Every protocol listening on `host`, on its default port unless `port` (0: ephemeral)."""
         specs = all_protocols() if protocols is None else protocols
         listeners = {
@@ -600,12 +595,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_config(
-    args: argparse.Namespace | None = None,
-    environ: Mapping[str, str] | None = None,
-    *,
-    protocols: Sequence[ProtocolSpec] | None = None,
-) -> ServerConfig:
+def load_config(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None, *,
+                protocols: Sequence[ProtocolSpec] | None = None) -> ServerConfig:
     """Merge defaults, the TOML file, the environment (default os.environ) and parsed flags."""
     environ = os.environ if environ is None else environ
     specs = all_protocols() if protocols is None else protocols

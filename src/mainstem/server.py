@@ -95,17 +95,10 @@ class Broker:
     `host` and `port_overrides` still apply on top of either.
     """
 
-    def __init__(
-        self,
-        data_dir: Path | str | None = None,
-        *,
-        config: ServerConfig | None = None,
-        host: str | None = None,
-        port_overrides: Mapping[str, int] | None = None,
-        protocols: Sequence[ProtocolSpec] | None = None,
-        shutdown_grace_s: float = SHUTDOWN_GRACE_S,
-        admin: bool | None = None,
-    ) -> None:
+    def __init__(self, data_dir: Path | str | None = None, *, config: ServerConfig | None = None,
+                 host: str | None = None, port_overrides: Mapping[str, int] | None = None,
+                 protocols: Sequence[ProtocolSpec] | None = None,
+                 shutdown_grace_s: float = SHUTDOWN_GRACE_S, admin: bool | None = None) -> None:
         self._protocols = list(all_protocols() if protocols is None else protocols)
         if config is None:
             if data_dir is None:
@@ -646,13 +639,9 @@ def default_max_connections(descriptors: int) -> int:
     return max(1, (descriptors - PROCESS_DESCRIPTORS) * 3 // 4)
 
 
-def _with_overrides(
-    config: ServerConfig,
-    protocols: Sequence[ProtocolSpec],
-    data_dir: Path | str | None,
-    host: str | None,
-    port_overrides: Mapping[str, int] | None,
-) -> ServerConfig:
+def _with_overrides(config: ServerConfig, protocols: Sequence[ProtocolSpec],
+                    data_dir: Path | str | None, host: str | None,
+                    port_overrides: Mapping[str, int] | None) -> ServerConfig:
     ports = dict(port_overrides or {})
     unknown = ports.keys() - {spec.name for spec in protocols} - {ADMIN, PROMETHEUS}
     if unknown:

@@ -545,13 +545,8 @@ class Catalog(ChangeNotifier):
 
     # -- streams ------------------------------------------------------------------
 
-    def add_stream(
-        self,
-        namespace: str,
-        name: str,
-        partitions: int = 1,
-        arguments: dict[str, Any] | None = None,
-    ) -> StreamRecord:
+    def add_stream(self, namespace: str, name: str, partitions: int = 1,
+                   arguments: dict[str, Any] | None = None) -> StreamRecord:
         validate_name(name, "stream")
         _validate_int(partitions, "partitions", 1, MAX_PARTITIONS)
         encoded = _encode_arguments(arguments or {})

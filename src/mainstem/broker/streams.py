@@ -112,12 +112,10 @@ class StreamReplication(Protocol):
 
 
 class StreamStore:
-    def __init__(
-        self, root: Path, catalog: Catalog, durability: DurabilityPolicy,
-        retention: RetentionPolicy, *, max_partitions: int = DEFAULT_MAX_PARTITIONS,
-        descriptors: DescriptorCache | None = None, gate: WriteGate | None = None,
-        fsync_timings: FsyncTimings | None = None,
-    ) -> None:
+    def __init__(self, root: Path, catalog: Catalog, durability: DurabilityPolicy,
+                 retention: RetentionPolicy, *, max_partitions: int = DEFAULT_MAX_PARTITIONS,
+                 descriptors: DescriptorCache | None = None, gate: WriteGate | None = None,
+                 fsync_timings: FsyncTimings | None = None) -> None:
         self.root = root
         self._gate = gate  # holds every partition's writers while an alarm is set
         self.max_partitions = max_partitions
@@ -212,13 +210,8 @@ class StreamStore:
 
     # -- changes -------------------------------------------------------------
 
-    def create(
-        self,
-        namespace: str,
-        name: str,
-        partitions: int = 1,
-        arguments: Mapping[str, Any] | None = None,
-    ) -> Stream:
+    def create(self, namespace: str, name: str, partitions: int = 1,
+               arguments: Mapping[str, Any] | None = None) -> Stream:
         """Create a stream; AlreadyExists if the name is taken (callers that
         declare idempotently compare the existing stream's arguments)."""
         arguments = dict(arguments or {})

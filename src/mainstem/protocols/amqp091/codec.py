@@ -91,13 +91,9 @@ class AmqpCodec:
     Connection.Tune); ``max_body_size`` caps a message's declared body size.
     """
 
-    def __init__(
-        self,
-        *,
-        frame_max: int = DEFAULT_FRAME_MAX,
-        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-        expect_protocol_header: bool = True,
-    ) -> None:
+    def __init__(self, *, frame_max: int = DEFAULT_FRAME_MAX,
+                 max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+                 expect_protocol_header: bool = True) -> None:
         self.frame_max = frame_max
         self.max_body_size = max_body_size
         self._buffer = bytearray()

@@ -82,17 +82,10 @@ class ExchangeGraph:
 
     # -- exchanges -------------------------------------------------------------
 
-    def declare_exchange(
-        self,
-        name: str,
-        exchange_type: ExchangeType | str,
-        *,
-        durable: bool = True,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: Mapping[str, Any] | None = None,
-        by_client: bool = True,
-    ) -> Exchange:
+    def declare_exchange(self, name: str, exchange_type: ExchangeType | str, *,
+                         durable: bool = True, auto_delete: bool = False, internal: bool = False,
+                         arguments: Mapping[str, Any] | None = None,
+                         by_client: bool = True) -> Exchange:
         """Create the exchange, or check that the existing one is equivalent.
 
         A client may redeclare an "amq." exchange but not create one; the
@@ -180,14 +173,8 @@ class ExchangeGraph:
 
     # -- routing ---------------------------------------------------------------
 
-    def route(
-        self,
-        exchange: str,
-        routing_key: str,
-        headers: Mapping[str, Any] | None = None,
-        *,
-        cc: Iterable[str] = (),
-    ) -> set[str]:
+    def route(self, exchange: str, routing_key: str, headers: Mapping[str, Any] | None = None, *,
+              cc: Iterable[str] = ()) -> set[str]:
         """The queues a message published to `exchange` lands in.
 
         `cc` holds the extra routing keys of the CC and BCC headers. An
