@@ -225,11 +225,9 @@ class ServerConfig:
     def core_settings(self) -> CoreSettings:
         return CoreSettings(
             durability=DurabilityPolicy(self.storage.fsync, self.storage.fsync_interval_ms),
-            retention=RetentionPolicy(
-                max_bytes=self.retention.max_bytes,
-                max_age_ms=self.retention.max_age_ms,
-                max_segment_bytes=self.retention.max_segment_bytes,
-            ),
+            retention=RetentionPolicy(max_bytes=self.retention.max_bytes,
+                                      max_age_ms=self.retention.max_age_ms,
+                                      max_segment_bytes=self.retention.max_segment_bytes),
             bootstrap_user=self.auth.default_user,
             bootstrap_password=self.auth.default_pass,
             loopback_users=self.auth.loopback_users,

@@ -298,21 +298,14 @@ def decode_method(payload: memoryview) -> Method:
     class_id, method_id = _METHOD_IDS.unpack_from(payload)
     method_class = METHODS_BY_INDEX.get(class_id << 16 | method_id)
     if method_class is None:
-        raise AmqpCodecError(
-            ReplyCode.COMMAND_INVALID,
-            f"unknown method class={class_id} method={method_id}",
-            class_id=class_id,
-            method_id=method_id,
-        )
+        raise AmqpCodecError(ReplyCode.COMMAND_INVALID,
+                             f"unknown method class={class_id} method={method_id}",
+                             class_id=class_id, method_id=method_id)
     try:
         return method_class.decode(payload[_METHOD_IDS.size :])
     except (MalformedData, struct.error, IndexError) as exc:
-        raise AmqpCodecError(
-            ReplyCode.SYNTAX_ERROR,
-            f"malformed {method_class.NAME}: {exc}",
-            class_id=class_id,
-            method_id=method_id,
-        ) from exc
+        raise AmqpCodecError(ReplyCode.SYNTAX_ERROR, f"malformed {method_class.NAME}: {exc}",
+                             class_id=class_id, method_id=method_id) from exc
 
 
 def _unexpected(channel: int, got: str, partial: _PartialContent | None) -> AmqpCodecError:

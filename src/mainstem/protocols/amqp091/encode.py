@@ -100,15 +100,8 @@ class DeliverEncoder:
             exchange_raw,
             self._U8.pack(len(routing_key_raw)),
             routing_key_raw,
-            self._HEADER_HEAD.pack(
-                FRAME_END,
-                FRAME_HEADER,
-                channel,
-                12 + len(properties_raw),
-                BasicDeliver.CLASS_ID,
-                0,
-                len(body),
-            ),
+            self._HEADER_HEAD.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(properties_raw),
+                                   BasicDeliver.CLASS_ID, 0, len(body)),
             properties_raw,
             _END,
         ]

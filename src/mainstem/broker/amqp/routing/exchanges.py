@@ -91,14 +91,8 @@ class ExchangeGraph:
         A client may redeclare an "amq." exchange but not create one; the
         server itself declares with `by_client=False`.
         """
-        requested = Exchange(
-            name,
-            ExchangeType.parse(exchange_type),
-            durable,
-            auto_delete,
-            internal,
-            arguments or {},
-        )
+        requested = Exchange(name, ExchangeType.parse(exchange_type), durable, auto_delete,
+                             internal, arguments or {})
         self._refuse_default_exchange(name)
         entry = self._exchanges.get(name)
         if entry is None:
@@ -241,14 +235,9 @@ class ExchangeGraph:
             graph.add_queue(queue)
         for record in records["exchanges"]:
             graph.declare_exchange(
-                record["name"],
-                record["type"],
-                durable=record["durable"],
-                auto_delete=record["auto_delete"],
-                internal=record["internal"],
-                arguments=record["arguments"],
-                by_client=False,
-            )
+                record["name"], record["type"], durable=record["durable"],
+                auto_delete=record["auto_delete"], internal=record["internal"],
+                arguments=record["arguments"], by_client=False)
         for record in records["bindings"]:
             binding = Binding(**record)
             if binding.source in graph._exchanges and graph._has(binding.target):
