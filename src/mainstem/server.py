@@ -268,7 +268,9 @@ class Broker:
             await self._serve_connection(spec, reader, writer, name)
 
         loop = asyncio.get_running_loop()
-        limit = self._read_buffer_limit()
+        # Buffer up to one maximum frame (within 64 KiB..4 MiB) so a handler parses every
+        # complete frame per wakeup; readexactly() of a larger frame still works.
+        limit = min(max(self.config.max_frame_size, 64 * 1024), 4 * 1024 * 1024)
 
         def accept() -> asyncio.StreamReaderProtocol:  # asyncio.start_server's, our reader
             return asyncio.StreamReaderProtocol(FirstBytesReader(spec, limit, loop),
@@ -284,7 +286,8 @@ class Broker:
                 ssl_handshake_timeout=self._handshake_timeout_s if tls else None,
             )
         except OSError as exc:
-            raise ListenerBindError(name, host, port, _bind_reason(exc)) from exc
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise ListenerBindError(name, host, port, reason) from exc
         self._servers.append(server)
         self.ports[name] = port = server.sockets[0].getsockname()[1]
         self.hosts[name] = host
@@ -358,11 +361,6 @@ class Broker:
         )
         self.alarm_monitor.check()  # alarms hold from the first connection on
         self._background.append(asyncio.get_running_loop().create_task(self.alarm_monitor.run()))
-
-    def _read_buffer_limit(self) -> int:
-        # Buffer up to one maximum frame (within 64 KiB..4 MiB) so a handler parses every
-        # complete frame per wakeup; readexactly() of a larger frame still works.
-        return min(max(self.config.max_frame_size, 64 * 1024), 4 * 1024 * 1024)
 
     @property
     def _handshake_timeout_s(self) -> float:
@@ -707,10 +705,6 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
         writer.transport.abort()
     except OSError:
         pass  # the peer reset the connection: it is closed either way
-
-
-def _bind_reason(exc: OSError) -> str:
-    return os.strerror(exc.errno).lower() if exc.errno else str(exc)
 
 
 def _format_address(address: object) -> str:

@@ -54,10 +54,6 @@ _ABSENT = object()
 Records = dict[str, list[dict[str, Any]]]
 
 
-def _no_alternate(exchange: str) -> None:
-    return None
-
-
 @dataclass
 class _Entry:
     exchange: Exchange
@@ -76,7 +72,7 @@ class ExchangeGraph:
         self.stats: dict[str, MessageStats] = {}
         # exchange name -> the alternate exchange a policy gives it (asked only when a
         # message finds no route, so a policy set or cleared holds at once)
-        self.policy_alternate: Callable[[str], str | None] = _no_alternate
+        self.policy_alternate: Callable[[str], str | None] = lambda _exchange: None
         for name, exchange_type in PREDECLARED.items():
             self._create(Exchange(name, exchange_type))
 
