@@ -416,7 +416,7 @@ def _fsync_mode(value: object) -> FsyncMode:
 
 
 _SETTINGS: dict[str, Callable[[object], object]] = {
-    "data_dir": lambda value: Path(_text(value)),
+    "data_dir": _path,
     "host": _text,
     "storage.fsync": _fsync_mode,
     "storage.fsync_interval_ms": _int_at_least(1),
