@@ -192,14 +192,9 @@ class ServerConfig:
     identity: ServerIdentity = DEFAULT_IDENTITY
 
     @classmethod
-    def defaults(
-        cls,
-        protocols: Sequence[ProtocolSpec] | None = None,
-        *,
-        data_dir: Path | str = Path("data"),
-        host: str = DEFAULT_HOST,
-        port: int | None = None,
-    ) -> ServerConfig:
+    def defaults(cls, protocols: Sequence[ProtocolSpec] | None = None, *,
+                 data_dir: Path | str = Path("data"), host: str = DEFAULT_HOST,
+                 port: int | None = None) -> ServerConfig:
         """Every protocol listening on `host`, on its default port unless `port` (0: ephemeral)."""
         specs = all_protocols() if protocols is None else protocols
         listeners = {
@@ -230,11 +225,9 @@ class ServerConfig:
     def core_settings(self) -> CoreSettings:
         return CoreSettings(
             durability=DurabilityPolicy(self.storage.fsync, self.storage.fsync_interval_ms),
-            retention=RetentionPolicy(
-                max_bytes=self.retention.max_bytes,
-                max_age_ms=self.retention.max_age_ms,
-                max_segment_bytes=self.retention.max_segment_bytes,
-            ),
+            retention=RetentionPolicy(max_bytes=self.retention.max_bytes,
+                                      max_age_ms=self.retention.max_age_ms,
+                                      max_segment_bytes=self.retention.max_segment_bytes),
             bootstrap_user=self.auth.default_user,
             bootstrap_password=self.auth.default_pass,
             loopback_users=self.auth.loopback_users,
@@ -423,7 +416,7 @@ def _fsync_mode(value: object) -> FsyncMode:
 
 
 _SETTINGS: dict[str, Callable[[object], object]] = {
-    "data_dir": lambda value: Path(_text(value)),
+    "data_dir": _path,
     "host": _text,
     "storage.fsync": _fsync_mode,
     "storage.fsync_interval_ms": _int_at_least(1),
@@ -488,62 +481,6 @@ _LISTENER_SETTINGS: dict[str, Callable[[object], object]] = {
     "advertised_port": _port,
 }
 
-_ENV_VARS = {
-    "MAINSTEM_DATA_DIR": "data_dir",
-    "MAINSTEM_HOST": "host",
-    "MAINSTEM_FSYNC": "storage.fsync",
-    "MAINSTEM_FSYNC_INTERVAL_MS": "storage.fsync_interval_ms",
-    "MAINSTEM_MAX_PARTITIONS": "storage.max_partitions",
-    "MAINSTEM_OPEN_FILES": "storage.open_files",
-    "MAINSTEM_RETENTION_MAX_BYTES": "retention.max_bytes",
-    "MAINSTEM_RETENTION_MAX_AGE": "retention.max_age",
-    "MAINSTEM_RETENTION_MAX_SEGMENT_BYTES": "retention.max_segment_bytes",
-    "MAINSTEM_MAX_FRAME_SIZE": "limits.max_frame_size",
-    "MAINSTEM_HEARTBEAT": "limits.heartbeat",
-    "MAINSTEM_MAX_CONNECTIONS": "limits.max_connections",
-    "MAINSTEM_HANDSHAKE_TIMEOUT_MS": "limits.handshake_timeout_ms",
-    "MAINSTEM_MAX_UNAUTHENTICATED_PER_ADDRESS": "limits.max_unauthenticated_per_address",
-    "MAINSTEM_MAX_UNAUTHENTICATED_CONNECTIONS": "limits.max_unauthenticated_connections",
-    "MAINSTEM_REQUEST_TIMEOUT_MS": "limits.request_timeout_ms",
-    "MAINSTEM_CHANNEL_MAX": "limits.channel_max",
-    "MAINSTEM_MAX_CONSUMERS_PER_QUEUE": "limits.max_consumers_per_queue",
-    "MAINSTEM_QUEUE_MEMORY_MESSAGES": "limits.queue_memory_messages",
-    "MAINSTEM_QUEUE_MEMORY_BYTES": "limits.queue_memory_bytes",
-    "MAINSTEM_DEFAULT_USER": "auth.default_user",
-    "MAINSTEM_DEFAULT_PASS": "auth.default_pass",
-    "MAINSTEM_LOOPBACK_USERS": "auth.loopback_users",
-    "MAINSTEM_LOG_LEVEL": "log.level",
-    "MAINSTEM_LOG_FORMAT": "log.format",
-    "MAINSTEM_ADMIN_HOST": "admin.host",
-    "MAINSTEM_ADMIN_PORT": "admin.port",
-    "MAINSTEM_ADMIN_ENABLED": "admin.enabled",
-    "MAINSTEM_ADMIN_TLS_PORT": "admin.tls_port",
-    "MAINSTEM_ADMIN_METRICS": "admin.metrics",
-    "MAINSTEM_PROMETHEUS_HOST": "prometheus.host",
-    "MAINSTEM_PROMETHEUS_PORT": "prometheus.port",
-    "MAINSTEM_PROMETHEUS_ENABLED": "prometheus.enabled",
-    "MAINSTEM_PROMETHEUS_TLS_PORT": "prometheus.tls_port",
-    "MAINSTEM_PROMETHEUS_RETURN_PER_OBJECT_METRICS": "prometheus.return_per_object_metrics",
-    "MAINSTEM_TLS_CERTFILE": "tls.certfile",
-    "MAINSTEM_TLS_KEYFILE": "tls.keyfile",
-    "MAINSTEM_TLS_CAFILE": "tls.cafile",
-    "MAINSTEM_TLS_VERIFY": "tls.verify",
-    "MAINSTEM_MEMORY_HIGH_WATERMARK": "alarms.memory_high_watermark",
-    "MAINSTEM_DISK_FREE_LIMIT": "alarms.disk_free_limit",
-    "MAINSTEM_ALARM_CHECK_INTERVAL_MS": "alarms.check_interval_ms",
-    "MAINSTEM_CLUSTER": "cluster.etcd",
-    "MAINSTEM_NODE_NAME": "cluster.node_name",
-    "MAINSTEM_ADVERTISE_HOST": "cluster.advertise_host",
-    "MAINSTEM_REPLICATION_PORT": "cluster.replication_port",
-    "MAINSTEM_LEASE_TTL": "cluster.lease_ttl",
-    "MAINSTEM_WORKERS": "server.workers",
-    "MAINSTEM_SERVER_PRODUCT": "server_properties.product",
-    "MAINSTEM_SERVER_VERSION": "server_properties.version",
-    "MAINSTEM_SERVER_PLATFORM": "server_properties.platform",
-    "MAINSTEM_SERVER_COPYRIGHT": "server_properties.copyright",
-    "MAINSTEM_SERVER_INFORMATION": "server_properties.information",
-    "MAINSTEM_CLUSTER_NAME": "server_properties.cluster_name",
-}
 _LISTENER_ENV_VAR = re.compile(
     r"MAINSTEM_(\w+?)_(HOST|PORT|ENABLED|ADVERTISED_HOST|ADVERTISED_PORT)")
 _TLS_PORT_ENV_VAR = re.compile(r"MAINSTEM_(\w+)_TLS_PORT")
@@ -619,6 +556,21 @@ _FLAGS = (
      "the cluster name clients and the management API are told (default: mainstem@HOST)"),
 )
 
+# Each flag's variable (--retention-max-age: MAINSTEM_RETENTION_MAX_AGE, but
+# MAINSTEM_PROMETHEUS_RETURN_PER_OBJECT_METRICS), and the variables of keys without a flag.
+_ENV_VARS = {
+    **{"MAINSTEM_" + flag[2:].replace("-", "_").upper(): key for flag, key, _m, _h in _FLAGS
+       if key != "prometheus.return_per_object_metrics"},
+    **{f"MAINSTEM_{key.replace('.', '_').upper()}": key
+       for key in ("prometheus.return_per_object_metrics", "admin.host", "admin.port",
+                   "admin.enabled", "admin.tls_port", "prometheus.host", "prometheus.port",
+                   "prometheus.enabled", "prometheus.tls_port")},
+    "MAINSTEM_MAX_PARTITIONS": "storage.max_partitions",
+    "MAINSTEM_OPEN_FILES": "storage.open_files",
+    "MAINSTEM_REQUEST_TIMEOUT_MS": "limits.request_timeout_ms",
+    "MAINSTEM_ALARM_CHECK_INTERVAL_MS": "alarms.check_interval_ms",
+}
+
 # dotted key -> (raw value, where it came from)
 _Layer = dict[str, tuple[object, str]]
 
@@ -641,12 +593,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_config(
-    args: argparse.Namespace | None = None,
-    environ: Mapping[str, str] | None = None,
-    *,
-    protocols: Sequence[ProtocolSpec] | None = None,
-) -> ServerConfig:
+def load_config(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None, *,
+                protocols: Sequence[ProtocolSpec] | None = None) -> ServerConfig:
     """Merge defaults, the TOML file, the environment (default os.environ) and parsed flags."""
     environ = os.environ if environ is None else environ
     specs = all_protocols() if protocols is None else protocols
@@ -798,7 +746,6 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
     # Each value was checked by its key's parser, so it has the type its field wants.
     values: dict[str, Any] = {key: _parse(key, raw, origin)
                               for key, (raw, origin) in layer.items()}
-    default = ServerConfig()
     host = values.get("host", DEFAULT_HOST)
     # --advertise-host is every listener's advertised host unless the listener sets its own
     advertise_host = values.get("cluster.advertise_host")
@@ -827,13 +774,9 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
     for name, listener in http.items():
         tls_ports[name] = values.get(f"{name}.tls_port", default_tls_port(name, listener.port))
     return ServerConfig(
-        data_dir=values.get("data_dir", default.data_dir),
         listeners=listeners,
         admin=http[ADMIN],
-        admin_metrics=values.get("admin.metrics", default.admin_metrics),
         prometheus=http[PROMETHEUS],
-        return_per_object_metrics=values.get("prometheus.return_per_object_metrics",
-                                             default.return_per_object_metrics),
         tls=section(TlsConfig, "tls"),
         tls_ports=tls_ports,
         alarms=section(AlarmConfig, "alarms"),
@@ -843,30 +786,15 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         log=section(LogConfig, "log"),
         cluster=section(ClusterConfig, "cluster"),
         identity=section(ServerIdentity, "server_properties"),
-        max_frame_size=values.get("limits.max_frame_size", default.max_frame_size),
-        heartbeat_s=values.get("limits.heartbeat", default.heartbeat_s),
-        max_connections=values.get("limits.max_connections", default.max_connections),
-        handshake_timeout_ms=values.get("limits.handshake_timeout_ms",
-                                        default.handshake_timeout_ms),
-        max_unauthenticated_per_address=values.get("limits.max_unauthenticated_per_address",
-                                                   default.max_unauthenticated_per_address),
-        max_unauthenticated_connections=values.get("limits.max_unauthenticated_connections",
-                                                   default.max_unauthenticated_connections),
-        request_timeout_ms=values.get("limits.request_timeout_ms", default.request_timeout_ms),
-        channel_max=values.get("limits.channel_max", default.channel_max),
-        max_consumers_per_queue=values.get("limits.max_consumers_per_queue",
-                                           default.max_consumers_per_queue),
-        queue_memory_messages=values.get("limits.queue_memory_messages",
-                                         default.queue_memory_messages),
-        queue_memory_bytes=values.get("limits.queue_memory_bytes", default.queue_memory_bytes),
-        max_event_size=values.get("limits.max_event_size", default.max_event_size),
-        max_unacked_events=values.get("limits.max_unacked_events",
-                                      default.max_unacked_events),
-        max_unacked_results=values.get("limits.max_unacked_results",
-                                       default.max_unacked_results),
-        projections=values.get("projections", default.projections),
-        workers=values.get("server.workers", default.workers),
+        **section(dict, "limits", heartbeat="heartbeat_s"),  # [limits] is kept flat
+        **{name: values[key] for key, name in _FLAT.items() if key in values},
     )
+
+
+# Other keys that are ServerConfig's own fields: key -> field.
+_FLAT = {"data_dir": "data_dir", "admin.metrics": "admin_metrics",
+         "prometheus.return_per_object_metrics": "return_per_object_metrics",
+         "projections": "projections", "server.workers": "workers"}
 
 
 def _http_listener(values: Mapping[str, Any], name: str, host: str, port: int

@@ -19,7 +19,7 @@ import resource
 import signal
 import socket
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, SupportsIndex
 from urllib.parse import quote
@@ -95,17 +95,10 @@ class Broker:
     `host` and `port_overrides` still apply on top of either.
     """
 
-    def __init__(
-        self,
-        data_dir: Path | str | None = None,
-        *,
-        config: ServerConfig | None = None,
-        host: str | None = None,
-        port_overrides: Mapping[str, int] | None = None,
-        protocols: Sequence[ProtocolSpec] | None = None,
-        shutdown_grace_s: float = SHUTDOWN_GRACE_S,
-        admin: bool | None = None,
-    ) -> None:
+    def __init__(self, data_dir: Path | str | None = None, *, config: ServerConfig | None = None,
+                 host: str | None = None, port_overrides: Mapping[str, int] | None = None,
+                 protocols: Sequence[ProtocolSpec] | None = None,
+                 shutdown_grace_s: float = SHUTDOWN_GRACE_S, admin: bool | None = None) -> None:
         self._protocols = list(all_protocols() if protocols is None else protocols)
         if config is None:
             if data_dir is None:
@@ -140,18 +133,13 @@ class Broker:
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self._handshakes = Handshakes(0, 0)  # connections not logged in, set by start()
         self.ports: dict[str, int] = {}
-        self._hosts: dict[str, str] = {}
+        self.hosts: dict[str, str] = {}  # the bind address of each listener, as `ports`
 
     @property
     def core(self) -> BrokerCore:
         if self._core is None:
             raise RuntimeError("the broker is not running")
         return self._core
-
-    @property
-    def hosts(self) -> dict[str, str]:
-        """The bind address of each running listener (a live view, as `ports` is)."""
-        return self._hosts
 
     @property
     def urls(self) -> dict[str, str]:
@@ -161,7 +149,7 @@ class Broker:
         urls = {}
         for name, port in self.ports.items():
             template = _URL_TEMPLATES.get(name, name + "://{host}:{port}")
-            host = _url_host(self._hosts[name])
+            host = _url_host(self.hosts[name])
             urls[name] = template.format(user=user, password=password, host=host, port=port)
         return urls
 
@@ -258,7 +246,7 @@ class Broker:
     async def _join_cluster(self) -> None:
         """Join the cluster once the listeners are bound: other nodes learn their ports."""
         settings = self.config.cluster
-        host = self._hosts.get("stream") or next(iter(self._hosts.values()), "127.0.0.1")
+        host = self.hosts.get("stream") or next(iter(self.hosts.values()), "127.0.0.1")
         advertise = settings.advertise_host or (socket.gethostname() if host in ("0.0.0.0", "::")
                                                 else host)
         self.cluster = ClusterNode(self.core, list(settings.etcd), settings.node_name,
@@ -280,25 +268,29 @@ class Broker:
             await self._serve_connection(spec, reader, writer, name)
 
         loop = asyncio.get_running_loop()
-        limit = self._read_buffer_limit()
+        # Buffer up to one maximum frame (within 64 KiB..4 MiB) so a handler parses every
+        # complete frame per wakeup; readexactly() of a larger frame still works.
+        limit = min(max(self.config.max_frame_size, 64 * 1024), 4 * 1024 * 1024)
 
         def accept() -> asyncio.StreamReaderProtocol:  # asyncio.start_server's, our reader
             return asyncio.StreamReaderProtocol(FirstBytesReader(spec, limit, loop),
                                                 on_connection)
 
+        await self._bind(name, accept, host, port, tls)
+
+    async def _bind(self, name: str, accept: Callable[[], asyncio.BaseProtocol], host: str,
+                    port: int, tls: ssl.SSLContext | None) -> None:
         try:
-            server = await loop.create_server(
+            server = await asyncio.get_running_loop().create_server(
                 accept, host, port, backlog=LISTEN_BACKLOG, ssl=tls,
                 ssl_handshake_timeout=self._handshake_timeout_s if tls else None,
             )
         except OSError as exc:
-            raise ListenerBindError(name, host, port, _bind_reason(exc)) from exc
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise ListenerBindError(name, host, port, reason) from exc
         self._servers.append(server)
-        self._bound(name, host, server.sockets[0].getsockname()[1])
-
-    def _bound(self, name: str, host: str, port: int) -> None:
-        self.ports[name] = port
-        self._hosts[name] = host
+        self.ports[name] = port = server.sockets[0].getsockname()[1]
+        self.hosts[name] = host
         log.info("listener.started", extra={"listener": name, "host": host, "port": port})
 
     async def _start_http(self, tls: ssl.SSLContext | None) -> None:
@@ -310,7 +302,7 @@ class Broker:
 
         state = AdminState(
             core=self.core, connections=self.connections, monitor=self.alarm_monitor,
-            listeners=self.ports, hosts=self._hosts, certfile=self.config.tls.certfile,
+            listeners=self.ports, hosts=self.hosts, certfile=self.config.tls.certfile,
             identity=self.config.identity, on_login=self._handshakes.end)
         admin = create_app(state, served_metrics=self.config.admin_metrics,
                            per_object_metrics=self.config.return_per_object_metrics)
@@ -352,15 +344,7 @@ class Broker:
             return _HttpHandshake(http(), self._handshakes)
 
         for site, port, context in sites:
-            try:
-                server = await asyncio.get_running_loop().create_server(
-                    accept, listener.host, port, ssl=context, backlog=LISTEN_BACKLOG,
-                    ssl_handshake_timeout=self._handshake_timeout_s if context else None,
-                )
-            except OSError as exc:
-                raise ListenerBindError(site, listener.host, port, _bind_reason(exc)) from exc
-            self._servers.append(server)
-            self._bound(site, listener.host, server.sockets[0].getsockname()[1])
+            await self._bind(site, accept, listener.host, port, context)
 
     async def _stop_http(self) -> None:
         runners, self._http_runners = self._http_runners, []
@@ -377,11 +361,6 @@ class Broker:
         )
         self.alarm_monitor.check()  # alarms hold from the first connection on
         self._background.append(asyncio.get_running_loop().create_task(self.alarm_monitor.run()))
-
-    def _read_buffer_limit(self) -> int:
-        # Buffer up to one maximum frame (within 64 KiB..4 MiB) so a handler parses every
-        # complete frame per wakeup; readexactly() of a larger frame still works.
-        return min(max(self.config.max_frame_size, 64 * 1024), 4 * 1024 * 1024)
 
     @property
     def _handshake_timeout_s(self) -> float:
@@ -658,13 +637,9 @@ def default_max_connections(descriptors: int) -> int:
     return max(1, (descriptors - PROCESS_DESCRIPTORS) * 3 // 4)
 
 
-def _with_overrides(
-    config: ServerConfig,
-    protocols: Sequence[ProtocolSpec],
-    data_dir: Path | str | None,
-    host: str | None,
-    port_overrides: Mapping[str, int] | None,
-) -> ServerConfig:
+def _with_overrides(config: ServerConfig, protocols: Sequence[ProtocolSpec],
+                    data_dir: Path | str | None, host: str | None,
+                    port_overrides: Mapping[str, int] | None) -> ServerConfig:
     ports = dict(port_overrides or {})
     unknown = ports.keys() - {spec.name for spec in protocols} - {ADMIN, PROMETHEUS}
     if unknown:
@@ -730,10 +705,6 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
         writer.transport.abort()
     except OSError:
         pass  # the peer reset the connection: it is closed either way
-
-
-def _bind_reason(exc: OSError) -> str:
-    return os.strerror(exc.errno).lower() if exc.errno else str(exc)
 
 
 def _format_address(address: object) -> str:

@@ -38,8 +38,8 @@ async def test_streams_and_their_data_survive_restart(tmp_path: Path) -> None:
     events = core.streams.get("tenant", "events")
     assert [p.next_offset for p in events.partitions] == [0, 0, 1]
     assert core.query_offset("/", "orders", 0, "reader") == 1
-    assert core.publisher_sequence("/", "orders", "pub") == 2
-    assert core.publisher_sequence("/", "orders", "nobody") is None
+    assert orders.partitions[0].sequences.get("pub") == 2
+    assert orders.partitions[0].sequences.get("nobody") is None
     await core.close()
 
 

@@ -97,18 +97,10 @@ def verify_password(password: str, password_hash: str) -> bool:
         if prefix != _SCRYPT_PREFIX:
             return False
         expected_key = base64.b64decode(expected, validate=True)
-        key = _scrypt(
-            password,
-            base64.b64decode(salt, validate=True),
-            int(n),
-            int(r),
-            int(p),
-            len(expected_key),
-        )
-    except (
-        ValueError,
-        OverflowError,
-    ):  # wrong field count, bad base64 or integers, costs OpenSSL refuses
+        key = _scrypt(password, base64.b64decode(salt, validate=True), int(n), int(r), int(p),
+                      len(expected_key))
+    # wrong field count, bad base64 or integers, costs OpenSSL refuses
+    except (ValueError, OverflowError):
         return False
     return hmac.compare_digest(key, expected_key)
 
@@ -294,14 +286,8 @@ class Auth:
 
     # -- authorization ------------------------------------------------------------
 
-    def set_permissions(
-        self,
-        user: str,
-        namespace: str,
-        configure: str = ".*",
-        write: str = ".*",
-        read: str = ".*",
-    ) -> None:
+    def set_permissions(self, user: str, namespace: str, configure: str = ".*", write: str = ".*",
+                        read: str = ".*") -> None:
         """Grant access to `namespace`; each pattern is a regex, "" or "^$" denies."""
         for kind, pattern in zip(PERMISSION_KINDS, (configure, write, read), strict=True):
             _validate_pattern(pattern, kind)
@@ -317,14 +303,8 @@ class Auth:
         if self._catalog.get_permissions(user.name, namespace) is None:
             raise AccessRefused(f"access to namespace '{namespace}' refused for user '{user.name}'")
 
-    def check(
-        self,
-        user: User,
-        namespace: str,
-        kind: PermissionKind,
-        resource: str,
-        resource_type: str = "stream",
-    ) -> None:
+    def check(self, user: User, namespace: str, kind: PermissionKind, resource: str,
+              resource_type: str = "stream") -> None:
         """Raise AccessRefused unless `user` has `kind` permission on `resource`.
 
         `resource_type` only words the message ("stream", "queue", "exchange").

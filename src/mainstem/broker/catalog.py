@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -544,13 +545,8 @@ class Catalog(ChangeNotifier):
 
     # -- streams ------------------------------------------------------------------
 
-    def add_stream(
-        self,
-        namespace: str,
-        name: str,
-        partitions: int = 1,
-        arguments: dict[str, Any] | None = None,
-    ) -> StreamRecord:
+    def add_stream(self, namespace: str, name: str, partitions: int = 1,
+                   arguments: dict[str, Any] | None = None) -> StreamRecord:
         validate_name(name, "stream")
         _validate_int(partitions, "partitions", 1, MAX_PARTITIONS)
         encoded = _encode_arguments(arguments or {})
@@ -595,40 +591,36 @@ class Catalog(ChangeNotifier):
 
     def set_partitions(self, namespace: str, name: str, partitions: int) -> StreamRecord:
         """Grow a stream to `partitions`; shrinking would orphan data and is refused."""
-        _validate_int(partitions, "partitions", 1, MAX_PARTITIONS)
-        with self._transaction() as db:
-            current = self.get_stream(namespace, name)
-            if current is None:
-                raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
-            if partitions < current.partitions:
-                raise PreconditionFailed(
-                    f"stream '{name}' in namespace '{namespace}' has {current.partitions}"
-                    f" partitions and cannot shrink to {partitions}"
-                )
-            db.execute(
-                "UPDATE streams SET partitions = ? WHERE namespace = ? AND name = ?",
-                (partitions, namespace, name),
-            )
-        return StreamRecord(namespace, name, partitions, current.arguments, current.created_at)
+        return self._resize(namespace, name, partitions, grow=True)
 
     def remove_partitions(self, namespace: str, name: str, partitions: int) -> StreamRecord:
         """Shrink a stream to its first `partitions` partitions, dropping the offsets
         stored for the removed ones (Iggy's DELETE_PARTITIONS)."""
+        record = self._resize(namespace, name, partitions, grow=False)
+        with self._lock:
+            self._offsets_db.execute(
+                "DELETE FROM offsets WHERE namespace = ? AND stream = ? AND partition >= ?",
+                (namespace, name, partitions))
+        return record
+
+    def _resize(self, namespace: str, name: str, partitions: int, *, grow: bool
+                ) -> StreamRecord:
         _validate_int(partitions, "partitions", 1, MAX_PARTITIONS)
         with self._transaction() as db:
             current = self.get_stream(namespace, name)
             if current is None:
                 raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
-            if partitions > current.partitions:
+            if grow and partitions < current.partitions:
+                raise PreconditionFailed(
+                    f"stream '{name}' in namespace '{namespace}' has {current.partitions}"
+                    f" partitions and cannot shrink to {partitions}"
+                )
+            if not grow and partitions > current.partitions:
                 raise PreconditionFailed(f"stream '{name}' has only {current.partitions}"
                                          " partitions")
             db.execute("UPDATE streams SET partitions = ? WHERE namespace = ? AND name = ?",
                        (partitions, namespace, name))
-        with self._lock:
-            self._offsets_db.execute(
-                "DELETE FROM offsets WHERE namespace = ? AND stream = ? AND partition >= ?",
-                (namespace, name, partitions))
-        return StreamRecord(namespace, name, partitions, current.arguments, current.created_at)
+        return dataclasses.replace(current, partitions=partitions)
 
     # -- users --------------------------------------------------------------------
 

@@ -63,10 +63,6 @@ class ClusterView(Protocol):
     def quorum_status(self, namespace: str, queue: str) -> PartitionStatus | None:
         """The same of a quorum queue's journal; None for a queue the cluster lacks."""
 
-    def quorum_leader(self, namespace: str, queue: str) -> str | None:
-        """The node where a quorum queue is live (its journal's leader); None during an
-        election or for a queue the cluster lacks."""
-
 
 class QueueReplication(Protocol):
     """What AMQP virtual hosts ask of the cluster about quorum queues."""

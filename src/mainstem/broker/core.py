@@ -165,15 +165,6 @@ class BrokerCore:
         self.streams.get(namespace, stream)  # NotFound for a missing stream
         return self.catalog.get_offset(namespace, stream, partition, reference)
 
-    # -- publisher sequences (deduplication) ---------------------------------
-
-    def publisher_sequence(
-        self, namespace: str, stream: str, reference: str, partition: int = 0
-    ) -> int | None:
-        """The last publishing id stored for a named publisher, None when unknown.
-        It lives in the partition's chunk trailers, written atomically with the data."""
-        return self.streams.partition(namespace, stream, partition).sequences.get(reference)
-
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.retention_check_interval_s)

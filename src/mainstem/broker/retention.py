@@ -26,14 +26,21 @@ def parse_age_ms(value: str | int | float) -> int:
         if value < 0:
             raise InvalidArgument(f"age must not be negative: {value}")
         return int(value * 1000)
-    match = _AGE.fullmatch(str(value).strip())
-    if match is None:
-        if str(value).strip().isdigit():
-            return int(str(value).strip()) * 1000
+    text = str(value).strip()
+    seconds = age_s(text)
+    if seconds is None:
+        if text.isdigit():
+            return int(text) * 1000
         raise InvalidArgument(
             f"invalid age {value!r}: use a whole number and a unit of Y, M, D, h, m or s"
         )
-    return int(match[1]) * _AGE_UNITS_S[match[2]] * 1000
+    return seconds * 1000
+
+
+def age_s(text: str) -> int | None:
+    """The seconds of an age with its unit ("7D", "30m"); None for any other text."""
+    match = _AGE.fullmatch(text)
+    return None if match is None else int(match[1]) * _AGE_UNITS_S[match[2]]
 
 
 def _positive_int(arguments: Mapping[str, Any], key: str) -> int:

@@ -112,12 +112,10 @@ class StreamReplication(Protocol):
 
 
 class StreamStore:
-    def __init__(
-        self, root: Path, catalog: Catalog, durability: DurabilityPolicy,
-        retention: RetentionPolicy, *, max_partitions: int = DEFAULT_MAX_PARTITIONS,
-        descriptors: DescriptorCache | None = None, gate: WriteGate | None = None,
-        fsync_timings: FsyncTimings | None = None,
-    ) -> None:
+    def __init__(self, root: Path, catalog: Catalog, durability: DurabilityPolicy,
+                 retention: RetentionPolicy, *, max_partitions: int = DEFAULT_MAX_PARTITIONS,
+                 descriptors: DescriptorCache | None = None, gate: WriteGate | None = None,
+                 fsync_timings: FsyncTimings | None = None) -> None:
         self.root = root
         self._gate = gate  # holds every partition's writers while an alarm is set
         self.max_partitions = max_partitions
@@ -212,13 +210,8 @@ class StreamStore:
 
     # -- changes -------------------------------------------------------------
 
-    def create(
-        self,
-        namespace: str,
-        name: str,
-        partitions: int = 1,
-        arguments: Mapping[str, Any] | None = None,
-    ) -> Stream:
+    def create(self, namespace: str, name: str, partitions: int = 1,
+               arguments: Mapping[str, Any] | None = None) -> Stream:
         """Create a stream; AlreadyExists if the name is taken (callers that
         declare idempotently compare the existing stream's arguments)."""
         arguments = dict(arguments or {})
@@ -271,9 +264,7 @@ class StreamStore:
             self.replication.resized(stream, partitions + len(doomed))
         for index, service in enumerate(doomed, start=partitions):
             await service.close()
-            trash = self._discard(stream.directory / str(index))
-            if trash is not None:
-                await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
+            await self._remove(stream.directory / str(index))
         return stream
 
     async def delete(self, namespace: str, name: str) -> None:
@@ -289,9 +280,7 @@ class StreamStore:
             watcher(stream)
         for service in stream.services:
             await service.close()
-        trash = self._discard(stream.directory)
-        if trash is not None:
-            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
+        await self._remove(stream.directory)
 
     async def delete_namespace(self, namespace: str) -> None:
         for stream in self.list(namespace):
@@ -304,6 +293,11 @@ class StreamStore:
             for stream in self._open.values()
             for partition in stream.partitions
         )
+
+    async def _remove(self, directory: Path) -> None:
+        trash = self._discard(directory)
+        if trash is not None:
+            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, trash, True)
 
     def _discard(self, directory: Path) -> Path | None:
         """Move a directory into the trash (emptied on open): a rename is atomic, so

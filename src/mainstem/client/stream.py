@@ -415,6 +415,3 @@ class StreamClient:
             reason = describe(code, self.endpoint, "Publish",
                               self._publisher_streams.get(publisher_id))
             raise StreamClientError(f"{len(failed)} messages refused: {reason}", code)
-
-    def delete_publisher(self, publisher_id: int) -> None:
-        self._call(lambda corr: f.DeletePublisher(corr, publisher_id), f.Response)

@@ -155,18 +155,13 @@ class PartitionForwarder:
         self._pump: asyncio.Task[None] | None = None
 
     def forward(self, append: ForwardedAppend) -> asyncio.Future[int]:
-        answer = self._enqueue(append)
-        offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        _chain(answer, offset, lambda ran: ran.offset)
-        return offset
+        return _chain(self._enqueue(append), lambda ran: ran.offset)
 
     def sequence(self, writer: str) -> asyncio.Future[int | None]:
         """The writer's sequence as its leader has it committed: appending nothing under
         its name, the answer comes once everything before is committed."""
-        answer = self._enqueue(ForwardedAppend((), False, writer=writer))
-        sequence: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        _chain(answer, sequence, lambda ran: ran.sequence)
-        return sequence
+        return _chain(self._enqueue(ForwardedAppend((), False, writer=writer)),
+                      lambda ran: ran.sequence)
 
     def _enqueue(self, append: ForwardedAppend) -> asyncio.Future[Answer]:
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
@@ -252,8 +247,10 @@ class PartitionForwarder:
             self._queue.popleft().answer.set_exception(error)
 
 
-def _chain(source: asyncio.Future[Answer], target: asyncio.Future[T],
-           pick: Callable[[Answer], T]) -> None:
+def _chain(source: asyncio.Future[Answer], pick: Callable[[Answer], T]) -> asyncio.Future[T]:
+    """What `pick` takes of the answer, once it comes (its error if it fails)."""
+    target: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
     def done(source: asyncio.Future[Answer]) -> None:
         if target.done():
             return
@@ -265,6 +262,7 @@ def _chain(source: asyncio.Future[Answer], target: asyncio.Future[T],
             target.set_result(pick(source.result()))
 
     source.add_done_callback(done)
+    return target
 
 
 async def committed(appender: Appender, receipt: Receipt, writer: str | None) -> Answer:

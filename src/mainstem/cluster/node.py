@@ -426,11 +426,6 @@ class ClusterNode:
     def quorum_status(self, namespace: str, queue: str) -> PartitionStatus | None:
         return self._status(quorum_storage(namespace, queue), 0)
 
-    def quorum_leader(self, namespace: str, queue: str) -> str | None:
-        """The node where a quorum queue is live (its journal's leader); None during an
-        election or for a queue the cluster lacks."""
-        return self.quorum.quorum_leader(namespace, queue)
-
     def _status(self, storage: str, index: int) -> PartitionStatus | None:
         record = self.replicated.records.get(storage)
         role = self.replicated.roles.get((storage, index))

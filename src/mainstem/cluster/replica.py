@@ -232,13 +232,10 @@ class PartitionRole:
         if address is None or port is None:
             await self.wait_changed(0.5)
             return
-        following = self.service.follow()
-        last = following.last_chunk()
         hello = wire.Hello(peers.secret, self.storage, self.index, peers.me,
-                           int(self.leader["epoch"]) if self.leader else 0,
-                           following.next_offset, last[0] if last else -1,
-                           last[1] if last else 0)
-        fetching = asyncio.ensure_future(follow(following, hello, address.host, port))
+                           int(self.leader["epoch"]) if self.leader else 0)
+        fetching = asyncio.ensure_future(follow(self.service.follow(), hello, address.host,
+                                                port))
         changed = asyncio.ensure_future(self.changed.wait())
         done, _ = await asyncio.wait({fetching, changed}, return_when=asyncio.FIRST_COMPLETED)
         changed.cancel()

@@ -66,9 +66,10 @@ class Hello:
     partition: int
     node: str
     epoch: int  # the leader epoch the follower expects
-    next_offset: int
-    last_chunk_id: int  # -1 for an empty log
-    last_epoch: int
+    # Where the follower's log ends (`follower.follow` says it in each HELLO it sends).
+    next_offset: int = 0
+    last_chunk_id: int = -1  # -1 for an empty log
+    last_epoch: int = 0
 
     def encode(self) -> bytes:
         return frame(FrameType.HELLO, json.dumps(asdict(self)).encode())

@@ -107,10 +107,7 @@ class DescriptorCache:
         try:
             yield fd
         finally:
-            with self._lock:
-                file.pins -= 1
-                if file.closed and not file.pins and file.fd >= 0:
-                    self._drop(file)
+            self._unpin(file)
 
     def _pin(self, file: LazyFile) -> int:
         with self._lock:

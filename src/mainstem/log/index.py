@@ -113,10 +113,6 @@ class SegmentIndex:
         """Index of the first chunk at or after `timestamp` (len when none)."""
         return bisect_left(self.timestamps, timestamp)
 
-    def find_byte(self, byte_pos: int) -> int:
-        """Index of the chunk whose payload holds byte `byte_pos` (-1 when before)."""
-        return bisect_right(self.byte_positions, byte_pos) - 1
-
     def _fields(self, i: int) -> tuple[int, int, int, int, int, int]:
         return (self.chunk_ids[i], self.timestamps[i], self.file_positions[i],
                 self.byte_positions[i], self.record_counts[i], self.tail_lengths[i])

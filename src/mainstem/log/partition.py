@@ -448,7 +448,7 @@ class Partition:
                 self._retention_waits = True
                 break
             total -= oldest.size
-            self._drop_oldest()
+            self._segments.drop_oldest()
             deleted += 1
         if deleted:
             fsync_directory(self.directory)
@@ -460,7 +460,7 @@ class Partition:
         deleted = 0
         while (len(self._segments) > 1 and self._segments[0].next_offset <= offset
                and self._replaced(self._segments[0])):
-            self._drop_oldest()
+            self._segments.drop_oldest()
             deleted += 1
         if deleted:
             fsync_directory(self.directory)
@@ -470,10 +470,6 @@ class Partition:
         """Whether the oldest segment may go: its data is durable, and so is a later
         chunk, whose restated publisher sequences take over from the ones it holds."""
         return oldest.next_offset < self.committed_offset
-
-    def _drop_oldest(self) -> None:
-        self._segments.drop_oldest()
-
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000

@@ -148,6 +148,10 @@ async def test_stream_queue_shared_with_rstream(broker: Broker) -> None:
         await queue2.consume(last.append, arguments={"x-stream-offset": 1})
         await asyncio.sleep(0.2)
         assert [m.body for m in last] == [b"from-stream"]
+        recent: list[aio_pika.abc.AbstractIncomingMessage] = []
+        await queue2.consume(recent.append, arguments={"x-stream-offset": "1h"})  # an interval
+        await asyncio.sleep(0.2)
+        assert [m.body for m in recent] == [b"from-amqp", b"from-stream"]
 
 
 RAW_BODIES = [b"raw-0", b"", b"\x00Su\xa0\xff truncated", b"\x00" * 3, b"raw-4"]

@@ -362,7 +362,7 @@ async def test_rbfly_publishes_and_reads(broker: Broker) -> None:
 
     await asyncio.wait_for(read_all(), 10)
     assert read == bodies("rb", 100)
-    assert broker.core.publisher_sequence("/", "rb", "rb-pub") == 100
+    assert broker.core.streams.partition("/", "rb").sequences.get("rb-pub") == 100
     await client.disconnect()
 
 

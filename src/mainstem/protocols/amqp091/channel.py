@@ -62,8 +62,7 @@ def broker_error(exc: BrokerError, method: Method) -> Exception:
     if isinstance(exc, NotFound):
         return ChannelError(ReplyCode.NOT_FOUND, exc.message, method)
     if isinstance(exc, InvalidArgument) and "exchange type" in exc.message:
-        return AmqpCodecError(ReplyCode.COMMAND_INVALID, exc.message,
-                              class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+        return AmqpCodecError(ReplyCode.COMMAND_INVALID, exc.message, method=method)
     return ChannelError(ReplyCode.PRECONDITION_FAILED, exc.message, method)
 
 
@@ -159,8 +158,7 @@ class Channel:
         handler = self._handlers.get(type(method))
         if handler is None:
             raise AmqpCodecError(ReplyCode.COMMAND_INVALID,
-                                 f"method {method.NAME} not allowed on a channel",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+                                 f"method {method.NAME} not allowed on a channel", method=method)
         try:
             result = handler(method)
             if asyncio.iscoroutine(result):
@@ -410,8 +408,7 @@ class Channel:
         if isinstance(queue, Stream):
             raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED,
                                  f"basic.get not supported by stream queues queue '{name}' in "
-                                 f"vhost '{self.vhost.name}'",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+                                 f"vhost '{self.vhost.name}'", method=method)
         if isinstance(queue, RemoteQueue):
             return self._get_at_home(queue, method)
         message = queue.get()
@@ -484,8 +481,7 @@ class Channel:
 
     def on_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
         if not method.requeue:
-            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "requeue=false",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "requeue=false", method=method)
         deliveries = self.deliveries.take_all()
         self._requeue(deliveries)
         self._release(deliveries)
@@ -497,8 +493,7 @@ class Channel:
     def on_publish(self, content: ContentMessage) -> None:
         method: m.BasicPublish = content.method  # type: ignore[assignment]
         if method.immediate:
-            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "immediate=true",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", method=method)
         exchange = method.exchange
         if exchange not in self._write_allowed:
             try:

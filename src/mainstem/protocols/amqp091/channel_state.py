@@ -231,7 +231,7 @@ class ConsumerTags(Generic[C]):
         tag = method.consumer_tag or server_named("amq.ctag-")
         if tag in self._by_tag:
             raise AmqpCodecError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+                                 method=method)
         return tag
 
     def add(self, tag: str, consumer: C) -> None:
@@ -301,4 +301,4 @@ def require_utf8(kind: str, name: str, method: Method) -> None:
         name.encode()
     except UnicodeEncodeError:
         raise AmqpCodecError(ReplyCode.SYNTAX_ERROR, f"{kind} name is not valid UTF-8",
-                             class_id=method.CLASS_ID, method_id=method.METHOD_ID) from None
+                             method=method) from None

@@ -91,13 +91,9 @@ class AmqpCodec:
     Connection.Tune); ``max_body_size`` caps a message's declared body size.
     """
 
-    def __init__(
-        self,
-        *,
-        frame_max: int = DEFAULT_FRAME_MAX,
-        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-        expect_protocol_header: bool = True,
-    ) -> None:
+    def __init__(self, *, frame_max: int = DEFAULT_FRAME_MAX,
+                 max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+                 expect_protocol_header: bool = True) -> None:
         self.frame_max = frame_max
         self.max_body_size = max_body_size
         self._buffer = bytearray()
@@ -302,21 +298,14 @@ def decode_method(payload: memoryview) -> Method:
     class_id, method_id = _METHOD_IDS.unpack_from(payload)
     method_class = METHODS_BY_INDEX.get(class_id << 16 | method_id)
     if method_class is None:
-        raise AmqpCodecError(
-            ReplyCode.COMMAND_INVALID,
-            f"unknown method class={class_id} method={method_id}",
-            class_id=class_id,
-            method_id=method_id,
-        )
+        raise AmqpCodecError(ReplyCode.COMMAND_INVALID,
+                             f"unknown method class={class_id} method={method_id}",
+                             class_id=class_id, method_id=method_id)
     try:
         return method_class.decode(payload[_METHOD_IDS.size :])
     except (MalformedData, struct.error, IndexError) as exc:
-        raise AmqpCodecError(
-            ReplyCode.SYNTAX_ERROR,
-            f"malformed {method_class.NAME}: {exc}",
-            class_id=class_id,
-            method_id=method_id,
-        ) from exc
+        raise AmqpCodecError(ReplyCode.SYNTAX_ERROR, f"malformed {method_class.NAME}: {exc}",
+                             class_id=class_id, method_id=method_id) from exc
 
 
 def _unexpected(channel: int, got: str, partial: _PartialContent | None) -> AmqpCodecError:

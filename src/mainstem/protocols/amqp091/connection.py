@@ -20,7 +20,6 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from mainstem.broker.amqp.queues.credit_flow import CreditFlow
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
@@ -359,19 +358,14 @@ class AmqpConnection:
                 channel.flush_confirms()
         return False
 
-    async def _guarded(self, channel: Channel, handler: Any, argument: Any) -> None:
-        try:
-            result = handler(argument)
-            if asyncio.iscoroutine(result):
-                await result
-        except ChannelError as exc:
-            self._close_channel(channel, exc)
-
     async def _channel_method(self, number: int, method: Method, touched: set[Channel]) -> None:
         verdict = self.table.method(number, method)
         if verdict is s.Verdict.HANDLE:
             channel = self.channels[number]
-            await self._guarded(channel, channel.handle, method)
+            try:
+                await channel.handle(method)
+            except ChannelError as exc:
+                self._close_channel(channel, exc)
             touched.add(channel)
         elif verdict is s.Verdict.OPEN:
             self._count_channel()

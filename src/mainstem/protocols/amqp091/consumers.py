@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import re
 import time
 from typing import Any, Protocol
 
 from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.message_stats import MessageStats
+from mainstem.broker.retention import age_s
 from mainstem.broker.stream_service import PartitionClosed, PartitionService
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091.encode import DeliverEncoder
 from mainstem.protocols.amqp091.properties import from_stream_record
 from mainstem.protocols.amqp091.state import ChannelCredit
 from mainstem.protocols.base import ConnectionContext
-
-_INTERVAL = re.compile(r"(\d+)([YMDhms])")
-_INTERVAL_S = {"Y": 365 * 86_400, "M": 30 * 86_400, "D": 86_400, "h": 3_600, "m": 60, "s": 1}
 
 
 class Outgoing(Protocol):
@@ -190,9 +187,6 @@ def resolve_offset(partition: PartitionService, spec: Any) -> int:
         return max(spec, partition.first_offset)
     if isinstance(spec, datetime.datetime):
         return partition.offset_for_timestamp(int(spec.timestamp() * 1000))
-    if isinstance(spec, str):
-        match = _INTERVAL.fullmatch(spec)
-        if match is not None:
-            seconds = int(match[1]) * _INTERVAL_S[match[2]]
-            return partition.offset_for_timestamp(int((time.time() - seconds) * 1000))
+    if isinstance(spec, str) and (seconds := age_s(spec)) is not None:
+        return partition.offset_for_timestamp(int((time.time() - seconds) * 1000))
     raise PreconditionFailed(f"invalid x-stream-offset {spec!r}")

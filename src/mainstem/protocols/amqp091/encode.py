@@ -34,13 +34,8 @@ def encode_method(channel: int, method: Method) -> bytes:
     return bytes(out)
 
 
-def encode_content(
-    channel: int,
-    method: Method,
-    properties: BasicProperties | bytes,
-    body: bytes | bytearray | memoryview,
-    frame_max: int,
-) -> bytes:
+def encode_content(channel: int, method: Method, properties: BasicProperties | bytes,
+                   body: bytes | bytearray | memoryview, frame_max: int) -> bytes:
     """A content-bearing method, its content header and body frames of at most ``frame_max``.
 
     ``properties`` is either a ``BasicProperties`` or already-encoded property bytes such as
@@ -59,12 +54,8 @@ def encode_content(
     return b"".join(parts)
 
 
-def _append_body_frames(
-    parts: list[bytes | memoryview],
-    channel: int,
-    body: bytes | bytearray | memoryview,
-    frame_max: int,
-) -> None:
+def _append_body_frames(parts: list[bytes | memoryview], channel: int,
+                        body: bytes | bytearray | memoryview, frame_max: int) -> None:
     max_payload = frame_max - FRAME_OVERHEAD
     view = memoryview(body)
     for start in range(0, len(view), max_payload):
@@ -96,15 +87,8 @@ class DeliverEncoder:
         self._channel = channel
         self._frame_max = frame_max
 
-    def encode(
-        self,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties_raw: bytes,
-        body: bytes,
-    ) -> bytes:
+    def encode(self, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
+               properties_raw: bytes, body: bytes) -> bytes:
         channel = self._channel
         exchange_raw = exchange.encode()
         routing_key_raw = routing_key.encode()
@@ -116,15 +100,8 @@ class DeliverEncoder:
             exchange_raw,
             self._U8.pack(len(routing_key_raw)),
             routing_key_raw,
-            self._HEADER_HEAD.pack(
-                FRAME_END,
-                FRAME_HEADER,
-                channel,
-                12 + len(properties_raw),
-                BasicDeliver.CLASS_ID,
-                0,
-                len(body),
-            ),
+            self._HEADER_HEAD.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(properties_raw),
+                                   BasicDeliver.CLASS_ID, 0, len(body)),
             properties_raw,
             _END,
         ]

@@ -13,18 +13,17 @@ if TYPE_CHECKING:
 class AmqpCodecError(Exception):
     """A protocol violation; the connection answers with Connection.Close and closes.
 
-    ``class_id``/``method_id`` name the offending method when it is known (0 otherwise), as
-    Connection.Close wants.
+    ``class_id``/``method_id`` (or ``method``) name the offending method when it is known
+    (0 otherwise), as Connection.Close wants.
     """
 
-    def __init__(
-        self, reply_code: ReplyCode, reply_text: str, *, class_id: int = 0, method_id: int = 0
-    ) -> None:
+    def __init__(self, reply_code: ReplyCode, reply_text: str, *, class_id: int = 0,
+                 method_id: int = 0, method: Method | None = None) -> None:
         super().__init__(f"{reply_code.name} - {reply_text}")
         self.reply_code = reply_code
         self.reply_text = reply_text
-        self.class_id = class_id
-        self.method_id = method_id
+        self.class_id = method.CLASS_ID if method else class_id
+        self.method_id = method.METHOD_ID if method else method_id
 
     def close_method(self) -> ConnectionClose:
         # RabbitMQ's reply texts look like "FRAME_ERROR - ..."; a shortstr holds 255 bytes.

@@ -251,8 +251,7 @@ class ConnectionState:
         method, expected = event.method, _EXPECTED[phase]
         if event.channel != 0 or not isinstance(method, expected):
             raise AmqpCodecError(ReplyCode.COMMAND_INVALID,
-                                 f"expected {expected.NAME}, got {method.NAME}",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+                                 f"expected {expected.NAME}, got {method.NAME}", method=method)
         if isinstance(method, m.ConnectionStartOk):
             return self._start_ok(method)
         if isinstance(method, m.ConnectionTuneOk):
@@ -295,8 +294,7 @@ class ConnectionState:
         if isinstance(method, m.ConnectionUpdateSecret):
             return [Send(0, m.ConnectionUpdateSecretOk())]
         raise AmqpCodecError(ReplyCode.COMMAND_INVALID,
-                             f"method {method.NAME} not allowed on channel 0",
-                             class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+                             f"method {method.NAME} not allowed on channel 0", method=method)
 
     def _while_closing(self, event: MethodFrame) -> list[Action]:
         """After our close, the peer's close-ok ends it; so does its own close that crossed
@@ -447,7 +445,7 @@ class ChannelTable:
 
 def _not_open(number: int, method: Method) -> AmqpCodecError:
     return AmqpCodecError(ReplyCode.CHANNEL_ERROR, f"expected 'channel.open' on channel {number}",
-                          class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+                          method=method)
 
 
 # -- heartbeats -----------------------------------------------------------------------------
@@ -496,8 +494,7 @@ class ChannelCredit:
     def qos(self, method: m.BasicQos) -> m.BasicQosOk:
         if method.prefetch_size:
             raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED,
-                                 f"prefetch_size!=0 ({method.prefetch_size})",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+                                 f"prefetch_size!=0 ({method.prefetch_size})", method=method)
         if method.global_:
             self.global_prefetch = method.prefetch_count
         else:
@@ -506,8 +503,7 @@ class ChannelCredit:
 
     def flow(self, method: m.ChannelFlow) -> m.ChannelFlowOk:
         if not method.active:
-            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "active=false",
-                                 class_id=method.CLASS_ID, method_id=method.METHOD_ID)
+            raise AmqpCodecError(ReplyCode.NOT_IMPLEMENTED, "active=false", method=method)
         return m.ChannelFlowOk(True)
 
     def consumer_prefetch(self, *, stream: bool) -> int:

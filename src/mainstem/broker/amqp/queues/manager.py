@@ -36,10 +36,8 @@ SPILL_DIRECTORY = "queue-spill"
 class QueueManager:
     def __init__(self, data_dir: Path, catalog: Catalog, streams: StreamStore,
                  durability: DurabilityPolicy, descriptors: DescriptorCache | None = None,
-                 memory: MemoryBound | None = None,
-                 fsync_timings: FsyncTimings | None = None,
-                 counters: BrokerCounters | None = None, limits: Limits | None = None
-                 ) -> None:
+                 memory: MemoryBound | None = None, fsync_timings: FsyncTimings | None = None,
+                 counters: BrokerCounters | None = None, limits: Limits | None = None) -> None:
         self.directory = data_dir / "queues"
         self.spill_directory = data_dir / SPILL_DIRECTORY
         self.descriptors = descriptors

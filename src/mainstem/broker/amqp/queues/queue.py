@@ -42,10 +42,9 @@ class ClassicQueue:
     kind = "classic"
 
     def __init__(self, name: str, *, durable: bool, auto_delete: bool, owner: object | None,
-                 arguments: dict[str, Any], settings: QueueArguments,
-                 journal: QueueJournal | None, dead_letter: DeadLetter,
-                 on_unused: Callable[[ClassicQueue], None], memory: MemoryBound,
-                 spill_root: Path) -> None:
+                 arguments: dict[str, Any], settings: QueueArguments, journal: QueueJournal | None,
+                 dead_letter: DeadLetter, on_unused: Callable[[ClassicQueue], None],
+                 memory: MemoryBound, spill_root: Path) -> None:
         self.name = name
         self.durable = durable
         self.auto_delete = auto_delete

@@ -54,10 +54,6 @@ _ABSENT = object()
 Records = dict[str, list[dict[str, Any]]]
 
 
-def _no_alternate(exchange: str) -> None:
-    return None
-
-
 @dataclass
 class _Entry:
     exchange: Exchange
@@ -76,36 +72,23 @@ class ExchangeGraph:
         self.stats: dict[str, MessageStats] = {}
         # exchange name -> the alternate exchange a policy gives it (asked only when a
         # message finds no route, so a policy set or cleared holds at once)
-        self.policy_alternate: Callable[[str], str | None] = _no_alternate
+        self.policy_alternate: Callable[[str], str | None] = lambda _exchange: None
         for name, exchange_type in PREDECLARED.items():
             self._create(Exchange(name, exchange_type))
 
     # -- exchanges -------------------------------------------------------------
 
-    def declare_exchange(
-        self,
-        name: str,
-        exchange_type: ExchangeType | str,
-        *,
-        durable: bool = True,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: Mapping[str, Any] | None = None,
-        by_client: bool = True,
-    ) -> Exchange:
+    def declare_exchange(self, name: str, exchange_type: ExchangeType | str, *,
+                         durable: bool = True, auto_delete: bool = False, internal: bool = False,
+                         arguments: Mapping[str, Any] | None = None,
+                         by_client: bool = True) -> Exchange:
         """Create the exchange, or check that the existing one is equivalent.
 
         A client may redeclare an "amq." exchange but not create one; the
         server itself declares with `by_client=False`.
         """
-        requested = Exchange(
-            name,
-            ExchangeType.parse(exchange_type),
-            durable,
-            auto_delete,
-            internal,
-            arguments or {},
-        )
+        requested = Exchange(name, ExchangeType.parse(exchange_type), durable, auto_delete,
+                             internal, arguments or {})
         self._refuse_default_exchange(name)
         entry = self._exchanges.get(name)
         if entry is None:
@@ -180,14 +163,8 @@ class ExchangeGraph:
 
     # -- routing ---------------------------------------------------------------
 
-    def route(
-        self,
-        exchange: str,
-        routing_key: str,
-        headers: Mapping[str, Any] | None = None,
-        *,
-        cc: Iterable[str] = (),
-    ) -> set[str]:
+    def route(self, exchange: str, routing_key: str, headers: Mapping[str, Any] | None = None, *,
+              cc: Iterable[str] = ()) -> set[str]:
         """The queues a message published to `exchange` lands in.
 
         `cc` holds the extra routing keys of the CC and BCC headers. An
@@ -254,14 +231,9 @@ class ExchangeGraph:
             graph.add_queue(queue)
         for record in records["exchanges"]:
             graph.declare_exchange(
-                record["name"],
-                record["type"],
-                durable=record["durable"],
-                auto_delete=record["auto_delete"],
-                internal=record["internal"],
-                arguments=record["arguments"],
-                by_client=False,
-            )
+                record["name"], record["type"], durable=record["durable"],
+                auto_delete=record["auto_delete"], internal=record["internal"],
+                arguments=record["arguments"], by_client=False)
         for record in records["bindings"]:
             binding = Binding(**record)
             if binding.source in graph._exchanges and graph._has(binding.target):
