@@ -54,6 +54,9 @@ from mainstem.protocols.segment.state import (
 
 READ_SIZE = 1024 * 1024  # a receive buffer: a read's events go to the log as one chunk
 MAX_READ_BYTES = 8 * 1024 * 1024  # a SegmentRead carries at most this much data
+# A read's data is taken once no more than this of the answer before it waits for the
+# socket, so the disk works on the next answer while the network sends the last one.
+SEND_OVERLAP_BYTES = 1024 * 1024
 MAX_CONCURRENT_READS = 16  # reads waiting at a tail at once
 MAX_PENDING_READS = 256  # beyond, requests are not read on until reads finish
 LINGER_S = 2.0  # after an error reply that ends the connection, for the peer to read it
@@ -78,9 +81,12 @@ class SegmentConnection:
         self.receipts: defaultdict[uuid.UUID, list[asyncio.Future[None]]] = defaultdict(list)
         self.reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
         self.pending_reads = asyncio.Semaphore(MAX_PENDING_READS)
-        # A read's data is taken and sent only once the answer before it has gone to the
-        # socket: a client that pipelines reads and stops reading holds one in the broker.
+        # A read's data is taken and sent only once the answer before it has (all but
+        # SEND_OVERLAP_BYTES) gone to the socket: a client that pipelines reads and stops
+        # reading holds one answer in the broker.
         self.sending = asyncio.Lock()
+        ctx.writer.transport.set_write_buffer_limits(high=SEND_OVERLAP_BYTES,
+                                                     low=SEND_OVERLAP_BYTES // 2)
         self.tasks: set[asyncio.Task[None]] = set()
 
     # -- sending -------------------------------------------------------------
