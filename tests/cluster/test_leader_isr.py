@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from mainstem.broker.stream_service import Leading, PartitionService
-from mainstem.cluster.leader import LeaderLog
-from mainstem.cluster.replica import successor_isr
+from mainstem.cluster.replication.leader import LeaderLog
+from mainstem.cluster.replication.replica import successor_isr
 from mainstem.formats.chunk import FIRST_EPOCH
 from mainstem.log.partition import Partition
 

@@ -8,8 +8,8 @@ import pytest
 
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.remote import Settlement
-from mainstem.cluster import relay_wire as rw
-from mainstem.cluster.wire import FRAME, FrameType, WireError
+from mainstem.cluster.amqp_relay import relay_wire as rw
+from mainstem.cluster.replication.wire import FRAME, FrameType, WireError
 
 
 def body_of(data: bytes, kind: FrameType) -> bytes:

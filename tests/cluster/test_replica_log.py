@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from mainstem.broker.stream_service import PartitionService
-from mainstem.cluster import wire
-from mainstem.cluster.leader import LeaderLog
+from mainstem.cluster.replication import wire
+from mainstem.cluster.replication.leader import LeaderLog
 from mainstem.formats.chunk import FIRST_EPOCH, CorruptChunk
 from mainstem.log import commit_point
 from mainstem.log.errors import NotWritable

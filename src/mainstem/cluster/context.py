@@ -11,7 +11,7 @@ from typing import Any
 from mainstem.broker.cluster_view import NodeAddress
 from mainstem.broker.core import BrokerCore
 from mainstem.cluster.etcd import EtcdClient
-from mainstem.cluster.wire import FrameType, frame
+from mainstem.cluster.replication.wire import FrameType, frame
 
 
 @dataclass(frozen=True, slots=True)

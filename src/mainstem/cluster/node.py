@@ -28,22 +28,22 @@ from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
 from mainstem.broker.stream_service import PartitionClosed
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
 from mainstem.broker.streams import Stream
-from mainstem.cluster import wire
-from mainstem.cluster.catalog_feed import ROOT as CATALOG_ROOT
-from mainstem.cluster.catalog_feed import CatalogFeed
+from mainstem.cluster.amqp_relay.relay import Relay
+from mainstem.cluster.amqp_relay.relay_home import HomeLink
 from mainstem.cluster.context import Peers
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, put
-from mainstem.cluster.forward_links import Answer, Forwarding, committed
-from mainstem.cluster.iggy_ids import AREA as IGGY_AREA
-from mainstem.cluster.iggy_ids import IggyIds
-from mainstem.cluster.leader import LeaderLog, read_frame
-from mainstem.cluster.partition_counts import PartitionCounts
-from mainstem.cluster.quorum_journals import QUORUM, QuorumQueues
-from mainstem.cluster.quorum_journals import storage_of as quorum_storage
-from mainstem.cluster.relay import Relay
-from mainstem.cluster.relay_home import HomeLink
-from mainstem.cluster.replica import ReplicaContext
-from mainstem.cluster.replicated_streams import ReplicatedStreams
+from mainstem.cluster.metadata.catalog_feed import ROOT as CATALOG_ROOT
+from mainstem.cluster.metadata.catalog_feed import CatalogFeed
+from mainstem.cluster.metadata.iggy_ids import AREA as IGGY_AREA
+from mainstem.cluster.metadata.iggy_ids import IggyIds
+from mainstem.cluster.replication import wire
+from mainstem.cluster.replication.forward_links import Answer, Forwarding, committed
+from mainstem.cluster.replication.leader import LeaderLog, read_frame
+from mainstem.cluster.replication.partition_counts import PartitionCounts
+from mainstem.cluster.replication.quorum_journals import QUORUM, QuorumQueues
+from mainstem.cluster.replication.quorum_journals import storage_of as quorum_storage
+from mainstem.cluster.replication.replica import ReplicaContext
+from mainstem.cluster.replication.replicated_streams import ReplicatedStreams
 
 log = logging.getLogger("mainstem.cluster")
 

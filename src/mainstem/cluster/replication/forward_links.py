@@ -20,9 +20,9 @@ from typing import Protocol, TypeVar
 
 from mainstem.broker.stream_service import Appender, NotWritable, PartitionService, Receipt
 from mainstem.broker.stream_service.forwarding import ForwardedAppend
-from mainstem.cluster import wire
 from mainstem.cluster.context import Peers
-from mainstem.cluster.leader import read_frame
+from mainstem.cluster.replication import wire
+from mainstem.cluster.replication.leader import read_frame
 
 log = logging.getLogger("mainstem.cluster")
 

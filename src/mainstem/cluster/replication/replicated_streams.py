@@ -11,8 +11,8 @@ from typing import Any
 from mainstem.broker.policies import STREAM
 from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster.etcd import Compare, delete, put
-from mainstem.cluster.metadata_keys import path, prefix
-from mainstem.cluster.replica import PartitionRole, ReplicaContext
+from mainstem.cluster.metadata.metadata_keys import path, prefix
+from mainstem.cluster.replication.replica import PartitionRole, ReplicaContext
 
 PARTITION_KINDS = ("leaders", "isr", "epochs")
 SIZE_ARGUMENTS = ("initial-cluster-size", "x-initial-cluster-size", "x-quorum-initial-group-size")

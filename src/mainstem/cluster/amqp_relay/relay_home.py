@@ -20,10 +20,10 @@ from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
 from mainstem.broker.amqp.queues.remote import NotHere, RemoteQueue, Settlement
 from mainstem.broker.errors import BrokerError
-from mainstem.cluster import relay_wire as rw
-from mainstem.cluster.leader import read_frame
-from mainstem.cluster.relay import Outbox, error_kind
-from mainstem.cluster.wire import FrameType, WireError
+from mainstem.cluster.amqp_relay import relay_wire as rw
+from mainstem.cluster.amqp_relay.relay import Outbox, error_kind
+from mainstem.cluster.replication.leader import read_frame
+from mainstem.cluster.replication.wire import FrameType, WireError
 
 # A delivery made over this link and not settled yet: its queue, the message, and the
 # consumer it went to (None for basic.get).

@@ -26,7 +26,7 @@ from typing import Any
 
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.remote import RelayedMessage, Settlement
-from mainstem.cluster.wire import FrameType, WireError, frame
+from mainstem.cluster.replication.wire import FrameType, WireError, frame
 
 # A message as large as a client may publish (128 MiB body, properties within one
 # frame), with its names: no relayed message is refused for its size.

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.remote import NotHere, RelayedMessage, RelaySubscriber, Settlement
 from mainstem.broker.errors import AccessRefused, BrokerError, NotFound
-from mainstem.cluster import relay_wire as rw
-from mainstem.cluster.leader import read_frame
-from mainstem.cluster.wire import FrameType, WireError
+from mainstem.cluster.amqp_relay import relay_wire as rw
+from mainstem.cluster.replication.leader import read_frame
+from mainstem.cluster.replication.wire import FrameType, WireError
 
 if TYPE_CHECKING:
     from mainstem.cluster.context import Peers

@@ -14,8 +14,8 @@ import dataclasses
 import logging
 
 from mainstem.broker.stream_service import Following
-from mainstem.cluster import wire
-from mainstem.cluster.leader import read_frame
+from mainstem.cluster.replication import wire
+from mainstem.cluster.replication.leader import read_frame
 
 log = logging.getLogger("mainstem.cluster")
 

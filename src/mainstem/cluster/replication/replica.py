@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mainstem.broker.stream_service import PartitionService
-from mainstem.cluster import wire
 from mainstem.cluster.context import NodeContext, Peers
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
-from mainstem.cluster.follower import Refused, follow
-from mainstem.cluster.forward_links import Forwarding, PartitionForwarder
-from mainstem.cluster.leader import LeaderLog
+from mainstem.cluster.replication import wire
+from mainstem.cluster.replication.follower import Refused, follow
+from mainstem.cluster.replication.forward_links import Forwarding, PartitionForwarder
+from mainstem.cluster.replication.leader import LeaderLog
 
 log = logging.getLogger("mainstem.cluster")
 

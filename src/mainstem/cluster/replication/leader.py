@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from mainstem.broker.stream_service import Leading
 from mainstem.broker.stream_service.subscription import sendfile_socket
-from mainstem.cluster import wire
+from mainstem.cluster.replication import wire
 from mainstem.log.transfer import send_range
 
 log = logging.getLogger("mainstem.cluster")

@@ -1,0 +1,1 @@
+"""AMQP traffic relayed to the node where a queue is live."""

@@ -1,0 +1,1 @@
+"""Cluster-wide metadata: the catalog feed, and Iggy's numeric ids claimed in etcd."""
