@@ -2,7 +2,7 @@
 
 A store of such metadata is a `ChangeNotifier`: each change made here goes to its
 `on_change` as (kind, key, row), row None when deleted; in a cluster, to etcd through one
-feed (`cluster/catalog_feed.py`), and every node applies it through `Kinds.apply`. So a
+feed (`cluster/metadata/catalog_feed.py`), and every node applies it through `Kinds.apply`. So a
 new kind is a store's table and `_changed` calls; a row in `declare` below, for a kind
 that needs one, says:
 
