@@ -185,11 +185,19 @@ async def test_a_consumer_groups_members_on_every_node_share_its_partitions(
     assert [partitions for _, partitions in await members(c_, 1)] == [[0, 1]]
 
 
-async def admin_delete(cluster: LocalCluster, node: str, resource: str) -> None:
+async def admin(cluster: LocalCluster, node: str, method: str, resource: str,
+                expect: int) -> Any:
+    """Call a node's management API; its JSON answer, if any."""
     headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
     async with aiohttp.ClientSession(headers=headers) as http:
         url = f"http://127.0.0.1:{port(cluster, node, 'admin')}/api/{resource}"
-        assert (await http.delete(url)).status == 204
+        async with http.request(method, url) as response:
+            assert response.status == expect
+            return await response.json() if response.content_length else None
+
+
+async def admin_delete(cluster: LocalCluster, node: str, resource: str) -> None:
+    await admin(cluster, node, "DELETE", resource, 204)
 
 
 async def created(make: Callable[[], Awaitable[None]]) -> bool:
@@ -351,6 +359,9 @@ async def test_a_binder_and_projection_made_on_one_node_fill_on_every_node(
     await admin_delete(cluster, "node2", "projections/%2F/totals")
     await eventually(a.list_binders, lambda names: "audit" not in names,
                      "the deleted binder through node1")
+    for node in NODES:  # the deletion reaches each node in its own time: publish after
+        await eventually(lambda n=node: admin(cluster, n, "GET", "projections", 200),  # type: ignore[misc]
+                         lambda rows: not rows, f"no projection left on {node}")
     await b.publish("sales", {"sku": "pen", "n": 10})
     await eventually(lambda: c_.find_by_id("stock", "pen"), lambda d: d is not None,
                      "pen through node3")
