@@ -32,6 +32,7 @@ from mainstem.cluster.amqp_relay.relay import Relay
 from mainstem.cluster.amqp_relay.relay_home import HomeLink
 from mainstem.cluster.context import Peers
 from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, put
+from mainstem.cluster.etcd_keys import ROOT, path, segments
 from mainstem.cluster.metadata.catalog_feed import ROOT as CATALOG_ROOT
 from mainstem.cluster.metadata.catalog_feed import CatalogFeed
 from mainstem.cluster.metadata.iggy_ids import AREA as IGGY_AREA
@@ -47,16 +48,11 @@ from mainstem.cluster.replication.replicated_streams import ReplicatedStreams
 
 log = logging.getLogger("mainstem.cluster")
 
-PREFIX = "/mainstem/"
 REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a cluster stream
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 COMMIT_POINT_EVERY_S = 1.0  # how stale a restarted replica's commit point may be
 MEMBER_FILE = "cluster-member"  # this data directory has been a member of that cluster
-
-
-def _key(*parts: object) -> str:
-    return PREFIX + "/".join(str(p) for p in parts)
 
 
 class ClusterNode:
@@ -150,9 +146,9 @@ class ClusterNode:
 
     async def _shared_secret(self) -> str:
         """The cluster's replication secret: made by the first node, read by the others."""
-        await self.etcd.txn([Compare(_key("secret"), "CREATE", 0)],
-                            [put(_key("secret"), secrets.token_hex(32).encode())])
-        found = await self.etcd.get(_key("secret"))
+        await self.etcd.txn([Compare(path("secret"), "CREATE", 0)],
+                            [put(path("secret"), secrets.token_hex(32).encode())])
+        found = await self.etcd.get(path("secret"))
         assert found is not None
         return found.value.decode()
 
@@ -161,7 +157,7 @@ class ClusterNode:
         self.lease_lost.clear()
         me = {"host": self.advertise_host, "ports": self.listener_ports,
               "replication_port": self.replication_port}
-        await self.etcd.put(_key("nodes", self.node_name), json.dumps(me).encode(), self.lease)
+        await self.etcd.put(path("nodes", self.node_name), json.dumps(me).encode(), self.lease)
 
     async def _keep_alive(self) -> None:
         """Renew the lease; without etcd for a whole TTL, this node's leaderships have
@@ -197,7 +193,7 @@ class ClusterNode:
     # -- what etcd holds ------------------------------------------------------------------
 
     async def _load(self) -> None:
-        kvs, self._revision = await self.etcd.get_prefix(PREFIX)
+        kvs, self._revision = await self.etcd.get_prefix(ROOT)
         catalog = [kv for kv in kvs if kv.key.startswith(CATALOG_ROOT)]
         for kv in kvs:
             if not kv.key.startswith(CATALOG_ROOT):
@@ -221,7 +217,7 @@ class ClusterNode:
     async def _watch(self) -> None:
         while True:
             try:
-                async for event in self.etcd.watch_prefix(PREFIX, self._revision + 1):
+                async for event in self.etcd.watch_prefix(ROOT, self._revision + 1):
                     self._revision = max(self._revision, event.kv.mod_revision)
                     self._apply_logged(event)
             except (EtcdError, OSError, ValueError) as error:
@@ -239,7 +235,7 @@ class ClusterNode:
                                                       "error": repr(error)})
 
     def _apply(self, event: Event) -> None:
-        parts = event.kv.key[len(PREFIX):].split("/")
+        parts = segments(event.kv.key)
         kind, deleted = parts[0], event.kind == "DELETE"
         if kind == "nodes" and len(parts) == 2:
             self._apply_node(parts[1], None if deleted else event.kv.json())
@@ -368,7 +364,7 @@ class ClusterNode:
         while True:
             try:
                 won = await self.replicated.claim(storage, record)
-                existing = None if won else await self.etcd.get(_key("streams", storage))
+                existing = None if won else await self.etcd.get(path("streams", storage))
                 break
             except EtcdError:
                 await asyncio.sleep(0.5)

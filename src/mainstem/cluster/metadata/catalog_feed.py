@@ -27,7 +27,7 @@ from typing import Any
 from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
-from mainstem.cluster.metadata.metadata_keys import path, prefix, segments
+from mainstem.cluster.etcd_keys import path, prefix, segments
 
 log = logging.getLogger("mainstem.cluster")
 

@@ -42,7 +42,7 @@ from mainstem.broker.iggy.model import (
 from mainstem.broker.streams import Stream
 from mainstem.cluster.context import NodeContext
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, delete_prefix, put
-from mainstem.cluster.metadata.metadata_keys import path, prefix, segments, written
+from mainstem.cluster.etcd_keys import path, prefix, segments, written
 
 AREA = "iggy"
 NAMES, IDS, MEMBERS = "names", "ids", "members"

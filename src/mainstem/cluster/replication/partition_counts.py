@@ -20,7 +20,7 @@ from mainstem.broker import layout
 from mainstem.broker.iggy.model import rebalance
 from mainstem.broker.streams import Stream
 from mainstem.cluster.etcd import EtcdError, put
-from mainstem.cluster.metadata.metadata_keys import path
+from mainstem.cluster.etcd_keys import path
 from mainstem.cluster.replication.replica import PartitionRole, ReplicaContext
 from mainstem.cluster.replication.replicated_streams import ReplicatedStreams, dropped
 

@@ -26,7 +26,7 @@ from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.stream_service import DataRemoved, PartitionClosed, PartitionService
 from mainstem.cluster.etcd import EtcdError, KeyValue
-from mainstem.cluster.metadata.metadata_keys import path
+from mainstem.cluster.etcd_keys import path
 from mainstem.cluster.replication.replica import PartitionRole, ReplicaContext
 from mainstem.cluster.replication.replicated_streams import ReplicatedStreams
 

@@ -20,6 +20,7 @@ from typing import Any
 from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster.context import NodeContext, Peers
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
+from mainstem.cluster.etcd_keys import path
 from mainstem.cluster.replication import wire
 from mainstem.cluster.replication.follower import Refused, follow
 from mainstem.cluster.replication.forward_links import Forwarding, PartitionForwarder
@@ -76,7 +77,7 @@ class PartitionRole:
         service.stand_by(self.forwarder)
 
     def _key(self, kind: str) -> str:
-        return f"/mainstem/{kind}/{self.storage}/{self.index}"
+        return path(kind, self.storage, self.index)
 
     @property
     def leader_node(self) -> str | None:

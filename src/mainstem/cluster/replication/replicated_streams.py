@@ -11,7 +11,7 @@ from typing import Any
 from mainstem.broker.policies import STREAM
 from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster.etcd import Compare, delete, put
-from mainstem.cluster.metadata.metadata_keys import path, prefix
+from mainstem.cluster.etcd_keys import path, prefix, segments
 from mainstem.cluster.replication.replica import PartitionRole, ReplicaContext
 
 PARTITION_KINDS = ("leaders", "isr", "epochs")
@@ -59,7 +59,7 @@ class ReplicatedStreams:
         """A new record, its replicas placed on the nodes etcd lists (the watch may lag)."""
         live, _ = await self.context.etcd.get_prefix(prefix("nodes"))
         return self.new_record(namespace, name, partitions, arguments,
-                               [kv.key.rpartition("/")[2] for kv in live], what)
+                               [segments(kv.key)[-1] for kv in live], what)
 
     def new_record(self, namespace: str, name: str, partitions: int,
                    arguments: Mapping[str, Any], live: list[str],

@@ -1,7 +1,7 @@
-"""Keys of the protocols' metadata in etcd, and writing them.
+"""Every key the cluster keeps in etcd, and writing them.
 
-Names become path segments percent-encoded (`/` included), so a namespace or a stream
-name of any characters is one segment of its key. A write the client waits for is tried
+Names become path segments percent-encoded (`/` included), so a namespace, a stream or a
+node name of any characters is one segment of its key. A write the client waits for is tried
 again while etcd is briefly away, then reported as a broker error the protocol answers.
 """
 
