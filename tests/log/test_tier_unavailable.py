@@ -4,6 +4,7 @@ within its timeout (never a hang), and reads work again once it is back."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -53,7 +54,7 @@ async def test_s3_stopped_then_back(tmp_path: Path) -> None:
         first = (await tier_all(tier, partition, cache))[0]
         server.stop()
         started = time.monotonic()
-        with pytest.raises(TierUnavailable, match=first.record.key):
+        with pytest.raises(TierUnavailable, match=re.escape(first.record.key)):
             await first.segment.ensure(0)
         assert time.monotonic() - started < TIMEOUT + 1
         server.start()
@@ -70,6 +71,6 @@ async def test_a_store_that_never_answers_times_out() -> None:
         silent.listen(16)
         tier = s3_tier(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=TIMEOUT)
         started = time.monotonic()
-        with pytest.raises(TierUnavailable, match="k.segment"):
+        with pytest.raises(TierUnavailable, match=r"k\.segment"):
             await tier.size("k.segment")
         assert time.monotonic() - started < TIMEOUT + 1
