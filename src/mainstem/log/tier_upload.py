@@ -11,15 +11,12 @@ stores to find the segment again. Nothing here deletes anything, local or tiered
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
 from mainstem.log.segment_file import INDEX_SUFFIX, Segment, segment_name
-from mainstem.log.tier import Tier
-
-CRC_READ = 1024 * 1024
+from mainstem.log.tier import Tier, file_crc32
 
 
 class UploadMismatch(Exception):
@@ -65,7 +62,7 @@ async def upload_segment(tier: Tier, segment: Segment, prefix: str) -> TieredRec
     key = segment_key(prefix, segment.first_chunk_id)
     content = index.encode()
     size = segment.size
-    local_crc = await asyncio.to_thread(_file_crc, segment, size)
+    local_crc = await asyncio.to_thread(file_crc32, segment.path, size)
     await tier.put(key, segment.path)
     await tier.put(index_key(key), content)
     await verify(tier, key, size, local_crc)
@@ -86,15 +83,3 @@ async def verify(tier: Tier, key: str, size: int, crc: int) -> None:
         raise UploadMismatch(f"tier {tier.name}: {key} has CRC {stored_crc:#010x}, "
                              f"the local file {crc:#010x}")
 
-
-def _file_crc(segment: Segment, size: int) -> int:
-    """CRC-32 of the segment file's first `size` bytes, on its own descriptor (a worker
-    thread may not use the loop's)."""
-    crc = 0
-    fd = os.open(segment.path, os.O_RDONLY)
-    try:
-        for pos in range(0, size, CRC_READ):
-            crc = crc32(os.pread(fd, min(CRC_READ, size - pos), pos), crc)
-    finally:
-        os.close(fd)
-    return crc
