@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
+from mainstem.log.tier_upload import TieredRecord
 from mainstem.log.tiered_segment import NotFetched
 
 from .tiering import Tiered, disk_bytes, moto_s3, s3_tier, tier_all, written_partition
@@ -44,7 +45,8 @@ def largest_chunk_blocks(tiered: list[Tiered], block: int) -> int:
 
 
 async def round_trip(tier: Tier, root: Path, batches: list[list[bytes]], segment_bytes: int,
-                     block: int, read_ahead: int, spare_blocks: int, seed: int) -> None:
+                     block: int, read_ahead: int, spare_blocks: int, seed: int
+                     ) -> list[TieredRecord]:
     partition = written_partition(root / "p", batches, segment_bytes)
     descriptors = DescriptorCache(16)
     # The bound is set once the chunk sizes are known: tier_all loads no data yet.
@@ -68,6 +70,17 @@ async def round_trip(tier: Tier, root: Path, batches: list[list[bytes]], segment
     for t in tiered:
         t.segment.close()
     await partition.aclose()
+    return [t.record for t in tiered]
+
+
+async def lists_and_deletes(tier: Tier, records: list[TieredRecord]) -> None:
+    """The prefix lists the segments' objects and no more; deleted, they are gone."""
+    keys = sorted(key for r in records for key in (r.key, r.index_key))
+    assert keys and sorted(await tier.list("stream/0")) == keys
+    assert await tier.list("stream") == await tier.list("stream/0")
+    for key in keys:
+        await tier.delete(key)
+    assert await tier.list("stream/0") == []
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -89,8 +102,19 @@ async def test_the_same_round_trip_through_s3(tmp_path: Path) -> None:
     rng = random.Random(7)
     sizes = [[rng.randrange(900) for _ in range(rng.randrange(1, 7))] for _ in range(60)]
     with moto_s3() as (_, endpoint):
-        await round_trip(s3_tier(endpoint), tmp_path, make_batches(sizes, 7), 8_000, FS_BLOCK,
-                         1, 1, 3)
+        tier = s3_tier(endpoint)
+        records = await round_trip(tier, tmp_path, make_batches(sizes, 7), 8_000, FS_BLOCK, 1,
+                                   1, 3)
+        await lists_and_deletes(tier, records)
+
+
+async def test_a_directory_tier_lists_and_deletes_what_was_uploaded(tmp_path: Path) -> None:
+    tier = Tier.directory(tmp_path / "tier")
+    records = await round_trip(tier, tmp_path, [[os.urandom(800)] for _ in range(20)], 4_000,
+                               FS_BLOCK, 0, 2, 1)
+    # a put cut short leaves a hidden temporary file: never listed, never read
+    (tmp_path / "tier" / "stream" / "0" / "00000000000000000999.segment#0").touch()
+    await lists_and_deletes(tier, records)
 
 
 async def test_a_pinned_segment_keeps_its_blocks_and_unread_chunks_are_refused(

@@ -148,13 +148,14 @@ def file_crc32(path: Path, size: int | None = None) -> int:
 
 def _put_file(root: Path, key: str, content: Path | bytes) -> None:
     """Write `content` under `root/key` as obstore's local store would, durably: a hidden
-    temporary file (obstore lists no name with a `#`), fsynced, renamed, the directory
-    fsynced. A root that is gone is not made again: the tier is unavailable."""
+    temporary file (obstore lists no name ending in `#` and digits, its own temporary
+    names), fsynced, renamed, the directory fsynced. A root that is gone is not made
+    again: the tier is unavailable."""
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is gone")
     target = root / key
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f"{target.name}#mainstem")
+    temporary = target.with_name(f"{target.name}#0")
     if isinstance(content, Path):
         shutil.copyfile(content, temporary)  # copy_file_range: in the kernel
     else:
