@@ -37,6 +37,9 @@ async def test_a_directory_tier_removed_then_back(tmp_path: Path) -> None:
         await first.segment.ensure(0)
     assert time.monotonic() - started < TIMEOUT + 1
     assert str(tmp_path / "tier") in str(error.value) and first.record.key in str(error.value)
+    with pytest.raises(TierUnavailable):  # an upload does not make the directory again:
+        await tier.put("stream/0/x.segment", b"x")  # on an unmounted mount it would be local
+    assert not (tmp_path / "tier").exists()
     (tmp_path / "unmounted").rename(tmp_path / "tier")
     await first.segment.ensure(0)
     assert first.segment.read_chunk(0).data == first.local.read_chunk(0).data
