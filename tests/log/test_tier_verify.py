@@ -88,3 +88,18 @@ async def test_a_corrupt_fetched_range_fails_like_local_corruption_and_is_not_ke
     assert cache.used > 0
     first.segment.close()
     await partition.aclose()
+
+
+async def test_an_object_cut_short_in_the_tier_fails_its_last_chunk(tmp_path: Path) -> None:
+    partition = written_partition(tmp_path / "p", [[os.urandom(900)] for _ in range(16)], 6_000)
+    cache = TierCache(tmp_path / "cache", 1 << 20, DescriptorCache(16), block_size=BLOCK,
+                      read_ahead=0)
+    first = (await tier_all(Tier.directory(tmp_path / "tier"), partition, cache))[0]
+    stored = tmp_path / "tier" / first.record.key
+    stored.write_bytes(stored.read_bytes()[:-100])
+    last = first.segment.num_chunks - 1
+    with pytest.raises(CorruptChunk):
+        await first.segment.ensure(last)
+    assert cache.used == 0 and disk_bytes(tmp_path / "cache") == 0
+    first.segment.close()
+    await partition.aclose()

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from mainstem.formats.chunk import CorruptChunk
 from mainstem.log.descriptors import DescriptorCache, LazyFile
 
 DEFAULT_BLOCK = 1024 * 1024
@@ -91,6 +92,8 @@ class TierCache:
         """Make bytes [start, end) of `cached` local, fetching the blocks it lacks and
         the `read_ahead` blocks after them through `fetch(starts, ends)`."""
         needed = range(start // self.block_size, (end - 1) // self.block_size + 1)
+        if not needed:
+            return
         async with cached.lock:
             for block in needed:
                 if block in cached.present:
@@ -106,10 +109,11 @@ class TierCache:
             spans = [self._span(cached, block) for block in wanted]
             parts = await fetch([s for s, _ in spans], [e for _, e in spans])
             self._fetches += 1
+            for (s, e), part in zip(spans, parts, strict=True):
+                if len(part) != e - s:  # the object is shorter than the segment was
+                    raise CorruptChunk(f"{cached.path}: the tier returned {len(part)} bytes "
+                                       f"for [{s}, {e})")
             for block, (s, e), part in zip(wanted, spans, parts, strict=True):
-                if len(part) != e - s:
-                    raise OSError(f"{cached.path}: the tier returned {len(part)} bytes "
-                                  f"for [{s}, {e})")
                 if not self._make_room(self._cost(e - s), cached, needed):
                     if block in ahead:
                         break
