@@ -45,28 +45,35 @@ def largest_chunk_blocks(tiered: list[Tiered], block: int) -> int:
 
 
 async def round_trip(tier: Tier, root: Path, batches: list[list[bytes]], segment_bytes: int,
-                     block: int, read_ahead: int, spare_blocks: int, seed: int
-                     ) -> list[TieredRecord]:
+                     block: int, read_ahead: int, spare_blocks: int, seed: int,
+                     readers: int = 1) -> list[TieredRecord]:
+    """Upload every sealed segment, then `readers` concurrent readers share its chunks in
+    a shuffled order, each comparing what it reads with the local segment."""
     partition = written_partition(root / "p", batches, segment_bytes)
     descriptors = DescriptorCache(16)
     # The bound is set once the chunk sizes are known: tier_all loads no data yet.
     cache = TierCache(root / "cache", 1 << 40, descriptors, block_size=block,
                       read_ahead=read_ahead)
     tiered = await tier_all(tier, partition, cache)
-    cache.max_bytes = (largest_chunk_blocks(tiered, block) + spare_blocks) * block
+    # Room for what each reader ensures at once (those blocks are not evicted under it).
+    cache.max_bytes = (largest_chunk_blocks(tiered, block) * readers + spare_blocks) * block
     chunks = [(t, i) for t in tiered for i in range(t.local.num_chunks)]
     random.Random(seed).shuffle(chunks)  # any order: eviction then hits every pattern
-    for t, i in chunks:
-        await t.segment.ensure(i)
-        local, remote = t.local.read_chunk(i), t.segment.read_chunk(i)
-        assert bytes(remote.data) == bytes(local.data)
-        assert [(o, bytes(body)) for o, body in remote.records()] == [
-            (o, bytes(body)) for o, body in local.records()]
-        start, size = t.segment.chunk_span(i)  # what sendfile sends, from the descriptor
-        assert os.pread(t.segment.fileno(), size, start) == os.pread(t.local.fileno(), size,
-                                                                     start)
-        assert cache.used <= cache.max_bytes
-        assert disk_bytes(root / "cache") <= cache.max_bytes
+
+    async def read(share: list[tuple[Tiered, int]]) -> None:
+        for t, i in share:
+            await t.segment.ensure(i)
+            local, remote = t.local.read_chunk(i), t.segment.read_chunk(i)
+            assert bytes(remote.data) == bytes(local.data)
+            assert [(o, bytes(body)) for o, body in remote.records()] == [
+                (o, bytes(body)) for o, body in local.records()]
+            start, size = t.segment.chunk_span(i)  # what sendfile sends, from the descriptor
+            assert (os.pread(t.segment.fileno(), size, start)
+                    == os.pread(t.local.fileno(), size, start))
+            assert cache.used <= cache.max_bytes
+            assert disk_bytes(root / "cache") <= cache.max_bytes
+
+    await asyncio.gather(*(read(chunks[k::readers]) for k in range(readers)))
     for t in tiered:
         t.segment.close()
     await partition.aclose()
@@ -87,14 +94,15 @@ async def lists_and_deletes(tier: Tier, records: list[TieredRecord]) -> None:
 @given(sizes=sizes_strategy, segment_bytes=st.integers(1_500, 9_000),
        block=st.sampled_from([FS_BLOCK, 2 * FS_BLOCK, 4 * FS_BLOCK]),
        read_ahead=st.integers(0, 3), spare_blocks=st.integers(0, 4),
-       seed=st.integers(0, 1 << 16))
+       seed=st.integers(0, 1 << 16), readers=st.integers(1, 3))
 def test_every_chunk_reads_as_the_local_one(sizes: list[list[int]], segment_bytes: int,
                                             block: int, read_ahead: int, spare_blocks: int,
-                                            seed: int) -> None:
+                                            seed: int, readers: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         asyncio.run(round_trip(Tier.directory(root / "tier"), root, make_batches(sizes, seed),
-                               segment_bytes, block, read_ahead, spare_blocks, seed))
+                               segment_bytes, block, read_ahead, spare_blocks, seed,
+                               readers))
 
 
 async def test_the_same_round_trip_through_s3(tmp_path: Path) -> None:
@@ -104,7 +112,7 @@ async def test_the_same_round_trip_through_s3(tmp_path: Path) -> None:
     with moto_s3() as (_, endpoint):
         tier = s3_tier(endpoint)
         records = await round_trip(tier, tmp_path, make_batches(sizes, 7), 8_000, FS_BLOCK, 1,
-                                   1, 3)
+                                   1, 3, readers=3)
         await lists_and_deletes(tier, records)
 
 

@@ -52,7 +52,7 @@ class CachedFile:
         self.size = size
         self.present: dict[int, int] = {}  # block -> fetch number
         self.pins = 0
-        self.lock = asyncio.Lock()  # one fetch at a time per file: no block fetched twice
+        self.lock = asyncio.Lock()
 
 
 class TierCache:
@@ -68,6 +68,7 @@ class TierCache:
         self._descriptors = descriptors
         self._lru: OrderedDict[tuple[CachedFile, int], int] = OrderedDict()  # -> bytes
         self._fetches = 0
+        self._ensuring: dict[tuple[CachedFile, int], int] = {}  # block -> readers ensuring
         directory.mkdir(parents=True, exist_ok=True)
         self._fs_block = os.statvfs(directory).f_bsize
         if block_size % self._fs_block:
@@ -90,36 +91,49 @@ class TierCache:
 
     async def ensure(self, cached: CachedFile, start: int, end: int, fetch: Fetch) -> None:
         """Make bytes [start, end) of `cached` local, fetching the blocks it lacks and
-        the `read_ahead` blocks after them through `fetch(starts, ends)`."""
-        needed = range(start // self.block_size, (end - 1) // self.block_size + 1)
-        if not needed:
-            return
-        async with cached.lock:
-            for block in needed:
-                if block in cached.present:
-                    self._lru.move_to_end((cached, block))
-            missing = [block for block in needed if block not in cached.present]
-            if not missing:
-                return
-            blocks = len(range(0, cached.size, self.block_size))
-            ahead = [block for block in range(needed[-1] + 1,
-                                              min(needed[-1] + 1 + self.read_ahead, blocks))
-                     if block not in cached.present]
-            wanted = missing + ahead
-            spans = [self._span(cached, block) for block in wanted]
-            parts = await fetch([s for s, _ in spans], [e for _, e in spans])
-            self._fetches += 1
-            for (s, e), part in zip(spans, parts, strict=True):
-                if len(part) != e - s:  # the object is shorter than the segment was
-                    raise CorruptChunk(f"{cached.path}: the tier returned {len(part)} bytes "
-                                       f"for [{s}, {e})")
-            for block, (s, e), part in zip(wanted, spans, parts, strict=True):
-                if not self._make_room(self._cost(e - s), cached, needed):
-                    if block in ahead:
-                        break
-                    raise CacheTooSmall(f"{self.max_bytes} bytes of cache cannot hold "
-                                        f"[{start}, {end}) of {cached.path}")
-                self._store(cached, block, s, part)
+        the `read_ahead` blocks after them through `fetch(starts, ends)`. The blocks of
+        [start, end) are not evicted while this runs, by this reader or another."""
+        needed = [(cached, block)
+                  for block in range(start // self.block_size, (end - 1) // self.block_size + 1)]
+        for key in needed:
+            self._ensuring[key] = self._ensuring.get(key, 0) + 1
+        try:
+            async with cached.lock:  # one fetch at a time per file: none fetched twice
+                for key in needed:
+                    if key[1] in cached.present:
+                        self._lru.move_to_end(key)
+                missing = [block for _, block in needed if block not in cached.present]
+                if missing:
+                    await self._fetch(cached, missing, needed[-1][1], fetch)
+        finally:
+            for key in needed:
+                self._ensuring[key] -= 1
+                if not self._ensuring[key]:
+                    del self._ensuring[key]
+
+    async def _fetch(self, cached: CachedFile, missing: list[int], last: int,
+                     fetch: Fetch) -> None:
+        """Fetch the `missing` blocks and the `read_ahead` ones after block `last`, in one
+        call, and store them (read-ahead only as far as there is room)."""
+        blocks = len(range(0, cached.size, self.block_size))
+        ahead = [block for block in range(last + 1, min(last + 1 + self.read_ahead, blocks))
+                 if block not in cached.present]
+        wanted = missing + ahead
+        spans = [self._span(cached, block) for block in wanted]
+        parts = await fetch([s for s, _ in spans], [e for _, e in spans])
+        self._fetches += 1
+        for (s, e), part in zip(spans, parts, strict=True):
+            if len(part) != e - s:  # the object is shorter than the segment was
+                raise CorruptChunk(f"{cached.path}: the tier returned {len(part)} bytes "
+                                   f"for [{s}, {e})")
+        for block, (s, e), part in zip(wanted, spans, parts, strict=True):
+            if not self._make_room(self._cost(e - s)):
+                if block in ahead:
+                    break
+                raise CacheTooSmall(f"{self.max_bytes} bytes of cache cannot hold block "
+                                    f"{block} of {cached.path} beside the pinned and "
+                                    "the ones being read")
+            self._store(cached, block, s, part)
 
     def stamp(self, cached: CachedFile, start: int, end: int) -> int | None:
         """None unless all of [start, end) is local; then the number of the latest fetch
@@ -157,15 +171,15 @@ class TierCache:
         """Bytes on disk for a block of `length` bytes."""
         return -(-length // self._fs_block) * self._fs_block
 
-    def _make_room(self, cost: int, cached: CachedFile, keep: range) -> bool:
+    def _make_room(self, cost: int) -> bool:
         """Evict least recently used blocks until `cost` more bytes fit, sparing pinned
-        files and `cached`'s blocks in `keep`; False if they cannot be made to fit."""
+        files and blocks being ensured; False if they cannot be made to fit."""
         if self.used + cost <= self.max_bytes:
             return True
         for victim, block in list(self._lru):
             if self.used + cost <= self.max_bytes:
                 break
-            if victim.pins or (victim is cached and block in keep):
+            if victim.pins or (victim, block) in self._ensuring:
                 continue
             self._evict(victim, block)
         return self.used + cost <= self.max_bytes
