@@ -25,6 +25,8 @@ async def test_blocks_being_ensured_are_not_evicted_by_another_reader(tmp_path: 
     cache = TierCache(tmp_path / "cache", 3 * BLOCK, DescriptorCache(8), block_size=BLOCK,
                       read_ahead=0)
     x, y = cache.file("x.segment", 3 * BLOCK), cache.file("y.segment", 3 * BLOCK)
+    with pytest.raises(ValueError, match="open already"):  # it would truncate x's
+        cache.file("x.segment", 3 * BLOCK)
     released = asyncio.Event()
 
     async def fetch_x(starts: Sequence[int], ends: Sequence[int]) -> Sequence[memoryview]:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mainstem.log.descriptors import DescriptorCache
-from mainstem.log.tier import Tier
+from mainstem.log.tier import UPLOAD_PART, Tier
 from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord
 from mainstem.log.tiered_segment import NotFetched
@@ -150,5 +150,21 @@ async def test_a_pinned_segment_keeps_its_blocks_and_unread_chunks_are_refused(
     with pytest.raises(NotFetched):
         first.segment.read_chunk(0)
     for t in (first, *others):
+        t.segment.close()
+    await partition.aclose()
+
+
+async def test_a_segment_larger_than_a_part_goes_up_to_s3_in_parts(tmp_path: Path) -> None:
+    """Over UPLOAD_PART, obstore uploads in parts (S3's multipart upload), whole or not
+    at all; the object is verified and read back as any other."""
+    partition = written_partition(tmp_path / "p", [[os.urandom(1 << 20)] for _ in range(11)],
+                                  UPLOAD_PART + (2 << 20))
+    cache = TierCache(tmp_path / "cache", 4 << 20, DescriptorCache(16), block_size=1 << 20)
+    with moto_s3() as (_, endpoint):
+        [t] = await tier_all(s3_tier(endpoint), partition, cache)
+        assert t.record.segment_size > UPLOAD_PART
+        last = t.segment.num_chunks - 1
+        await t.segment.ensure(last)
+        assert t.segment.read_chunk(last).data == t.local.read_chunk(last).data
         t.segment.close()
     await partition.aclose()

@@ -15,6 +15,7 @@ from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.errors import TierUnavailable
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
+from mainstem.log.tiered_segment import TieredSegment
 
 from .tiering import moto_s3, s3_tier, tier_all, written_partition
 
@@ -40,10 +41,15 @@ async def test_a_directory_tier_removed_then_back(tmp_path: Path) -> None:
     with pytest.raises(TierUnavailable):  # an upload does not make the directory again:
         await tier.put("stream/0/x.segment", b"x")  # on an unmounted mount it would be local
     assert not (tmp_path / "tier").exists()
-    (tmp_path / "unmounted").rename(tmp_path / "tier")
-    await first.segment.ensure(0)
-    assert first.segment.read_chunk(0).data == first.local.read_chunk(0).data
     first.segment.close()
+    reopened = await TieredSegment.load(tier, first.record, cache)  # its index is local
+    assert reopened.num_chunks == first.local.num_chunks
+    with pytest.raises(TierUnavailable):
+        await reopened.ensure(0)
+    (tmp_path / "unmounted").rename(tmp_path / "tier")
+    await reopened.ensure(0)
+    assert reopened.read_chunk(0).data == first.local.read_chunk(0).data
+    reopened.close()
     await partition.aclose()
 
 

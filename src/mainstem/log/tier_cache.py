@@ -68,6 +68,7 @@ class TierCache:
         self._descriptors = descriptors
         self._lru: OrderedDict[tuple[CachedFile, int], int] = OrderedDict()  # -> bytes
         self._fetches = 0
+        self._files: set[Path] = set()  # open cache files
         self._ensuring: dict[tuple[CachedFile, int], int] = {}  # block -> readers ensuring
         directory.mkdir(parents=True, exist_ok=True)
         self._fs_block = os.statvfs(directory).f_bsize
@@ -78,8 +79,11 @@ class TierCache:
             stale.unlink()
 
     def file(self, name: str, size: int) -> CachedFile:
-        """A new, empty cache file of `size` bytes (`name` may hold slashes)."""
+        """A new, empty cache file of `size` bytes (`name` may hold slashes): one per
+        tiered segment, which shares it among its readers."""
         path = self.directory / name
+        if path in self._files:
+            raise ValueError(f"{path} is open already: a segment has one cache file")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -87,6 +91,7 @@ class TierCache:
         except BaseException:
             os.close(fd)
             raise
+        self._files.add(path)
         return CachedFile(path, self._descriptors.file(path, os.O_RDWR, fd), size)
 
     async def ensure(self, cached: CachedFile, start: int, end: int, fetch: Fetch) -> None:
@@ -162,6 +167,7 @@ class TierCache:
         cached.present.clear()
         cached.file.close()
         cached.path.unlink(missing_ok=True)
+        self._files.discard(cached.path)
 
     def _span(self, cached: CachedFile, block: int) -> tuple[int, int]:
         start = block * self.block_size
