@@ -131,9 +131,13 @@ async def test_a_pinned_segment_keeps_its_blocks_and_unread_chunks_are_refused(
     partition = written_partition(tmp_path / "p", batches, 6_000)
     cache = TierCache(tmp_path / "cache", 1 << 40, DescriptorCache(16), block_size=FS_BLOCK)
     first, *others = await tier_all(Tier.directory(tmp_path / "tier"), partition, cache)
-    with pytest.raises(NotFetched):
-        first.segment.read_chunk(0)
+    for read in (first.segment.read_chunk, first.segment.read_header,
+                 first.segment.read_sequences, first.segment.current_layout):
+        with pytest.raises(NotFetched):  # a hole reads as zeros: refused, not decoded
+            read(0)
     await first.segment.ensure(0)
+    assert first.segment.read_header(0) == first.local.read_header(0)
+    assert first.segment.read_sequences(0) == first.local.read_sequences(0)
     cache.max_bytes = cache.used + 2 * FS_BLOCK  # room for the next chunk, no more
     fd = first.segment.pin()  # as a Transfer waiting for its socket holds it
     held = cache.used

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from isal.isal_zlib import crc32
 
-from mainstem.formats.chunk import Chunk, CorruptChunk
+from mainstem.formats.chunk import Chunk, ChunkHeader, CorruptChunk
 from mainstem.log.index import IndexEntry, SegmentIndex
 from mainstem.log.segment_file import Segment
 from mainstem.log.tier import Tier
@@ -81,14 +81,31 @@ class TieredSegment(Segment):
     # -- reading -------------------------------------------------------------------
 
     def read_chunk(self, i: int) -> Chunk:
-        start, size = self.chunk_span(i)
-        if self._cache.stamp(self._cached, start, start + size) is None:
-            raise NotFetched(f"{self.record.key}: chunk {i} read before ensure({i})")
+        start, size = self._local(i)
         try:
             return super().read_chunk(i)
         except CorruptChunk:
             self._cache.drop(self._cached, start, start + size)
             raise
+
+    def read_header(self, i: int) -> ChunkHeader:
+        self._local(i)
+        return super().read_header(i)
+
+    def read_sequences(self, i: int) -> dict[str, int]:
+        self._local(i)
+        return super().read_sequences(i)
+
+    def current_layout(self, i: int) -> bytes:
+        self._local(i)
+        return super().current_layout(i)
+
+    def _local(self, i: int) -> tuple[int, int]:
+        """Chunk i's span, once `ensure` made it local: a hole would read as zeros."""
+        start, size = self.chunk_span(i)
+        if self._cache.stamp(self._cached, start, start + size) is None:
+            raise NotFetched(f"{self.record.key}: chunk {i} read before ensure({i})")
+        return start, size
 
     def pin(self) -> int:
         """A descriptor valid until `unpin`; its blocks stay cached meanwhile."""
