@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mainstem.log.descriptors import DescriptorCache
+from mainstem.log.partition import Partition
+from mainstem.log.segment_file import LEGACY_VERSION
 from mainstem.log.tier import UPLOAD_PART, Tier
 from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord
@@ -170,5 +173,23 @@ async def test_a_segment_larger_than_a_part_goes_up_to_s3_in_parts(tmp_path: Pat
         last = t.segment.num_chunks - 1
         await t.segment.ensure(last)
         assert t.segment.read_chunk(last).data == t.local.read_chunk(last).data
+        t.segment.close()
+    await partition.aclose()
+
+
+async def test_segments_of_the_older_layout_tier_and_read_back(tmp_path: Path) -> None:
+    """Version-1 segments (no guards, their own trailers) keep their layout in the tier."""
+    shutil.copytree(Path(__file__).parent / "fixtures" / "partition-v1", tmp_path / "p")
+    partition = Partition.open(tmp_path / "p", descriptors=DescriptorCache(16))
+    cache = TierCache(tmp_path / "cache", 1 << 20, DescriptorCache(16), block_size=FS_BLOCK)
+    tiered = await tier_all(Tier.directory(tmp_path / "tier"), partition, cache)
+    assert tiered and all(t.record.version == LEGACY_VERSION for t in tiered)
+    for t in tiered:
+        for i in range(t.local.num_chunks):
+            await t.segment.ensure(i)
+            assert ([bytes(b) for _, b in t.segment.read_chunk(i).records()]
+                    == [bytes(b) for _, b in t.local.read_chunk(i).records()])
+            assert t.segment.read_sequences(i) == t.local.read_sequences(i)
+            assert t.segment.current_layout(i) == t.local.current_layout(i)
         t.segment.close()
     await partition.aclose()
