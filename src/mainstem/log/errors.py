@@ -17,3 +17,13 @@ class DataRemoved(Exception):
     def __init__(self, message: str, first_available: int) -> None:
         super().__init__(message)
         self.first_available = first_available
+
+
+class TierUnavailable(Exception):
+    """The object store holding tiered segments did not answer in time, or failed: reads
+    of its segments fail (and uploads wait) until it is back."""
+
+    def __init__(self, tier: str, key: str, cause: str) -> None:
+        super().__init__(f"tier {tier}: {key}: {cause}")
+        self.tier = tier
+        self.key = key

@@ -75,7 +75,7 @@ class SegmentIndex:
     def open_for_append(self, descriptors: DescriptorCache) -> None:
         """Rewrite the file from memory unless it holds that already (a restart with many
         segments then writes nothing), then append to it (opened when first needed)."""
-        content = FILE_HEADER + b"".join(RECORD.pack(*self._fields(i)) for i in range(len(self)))
+        content = self.encode()
         if content != self._on_disk:
             tmp = self.path.with_suffix(".index.tmp")
             with open(tmp, "wb") as out:
@@ -83,6 +83,10 @@ class SegmentIndex:
             os.replace(tmp, self.path)
         self._on_disk = b""
         self._file = descriptors.file(self.path, os.O_WRONLY | os.O_APPEND)
+
+    def encode(self) -> bytes:
+        """The index file as it holds the entries in memory."""
+        return FILE_HEADER + b"".join(RECORD.pack(*self._fields(i)) for i in range(len(self)))
 
     def close(self) -> None:
         if self._file is not None:

@@ -1,0 +1,85 @@
+"""A sealed segment copied to a tier, and checked there, before anything may rely on it.
+
+The segment goes up as two objects, `{prefix}/{first chunk id:020}.segment` (the file as
+it is, header included, so every position in the index holds in the tier too) and
+`.index` (the index as memory holds it: the local file is only a cache). Each is then
+checked as the store holds it: its size (a HEAD) and a CRC-32 of all of it read back
+against the local bytes'. Only a verified upload yields a `TieredRecord`, what the catalog
+stores to find the segment again. Nothing here deletes anything, local or tiered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from isal.isal_zlib import crc32
+
+from mainstem.log.segment_file import INDEX_SUFFIX, Segment, segment_name
+from mainstem.log.tier import Tier, file_crc32
+
+
+class UploadMismatch(Exception):
+    """An uploaded object is not what was sent: it must never be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class TieredRecord:
+    """A verified tiered segment, as the catalog records it."""
+
+    key: str  # the segment's object; its index is the same key with `.index`
+    first_chunk_id: int
+    next_offset: int
+    first_byte: int  # the partition's byte position of its first payload byte
+    next_byte: int
+    first_timestamp: int
+    last_timestamp: int
+    segment_size: int
+    segment_crc: int
+    index_size: int
+    index_crc: int
+    version: int  # the segment file's layout
+
+    @property
+    def index_key(self) -> str:
+        return index_key(self.key)
+
+
+def segment_key(prefix: str, first_chunk_id: int) -> str:
+    return f"{prefix}/{segment_name(first_chunk_id)}"
+
+
+def index_key(key: str) -> str:
+    return key.removesuffix(".segment") + INDEX_SUFFIX
+
+
+async def upload_segment(tier: Tier, segment: Segment, prefix: str) -> TieredRecord:
+    """Upload a sealed, durable segment (never the active one: it still grows) and its
+    index under `prefix`, verify both, and return their record."""
+    if not segment.num_chunks:
+        raise ValueError(f"{segment.path} holds no chunk: nothing to tier")
+    index = segment.index
+    key = segment_key(prefix, segment.first_chunk_id)
+    content = index.encode()
+    size = segment.size
+    local_crc = await asyncio.to_thread(file_crc32, segment.path, size)
+    await tier.put(key, segment.path)
+    await tier.put(index_key(key), content)
+    await verify(tier, key, size, local_crc)
+    index_crc = crc32(content)
+    await verify(tier, index_key(key), len(content), index_crc)
+    return TieredRecord(key, segment.first_chunk_id, segment.next_offset, segment.first_byte,
+                        segment.next_byte, index.timestamps[0], index.timestamps[-1], size,
+                        local_crc, len(content), index_crc, segment.version)
+
+
+async def verify(tier: Tier, key: str, size: int, crc: int) -> None:
+    """Check that the object under `key` has `size` bytes with CRC-32 `crc`."""
+    stored = await tier.size(key)
+    if stored != size:
+        raise UploadMismatch(f"tier {tier.name}: {key} holds {stored} bytes, not {size}")
+    stored_crc = await tier.crc32(key)
+    if stored_crc != crc:
+        raise UploadMismatch(f"tier {tier.name}: {key} has CRC {stored_crc:#010x}, "
+                             f"the local file {crc:#010x}")
+
