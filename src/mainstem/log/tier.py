@@ -75,6 +75,19 @@ class Tier:
                                  **options)  # type: ignore[arg-type]
         return cls(store, url, timeout)
 
+    @classmethod
+    def open(cls, url: str, *, endpoint: str | None = None, region: str = "us-east-1",
+             access_key_id: str | None = None, secret_access_key: str | None = None,
+             timeout: float = DEFAULT_TIMEOUT) -> Tier:
+        """The tier a URL names: `s3://bucket/prefix`, or a directory (a path, or
+        `file:///path`)."""
+        if url.startswith("s3://"):
+            return cls.s3(url, endpoint=endpoint, region=region, access_key_id=access_key_id,
+                          secret_access_key=secret_access_key, timeout=timeout)
+        if "://" in url and not url.startswith("file://"):
+            raise ValueError(f"a tier is s3://bucket/prefix or a directory, not {url!r}")
+        return cls.directory(Path(url.removeprefix("file://")), timeout)
+
     async def put(self, key: str, content: Path | bytes) -> None:
         """Put a local file (large ones in parts) or bytes under `key`, atomically."""
         if self._root is not None:
