@@ -84,8 +84,11 @@ async def test_sealed_segments_move_to_the_tier_and_read_back_as_local(tmp_path:
     async with Broker(config=tiered_config(data, tier)) as broker:
         await publish(broker, "history", count, arguments)
         service = broker.core.streams.service("/", "history")
-        await wait_until(lambda: service.tiered_bytes > 0 and service.size_bytes
-                         - service.tiered_bytes <= 45_000 + 20_000, what="segments tiered")
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await wait_until(lambda: service.tiered_bytes > 0 and tiering.upload_lag_bytes() == 0,
+                         what="every segment past the bound tiered")
+        assert service.size_bytes - service.tiered_bytes <= 45_000 + 20_000
         local_files = sorted(service.partition.directory.glob("*.segment"))
         records = broker.core.catalog.tiered("/", "history", 0)
         assert len(records) >= 10

@@ -1,6 +1,6 @@
 """Tiering: a stream's sealed segments move to an object store and are read from there.
 
-Each round, every partition this node leads gives its tier candidates (`Partition.
+Each round, every partition this node leads gives its tier candidates (`PartitionService.
 tier_candidates`: sealed, committed, past the stream's local bounds, oldest first). Each is
 uploaded and verified (`log.tier_upload`), recorded in the catalog, and only then swapped
 for its tiered twin, the local files deleted: the catalog row is the commit point. So a
@@ -24,15 +24,13 @@ from dataclasses import dataclass
 
 from mainstem.broker.catalog import Catalog
 from mainstem.broker.settings import TieringSettings
+from mainstem.broker.stream_service import PartitionService, Segment
 from mainstem.broker.streams import Stream, StreamStore
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.errors import TierUnavailable
-from mainstem.log.partition import Partition
-from mainstem.log.segment_file import Segment
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord, UploadMismatch, upload_segment
-from mainstem.log.tiered_segment import TieredSegment
 
 log = logging.getLogger("mainstem.tiering")
 
@@ -83,9 +81,10 @@ class Tiering:
         names (uploads a crash cut short), then start the rounds."""
         known: set[str] = set()
         for stream in self._streams.list():
-            for index, partition in enumerate(stream.partitions):
+            for index, service in enumerate(stream.services):
                 records = self._catalog.tiered(stream.namespace, stream.name, index)
-                await self._attach(stream, index, partition, records)
+                await service.attach_tiered(records, self.tier, self.cache)
+                self._watch(stream, index, service)
                 known.update(key for r in records for key in (r.key, r.index_key))
         with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
             self._deletes.extend(key for key in await self.tier.list("") if key not in known)
@@ -97,20 +96,13 @@ class Tiering:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _attach(self, stream: Stream, index: int, partition: Partition,
-                      records: list[TieredRecord]) -> None:
-        members = [await TieredSegment.load(self.tier, record, self.cache)
-                   for record in records]
-        partition.attach_tiered(members)
-        self._watch(stream, index, partition)
-
-    def _watch(self, stream: Stream, index: int, partition: Partition) -> None:
+    def _watch(self, stream: Stream, index: int, service: PartitionService) -> None:
         def dropped(record: TieredRecord) -> None:
             self._catalog.delete_tiered(stream.namespace, stream.name, index,
                                         record.first_chunk_id)
             self._delete(record.key, record.index_key)
 
-        partition.tier_dropped = dropped
+        service.on_tier_dropped(dropped)
 
     # -- the rounds --------------------------------------------------------------------
 
@@ -130,14 +122,14 @@ class Tiering:
         await self._delete_pending()
         tiered = 0
         for stream in self._streams.list():
-            for index, partition in enumerate(stream.partitions):
-                if not partition.writable:  # a follower: its leader uploads
+            for index, service in enumerate(stream.services):
+                if not service.takes_writes:  # a follower: its leader uploads
                     continue
-                for segment in partition.tier_candidates():
-                    tiered += await self._tier(stream, index, partition, segment)
+                for segment in service.tier_candidates():
+                    tiered += await self._tier(stream, index, service, segment)
         return tiered
 
-    async def _tier(self, stream: Stream, index: int, partition: Partition,
+    async def _tier(self, stream: Stream, index: int, service: PartitionService,
                     segment: Segment) -> int:
         prefix = f"{stream.directory.name}/{index}"
         record = await upload_segment(self.tier, segment, prefix)
@@ -145,12 +137,13 @@ class Tiering:
             self._delete(record.key, record.index_key)  # retention or a delete came first
             return 0
         self._catalog.add_tiered(stream.namespace, stream.name, index, record)
-        member = await TieredSegment.load(self.tier, record, self.cache)
-        if segment.deleted:  # retention took it while the index was fetched
-            member.delete()
+        self._watch(stream, index, service)
+        if not await service.swap_tiered(segment, record, self.tier, self.cache):
+            # retention took the local segment meanwhile: its row and objects go too
+            self._catalog.delete_tiered(stream.namespace, stream.name, index,
+                                        record.first_chunk_id)
+            self._delete(record.key, record.index_key)
             return 0
-        self._watch(stream, index, partition)
-        partition.swap_tiered(member)
         self.stats.uploads += 1
         self.stats.uploaded_bytes += record.segment_size + record.index_size
         log.info("tier.uploaded", extra={"key": record.key, "bytes": record.segment_size})
@@ -186,5 +179,5 @@ class Tiering:
     def upload_lag_bytes(self) -> int:
         """Bytes of local segments past their bounds, waiting for an upload."""
         return sum(segment.size for stream in self._streams.list()
-                   for partition in stream.partitions if partition.writable
-                   for segment in partition.tier_candidates())
+                   for service in stream.services if service.takes_writes
+                   for segment in service.tier_candidates())
