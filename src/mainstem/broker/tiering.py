@@ -78,7 +78,8 @@ class Tiering:
 
     async def open(self) -> None:
         """Put every partition's tiered segments in its log, then sweep what no record
-        names (uploads a crash cut short), then start the rounds."""
+        names (uploads a crash cut short), then start the rounds. A cluster's node does not
+        sweep: its catalog may lag the cluster's, and another node may be uploading."""
         known: set[str] = set()
         for stream in self._streams.list():
             for index, service in enumerate(stream.services):
@@ -86,8 +87,10 @@ class Tiering:
                 await service.attach_tiered(records, self.tier, self.cache)
                 self._watch(stream, index, service)
                 known.update(key for r in records for key in (r.key, r.index_key))
-        with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
-            self._deletes.extend(key for key in await self.tier.list("") if key not in known)
+        if self.settings.sweep_at_start:
+            with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
+                self._deletes.extend(key for key in await self.tier.list("")
+                                     if key not in known)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
@@ -98,6 +101,8 @@ class Tiering:
 
     def _watch(self, stream: Stream, index: int, service: PartitionService) -> None:
         def dropped(record: TieredRecord) -> None:
+            if not service.takes_writes:  # a follower forgets; its leader deletes
+                return
             self._catalog.delete_tiered(stream.namespace, stream.name, index,
                                         record.first_chunk_id)
             self._delete(record.key, record.index_key)
@@ -124,10 +129,31 @@ class Tiering:
         for stream in self._streams.list():
             for index, service in enumerate(stream.services):
                 if not service.takes_writes:  # a follower: its leader uploads
+                    await self._follow(stream, index, service)
                     continue
                 for segment in service.tier_candidates():
                     tiered += await self._tier(stream, index, service, segment)
         return tiered
+
+    async def _follow(self, stream: Stream, index: int, service: PartitionService) -> None:
+        """Take the leader's records (they come with the cluster's metadata): tiered
+        segments it dropped are forgotten, and local copies of those it uploaded go,
+        each for its tiered twin, oldest first."""
+        records = self._catalog.tiered(stream.namespace, stream.name, index)
+        held = service.tiered_records
+        if held and (not records or records[0].first_chunk_id > held[0].first_chunk_id):
+            service.forget_tiered_before(records[0].first_chunk_id if records
+                                         else service.local_first_offset)
+        attached = {record.first_chunk_id for record in service.tiered_records}
+        for record in records:
+            if record.first_chunk_id in attached:
+                continue
+            oldest = service.oldest_sealed()
+            if (oldest is None or oldest.first_chunk_id != record.first_chunk_id
+                    or oldest.next_offset != record.next_offset):
+                return  # not replicated this far yet (or dropped here by retention)
+            self._watch(stream, index, service)
+            await service.swap_tiered(oldest, record, self.tier, self.cache)
 
     async def _tier(self, stream: Stream, index: int, service: PartitionService,
                     segment: Segment) -> int:
@@ -136,7 +162,7 @@ class Tiering:
         if segment.deleted or self._streams.find(stream.namespace, stream.name) is not stream:
             self._delete(record.key, record.index_key)  # retention or a delete came first
             return 0
-        self._catalog.add_tiered(stream.namespace, stream.name, index, record)
+        await self._catalog.record_tiered(stream.namespace, stream.name, index, record)
         self._watch(stream, index, service)
         if not await service.swap_tiered(segment, record, self.tier, self.cache):
             # retention took the local segment meanwhile: its row and objects go too

@@ -146,6 +146,16 @@ class PartitionService:
         self.partition.swap_tiered(member)
         return True
 
+    def oldest_sealed(self) -> Segment | None:
+        """The oldest local segment unless it is the active one (a follower swaps it for
+        the tiered copy its leader recorded)."""
+        return self.partition.oldest_sealed()
+
+    def forget_tiered_before(self, offset: int) -> None:
+        """Forget the tiered segments wholly below `offset`, their objects left alone (a
+        follower whose leader's retention dropped them)."""
+        self.partition.truncate_before(min(offset, self.local_first_offset))
+
     def on_tier_dropped(self, dropped: Callable[[TieredRecord], None]) -> None:
         """Call `dropped` with each tiered segment retention deletes."""
         self.partition.tier_dropped = dropped
