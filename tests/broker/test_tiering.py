@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 from pathlib import Path
 
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
 from mainstem import Broker
 from mainstem.config import ServerConfig, TieringConfig
+from tests.log.tiering import BUCKET, KEYS, moto_s3
 from tests.support.waiting import wait_until
 
 BODY = 400  # bytes per message: a 20 KB segment holds about 45
 BATCH = 20
 
 
-def tiered_config(data: Path, tier: Path, **tiering: object) -> ServerConfig:
+def tiered_config(data: Path, tier: Path | str, **tiering: object) -> ServerConfig:
+    """A broker on ephemeral loopback ports with `tier` (a directory or an s3:// URL),
+    checked every 50 ms, with small cache blocks."""
     config = ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=data)
     return dataclasses.replace(
         config, workers=0,
@@ -129,3 +133,26 @@ async def test_retention_deletes_tiered_segments_from_the_tier(tmp_path: Path) -
         got = await consume(broker, "short", 2000 - service.first_offset,
                             ConsumerOffsetSpecification(OffsetType.FIRST))
         assert got[0] == (service.first_offset, body(service.first_offset))
+
+
+async def test_an_s3_tier_holds_the_history_and_a_restart_with_no_cache_reads_it(
+        tmp_path: Path) -> None:
+    """The same through moto's S3 emulator (a Python stand-in for S3 on loopback): after a
+    restart with the local cache gone, indexes and chunks come from the bucket again."""
+    data = tmp_path / "data"
+    with moto_s3() as (_, endpoint):
+        config = tiered_config(data, f"s3://{BUCKET}/history", endpoint=endpoint, **KEYS)
+        async with Broker(config=config) as broker:
+            await publish(broker, "s3", 600, {"stream-max-segment-size-bytes": 20_000,
+                                              "tier-local-max-bytes": 30_000})
+            tiering = broker.core.tiering
+            assert tiering is not None
+            await wait_until(lambda: tiering.stats.uploads >= 5
+                             and tiering.upload_lag_bytes() == 0, what="segments in S3")
+            keys = await tiering.tier.list("")
+            records = broker.core.catalog.tiered("/", "s3", 0)
+            assert {key for r in records for key in (r.key, r.index_key)} == set(keys)
+        shutil.rmtree(data / "tier-cache")
+        async with Broker(config=config) as broker:
+            got = await consume(broker, "s3", 600, ConsumerOffsetSpecification(OffsetType.FIRST))
+            assert got == [(i, body(i)) for i in range(600)]
