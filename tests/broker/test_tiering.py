@@ -12,6 +12,7 @@ from pathlib import Path
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
 from mainstem import Broker
+from mainstem.broker.tiering import MARKER
 from mainstem.config import ServerConfig, TieringConfig
 from tests.log.tiering import BUCKET, KEYS, moto_s3
 from tests.support.waiting import wait_until
@@ -151,8 +152,56 @@ async def test_an_s3_tier_holds_the_history_and_a_restart_with_no_cache_reads_it
                              and tiering.upload_lag_bytes() == 0, what="segments in S3")
             keys = await tiering.tier.list("")
             records = broker.core.catalog.tiered("/", "s3", 0)
-            assert {key for r in records for key in (r.key, r.index_key)} == set(keys)
+            assert {key for r in records for key in (r.key, r.index_key)} == set(keys) - {MARKER}
         shutil.rmtree(data / "tier-cache")
         async with Broker(config=config) as broker:
             got = await consume(broker, "s3", 600, ConsumerOffsetSpecification(OffsetType.FIRST))
             assert got == [(i, body(i)) for i in range(600)]
+
+
+async def test_an_empty_mount_point_takes_no_upload_until_the_store_is_back(
+        tmp_path: Path) -> None:
+    """A directory tier whose store is not mounted shows an empty directory: uploads must
+    not go there (they would be hidden, and lost, once the store is mounted again)."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    arguments = {"stream-max-segment-size-bytes": 20_000, "tier-local-max-bytes": 45_000}
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await publish(broker, "mounted", 1000, arguments)
+        await wait_until(lambda: tiering.stats.uploads >= 5 and tiering.upload_lag_bytes() == 0,
+                         what="segments tiered")
+        uploads = tiering.stats.uploads
+        tier.rename(tmp_path / "store")
+        tier.mkdir()  # the mount point, with nothing mounted on it
+        await publish(broker, "mounted", 1000, arguments)
+        await wait_until(lambda: tiering.stats.last_error is not None
+                         and "marker" in tiering.stats.last_error, what="the missing marker")
+        assert objects(tier) == [] and tiering.stats.uploads == uploads
+        assert tiering.upload_lag_bytes() > 0  # the local segments stay
+        tier.rmdir()
+        (tmp_path / "store").rename(tier)  # mounted again
+        await wait_until(lambda: tiering.upload_lag_bytes() == 0, what="uploads resumed")
+        got = await consume(broker, "mounted", 2000, ConsumerOffsetSpecification(OffsetType.FIRST))
+        assert got == [(i, body(i % 1000)) for i in range(2000)]
+
+
+async def test_a_start_sweeps_objects_no_record_names(tmp_path: Path) -> None:
+    """What an upload cut short by a crash leaves: an object not recorded, or a put's
+    temporary file. Recorded objects and the marker stay."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        await publish(broker, "kept", 400, {"stream-max-segment-size-bytes": 20_000,
+                                            "tier-local-max-bytes": 30_000})
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await wait_until(lambda: tiering.stats.uploads >= 2 and tiering.upload_lag_bytes() == 0,
+                         what="segments tiered")
+    kept = sorted(path for path in tier.rglob("*") if path.is_file())
+    stray = [tier / "0123/0/00000000000000000000.segment", tier / "0123/0/x.segment#0"]
+    for path in stray:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half an upload")
+    async with Broker(config=tiered_config(data, tier)):
+        await wait_until(lambda: not any(path.exists() for path in stray), what="swept")
+        assert sorted(path for path in tier.rglob("*") if path.is_file()) == kept

@@ -636,6 +636,10 @@ class Catalog(ChangeNotifier):
         self._changed(TIERED_SEGMENT, (namespace, stream, str(partition), str(first_chunk_id)),
                       None)
 
+    def any_tiered(self) -> bool:
+        """Whether any segment is recorded as tiered."""
+        return self._row("SELECT 1 FROM tiered_segments LIMIT 1", ()) is not None
+
     def tiered(self, namespace: str, stream: str, partition: int) -> list[TieredRecord]:
         """A partition's tiered segments, oldest first."""
         rows = self._rows("SELECT record FROM tiered_segments WHERE namespace = ? AND"

@@ -36,6 +36,10 @@ log = logging.getLogger("mainstem.tiering")
 
 # What a failed upload or delete may raise; the round stops and the next one tries again.
 TIER_ERRORS = (TierUnavailable, UploadMismatch, OSError)
+# An object written when a tier is first used. Once segments are recorded, an upload
+# checks it is there: a directory tier whose mount is missing (an empty mount point)
+# would otherwise take segments onto the local disk, hidden once the store is mounted.
+MARKER = ".mainstem-tier"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +93,9 @@ class Tiering:
                 known.update(key for r in records for key in (r.key, r.index_key))
         if self.settings.sweep_at_start:
             with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
+                self.tier.sweep_temporary()
                 self._deletes.extend(key for key in await self.tier.list("")
-                                     if key not in known)
+                                     if key not in known and key != MARKER)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
@@ -132,8 +137,18 @@ class Tiering:
                     await self._follow(stream, index, service)
                     continue
                 for segment in service.tier_candidates():
+                    await self._check_marker()
                     tiered += await self._tier(stream, index, service, segment)
         return tiered
+
+    async def _check_marker(self) -> None:
+        """Before uploading: the tier is the one segments went to (see MARKER)."""
+        if await self.tier.exists(MARKER):
+            return
+        if self._catalog.any_tiered():
+            raise TierUnavailable(self.tier.name, MARKER, "the tier's marker is missing: is "
+                                  "its store mounted?")
+        await self.tier.put(MARKER, b"mainstem tier\n")
 
     async def _follow(self, stream: Stream, index: int, service: PartitionService) -> None:
         """Take the leader's records (they come with the cluster's metadata): tiered
