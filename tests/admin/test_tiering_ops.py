@@ -1,7 +1,8 @@
 """Tiering's operations surface (issue 32, item 5): the mainstem_tier_* series on both
 scrape ports, the extents in /api/queues, /api/streams and /api/tiering, StreamStats'
-own keys, all read with real clients from a broker whose stream moved to a directory tier;
-and a broker without a tier shows no tier series."""
+own keys and the console's streams table (in headless Chromium), all read with real
+clients from a broker whose stream moved to a directory tier; and a broker without a tier
+shows no tier series."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import aiohttp
 
 from mainstem import Broker
 from mainstem.client.stream import Endpoint, StreamClient
+from tests.admin import test_console
+from tests.admin.test_console import Console, assert_screenshot, call
 from tests.admin.test_prometheus import Samples, names, scrape
 from tests.broker.test_tiering import objects, publish, tiered_config
 from tests.support.waiting import wait_until
@@ -23,6 +26,7 @@ ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
 STREAM = "history"
 ARGUMENTS = {"stream-max-segment-size-bytes": 20_000, "tier-local-max-bytes": 45_000}
 COUNT = 600  # about 12 segments of 20 KB: most go to the tier
+browser = test_console.browser  # the console tests' headless Chromium, for this module too
 
 
 @contextlib.asynccontextmanager
@@ -135,6 +139,25 @@ async def test_api_rows_tiering_endpoint_and_stream_stats_show_the_extents(tmp_p
         assert stats["tiered_bytes"] == extent["tiered_bytes"]
         assert stats["local_first_offset"] == extent["local_first_offset"] > 0
         assert stats["first_chunk_id"] == 0  # RabbitMQ's keys still count the tier
+
+
+async def test_the_console_streams_table_shows_local_and_tiered_bytes(tmp_path, browser):
+    async with tiered_broker(tmp_path) as broker:
+        service = broker.core.streams.service("/", STREAM)
+        shots = tmp_path / "screenshots"
+        shots.mkdir()
+        page = Console(browser, broker.ports["admin"], shots)
+        await call(page.log_in, "streams")
+        shown = await call(page.wait_for_row, "streams-table", STREAM)
+
+        def as_shown(size: int) -> str:  # the console's own formatting of a size
+            return str(browser.execute_script("return bytes(arguments[0])", size))
+
+        assert shown["local"] == await call(as_shown, service.size_bytes - service.tiered_bytes)
+        assert shown["tiered"] == await call(as_shown, service.tiered_bytes)
+        assert shown["tiered"].endswith("KiB") and shown["tiered"] != shown["local"]
+        assert shown["tiered segments"] == str(len(service.tiered_records))
+        assert_screenshot(await call(page.screenshot, "streams-tiered"))
 
 
 def stream_stats(endpoint: Endpoint, stream: str) -> dict[str, int]:
