@@ -1,8 +1,8 @@
 """Tiering's operations surface (issue 32, item 5): the mainstem_tier_* series on both
-scrape ports, the extents in /api/queues, /api/streams and /api/tiering, StreamStats'
-own keys and the console's streams table (in headless Chromium), all read with real
-clients from a broker whose stream moved to a directory tier; and a broker without a tier
-shows no tier series."""
+scrape ports, the extents in /api/queues, /api/streams, /api/iggy/streams and
+/api/tiering, StreamStats' own keys and the console's streams table (in headless
+Chromium), all read with real clients from a broker whose stream moved to a directory
+tier; and a broker without a tier shows no tier series."""
 
 from __future__ import annotations
 
@@ -117,6 +117,8 @@ async def test_api_rows_tiering_endpoint_and_stream_stats_show_the_extents(tmp_p
         assert status == 200
         assert {k: stream[k] for k in extent} == extent
         assert {k: stream["partitions"][0][k] for k in extent} == extent
+        status, iggy = await get(broker, "/api/iggy/streams")
+        assert [{k: t[k] for k in extent} for s in iggy for t in s["topics"]] == [extent]
 
         status, tiering = await get(broker, "/api/tiering/%2F")
         assert status == 200
