@@ -171,9 +171,14 @@ async def test_an_empty_mount_point_takes_no_upload_until_the_store_is_back(
         await publish(broker, "mounted", 1000, arguments)
         await wait_until(lambda: tiering.stats.uploads >= 5 and tiering.upload_lag_bytes() == 0,
                          what="segments tiered")
+        await publish(broker, "doomed", 300, arguments)
+        await wait_until(lambda: tiering.upload_lag_bytes() == 0, what="doomed tiered")
+        doomed = tier / broker.core.streams.get("/", "doomed").directory.name
+        assert objects(doomed)
         uploads = tiering.stats.uploads
         tier.rename(tmp_path / "store")
         tier.mkdir()  # the mount point, with nothing mounted on it
+        await broker.core.streams.delete("/", "doomed")  # its objects wait for the store
         await publish(broker, "mounted", 1000, arguments)
         await wait_until(lambda: tiering.stats.last_error is not None
                          and "marker" in tiering.stats.last_error, what="the missing marker")
@@ -181,7 +186,9 @@ async def test_an_empty_mount_point_takes_no_upload_until_the_store_is_back(
         assert tiering.upload_lag_bytes() > 0  # the local segments stay
         tier.rmdir()
         (tmp_path / "store").rename(tier)  # mounted again
+        assert objects(doomed)
         await wait_until(lambda: tiering.upload_lag_bytes() == 0, what="uploads resumed")
+        await wait_until(lambda: not objects(doomed), what="the deleted stream's objects gone")
         got = await consume(broker, "mounted", 2000, ConsumerOffsetSpecification(OffsetType.FIRST))
         assert got == [(i, body(i % 1000)) for i in range(2000)]
 

@@ -36,10 +36,12 @@ log = logging.getLogger("mainstem.tiering")
 
 # What a failed upload or delete may raise; the round stops and the next one tries again.
 TIER_ERRORS = (TierUnavailable, UploadMismatch, OSError)
-# An object written when a tier is first used. Once segments are recorded, an upload
-# checks it is there: a directory tier whose mount is missing (an empty mount point)
-# would otherwise take segments onto the local disk, hidden once the store is mounted.
+# An object written when a tier is first used (and a file in the cache directory saying
+# so). From then on uploads and deletes check it is there: a directory tier whose mount is
+# missing (an empty mount point) would otherwise take segments onto the local disk,
+# hidden once the store is mounted again, or look empty to a delete.
 MARKER = ".mainstem-tier"
+IN_USE = "tier-in-use"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +144,15 @@ class Tiering:
         return tiered
 
     async def _check_marker(self) -> None:
-        """Before uploading: the tier is the one segments went to (see MARKER)."""
+        """The tier is the one segments went to (see MARKER); marked on first use."""
         if await self.tier.exists(MARKER):
             return
-        if self._catalog.any_tiered():
+        in_use = self.settings.cache_dir / IN_USE
+        if in_use.exists() or self._catalog.any_tiered():
             raise TierUnavailable(self.tier.name, MARKER, "the tier's marker is missing: is "
                                   "its store mounted?")
         await self.tier.put(MARKER, b"mainstem tier\n")
+        in_use.write_text(self.location.url + "\n")
 
     async def _follow(self, stream: Stream, index: int, service: PartitionService) -> None:
         """Take the leader's records (they come with the cluster's metadata): tiered
@@ -204,6 +208,7 @@ class Tiering:
         while self._deletes:
             key = self._deletes[0]
             if key.endswith("/"):
+                await self._check_marker()  # a missing mount lists as empty
                 self._deletes.extend(await self.tier.list(key.rstrip("/")))
             else:
                 await self.tier.delete(key)
