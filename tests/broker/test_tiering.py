@@ -9,6 +9,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+import aiohttp
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
 from mainstem import Broker
@@ -212,3 +213,25 @@ async def test_a_start_sweeps_objects_no_record_names(tmp_path: Path) -> None:
     async with Broker(config=tiered_config(data, tier)):
         await wait_until(lambda: not any(path.exists() for path in stray), what="swept")
         assert sorted(path for path in tier.rglob("*") if path.is_file()) == kept
+
+
+async def test_a_policy_sets_the_local_bound_of_streams_already_there(tmp_path: Path) -> None:
+    """RabbitMQ's way to change a stream's settings without redeclaring it: a policy's
+    `tier-local-max-bytes` applies at once to the streams it matches."""
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        await publish(broker, "policed", 600, {"stream-max-segment-size-bytes": 20_000})
+        service = broker.core.streams.service("/", "policed")
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await tiering.round()
+        assert service.tiered_bytes == 0  # no bound: everything stays local
+        policy = {"pattern": "^policed$", "apply-to": "streams",
+                  "definition": {"tier-local-max-bytes": 30_000}}
+        url = f"http://127.0.0.1:{broker.ports['admin']}/api/policies/%2F/archive"
+        guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+        async with aiohttp.ClientSession(headers=guest) as http, \
+                http.put(url, json=policy) as response:
+            assert response.status == 201, await response.text()
+        await wait_until(lambda: service.tiered_bytes > 0 and tiering.upload_lag_bytes() == 0,
+                         what="the policy's bound applied")
+        assert service.size_bytes - service.tiered_bytes <= 30_000 + 20_000
