@@ -42,22 +42,29 @@ class Received:
 
 
 class Subscription:
+    """Events as they arrive; one the server ended (a failed SUBRESPONSE naming it, e.g.
+    TIER_UNAVAILABLE) raises its EventsError once the events before it are taken."""
+
     def __init__(self, client: EventsClient, sub_id: int) -> None:
         self.client = client
         self.sub_id = sub_id
-        self.events: asyncio.Queue[Received] = asyncio.Queue()
+        self.events: asyncio.Queue[Received | EventsError] = asyncio.Queue()
         self.last_taken: Received | None = None
 
     def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> Received:
-        self.last_taken = await self.events.get()
-        return self.last_taken
+        return self._taken(await self.events.get())
 
     async def next(self, timeout: float = 10.0) -> Received:
-        self.last_taken = await asyncio.wait_for(self.events.get(), timeout)
-        return self.last_taken
+        return self._taken(await asyncio.wait_for(self.events.get(), timeout))
+
+    def _taken(self, item: Received | EventsError) -> Received:
+        if isinstance(item, EventsError):
+            raise item
+        self.last_taken = item
+        return item
 
     async def ack(self) -> None:
         """ACKEV for every event taken from this subscription so far (events received
@@ -160,7 +167,13 @@ class EventsClient:
     def _dispatch(self, kind: str, frame: dict[str, Any]) -> None:
         if kind == "SUBRESPONSE" and frame.get("ok"):  # before any RECEV of it is read
             self._subscriptions[frame["subID"]] = Subscription(self, frame["subID"])
-        if kind in ("RESPONSE", "SUBRESPONSE", "QUERYRESPONSE"):
+        if kind == "SUBRESPONSE" and not frame.get("ok") and "rID" not in frame \
+                and "subID" in frame:  # the server ended that subscription
+            ended = self._subscriptions.pop(frame["subID"], None)
+            if ended is not None:
+                ended.events.put_nowait(EventsError(frame.get("errCode", "FAILED"),
+                                                    frame.get("errMsg", "")))
+        elif kind in ("RESPONSE", "SUBRESPONSE", "QUERYRESPONSE"):
             future = self._pending.pop(frame.get("rID"), None)  # type: ignore[arg-type]
             if future is not None and not future.done():
                 future.set_result(frame)

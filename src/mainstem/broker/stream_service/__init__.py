@@ -12,6 +12,7 @@ from mainstem.broker.stream_service.gate import WriteGate, WritesHeld
 from mainstem.broker.stream_service.roles import Following, Leading
 from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
+from mainstem.broker.stream_service.tier_wait import waiting_out_tier
 from mainstem.formats.chunk import Chunk
 from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed, TierUnavailable
 from mainstem.log.partition import ChunkLocation
@@ -23,5 +24,5 @@ __all__ = [
     "Appender", "Chunk", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
     "Following", "Leading", "NotWritable", "PartitionClosed", "PartitionService", "Receipt",
     "Segment", "Subscription", "TierUnavailable", "Transfer", "WriteGate", "WritesHeld",
-    "fetching",
+    "fetching", "waiting_out_tier",
 ]

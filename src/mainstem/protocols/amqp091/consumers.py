@@ -12,7 +12,7 @@ from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.retention import age_s
-from mainstem.broker.stream_service import PartitionClosed, PartitionService
+from mainstem.broker.stream_service import PartitionClosed, PartitionService, waiting_out_tier
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091.encode import DeliverEncoder
 from mainstem.protocols.amqp091.properties import from_stream_record
@@ -125,9 +125,11 @@ class StreamConsumer:
 
     async def _run(self, partition: PartitionService, start: int) -> None:
         reader = partition.subscribe(start)
+        log = self.channel.connection.ctx.log
         try:
             while True:
-                chunk = await reader.next_chunk()
+                # pushed to, a consumer has no error to receive: it waits the tier out
+                chunk = await waiting_out_tier(reader.next_chunk, log)
                 for offset, record in chunk.records():
                     if offset < start:
                         continue  # "last" and explicit offsets start inside a chunk

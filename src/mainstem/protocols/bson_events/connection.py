@@ -32,7 +32,12 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.events.document_matcher import compile_matcher
 from mainstem.broker.events.projections import Projection
-from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
+from mainstem.broker.stream_service import (
+    PartitionClosed,
+    PartitionService,
+    TierUnavailable,
+    WritesHeld,
+)
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.bson_events import requests as rq
@@ -433,6 +438,21 @@ class EventsConnection:
                     in_flight.append(position)
         except (PartitionClosed, ConnectionError):
             return
+        except TierUnavailable as error:
+            self._send_frames(frames)  # the events read before it
+            self._tier_failed(flow, error)
+
+    def _tier_failed(self, flow: SubscriptionFlow, error: TierUnavailable) -> None:
+        """A subscription reading a tiered range while the tier does not answer ends with
+        a failed SUBRESPONSE naming it (no rID: the SUBSCRIBE was answered long ago); a
+        durable one keeps its position, so subscribing again resumes after the tier is
+        back."""
+        self.ctx.log.warning("tier.unavailable", extra={"subscription": flow.sub_id,
+                                                        "error": str(error)})
+        self.state.end_subscription(flow.sub_id)
+        self.subscriptions.pop(flow.sub_id, None)
+        self.ctx.remove_consumer(str(flow.sub_id))
+        self.fail(None, "TIER_UNAVAILABLE", str(error), "SUBRESPONSE", subID=flow.sub_id)
 
     def _send_frames(self, frames: list[bytes | memoryview]) -> None:
         if frames and not self.writer.transport.is_closing():

@@ -33,7 +33,12 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group, IdTaken, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
-from mainstem.broker.stream_service import PartitionClosed, PartitionService, WritesHeld
+from mainstem.broker.stream_service import (
+    PartitionClosed,
+    PartitionService,
+    TierUnavailable,
+    WritesHeld,
+)
 from mainstem.broker.streams import Stream, TooManyPartitions
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
@@ -212,6 +217,9 @@ class IggyConnection:
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, str(exc)) from None
         except (BrokerError, ValueError) as exc:  # NotFound and AlreadyExists among them
             raise IggyError(ErrorCode.ERROR, str(exc)) from None
+        except TierUnavailable as exc:  # a poll of a tiered range: Iggy's reply has no text
+            self.ctx.log.warning("tier.unavailable", extra={"error": str(exc)})
+            raise IggyError(ErrorCode.CANNOT_READ_MESSAGE, str(exc)) from None
 
     def _logged_in(self, user: User | None) -> None:
         self.user = user

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mainstem.broker.active_consumers import ActiveConsumer
 from mainstem.broker.errors import BrokerError
-from mainstem.broker.stream_service import PartitionClosed, PartitionService
+from mainstem.broker.stream_service import PartitionClosed, PartitionService, waiting_out_tier
 from mainstem.broker.stream_service import Subscription as Reader
 from mainstem.broker.streams import Stream
 from mainstem.protocols.rabbit_stream import credit as c
@@ -164,7 +164,8 @@ class Consuming:
         session = self.session
         try:
             while True:
-                chunk = await reader.next_view()
+                # pushed to, a subscriber has no error to receive: it waits the tier out
+                chunk = await waiting_out_tier(reader.next_view, session.log)
                 header = encode_deliver_prefix(subscription.subscription_id,
                                                self.state.deliver_version, chunk.wire_size,
                                                service.committed_chunk_id)

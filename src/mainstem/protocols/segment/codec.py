@@ -309,6 +309,7 @@ SegmentIsTruncated = _error(56, "SegmentIsTruncated")
 OperationUnsupported = _error(57, "OperationUnsupported")
 ProtocolError = _error(58, "ProtocolError")  # mainstem's: bad input, before a close
 StorageFailed = _error(202, "StorageFailed")  # mainstem's: appends not stored, before a close
+TierUnavailable = _error(203, "TierUnavailable")  # mainstem's: a tiered read failed; try again
 
 
 @_message(100, "b")

@@ -35,7 +35,7 @@ from mainstem.broker.segment_store import (
     SegmentTruncated,
     check_found,
 )
-from mainstem.broker.stream_service import PartitionClosed
+from mainstem.broker.stream_service import PartitionClosed, TierUnavailable
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.receiver import Receiver
@@ -285,6 +285,9 @@ class SegmentConnection:
                 self.send(_error_reply(str(name), error))
             except PartitionClosed:
                 self.send(c.NoSuchSegment(str(name), "the segment was deleted"))
+            except TierUnavailable as error:  # the connection stays: the reader tries again
+                self.ctx.log.warning("tier.unavailable", extra={"error": str(error)})
+                self.send(c.TierUnavailable(str(name), str(error)))
             except ConnectionError:
                 pass  # the connection ended: its loop stops too
 
