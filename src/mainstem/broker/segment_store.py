@@ -32,6 +32,7 @@ from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import (
     ChunkLocation,
     DataRemoved,
+    NotFetched,
     PartitionService,
     Receipt,
     fetching,
@@ -333,7 +334,7 @@ class _RecentChunks:
 def _read_frames(service: PartitionService, pos: int, max_bytes: int,
                  recent: _RecentChunks) -> bytes | memoryview:
     """Up to `max_bytes` of event frames from segment byte `pos`: the frames that overlap
-    the range, joined once, then cut to it."""
+    the range, joined once, then cut to it; tiered chunks only while they are local."""
     if pos < segment_byte(service.first_offset, service.first_byte):
         raise DataRemoved(f"byte {pos} was removed", service.first_byte)
     found = _chunk_for(service, pos)
@@ -341,7 +342,13 @@ def _read_frames(service: PartitionService, pos: int, max_bytes: int,
     first: int | None = None  # the segment byte where the first of them begins
     at, high = pos, pos + max_bytes
     while found is not None and at < high:
-        frames = recent.frames(service, found)
+        try:
+            frames = recent.frames(service, found)
+        except NotFetched:
+            if first is None:
+                raise  # the caller fetches it and reads again
+            break  # a short read: one that waited for every chunk could need more than the
+            # tier cache holds, each fetch evicting what the one before brought
         begins, entries, at = frames.overlapping(pos, high)
         if entries:
             first = begins if first is None else first
