@@ -129,7 +129,7 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
 
 
 COLD_STREAMS = ("cold-iggy", "cold-segment", "cold-bson", "cold-amqp", "cold-stream",
-                "cold-upload")
+                "cold-projection", "cold-upload")
 
 
 # -- clients ------------------------------------------------------------------------
@@ -372,6 +372,29 @@ async def test_stream_subscriber_waits_for_the_tier_and_delivers_once(
     got = await stream_consume(tiered, "cold-stream",
                                ConsumerOffsetSpecification(OffsetType.FIRST), COLD)
     assert got == expected(0, COLD)
+
+
+async def test_a_projection_waits_for_the_tier_and_folds_every_event_once(
+        tiered: Tiered, caplog: pytest.LogCaptureFixture) -> None:
+    async with await EventsClient.connect("127.0.0.1", tiered.broker.ports["bson"],
+                                          "guest", "guest") as client:
+
+        async def documents() -> list[dict[str, object]]:
+            return [document async for document in client.query("cold-docs")]
+
+        with tiered.away():
+            await client.create_projection("cold", "cold-projection", "cold-docs", "i",
+                                           fold="increment")
+            await asyncio.sleep(2.5)
+            assert await documents() == []
+            assert logged(caplog, "tier.unavailable") == 1
+        for _ in range(500):
+            folded = await documents()
+            if len(folded) == COLD:
+                break
+            await asyncio.sleep(0.02)
+        # "increment" adds i to each document's i: twice would show
+        assert sorted(d["i"] for d in folded) == list(range(COLD))
 
 
 async def test_uploads_wait_while_the_tier_is_gone_and_resume(

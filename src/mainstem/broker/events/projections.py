@@ -24,7 +24,7 @@ import bson
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.events.binders import BINDER, BinderStore
 from mainstem.broker.events.document_matcher import compile_matcher
-from mainstem.broker.stream_service import PartitionClosed
+from mainstem.broker.stream_service import PartitionClosed, waiting_out_tier
 from mainstem.broker.streams import StreamStore
 
 log = logging.getLogger("mainstem.projections")
@@ -185,7 +185,7 @@ class Projections:
             reader = stream.services[0].subscribe(start)
             try:
                 while True:
-                    chunk = await reader.next_chunk()
+                    chunk = await waiting_out_tier(reader.next_chunk, log)
                     self._apply(namespace, projection, matcher, chunk, start)
             except PartitionClosed:
                 await asyncio.sleep(POLL_S)  # the channel was deleted: wait for a new one
