@@ -32,11 +32,12 @@ def numbered(first: int, last: int) -> list[AMQPMessage]:
 
 async def publish_until_killed(port: int, kill: Callable[[], None], stream: str = "crash",
                                publisher: str | None = None,
-                               confirmed_before_kill: int = CONFIRMED_BEFORE_KILL
+                               confirmed_before_kill: int = CONFIRMED_BEFORE_KILL,
+                               arguments: dict[str, object] | None = None
                                ) -> tuple[set[int], int]:
-    """Create `stream` and publish numbered messages (deduplicated under `publisher` if
-    given); call `kill` once enough are confirmed, with more batches in flight. Returns
-    the publishing ids confirmed before the kill and the last id sent."""
+    """Create `stream` (with `arguments`) and publish numbered messages (deduplicated under
+    `publisher` if given); call `kill` once enough are confirmed, with more batches in
+    flight. Returns the publishing ids confirmed before the kill and the last id sent."""
     confirmed: set[int] = set()
 
     def on_confirm(status: ConfirmationStatus) -> None:
@@ -49,7 +50,7 @@ async def publish_until_killed(port: int, kill: Callable[[], None], stream: str 
 
     producer = Producer(**credentials(port))
     await producer.start()
-    await producer.create_stream(stream)
+    await producer.create_stream(stream, arguments=arguments)
     sent = 0
     for _ in range(10_000):  # bounded: normally ends far sooner
         await send(sent + 1)
