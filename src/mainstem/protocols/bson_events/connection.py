@@ -449,9 +449,7 @@ class EventsConnection:
         back."""
         self.ctx.log.warning("tier.unavailable", extra={"subscription": flow.sub_id,
                                                         "error": str(error)})
-        self.state.end_subscription(flow.sub_id)
-        self.subscriptions.pop(flow.sub_id, None)
-        self.ctx.remove_consumer(str(flow.sub_id))
+        self._end(flow)  # its own task: it ends as it returns
         self.fail(None, "TIER_UNAVAILABLE", str(error), "SUBRESPONSE", subID=flow.sub_id)
 
     def _send_frames(self, frames: list[bytes | memoryview]) -> None:
