@@ -62,6 +62,9 @@ class Subscription:
 
     def _taken(self, item: Received | EventsError) -> Received:
         if isinstance(item, EventsError):
+            # forgotten only now: the end may be read before `subscribe` returned it
+            self.client._subscriptions.pop(self.sub_id, None)
+            self.events.put_nowait(item)  # ended for good: every later take raises too
             raise item
         self.last_taken = item
         return item
@@ -169,7 +172,7 @@ class EventsClient:
             self._subscriptions[frame["subID"]] = Subscription(self, frame["subID"])
         if kind == "SUBRESPONSE" and not frame.get("ok") and "rID" not in frame \
                 and "subID" in frame:  # the server ended that subscription
-            ended = self._subscriptions.pop(frame["subID"], None)
+            ended = self._subscriptions.get(frame["subID"])
             if ended is not None:
                 ended.events.put_nowait(EventsError(frame.get("errCode", "FAILED"),
                                                     frame.get("errMsg", "")))
