@@ -27,10 +27,11 @@ from mainstem.testing import ThreadedBroker
 from tests.broker.test_tiering import tiered_config
 
 ARGUMENTS = {"stream-max-segment-size-bytes": 20_000, "tier-local-max-bytes": 45_000}
-SEGMENT = 20_000
 BATCH = 20  # messages per chunk
 HISTORY = 1000  # messages in the stream every protocol reads
 COLD = 300  # messages in each stream read only once the tier is gone
+COLD_STREAMS = ("cold-iggy", "cold-segment", "cold-bson", "cold-amqp", "cold-stream",
+                "cold-projection", "cold-upload")
 
 
 def event(i: int) -> dict[str, object]:
@@ -63,19 +64,26 @@ class Tiered:
         return sorted(int(p.stem) for p in self.tier.glob(f"{directory}/0/*.segment"))
 
     def local_firsts(self, stream: str) -> list[int]:
-        directory = storage_name("stream", "/", stream)
-        return sorted(int(p.stem) for p in self.data.glob(f"**/{directory}/**/*.segment")
-                      if "tier-cache" not in p.parts)  # the cache's sparse files
+        directory = self.data / "streams" / storage_name("stream", "/", stream) / "0"
+        return sorted(int(p.stem) for p in directory.glob("*.segment"))
+
+    @property
+    def gone(self) -> Path:
+        return self.tier.with_name("tier-away")
 
     @contextlib.contextmanager
-    def away(self) -> Iterator[Path]:
-        """The tier directory renamed (an unmounted share) for the block; back after."""
-        gone = self.tier.with_name("tier-away")
-        self.tier.rename(gone)
+    def away(self) -> Iterator[None]:
+        """The tier directory renamed (an unmounted share) for the block, or until
+        `back()`."""
+        self.tier.rename(self.gone)
         try:
-            yield gone
+            yield
         finally:
-            gone.rename(self.tier)
+            self.back()
+
+    def back(self) -> None:
+        if self.gone.exists():
+            self.gone.rename(self.tier)
 
 
 async def publish(tiered: Tiered, stream: str, start: int, count: int) -> None:
@@ -128,28 +136,28 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
         yield setup
 
 
-COLD_STREAMS = ("cold-iggy", "cold-segment", "cold-bson", "cold-amqp", "cold-stream",
-                "cold-projection", "cold-upload")
-
-
 # -- clients ------------------------------------------------------------------------
 
 
-async def stream_consume(tiered: Tiered, stream: str, spec: ConsumerOffsetSpecification,
-                         count: int, timeout: float = 30) -> list[tuple[int, bytes]]:
-    received: list[tuple[int, bytes]] = []
-    enough = asyncio.Event()
+@contextlib.asynccontextmanager
+async def stream_consumer(tiered: Tiered, stream: str, spec: ConsumerOffsetSpecification
+                          ) -> AsyncIterator[asyncio.Queue[tuple[int, bytes]]]:
+    """(offset, body) of each message an rstream subscription delivers."""
+    got: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
 
     async def on_message(message: bytes, context: object) -> None:
-        received.append((context.offset, bytes(message)))  # type: ignore[attr-defined]
-        if len(received) >= count:
-            enough.set()
+        got.put_nowait((context.offset, bytes(message)))  # type: ignore[attr-defined]
 
     async with Consumer(**tiered.connect()) as consumer:  # type: ignore[arg-type]
         await consumer.start()
         await consumer.subscribe(stream, on_message, offset_specification=spec)
-        await asyncio.wait_for(enough.wait(), timeout)
-    return received
+        yield got
+
+
+async def stream_consume(tiered: Tiered, stream: str, spec: ConsumerOffsetSpecification,
+                         count: int) -> list[tuple[int, bytes]]:
+    async with stream_consumer(tiered, stream, spec) as got:
+        return await take(got, count)
 
 
 @contextlib.asynccontextmanager
@@ -344,34 +352,25 @@ async def test_amqp_stream_consumer_waits_for_the_tier_and_delivers_once(
             await asyncio.sleep(2.5)  # two retries at least
             assert got.empty()
             assert logged(caplog, "tier.unavailable") == 1  # once per wait
-            tiered.tier.with_name("tier-away").rename(tiered.tier)
-            try:
-                assert await take(got, COLD) == expected(0, COLD)
-                await asyncio.sleep(0.3)
-                assert got.empty()  # nothing twice
-            finally:
-                tiered.tier.rename(tiered.tier.with_name("tier-away"))
+            tiered.back()
+            assert await take(got, COLD) == expected(0, COLD)
+            await asyncio.sleep(0.3)
+            assert got.empty()  # nothing twice
     assert logged(caplog, "tier.available") == 1
 
 
 async def test_stream_subscriber_waits_for_the_tier_and_delivers_once(
         tiered: Tiered, caplog: pytest.LogCaptureFixture) -> None:
-    with tiered.away() as gone:
-        reading = asyncio.ensure_future(stream_consume(
-            tiered, "cold-stream", ConsumerOffsetSpecification(OffsetType.FIRST), COLD + 1,
-            timeout=6))
-        await asyncio.sleep(2.5)
-        assert not reading.done()
-        assert logged(caplog, "tier.unavailable") == 1
-        gone.rename(tiered.tier)
-        try:
-            with pytest.raises(TimeoutError):  # COLD arrive, never one more
-                await reading
-        finally:
-            tiered.tier.rename(gone)
-    got = await stream_consume(tiered, "cold-stream",
-                               ConsumerOffsetSpecification(OffsetType.FIRST), COLD)
-    assert got == expected(0, COLD)
+    with tiered.away():
+        first = ConsumerOffsetSpecification(OffsetType.FIRST)
+        async with stream_consumer(tiered, "cold-stream", first) as got:
+            await asyncio.sleep(2.5)  # two retries at least
+            assert got.empty()
+            assert logged(caplog, "tier.unavailable") == 1  # once per wait
+            tiered.back()
+            assert await take(got, COLD) == expected(0, COLD)
+            await asyncio.sleep(0.3)
+            assert got.empty()  # nothing twice
 
 
 async def test_a_projection_waits_for_the_tier_and_folds_every_event_once(
@@ -400,11 +399,12 @@ async def test_a_projection_waits_for_the_tier_and_folds_every_event_once(
 async def test_uploads_wait_while_the_tier_is_gone_and_resume(
         tiered: Tiered, caplog: pytest.LogCaptureFixture) -> None:
     before = tiered.firsts("cold-upload")
-    with tiered.away() as gone:
+    with tiered.away():
         await publish(tiered, "cold-upload", COLD, COLD)
         await asyncio.sleep(0.5)  # rounds every 50 ms
         directory = storage_name("stream", "/", "cold-upload")
-        assert sorted(int(p.stem) for p in gone.glob(f"{directory}/0/*.segment")) == before
+        assert sorted(int(p.stem) for p in tiered.gone.glob(f"{directory}/0/*.segment")) \
+            == before
         assert not tiered.tier.exists()  # not made again on the local disk
         local = tiered.local_firsts("cold-upload")
         assert local[0] > before[-1] and len(local) > 6  # the local segments stay
