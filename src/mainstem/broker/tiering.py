@@ -122,6 +122,7 @@ class Tiering:
         while True:
             try:
                 await self.round()
+                self.stats.last_error = None
             except Exception as error:  # whatever failed, the next round tries again
                 self._failed("tier.round_failed", error)
             self._wake.clear()
@@ -216,9 +217,12 @@ class Tiering:
             self.stats.deletes_pending = len(self._deletes)
 
     def _failed(self, event: str, error: Exception) -> None:
+        """Count a failed round; log it once per cause, not every round of an outage."""
         self.stats.errors += 1
+        repeated = self.stats.last_error == str(error)
         self.stats.last_error = str(error)
-        log.warning(event, extra={"error": str(error)})
+        log.log(logging.DEBUG if repeated else logging.WARNING, event,
+                extra={"error": str(error)})
 
     # -- what readers outside the broker are told ---------------------------------------
 
