@@ -18,10 +18,13 @@ from mainstem.log.partition import Partition
 from mainstem.log.segment_file import LEGACY_VERSION, Segment
 from mainstem.log.tier import Tier
 from mainstem.log.tier_upload import TieredRecord, upload_segment
+from mainstem.spark.options import SourceOptions, TopicPartition
 from mainstem.spark.records import ARROW_SCHEMA, encode_row, record_batches
+from mainstem.spark.source import TieredRange, _plan
 from mainstem.spark.tiered import (
     TierAddress,
     TierCredentials,
+    Tiered,
     TierReadError,
     tiered_chunks,
 )
@@ -130,3 +133,29 @@ async def test_a_damaged_or_missing_object_fails_naming_the_tier_and_key(
     assert tier_rows(address, records, 0, records[0].next_offset).num_rows == \
         records[0].next_offset
     await partition.aclose()
+
+
+def test_planning_cuts_each_span_at_the_tier_and_each_piece_as_before() -> None:
+    """Offsets the tier holds become TieredRanges with the records they need, cut by
+    maxRecordsPerPartition as broker ranges are; older and newer offsets stay broker ranges."""
+    def record(first: int, end: int) -> TieredRecord:
+        return TieredRecord(f"s/0/{first}.segment", first, end, 0, 0, 0, 0, 1, 0, 1, 0, 2)
+
+    tiered = Tiered(TierAddress("/tier", None, "us-east-1"),
+                    (record(10, 50), record(50, 90), record(90, 100)))
+    tp = TopicPartition("s", 0, "s")
+    options = SourceOptions.parse({"stream": "s", "maxRecordsPerPartition": "40"})
+    planned = _plan([(tp, 0, 130)], options, {}, {"s": tiered})
+    assert [(type(p).__name__, p.start, p.end) for p in planned] == [
+        ("OffsetRange", 0, 10), ("TieredRange", 10, 50), ("TieredRange", 50, 90),
+        ("TieredRange", 90, 100), ("OffsetRange", 100, 130)]
+    assert [[r.first_chunk_id for r in p.records] for p in planned
+            if isinstance(p, TieredRange)] == [[10], [50], [90]]
+    wide = _plan([(tp, 45, 95)], SourceOptions.parse({"stream": "s", "minPartitions": "2"}),
+                 {}, {"s": tiered})
+    assert [(p.start, p.end, [r.first_chunk_id for r in p.records]) for p in wide] == [
+        (45, 70, [10, 50]), (70, 95, [50, 90])]
+    direct_off = SourceOptions.parse({"stream": "s", "tier.direct": "false"})
+    assert not direct_off.tier_direct
+    assert [type(p).__name__ for p in _plan([(tp, 0, 130)], direct_off, {}, {})] == \
+        ["OffsetRange"]

@@ -15,6 +15,7 @@ A failure names the tier and the object: the task fails and Spark retries it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +29,7 @@ from mainstem.log.index import SegmentIndex
 from mainstem.log.segment_file import chunk_from
 from mainstem.log.tier import Tier
 from mainstem.log.tier_upload import TieredRecord
+from mainstem.protocols.rabbit_stream.responses import TieredSegmentsResponse
 
 REQUEST_BYTES = 8 * 1024 * 1024  # one GET: S3 serves large ranges at full speed
 IN_FLIGHT = 3  # GETs under way while the executor decodes what came
@@ -58,6 +60,31 @@ class TierAddress:
         return Tier.open(self.url, endpoint=self.endpoint, region=self.region,
                          access_key_id=credentials.access_key_id,
                          secret_access_key=credentials.secret_access_key)
+
+
+@dataclass(frozen=True)
+class Tiered:
+    """A partition's history in the tier: offsets [first, end) of its `records`."""
+
+    address: TierAddress
+    records: tuple[TieredRecord, ...]
+
+    @classmethod
+    def of(cls, answer: TieredSegmentsResponse) -> Tiered | None:
+        """What the broker's TieredSegments answer says, None when nothing is tiered."""
+        if not answer.url or not answer.segments:
+            return None
+        return cls(TierAddress(answer.url, answer.endpoint, answer.region),
+                   tuple(TieredRecord(**dataclasses.asdict(s)) for s in answer.segments))
+
+    @property
+    def first(self) -> int:
+        return self.records[0].first_chunk_id
+
+    @property
+    def end(self) -> int:
+        return self.records[-1].next_offset
+
 
 
 @dataclass(frozen=True)
@@ -97,6 +124,12 @@ def tiered_chunks(address: TierAddress, records: Sequence[TieredRecord], start: 
                 future.cancel()
 
 
+def covering(records: Sequence[TieredRecord], start: int, end: int
+             ) -> tuple[TieredRecord, ...]:
+    """The records that hold offsets in [start, end)."""
+    return tuple(r for r in records if r.first_chunk_id < end and r.next_offset > start)
+
+
 def _get(tier: Tier, window: _Window) -> list[memoryview]:
     """One window's bytes. In a worker thread, on a loop of its own: obstore's calls are
     async, and the caller may be inside a loop already."""
@@ -106,9 +139,7 @@ def _get(tier: Tier, window: _Window) -> list[memoryview]:
 def _windows(tier: Tier, records: Sequence[TieredRecord], start: int, end: int,
              limit: int, fetching: ThreadPoolExecutor) -> Iterator[_Window]:
     """The GETs that cover the chunks holding [start, end), in offset order."""
-    for record in records:
-        if record.next_offset <= start or record.first_chunk_id >= end:
-            continue
+    for record in covering(records, start, end):
         index = fetching.submit(_index, tier, record).result()
         first, last = max(index.find_offset(start), 0), index.find_offset(end - 1)
         spans: list[tuple[int, int]] = []
