@@ -129,6 +129,10 @@ async def test_a_damaged_or_missing_object_fails_naming_the_tier_and_key(
     path.with_suffix(".index").unlink()
     with pytest.raises(TierUnavailable, match=f"{record.index_key}"):
         tier_rows(address, records, record.first_chunk_id, record.next_offset)
+    nowhere = TierAddress(str(tmp_path / "unmounted"), None, "us-east-1")
+    with pytest.raises(TierReadError, match="unmounted: no such directory here"):
+        tier_rows(nowhere, records, 0, 1)
+    assert not (tmp_path / "unmounted").exists()
     # the other segments still read
     assert tier_rows(address, records, 0, records[0].next_offset).num_rows == \
         records[0].next_offset

@@ -55,6 +55,11 @@ class TierAddress:
     region: str
 
     def open(self, credentials: TierCredentials | None) -> Tier:
+        directory = None if self.url.startswith("s3://") else Path(self.url.removeprefix(
+            "file://"))
+        if directory is not None and not directory.is_dir():  # never made here: a read
+            raise TierReadError(f"tier {self.url}: no such directory here (the executors "
+                                "need it mounted where the broker has it)")
         if credentials is None:  # obstore reads the AWS_* environment
             return Tier.open(self.url, endpoint=self.endpoint, region=self.region)
         return Tier.open(self.url, endpoint=self.endpoint, region=self.region,
