@@ -20,7 +20,7 @@ from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.events.projections import FOLDS
 from mainstem.broker.retention import parse_age_ms
-from mainstem.broker.settings import CoreSettings
+from mainstem.broker.settings import CoreSettings, TieringSettings
 from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.protocols import all_protocols
@@ -85,6 +85,26 @@ class RetentionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TieringConfig:
+    """[tiering]: with a url (a directory, or s3://bucket/prefix), a stream's sealed
+    segments past its local bounds move to that tier and are read from there."""
+
+    url: str | None = None
+    endpoint: str | None = None  # an S3-compatible store's, when not AWS
+    region: str = "us-east-1"
+    access_key_id: str | None = None  # None: the usual AWS_* environment
+    secret_access_key: str | None = None
+    timeout_ms: int = 10_000  # one call to the store, retries included
+    cache_dir: Path | None = None  # default: <data_dir>/tier-cache
+    cache_bytes: int = 1 << 30
+    block_bytes: int = 1 << 20
+    read_ahead: int = 2
+    local_max_bytes: int | None = None  # defaults for streams without their own bounds
+    local_max_age_ms: int | None = None
+    check_interval_ms: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
 class AuthConfig:
     default_user: str = "guest"
     default_pass: str = "guest"
@@ -145,6 +165,7 @@ class ServerConfig:
     listeners: Mapping[str, ListenerConfig] = field(default_factory=dict)
     storage: StorageConfig = field(default_factory=StorageConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    tiering: TieringConfig = field(default_factory=TieringConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     log: LogConfig = field(default_factory=LogConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -227,7 +248,10 @@ class ServerConfig:
             durability=DurabilityPolicy(self.storage.fsync, self.storage.fsync_interval_ms),
             retention=RetentionPolicy(max_bytes=self.retention.max_bytes,
                                       max_age_ms=self.retention.max_age_ms,
-                                      max_segment_bytes=self.retention.max_segment_bytes),
+                                      max_segment_bytes=self.retention.max_segment_bytes,
+                                      local_max_bytes=self.tiering.local_max_bytes,
+                                      local_max_age_ms=self.tiering.local_max_age_ms),
+            tiering=self._tiering(),
             bootstrap_user=self.auth.default_user,
             bootstrap_password=self.auth.default_pass,
             loopback_users=self.auth.loopback_users,
@@ -237,6 +261,18 @@ class ServerConfig:
             failed_logins_per_minute=self.auth.failed_logins_per_minute,
             queue_memory=MemoryBound(self.queue_memory_messages, self.queue_memory_bytes),
         )
+
+    def _tiering(self) -> TieringSettings | None:
+        tiering = self.tiering
+        if tiering.url is None:
+            return None
+        return TieringSettings(
+            tiering.url, endpoint=tiering.endpoint, region=tiering.region,
+            access_key_id=tiering.access_key_id, secret_access_key=tiering.secret_access_key,
+            timeout_s=tiering.timeout_ms / 1000,
+            cache_dir=tiering.cache_dir or self.data_dir / "tier-cache",
+            cache_bytes=tiering.cache_bytes, block_bytes=tiering.block_bytes,
+            read_ahead=tiering.read_ahead, check_interval_s=tiering.check_interval_ms / 1000)
 
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s,
@@ -425,6 +461,19 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "retention.max_bytes": _optional_size,
     "retention.max_age": parse_age,
     "retention.max_segment_bytes": parse_size,
+    "tiering.url": _text,
+    "tiering.endpoint": _text,
+    "tiering.region": _text,
+    "tiering.access_key_id": _text,
+    "tiering.secret_access_key": _text,
+    "tiering.timeout_ms": _int_at_least(1),
+    "tiering.cache_dir": _path,
+    "tiering.cache_bytes": parse_size,
+    "tiering.block_bytes": parse_size,
+    "tiering.read_ahead": _int_at_least(0),
+    "tiering.local_max_bytes": _optional_size,
+    "tiering.local_max_age": parse_age,
+    "tiering.check_interval_ms": _int_at_least(1),
     "limits.max_frame_size": _frame_size,
     "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
     "limits.max_connections": _connection_limit,
@@ -494,6 +543,25 @@ _FLAGS = (
     ("--retention-max-bytes", "retention.max_bytes", "SIZE", "default per-stream size limit"),
     ("--retention-max-age", "retention.max_age", "AGE", "default per-stream age limit: 7D, 12h"),
     ("--retention-max-segment-bytes", "retention.max_segment_bytes", "SIZE", "segment roll size"),
+    ("--tier-url", "tiering.url", "URL",
+     "move sealed segments past the local bounds to this tier: a directory or "
+     "s3://bucket/prefix (default: no tier)"),
+    ("--tier-endpoint", "tiering.endpoint", "URL", "an S3-compatible store's endpoint"),
+    ("--tier-region", "tiering.region", "REGION", "the S3 region (default: us-east-1)"),
+    ("--tier-access-key-id", "tiering.access_key_id", "KEY", "S3 key (default: AWS_* env)"),
+    ("--tier-secret-access-key", "tiering.secret_access_key", "SECRET", "S3 secret"),
+    ("--tier-timeout-ms", "tiering.timeout_ms", "MS", "one call to the tier (default: 10000)"),
+    ("--tier-cache-dir", "tiering.cache_dir", "DIR", "default: <data-dir>/tier-cache"),
+    ("--tier-cache-bytes", "tiering.cache_bytes", "SIZE",
+     "local cache of tiered bytes (default: 1GiB)"),
+    ("--tier-block-bytes", "tiering.block_bytes", "SIZE", "cache block (default: 1MiB)"),
+    ("--tier-read-ahead", "tiering.read_ahead", "N", "blocks fetched ahead (default: 2)"),
+    ("--tier-local-max-bytes", "tiering.local_max_bytes", "SIZE",
+     "default bytes a stream partition keeps locally before tiering (default: unbounded)"),
+    ("--tier-local-max-age", "tiering.local_max_age", "AGE",
+     "default age past which a sealed segment is tiered: 7D, 12h (default: none)"),
+    ("--tier-check-interval-ms", "tiering.check_interval_ms", "MS",
+     "how often segments are checked for tiering (default: 10000)"),
     ("--max-frame-size", "limits.max_frame_size", "SIZE", "largest frame a client may send"),
     ("--heartbeat", "limits.heartbeat", "SECONDS", "heartbeat proposed to clients (0: off)"),
     ("--max-connections", "limits.max_connections", "N",
@@ -773,6 +841,9 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
     }
     for name, listener in http.items():
         tls_ports[name] = values.get(f"{name}.tls_port", default_tls_port(name, listener.port))
+    if "tiering.url" in values and "cluster.etcd" in values and values["cluster.etcd"]:
+        raise ConfigError("[tiering] is for a single node for now: a cluster's followers do "
+                          "not yet take their leader's tiered segments")
     return ServerConfig(
         listeners=listeners,
         admin=http[ADMIN],
@@ -782,6 +853,7 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
         alarms=section(AlarmConfig, "alarms"),
         storage=section(StorageConfig, "storage"),
         retention=section(RetentionConfig, "retention", max_age="max_age_ms"),
+        tiering=section(TieringConfig, "tiering", local_max_age="local_max_age_ms"),
         auth=section(AuthConfig, "auth"),
         log=section(LogConfig, "log"),
         cluster=section(ClusterConfig, "cluster"),

@@ -48,10 +48,10 @@ def write_chunk(partition: Partition, chunk: list[int | tuple[int, int]]) -> Non
 def both_reads(partition: Partition) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
     """Every record as read chunk by chunk (large ones streamed), and as read whole."""
     streamed, whole = [], []
-    reader, whole_reader = PartitionReader(partition, 0), PartitionReader(partition, 0)
+    reader = PartitionReader(partition, 0)
     while (chunk := reader.next_chunk_nowait()) is not None:
         streamed += [(offset, bytes(body)) for offset, body in chunk.records()]
-        read = whole_reader.next_whole_chunk_nowait()
+        read = partition.read_chunk(chunk.header.chunk_id)
         assert read is not None and read.header == chunk.header
         whole += [(offset, bytes(body)) for offset, body in read.records()]
     return streamed, whole

@@ -41,6 +41,7 @@ from mainstem.broker.errors import (
 )
 from mainstem.broker.policies import KINDS as POLICY_KINDS
 from mainstem.broker.policies import Policy, PolicyBook, parse_policy
+from mainstem.log.tier_upload import TieredRecord
 
 DEFAULT_NAMESPACE = "/"
 MAX_NAME_BYTES = 255
@@ -53,6 +54,7 @@ MAX_OFFSET = 2**63 - 1
 # the cluster's store has it.
 ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None],
                           Awaitable[None] | None]
+TIERED_SEGMENT = "tiered_segment"
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
 
 Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
@@ -197,6 +199,16 @@ _MIGRATIONS: tuple[Migration, ...] = (
         user TEXT NOT NULL REFERENCES users (name) ON DELETE CASCADE,
         name TEXT NOT NULL, value INTEGER NOT NULL,
         PRIMARY KEY (user, name)
+    );
+    """),
+    # 9: segments moved to a tier (broker/tiering.py): one row per verified upload, the
+    # commit point of tiering (the local copy goes only once it is here).
+    _script("""
+    CREATE TABLE tiered_segments (
+        namespace TEXT NOT NULL, stream TEXT NOT NULL, partition INTEGER NOT NULL,
+        first_chunk_id INTEGER NOT NULL, record TEXT NOT NULL,
+        PRIMARY KEY (namespace, stream, partition, first_chunk_id),
+        FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
     );
     """),
 )
@@ -434,6 +446,11 @@ class Catalog(ChangeNotifier):
                 self.clear_limit(kind, key[0], key[1])
             else:
                 self.set_limit(kind, key[0], key[1], int(row["value"]))
+        elif kind == TIERED_SEGMENT:
+            if row is None:
+                self.delete_tiered(key[0], key[1], int(key[2]), int(key[3]))
+            else:
+                self.add_tiered(key[0], key[1], int(key[2]), TieredRecord(**row))
         elif kind == "offset":
             if row is None:
                 self.delete_offset(key[0], key[1], int(key[2]), key[3])
@@ -589,14 +606,44 @@ class Catalog(ChangeNotifier):
                 rows = self._rows(f"{select} WHERE namespace = ? ORDER BY name", (namespace,))
         return [_stream_from_row(row) for row in rows]
 
+    # -- tiered segments ---------------------------------------------------------------
+
+    def add_tiered(self, namespace: str, stream: str, partition: int,
+                   record: TieredRecord) -> None:
+        """Record a verified upload: from now on the segment is read from the tier."""
+        row = dataclasses.asdict(record)
+        self._write("INSERT INTO tiered_segments (namespace, stream, partition, first_chunk_id,"
+                    " record) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
+                    " record = excluded.record",
+                    (namespace, stream, partition, record.first_chunk_id, json.dumps(row)))
+        self._changed(TIERED_SEGMENT, (namespace, stream, str(partition),
+                                       str(record.first_chunk_id)), row)
+
+    def delete_tiered(self, namespace: str, stream: str, partition: int,
+                      first_chunk_id: int) -> None:
+        self._write("DELETE FROM tiered_segments WHERE namespace = ? AND stream = ? AND"
+                    " partition = ? AND first_chunk_id = ?",
+                    (namespace, stream, partition, first_chunk_id))
+        self._changed(TIERED_SEGMENT, (namespace, stream, str(partition), str(first_chunk_id)),
+                      None)
+
+    def tiered(self, namespace: str, stream: str, partition: int) -> list[TieredRecord]:
+        """A partition's tiered segments, oldest first."""
+        rows = self._rows("SELECT record FROM tiered_segments WHERE namespace = ? AND"
+                          " stream = ? AND partition = ? ORDER BY first_chunk_id",
+                          (namespace, stream, partition))
+        return [TieredRecord(**json.loads(row[0])) for row in rows]
+
     def set_partitions(self, namespace: str, name: str, partitions: int) -> StreamRecord:
         """Grow a stream to `partitions`; shrinking would orphan data and is refused."""
         return self._resize(namespace, name, partitions, grow=True)
 
     def remove_partitions(self, namespace: str, name: str, partitions: int) -> StreamRecord:
         """Shrink a stream to its first `partitions` partitions, dropping the offsets
-        stored for the removed ones (Iggy's DELETE_PARTITIONS)."""
+        stored for the removed ones (Iggy's DELETE_PARTITIONS) and their tiered records."""
         record = self._resize(namespace, name, partitions, grow=False)
+        self._write("DELETE FROM tiered_segments WHERE namespace = ? AND stream = ? AND"
+                    " partition >= ?", (namespace, name, partitions))
         with self._lock:
             self._offsets_db.execute(
                 "DELETE FROM offsets WHERE namespace = ? AND stream = ? AND partition >= ?",

@@ -34,6 +34,7 @@ from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
 from mainstem.broker.streams import StreamStore
+from mainstem.broker.tiering import Tiering
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 
@@ -77,6 +78,7 @@ class BrokerCore:
                                         self.topology)
         self._retention_task: asyncio.Task[None] | None = None
         self.cluster: ClusterView | None = None  # set by a node that joins a cluster
+        self.tiering: Tiering | None = None  # set by open when a tier is configured
 
     @classmethod
     async def open(cls, data_dir: Path, settings: CoreSettings) -> BrokerCore:
@@ -85,6 +87,10 @@ class BrokerCore:
         try:
             core = cls(data_dir, settings, catalog)
             core.streams.open_all()
+            if settings.tiering is not None:
+                core.tiering = Tiering(settings.tiering, core.streams, catalog,
+                                       core.descriptors)
+                await core.tiering.open()
             core.queues.open()
             core.projections.start_all()
         except BaseException:
@@ -100,6 +106,8 @@ class BrokerCore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
         await self.projections.stop()
+        if self.tiering is not None:
+            await self.tiering.close()
         await self.queues.close()
         await self.streams.close()
         self.iggy.close()

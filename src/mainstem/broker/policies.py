@@ -67,6 +67,8 @@ _KEYS: Mapping[str, tuple[Check, str]] = {
     "delivery-limit": (_integer(-1), "a valid delivery limit"),
     "max-age": (_age, "a valid max age"),
     "stream-max-segment-size-bytes": (_integer(1), "a valid segment size"),
+    "tier-local-max-bytes": (_integer(1), "a valid local size bound"),
+    "tier-local-max-age": (_age, "a valid local age bound"),
     "queue-leader-locator": (lambda v: v in LEADER_LOCATORS,
                              "a valid queue leader locator value"),
     "alternate-exchange": (_text, "a valid alternate exchange name"),

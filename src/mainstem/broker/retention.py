@@ -1,4 +1,5 @@
-"""Retention settings from RabbitMQ-style stream arguments and age strings."""
+"""Retention settings from RabbitMQ-style stream arguments and age strings, with the
+tiering bounds (how much of a stream stays on local disk, the rest in its tier)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from mainstem.log.policy import RetentionPolicy
 MAX_LENGTH_BYTES = "x-max-length-bytes"
 MAX_AGE = "x-max-age"
 MAX_SEGMENT_SIZE_BYTES = "x-stream-max-segment-size-bytes"
-RETENTION_ARGUMENTS = (MAX_LENGTH_BYTES, MAX_AGE, MAX_SEGMENT_SIZE_BYTES)
+TIER_LOCAL_MAX_BYTES = "x-tier-local-max-bytes"
+TIER_LOCAL_MAX_AGE = "x-tier-local-max-age"
+RETENTION_ARGUMENTS = (MAX_LENGTH_BYTES, MAX_AGE, MAX_SEGMENT_SIZE_BYTES,
+                       TIER_LOCAL_MAX_BYTES, TIER_LOCAL_MAX_AGE)
+_AGES = (MAX_AGE, TIER_LOCAL_MAX_AGE)
 
 # RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
 _AGE_UNITS_S = {"Y": 365 * 86_400, "M": 30 * 86_400, "D": 86_400, "h": 3_600, "m": 60, "s": 1}
@@ -66,7 +71,7 @@ def with_policy(arguments: Mapping[str, Any], definition: Mapping[str, Any]
 
 
 def _limit(argument: str, value: Any) -> int:
-    return parse_age_ms(value) if argument == MAX_AGE else int(value)
+    return parse_age_ms(value) if argument in _AGES else int(value)
 
 
 def retention_from_arguments(
@@ -80,4 +85,8 @@ def retention_from_arguments(
         policy = replace(policy, max_age_ms=parse_age_ms(arguments[MAX_AGE]))
     if MAX_SEGMENT_SIZE_BYTES in arguments:
         policy = replace(policy, max_segment_bytes=_positive_int(arguments, MAX_SEGMENT_SIZE_BYTES))
+    if TIER_LOCAL_MAX_BYTES in arguments:
+        policy = replace(policy, local_max_bytes=_positive_int(arguments, TIER_LOCAL_MAX_BYTES))
+    if TIER_LOCAL_MAX_AGE in arguments:
+        policy = replace(policy, local_max_age_ms=parse_age_ms(arguments[TIER_LOCAL_MAX_AGE]))
     return policy

@@ -29,7 +29,13 @@ from typing import Any
 
 from mainstem.broker.catalog import ChangeNotifier
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
-from mainstem.broker.stream_service import ChunkLocation, DataRemoved, PartitionService, Receipt
+from mainstem.broker.stream_service import (
+    ChunkLocation,
+    DataRemoved,
+    PartitionService,
+    Receipt,
+    fetching,
+)
 from mainstem.broker.streams import StreamStore
 from mainstem.formats.chunk import Chunk, encode_simple_entries
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
@@ -222,8 +228,13 @@ class SegmentStore(ChangeNotifier):
                 await asyncio.wait_for(service.wait_for(service.committed_offset),
                                        self.tail_wait_s)
 
-    def read_now(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
-        """Event-frame bytes from `offset`, as far as they are written."""
+    async def read(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
+        """Event-frame bytes from `offset`, as far as they are written (tiered chunks
+        fetched first)."""
+        return await fetching(lambda: self._read_now(name, offset, max_bytes))
+
+    def _read_now(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
+        """Event-frame bytes from `offset`, as far as they are written and local."""
         service = self.service(name)
         if offset < self.start_offset(name):
             raise SegmentTruncated(f"offset {offset} of {name} was truncated")

@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mainstem.broker.amqp.queues.paging import MemoryBound
 from mainstem.broker.streams import DEFAULT_MAX_PARTITIONS
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class TieringSettings:
+    """Where sealed segments go past their local bounds (see broker/tiering.py)."""
+
+    url: str  # a directory, or s3://bucket/prefix
+    endpoint: str | None = None
+    region: str = "us-east-1"
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    timeout_s: float = 10.0
+    cache_dir: Path = Path("data/tier-cache")
+    cache_bytes: int = 1 << 30
+    block_bytes: int = 1 << 20
+    read_ahead: int = 2
+    check_interval_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +48,4 @@ class CoreSettings:
     open_files: int = 0  # log-file descriptors kept open; 0: (RLIMIT_NOFILE - 128) / 4
     # How much of each classic queue's ready messages stays in memory; the rest is on disk.
     queue_memory: MemoryBound = field(default_factory=MemoryBound)
+    tiering: TieringSettings | None = None  # None: every segment stays local

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,8 @@ from mainstem.log.index import IndexEntry
 from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 from mainstem.log.segment_file import SEGMENT_VERSION, Segment, chunk_from
 from mainstem.log.segments import Segments, fsync_directory
+from mainstem.log.tier_upload import TieredRecord
+from mainstem.log.tiered_segment import TieredSegment
 from mainstem.log.writer_state import WriterState
 
 
@@ -110,6 +112,8 @@ class Partition:
                                    timings=fsync_timings)
         self._closed = False
         self._retention_waits = False  # see apply_retention
+        # Told of each tiered segment retention drops, whose objects are then to delete.
+        self.tier_dropped: Callable[[TieredRecord], None] | None = None
 
     # -- opening and closing -------------------------------------------------
 
@@ -174,6 +178,54 @@ class Partition:
     @property
     def segment_count(self) -> int:
         return len(self._segments)
+
+    @property
+    def tiered_bytes(self) -> int:
+        return self._segments.tiered_size
+
+    @property
+    def local_first_offset(self) -> int:
+        """The first offset kept on local disk (the tiered ones lie below it)."""
+        return self._segments.local[0].first_chunk_id
+
+    @property
+    def tiered_records(self) -> list[TieredRecord]:
+        """The records of the tiered segments, oldest first."""
+        return [segment.record for segment in self._segments[:self._segments.tiered_count]
+                if isinstance(segment, TieredSegment)]
+
+    # -- tiering: sealed segments move to a tier, oldest first ----------------------------
+
+    def tier_candidates(self, now_ms: int | None = None) -> list[Segment]:
+        """The oldest local segments past the local limits, oldest first: sealed, and
+        replaced by later committed data as retention requires (so never the active
+        segment nor the last one holding chunks, which recovery reads)."""
+        policy = self.retention
+        if policy.local_max_bytes is None and policy.local_max_age_ms is None:
+            return []
+        now_ms = _now_ms() if now_ms is None else now_ms
+        local = self._segments.local
+        total = sum(segment.size for segment in local)
+        candidates = []
+        for segment in local[:-1]:
+            too_big = policy.local_max_bytes is not None and total > policy.local_max_bytes
+            last_ts = segment.last_timestamp
+            too_old = (policy.local_max_age_ms is not None and last_ts is not None
+                       and last_ts < now_ms - policy.local_max_age_ms)
+            if not (too_big or too_old) or not self._replaced(segment):
+                break
+            candidates.append(segment)
+            total -= segment.size
+        return candidates
+
+    def attach_tiered(self, tiered: Sequence[TieredSegment]) -> None:
+        """Put the partition's tiered segments (from its records) before its local ones."""
+        self._segments.attach_tiered(tiered)
+
+    def swap_tiered(self, tiered: TieredSegment) -> None:
+        """The oldest local segment was uploaded and recorded: read it from the tier from
+        now on, and delete the local copy."""
+        self._segments.swap_tiered(tiered)
 
     # -- appending -----------------------------------------------------------
 
@@ -449,6 +501,8 @@ class Partition:
                 break
             total -= oldest.size
             self._segments.drop_oldest()
+            if isinstance(oldest, TieredSegment) and self.tier_dropped is not None:
+                self.tier_dropped(oldest.record)
             deleted += 1
         if deleted:
             fsync_directory(self.directory)

@@ -22,9 +22,13 @@ class DurabilityPolicy:
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
-    """Limits after which whole old segments are deleted; None means unlimited."""
+    """Limits after which whole old segments are deleted; None means unlimited. With a
+    tier, the `local_` limits say when a sealed segment moves there (None: never by that
+    limit); the others count tiered and local segments alike."""
 
     max_bytes: int | None = None
     max_age_ms: int | None = None
     max_segment_bytes: int = 500_000_000
     max_segment_chunks: int = 256_000
+    local_max_bytes: int | None = None
+    local_max_age_ms: int | None = None

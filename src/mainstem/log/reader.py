@@ -1,4 +1,9 @@
-"""A cursor over a partition's committed chunks, for subscribers and other readers."""
+"""A cursor over a partition's committed chunks, for subscribers and other readers.
+
+A chunk of a tiered segment is made local (`TieredSegment.ensure`) before it is read: the
+async readers wait for that as they wait for new data; the `_nowait` ones answer "none
+yet" for a chunk not local, and the async call that follows fetches it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ from mainstem.formats.chunk import Chunk
 from mainstem.log.chunk_stream import ReadChunk, read_records
 from mainstem.log.partition import ChunkLocation, Partition
 from mainstem.log.segment_file import Segment
+
+Found = tuple[Segment, int]
 
 
 class PartitionReader:
@@ -16,38 +23,71 @@ class PartitionReader:
         self.partition = partition
         self.position = offset
         self.lost = 0
-        self._last: tuple[Segment, int] | None = None
+        self._last: Found | None = None
 
-    def _next(self) -> tuple[Segment, int] | None:
+    def _peek(self) -> Found | None:
+        """The next committed chunk, not taken yet."""
         first = self.partition.first_offset
         if self.position < first:
             self.lost += first - self.position
             self.position = first
-        found = self.partition.find_committed(self.position, self._last)
-        if found is not None:
-            segment, i = found
-            self._last = found
-            self.position = segment.index.chunk_ids[i] + segment.index.record_counts[i]
+        return self.partition.find_committed(self.position, self._last)
+
+    def _take(self, found: Found) -> Found:
+        segment, i = found
+        self._last = found
+        self.position = segment.index.chunk_ids[i] + segment.index.record_counts[i]
         return found
 
-    def next_location(self) -> ChunkLocation | None:
-        """The next committed chunk's place on disk (for sendfile), advancing."""
-        found = self._next()
-        return None if found is None else self.partition.location(*found)
+    def _take_local(self) -> Found | None:
+        """The next committed chunk if it is local now, taken; None otherwise."""
+        found = self._peek()
+        if found is None or not found[0].ready(found[1]):
+            return None
+        return self._take(found)
+
+    async def _next(self, *, wait: bool) -> Found | None:
+        """The next committed chunk, made local, taken; waiting for new data at the end of
+        the log when `wait`, None there otherwise."""
+        while True:
+            found = self._peek()
+            if found is None:
+                if not wait:
+                    return None
+                await self.partition.wait_for(self.position)
+            elif not found[0].ready(found[1]):
+                await found[0].ensure(found[1])
+            else:
+                return self._take(found)
+
+    async def next_location(self) -> ChunkLocation:
+        """The next committed chunk's place on disk (for sendfile), advancing; waits for
+        new data at the end of the log."""
+        found = await self._next(wait=True)
+        assert found is not None
+        return self.partition.location(*found)
 
     def next_chunk_nowait(self) -> ReadChunk | None:
         """The next committed chunk: streamed if it is large (see `chunk_stream`)."""
-        found = self._next()
-        return None if found is None else read_records(*found) or found[0].read_chunk(found[1])
-
-    def next_whole_chunk_nowait(self) -> Chunk | None:
-        """The next committed chunk read at once, for a reader that takes it in one step."""
-        found = self._next()
-        return None if found is None else found[0].read_chunk(found[1])
+        found = self._take_local()
+        return None if found is None else _read(found)
 
     async def next_chunk(self) -> ReadChunk:
-        while True:
-            chunk = self.next_chunk_nowait()
-            if chunk is not None:
-                return chunk
-            await self.partition.wait_for(self.position)
+        found = await self._next(wait=True)
+        assert found is not None
+        return _read(found)
+
+    async def next_whole_chunk(self) -> Chunk | None:
+        """The next committed chunk read at once, for a reader that takes it in one step;
+        None at the end of the log."""
+        found = await self._next(wait=False)
+        return None if found is None else found[0].read_chunk(found[1])
+
+
+def _read(found: Found) -> ReadChunk:
+    """A large local chunk is streamed a window at a time; a tiered one is read whole, its
+    cached blocks being free to go once this step is over."""
+    segment, i = found
+    if segment.tiered:
+        return segment.read_chunk(i)
+    return read_records(segment, i) or segment.read_chunk(i)

@@ -57,6 +57,8 @@ class Segment:
     """One segment file. Appends go to its end; reads use pread at indexed positions.
     Its descriptor comes from a DescriptorCache: open only while recently used."""
 
+    tiered = False  # a TieredSegment's chunks must be made local (`ensure`) before reads
+
     def __init__(self, path: Path, file: LazyFile, first_byte: int, size: int,
                  index: SegmentIndex, version: int = SEGMENT_VERSION) -> None:
         self.path = path
@@ -138,6 +140,13 @@ class Segment:
         self.close()
         self.path.unlink(missing_ok=True)
         self.index.path.unlink(missing_ok=True)
+
+    def ready(self, i: int) -> bool:
+        """Whether chunk i can be read now: a tiered segment's must be fetched first."""
+        return True
+
+    async def ensure(self, i: int) -> None:
+        """Make chunk i readable now (see `ready`): a local one is."""
 
     def fileno(self) -> int:
         """A descriptor to use at once: valid until this thread opens another log file."""

@@ -4,6 +4,10 @@ active segment, takes new chunks.
 It finds the chunk holding an offset, and is what changes shape: a roll at the end,
 deletion at the start (retention, a queue's settled messages), a cut at the end (a
 follower's divergent tail). Each such change is made durable in the directory too.
+
+The oldest members may be tiered (`TieredSegment`s, their files in an object store): they
+come first, and a local segment becomes one only at the boundary (`swap_tiered`), so
+the run is tiered members, then local files, the active one last.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class Segments(Sequence[Segment]):
         self._files = files
         self._starts = [segment.first_chunk_id for segment in files]
         self._descriptors = descriptors
+        self.tiered_count = 0  # how many of the oldest members are tiered
 
     @classmethod
     def open(cls, directory: Path, descriptors: DescriptorCache) -> Segments:
@@ -69,6 +74,15 @@ class Segments(Sequence[Segment]):
     @property
     def size(self) -> int:
         return sum(segment.size for segment in self._files)
+
+    @property
+    def local(self) -> Sequence[Segment]:
+        """The members on local disk, the active one last."""
+        return self._files[self.tiered_count:]
+
+    @property
+    def tiered_size(self) -> int:
+        return sum(segment.size for segment in self._files[:self.tiered_count])
 
     # -- finding ----------------------------------------------------------------------
 
@@ -121,16 +135,50 @@ class Segments(Sequence[Segment]):
         self._starts.append(segment.first_chunk_id)
         return segment
 
-    def drop_oldest(self) -> None:
-        """Delete the oldest segment (the caller fsyncs the directory once it is done)."""
-        self._files[0].delete()
-        del self._files[0]
+    def drop_oldest(self) -> Segment:
+        """Delete the oldest segment (the caller fsyncs the directory once it is done; a
+        tiered one is only forgotten here: its objects are the caller's to delete)."""
+        oldest = self._files.pop(0)
         del self._starts[0]
+        if oldest.tiered:
+            self.tiered_count -= 1
+        oldest.delete()
+        return oldest
+
+    def attach_tiered(self, tiered: Sequence[Segment]) -> None:
+        """Put tiered members (oldest first, all older than the local files) first. A local
+        file a tiered member stands for (a crash cut its delete short) is deleted now."""
+        firsts = {member.first_chunk_id for member in tiered}
+        replaced = [s for s in self.local[:-1] if s.first_chunk_id in firsts]
+        for segment in replaced:
+            self._files.remove(segment)
+            segment.delete()
+        k = self.tiered_count
+        self._files[k:k] = sorted(tiered, key=lambda member: member.first_chunk_id)
+        self.tiered_count += len(tiered)
+        self._starts = [segment.first_chunk_id for segment in self._files]
+        if any(a >= b for a, b in zip(self._starts, self._starts[1:], strict=False)):
+            raise ValueError(f"{self.directory}: tiered segments overlap the local ones")
+        if replaced:
+            fsync_directory(self.directory)
+
+    def swap_tiered(self, member: Segment) -> None:
+        """Put `member`, the tiered copy of the oldest local segment (never the active
+        one), in its place, and delete the local files, durably."""
+        k = self.tiered_count
+        local = self._files[k]
+        if local.first_chunk_id != member.first_chunk_id or k == len(self._files) - 1:
+            raise ValueError(f"{self.directory}: {member.first_chunk_id} is not the oldest "
+                             "sealed local segment")
+        self._files[k] = member
+        self.tiered_count += 1
+        local.delete()
+        fsync_directory(self.directory)
 
     def cut_from(self, offset: int) -> Segment:
         """Drop every chunk at or after `offset` (a chunk boundary), durably; returns the
         active segment left."""
-        while len(self._files) > 1 and self.active.first_chunk_id >= offset:
+        while len(self._files) > self.tiered_count + 1 and self.active.first_chunk_id >= offset:
             self._files.pop().delete()
             self._starts.pop()
         segment = self.active

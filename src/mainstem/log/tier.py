@@ -126,7 +126,13 @@ class Tier:
         return await self._call(key, stream())
 
     async def delete(self, key: str) -> None:
-        await self._call(key, obstore.delete_async(self._store, key))
+        """Delete `key`; a key already gone counts as deleted (a retried delete)."""
+        try:
+            await self._call(key, obstore.delete_async(self._store, key))
+        except TierUnavailable as error:
+            gone = (FileNotFoundError, obstore.exceptions.NotFoundError)
+            if not isinstance(error.__cause__, gone):
+                raise
 
     async def list(self, prefix: str) -> list[str]:
         """The keys under `prefix` (a path: `a/b` holds `a/b/c`, not `a/bc`)."""

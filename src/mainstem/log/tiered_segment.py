@@ -11,7 +11,8 @@ chunk does. It is sealed: nothing is appended to it or cut from it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from isal.isal_zlib import crc32
 
@@ -22,12 +23,35 @@ from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import CachedFile, TierCache
 from mainstem.log.tier_upload import TieredRecord, UploadMismatch
 
+T = TypeVar("T")
+
 
 class NotFetched(Exception):
-    """A chunk of a tiered segment was read before `ensure` made it local."""
+    """A chunk of a tiered segment was read before `ensure` made it local: `fetch()` makes
+    it so, for a reader that reads synchronously and tries again."""
+
+    def __init__(self, segment: TieredSegment, index: int) -> None:
+        super().__init__(f"{segment.record.key}: chunk {index} read before ensure({index})")
+        self.segment = segment
+        self.index = index
+
+    async def fetch(self) -> None:
+        await self.segment.ensure(self.index)
+
+
+async def fetching(read: Callable[[], T]) -> T:
+    """Run a synchronous read of the log, first fetching each tiered chunk it finds not
+    local, and trying again (chunks fetched stay cached, so each try gets further)."""
+    while True:
+        try:
+            return read()
+        except NotFetched as missing:
+            await missing.fetch()
 
 
 class TieredSegment(Segment):
+    tiered = True
+
     def __init__(self, tier: Tier, record: TieredRecord, cache: TierCache, cached: CachedFile,
                  index: SegmentIndex) -> None:
         super().__init__(cached.path, cached.file, record.first_byte, record.segment_size,
@@ -71,6 +95,12 @@ class TieredSegment(Segment):
             self.read_chunk(i)  # checks its CRCs; drops the blocks if they fail
             self._checked[i] = stamp
 
+    def ready(self, i: int) -> bool:
+        """Whether chunk i is local and checked since its bytes came (`ensure` done)."""
+        start, size = self.chunk_span(i)
+        stamp = self._cache.stamp(self._cached, start, start + size)
+        return stamp is not None and stamp == self._checked.get(i)
+
     async def ensure_range(self, start: int, end: int) -> None:
         """Make file bytes [start, end) local (a reader by byte range)."""
         await self._cache.ensure(self._cached, start, end, self._fetch)
@@ -104,7 +134,7 @@ class TieredSegment(Segment):
         """Chunk i's span, once `ensure` made it local: a hole would read as zeros."""
         start, size = self.chunk_span(i)
         if self._cache.stamp(self._cached, start, start + size) is None:
-            raise NotFetched(f"{self.record.key}: chunk {i} read before ensure({i})")
+            raise NotFetched(self, i)
         return start, size
 
     def pin(self) -> int:

@@ -13,12 +13,13 @@ from mainstem.broker.stream_service.roles import Following, Leading
 from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
-from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed
+from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed, TierUnavailable
 from mainstem.log.partition import ChunkLocation
+from mainstem.log.tiered_segment import fetching
 from mainstem.log.transfer import ChunkView, Transfer
 
 __all__ = [
     "Appender", "Chunk", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
     "Following", "Leading", "NotWritable", "PartitionClosed", "PartitionService", "Receipt",
-    "Subscription", "Transfer", "WriteGate", "WritesHeld",
+    "Subscription", "TierUnavailable", "Transfer", "WriteGate", "WritesHeld", "fetching",
 ]

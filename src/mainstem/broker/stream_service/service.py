@@ -15,6 +15,7 @@ from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
 from mainstem.log import commit_point
 from mainstem.log.partition import ChunkLocation, Partition
+from mainstem.log.tier_upload import TieredRecord
 
 
 class PartitionService:
@@ -102,6 +103,23 @@ class PartitionService:
     @property
     def segment_count(self) -> int:
         return self.partition.segment_count
+
+    # -- tiering: the oldest sealed segments may live in an object store ---------------
+
+    @property
+    def tiered_bytes(self) -> int:
+        """Of `size_bytes`, what lives in the tier."""
+        return self.partition.tiered_bytes
+
+    @property
+    def local_first_offset(self) -> int:
+        """The first offset on local disk: those below it are read from the tier."""
+        return self.partition.local_first_offset
+
+    @property
+    def tiered_records(self) -> list[TieredRecord]:
+        """The tiered segments' records, oldest first."""
+        return self.partition.tiered_records
 
     def offset_for_timestamp(self, timestamp: int) -> int:
         """First offset of the first committed chunk at or after `timestamp` (ms)."""

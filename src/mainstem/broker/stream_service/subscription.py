@@ -51,11 +51,7 @@ class Subscription:
             while self.credit is not None and self.credit <= 0:
                 self._wake.clear()
                 await self._wake.wait()
-            location = self._reader.next_location()
-            if location is None:
-                await self._partition.wait_for(self._reader.position)
-                continue
-            view = peek(location)
+            view = peek(await self._reader.next_location())
             if self._matcher is None or self._matcher.matches(view.bloom):
                 return view
             # nothing this subscriber wants: nothing sent, no credit spent
@@ -75,9 +71,10 @@ class Subscription:
     def next_chunk_nowait(self) -> ReadChunk | None:
         return self._reader.next_chunk_nowait()
 
-    def next_whole_chunk_nowait(self) -> Chunk | None:
-        """The next committed chunk read at once, for a reader that takes it in one step."""
-        return self._reader.next_whole_chunk_nowait()
+    async def next_whole_chunk(self) -> Chunk | None:
+        """The next committed chunk read at once, for a reader that takes it in one step;
+        None at the end of the log (a tiered one is fetched first)."""
+        return await self._reader.next_whole_chunk()
 
 
 def sendfile_socket(transport: asyncio.BaseTransport) -> int | None:

@@ -513,7 +513,7 @@ class IggyConnection:
         reference, index = self._consumer(stream, poll.consumer, poll.index)
         partition = self._partition(stream, index)
         start = self._start(stream, partition, index, reference, poll)
-        chunks, polled, last = self._read(stream, partition, start, poll.count)
+        chunks, polled, last = await self._read(stream, partition, start, poll.count)
         if poll.auto_commit and polled:
             self.core.store_offset(stream.namespace, stream.name, index, reference, last)
         return self.layout.polled(index, max(partition.committed_offset - 1, 0), polled,
@@ -547,7 +547,7 @@ class IggyConnection:
             return partition.first_offset if stored is None else stored + 1
         raise IggyError(ErrorCode.INVALID_FORMAT, f"bad polling kind {kind}")
 
-    def _read(self, stream: Stream, partition: PartitionService, start: int, count: int
+    async def _read(self, stream: Stream, partition: PartitionService, start: int, count: int
               ) -> tuple[list[tuple[int, list[Stored]]], int, int]:
         """Up to `count` messages from `start`, by chunk with its store time (µs); how many,
         and the last offset read."""
@@ -557,7 +557,7 @@ class IggyConnection:
         out: list[tuple[int, list[Stored]]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
-            chunk = reader.next_whole_chunk_nowait()
+            chunk = await reader.next_whole_chunk()
             if chunk is None:
                 break
             timestamp = chunk.header.timestamp

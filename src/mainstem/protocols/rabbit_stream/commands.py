@@ -16,8 +16,11 @@ STREAM_ARGUMENTS = {
     "max-length-bytes": "x-max-length-bytes",
     "max-age": "x-max-age",
     "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
+    "tier-local-max-bytes": "x-tier-local-max-bytes",
+    "tier-local-max-age": "x-tier-local-max-age",
 }
-INTEGER_ARGUMENTS = {"x-max-length-bytes", "x-stream-max-segment-size-bytes"}
+INTEGER_ARGUMENTS = {"x-max-length-bytes", "x-stream-max-segment-size-bytes",
+                     "x-tier-local-max-bytes"}
 
 
 class CommandFailed(Exception):

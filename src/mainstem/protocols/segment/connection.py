@@ -275,9 +275,9 @@ class SegmentConnection:
             try:
                 await self.segments.wait_readable(name, message.offset)
                 async with self.sending:
-                    got = self.segments.read_now(name, message.offset,
-                                                 min(max(message.suggested_length, 1),
-                                                     MAX_READ_BYTES))
+                    got = await self.segments.read(name, message.offset,
+                                                   min(max(message.suggested_length, 1),
+                                                       MAX_READ_BYTES))
                     self.send(c.SegmentRead(str(name), got.offset, got.at_tail,
                                             got.end_of_segment, got.data))
                     await self.ctx.writer.drain()

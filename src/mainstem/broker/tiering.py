@@ -1,0 +1,190 @@
+"""Tiering: a stream's sealed segments move to an object store and are read from there.
+
+Each round, every partition this node leads gives its tier candidates (`Partition.
+tier_candidates`: sealed, committed, past the stream's local bounds, oldest first). Each is
+uploaded and verified (`log.tier_upload`), recorded in the catalog, and only then swapped
+for its tiered twin, the local files deleted: the catalog row is the commit point. So a
+crash before the row leaves the local segment in use and perhaps objects nobody names
+(swept at the next start); a crash after it leaves a local copy that the next start deletes
+(`Segments.attach_tiered`). The tier unreachable: uploads wait for the next round, local
+disk grows until the disk alarm holds publishers, and reads of tiered ranges fail with
+`TierUnavailable` until it is back.
+
+Retention counts tiered segments too: dropping one deletes its row, then its objects (in
+the background, retried). A deleted stream's objects go the same way, by prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from mainstem.broker.catalog import Catalog
+from mainstem.broker.settings import TieringSettings
+from mainstem.broker.streams import Stream, StreamStore
+from mainstem.log.descriptors import DescriptorCache
+from mainstem.log.errors import TierUnavailable
+from mainstem.log.partition import Partition
+from mainstem.log.segment_file import Segment
+from mainstem.log.tier import Tier
+from mainstem.log.tier_cache import TierCache
+from mainstem.log.tier_upload import TieredRecord, UploadMismatch, upload_segment
+from mainstem.log.tiered_segment import TieredSegment
+
+log = logging.getLogger("mainstem.tiering")
+
+# What a failed upload or delete may raise; the round stops and the next one tries again.
+TIER_ERRORS = (TierUnavailable, UploadMismatch, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class TierLocation:
+    """Where the tier is, as readers outside the broker (Spark's executors) open it;
+    never its credentials. Record keys are relative to it."""
+
+    url: str
+    endpoint: str | None
+    region: str
+
+
+@dataclass(slots=True)
+class TieringStats:
+    uploads: int = 0  # segments uploaded, verified and recorded
+    uploaded_bytes: int = 0
+    errors: int = 0  # failed uploads and deletes
+    last_error: str | None = None
+    deletes_pending: int = 0  # objects waiting to be deleted
+
+
+class Tiering:
+    def __init__(self, settings: TieringSettings, streams: StreamStore, catalog: Catalog,
+                 descriptors: DescriptorCache) -> None:
+        self.settings = settings
+        self.location = TierLocation(settings.url, settings.endpoint, settings.region)
+        self.tier = Tier.open(settings.url, endpoint=settings.endpoint, region=settings.region,
+                              access_key_id=settings.access_key_id,
+                              secret_access_key=settings.secret_access_key,
+                              timeout=settings.timeout_s)
+        self.cache = TierCache(settings.cache_dir, settings.cache_bytes, descriptors,
+                               block_size=settings.block_bytes, read_ahead=settings.read_ahead)
+        self.stats = TieringStats()
+        self._streams = streams
+        self._catalog = catalog
+        self._deletes: deque[str] = deque()  # keys, or prefixes ending in "/"
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        streams.watch(self._stream_deleted)
+
+    async def open(self) -> None:
+        """Put every partition's tiered segments in its log, then sweep what no record
+        names (uploads a crash cut short), then start the rounds."""
+        known: set[str] = set()
+        for stream in self._streams.list():
+            for index, partition in enumerate(stream.partitions):
+                records = self._catalog.tiered(stream.namespace, stream.name, index)
+                await self._attach(stream, index, partition, records)
+                known.update(key for r in records for key in (r.key, r.index_key))
+        with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
+            self._deletes.extend(key for key in await self.tier.list("") if key not in known)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _attach(self, stream: Stream, index: int, partition: Partition,
+                      records: list[TieredRecord]) -> None:
+        members = [await TieredSegment.load(self.tier, record, self.cache)
+                   for record in records]
+        partition.attach_tiered(members)
+        self._watch(stream, index, partition)
+
+    def _watch(self, stream: Stream, index: int, partition: Partition) -> None:
+        def dropped(record: TieredRecord) -> None:
+            self._catalog.delete_tiered(stream.namespace, stream.name, index,
+                                        record.first_chunk_id)
+            self._delete(record.key, record.index_key)
+
+        partition.tier_dropped = dropped
+
+    # -- the rounds --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.round()
+            except Exception as error:  # whatever failed, the next round tries again
+                self._failed("tier.round_failed", error)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.check_interval_s)
+
+    async def round(self) -> int:
+        """Delete what waits to be deleted, then tier every candidate of the partitions
+        this node leads; how many segments were tiered."""
+        await self._delete_pending()
+        tiered = 0
+        for stream in self._streams.list():
+            for index, partition in enumerate(stream.partitions):
+                if not partition.writable:  # a follower: its leader uploads
+                    continue
+                for segment in partition.tier_candidates():
+                    tiered += await self._tier(stream, index, partition, segment)
+        return tiered
+
+    async def _tier(self, stream: Stream, index: int, partition: Partition,
+                    segment: Segment) -> int:
+        prefix = f"{stream.directory.name}/{index}"
+        record = await upload_segment(self.tier, segment, prefix)
+        if segment.deleted or self._streams.find(stream.namespace, stream.name) is not stream:
+            self._delete(record.key, record.index_key)  # retention or a delete came first
+            return 0
+        self._catalog.add_tiered(stream.namespace, stream.name, index, record)
+        member = await TieredSegment.load(self.tier, record, self.cache)
+        if segment.deleted:  # retention took it while the index was fetched
+            member.delete()
+            return 0
+        self._watch(stream, index, partition)
+        partition.swap_tiered(member)
+        self.stats.uploads += 1
+        self.stats.uploaded_bytes += record.segment_size + record.index_size
+        log.info("tier.uploaded", extra={"key": record.key, "bytes": record.segment_size})
+        return 1
+
+    # -- deleting objects -------------------------------------------------------------
+
+    def _stream_deleted(self, stream: Stream) -> None:
+        self._delete(f"{stream.directory.name}/")
+
+    def _delete(self, *keys: str) -> None:
+        self._deletes.extend(keys)
+        self.stats.deletes_pending = len(self._deletes)
+        self._wake.set()
+
+    async def _delete_pending(self) -> None:
+        while self._deletes:
+            key = self._deletes[0]
+            if key.endswith("/"):
+                self._deletes.extend(await self.tier.list(key.rstrip("/")))
+            else:
+                await self.tier.delete(key)
+            self._deletes.popleft()
+            self.stats.deletes_pending = len(self._deletes)
+
+    def _failed(self, event: str, error: Exception) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = str(error)
+        log.warning(event, extra={"error": str(error)})
+
+    # -- what readers outside the broker are told ---------------------------------------
+
+    def upload_lag_bytes(self) -> int:
+        """Bytes of local segments past their bounds, waiting for an upload."""
+        return sum(segment.size for stream in self._streams.list()
+                   for partition in stream.partitions if partition.writable
+                   for segment in partition.tier_candidates())
