@@ -948,6 +948,7 @@ inbound_frames = st.one_of(
     ),
     st.builds(f.DeleteSuperStream, u32, text),
     st.builds(f.ResolveOffsetSpec, u32, text, offset_specs, props),
+    st.builds(f.TieredSegments, u32, text),
 )
 
 

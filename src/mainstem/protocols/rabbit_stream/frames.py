@@ -806,4 +806,5 @@ PARSERS: dict[tuple[int, int], Parser] = {
     (Key.CREATE_SUPER_STREAM, 1): CreateSuperStream.parse,
     (Key.DELETE_SUPER_STREAM, 1): DeleteSuperStream.parse,
     (Key.RESOLVE_OFFSET_SPEC, 1): ResolveOffsetSpec.parse,
+    (MainstemKey.TIERED_SEGMENTS, 1): TieredSegments.parse,
 }
