@@ -2,7 +2,8 @@
 tier and a stream that keeps little locally, data published with rstream and tiered, then a
 batch read returns every row once with its offset, and the broker delivered only the local
 offsets (its stream protocol counts every record it sends); read through the broker
-(`tier.direct=false`) the rows are the same."""
+(`tier.direct=false`) the rows are the same; an object the tasks cannot read fails the
+read naming the tier and the key."""
 
 from __future__ import annotations
 
@@ -110,3 +111,9 @@ def test_a_batch_read_takes_tiered_history_from_the_tier(spark, tmp_path: Path) 
             .load().select("offset", "value").collect()
         assert sorted(plain) == sorted(rows)
         assert delivered(broker) - before == COUNT
+
+        key = answer.segments[1].key  # a task cannot read it: it fails naming tier and key
+        (tier / key).rename(tmp_path / "aside")
+        with pytest.raises(Exception, match=re.escape(f"tier {tier}: {key}")):
+            spark.read.format("mainstem").options(**options).load().collect()
+        (tmp_path / "aside").rename(tier / key)
