@@ -1,9 +1,9 @@
 """Spark reads a stream's tiered history straight from the tier: a broker with a directory
 tier and a stream that keeps little locally, data published with rstream and tiered, then a
 batch read returns every row once with its offset, and the broker delivered only the local
-offsets (its stream protocol counts every record it sends); read through the broker
-(`tier.direct=false`) the rows are the same; an object the tasks cannot read fails the
-read naming the tier and the key."""
+offsets (its stream protocol counts every record it sends); the same holds for a streaming
+query, and read through the broker (`tier.direct=false`) the rows are the same. An object
+the tasks cannot read fails the read naming the tier and the key."""
 
 from __future__ import annotations
 
@@ -111,6 +111,15 @@ def test_a_batch_read_takes_tiered_history_from_the_tier(spark, tmp_path: Path) 
             .load().select("offset", "value").collect()
         assert sorted(plain) == sorted(rows)
         assert delivered(broker) - before == COUNT
+
+        before = delivered(broker)  # a streaming query plans its micro-batches alike
+        query = (spark.readStream.format("mainstem").option("url", url)
+                 .option("stream", "history").option("startingOffsets", "earliest").load()
+                 .select("offset", "value").writeStream.format("memory")
+                 .queryName("tiered_history").trigger(availableNow=True).start())
+        query.awaitTermination()
+        assert sorted(spark.table("tiered_history").collect()) == sorted(rows)
+        assert delivered(broker) - before == COUNT - boundary
 
         key = answer.segments[1].key  # a task cannot read it: it fails naming tier and key
         (tier / key).rename(tmp_path / "aside")
