@@ -272,7 +272,8 @@ class ServerConfig:
             timeout_s=tiering.timeout_ms / 1000,
             cache_dir=tiering.cache_dir or self.data_dir / "tier-cache",
             cache_bytes=tiering.cache_bytes, block_bytes=tiering.block_bytes,
-            read_ahead=tiering.read_ahead, check_interval_s=tiering.check_interval_ms / 1000)
+            read_ahead=tiering.read_ahead, check_interval_s=tiering.check_interval_ms / 1000,
+            sweep_at_start=not self.cluster.enabled)
 
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s,
@@ -841,9 +842,6 @@ def _build(layer: _Layer, specs: Sequence[ProtocolSpec]) -> ServerConfig:
     }
     for name, listener in http.items():
         tls_ports[name] = values.get(f"{name}.tls_port", default_tls_port(name, listener.port))
-    if "tiering.url" in values and "cluster.etcd" in values and values["cluster.etcd"]:
-        raise ConfigError("[tiering] is for a single node for now: a cluster's followers do "
-                          "not yet take their leader's tiered segments")
     return ServerConfig(
         listeners=listeners,
         admin=http[ADMIN],

@@ -15,6 +15,7 @@ from rstream import AMQPMessage, Producer
 
 from mainstem import Broker
 from mainstem.admin.ctl import GROUPS, add_ctl_arguments
+from tests.admin.test_tiering_ops import STREAM, tiered_broker
 
 TIMEOUT_S = 60
 
@@ -224,6 +225,33 @@ async def test_streams_and_lag(broker):
     assert (await ctl(broker, "queues", "delete", "events"))[0] == 0
     assert (await ctl(broker, "streams", "delete", "more"))[0] == 0
     assert broker.core.streams.list() == []
+
+
+async def test_streams_tiering_shows_the_tier_its_counters_and_each_partition(tmp_path):
+    async with tiered_broker(tmp_path) as broker:
+        tiering = broker.core.tiering
+        assert tiering is not None
+        service = broker.core.streams.service("/", STREAM)
+        code, table, err = await ctl(broker, "streams", "tiering", "--vhost", "/")
+        assert code == 0, err
+        lines = table.splitlines()
+        assert lines[0] == f"tier: {tmp_path / 'tier'}"
+        assert rows_of(table)[1][:5] == ["uploads", "uploaded_bytes", "upload_lag_bytes",
+                                         "errors", "deletes_pending"]
+        assert rows_of(table)[2] == [str(tiering.stats.uploads),
+                                     str(tiering.stats.uploaded_bytes), "0", "0", "0"]
+        assert rows_of(table)[-1] == [
+            "/", STREAM, "0", str(service.size_bytes - service.tiered_bytes),
+            str(service.tiered_bytes), str(len(service.tiered_records)),
+            str(service.local_first_offset)]
+        code, shown, _ = await ctl(broker, "streams", "tiering", json_output=True)
+        assert [r["key"] for r in shown["partitions"][0]["records"]] == [
+            r.key for r in service.tiered_records]
+
+
+async def test_streams_tiering_without_a_tier(broker):
+    code, table, _ = await ctl(broker, "streams", "tiering")
+    assert code == 0 and table.splitlines()[0] == "tier: none (every stream is on local disk)"
 
 
 async def test_overview(broker):

@@ -51,10 +51,10 @@ async def durable_to(role: Leading | Following, offset: int) -> None:
     role.on_durable(None)
 
 
-def raw_chunks(leading: Leading, start: int) -> list[tuple[bytes, bool]]:
+async def raw_chunks(leading: Leading, start: int) -> list[tuple[bytes, bool]]:
     """Every chunk written from `start`, as a leader sends them to its followers."""
     chunks, position = [], start
-    while (chunk := leading.written_chunk(position)) is not None:
+    while (chunk := await leading.written_chunk(position)) is not None:
         chunks.append((os.pread(chunk.segment.fileno(), chunk.size, chunk.file_pos),
                        chunk.opens_segment))
         position = chunk.next_offset
@@ -118,7 +118,7 @@ async def test_a_follower_takes_its_leaders_chunks_and_cuts_a_divergent_tail(
     for body in (b"a", b"b", b"c"):
         await leader.appender.write_records([body], durable=False).durable
     following = replica.follow()
-    for raw, opens in raw_chunks(leading, 0):
+    for raw, opens in await raw_chunks(leading, 0):
         following.accept_chunk(memoryview(raw), opens, commit=2)
     assert following.next_offset == 3 and following.last_chunk() == (2, 2)
     await durable_to(following, 3)

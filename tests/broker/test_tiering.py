@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 from pathlib import Path
 
+import aiohttp
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
 from mainstem import Broker
+from mainstem.broker.tiering import MARKER
 from mainstem.config import ServerConfig, TieringConfig
+from tests.log.tiering import BUCKET, KEYS, moto_s3
 from tests.support.waiting import wait_until
 
 BODY = 400  # bytes per message: a 20 KB segment holds about 45
 BATCH = 20
 
 
-def tiered_config(data: Path, tier: Path, **tiering: object) -> ServerConfig:
+def tiered_config(data: Path, tier: Path | str, **tiering: object) -> ServerConfig:
+    """A broker on ephemeral loopback ports with `tier` (a directory or an s3:// URL),
+    checked every 50 ms, with small cache blocks."""
     config = ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=data)
     return dataclasses.replace(
         config, workers=0,
@@ -84,8 +90,11 @@ async def test_sealed_segments_move_to_the_tier_and_read_back_as_local(tmp_path:
     async with Broker(config=tiered_config(data, tier)) as broker:
         await publish(broker, "history", count, arguments)
         service = broker.core.streams.service("/", "history")
-        await wait_until(lambda: service.tiered_bytes > 0 and service.size_bytes
-                         - service.tiered_bytes <= 45_000 + 20_000, what="segments tiered")
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await wait_until(lambda: service.tiered_bytes > 0 and tiering.upload_lag_bytes() == 0,
+                         what="every segment past the bound tiered")
+        assert service.size_bytes - service.tiered_bytes <= 45_000 + 20_000
         local_files = sorted(service.partition.directory.glob("*.segment"))
         records = broker.core.catalog.tiered("/", "history", 0)
         assert len(records) >= 10
@@ -126,3 +135,103 @@ async def test_retention_deletes_tiered_segments_from_the_tier(tmp_path: Path) -
         got = await consume(broker, "short", 2000 - service.first_offset,
                             ConsumerOffsetSpecification(OffsetType.FIRST))
         assert got[0] == (service.first_offset, body(service.first_offset))
+
+
+async def test_an_s3_tier_holds_the_history_and_a_restart_with_no_cache_reads_it(
+        tmp_path: Path) -> None:
+    """The same through moto's S3 emulator (a Python stand-in for S3 on loopback): after a
+    restart with the local cache gone, indexes and chunks come from the bucket again."""
+    data = tmp_path / "data"
+    with moto_s3() as (_, endpoint):
+        config = tiered_config(data, f"s3://{BUCKET}/history", endpoint=endpoint, **KEYS)
+        async with Broker(config=config) as broker:
+            await publish(broker, "s3", 600, {"stream-max-segment-size-bytes": 20_000,
+                                              "tier-local-max-bytes": 30_000})
+            tiering = broker.core.tiering
+            assert tiering is not None
+            await wait_until(lambda: tiering.stats.uploads >= 5
+                             and tiering.upload_lag_bytes() == 0, what="segments in S3")
+            keys = await tiering.tier.list("")
+            records = broker.core.catalog.tiered("/", "s3", 0)
+            assert {key for r in records for key in (r.key, r.index_key)} == set(keys) - {MARKER}
+        shutil.rmtree(data / "tier-cache")
+        async with Broker(config=config) as broker:
+            got = await consume(broker, "s3", 600, ConsumerOffsetSpecification(OffsetType.FIRST))
+            assert got == [(i, body(i)) for i in range(600)]
+
+
+async def test_an_empty_mount_point_takes_no_upload_until_the_store_is_back(
+        tmp_path: Path) -> None:
+    """A directory tier whose store is not mounted shows an empty directory: uploads must
+    not go there (they would be hidden, and lost, once the store is mounted again)."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    arguments = {"stream-max-segment-size-bytes": 20_000, "tier-local-max-bytes": 45_000}
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await publish(broker, "mounted", 1000, arguments)
+        await wait_until(lambda: tiering.stats.uploads >= 5 and tiering.upload_lag_bytes() == 0,
+                         what="segments tiered")
+        await publish(broker, "doomed", 300, arguments)
+        await wait_until(lambda: tiering.upload_lag_bytes() == 0, what="doomed tiered")
+        doomed = tier / broker.core.streams.get("/", "doomed").directory.name
+        assert objects(doomed)
+        uploads = tiering.stats.uploads
+        tier.rename(tmp_path / "store")
+        tier.mkdir()  # the mount point, with nothing mounted on it
+        await broker.core.streams.delete("/", "doomed")  # its objects wait for the store
+        await publish(broker, "mounted", 1000, arguments)
+        await wait_until(lambda: tiering.stats.last_error is not None
+                         and "marker" in tiering.stats.last_error, what="the missing marker")
+        assert objects(tier) == [] and tiering.stats.uploads == uploads
+        assert tiering.upload_lag_bytes() > 0  # the local segments stay
+        tier.rmdir()
+        (tmp_path / "store").rename(tier)  # mounted again
+        assert objects(doomed)
+        await wait_until(lambda: tiering.upload_lag_bytes() == 0, what="uploads resumed")
+        await wait_until(lambda: not objects(doomed), what="the deleted stream's objects gone")
+        got = await consume(broker, "mounted", 2000, ConsumerOffsetSpecification(OffsetType.FIRST))
+        assert got == [(i, body(i % 1000)) for i in range(2000)]
+
+
+async def test_a_start_sweeps_objects_no_record_names(tmp_path: Path) -> None:
+    """What an upload cut short by a crash leaves: an object not recorded, or a put's
+    temporary file. Recorded objects and the marker stay."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        await publish(broker, "kept", 400, {"stream-max-segment-size-bytes": 20_000,
+                                            "tier-local-max-bytes": 30_000})
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await wait_until(lambda: tiering.stats.uploads >= 2 and tiering.upload_lag_bytes() == 0,
+                         what="segments tiered")
+    kept = sorted(path for path in tier.rglob("*") if path.is_file())
+    stray = [tier / "0123/0/00000000000000000000.segment", tier / "0123/0/x.segment#0"]
+    for path in stray:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half an upload")
+    async with Broker(config=tiered_config(data, tier)):
+        await wait_until(lambda: not any(path.exists() for path in stray), what="swept")
+        assert sorted(path for path in tier.rglob("*") if path.is_file()) == kept
+
+
+async def test_a_policy_sets_the_local_bound_of_streams_already_there(tmp_path: Path) -> None:
+    """RabbitMQ's way to change a stream's settings without redeclaring it: a policy's
+    `tier-local-max-bytes` applies at once to the streams it matches."""
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        await publish(broker, "policed", 600, {"stream-max-segment-size-bytes": 20_000})
+        service = broker.core.streams.service("/", "policed")
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await tiering.round()
+        assert service.tiered_bytes == 0  # no bound: everything stays local
+        policy = {"pattern": "^policed$", "apply-to": "streams",
+                  "definition": {"tier-local-max-bytes": 30_000}}
+        url = f"http://127.0.0.1:{broker.ports['admin']}/api/policies/%2F/archive"
+        guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+        async with aiohttp.ClientSession(headers=guest) as http, \
+                http.put(url, json=policy) as response:
+            assert response.status == 201, await response.text()
+        await wait_until(lambda: service.tiered_bytes > 0 and tiering.upload_lag_bytes() == 0,
+                         what="the policy's bound applied")
+        assert service.size_bytes - service.tiered_bytes <= 30_000 + 20_000

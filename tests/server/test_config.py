@@ -299,3 +299,23 @@ def test_the_prometheus_listener_as_rabbitmq_configures_it(tmp_path):
         load(tmp_path, env={"MAINSTEM_ADMIN_METRICS": "sometimes"})
     embedded = ServerConfig.defaults(PROTOCOLS, host="127.0.0.1", port=0)
     assert (embedded.prometheus.port, embedded.tls_port("prometheus")) == (0, 0)
+
+
+def test_tiering_from_toml_env_and_flags(tmp_path):
+    toml = ('[tiering]\nurl = "s3://bucket/prefix"\nendpoint = "http://127.0.0.1:9000"\n'
+            'local_max_age = "7D"\ncache_bytes = "2GiB"\n')
+    env = {"MAINSTEM_TIER_SECRET_ACCESS_KEY": "s3cret", "MAINSTEM_TIER_ACCESS_KEY_ID": "me"}
+    config = load(tmp_path, toml, env=env, flags=["--tier-local-max-bytes", "10GB"])
+    tiering = config.core_settings().tiering
+    assert tiering is not None
+    assert (tiering.url, tiering.endpoint, tiering.access_key_id, tiering.secret_access_key,
+            tiering.cache_bytes) == ("s3://bucket/prefix", "http://127.0.0.1:9000", "me",
+                                     "s3cret", 2 << 30)
+    assert tiering.cache_dir == config.data_dir / "tier-cache" and tiering.sweep_at_start
+    retention = config.core_settings().retention
+    assert (retention.local_max_age_ms, retention.local_max_bytes) == (7 * 86_400_000,
+                                                                       10_000_000_000)
+
+
+def test_no_tier_unless_a_url_is_given(tmp_path):
+    assert load(tmp_path, '[tiering]\nlocal_max_bytes = 1000\n').core_settings().tiering is None

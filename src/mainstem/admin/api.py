@@ -37,6 +37,7 @@ from mainstem.admin.state import (
     state_of,
     vhost_of,
 )
+from mainstem.admin.tier_extents import partition_extent, stream_extent
 from mainstem.broker.alarms import DISK, MEMORY
 from mainstem.broker.auth import (
     DEFAULT_HASHING,
@@ -389,9 +390,9 @@ def stream_row(stream: Stream, cluster: ClusterView | None = None) -> dict[str, 
     partitions: list[dict[str, Any]] = [
         {"index": i, "name": name, "first_offset": p.first_offset,
          "last_offset": p.committed_offset - 1, "committed_offset": p.committed_offset,
-         "size_bytes": p.size_bytes, "segments": p.segment_count,
+         "size_bytes": p.size_bytes, "segments": p.segment_count, **partition_extent(p),
          **replication_fields(cluster, stream, i)}
-        for i, (name, p) in enumerate(zip(stream.partition_names, stream.partitions,
+        for i, (name, p) in enumerate(zip(stream.partition_names, stream.services,
                                           strict=True))
     ]
     return {
@@ -399,6 +400,7 @@ def stream_row(stream: Stream, cluster: ClusterView | None = None) -> dict[str, 
         "partitions": partitions,
         "messages": sum(p["committed_offset"] - p["first_offset"] for p in partitions),
         "size_bytes": sum(p["size_bytes"] for p in partitions),
+        **stream_extent(stream.services),
         "created_at": stream.record.created_at,
     }
 

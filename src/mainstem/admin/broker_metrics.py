@@ -1,5 +1,5 @@
 """mainstem's own Prometheus series, for what RabbitMQ has no name for: stream lag,
-replication, binders, projections, segments, Iggy groups, alarms.
+replication, tiering, binders, projections, segments, Iggy groups, alarms.
 
 Series labelled by object (vhost, stream, binder, ...) follow the scrape's `Scope` as
 RabbitMQ's do: one sample per object on /metrics/per-object, summed into one sample
@@ -34,6 +34,13 @@ _STREAM_SERIES: tuple[tuple[Kind, str, str, Callable[[Stream], int]], ...] = (
     (GaugeMetricFamily, "mainstem_stream_segments", "Segment files of the stream",
      lambda s: sum(p.segment_count for p in s.partitions)),
 )
+# Per stream, with a tier only.
+_TIER_STREAM_SERIES: tuple[tuple[str, str, Callable[[Stream], int]], ...] = (
+    ("mainstem_tier_local_bytes", "Bytes of the stream on local disk",
+     lambda s: sum(p.size_bytes - p.tiered_bytes for p in s.partitions)),
+    ("mainstem_tier_tiered_bytes", "Bytes of the stream in the tier",
+     lambda s: sum(p.tiered_bytes for p in s.partitions)),
+)
 
 
 class BrokerCollector:
@@ -51,6 +58,7 @@ class BrokerCollector:
         yield from self._connections()
         yield from self._streams()
         yield from self._replication()
+        yield from self._tiering()
         yield from self._binders()
         yield from self._iggy_and_segments()
         yield from self._alarms()
@@ -131,6 +139,31 @@ class BrokerCollector:
                                  [*labels, "replica"], lag)
         yield self._scope.family(GaugeMetricFamily, "mainstem_replicas_in_sync",
                                  "Replicas in a led partition's in-sync set", labels, in_sync)
+
+    def _tiering(self) -> Iterator[Metric]:
+        """With a tier: each stream's bytes local and tiered, and the uploader's counters
+        (this node's: only a partition's leader uploads)."""
+        tiering = self._state.core.tiering
+        if tiering is None:
+            return
+        streams = self._state.core.streams.list()
+        for name, documentation, value_of in _TIER_STREAM_SERIES:
+            yield self._scope.family(GaugeMetricFamily, name, documentation, ["vhost", "stream"],
+                                     [([s.namespace, s.name], value_of(s)) for s in streams])
+        stats = tiering.stats
+        yield CounterMetricFamily("mainstem_tier_uploads",
+                                  "Segments uploaded, verified and recorded", value=stats.uploads)
+        yield CounterMetricFamily("mainstem_tier_uploaded_bytes",
+                                  "Bytes of segments and indexes uploaded",
+                                  value=stats.uploaded_bytes)
+        yield GaugeMetricFamily("mainstem_tier_upload_lag_bytes",
+                                "Bytes of local segments past their bounds, waiting for upload",
+                                value=tiering.upload_lag_bytes())
+        yield CounterMetricFamily("mainstem_tier_errors", "Failed tier uploads and deletes",
+                                  value=stats.errors)
+        yield GaugeMetricFamily("mainstem_tier_deletes_pending",
+                                "Tier objects waiting to be deleted",
+                                value=stats.deletes_pending)
 
     def _binders(self) -> Iterator[Metric]:
         core = self._state.core

@@ -104,6 +104,7 @@ class Action:
     run: Callable[[Client, argparse.Namespace], Any]
     arguments: tuple[Argument, ...] = ()
     columns: Columns = ()  # how a table shows the rows the action returns
+    text: Callable[[Any], str] | None = None  # how a result that is not rows shows
 
 
 # -- arguments shared by many actions ---------------------------------------------------
@@ -232,6 +233,24 @@ def _stream_replicas(client: Client, args: argparse.Namespace) -> list[dict[str,
                 "lag": ",".join(f"{node}={behind}" for node, behind in sorted(lag.items())),
             })
     return rows
+
+
+_TIER_STATS: Columns = (("uploads", "uploads"), ("uploaded_bytes", "uploaded_bytes"),
+                        ("upload_lag_bytes", "upload_lag_bytes"), ("errors", "errors"),
+                        ("deletes_pending", "deletes_pending"), ("last_error", "last_error"))
+_TIER_PARTITIONS: Columns = (
+    ("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
+    ("local_bytes", "local_bytes"), ("tiered_bytes", "tiered_bytes"),
+    ("tiered_segments", "tiered_segments"), ("local_first_offset", "local_first_offset"))
+
+
+def _tiering_text(tiering: dict[str, Any]) -> str:
+    """The tier and its counters, then one row per partition."""
+    if tiering["url"] is None:
+        head = "tier: none (every stream is on local disk)"
+    else:
+        head = f"tier: {tiering['url']}\n{format_table([tiering['stats']], _TIER_STATS)}"
+    return f"{head}\n\n{format_table(tiering['partitions'], _TIER_PARTITIONS)}"
 
 
 def _declare_queue(client: Client, args: argparse.Namespace) -> None:
@@ -471,7 +490,7 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
         Action("delete", "delete a virtual host and everything in it", lambda c, a: c.call(
             "DELETE", f"/api/vhosts/{_q(a.name)}"), (NAME,)),
     )),
-    "streams": ("mainstem's streams (partitioned logs): list, add, delete", (
+    "streams": ("mainstem's streams (partitioned logs): list, add, delete, replicas, tiering", (
         Action("list", "streams with partitions, messages and size", _list_streams,
                (VHOST_FILTER,),
                (("vhost", "vhost"), ("name", "name"), ("partitions", "partition_count"),
@@ -486,6 +505,9 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
                (("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
                 ("leader", "leader"), ("epoch", "epoch"), ("replicas", "replicas"),
                 ("in_sync", "in_sync"), ("lag", "lag"))),
+        Action("tiering", "the broker's tier and counters; each partition's bytes local and"
+               " tiered, tiered segments and first local offset", _list("tiering"),
+               (VHOST_FILTER,), text=_tiering_text),
     )),
     "limits": ("limits of vhosts (max-connections, max-queues) and users (max-connections,"
                " max-channels)", (
@@ -560,7 +582,10 @@ def run_ctl(args: argparse.Namespace) -> int:
         if not args.json and action.run not in _SILENT:
             print("ok")
         return 0
-    print(json.dumps(result, indent=2) if args.json else format_table(result, action.columns))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(action.text(result) if action.text else format_table(result, action.columns))
     return 0
 
 

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from mainstem.admin.scope import Scope, scoped, visible
 from mainstem.admin.state import state_of
+from mainstem.admin.tier_extents import stream_extent
 from mainstem.broker.errors import NotFound
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group
 from mainstem.broker.segment_store import SegmentName
@@ -87,6 +88,7 @@ def iggy_stream_rows(core: BrokerCore) -> list[dict[str, Any]]:
             "id": model.id_of(TOPIC, stream.namespace, stream.name), "name": stream.name,
             "partitions": len(stream.partitions), "messages": _messages(stream),
             "size_bytes": sum(p.size_bytes for p in stream.partitions),
+            **stream_extent(stream.services),
             "consumer_groups": [_group_row(g) for g in model.list_groups(stream.namespace,
                                                                          stream.name)],
         } for stream in core.streams.list(namespace.name)]

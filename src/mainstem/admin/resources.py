@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mainstem.admin.tier_extents import stream_extent
 from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
 from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.cluster_view import ClusterView, PartitionStatus
@@ -108,6 +109,7 @@ class StreamQueues:
                 "memory": 0,
                 "partitions": len(stream.partitions),
                 "size_bytes": sum(p.size_bytes for p in stream.partitions),
+                **stream_extent(stream.services),
                 **stream.applied.fields(),
                 **self._members(stream),
             })

@@ -608,16 +608,25 @@ class Catalog(ChangeNotifier):
 
     # -- tiered segments ---------------------------------------------------------------
 
+    async def record_tiered(self, namespace: str, stream: str, partition: int,
+                            record: TieredRecord) -> None:
+        """Record a verified upload: from now on the segment is read from the tier. In a
+        cluster, returns once the cluster's store holds the record (PreconditionFailed
+        if it does not answer), since the local copy goes next."""
+        self.add_tiered(namespace, stream, partition, record)
+        await self._shared(TIERED_SEGMENT, (namespace, stream, str(partition),
+                                            str(record.first_chunk_id)),
+                           dataclasses.asdict(record))
+
     def add_tiered(self, namespace: str, stream: str, partition: int,
                    record: TieredRecord) -> None:
-        """Record a verified upload: from now on the segment is read from the tier."""
-        row = dataclasses.asdict(record)
+        """Store a record, as `record_tiered` does, without telling the cluster (a record
+        another node made)."""
         self._write("INSERT INTO tiered_segments (namespace, stream, partition, first_chunk_id,"
                     " record) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
                     " record = excluded.record",
-                    (namespace, stream, partition, record.first_chunk_id, json.dumps(row)))
-        self._changed(TIERED_SEGMENT, (namespace, stream, str(partition),
-                                       str(record.first_chunk_id)), row)
+                    (namespace, stream, partition, record.first_chunk_id,
+                     json.dumps(dataclasses.asdict(record))))
 
     def delete_tiered(self, namespace: str, stream: str, partition: int,
                       first_chunk_id: int) -> None:
@@ -626,6 +635,10 @@ class Catalog(ChangeNotifier):
                     (namespace, stream, partition, first_chunk_id))
         self._changed(TIERED_SEGMENT, (namespace, stream, str(partition), str(first_chunk_id)),
                       None)
+
+    def any_tiered(self) -> bool:
+        """Whether any segment is recorded as tiered."""
+        return self._row("SELECT 1 FROM tiered_segments LIMIT 1", ()) is not None
 
     def tiered(self, namespace: str, stream: str, partition: int) -> list[TieredRecord]:
         """A partition's tiered segments, oldest first."""

@@ -25,6 +25,7 @@ class TieringSettings:
     block_bytes: int = 1 << 20
     read_ahead: int = 2
     check_interval_s: float = 10.0
+    sweep_at_start: bool = True  # delete objects no record names (not in a cluster)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Tiering: a stream's sealed segments move to an object store and are read from there.
 
-Each round, every partition this node leads gives its tier candidates (`Partition.
+Each round, every partition this node leads gives its tier candidates (`PartitionService.
 tier_candidates`: sealed, committed, past the stream's local bounds, oldest first). Each is
 uploaded and verified (`log.tier_upload`), recorded in the catalog, and only then swapped
 for its tiered twin, the local files deleted: the catalog row is the commit point. So a
@@ -24,20 +24,24 @@ from dataclasses import dataclass
 
 from mainstem.broker.catalog import Catalog
 from mainstem.broker.settings import TieringSettings
+from mainstem.broker.stream_service import PartitionService, Segment
 from mainstem.broker.streams import Stream, StreamStore
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.errors import TierUnavailable
-from mainstem.log.partition import Partition
-from mainstem.log.segment_file import Segment
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord, UploadMismatch, upload_segment
-from mainstem.log.tiered_segment import TieredSegment
 
 log = logging.getLogger("mainstem.tiering")
 
 # What a failed upload or delete may raise; the round stops and the next one tries again.
 TIER_ERRORS = (TierUnavailable, UploadMismatch, OSError)
+# An object written when a tier is first used (and a file in the cache directory saying
+# so). From then on uploads and deletes check it is there: a directory tier whose mount is
+# missing (an empty mount point) would otherwise take segments onto the local disk,
+# hidden once the store is mounted again, or look empty to a delete.
+MARKER = ".mainstem-tier"
+IN_USE = "tier-in-use"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +84,20 @@ class Tiering:
 
     async def open(self) -> None:
         """Put every partition's tiered segments in its log, then sweep what no record
-        names (uploads a crash cut short), then start the rounds."""
+        names (uploads a crash cut short), then start the rounds. A cluster's node does not
+        sweep: its catalog may lag the cluster's, and another node may be uploading."""
         known: set[str] = set()
         for stream in self._streams.list():
-            for index, partition in enumerate(stream.partitions):
+            for index, service in enumerate(stream.services):
                 records = self._catalog.tiered(stream.namespace, stream.name, index)
-                await self._attach(stream, index, partition, records)
+                await service.attach_tiered(records, self.tier, self.cache)
+                self._watch(stream, index, service)
                 known.update(key for r in records for key in (r.key, r.index_key))
-        with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
-            self._deletes.extend(key for key in await self.tier.list("") if key not in known)
+        if self.settings.sweep_at_start:
+            with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
+                self.tier.sweep_temporary()
+                self._deletes.extend(key for key in await self.tier.list("")
+                                     if key not in known and key != MARKER)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
@@ -97,20 +106,15 @@ class Tiering:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _attach(self, stream: Stream, index: int, partition: Partition,
-                      records: list[TieredRecord]) -> None:
-        members = [await TieredSegment.load(self.tier, record, self.cache)
-                   for record in records]
-        partition.attach_tiered(members)
-        self._watch(stream, index, partition)
-
-    def _watch(self, stream: Stream, index: int, partition: Partition) -> None:
+    def _watch(self, stream: Stream, index: int, service: PartitionService) -> None:
         def dropped(record: TieredRecord) -> None:
+            if not service.takes_writes:  # a follower forgets; its leader deletes
+                return
             self._catalog.delete_tiered(stream.namespace, stream.name, index,
                                         record.first_chunk_id)
             self._delete(record.key, record.index_key)
 
-        partition.tier_dropped = dropped
+        service.on_tier_dropped(dropped)
 
     # -- the rounds --------------------------------------------------------------------
 
@@ -130,27 +134,61 @@ class Tiering:
         await self._delete_pending()
         tiered = 0
         for stream in self._streams.list():
-            for index, partition in enumerate(stream.partitions):
-                if not partition.writable:  # a follower: its leader uploads
+            for index, service in enumerate(stream.services):
+                if not service.takes_writes:  # a follower: its leader uploads
+                    await self._follow(stream, index, service)
                     continue
-                for segment in partition.tier_candidates():
-                    tiered += await self._tier(stream, index, partition, segment)
+                for segment in service.tier_candidates():
+                    await self._check_marker()
+                    tiered += await self._tier(stream, index, service, segment)
         return tiered
 
-    async def _tier(self, stream: Stream, index: int, partition: Partition,
+    async def _check_marker(self) -> None:
+        """The tier is the one segments went to (see MARKER); marked on first use."""
+        if await self.tier.exists(MARKER):
+            return
+        in_use = self.settings.cache_dir / IN_USE
+        if in_use.exists() or self._catalog.any_tiered():
+            raise TierUnavailable(self.tier.name, MARKER, "the tier's marker is missing: is "
+                                  "its store mounted?")
+        await self.tier.put(MARKER, b"mainstem tier\n")
+        in_use.write_text(self.location.url + "\n")
+
+    async def _follow(self, stream: Stream, index: int, service: PartitionService) -> None:
+        """Take the leader's records (they come with the cluster's metadata): tiered
+        segments it dropped are forgotten, and local copies of those it uploaded go,
+        each for its tiered twin, oldest first."""
+        records = self._catalog.tiered(stream.namespace, stream.name, index)
+        held = service.tiered_records
+        if held and (not records or records[0].first_chunk_id > held[0].first_chunk_id):
+            service.forget_tiered_before(records[0].first_chunk_id if records
+                                         else service.local_first_offset)
+        attached = {record.first_chunk_id for record in service.tiered_records}
+        for record in records:
+            if record.first_chunk_id in attached:
+                continue
+            oldest = service.oldest_sealed()
+            if (oldest is None or oldest.first_chunk_id != record.first_chunk_id
+                    or oldest.next_offset != record.next_offset):
+                return  # not replicated this far yet (or dropped here by retention)
+            self._watch(stream, index, service)
+            await service.swap_tiered(oldest, record, self.tier, self.cache)
+
+    async def _tier(self, stream: Stream, index: int, service: PartitionService,
                     segment: Segment) -> int:
         prefix = f"{stream.directory.name}/{index}"
         record = await upload_segment(self.tier, segment, prefix)
         if segment.deleted or self._streams.find(stream.namespace, stream.name) is not stream:
             self._delete(record.key, record.index_key)  # retention or a delete came first
             return 0
-        self._catalog.add_tiered(stream.namespace, stream.name, index, record)
-        member = await TieredSegment.load(self.tier, record, self.cache)
-        if segment.deleted:  # retention took it while the index was fetched
-            member.delete()
+        await self._catalog.record_tiered(stream.namespace, stream.name, index, record)
+        self._watch(stream, index, service)
+        if not await service.swap_tiered(segment, record, self.tier, self.cache):
+            # retention took the local segment meanwhile: its row and objects go too
+            self._catalog.delete_tiered(stream.namespace, stream.name, index,
+                                        record.first_chunk_id)
+            self._delete(record.key, record.index_key)
             return 0
-        self._watch(stream, index, partition)
-        partition.swap_tiered(member)
         self.stats.uploads += 1
         self.stats.uploaded_bytes += record.segment_size + record.index_size
         log.info("tier.uploaded", extra={"key": record.key, "bytes": record.segment_size})
@@ -170,6 +208,7 @@ class Tiering:
         while self._deletes:
             key = self._deletes[0]
             if key.endswith("/"):
+                await self._check_marker()  # a missing mount lists as empty
                 self._deletes.extend(await self.tier.list(key.rstrip("/")))
             else:
                 await self.tier.delete(key)
@@ -186,5 +225,5 @@ class Tiering:
     def upload_lag_bytes(self) -> int:
         """Bytes of local segments past their bounds, waiting for an upload."""
         return sum(segment.size for stream in self._streams.list()
-                   for partition in stream.partitions if partition.writable
-                   for segment in partition.tier_candidates())
+                   for service in stream.services if service.takes_writes
+                   for segment in service.tier_candidates())

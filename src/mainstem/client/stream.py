@@ -300,9 +300,15 @@ class StreamClient:
 
     # -- streams ---------------------------------------------------------------
 
+    def stats(self, stream: str) -> dict[str, int]:
+        """The stream's StreamStats: RabbitMQ's keys (first_chunk_id, committed_chunk_id)
+        and mainstem's (first_offset, committed_offset, tiered_bytes, local_first_offset)."""
+        stats: dict[str, int] = self._call(lambda corr: f.StreamStats(corr, stream),
+                                           r.StreamStatsResponse, stream).stats
+        return stats
+
     def offsets(self, stream: str) -> Offsets:
-        stats = self._call(lambda corr: f.StreamStats(corr, stream),
-                           r.StreamStatsResponse, stream).stats
+        stats = self.stats(stream)
         return Offsets(stats.get("first_offset", max(stats["first_chunk_id"], 0)),
                        stats["committed_offset"] + 1)
 

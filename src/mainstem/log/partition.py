@@ -41,7 +41,7 @@ from mainstem.log.policy import DurabilityPolicy, RetentionPolicy
 from mainstem.log.segment_file import SEGMENT_VERSION, Segment, chunk_from
 from mainstem.log.segments import Segments, fsync_directory
 from mainstem.log.tier_upload import TieredRecord
-from mainstem.log.tiered_segment import TieredSegment
+from mainstem.log.tiered_segment import NotFetched, TieredSegment
 from mainstem.log.writer_state import WriterState
 
 
@@ -222,6 +222,11 @@ class Partition:
         """Put the partition's tiered segments (from its records) before its local ones."""
         self._segments.attach_tiered(tiered)
 
+    def oldest_sealed(self) -> Segment | None:
+        """The oldest local segment unless it is the active one."""
+        local = self._segments.local
+        return local[0] if len(local) > 1 else None
+
     def swap_tiered(self, tiered: TieredSegment) -> None:
         """The oldest local segment was uploaded and recorded: read it from the tier from
         now on, and delete the local copy."""
@@ -397,13 +402,16 @@ class Partition:
     # the replica set agreed (`commits.set_limit`).
 
     def written_chunk(self, offset: int) -> WrittenChunk | None:
-        """The written chunk holding `offset` (or the first after a gap); None past the end."""
+        """The written chunk holding `offset` (or the first after a gap); None past the end.
+        NotFetched for a tiered chunk not local yet."""
         if offset >= self.next_offset:
             return None
         found = self._segments.find(max(offset, self.first_offset))
         if found is None:
             return None
         segment, i = found
+        if isinstance(segment, TieredSegment) and not segment.ready(i):
+            raise NotFetched(segment, i)  # its bytes are sent from the cache: fetch first
         file_pos, size = segment.chunk_span(i)
         chunk_id = segment.index.chunk_ids[i]
         rewritten = segment.current_layout(i) if segment.version != SEGMENT_VERSION else None

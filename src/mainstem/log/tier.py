@@ -125,14 +125,32 @@ class Tier:
             return crc
         return await self._call(key, stream())
 
+    def sweep_temporary(self) -> int:
+        """Remove a directory tier's temporary files, left by puts a crash cut short (call
+        it only while nothing is put); how many went."""
+        if self._root is None:
+            return 0
+        leftovers = list(self._root.rglob("*#0"))
+        for path in leftovers:
+            path.unlink(missing_ok=True)
+        return len(leftovers)
+
     async def delete(self, key: str) -> None:
         """Delete `key`; a key already gone counts as deleted (a retried delete)."""
         try:
             await self._call(key, obstore.delete_async(self._store, key))
         except TierUnavailable as error:
-            gone = (FileNotFoundError, obstore.exceptions.NotFoundError)
-            if not isinstance(error.__cause__, gone):
+            if not _not_found(error):
                 raise
+
+    async def exists(self, key: str) -> bool:
+        try:
+            await self.size(key)
+        except TierUnavailable as error:
+            if not _not_found(error):
+                raise
+            return False
+        return True
 
     async def list(self, prefix: str) -> list[str]:
         """The keys under `prefix` (a path: `a/b` holds `a/b/c`, not `a/bc`)."""
@@ -146,6 +164,11 @@ class Tier:
             raise TierUnavailable(self.name, key, f"no answer in {self.timeout}s") from None
         except (obstore.exceptions.BaseError, OSError) as e:
             raise TierUnavailable(self.name, key, _first_line(e)) from e
+
+
+def _not_found(error: TierUnavailable) -> bool:
+    """Whether the store answered that the key does not exist (rather than failing)."""
+    return isinstance(error.__cause__, FileNotFoundError | obstore.exceptions.NotFoundError)
 
 
 def file_crc32(path: Path, size: int | None = None) -> int:

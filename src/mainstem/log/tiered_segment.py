@@ -158,6 +158,8 @@ class TieredSegment(Segment):
         self._cache.forget(self._cached)
 
     def delete(self) -> None:
-        """Forget it locally; its objects in the tier are the caller's to delete."""
+        """Forget it locally, its cached index too; its objects in the tier are the
+        caller's to delete."""
         self.deleted = True
         self.close()
+        self.index.path.unlink(missing_ok=True)

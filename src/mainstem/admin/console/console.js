@@ -362,6 +362,10 @@ const render = {
       ["first offset", (s) => Math.min(...s.partitions.map((p) => p.first_offset)), "num"],
       ["last offset", (s) => Math.max(...s.partitions.map((p) => p.last_offset)), "num"],
       ["size", (s) => bytes(s.size_bytes), "num"],
+      // where the bytes are: on local disk, or in the tier (all local without one)
+      ["local", (s) => bytes(s.local_bytes), "num"],
+      ["tiered", (s) => bytes(s.tiered_bytes), "num"],
+      ["tiered segments", (s) => s.tiered_segments, "num"],
     ], streams);
     table("publishers-table", [
       ["connection", label], ["stream", (p) => p.queue.name],

@@ -15,11 +15,13 @@ from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
 from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed, TierUnavailable
 from mainstem.log.partition import ChunkLocation
+from mainstem.log.segment_file import Segment
 from mainstem.log.tiered_segment import fetching
 from mainstem.log.transfer import ChunkView, Transfer
 
 __all__ = [
     "Appender", "Chunk", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
     "Following", "Leading", "NotWritable", "PartitionClosed", "PartitionService", "Receipt",
-    "Subscription", "TierUnavailable", "Transfer", "WriteGate", "WritesHeld", "fetching",
+    "Segment", "Subscription", "TierUnavailable", "Transfer", "WriteGate", "WritesHeld",
+    "fetching",
 ]

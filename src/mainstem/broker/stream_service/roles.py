@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mainstem.log.partition import Partition, WrittenChunk
+from mainstem.log.tiered_segment import fetching
 
 DurableCallback = Callable[[int], None]
 
@@ -57,9 +58,10 @@ class Leading(_Role):
     def commit_limit(self) -> int:
         return self._partition.commits.limit or 0
 
-    def written_chunk(self, offset: int) -> WrittenChunk | None:
-        """The written chunk holding `offset` (or the first after a gap); None past the end."""
-        return self._partition.written_chunk(offset)
+    async def written_chunk(self, offset: int) -> WrittenChunk | None:
+        """The written chunk holding `offset` (or the first after a gap), a tiered one
+        fetched first (a new follower copies the whole log); None past the end."""
+        return await fetching(lambda: self._partition.written_chunk(offset))
 
     async def wait_written(self, offset: int) -> None:
         """Return once a record at or past `offset` is written (durable or not)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mainstem.broker.stream_service.appender import Appender
 from mainstem.broker.stream_service.forwarding import Forwarder
@@ -15,7 +15,11 @@ from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
 from mainstem.log import commit_point
 from mainstem.log.partition import ChunkLocation, Partition
+from mainstem.log.segment_file import Segment
+from mainstem.log.tier import Tier
+from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord
+from mainstem.log.tiered_segment import TieredSegment
 
 
 class PartitionService:
@@ -120,6 +124,41 @@ class PartitionService:
     def tiered_records(self) -> list[TieredRecord]:
         """The tiered segments' records, oldest first."""
         return self.partition.tiered_records
+
+    def tier_candidates(self) -> list[Segment]:
+        """The oldest local segments past the local bounds, to upload oldest first."""
+        return self.partition.tier_candidates()
+
+    async def attach_tiered(self, records: Sequence[TieredRecord], tier: Tier,
+                            cache: TierCache) -> None:
+        """Put the recorded tiered segments before the local ones (at start)."""
+        self.partition.attach_tiered(
+            [await TieredSegment.load(tier, record, cache) for record in records])
+
+    async def swap_tiered(self, segment: Segment, record: TieredRecord, tier: Tier,
+                          cache: TierCache) -> bool:
+        """`segment` was uploaded as `record`, and recorded: read it from the tier from
+        now on, its local files deleted. False if retention took it meanwhile."""
+        member = await TieredSegment.load(tier, record, cache)
+        if segment.deleted:
+            member.delete()
+            return False
+        self.partition.swap_tiered(member)
+        return True
+
+    def oldest_sealed(self) -> Segment | None:
+        """The oldest local segment unless it is the active one (a follower swaps it for
+        the tiered copy its leader recorded)."""
+        return self.partition.oldest_sealed()
+
+    def forget_tiered_before(self, offset: int) -> None:
+        """Forget the tiered segments wholly below `offset`, their objects left alone (a
+        follower whose leader's retention dropped them)."""
+        self.partition.truncate_before(min(offset, self.local_first_offset))
+
+    def on_tier_dropped(self, dropped: Callable[[TieredRecord], None]) -> None:
+        """Call `dropped` with each tiered segment retention deletes."""
+        self.partition.tier_dropped = dropped
 
     def offset_for_timestamp(self, timestamp: int) -> int:
         """First offset of the first committed chunk at or after `timestamp` (ms)."""

@@ -189,7 +189,7 @@ class LeaderLog:
         leading, transport = self.leading, writer.transport
         sent_commit = -1
         while not transport.is_closing():
-            chunk = leading.written_chunk(position)
+            chunk = await leading.written_chunk(position)
             if chunk is None:
                 commit = leading.committed_offset
                 if commit != sent_commit:

@@ -178,6 +178,10 @@ class Management:
             # exact end (Spark's offset ranges) need it, the chunk id alone does not give it.
             "committed_offset": partition.committed_offset - 1,
             "first_offset": partition.first_offset,
+            # mainstem's own (the map is free; RabbitMQ's clients ignore unknown keys): what of
+            # the stream is in the tier, and where local disk starts
+            "tiered_bytes": partition.tiered_bytes,
+            "local_first_offset": partition.local_first_offset,
         }))
 
     def on_tiered_segments(self, frame: f.TieredSegments) -> None:

@@ -1,0 +1,47 @@
+"""GET /api/tiering (mainstem's own; RabbitMQ has no tier): the broker's tier, its
+counters, and every stream partition's extents (`tier_extents`) with its tiered segments'
+records."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from mainstem.admin.scope import Scope, scoped
+from mainstem.admin.state import state_of, vhost_of
+from mainstem.admin.tier_extents import partition_extent
+from mainstem.broker.errors import NotFound
+
+if TYPE_CHECKING:
+    from mainstem.broker.tiering import Tiering
+
+routes = web.RouteTableDef()
+
+
+def tier_summary(tiering: Tiering | None) -> dict[str, Any]:
+    """The tier's URL (never its credentials) and counters; nulls without a tier."""
+    if tiering is None:
+        return {"url": None, "stats": None}
+    return {"url": tiering.location.url,
+            "stats": {**dataclasses.asdict(tiering.stats),
+                      "upload_lag_bytes": tiering.upload_lag_bytes()}}
+
+
+@scoped(Scope.MONITOR)
+@routes.get("/api/tiering")
+@routes.get("/api/tiering/{vhost}")
+async def get_tiering(request: web.Request) -> web.Response:
+    """The tier, its counters, and each stream partition's extents and tiered records."""
+    core, vhost = state_of(request).core, vhost_of(request)
+    if vhost is not None and core.catalog.get_namespace(vhost) is None:
+        raise NotFound(f"virtual host '{vhost}' not found")
+    partitions = [
+        {"vhost": stream.namespace, "stream": stream.name, "partition": index,
+         "first_offset": partition.first_offset, **partition_extent(partition),
+         "records": [dataclasses.asdict(r) for r in partition.tiered_records]}
+        for stream in core.streams.list(vhost)
+        for index, partition in enumerate(stream.services)]
+    return web.json_response({**tier_summary(core.tiering),
+                              "partitions": partitions})
