@@ -42,9 +42,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     # Clients reuse the protocols' codecs (tests/client/test_client_imports.py checks
     # they load no connection module) and the formats, nothing of the broker.
     "client": {"formats"} | PROTOCOLS,
-    # On the side: management and Spark read the broker; Spark asks the management API.
+    # On the side: management and Spark read the broker; Spark asks the management API,
+    # and its executors read tiered segments straight from the object store (the log's
+    # tier and chunk decoding).
     "admin": {"broker", "cluster", "formats", "logging_setup"} | PROTOCOL_FLOOR | PROTOCOLS,
-    "spark": {"client", "formats", "broker", "admin", "protocols.rabbit_stream"},
+    "spark": {"client", "formats", "log", "broker", "admin", "protocols.rabbit_stream"},
     "handshakes": {"broker"},
     "config": {"broker", "log", "formats", "protocols"} | PROTOCOL_FLOOR,
     "tls": {"config"},

@@ -344,6 +344,18 @@ class StreamClient:
         return self._call(lambda corr: f.ResolveOffsetSpec(corr, stream, spec),
                           r.ResolveOffsetSpecResponse, stream).offset  # always of type offset
 
+    def tiered_segments(self, stream: str) -> r.TieredSegmentsResponse:
+        """Where the broker's tier is and the segments of `stream` that live only there,
+        oldest first (mainstem's own command): none from a broker without a tier, or one
+        that does not know the command."""
+        try:
+            return self._call(lambda corr: f.TieredSegments(corr, stream),
+                              r.TieredSegmentsResponse, stream)
+        except StreamClientError as exc:
+            if exc.code != ResponseCode.UNKNOWN_FRAME:
+                raise
+            return r.TieredSegmentsResponse(0, ResponseCode.OK)
+
     def partitions(self, super_stream: str) -> list[str] | None:
         """The partition streams of a super stream, None if it is not one."""
         try:

@@ -58,11 +58,17 @@ class SegmentIndex:
     @classmethod
     def load(cls, path: Path) -> SegmentIndex:
         """Read what the file holds; a bad header or partial last record is dropped."""
-        index = cls(path)
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return index
+            return cls(path)
+        return cls.decode(path, raw)
+
+    @classmethod
+    def decode(cls, path: Path, raw: bytes) -> SegmentIndex:
+        """The entries `raw` (an index file's bytes) holds, as `load` reads them (a tiered
+        segment's index fetched into memory, too)."""
+        index = cls(path)
         index._on_disk = raw
         if not raw.startswith(FILE_HEADER):
             return index
@@ -108,6 +114,12 @@ class SegmentIndex:
 
     def last(self) -> IndexEntry | None:
         return self.entry(len(self) - 1) if len(self) else None
+
+    def span(self, i: int, file_size: int) -> tuple[int, int]:
+        """(file position, size) of chunk i in a segment file of `file_size` bytes."""
+        start = self.file_positions[i]
+        end = self.file_positions[i + 1] if i + 1 < len(self) else file_size
+        return start, end - start
 
     def find_offset(self, offset: int) -> int:
         """Index of the chunk holding `offset` (-1 when it precedes the segment)."""

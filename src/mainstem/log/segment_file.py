@@ -213,9 +213,7 @@ class Segment:
 
     def chunk_span(self, i: int) -> tuple[int, int]:
         """(file position, size) of chunk i."""
-        start = self.index.file_positions[i]
-        end = self.index.file_positions[i + 1] if i + 1 < len(self.index) else self.size
-        return start, end - start
+        return self.index.span(i, self.size)
 
     def read_chunk(self, i: int) -> Chunk:
         """Chunk i, CRC-checked: a chunk damaged after recovery is never served."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
+from mainstem.spark.tiered import TierCredentials
 
 EARLIEST, LATEST = -2, -1
 DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
@@ -34,7 +35,8 @@ READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "streamPattern", "su
                 "startingOffsetsByTimestampStrategy", "startingTimestamp",
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
                 "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-                "failOnDataLoss", "includeHeaders")
+                "failOnDataLoss", "includeHeaders", "tier.direct", "tier.accessKeyId",
+                "tier.secretAccessKey")
 WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation", "createStream",
                  "maxAge", "maxBytes")
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?")
@@ -97,6 +99,8 @@ class SourceOptions:
     pattern_option: str = "streamPattern"  # as the user wrote it, for messages
     admin_url: str | None = field(default=None, repr=False)  # it may hold credentials
     admin_port: int = ADMIN_PORT  # without admin_url: the management API on the url's host
+    tier_direct: bool = True  # tiered ranges read from the object store, not the broker
+    tier_credentials: TierCredentials | None = field(default=None, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -119,7 +123,8 @@ class SourceOptions:
             min_offsets_per_trigger=_positive(get, "minOffsetsPerTrigger"),
             max_trigger_delay_ms=_duration_ms(get, "maxTriggerDelay"),
             include_headers=_flag(get, "includeHeaders", True),
-            starting=_start(get, "starting"), ending=_start(get, "ending"))
+            starting=_start(get, "starting"), ending=_start(get, "ending"),
+            tier_direct=_flag(get, "tier.direct", True), tier_credentials=_tier_keys(get))
 
     @classmethod
     def parse_write(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -225,6 +230,15 @@ def _tls(get: Getter) -> Tls | None:
         if path is not None and not Path(path).is_file():
             raise SourceError(f"option 'ssl.{name}': no file {path!r}")
     return Tls(**files, check_hostname=_flag(get, "ssl.checkHostname", True))
+
+
+def _tier_keys(get: Getter) -> TierCredentials | None:
+    """The object store's keys for the executors' tier reads; without them obstore reads the
+    AWS_* environment (a directory tier needs none)."""
+    key, secret = get("tier.accessKeyId"), get("tier.secretAccessKey")
+    if (key is None) != (secret is None):
+        raise SourceError("give options 'tier.accessKeyId' and 'tier.secretAccessKey' together")
+    return None if key is None or secret is None else TierCredentials(key, secret)
 
 
 def _streams(value: str | None, name: str) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
 """The ``mainstem`` data source on PySpark's Python Data Source API: batch and streaming,
 read and write. Every task talks to the broker over the stream protocol, so executors on
-other machines work unchanged.
+other machines work unchanged; except that offsets whose segments live only in the broker's
+tier (an object store) are read by the tasks straight from there (``tiered``), the broker
+only naming the segments, so a year of history does not pass through it.
 
 Reads yield Arrow batches (see ``records``). Writes publish with deduplication: the
 publisher reference is derived from the sink (the checkpoint location of a streaming query,
@@ -40,6 +42,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError
+from mainstem.formats.chunk import Chunk
+from mainstem.log.tier_upload import TieredRecord
 from mainstem.protocols.rabbit_stream.constants import ResponseCode
 from mainstem.spark.options import (
     EARLIEST,
@@ -54,6 +58,7 @@ from mainstem.spark.options import (
     topic_partitions,
 )
 from mainstem.spark.records import encode_row, record_batches, schema_ddl
+from mainstem.spark.tiered import TierAddress, TierCredentials, Tiered, covering, tiered_chunks
 
 ROWS_PER_PUBLISH = 2000
 ROW_BITS = 32  # publishing id = batch id << 32 | row index + 1
@@ -68,6 +73,20 @@ class OffsetRange(InputPartition):
     start: int
     end: int  # exclusive
     endpoint: Endpoint
+    include_headers: bool
+
+
+@dataclass
+class TieredRange(InputPartition):
+    """Offsets [start, end) of a partition read from the tier: the segments that hold them."""
+
+    stream: str
+    index: int
+    physical: str
+    start: int
+    end: int  # exclusive
+    address: TierAddress
+    records: tuple[TieredRecord, ...]
     include_headers: bool
 
 
@@ -152,6 +171,7 @@ def _checked_start(tp: TopicPartition, start: int, first: int, fail_on_data_loss
 
 
 Span = tuple[TopicPartition, int, int]  # a partition's offsets [start, end)
+Piece = tuple[TopicPartition, int, int, Tiered | None]  # a span's part, and its tier if read there
 
 
 def _readers(client: StreamClient, endpoint: Endpoint, tps: Iterable[TopicPartition]
@@ -164,35 +184,71 @@ def _readers(client: StreamClient, endpoint: Endpoint, tps: Iterable[TopicPartit
             for physical, nodes in located.items() if len(nodes) > 1}
 
 
-def _plan(spans: list[Span], options: SourceOptions,
-          readers: Mapping[str, list[Endpoint]]) -> list[OffsetRange]:
+def _tiers(client: StreamClient, tps: Iterable[TopicPartition], options: SourceOptions
+           ) -> dict[str, Tiered]:
+    """Each partition's tiered segments, as its broker lists them (with tier.direct)."""
+    if not options.tier_direct:
+        return {}
+    found = {tp.physical: Tiered.of(client.tiered_segments(tp.physical)) for tp in tps}
+    return {physical: tiered for physical, tiered in found.items() if tiered is not None}
+
+
+def _split(span: Span, tiered: Tiered | None) -> list[Piece]:
+    """A span cut where its tiered offsets begin and end: those are read from the tier,
+    the rest (newer, or older than the tier says it holds) through the broker."""
+    tp, start, end = span
+    if tiered is None:
+        return [(tp, start, end, None)]
+    lo, hi = min(max(start, tiered.first), end), max(min(end, tiered.end), start)
+    pieces: list[Piece] = [(tp, start, lo, None), (tp, lo, hi, tiered), (tp, hi, end, None)]
+    return [piece for piece in pieces if piece[2] > piece[1]]
+
+
+def _plan(spans: list[Span], options: SourceOptions, readers: Mapping[str, list[Endpoint]],
+          tiers: Mapping[str, Tiered]) -> list[OffsetRange | TieredRange]:
     """Input partitions as Kafka's source cuts them: at most maxRecordsPerPartition records
     each and, while that gives fewer than minPartitions, every span split in proportion to
-    its share of all records. A partition's ranges take turns among its `readers`."""
-    spans = [span for span in spans if span[2] > span[1]]
-    total = sum(end - start for _, start, end in spans)
+    its share of all records. Tiered offsets are pieces of their own; a partition's other
+    ranges take turns among its `readers`."""
+    pieces = [piece for span in spans if span[2] > span[1]
+              for piece in _split(span, tiers.get(span[0].physical))]
+    total = sum(end - start for _, start, end, _ in pieces)
     cap = options.max_records_per_partition
-    pieces = sum(-(-(end - start) // cap) if cap else 1 for _, start, end in spans)
-    wanted = options.min_partitions if (options.min_partitions or 0) > pieces else None
-    ranges = []
-    for tp, start, end in spans:
+    count = sum(-(-(end - start) // cap) if cap else 1 for _, start, end, _ in pieces)
+    wanted = options.min_partitions if (options.min_partitions or 0) > count else None
+    ranges: list[OffsetRange | TieredRange] = []
+    for tp, start, end, tiered in pieces:
         size = end - start
         step = size if wanted is None else -(-size // max(round(size * wanted / total), 1))
         step = min(step, cap) if cap else step
         endpoints = readers.get(tp.physical) or [options.endpoint]
-        ranges += [OffsetRange(tp.stream, tp.index, tp.physical, lo, min(lo + step, end),
-                               endpoints[k % len(endpoints)], options.include_headers)
-                   for k, lo in enumerate(range(start, end, step))]
+        for k, lo in enumerate(range(start, end, step)):
+            hi = min(lo + step, end)
+            ranges.append(
+                OffsetRange(tp.stream, tp.index, tp.physical, lo, hi,
+                            endpoints[k % len(endpoints)], options.include_headers)
+                if tiered is None else
+                TieredRange(tp.stream, tp.index, tp.physical, lo, hi, tiered.address,
+                            covering(tiered.records, lo, hi), options.include_headers))
     return ranges
 
 
-def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
-    if not isinstance(part, OffsetRange):
+def _read(part: InputPartition, credentials: TierCredentials | None
+          ) -> Iterator[pa.RecordBatch]:
+    if isinstance(part, TieredRange):
+        chunks = tiered_chunks(part.address, part.records, part.start, part.end, credentials)
+    elif isinstance(part, OffsetRange):
+        client = StreamClient(part.endpoint)
+        chunks = _closing(client, client.chunks(part.physical, part.start, part.end))
+    else:
         return  # Spark's placeholder partition when there is nothing to read
-    with StreamClient(part.endpoint) as client:
-        yield from record_batches(client.chunks(part.physical, part.start, part.end),
-                                  part.stream, part.index, part.start, part.end,
-                                  part.include_headers)
+    yield from record_batches(chunks, part.stream, part.index, part.start, part.end,
+                              part.include_headers)
+
+
+def _closing(client: StreamClient, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    with client:
+        yield from chunks
 
 
 def _past_the_end(tp: TopicPartition, start: int, end: int) -> str:
@@ -204,7 +260,7 @@ class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
-    def partitions(self) -> list[OffsetRange]:
+    def partitions(self) -> list[OffsetRange | TieredRange]:
         opts = self.options
         with opts.connect() as client:
             tps = topic_partitions(client, opts.current_streams())
@@ -213,6 +269,7 @@ class BatchReader(DataSourceReader):
             starts = resolve(client, opts.starting, EARLIEST, tps, ends_now)
             ends = resolve(client, opts.ending, LATEST, tps, ends_now)
             readers = _readers(client, opts.endpoint, tps)
+            tiers = _tiers(client, tps, opts)
         spans = []
         for tp in tps:
             first, end_now = bounds[tp]
@@ -227,11 +284,11 @@ class BatchReader(DataSourceReader):
                 raise SourceError(f"stream {tp.stream!r} partition {tp.index}: starting "
                                   f"offset {start} is after the ending offset {end}")
             spans.append((tp, _checked_start(tp, start, first, opts.fail_on_data_loss), end))
-        return _plan(spans, opts, readers)
+        return _plan(spans, opts, readers, tiers)
 
-    # Spark hands back the partitions this reader planned: OffsetRanges.
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return _read(partition)
+    # Spark hands back the partitions this reader planned.
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition, self.options.tier_credentials)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -315,7 +372,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         waited_ms = (time.monotonic() - self._last_trigger) * 1000
         return _lag(start, latest) >= wanted or waited_ms >= self.options.max_trigger_delay_ms
 
-    def partitions(self, start: OffsetMap, end: OffsetMap) -> list[OffsetRange]:
+    def partitions(self, start: OffsetMap, end: OffsetMap) -> list[OffsetRange | TieredRange]:
         tps = self._partitions()
         bounds = _ends(self.client, tps)
         starts = from_offset_map(start, tps)
@@ -324,11 +381,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = bounds[tp][0]
             spans.append((tp, _checked_start(tp, starts.get(tp, first), first,
                                              self.options.fail_on_data_loss), end_offset))
-        return _plan(spans, self.options, _readers(self.client, self.options.endpoint, tps))
+        return _plan(spans, self.options, _readers(self.client, self.options.endpoint, tps),
+                     _tiers(self.client, tps, self.options))
 
-    # Spark hands back the partitions this reader planned: OffsetRanges.
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return _read(partition)
+    # Spark hands back the partitions this reader planned.
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition, self.options.tier_credentials)
 
     def commit(self, end: OffsetMap) -> None:
         """Spark's checkpoint is the source of truth; nothing to do on the broker."""

@@ -23,7 +23,7 @@ from mainstem.protocols.rabbit_stream.codec import (
     encode_deliver_prefix,
     parse_reply,
 )
-from mainstem.protocols.rabbit_stream.constants import Key, OffsetType, ResponseCode
+from mainstem.protocols.rabbit_stream.constants import Key, MainstemKey, OffsetType, ResponseCode
 from mainstem.protocols.rabbit_stream.offload import decode_publishes, decoded_frames
 from mainstem.protocols.rabbit_stream.wire import FrameError, FrameTooLarge, MalformedFrame
 
@@ -690,6 +690,22 @@ def test_stream_stats_and_resolve_offset_spec_layouts() -> None:
     )
 
 
+def test_tiered_segments_layout_and_its_key_outside_rabbitmqs() -> None:
+    """mainstem's own command: a key RabbitMQ's protocol does not use, never advertised."""
+    assert MainstemKey.TIERED_SEGMENTS not in {k.value for k in Key}
+    assert max(Key) < MainstemKey.TIERED_SEGMENTS < 0x8000
+    assert all(v.key != MainstemKey.TIERED_SEGMENTS for v in r.SERVER_COMMAND_VERSIONS)
+    assert encode(f.TieredSegments(3, "s")) == raw_frame(0x7E01, 1, U32(3), s("s"))
+    segment = r.TieredSegment("s/0/1.segment", 1, 9, 16, 90, 5, 6, 200, 7, 56, 8, 2)
+    assert encode(r.TieredSegmentsResponse(3, 1, "/tier", None, "eu", [segment])) == raw_frame(
+        0xFE01, 1, U32(3), U16(1), s("/tier"), U16(0xFFFF), s("eu"),
+        arr(s("s/0/1.segment") + struct.pack(">QQQQqqQIQII", 1, 9, 16, 90, 5, 6, 200, 7, 56,
+                                              8, 2)))
+    # a server without the command answers with a code only: no tier
+    assert parse_reply(memoryview(raw_frame(0xFE01, 1, U32(3), U16(0x0D)))[4:]) == \
+        r.TieredSegmentsResponse(3, ResponseCode.UNKNOWN_FRAME)
+
+
 # ------------------------------------------------------------------ Deliver
 
 
@@ -932,6 +948,7 @@ inbound_frames = st.one_of(
     ),
     st.builds(f.DeleteSuperStream, u32, text),
     st.builds(f.ResolveOffsetSpec, u32, text, offset_specs, props),
+    st.builds(f.TieredSegments, u32, text),
 )
 
 
@@ -986,6 +1003,9 @@ outbound_frames = st.one_of(
     st.builds(r.ExchangeCommandVersionsResponse, u32, u16, command_versions),
     st.builds(r.StreamStatsResponse, u32, u16, st.dictionaries(text, i64, max_size=3)),
     st.builds(r.ResolveOffsetSpecResponse, u32, u16, st.sampled_from(OffsetType), u64),
+    st.builds(r.TieredSegmentsResponse, u32, u16, text, st.none() | text, text,
+              st.lists(st.builds(r.TieredSegment, text, u64, u64, u64, u64, i64, i64, u64,
+                                 u32, u64, u32, u32), max_size=3)),
     st.builds(f.Response, st.sampled_from(r.CODE_ONLY_REPLIES), u32, u16),
 )
 

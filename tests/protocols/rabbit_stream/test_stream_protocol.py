@@ -30,6 +30,7 @@ from rstream.client import Client, ClientPool
 from mainstem import Broker
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError
 from mainstem.protocols.rabbit_stream.constants import ResponseCode
+from mainstem.protocols.rabbit_stream.responses import TieredSegmentsResponse
 
 Received = list[tuple[int, bytes]]
 
@@ -343,6 +344,29 @@ async def test_stream_stats_needs_read_permission(broker: Broker) -> None:
             await asyncio.to_thread(stream_stats, broker, "writer", "secret", stream)
         assert refused.value.code == ResponseCode.ACCESS_REFUSED
     assert await asyncio.to_thread(stream_stats, broker, "guest", "guest", "p") == 0
+
+
+def tiered_segments(broker: Broker, user: str, stream: str) -> TieredSegmentsResponse:
+    endpoint = Endpoint("127.0.0.1", broker.ports["stream"], user, "secret" if user != "guest"
+                        else "guest", "/")
+    with StreamClient(endpoint) as client:
+        return client.tiered_segments(stream)
+
+
+async def test_tiered_segments_is_checked_as_a_subscribe(broker: Broker) -> None:
+    """mainstem's own command: read permission first, then the stream; no tier, none."""
+    await publish(broker, "p", [b"x"])
+    broker.core.auth.add_user("blind", "secret")
+    broker.core.auth.set_permissions("blind", "/", configure=".*", write=".*", read="^$")
+    for stream in ("p", "missing"):
+        with pytest.raises(StreamClientError) as refused:
+            await asyncio.to_thread(tiered_segments, broker, "blind", stream)
+        assert refused.value.code == ResponseCode.ACCESS_REFUSED
+    with pytest.raises(StreamClientError) as missing:
+        await asyncio.to_thread(tiered_segments, broker, "guest", "missing")
+    assert missing.value.code == ResponseCode.STREAM_DOES_NOT_EXIST
+    answer = await asyncio.to_thread(tiered_segments, broker, "guest", "p")
+    assert (answer.response_code, answer.url, answer.segments) == (ResponseCode.OK, "", [])
 
 
 async def test_rbfly_publishes_and_reads(broker: Broker) -> None:

@@ -85,6 +85,7 @@ class StreamConnection:
             f.StreamStats: management.on_stream_stats,
             f.CreateSuperStream: management.on_create_super_stream,
             f.DeleteSuperStream: management.on_delete_super_stream,
+            f.TieredSegments: management.on_tiered_segments,
         }
 
     # -- the connection's life ----------------------------------------------

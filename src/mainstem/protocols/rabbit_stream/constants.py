@@ -45,6 +45,15 @@ class Key(IntEnum):
     RESOLVE_OFFSET_SPEC = 0x001F
 
 
+class MainstemKey(IntEnum):
+    """mainstem's own commands on the stream protocol, far from RabbitMQ's keys (0x0001 up,
+    0x001F so far; 0x8000 flags a response) so that neither side ever takes one for the
+    other's. They are not listed in ExchangeCommandVersions: RabbitMQ clients never send
+    them, mainstem's own client (`client/stream.py`) does."""
+
+    TIERED_SEGMENTS = 0x7E01  # where the tier is, and a stream's segments that live there
+
+
 class ResponseCode(IntEnum):
     OK = 0x01
     STREAM_DOES_NOT_EXIST = 0x02

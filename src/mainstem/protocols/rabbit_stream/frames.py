@@ -19,6 +19,7 @@ from mainstem.protocols.rabbit_stream import wire
 from mainstem.protocols.rabbit_stream.constants import (
     RESPONSE_FLAG,
     Key,
+    MainstemKey,
     OffsetType,
 )
 from mainstem.protocols.rabbit_stream.wire import (
@@ -712,6 +713,24 @@ class ResolveOffsetSpec(Frame):
 
 
 @dataclass(slots=True)
+class TieredSegments(Frame):
+    """mainstem's own command (see `MainstemKey`): where the broker's tier is and which of a
+    stream's segments live only there, so that Spark's executors read them straight from the
+    object store. Checked as a Subscribe: the user's read permission on the stream."""
+
+    KEY = MainstemKey.TIERED_SEGMENTS
+    correlation_id: int
+    stream: str
+
+    @classmethod
+    def parse(cls, r: Reader) -> TieredSegments:
+        return cls(r.u32(), r.string())
+
+    def body(self) -> bytes:
+        return U32.pack(self.correlation_id) + wire.string(self.stream)
+
+
+@dataclass(slots=True)
 class UnknownCommand(Frame):
     """A well-framed command this codec does not know (key or version). The connection can
     answer Response(key, correlation_id, UNKNOWN_FRAME) when a correlation id was readable."""
@@ -787,4 +806,5 @@ PARSERS: dict[tuple[int, int], Parser] = {
     (Key.CREATE_SUPER_STREAM, 1): CreateSuperStream.parse,
     (Key.DELETE_SUPER_STREAM, 1): DeleteSuperStream.parse,
     (Key.RESOLVE_OFFSET_SPEC, 1): ResolveOffsetSpec.parse,
+    (MainstemKey.TIERED_SEGMENTS, 1): TieredSegments.parse,
 }

@@ -1,8 +1,10 @@
 """A stream connection's management and metadata commands: CreateStream, DeleteStream,
-their super stream forms, Metadata, Route, Partitions, StreamStats."""
+their super stream forms, Metadata, Route, Partitions, StreamStats, and mainstem's own
+TieredSegments."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable
 from typing import Any
 
@@ -181,3 +183,24 @@ class Management:
             "tiered_bytes": partition.tiered_bytes,
             "local_first_offset": partition.local_first_offset,
         }))
+
+    def on_tiered_segments(self, frame: f.TieredSegments) -> None:
+        """Where the tier is and the partition's segments that live only there, for Spark's
+        executors to read them from the store; the read permission is checked as for a
+        Subscribe. No tier: OK and none. Credentials are the reader's own."""
+        try:
+            _, partition = self.session.resolve(frame.stream, checking="read")
+        except BrokerError as error:
+            self.session.send(r.TieredSegmentsResponse(frame.correlation_id,
+                                                       response_code(error)))
+            return
+        tiering = self.core.tiering
+        if tiering is None:
+            self.session.send(r.TieredSegmentsResponse(frame.correlation_id, ResponseCode.OK))
+            return
+        where = tiering.location
+        segments = [r.TieredSegment(**dataclasses.asdict(record))
+                    for record in partition.tiered_records]
+        self.session.send(r.TieredSegmentsResponse(frame.correlation_id, ResponseCode.OK,
+                                                   where.url, where.endpoint, where.region,
+                                                   segments))

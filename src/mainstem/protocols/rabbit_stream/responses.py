@@ -14,6 +14,7 @@ from mainstem.protocols.rabbit_stream import wire
 from mainstem.protocols.rabbit_stream.constants import (
     RESPONSE_FLAG,
     Key,
+    MainstemKey,
     OffsetType,
     ResponseCode,
 )
@@ -42,6 +43,9 @@ from mainstem.protocols.rabbit_stream.wire import (
 
 _ID_AND_CODE = struct.Struct(">QH")
 _OFFSET_TYPE_AND_OFFSET = struct.Struct(">HQ")
+# A tiered segment after its key: chunk id, next offset, first and next byte, first and last
+# timestamp, segment size and CRC, index size and CRC, layout version.
+_TIERED_SEGMENT = struct.Struct(">QQQQqqQIQII")
 
 
 @dataclass(slots=True)
@@ -394,6 +398,68 @@ class ResolveOffsetSpecResponse(Frame):
         ) + _OFFSET_TYPE_AND_OFFSET.pack(self.offset_type, self.offset)
 
 
+@dataclass(frozen=True, slots=True)
+class TieredSegment:
+    """A segment that lives only in the tier, as the broker recorded it once its upload was
+    verified (the log's `TieredRecord`, field for field). `key` is relative to the tier's
+    root; the segment's index is the same key ending in `.index`."""
+
+    key: str
+    first_chunk_id: int
+    next_offset: int
+    first_byte: int
+    next_byte: int
+    first_timestamp: int
+    last_timestamp: int
+    segment_size: int
+    segment_crc: int
+    index_size: int
+    index_crc: int
+    version: int
+
+    @classmethod
+    def parse(cls, r: Reader) -> TieredSegment:
+        return cls(r.string(), *_TIERED_SEGMENT.unpack(r.take(_TIERED_SEGMENT.size)))
+
+    def encode(self) -> bytes:
+        return wire.string(self.key) + _TIERED_SEGMENT.pack(
+            self.first_chunk_id, self.next_offset, self.first_byte, self.next_byte,
+            self.first_timestamp, self.last_timestamp, self.segment_size, self.segment_crc,
+            self.index_size, self.index_crc, self.version)
+
+
+@dataclass(slots=True)
+class TieredSegmentsResponse(Frame):
+    """The tier (`s3://bucket/prefix` at `endpoint` in `region`, or an absolute directory;
+    an empty url when the broker has none) and the stream's tiered segments, oldest first.
+    Credentials are never sent. A code-only body (an error, or UNKNOWN_FRAME from a server
+    without the command) reads as no tier."""
+
+    KEY = MainstemKey.TIERED_SEGMENTS | RESPONSE_FLAG
+    correlation_id: int
+    response_code: int
+    url: str = ""
+    endpoint: str | None = None
+    region: str = ""
+    segments: list[TieredSegment] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, r: Reader) -> TieredSegmentsResponse:
+        correlation_id, code = r.u32(), r.u16()
+        if not r.remaining():
+            return cls(correlation_id, code)
+        url, endpoint, region = r.string(), r.nullable_string(), r.string()
+        count = r.count(2 + _TIERED_SEGMENT.size)
+        return cls(correlation_id, code, url, endpoint, region,
+                   [TieredSegment.parse(r) for _ in range(count)])
+
+    def body(self) -> bytes:
+        return b"".join((CORR_CODE.pack(self.correlation_id, self.response_code),
+                         wire.string(self.url), wire.string(self.endpoint),
+                         wire.string(self.region), U32.pack(len(self.segments)),
+                         *(segment.encode() for segment in self.segments)))
+
+
 @dataclass(slots=True)
 class Deliver(Frame):
     """One chunk for a subscription: the 48-byte chunk header and the data entries, as the
@@ -467,5 +533,6 @@ REPLY_PARSERS: dict[tuple[int, int], Parser] = {
     (Key.EXCHANGE_COMMAND_VERSIONS | RESPONSE_FLAG, 1): ExchangeCommandVersionsResponse.parse,
     (Key.STREAM_STATS | RESPONSE_FLAG, 1): StreamStatsResponse.parse,
     (Key.RESOLVE_OFFSET_SPEC | RESPONSE_FLAG, 1): ResolveOffsetSpecResponse.parse,
+    (MainstemKey.TIERED_SEGMENTS | RESPONSE_FLAG, 1): TieredSegmentsResponse.parse,
     **{(key | RESPONSE_FLAG, 1): Response.parser(key) for key in CODE_ONLY_REPLIES},
 }
