@@ -92,8 +92,13 @@ async def test_sealed_segments_move_to_the_tier_and_read_back_as_local(tmp_path:
         service = broker.core.streams.service("/", "history")
         tiering = broker.core.tiering
         assert tiering is not None
-        await wait_until(lambda: service.tiered_bytes > 0 and tiering.upload_lag_bytes() == 0,
-                         what="every segment past the bound tiered")
+
+        def settled() -> bool:  # each recorded segment swapped in, none waiting
+            records = broker.core.catalog.tiered("/", "history", 0)
+            return (tiering.upload_lag_bytes() == 0 and bool(records)
+                    and records[-1].next_offset == service.local_first_offset)
+
+        await wait_until(settled, what="every segment past the bound tiered")
         assert service.size_bytes - service.tiered_bytes <= 45_000 + 20_000
         local_files = sorted(service.partition.directory.glob("*.segment"))
         records = broker.core.catalog.tiered("/", "history", 0)
