@@ -240,3 +240,23 @@ async def test_a_policy_sets_the_local_bound_of_streams_already_there(tmp_path: 
         await wait_until(lambda: service.tiered_bytes > 0 and tiering.upload_lag_bytes() == 0,
                          what="the policy's bound applied")
         assert service.size_bytes - service.tiered_bytes <= 30_000 + 20_000
+
+
+async def test_partitions_removed_from_a_stream_leave_the_tier_too(tmp_path: Path) -> None:
+    """Iggy's DELETE_PARTITIONS shrinks a stream from its end: the removed partitions'
+    tiered objects go with their local files."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        broker.core.streams.create("/", "wide", 3, {"x-stream-max-segment-size-bytes": 20_000,
+                                                    "x-tier-local-max-bytes": 30_000})
+        for index in (1, 2):  # each partition answers to its own name
+            await publish(broker, f"wide-{index}", 300, {})
+        tiering = broker.core.tiering
+        assert tiering is not None
+        prefix = tier / broker.core.streams.get("/", "wide").directory.name
+        await wait_until(lambda: bool(objects(prefix / "1")) and bool(objects(prefix / "2"))
+                         and tiering.upload_lag_bytes() == 0, what="both partitions tiered")
+        kept = objects(prefix / "1")
+        await broker.core.streams.remove_partitions("/", "wide", 2)
+        await wait_until(lambda: not objects(prefix / "2"), what="the removed partition's objects")
+        assert objects(prefix / "1") == kept

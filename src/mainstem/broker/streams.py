@@ -44,6 +44,8 @@ PARTITION_NAMES = "x-partition-names"
 BINDING_KEYS = "x-binding-keys"
 
 DeletionWatcher = Callable[["Stream"], None]
+# Called with the stream and the indexes of the partitions removed from its end.
+ShrinkWatcher = Callable[["Stream", range], None]
 # Called with the stream and the partition whose leader moved to another node.
 LeaderWatcher = Callable[["Stream", PartitionService], None]
 
@@ -128,6 +130,7 @@ class StreamStore:
         # (namespace, partition name) -> (stream, partition index), for super streams.
         self._partition_names: dict[tuple[str, str], tuple[Stream, int]] = {}
         self._watchers: set[DeletionWatcher] = set()
+        self._shrink_watchers: set[ShrinkWatcher] = set()
         self._leader_watchers: set[LeaderWatcher] = set()
         self.replication: StreamReplication | None = None  # set by a node in a cluster
         catalog.policy_watchers.append(self._policies_changed)
@@ -173,6 +176,12 @@ class StreamStore:
         """Call `watcher` whenever a stream is deleted; returns the unwatch function."""
         self._watchers.add(watcher)
         return lambda: self._watchers.discard(watcher)
+
+    def watch_shrinks(self, watcher: ShrinkWatcher) -> Callable[[], None]:
+        """Call `watcher` whenever partitions are removed from a stream; returns the
+        unwatch function."""
+        self._shrink_watchers.add(watcher)
+        return lambda: self._shrink_watchers.discard(watcher)
 
     def watch_leaders(self, watcher: LeaderWatcher) -> Callable[[], None]:
         """Call `watcher` whenever a partition's leader moves to another node (in a
@@ -265,6 +274,8 @@ class StreamStore:
         for index, service in enumerate(doomed, start=partitions):
             await service.close()
             await self._remove(stream.directory / str(index))
+        for watcher in list(self._shrink_watchers):
+            watcher(stream, range(partitions, partitions + len(doomed)))
         return stream
 
     async def delete(self, namespace: str, name: str) -> None:

@@ -11,7 +11,8 @@ disk grows until the disk alarm holds publishers, and reads of tiered ranges fai
 `TierUnavailable` until it is back.
 
 Retention counts tiered segments too: dropping one deletes its row, then its objects (in
-the background, retried). A deleted stream's objects go the same way, by prefix.
+the background, retried). A deleted stream's objects go the same way, by prefix, and so
+do those of partitions removed from a stream.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Tiering:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         streams.watch(self._stream_deleted)
+        streams.watch_shrinks(self._partitions_removed)
 
     async def open(self) -> None:
         """Put every partition's tiered segments in its log, then sweep what no record
@@ -199,6 +201,9 @@ class Tiering:
 
     def _stream_deleted(self, stream: Stream) -> None:
         self._delete(f"{stream.directory.name}/")
+
+    def _partitions_removed(self, stream: Stream, removed: range) -> None:
+        self._delete(*(f"{stream.directory.name}/{index}/" for index in removed))
 
     def _delete(self, *keys: str) -> None:
         self._deletes.extend(keys)
