@@ -344,11 +344,20 @@ async def test_bson_subscription_into_the_tier_ends_with_an_error_frame(
         assert got == [(i, event(i)) for i in range(COLD)]
 
 
-async def test_amqp_stream_consumer_waits_for_the_tier_and_delivers_once(
-        tiered: Tiered, caplog: pytest.LogCaptureFixture) -> None:
+PUSH_CONSUMERS = {  # each from the first offset of its own never-read stream
+    "amqp": lambda tiered: amqp_consumer(tiered, "cold-amqp", "first"),
+    "stream": lambda tiered: stream_consumer(tiered, "cold-stream",
+                                             ConsumerOffsetSpecification(OffsetType.FIRST)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PUSH_CONSUMERS))
+async def test_a_push_consumer_waits_for_the_tier_and_delivers_once(
+        tiered: Tiered, caplog: pytest.LogCaptureFixture, kind: str) -> None:
+    """An AMQP stream queue consumer and a stream subscriber have no error to receive."""
     caplog.set_level(logging.INFO, logger="mainstem")
     with tiered.away():
-        async with amqp_consumer(tiered, "cold-amqp", "first") as got:
+        async with PUSH_CONSUMERS[kind](tiered) as got:
             await asyncio.sleep(2.5)  # two retries at least
             assert got.empty()
             assert logged(caplog, "tier.unavailable") == 1  # once per wait
@@ -357,20 +366,6 @@ async def test_amqp_stream_consumer_waits_for_the_tier_and_delivers_once(
             await asyncio.sleep(0.3)
             assert got.empty()  # nothing twice
     assert logged(caplog, "tier.available") == 1
-
-
-async def test_stream_subscriber_waits_for_the_tier_and_delivers_once(
-        tiered: Tiered, caplog: pytest.LogCaptureFixture) -> None:
-    with tiered.away():
-        first = ConsumerOffsetSpecification(OffsetType.FIRST)
-        async with stream_consumer(tiered, "cold-stream", first) as got:
-            await asyncio.sleep(2.5)  # two retries at least
-            assert got.empty()
-            assert logged(caplog, "tier.unavailable") == 1  # once per wait
-            tiered.back()
-            assert await take(got, COLD) == expected(0, COLD)
-            await asyncio.sleep(0.3)
-            assert got.empty()  # nothing twice
 
 
 async def test_a_projection_waits_for_the_tier_and_folds_every_event_once(

@@ -81,6 +81,7 @@ class Tiering:
         self._deletes: deque[str] = deque()  # keys, or prefixes ending in "/"
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._marker_seen = False  # in this round: one look at the store, not one per object
         streams.watch(self._stream_deleted)
         streams.watch_shrinks(self._partitions_removed)
 
@@ -134,6 +135,7 @@ class Tiering:
     async def round(self) -> int:
         """Delete what waits to be deleted, then tier every candidate of the partitions
         this node leads; how many segments were tiered."""
+        self._marker_seen = False
         await self._delete_pending()
         tiered = 0
         for stream in self._streams.list():
@@ -147,8 +149,10 @@ class Tiering:
         return tiered
 
     async def _check_marker(self) -> None:
-        """The tier is the one segments went to (see MARKER); marked on first use."""
-        if await self.tier.exists(MARKER):
+        """The tier is the one segments went to (see MARKER); marked on first use. Looked
+        at once a round, before the round's first upload or prefix delete."""
+        if self._marker_seen or await self.tier.exists(MARKER):
+            self._marker_seen = True
             return
         in_use = self.settings.cache_dir / IN_USE
         if in_use.exists() or self._catalog.any_tiered():
@@ -156,6 +160,7 @@ class Tiering:
                                   "its store mounted?")
         await self.tier.put(MARKER, b"mainstem tier\n")
         in_use.write_text(self.location.url + "\n")
+        self._marker_seen = True
 
     async def _follow(self, stream: Stream, index: int, service: PartitionService) -> None:
         """Take the leader's records (they come with the cluster's metadata): tiered
