@@ -29,7 +29,7 @@ from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.log.segment_file import Segment
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
-from mainstem.log.tier_upload import TieredRecord, upload_segment
+from mainstem.log.tier_upload import TieredRecord, segment_key, upload_segment
 from mainstem.log.tiered_segment import TieredSegment
 
 MIB = 1 << 20
@@ -81,7 +81,9 @@ async def run(root: Path, mib: int, tier: Tier) -> None:
     records: list[TieredRecord] = []
 
     async def upload() -> None:
-        records[:] = [await upload_segment(tier, segment, "s/0") for segment in sealed]
+        records[:] = [await upload_segment(tier, segment,
+                                           segment_key("s/0", segment.first_chunk_id, 1))
+                      for segment in sealed]
 
     t_copy, t_put, t_upload = await timed(copy), await timed(put), await timed(upload)
     print(f"{total:.0f} MiB in {len(sealed)} segments")

@@ -102,6 +102,7 @@ class TieringConfig:
     local_max_bytes: int | None = None  # defaults for streams without their own bounds
     local_max_age_ms: int | None = None
     check_interval_ms: int = 10_000
+    delete_grace_ms: int = 300_000  # an object whose record went stays this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +274,8 @@ class ServerConfig:
             cache_dir=tiering.cache_dir or self.data_dir / "tier-cache",
             cache_bytes=tiering.cache_bytes, block_bytes=tiering.block_bytes,
             read_ahead=tiering.read_ahead, check_interval_s=tiering.check_interval_ms / 1000,
-            sweep_at_start=not self.cluster.enabled)
+            clustered=self.cluster.enabled,
+            delete_grace_s=tiering.delete_grace_ms / 1000)
 
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(max_frame_size=self.max_frame_size, heartbeat_s=self.heartbeat_s,
@@ -475,6 +477,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "tiering.local_max_bytes": _optional_size,
     "tiering.local_max_age": parse_age,
     "tiering.check_interval_ms": _int_at_least(1),
+    "tiering.delete_grace_ms": _int_at_least(0),
     "limits.max_frame_size": _frame_size,
     "limits.heartbeat": _int_at_least(0),  # 0 disables heartbeats, as in AMQP
     "limits.max_connections": _connection_limit,
@@ -563,6 +566,9 @@ _FLAGS = (
      "default age past which a sealed segment is tiered: 7D, 12h (default: none)"),
     ("--tier-check-interval-ms", "tiering.check_interval_ms", "MS",
      "how often segments are checked for tiering (default: 10000)"),
+    ("--tier-delete-grace-ms", "tiering.delete_grace_ms", "MS",
+     "how long an object whose record went stays in the tier for readers that planned on "
+     "it (default: 300000)"),
     ("--max-frame-size", "limits.max_frame_size", "SIZE", "largest frame a client may send"),
     ("--heartbeat", "limits.heartbeat", "SECONDS", "heartbeat proposed to clients (0: off)"),
     ("--max-connections", "limits.max_connections", "N",

@@ -10,10 +10,12 @@ import shutil
 from pathlib import Path
 
 import aiohttp
+import pytest
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
 
 from mainstem import Broker
-from mainstem.broker.tiering import MARKER
+from mainstem.broker.catalog import Catalog
+from mainstem.broker.tiering import MARKER, OWNER
 from mainstem.config import ServerConfig, TieringConfig
 from tests.log.tiering import BUCKET, KEYS, moto_s3
 from tests.support.waiting import wait_until
@@ -24,8 +26,10 @@ BATCH = 20
 
 def tiered_config(data: Path, tier: Path | str, **tiering: object) -> ServerConfig:
     """A broker on ephemeral loopback ports with `tier` (a directory or an s3:// URL),
-    checked every 50 ms, with small cache blocks."""
+    checked every 50 ms, with small cache blocks, deleting objects whose record went at
+    once (unless `delete_grace_ms` says otherwise)."""
     config = ServerConfig.defaults(host="127.0.0.1", port=0, data_dir=data)
+    tiering = {"delete_grace_ms": 0, **tiering}
     return dataclasses.replace(
         config, workers=0,
         tiering=TieringConfig(url=str(tier), check_interval_ms=50, block_bytes=16384,
@@ -158,7 +162,7 @@ async def test_an_s3_tier_holds_the_history_and_a_restart_with_no_cache_reads_it
                              and tiering.upload_lag_bytes() == 0, what="segments in S3")
             keys = await tiering.tier.list("")
             records = broker.core.catalog.tiered("/", "s3", 0)
-            assert {key for r in records for key in (r.key, r.index_key)} == set(keys) - {MARKER}
+            assert {key for r in records for key in (r.key, r.index_key)} == set(keys) - {MARKER, OWNER}
         shutil.rmtree(data / "tier-cache")
         async with Broker(config=config) as broker:
             got = await consume(broker, "s3", 600, ConsumerOffsetSpecification(OffsetType.FIRST))
@@ -199,25 +203,110 @@ async def test_an_empty_mount_point_takes_no_upload_until_the_store_is_back(
         assert got == [(i, body(i % 1000)) for i in range(2000)]
 
 
-async def test_a_start_sweeps_objects_no_record_names(tmp_path: Path) -> None:
-    """What an upload cut short by a crash leaves: an object not recorded, or a put's
-    temporary file. Recorded objects and the marker stay."""
-    data, tier = tmp_path / "data", tmp_path / "tier"
+def tier_files(tier: Path) -> list[Path]:
+    return sorted(path for path in tier.rglob("*") if path.is_file())
+
+
+async def tiered_broker_stopped(data: Path, tier: Path, stream: str = "kept",
+                                uploads: int = 2) -> None:
+    """Run a broker until `uploads` segments of `stream` are tiered, then stop it."""
     async with Broker(config=tiered_config(data, tier)) as broker:
-        await publish(broker, "kept", 400, {"stream-max-segment-size-bytes": 20_000,
-                                            "tier-local-max-bytes": 30_000})
+        await publish(broker, stream, 200 * uploads, {"stream-max-segment-size-bytes": 20_000,
+                                                      "tier-local-max-bytes": 30_000})
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await wait_until(lambda: tiering.stats.uploads >= uploads
+                         and tiering.upload_lag_bytes() == 0, what="segments tiered")
+
+
+async def test_a_start_deletes_what_an_upload_cut_short_left_and_nothing_else(
+        tmp_path: Path) -> None:
+    """An upload is noted before it begins: one a crash left unrecorded (its objects, or a
+    put's temporary file) is deleted at the next start, one by one and logged. An object
+    nobody noted is never deleted for being unnamed."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    await tiered_broker_stopped(data, tier)
+    kept = tier_files(tier)
+    prefix = next(tier.glob("*/0"))
+    cut_short = f"{prefix.relative_to(tier)}/00000000000000099999-1-cafe.segment"
+    left = [tier / cut_short, tier / (cut_short + "#0"),
+            tier / cut_short.replace(".segment", ".index")]
+    for path in left:
+        path.write_bytes(b"half an upload")
+    unnamed = prefix / "00000000000000088888-1-beef.segment"  # not this node's: stays
+    unnamed.write_bytes(b"someone else's")
+    with Catalog.open(data / "catalog.sqlite") as catalog:
+        catalog.begin_upload(cut_short)
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        await wait_until(lambda: not any(path.exists() for path in left), what="deleted")
+        assert broker.core.catalog.uploads() == []
+    assert tier_files(tier) == sorted([*kept, unnamed])
+
+
+async def test_a_second_broker_on_a_used_tier_deletes_nothing_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 39, item 2: a second broker (its own data directory) pointed at the tier
+    another uses finds the tier marked as the other's: it uploads and deletes nothing
+    there, and its round's error says whose the tier is."""
+    tier = tmp_path / "tier"
+    await tiered_broker_stopped(tmp_path / "first", tier)
+    kept = {path: path.stat().st_ino for path in tier_files(tier)}
+    assert len(kept) >= 5
+    async with Broker(config=tiered_config(tmp_path / "second", tier)) as second:
+        for stream in ("kept", "other"):  # the first's stream's name, and one of its own
+            await publish(second, stream, 400, {"stream-max-segment-size-bytes": 20_000,
+                                                "tier-local-max-bytes": 30_000})
+        tiering = second.core.tiering
+        assert tiering is not None
+        await wait_until(lambda: tiering.stats.last_error is not None, what="a refusal")
+        assert "belongs to" in tiering.stats.last_error
+        assert tiering.stats.uploads == 0 and tiering.upload_lag_bytes() > 0
+        await asyncio.sleep(0.3)  # rounds every 50 ms: several went by
+    assert {path: path.stat().st_ino for path in tier_files(tier)} == kept  # none replaced
+    assert any("belongs to" in str(getattr(r, "error", "")) for r in caplog.records)
+
+
+async def test_a_node_restored_from_an_old_backup_deletes_nothing_it_does_not_know(
+        tmp_path: Path) -> None:
+    """Issue 39, item 2: a data directory restored from a backup taken before later
+    uploads does not know their objects: they stay (the tier is still its own)."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    await tiered_broker_stopped(data, tier, uploads=2)
+    shutil.copytree(data, tmp_path / "backup")
+    await tiered_broker_stopped(data, tier, "later", uploads=2)
+    later = tier_files(tier)
+    shutil.rmtree(data)
+    shutil.copytree(tmp_path / "backup", data)
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        tiering = broker.core.tiering
+        assert tiering is not None
+        for _ in range(5):
+            await tiering.round()
+        assert tiering.stats.last_error is None and tiering.stats.deleted == 0
+        got = await consume(broker, "kept", 400, ConsumerOffsetSpecification(OffsetType.FIRST))
+        assert got == [(i, body(i)) for i in range(400)]
+    assert tier_files(tier) == later
+
+
+async def test_objects_whose_record_went_stay_for_the_grace_period(tmp_path: Path) -> None:
+    """A deleted stream's objects are not deleted at once: readers that planned on them
+    (a Spark job) have the grace period; then each goes, logged."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    async with Broker(config=tiered_config(data, tier, delete_grace_ms=1500)) as broker:
+        await publish(broker, "brief", 400, {"stream-max-segment-size-bytes": 20_000,
+                                             "tier-local-max-bytes": 30_000})
         tiering = broker.core.tiering
         assert tiering is not None
         await wait_until(lambda: tiering.stats.uploads >= 2 and tiering.upload_lag_bytes() == 0,
                          what="segments tiered")
-    kept = sorted(path for path in tier.rglob("*") if path.is_file())
-    stray = [tier / "0123/0/00000000000000000000.segment", tier / "0123/0/x.segment#0"]
-    for path in stray:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"half an upload")
-    async with Broker(config=tiered_config(data, tier)):
-        await wait_until(lambda: not any(path.exists() for path in stray), what="swept")
-        assert sorted(path for path in tier.rglob("*") if path.is_file()) == kept
+        before = objects(tier)
+        await broker.core.streams.delete("/", "brief")
+        assert tiering.stats.deletes_pending == 2 * len(before)
+        for _ in range(5):
+            await tiering.round()
+        assert objects(tier) == before  # within the grace period
+        await wait_until(lambda: not objects(tier), what="deleted after the grace period")
+        assert tiering.stats.deleted == 2 * len(before)
 
 
 async def test_a_policy_sets_the_local_bound_of_streams_already_there(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.segment_file import Segment
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
-from mainstem.log.tier_upload import UploadMismatch, upload_segment, verify
+from mainstem.log.tier_upload import UploadMismatch, segment_key, upload_segment, verify
 
 from .tiering import disk_bytes, tier_all, written_partition
 
@@ -41,7 +41,7 @@ async def test_verification_refuses_a_truncated_or_altered_object(tmp_path: Path
     tier = Tier.directory(tmp_path / "tier")
     local = partition.find_committed(0)
     assert local is not None
-    record = await upload_segment(tier, local[0], "s/0")
+    record = await upload_segment(tier, local[0], segment_key("s/0", local[0].first_chunk_id, 1))
     stored = tmp_path / "tier" / record.key
     pristine = stored.read_bytes()
     assert pristine == local[0].path.read_bytes()

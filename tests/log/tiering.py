@@ -18,7 +18,7 @@ from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.log.segment_file import Segment
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
-from mainstem.log.tier_upload import TieredRecord, upload_segment
+from mainstem.log.tier_upload import TieredRecord, segment_key, upload_segment
 from mainstem.log.tiered_segment import TieredSegment
 from mainstem.testing_cluster import free_port
 
@@ -61,7 +61,7 @@ async def tier_all(tier: Tier, partition: Partition, cache: TierCache,
     """Upload every sealed segment and load each back through the cache."""
     out = []
     for local in sealed(partition):
-        record = await upload_segment(tier, local, prefix)
+        record = await upload_segment(tier, local, segment_key(prefix, local.first_chunk_id, 1))
         out.append(Tiered(local, record, await TieredSegment.load(tier, record, cache)))
     return out
 

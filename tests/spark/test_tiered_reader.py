@@ -17,7 +17,7 @@ from mainstem.log.errors import TierUnavailable
 from mainstem.log.partition import Partition
 from mainstem.log.segment_file import LEGACY_VERSION, Segment
 from mainstem.log.tier import Tier
-from mainstem.log.tier_upload import TieredRecord, upload_segment
+from mainstem.log.tier_upload import TieredRecord, segment_key, upload_segment
 from mainstem.spark.options import SourceOptions, TopicPartition
 from mainstem.spark.records import ARROW_SCHEMA, encode_row, record_batches
 from mainstem.spark.source import TieredRange, _plan
@@ -46,7 +46,8 @@ def batches() -> list[list[bytes]]:
 
 async def uploaded(tier: Tier, partition: Partition) -> tuple[list[Segment], list[TieredRecord]]:
     segments = sealed(partition)
-    return segments, [await upload_segment(tier, s, PREFIX) for s in segments]
+    return segments, [await upload_segment(tier, s, segment_key(PREFIX, s.first_chunk_id, 1))
+                      for s in segments]
 
 
 def local_rows(segments: list[Segment], start: int, end: int) -> pa.Table:

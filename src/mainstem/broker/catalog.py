@@ -39,9 +39,10 @@ from mainstem.broker.errors import (
     NotFound,
     PreconditionFailed,
 )
+from mainstem.broker.fence import Fence, FencedOut
 from mainstem.broker.policies import KINDS as POLICY_KINDS
 from mainstem.broker.policies import Policy, PolicyBook, parse_policy
-from mainstem.log.tier_upload import TieredRecord
+from mainstem.log.tier_upload import TieredRecord, segment_key_of
 
 DEFAULT_NAMESPACE = "/"
 MAX_NAME_BYTES = 255
@@ -54,6 +55,10 @@ MAX_OFFSET = 2**63 - 1
 # the cluster's store has it.
 ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None],
                           Awaitable[None] | None]
+# A change made only under a fence: True once the cluster holds it, False if the fence no
+# longer held (nothing changed). See broker.fence.
+FencedListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None, Fence],
+                          Awaitable[bool]]
 TIERED_SEGMENT = "tiered_segment"
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
 
@@ -211,6 +216,15 @@ _MIGRATIONS: tuple[Migration, ...] = (
         FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
     );
     """),
+    # 10: this node's own tier bookkeeping, never shared: uploads begun and not yet
+    # recorded (what a crash leaves of them is deleted at the next start, and nothing else
+    # unnamed is), and objects waiting to be deleted, each due after a grace period.
+    _script("""
+    CREATE TABLE tier_uploads (key TEXT PRIMARY KEY, started_ms INTEGER NOT NULL);
+    CREATE TABLE tier_garbage (
+        key TEXT PRIMARY KEY, due_ms INTEGER NOT NULL, reason TEXT NOT NULL
+    );
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 # A limit's kind -> (its table, the column naming what it limits)
@@ -257,6 +271,11 @@ class PermissionRecord:
     configure: str
     write: str
     read: str
+
+
+def _tiered_key(namespace: str, stream: str, partition: int, first_chunk_id: int
+                ) -> tuple[str, str, str, str]:
+    return (namespace, stream, str(partition), str(first_chunk_id))
 
 
 def validate_name(name: str, what: str) -> None:
@@ -369,6 +388,7 @@ class ChangeNotifier:
     not of those applied from another node."""
 
     on_change: ChangeListener | None = None
+    on_fenced: FencedListener | None = None  # set in a cluster
     _applying = False
 
     def _changed(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
@@ -384,6 +404,19 @@ class ChangeNotifier:
         shared = self.on_change(kind, key, row)
         if shared is not None:
             await held_everywhere(shared)
+
+    async def _fenced(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None,
+                      fence: Fence | None) -> None:
+        """Make a change in the cluster's store only under `fence` (FencedOut if it no
+        longer holds, and then nothing changed); it returns once the store holds it, never
+        before, since what follows relies on it. Without a cluster it always holds."""
+        if self.on_fenced is None:
+            return
+        if fence is None:
+            raise FencedOut(f"{kind} {key}: this node does not lead")
+        if not await self.on_fenced(kind, key, row, fence):
+            raise FencedOut(f"{kind} {key}: this node no longer leads epoch {fence.epoch}, "
+                            "or the record exists")
 
     @contextmanager
     def applying(self) -> Iterator[None]:
@@ -609,14 +642,26 @@ class Catalog(ChangeNotifier):
     # -- tiered segments ---------------------------------------------------------------
 
     async def record_tiered(self, namespace: str, stream: str, partition: int,
-                            record: TieredRecord) -> None:
+                            record: TieredRecord, fence: Fence | None) -> None:
         """Record a verified upload: from now on the segment is read from the tier. In a
-        cluster, returns once the cluster's store holds the record (PreconditionFailed
-        if it does not answer), since the local copy goes next."""
+        cluster the record is written once, under the leader's `fence` (FencedOut
+        otherwise), and this returns once the cluster's store holds it, since the local
+        copy goes next."""
+        await self._fenced(TIERED_SEGMENT, _tiered_key(namespace, stream, partition,
+                                                       record.first_chunk_id),
+                           dataclasses.asdict(record), fence)
         self.add_tiered(namespace, stream, partition, record)
-        await self._shared(TIERED_SEGMENT, (namespace, stream, str(partition),
-                                            str(record.first_chunk_id)),
-                           dataclasses.asdict(record))
+
+    async def expire_tiered(self, namespace: str, stream: str, partition: int,
+                            record: TieredRecord, fence: Fence | None, due_ms: int,
+                            reason: str) -> None:
+        """Retention dropped a tiered segment: its record goes (in a cluster under the
+        leader's `fence`, FencedOut otherwise), then its objects wait to be deleted."""
+        await self._fenced(TIERED_SEGMENT, _tiered_key(namespace, stream, partition,
+                                                       record.first_chunk_id), None, fence)
+        with self._transaction() as db:
+            self._delete_tiered(db, namespace, stream, partition, record.first_chunk_id)
+            self._add_garbage(db, (record.key, record.index_key), due_ms, reason)
 
     def add_tiered(self, namespace: str, stream: str, partition: int,
                    record: TieredRecord) -> None:
@@ -630,15 +675,71 @@ class Catalog(ChangeNotifier):
 
     def delete_tiered(self, namespace: str, stream: str, partition: int,
                       first_chunk_id: int) -> None:
-        self._write("DELETE FROM tiered_segments WHERE namespace = ? AND stream = ? AND"
-                    " partition = ? AND first_chunk_id = ?",
-                    (namespace, stream, partition, first_chunk_id))
-        self._changed(TIERED_SEGMENT, (namespace, stream, str(partition), str(first_chunk_id)),
-                      None)
+        """Forget a record another node's retention dropped (its objects are its own to
+        delete)."""
+        with self._transaction() as db:
+            self._delete_tiered(db, namespace, stream, partition, first_chunk_id)
+
+    @staticmethod
+    def _delete_tiered(db: sqlite3.Connection, namespace: str, stream: str, partition: int,
+                       first_chunk_id: int) -> None:
+        db.execute("DELETE FROM tiered_segments WHERE namespace = ? AND stream = ? AND"
+                   " partition = ? AND first_chunk_id = ?",
+                   (namespace, stream, partition, first_chunk_id))
 
     def any_tiered(self) -> bool:
         """Whether any segment is recorded as tiered."""
         return self._row("SELECT 1 FROM tiered_segments LIMIT 1", ()) is not None
+
+    def names_tiered(self, key: str) -> bool:
+        """Whether a record names the object `key` (a segment or its index)."""
+        return self._row("SELECT 1 FROM tiered_segments WHERE json_extract(record, '$.key')"
+                         " = ? LIMIT 1", (segment_key_of(key),)) is not None
+
+    # -- this node's tier bookkeeping ----------------------------------------------------
+
+    def begin_upload(self, key: str) -> None:
+        """An upload to `key` starts: until it is recorded or discarded, a crash leaves
+        objects the next start knows to be this node's own, and deletes."""
+        self._write("INSERT OR IGNORE INTO tier_uploads (key, started_ms) VALUES (?, ?)",
+                    (key, int(time.time() * 1000)))
+
+    def end_upload(self, key: str) -> None:
+        self._write("DELETE FROM tier_uploads WHERE key = ?", (key,))
+
+    def uploads(self) -> list[str]:
+        """Uploads begun and neither recorded nor discarded."""
+        return [row[0] for row in self._rows("SELECT key FROM tier_uploads ORDER BY key")]
+
+    def discard_upload(self, key: str, objects: Sequence[str], reason: str) -> None:
+        """An upload to `key` was not recorded: its `objects` (this node's own, under keys
+        no other upload makes) are deleted at once."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM tier_uploads WHERE key = ?", (key,))
+            self._add_garbage(db, objects, int(time.time() * 1000), reason)
+
+    def add_garbage(self, objects: Sequence[str], due_ms: int, reason: str) -> None:
+        with self._transaction() as db:
+            self._add_garbage(db, objects, due_ms, reason)
+
+    @staticmethod
+    def _add_garbage(db: sqlite3.Connection, objects: Iterable[str], due_ms: int,
+                     reason: str) -> None:
+        db.executemany("INSERT OR IGNORE INTO tier_garbage (key, due_ms, reason)"
+                       " VALUES (?, ?, ?)", [(key, due_ms, reason) for key in objects])
+
+    def due_garbage(self, now_ms: int) -> list[tuple[str, str]]:
+        """(key, reason) of the objects due for deletion by `now_ms`, oldest due first."""
+        return [(row[0], row[1]) for row in self._rows(
+            "SELECT key, reason FROM tier_garbage WHERE due_ms <= ? ORDER BY due_ms, key",
+            (now_ms,))]
+
+    def garbage_done(self, key: str) -> None:
+        self._write("DELETE FROM tier_garbage WHERE key = ?", (key,))
+
+    def garbage_count(self) -> int:
+        row = self._row("SELECT count(*) FROM tier_garbage", ())
+        return int(row[0]) if row else 0
 
     def tiered(self, namespace: str, stream: str, partition: int) -> list[TieredRecord]:
         """A partition's tiered segments, oldest first."""

@@ -34,7 +34,7 @@ from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
 from mainstem.broker.streams import StreamStore
-from mainstem.broker.tiering import Tiering
+from mainstem.broker.tiering import Tiering, node_identity
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 
@@ -91,6 +91,8 @@ class BrokerCore:
                 core.tiering = Tiering(settings.tiering, core.streams, catalog,
                                        core.descriptors)
                 await core.tiering.open()
+                if not settings.tiering.clustered:  # a cluster's node starts it once joined
+                    core.tiering.start(node_identity(data_dir))
             core.queues.open()
             core.projections.start_all()
         except BaseException:

@@ -25,7 +25,8 @@ class TieringSettings:
     block_bytes: int = 1 << 20
     read_ahead: int = 2
     check_interval_s: float = 10.0
-    sweep_at_start: bool = True  # delete objects no record names (not in a cluster)
+    clustered: bool = False  # only a partition's elected leader uploads, under its fence
+    delete_grace_s: float = 300.0  # an object whose record went is deleted this much later
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,8 +44,8 @@ PARTITION_NAMES = "x-partition-names"
 BINDING_KEYS = "x-binding-keys"
 
 DeletionWatcher = Callable[["Stream"], None]
-# Called with the stream and the indexes of the partitions removed from its end.
-ShrinkWatcher = Callable[["Stream", range], None]
+# Called with the stream and the services of the partitions removed from its end.
+ShrinkWatcher = Callable[["Stream", Sequence[PartitionService]], None]
 # Called with the stream and the partition whose leader moved to another node.
 LeaderWatcher = Callable[["Stream", PartitionService], None]
 
@@ -178,8 +178,8 @@ class StreamStore:
         return lambda: self._watchers.discard(watcher)
 
     def watch_shrinks(self, watcher: ShrinkWatcher) -> Callable[[], None]:
-        """Call `watcher` whenever partitions are removed from a stream; returns the
-        unwatch function."""
+        """Call `watcher` whenever partitions are removed from a stream, with the removed
+        partitions' services (before they close); returns the unwatch function."""
         self._shrink_watchers.add(watcher)
         return lambda: self._shrink_watchers.discard(watcher)
 
@@ -271,11 +271,11 @@ class StreamStore:
         self._remember_names(stream)
         if self.replication is not None:
             self.replication.resized(stream, partitions + len(doomed))
+        for watcher in list(self._shrink_watchers):
+            watcher(stream, doomed)
         for index, service in enumerate(doomed, start=partitions):
             await service.close()
             await self._remove(stream.directory / str(index))
-        for watcher in list(self._shrink_watchers):
-            watcher(stream, range(partitions, partitions + len(doomed)))
         return stream
 
     async def delete(self, namespace: str, name: str) -> None:

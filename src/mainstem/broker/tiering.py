@@ -2,17 +2,29 @@
 
 Each round, every partition this node leads gives its tier candidates (`PartitionService.
 tier_candidates`: sealed, committed, past the stream's local bounds, oldest first). Each is
-uploaded and verified (`log.tier_upload`), recorded in the catalog, and only then swapped
-for its tiered twin, the local files deleted: the catalog row is the commit point. So a
-crash before the row leaves the local segment in use and perhaps objects nobody names
-(swept at the next start); a crash after it leaves a local copy that the next start deletes
-(`Segments.attach_tiered`). The tier unreachable: uploads wait for the next round, local
-disk grows until the disk alarm holds publishers, and reads of tiered ranges fail with
-`TierUnavailable` until it is back.
+uploaded under a key no other upload makes (`log.tier_upload`: the epoch and a random id),
+verified, recorded in the catalog, and only then swapped for its tiered twin, the local
+files deleted: the catalog row is the commit point. The tier unreachable: uploads wait for
+the next round, local disk grows until the disk alarm holds publishers, and reads of
+tiered ranges fail with `TierUnavailable` until it is back.
 
-Retention counts tiered segments too: dropping one deletes its row, then its objects (in
-the background, retried). A deleted stream's objects go the same way, by prefix, and so
-do those of partitions removed from a stream.
+Shared objects are fenced (Kafka's KIP-405 in spirit): a node acts on the tier only under
+proof it owns the write, never from its own view alone.
+- In a cluster, only a partition's elected leader uploads, once it has joined and knows
+  its role (`start`), and it records an upload under its fence (its leader key at its
+  epoch, checked by the same etcd transaction): a node that lost the lead while frozen,
+  restarted or cut off cannot record, and deletes its own upload again. A record is
+  written once, never replaced.
+- Before an upload its key is noted on this node (`Catalog.begin_upload`); what a crash
+  leaves of an upload neither recorded nor discarded is deleted at the next start. No
+  other object is ever deleted for being unnamed: a node restored from an old backup, or
+  a second broker pointed at the tier, cannot sweep what it does not know.
+- The tier is marked with its owner (`OWNER`: the cluster's or the single node's
+  identity). A node that finds another owner there uploads and deletes nothing, and says
+  so (the round's error, in the API and the log).
+- Objects are deleted only once their record is gone (retention under the fence, a
+  stream or partitions deleted, an upload not recorded), after a grace period for readers
+  that planned on them, each deletion logged (`tier.deleted`).
 """
 
 from __future__ import annotations
@@ -20,29 +32,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+import time
+import uuid
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from mainstem.broker.catalog import Catalog
+from mainstem.broker.fence import Fence, FencedOut
 from mainstem.broker.settings import TieringSettings
 from mainstem.broker.stream_service import PartitionService, Segment
 from mainstem.broker.streams import Stream, StreamStore
 from mainstem.log.descriptors import DescriptorCache
-from mainstem.log.errors import TierUnavailable
+from mainstem.log.errors import ObjectExists, TierUnavailable
 from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
-from mainstem.log.tier_upload import TieredRecord, UploadMismatch, upload_segment
+from mainstem.log.tier_upload import (
+    TieredRecord,
+    UploadMismatch,
+    index_key,
+    segment_key,
+    upload_segment,
+)
 
 log = logging.getLogger("mainstem.tiering")
 
 # What a failed upload or delete may raise; the round stops and the next one tries again.
-TIER_ERRORS = (TierUnavailable, UploadMismatch, OSError)
+TIER_ERRORS = (TierUnavailable, UploadMismatch, ObjectExists, OSError)
 # An object written when a tier is first used (and a file in the cache directory saying
 # so). From then on uploads and deletes check it is there: a directory tier whose mount is
 # missing (an empty mount point) would otherwise take segments onto the local disk,
 # hidden once the store is mounted again, or look empty to a delete.
 MARKER = ".mainstem-tier"
 IN_USE = "tier-in-use"
+# The tier's owner: the identity of the cluster or single node that uses it, written once.
+OWNER = ".mainstem-owner"
+NODE_IDENTITY = "node-identity"  # a single node's, in its data directory
+
+
+def node_identity(data_dir: Path) -> str:
+    """This data directory's identity, made on first use (a restored backup keeps it)."""
+    path = data_dir / NODE_IDENTITY
+    if not path.exists():
+        path.write_text(f"node-{uuid.uuid4().hex}\n")
+    return path.read_text().strip()
+
+
+class TierNotOwned(TierUnavailable):
+    """The tier is marked as another cluster's or node's: this one leaves it alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +100,8 @@ class TieringStats:
     errors: int = 0  # failed uploads and deletes
     last_error: str | None = None
     deletes_pending: int = 0  # objects waiting to be deleted
+    fenced: int = 0  # uploads and expiries refused: another node led
+    deleted: int = 0  # objects deleted
 
 
 class Tiering:
@@ -75,49 +115,69 @@ class Tiering:
                               timeout=settings.timeout_s)
         self.cache = TierCache(settings.cache_dir, settings.cache_bytes, descriptors,
                                block_size=settings.block_bytes, read_ahead=settings.read_ahead)
-        self.stats = TieringStats()
+        self.stats = TieringStats(deletes_pending=catalog.garbage_count())
+        self.owner: str | None = None  # known once started
         self._streams = streams
         self._catalog = catalog
-        self._deletes: deque[str] = deque()  # keys, or prefixes ending in "/"
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._expiries: set[asyncio.Task[None]] = set()
         self._marker_seen = False  # in this round: one look at the store, not one per object
         streams.watch(self._stream_deleted)
         streams.watch_shrinks(self._partitions_removed)
 
     async def open(self) -> None:
-        """Put every partition's tiered segments in its log, then sweep what no record
-        names (uploads a crash cut short), then start the rounds. A cluster's node does not
-        sweep: its catalog may lag the cluster's, and another node may be uploading."""
-        known: set[str] = set()
+        """Put every partition's tiered segments in its log. Rounds wait for `start`."""
         for stream in self._streams.list():
             for index, service in enumerate(stream.services):
                 records = self._catalog.tiered(stream.namespace, stream.name, index)
                 await service.attach_tiered(records, self.tier, self.cache)
                 self._watch(stream, index, service)
-                known.update(key for r in records for key in (r.key, r.index_key))
-        if self.settings.sweep_at_start:
-            with contextlib.suppress(*TIER_ERRORS):  # the tier down: swept at the next start
-                self.tier.sweep_temporary()
-                self._deletes.extend(key for key in await self.tier.list("")
-                                     if key not in known and key != MARKER)
+
+    def start(self, owner: str) -> None:
+        """Start the rounds as `owner` (this node's identity, or its cluster's once it has
+        joined and holds the cluster's records): first what a crash left of this node's
+        own uploads goes."""
+        self.owner = owner
+        self._recover_uploads()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, *self._expiries):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (self._task, *self._expiries) if t is not None),
+                             return_exceptions=True)
+
+    def _recover_uploads(self) -> None:
+        """Uploads a crash cut short: recorded ones are done, the others' objects (this
+        node's own, under keys no other upload makes) go, with a put's temporary file."""
+        for key in self._catalog.uploads():
+            if self._catalog.names_tiered(key):
+                self._catalog.end_upload(key)
+            else:
+                self._discard(key, "an upload a crash cut short")
+                with contextlib.suppress(*TIER_ERRORS):
+                    for name in (key, index_key(key)):
+                        self.tier.delete_temporary(name)
 
     def _watch(self, stream: Stream, index: int, service: PartitionService) -> None:
         def dropped(record: TieredRecord) -> None:
-            if not service.takes_writes:  # a follower forgets; its leader deletes
-                return
-            self._catalog.delete_tiered(stream.namespace, stream.name, index,
-                                        record.first_chunk_id)
-            self._delete(record.key, record.index_key)
+            if self._uploads_here(service):  # a follower forgets; its leader deletes
+                self._spawn(self._expire(stream, index, service.fence, record, "retention"))
 
         service.on_tier_dropped(dropped)
+
+    def _uploads_here(self, service: PartitionService) -> bool:
+        """Whether this node uploads the partition's segments: it takes its writes and,
+        in a cluster, leads it under a fence."""
+        return service.takes_writes and (not self.settings.clustered or
+                                         service.fence is not None)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._expiries.add(task)
+        task.add_done_callback(self._expiries.discard)
 
     # -- the rounds --------------------------------------------------------------------
 
@@ -133,14 +193,15 @@ class Tiering:
                 await asyncio.wait_for(self._wake.wait(), self.settings.check_interval_s)
 
     async def round(self) -> int:
-        """Delete what waits to be deleted, then tier every candidate of the partitions
-        this node leads; how many segments were tiered."""
+        """Delete what is due, then tier every candidate of the partitions this node
+        leads; how many segments were tiered."""
         self._marker_seen = False
-        await self._delete_pending()
+        await self._check_marker()  # says at once when the tier is not this node's
+        await self._delete_due()
         tiered = 0
         for stream in self._streams.list():
             for index, service in enumerate(stream.services):
-                if not service.takes_writes:  # a follower: its leader uploads
+                if not self._uploads_here(service):  # a follower: its leader uploads
                     await self._follow(stream, index, service)
                     continue
                 for segment in service.tier_candidates():
@@ -149,18 +210,37 @@ class Tiering:
         return tiered
 
     async def _check_marker(self) -> None:
-        """The tier is the one segments went to (see MARKER); marked on first use. Looked
-        at once a round, before the round's first upload or prefix delete."""
-        if self._marker_seen or await self.tier.exists(MARKER):
-            self._marker_seen = True
+        """The tier is the one segments went to (see MARKER), and this node's or cluster's
+        own (see OWNER); marked on first use. Looked at once a round, before the round's
+        first upload or delete."""
+        if self._marker_seen:
             return
-        in_use = self.settings.cache_dir / IN_USE
-        if in_use.exists() or self._catalog.any_tiered():
-            raise TierUnavailable(self.tier.name, MARKER, "the tier's marker is missing: is "
-                                  "its store mounted?")
-        await self.tier.put(MARKER, b"mainstem tier\n")
-        in_use.write_text(self.location.url + "\n")
+        if not await self.tier.exists(MARKER):
+            in_use = self.settings.cache_dir / IN_USE
+            if in_use.exists() or self._catalog.any_tiered():
+                raise TierUnavailable(self.tier.name, MARKER, "the tier's marker is missing: "
+                                      "is its store mounted?")
+            with contextlib.suppress(ObjectExists):  # another node of the cluster marked it
+                await self.tier.put(MARKER, b"mainstem tier\n")
+            in_use.write_text(self.location.url + "\n")
+        await self._check_owner()
         self._marker_seen = True
+
+    async def _check_owner(self) -> None:
+        """Claim the tier if no one has (a tier this node used before owners were
+        marked is its own: it holds records of it), else it must be this node's."""
+        assert self.owner is not None
+        if not await self.tier.exists(OWNER):
+            if not self._catalog.any_tiered() and set(await self.tier.list("")) - {MARKER}:
+                raise TierNotOwned(self.tier.name, OWNER, "the tier holds objects this "
+                                   "node never recorded and no owner: it uploads and "
+                                   "deletes nothing there")
+            with contextlib.suppress(ObjectExists):  # a rival's claim is read below
+                await self.tier.put(OWNER, f"{self.owner}\n".encode())
+        owner = (await self.tier.get(OWNER)).decode().strip()
+        if owner != self.owner:
+            raise TierNotOwned(self.tier.name, OWNER, f"the tier belongs to {owner}, not to "
+                               f"{self.owner}: this node uploads and deletes nothing there")
 
     async def _follow(self, stream: Stream, index: int, service: PartitionService) -> None:
         """Take the leader's records (they come with the cluster's metadata): tiered
@@ -184,18 +264,31 @@ class Tiering:
 
     async def _tier(self, stream: Stream, index: int, service: PartitionService,
                     segment: Segment) -> int:
-        prefix = f"{stream.directory.name}/{index}"
-        record = await upload_segment(self.tier, segment, prefix)
+        fence = service.fence
+        key = segment_key(f"{stream.directory.name}/{index}", segment.first_chunk_id,
+                          service.epoch)
+        self._catalog.begin_upload(key)
+        try:
+            record = await upload_segment(self.tier, segment, key)
+        except BaseException:
+            self._discard(key, "an upload that failed")
+            raise
         if segment.deleted or self._streams.find(stream.namespace, stream.name) is not stream:
-            self._delete(record.key, record.index_key)  # retention or a delete came first
+            self._discard(key, "retention or a delete came first")
             return 0
-        await self._catalog.record_tiered(stream.namespace, stream.name, index, record)
+        try:
+            await self._catalog.record_tiered(stream.namespace, stream.name, index, record,
+                                              fence)
+        except FencedOut as error:
+            self.stats.fenced += 1
+            log.warning("tier.upload_fenced", extra={"key": key, "error": str(error)})
+            self._discard(key, "not recorded: another node leads")
+            return 0
+        self._catalog.end_upload(key)
         self._watch(stream, index, service)
         if not await service.swap_tiered(segment, record, self.tier, self.cache):
-            # retention took the local segment meanwhile: its row and objects go too
-            self._catalog.delete_tiered(stream.namespace, stream.name, index,
-                                        record.first_chunk_id)
-            self._delete(record.key, record.index_key)
+            # retention took the local segment meanwhile: its record and objects go too
+            await self._expire(stream, index, fence, record, "retention")
             return 0
         self.stats.uploads += 1
         self.stats.uploaded_bytes += record.segment_size + record.index_size
@@ -204,27 +297,59 @@ class Tiering:
 
     # -- deleting objects -------------------------------------------------------------
 
+    async def _expire(self, stream: Stream, index: int, fence: Fence | None,
+                      record: TieredRecord, reason: str) -> None:
+        """Retention dropped a tiered segment: its record goes under the fence, then its
+        objects once the grace period is over. Refused (another node leads): both stay."""
+        try:
+            await self._catalog.expire_tiered(stream.namespace, stream.name, index, record,
+                                              fence, self._due_ms(), reason)
+        except FencedOut as error:
+            self.stats.fenced += 1
+            log.warning("tier.expire_fenced", extra={"key": record.key, "error": str(error)})
+            return
+        self._pending_changed()
+
     def _stream_deleted(self, stream: Stream) -> None:
-        self._delete(f"{stream.directory.name}/")
+        self._forget(stream.services, "stream deleted")
 
-    def _partitions_removed(self, stream: Stream, removed: range) -> None:
-        self._delete(*(f"{stream.directory.name}/{index}/" for index in removed))
+    def _partitions_removed(self, stream: Stream, removed: Sequence[PartitionService]) -> None:
+        self._forget(removed, "partition removed")
 
-    def _delete(self, *keys: str) -> None:
-        self._deletes.extend(keys)
-        self.stats.deletes_pending = len(self._deletes)
+    def _forget(self, services: Iterable[PartitionService], reason: str) -> None:
+        """Partitions that are gone: their tiered objects go after the grace period (on
+        every node that held them: a delete of a gone key is done)."""
+        keys = [key for service in services for record in service.tiered_records
+                for key in (record.key, record.index_key)]
+        if keys:
+            self._catalog.add_garbage(keys, self._due_ms(), reason)
+            self._pending_changed()
+
+    def _discard(self, key: str, reason: str) -> None:
+        """An upload of this node's that is not recorded: its objects go at once."""
+        self._catalog.discard_upload(key, (key, index_key(key)), reason)
+        self._pending_changed()
+
+    def _due_ms(self) -> int:
+        return int((time.time() + self.settings.delete_grace_s) * 1000)
+
+    def _pending_changed(self) -> None:
+        self.stats.deletes_pending = self._catalog.garbage_count()
         self._wake.set()
 
-    async def _delete_pending(self) -> None:
-        while self._deletes:
-            key = self._deletes[0]
-            if key.endswith("/"):
-                await self._check_marker()  # a missing mount lists as empty
-                self._deletes.extend(await self.tier.list(key.rstrip("/")))
+    async def _delete_due(self) -> None:
+        """Delete each object due, unless a record names it (then it is kept, and said)."""
+        for key, reason in self._catalog.due_garbage(int(time.time() * 1000)):
+            await self._check_marker()  # a missing mount lists as empty; an owner's
+            if self._catalog.names_tiered(key):
+                log.error("tier.delete_refused", extra={"key": key, "reason": reason,
+                                                        "error": "a record names it"})
             else:
                 await self.tier.delete(key)
-            self._deletes.popleft()
-            self.stats.deletes_pending = len(self._deletes)
+                self.stats.deleted += 1
+                log.info("tier.deleted", extra={"key": key, "reason": reason})
+            self._catalog.garbage_done(key)
+            self.stats.deletes_pending = self._catalog.garbage_count()
 
     def _failed(self, event: str, error: Exception) -> None:
         """Count a failed round; log it once per cause, not every round of an outage."""
@@ -239,5 +364,5 @@ class Tiering:
     def upload_lag_bytes(self) -> int:
         """Bytes of local segments past their bounds, waiting for an upload."""
         return sum(segment.size for stream in self._streams.list()
-                   for service in stream.services if service.takes_writes
+                   for service in stream.services if self._uploads_here(service)
                    for segment in service.tier_candidates())

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any
 
 from mainstem.broker import layout
+from mainstem.broker.catalog import TIERED_SEGMENT
 from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
@@ -31,8 +32,9 @@ from mainstem.broker.streams import Stream
 from mainstem.cluster.amqp_relay.relay import Relay
 from mainstem.cluster.amqp_relay.relay_home import HomeLink
 from mainstem.cluster.context import Peers
-from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, put
-from mainstem.cluster.etcd_keys import ROOT, path, segments
+from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete_prefix, put
+from mainstem.cluster.etcd_keys import ROOT, path, prefix, segments
+from mainstem.cluster.metadata.catalog_feed import AREA as CATALOG_AREA
 from mainstem.cluster.metadata.catalog_feed import ROOT as CATALOG_ROOT
 from mainstem.cluster.metadata.catalog_feed import CatalogFeed
 from mainstem.cluster.metadata.iggy_ids import AREA as IGGY_AREA
@@ -100,17 +102,21 @@ class ClusterNode:
         self.core.topology.join(self.node_name, lambda name: name in self.nodes)
         await self._load()
         self.core.tell_changes(self._changed)
+        self.core.catalog.on_fenced = self.catalog.fenced
         self._take_topology()
         self.spawn(self._keep_alive())
         self.spawn(self._watch())
         self.spawn(self.catalog.share())
         self.spawn(self._save_commit_points())
         await self.iggy.install()
+        if self.core.tiering is not None:  # only now: this node knows the cluster's records
+            self.core.tiering.start(self.identity)
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 
     async def stop(self) -> None:
         self.core.tell_changes(None)
+        self.core.catalog.on_fenced = None
         self.iggy.uninstall()
         roles = self.replicated.roles.values()
         for role in roles:
@@ -206,11 +212,17 @@ class ClusterNode:
             self._apply_logged(Event("PUT", kv))
         self.catalog.loaded({kv.key for kv in catalog})
 
+    @property
+    def identity(self) -> str:
+        """The cluster's own name for itself (a digest of its secret): a tier it uses is
+        marked as its own with it."""
+        return hashlib.sha256(self.peers.secret.encode()).hexdigest()
+
     def _take_topology(self) -> None:
         """The AMQP objects etcd held are applied: a data directory that was a member of
         this cluster before takes the cluster's view, one new to it shares its own."""
         member = self.core.data_dir / MEMBER_FILE
-        cluster = hashlib.sha256(self.peers.secret.encode()).hexdigest()
+        cluster = self.identity
         self.core.topology.loaded(member.exists() and member.read_text() == cluster)
         member.write_text(cluster)
 
@@ -404,7 +416,10 @@ class ClusterNode:
         record = self.replicated.records.get(storage)
         if record is None:
             raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
-        await self.replicated.unclaim(storage, record["partitions"])
+        # Its tiered segments' records go with it: a stream made again under its name
+        # records its own (its objects' keys are new ones; each node deletes the old).
+        await self.replicated.unclaim(storage, record["partitions"], delete_prefix(
+            prefix(CATALOG_AREA, TIERED_SEGMENT, namespace, name)))
         self._drop_stream(storage)
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:

@@ -27,3 +27,12 @@ class TierUnavailable(Exception):
         super().__init__(f"tier {tier}: {key}: {cause}")
         self.tier = tier
         self.key = key
+
+
+class ObjectExists(Exception):
+    """A put named a key the tier holds already: objects are never replaced."""
+
+    def __init__(self, tier: str, key: str, cause: str) -> None:
+        super().__init__(f"tier {tier}: {key}: {cause}")
+        self.tier = tier
+        self.key = key

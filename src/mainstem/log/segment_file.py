@@ -53,6 +53,12 @@ def segment_name(chunk_id: int) -> str:
     return f"{chunk_id:020d}{SEGMENT_SUFFIX}"
 
 
+def first_chunk_id_of(name: str) -> int:
+    """The first chunk id a segment's file name (or a tiered object's: the id, then `-`
+    and what makes the key unique) starts with."""
+    return int(name.removesuffix(SEGMENT_SUFFIX).split("-", 1)[0])
+
+
 class Segment:
     """One segment file. Appends go to its end; reads use pread at indexed positions.
     Its descriptor comes from a DescriptorCache: open only while recently used."""
@@ -64,7 +70,7 @@ class Segment:
         self.path = path
         self.version = version
         self.guard_size = 0 if version == LEGACY_VERSION else GUARD.size
-        self.first_chunk_id = int(path.name.removesuffix(SEGMENT_SUFFIX))
+        self.first_chunk_id = first_chunk_id_of(path.name)
         self.first_byte = first_byte
         self.size = size
         self.index = index

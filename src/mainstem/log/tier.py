@@ -2,9 +2,12 @@
 
 A directory (any mount, NFS included: the embedded default) or an S3-compatible bucket,
 through obstore (Rust's object_store): async, range GETs, and puts that are atomic (a
-directory's object is written under a hidden temporary name, fsynced and renamed; S3 shows an
-object only once its PUT or multipart upload completed), so no reader ever sees half an
-object under its key, and an object whose put returned survives a crash of the machine.
+directory's object is written under a hidden temporary name, fsynced and linked to its key;
+S3 shows an object only once its PUT or multipart upload completed), so no reader ever sees
+half an object under its key, and an object whose put returned survives a crash of the
+machine. An object, once there, is never replaced: a directory's put of a key that exists
+fails (`ObjectExists`), and so does a small put to S3 (a conditional PUT); segments' keys
+are made unique by their uploader (`log.tier_upload`), so no other upload can name them.
 A directory's whole-object puts and reads are mainstem's own (obstore's local store
 neither fsyncs nor copies in the kernel, and reads back a few times slower); ranges, sizes,
 lists and deletes go through obstore for every tier.
@@ -27,7 +30,7 @@ import obstore
 from isal.isal_zlib import crc32
 from obstore.store import LocalStore, S3Store
 
-from mainstem.log.errors import TierUnavailable
+from mainstem.log.errors import ObjectExists, TierUnavailable
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig
@@ -89,12 +92,21 @@ class Tier:
         return cls.directory(Path(url.removeprefix("file://")), timeout)
 
     async def put(self, key: str, content: Path | bytes) -> None:
-        """Put a local file (large ones in parts) or bytes under `key`, atomically."""
+        """Put a local file (large ones in parts) or bytes under a new `key`, atomically;
+        `ObjectExists` if the key is taken (an S3 multipart upload cannot check: its key
+        must be one no other upload makes)."""
         if self._root is not None:
             await self._call(key, asyncio.to_thread(_put_file, self._root, key, content))
-        else:
+            return
+        small = isinstance(content, bytes) and len(content) <= UPLOAD_PART
+        try:
             await self._call(key, obstore.put_async(self._store, key, content,
-                                                    chunk_size=UPLOAD_PART))
+                                                    chunk_size=UPLOAD_PART,
+                                                    mode="create" if small else None))
+        except TierUnavailable as error:
+            if isinstance(error.__cause__, obstore.exceptions.AlreadyExistsError):
+                raise ObjectExists(self.name, key, "the key is taken") from None
+            raise
 
     async def size(self, key: str) -> int:
         meta = await self._call(key, obstore.head_async(self._store, key))
@@ -125,15 +137,11 @@ class Tier:
             return crc
         return await self._call(key, stream())
 
-    def sweep_temporary(self) -> int:
-        """Remove a directory tier's temporary files, left by puts a crash cut short (call
-        it only while nothing is put); how many went."""
-        if self._root is None:
-            return 0
-        leftovers = list(self._root.rglob("*#0"))
-        for path in leftovers:
-            path.unlink(missing_ok=True)
-        return len(leftovers)
+    def delete_temporary(self, key: str) -> None:
+        """Remove what a directory put of `key` cut short by a crash left (its own
+        temporary file: no other put makes that name)."""
+        if self._root is not None:
+            (self._root / temporary_name(key)).unlink(missing_ok=True)
 
     async def delete(self, key: str) -> None:
         """Delete `key`; a key already gone counts as deleted (a retried delete)."""
@@ -188,16 +196,22 @@ def file_crc32(path: Path, size: int | None = None) -> int:
     return crc
 
 
+def temporary_name(key: str) -> str:
+    """A directory put's temporary file for `key`: hidden, as obstore lists no name ending
+    in `#` and digits (its own temporary names)."""
+    return f"{key}#0"
+
+
 def _put_file(root: Path, key: str, content: Path | bytes) -> None:
-    """Write `content` under `root/key` as obstore's local store would, durably: a hidden
-    temporary file (obstore lists no name ending in `#` and digits, its own temporary
-    names), fsynced, renamed, the directory fsynced. A root that is gone is not made
+    """Write `content` under `root/key` durably, never over an object there: a hidden
+    temporary file, fsynced, hard-linked to its key (which fails if the key exists), the
+    temporary name unlinked, the directory fsynced. A root that is gone is not made
     again: the tier is unavailable."""
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is gone")
     target = root / key
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f"{target.name}#0")
+    temporary = root / temporary_name(key)
     if isinstance(content, Path):
         shutil.copyfile(content, temporary)  # copy_file_range: in the kernel
     else:
@@ -207,7 +221,12 @@ def _put_file(root: Path, key: str, content: Path | bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(temporary, target)
+    try:
+        os.link(temporary, target)
+    except FileExistsError:
+        raise ObjectExists(str(root), key, "the key is taken") from None
+    finally:
+        temporary.unlink()
     fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -1,8 +1,12 @@
 """A sealed segment copied to a tier, and checked there, before anything may rely on it.
 
-The segment goes up as two objects, `{prefix}/{first chunk id:020}.segment` (the file as
-it is, header included, so every position in the index holds in the tier too) and
-`.index` (the index as memory holds it: the local file is only a cache). Each is then
+The segment goes up as two objects, `{prefix}/{first chunk id:020}-{epoch}-{upload id}.segment`
+(the file as it is, header included, so every position in the index holds in the tier too)
+and `.index` (the index as memory holds it: the local file is only a cache). The epoch and
+a random upload id make the key one no other upload produces (Kafka's KIP-405 gives each
+remote segment a unique id for the same reason): a former leader uploading its own copy of
+a segment, or a second broker on the same tier, can never overwrite an object another
+upload made, and a put of a key that exists fails. Each is then
 checked as the store holds it: its size (a HEAD) and a CRC-32 of all of it read back
 against the local bytes'. Only a verified upload yields a `TieredRecord`, what the catalog
 stores to find the segment again. Nothing here deletes anything, local or tiered.
@@ -11,11 +15,12 @@ stores to find the segment again. Nothing here deletes anything, local or tiered
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
-from mainstem.log.segment_file import INDEX_SUFFIX, Segment, segment_name
+from mainstem.log.segment_file import INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
 from mainstem.log.tier import Tier, file_crc32
 
 
@@ -45,21 +50,27 @@ class TieredRecord:
         return index_key(self.key)
 
 
-def segment_key(prefix: str, first_chunk_id: int) -> str:
-    return f"{prefix}/{segment_name(first_chunk_id)}"
+def segment_key(prefix: str, first_chunk_id: int, epoch: int) -> str:
+    """A new, unique key for an upload of the segment starting at `first_chunk_id`, made
+    in leader epoch `epoch`."""
+    return f"{prefix}/{first_chunk_id:020d}-{epoch}-{uuid.uuid4().hex}{SEGMENT_SUFFIX}"
 
 
 def index_key(key: str) -> str:
-    return key.removesuffix(".segment") + INDEX_SUFFIX
+    return key.removesuffix(SEGMENT_SUFFIX) + INDEX_SUFFIX
 
 
-async def upload_segment(tier: Tier, segment: Segment, prefix: str) -> TieredRecord:
+def segment_key_of(key: str) -> str:
+    """The segment's key of `key`, a segment's or its index's."""
+    return key.removesuffix(INDEX_SUFFIX) + SEGMENT_SUFFIX if key.endswith(INDEX_SUFFIX) else key
+
+
+async def upload_segment(tier: Tier, segment: Segment, key: str) -> TieredRecord:
     """Upload a sealed, durable segment (never the active one: it still grows) and its
-    index under `prefix`, verify both, and return their record."""
+    index under `key` (from `segment_key`), verify both, and return their record."""
     if not segment.num_chunks:
         raise ValueError(f"{segment.path} holds no chunk: nothing to tier")
     index = segment.index
-    key = segment_key(prefix, segment.first_chunk_id)
     content = index.encode()
     size = segment.size
     local_crc = await asyncio.to_thread(file_crc32, segment.path, size)

@@ -7,6 +7,7 @@ import contextlib
 import shutil
 from collections.abc import Callable, Sequence
 
+from mainstem.broker.fence import Fence
 from mainstem.broker.stream_service.appender import Appender
 from mainstem.broker.stream_service.forwarding import Forwarder
 from mainstem.broker.stream_service.gate import WriteGate
@@ -27,6 +28,7 @@ class PartitionService:
         self.partition = partition
         self.appender = Appender(partition, gate)
         self._forwarder: Forwarder | None = None  # the way to the leader, when replicated
+        self._fence: Fence | None = None  # while leading a replicated partition
         self._saved_commit = 0  # see save_commit_point
 
     def subscribe(self, offset: int, *, credit: int | None = None,
@@ -178,10 +180,13 @@ class PartitionService:
     def _stand_by(self) -> None:
         self.partition.writable = False
         self.appender.forwarder = self._forwarder
+        self._fence = None
 
-    def lead(self, epoch: int) -> Leading:
+    def lead(self, epoch: int, fence: Fence | None = None) -> Leading:
         """This node leads from `epoch` on: it takes writes, and they commit only as far as
-        the replica set acks them (`Leading.commit_to`); nothing new until it does."""
+        the replica set acks them (`Leading.commit_to`); nothing new until it does. Its
+        writes to shared state (the tier's records) go under `fence`, until it steps down."""
+        self._fence = fence
         partition = self.partition
         partition.epochs.current = epoch
         partition.commits.hold()
@@ -198,6 +203,12 @@ class PartitionService:
     def takes_writes(self) -> bool:
         """False on a replica whose leader is elsewhere."""
         return self.partition.writable
+
+    @property
+    def fence(self) -> Fence | None:
+        """The proof that this node leads the replicated partition, while it does: what
+        it writes to shared state goes under it (see broker.fence); None otherwise."""
+        return self._fence if self.partition.writable else None
 
     @property
     def epoch(self) -> int:

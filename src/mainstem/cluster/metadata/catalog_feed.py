@@ -13,6 +13,11 @@ what this node wrote and holds already is skipped, unless another node wrote the
 between (then it is applied again, so this node ends where etcd's order ends). At start
 the node applies what etcd holds in the order it was written, then `loaded` shares what
 only this node holds (from before it joined) of the kinds that list theirs.
+
+A fenced change (`fenced`: a tiered segment's record) is not queued with the others: it
+is one transaction that holds only while the writer's fence does (its leader key) and the
+key is as read, and whose outcome the writer waits for, since it acts on it (keeps or
+deletes objects). A record is created once: a key that holds another record stays.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from mainstem.broker.fence import Fence
 from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
@@ -151,6 +157,51 @@ class CatalogFeed:
         echoes.pop()
         if not echoes:
             del self._echoes[at]
+
+    async def fenced(self, kind: str, key: tuple[Any, ...], row: Row | None,
+                     fence: Fence) -> bool:
+        """A change only under `fence` (creating a record, or deleting one): True once
+        etcd holds it, False if the fence no longer holds or a different record is
+        there. Tried again while etcd does not answer: the outcome must be known."""
+        at = path(AREA, kind, *key)
+        value = _value(row)  # a deletion leaves a tombstone, as every catalog kind does
+        while True:
+            try:
+                done = await self._write_fenced(at, row, value, fence)
+            except EtcdError as error:
+                log.warning("catalog.write_failed", extra={"error": str(error)})
+                await asyncio.sleep(RETRY_S)
+                continue
+            if done is not None:
+                return done
+
+    async def _write_fenced(self, at: str, row: Row | None, value: bytes, fence: Fence
+                            ) -> bool | None:
+        """One try of `fenced`; None: the key changed meanwhile, try again."""
+        held = await self.context.etcd.get(at)
+        gone = held is None or held.value == b"null"
+        if row is not None and not gone:
+            assert held is not None
+            return held.value == value  # written once (an earlier try of ours counts)
+        if row is None and gone:
+            return True
+        self._echoes.setdefault(at, deque()).append(value)
+        try:
+            written = await self.context.etcd.txn(
+                [*(Compare(k, "VALUE", v) for k, v in fence.holds),
+                 Compare(at, "MOD", held.mod_revision if held is not None else 0)],
+                [put(at, value)])
+        except BaseException:
+            self._unexpect(at)
+            raise
+        if written:
+            return True
+        self._unexpect(at)
+        for fenced_key, fenced_value in fence.holds:
+            current = await self.context.etcd.get(fenced_key)
+            if current is None or current.value != fenced_value:
+                return False
+        return None
 
     # -- changes etcd reports ------------------------------------------------------------
 

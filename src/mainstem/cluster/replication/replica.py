@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from mainstem.broker.fence import Fence
 from mainstem.broker.stream_service import PartitionService
 from mainstem.cluster.context import NodeContext, Peers
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, put
@@ -181,7 +182,11 @@ class PartitionRole:
     # -- leading --------------------------------------------------------------------------
 
     async def _lead(self) -> None:
-        leading = self.service.lead(int(self.leader["epoch"]) if self.leader else self.epoch)
+        epoch = int(self.leader["epoch"]) if self.leader else self.epoch
+        # Shared writes made while leading hold only while etcd's leader key still names
+        # this node at this epoch under its lease (see broker.fence).
+        leading = self.service.lead(epoch, Fence(((self._key("leaders"), self.leader_value),),
+                                                 epoch))
         leader = LeaderLog(leading, self.context.node_name, self.replicas, self.isr,
                            self._write_isr, self.context.lag_timeout)
         self.context.leading[(self.storage, self.index)] = leader

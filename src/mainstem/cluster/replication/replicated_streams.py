@@ -119,6 +119,8 @@ class ReplicatedStreams:
             put(key, json.dumps(record).encode()),
             *self.made(storage, record["replicas"], range(record["partitions"]))])
 
-    async def unclaim(self, storage: str, partitions: int) -> None:
+    async def unclaim(self, storage: str, partitions: int, *also: dict[str, Any]) -> None:
+        """Delete a stream's record and its partitions' keys, with `also` (etcd operations)
+        in the same transaction."""
         await self.context.etcd.txn([], [delete(path("streams", storage)),
-                                         *dropped(storage, range(partitions))])
+                                         *dropped(storage, range(partitions)), *also])
