@@ -162,7 +162,8 @@ async def test_an_s3_tier_holds_the_history_and_a_restart_with_no_cache_reads_it
                              and tiering.upload_lag_bytes() == 0, what="segments in S3")
             keys = await tiering.tier.list("")
             records = broker.core.catalog.tiered("/", "s3", 0)
-            assert {key for r in records for key in (r.key, r.index_key)} == set(keys) - {MARKER, OWNER}
+            named = {key for r in records for key in (r.key, r.index_key)}
+            assert named == set(keys) - {MARKER, OWNER}
         shutil.rmtree(data / "tier-cache")
         async with Broker(config=config) as broker:
             got = await consume(broker, "s3", 600, ConsumerOffsetSpecification(OffsetType.FIRST))

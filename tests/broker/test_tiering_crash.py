@@ -2,7 +2,7 @@
 segments tiering continuously while rstream publishes with confirms, killed during the
 uploads and again during a tiered read. After each restart every confirmed message reads
 back once, in order, from offset 0; no local segment with a catalog record is left (the
-record is the commit point), and objects no record names are swept."""
+record is the commit point), and what uploads the crash cut short left is deleted."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
 
 from mainstem.broker.layout import storage_name
-from mainstem.broker.tiering import MARKER
+from mainstem.broker.tiering import MARKER, OWNER
 from tests.support.rstream_reads import read_with_rstream
 from tests.support.server_process import kill, start_server, started_ports
 from tests.support.stream_crash import assert_each_confirmed_once, publish_until_killed
@@ -60,8 +60,8 @@ def local_segments(data: Path) -> list[int]:
 
 
 def files(tier: Path) -> set[str]:
-    """Every file in the tier but its marker: objects, and a put's temporary files."""
-    return {str(p.relative_to(tier)) for p in tier.rglob("*") if p.is_file()} - {MARKER}
+    """Every file in the tier but its marks: objects, and a put's temporary files."""
+    return {str(p.relative_to(tier)) for p in tier.rglob("*") if p.is_file()} - {MARKER, OWNER}
 
 
 def numbers(bodies: list[bytes]) -> list[int]:
@@ -90,16 +90,20 @@ async def test_sigkill_during_uploads_keeps_every_confirmed_message_once(tmp_pat
     # The kill landed once uploads were under way, rounds every 10 ms while publishing went
     # on (on a loaded machine the rounds may have caught up: then it lands between rounds)
     assert uploads(log) >= 3 and len(local_segments(data)) >= 2
-    # an upload the crash left without its record, as a kill between put and record does
+    # an upload the crash left without its record, as a kill between put and record does:
+    # noted as begun, put, not recorded
     recorded_key = next(iter(records(data).values()))
-    orphan = tier / recorded_key.replace(recorded_key.rsplit("/", 1)[1],
-                                         "99999999999999999999.segment")
+    orphan_key = recorded_key.replace(recorded_key.rsplit("/", 1)[1],
+                                      "99999999999999999999-1-orphan.segment")
+    orphan = tier / orphan_key
     shutil.copyfile(tier / recorded_key, orphan)
+    with sqlite3.connect(data / "catalog.sqlite") as db:
+        db.execute("INSERT INTO tier_uploads (key, started_ms) VALUES (?, 0)", (orphan_key,))
 
     restarted = serve(data, tier, log)
     try:
         bodies = await read_with_rstream(started_ports(restarted, log)["stream"], "crash")
-        for _ in range(250):  # the sweep runs in the background
+        for _ in range(250):  # the deletes run in the background
             if not orphan.exists():
                 break
             await asyncio.sleep(0.02)

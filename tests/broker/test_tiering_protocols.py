@@ -21,6 +21,7 @@ from mainstem.broker.layout import storage_name
 from mainstem.client.events import EventsClient, EventsError
 from mainstem.client.iggy import IggyClient, IggyClientError, Polling
 from mainstem.client.segment import SegmentClient, SegmentClientError, split_events
+from mainstem.log.segment_file import first_chunk_id_of
 from mainstem.protocols.iggy.codec import ErrorCode
 from mainstem.protocols.segment import codec as sc
 from mainstem.testing import ThreadedBroker
@@ -61,7 +62,8 @@ class Tiered:
     def firsts(self, stream: str) -> list[int]:
         """The first offsets of the stream's tiered segments (their object names)."""
         directory = storage_name("stream", "/", stream)
-        return sorted(int(p.stem) for p in self.tier.glob(f"{directory}/0/*.segment"))
+        return sorted(first_chunk_id_of(p.name)
+                      for p in self.tier.glob(f"{directory}/0/*.segment"))
 
     def local_firsts(self, stream: str) -> list[int]:
         directory = self.data / "streams" / storage_name("stream", "/", stream) / "0"
@@ -398,8 +400,8 @@ async def test_uploads_wait_while_the_tier_is_gone_and_resume(
         await publish(tiered, "cold-upload", COLD, COLD)
         await asyncio.sleep(0.5)  # rounds every 50 ms
         directory = storage_name("stream", "/", "cold-upload")
-        assert sorted(int(p.stem) for p in tiered.gone.glob(f"{directory}/0/*.segment")) \
-            == before
+        gone = tiered.gone.glob(f"{directory}/0/*.segment")
+        assert sorted(first_chunk_id_of(p.name) for p in gone) == before
         assert not tiered.tier.exists()  # not made again on the local disk
         local = tiered.local_firsts("cold-upload")
         assert local[0] > before[-1] and len(local) > 6  # the local segments stay

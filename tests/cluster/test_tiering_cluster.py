@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 from mainstem.broker.layout import storage_name
+from mainstem.log.segment_file import first_chunk_id_of
 from mainstem.testing_cluster import LocalCluster
 from tests.broker.test_tiering import body, publish
 from tests.cluster.test_leader_crash import leader_port
@@ -43,7 +44,7 @@ def local_segments(cluster: LocalCluster, name: str) -> list[int]:
 
 
 def tiered(tier: Path) -> list[int]:
-    return sorted(int(path.stem) for path in tier.rglob("*.segment"))
+    return sorted(first_chunk_id_of(path.name) for path in tier.rglob("*.segment"))
 
 
 async def test_the_leader_tiers_followers_follow_and_a_new_leader_goes_on(
