@@ -164,6 +164,11 @@ class BrokerCollector:
         yield GaugeMetricFamily("mainstem_tier_deletes_pending",
                                 "Tier objects waiting to be deleted",
                                 value=stats.deletes_pending)
+        yield CounterMetricFamily("mainstem_tier_deleted", "Tier objects deleted (each logged)",
+                                  value=stats.deleted)
+        yield CounterMetricFamily("mainstem_tier_fenced",
+                                  "Tier records refused: another node led the partition",
+                                  value=stats.fenced)
 
     def _binders(self) -> Iterator[Metric]:
         core = self._state.core

@@ -237,7 +237,8 @@ def _stream_replicas(client: Client, args: argparse.Namespace) -> list[dict[str,
 
 _TIER_STATS: Columns = (("uploads", "uploads"), ("uploaded_bytes", "uploaded_bytes"),
                         ("upload_lag_bytes", "upload_lag_bytes"), ("errors", "errors"),
-                        ("deletes_pending", "deletes_pending"), ("last_error", "last_error"))
+                        ("deletes_pending", "deletes_pending"), ("deleted", "deleted"),
+                        ("fenced", "fenced"), ("last_error", "last_error"))
 _TIER_PARTITIONS: Columns = (
     ("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
     ("local_bytes", "local_bytes"), ("tiered_bytes", "tiered_bytes"),

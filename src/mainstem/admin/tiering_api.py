@@ -23,8 +23,8 @@ routes = web.RouteTableDef()
 def tier_summary(tiering: Tiering | None) -> dict[str, Any]:
     """The tier's URL (never its credentials) and counters; nulls without a tier."""
     if tiering is None:
-        return {"url": None, "stats": None}
-    return {"url": tiering.location.url,
+        return {"url": None, "owner": None, "stats": None}
+    return {"url": tiering.location.url, "owner": tiering.owner,
             "stats": {**dataclasses.asdict(tiering.stats),
                       "upload_lag_bytes": tiering.upload_lag_bytes()}}
 
