@@ -8,14 +8,19 @@ fsync. Whole segments below the oldest live message are deleted.
 
 A deep queue keeps only the journal offsets of most of its messages in memory and reads them
 back from here when they near the head (``RecordReader``).
+
+A replay runs in slices of at most ``REPLAY_SLICE`` records (an enqueue, or one offset a
+settle names): a new quorum-queue leader replays while its event loop keeps serving
+(``replay_yielding``), so its lease keep-alive and other partitions' elections run on.
 """
 
 from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from struct import Struct
 
@@ -33,6 +38,8 @@ _ENQUEUE_HEAD = Struct(">BBBI")  # kind, exchange length, routing key length, pr
 _OFFSET = Struct(">Q")
 SEGMENT_BYTES = 64 * 1024 * 1024
 COMPACT_EVERY = 4096  # settles between attempts to delete old segments
+# Records a replay reads between two turns of the event loop: a few milliseconds.
+REPLAY_SLICE = 1024
 
 
 def encode_enqueue(message: QueueMessage) -> bytes:
@@ -83,17 +90,21 @@ class Replay:
     sizes: array[int] = field(default_factory=lambda: array("I"))
 
 
+def _apply_record(offset: int, record: memoryview, live: LiveOffsets) -> int:
+    """Add an enqueue to `live`, or drop what a settle names; returns how many it settled."""
+    if record[0] == ENQUEUE:
+        live.add(offset)
+        return 0
+    settled = 0
+    for (done,) in _OFFSET.iter_unpack(record[1:]):
+        live.discard(done)
+        settled += 1
+    return settled
+
+
 def _apply_chunk(chunk: Chunk, live: LiveOffsets) -> int:
     """Add a chunk's enqueues to `live`, drop its settles; returns how many it settled."""
-    settled = 0
-    for offset, record in chunk.records():
-        if record[0] == ENQUEUE:
-            live.add(offset)
-        else:
-            for (done,) in _OFFSET.iter_unpack(record[1:]):
-                live.discard(done)
-                settled += 1
-    return settled
+    return sum(_apply_record(offset, record, live) for offset, record in chunk.records())
 
 
 class FollowedJournal:
@@ -131,7 +142,7 @@ class RecordReader:
         self._records: Iterator[tuple[int, memoryview]] = iter(())
         self._position = 0  # the offset the iterator yields next
 
-    def read(self, offsets: Sequence[int]) -> Iterator[memoryview]:
+    def read(self, offsets: Iterable[int]) -> Iterator[memoryview]:
         """The records at `offsets`, lazily: memoryviews into the chunk last read."""
         for offset in offsets:
             chunk = self._chunk
@@ -178,17 +189,39 @@ class QueueJournal:
 
     def replay(self) -> Replay:
         """Read every record written (durable or not: a new leader's whole log is the
-        queue's) and keep the offsets of the messages not settled, oldest first."""
+        queue's) and keep the offsets of the messages not settled, oldest first. At
+        start-up, before anything else runs on the loop, in one go."""
+        replay = Replay()
+        for _ in self._replay_slices(replay):
+            pass
+        return replay
+
+    async def replay_yielding(self) -> Replay:
+        """`replay`, giving the event loop a turn after each slice. Nothing may write to
+        the journal meanwhile: its queue holds publishes until it is done."""
+        replay = Replay()
+        for _ in self._replay_slices(replay):
+            await asyncio.sleep(0)
+        return replay
+
+    def _replay_slices(self, replay: Replay) -> Iterator[None]:
+        """Fill `replay`, pausing (a yield) after every REPLAY_SLICE records."""
         service, live = self.service, self._live
-        offset = service.first_offset
+        offset, budget = service.first_offset, REPLAY_SLICE
         while offset < service.next_offset:
             chunk = service.read_written(offset)
-            _apply_chunk(chunk, live)
+            for at, record in chunk.records():
+                budget -= 1 + _apply_record(at, record, live)
+                if budget <= 0:
+                    yield
+                    budget = REPLAY_SLICE
             offset = chunk.next_offset
-        offsets = array("q", live)  # a second pass reads the survivors' sizes
-        replay = Replay(offsets, array("I", map(body_size, self.reader.read(offsets))))
+        survivors = iter(live)  # a second pass reads their sizes
+        while offsets := array("q", islice(survivors, REPLAY_SLICE)):
+            replay.offsets.extend(offsets)
+            replay.sizes.extend(map(body_size, self.reader.read(offsets)))
+            yield
         self.reader.forget()
-        return replay
 
     def enqueue(self, message: QueueMessage, confirm: bool) -> asyncio.Future[None]:
         """Write the message with this turn's batch; the future is done once it is durable
@@ -238,7 +271,7 @@ class QueueJournal:
         receipt = self._appender.write_records(records, durable=confirm)
         written = receipt.durable
         if not written.done():  # a confirm waits for durability
-            written.add_done_callback(lambda done: _pass_on(done, batch))
+            written.add_done_callback(lambda done: pass_on(done, batch))
         elif (error := written.exception()) is not None:
             # Refused (a full disk): the publishers get a nack, the queue drops them.
             batch.set_exception(error)
@@ -271,8 +304,9 @@ class QueueJournal:
         self.service.delete()
 
 
-def _pass_on(done: asyncio.Future[None], batch: asyncio.Future[None]) -> None:
-    """Settle a batch's future as the append under it settled."""
+def pass_on(done: asyncio.Future[None], batch: asyncio.Future[None]) -> None:
+    """Settle a batch's future (or a publish's waiting on it) as the append under it
+    settled."""
     error = done.exception()
     if batch.done():
         return
