@@ -210,8 +210,8 @@ class QuorumQueues:
         """Elected: the queue is live here, its journal replayed in slices meanwhile (the
         event loop, this node's lease keep-alive and its other elections run on)."""
         vhost = self.context.core.queues.vhosts.get(role.namespace)
-        queue = None if vhost is None else vhost.go_live(role.queue,
-                                                         QueueJournal(role.service))
+        journal = QueueJournal(role.service, self.context.core.counters)
+        queue = None if vhost is None else vhost.go_live(role.queue, journal)
         if vhost is not None and queue is not None:
             self.context.spawn(self._replay(role, vhost, queue))
 

@@ -26,6 +26,7 @@ from struct import Struct
 
 from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
 from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.stream_service import PartitionService
 from mainstem.formats.chunk import Chunk
 from mainstem.log.commit import FsyncTimings
@@ -165,13 +166,15 @@ class RecordReader:
 class QueueJournal:
     """Writes through the partition's Appender, as every writer of a partition does."""
 
-    def __init__(self, service: PartitionService) -> None:
+    def __init__(self, service: PartitionService, counters: BrokerCounters | None = None
+                 ) -> None:
         self.service = service
         self._appender = service.appender
+        self._counters = counters or BrokerCounters()  # its nacks_outcome_unknown
         self._pending: list[QueueMessage] = []
         self._settles: list[int] = []
         self._batch: asyncio.Future[None] | None = None
-        self._batch_confirms = False  # someone waits for this batch's fsync
+        self._batch_confirms = 0  # enqueues waiting for this batch to be durable
         self._live = LiveOffsets()  # journal offsets of unsettled messages
         self.reader = RecordReader(service)
         self._since_compaction = 0
@@ -181,10 +184,11 @@ class QueueJournal:
     @classmethod
     def open(cls, directory: Path, durability: DurabilityPolicy,
              descriptors: DescriptorCache | None = None,
-             fsync_timings: FsyncTimings | None = None) -> tuple[QueueJournal, Replay]:
+             fsync_timings: FsyncTimings | None = None,
+             counters: BrokerCounters | None = None) -> tuple[QueueJournal, Replay]:
         """Open the journal and replay it: the offsets of its unsettled messages."""
         journal = cls(PartitionService(open_partition(directory, durability, descriptors,
-                                                      fsync_timings)))
+                                                      fsync_timings)), counters)
         return journal, journal.replay()
 
     def replay(self) -> Replay:
@@ -228,7 +232,7 @@ class QueueJournal:
         (with `confirm`: fsynced; else written, which survives a crash of the process)."""
         self._pending.append(message)
         batch = self._schedule()
-        self._batch_confirms |= confirm
+        self._batch_confirms += confirm
         return batch
 
     def settle(self, message: QueueMessage) -> None:
@@ -257,7 +261,7 @@ class QueueJournal:
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, None
-        confirm, self._batch_confirms = self._batch_confirms, False
+        confirms, self._batch_confirms = self._batch_confirms, 0
         assert batch is not None
         live = [m for m in self._pending if not m.settled]
         records = [encode_enqueue(m) for m in live]
@@ -268,10 +272,10 @@ class QueueJournal:
         if not records:
             batch.set_result(None)
             return
-        receipt = self._appender.write_records(records, durable=confirm)
+        receipt = self._appender.write_records(records, durable=bool(confirms))
         written = receipt.durable
         if not written.done():  # a confirm waits for durability
-            written.add_done_callback(lambda done: pass_on(done, batch))
+            written.add_done_callback(lambda done: self._written(done, batch, confirms))
         elif (error := written.exception()) is not None:
             # Refused (a full disk): the publishers get a nack, the queue drops them.
             batch.set_exception(error)
@@ -285,6 +289,14 @@ class QueueJournal:
             self._live.add(offset)
         if self._since_compaction >= COMPACT_EVERY:
             self._compact()
+
+    def _written(self, done: asyncio.Future[None], batch: asyncio.Future[None],
+                 confirms: int) -> None:
+        """A batch written is durable, or failed after the write: its confirming
+        publishers get a nack whose outcome is unknown (counted)."""
+        if done.exception() is not None:
+            self._counters.nacks_outcome_unknown += confirms
+        pass_on(done, batch)
 
     def _compact(self) -> None:
         self._since_compaction = 0

@@ -1,7 +1,11 @@
-"""A quorum queue's failover with a deep journal: the new leader replays it in slices, so
-its event loop keeps answering meanwhile (issue 39: a replay in one go held it for
-seconds, the node's lease lapsed and confirms stalled), and every message is delivered
-once, in order, after it — those published while it replayed too."""
+"""A quorum queue's leader changes. A failover with a deep journal: the new leader replays
+it in slices, so its event loop keeps answering meanwhile (issue 39: a replay in one go
+held it for seconds, the node's lease lapsed and confirms stalled), and every message is
+delivered once, in order, after it — those published while it replayed too. A leader that
+steps down with a write not committed nacks it, and counts it in
+`mainstem_amqp_nacks_outcome_unknown`; a refusal before the write is not counted.
+
+One cluster for the module: the nodes a test stops or freezes run again after it."""
 
 from __future__ import annotations
 
@@ -11,10 +15,13 @@ import signal
 import time
 
 import aio_pika
+import aiohttp
 import pika
 
+from mainstem.broker import layout
+from mainstem.cluster.etcd import EtcdClient
 from mainstem.testing_cluster import LocalCluster
-from tests.support.quorum_clients import QUORUM, amqp_url, wait_for_leader
+from tests.support.quorum_clients import QUORUM, amqp_url, queue_row, wait_for_leader
 
 DEPTH = 100_000  # messages in the journal: a replay in one go holds a loop for ~0.3-1 s
 LOOP_BOUND_S = 0.1  # the longest a round trip to the new leader may take meanwhile
@@ -120,3 +127,62 @@ async def publish_while_live(connection: aio_pika.abc.AbstractConnection,
         if len(confirmed) == 20:
             break
     return confirmed
+
+
+async def nacks_outcome_unknown(cluster: LocalCluster, node: str) -> float:
+    """The counter as `node`'s Prometheus endpoint shows it."""
+    port = cluster.nodes[node].ports["prometheus"]
+    async with aiohttp.ClientSession() as http, \
+            http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    assert "# HELP mainstem_amqp_nacks_outcome_unknown_total Confirming publishes" in text
+    values = [line.split()[1] for line in text.splitlines()
+              if line.startswith("mainstem_amqp_nacks_outcome_unknown_total ")]
+    assert len(values) == 1, text
+    return float(values[0])
+
+
+async def test_a_nack_after_the_write_is_counted_one_before_it_is_not(
+        restored_cluster: LocalCluster) -> None:
+    cluster = restored_cluster
+    connection = await aio_pika.connect(amqp_url(cluster, "node1"))
+    channel = await connection.channel(publisher_confirms=True)
+    full = await channel.declare_queue("full", durable=True, arguments={
+        **QUORUM, "x-max-length": 1, "x-overflow": "reject-publish"})
+    await channel.default_exchange.publish(aio_pika.Message(b"kept"), full.name)
+    # Refused before any write (the queue is full): nacked, not counted.
+    with contextlib.suppress(aio_pika.exceptions.DeliveryError):
+        await channel.default_exchange.publish(aio_pika.Message(b"refused"), full.name)
+        raise AssertionError("a full reject-publish queue confirmed a publish")
+    assert await nacks_outcome_unknown(cluster, "node1") == 0
+
+    # Written on the leader, its only follower frozen so that it cannot commit; then the
+    # leader's key goes, as when its lease lapses: it steps down and nacks the write,
+    # which it holds all the same (its outcome is unknown).
+    queue = "unsure"
+    await channel.declare_queue(queue, durable=True,
+                                arguments={**QUORUM, "x-quorum-initial-group-size": 2})
+    members = (await queue_row(cluster, "node1", queue))["members"]
+    follower = next(n for n in members if n != "node1")
+    cluster.kill(follower, signal.SIGSTOP)
+    try:
+        publish = asyncio.ensure_future(
+            channel.default_exchange.publish(aio_pika.Message(b"unsure"), queue))
+        for _ in range(100):  # bounded: until the leader has it queued
+            if (await queue_row(cluster, "node1", queue))["messages"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert not publish.done()
+        etcd = EtcdClient([cluster.etcd.endpoint])
+        await etcd.delete(f"/mainstem/leaders/{layout.storage_name('queue', '/', queue)}/0")
+        await etcd.close()
+        try:
+            await asyncio.wait_for(publish, 10)
+            raise AssertionError("a write its leader abandoned was confirmed")
+        except aio_pika.exceptions.DeliveryError:
+            pass
+    finally:
+        cluster.kill(follower, signal.SIGCONT)
+    assert await nacks_outcome_unknown(cluster, "node1") == 1
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(connection.close(), 3)
