@@ -65,7 +65,7 @@ class QuorumRole(PartitionRole):
 
     async def _compact_following(self) -> None:
         """While following, drop the journal's segments that hold only settled messages
-        (while leading, the live queue's journal does)."""
+        (while leading, the live queue's journal does), reading in slices."""
         followed: FollowedJournal | None = None
         while True:
             await asyncio.sleep(FOLLOWER_COMPACTION_S)
@@ -74,7 +74,11 @@ class QuorumRole(PartitionRole):
                 continue
             followed = followed or FollowedJournal(self.service)
             try:
-                followed.catch_up()
+                for _ in followed.catch_up():
+                    await asyncio.sleep(0)
+                    if self._leading.is_set():  # its replay reads the journal now
+                        followed = None
+                        break
             except (OSError, DataRemoved, PartitionClosed) as error:
                 log.warning("quorum.compaction_failed", extra={
                     "vhost": self.namespace, "queue": self.queue, "error": str(error)})

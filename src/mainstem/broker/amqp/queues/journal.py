@@ -120,13 +120,20 @@ class FollowedJournal:
         self._compact_every = compact_every
         self._settled = 0  # since the last compaction
 
-    def catch_up(self) -> None:
-        """Read what was committed since the last call; compact when enough settled."""
-        service = self.service
+    def catch_up(self) -> Iterator[None]:
+        """Read what was committed since the last call, pausing (a yield) after every
+        REPLAY_SLICE records: a follower's loop serves others meanwhile. Once all is
+        read, compact if enough settled."""
+        service, budget = self.service, REPLAY_SLICE
         while self._position < service.committed_offset:
             chunk = service.read_written(self._position)
-            self._settled += _apply_chunk(chunk, self._live)
+            settled = _apply_chunk(chunk, self._live)
+            self._settled += settled
+            budget -= chunk.next_offset - self._position + settled
             self._position = chunk.next_offset
+            if budget <= 0:
+                yield
+                budget = REPLAY_SLICE
         if self._settled >= self._compact_every:
             self._settled = 0
             floor = self._live.floor()
