@@ -64,7 +64,7 @@ async def test_a_follower_drops_segments_that_hold_only_settled_messages(
     follower.commits.set_limit(follower.next_offset)
     follower.flush()  # durable, so committed
     segments = follower.segment_count
-    FollowedJournal(PartitionService(follower), compact_every=1).catch_up()
+    list(FollowedJournal(PartitionService(follower), compact_every=1).catch_up())
     assert follower.segment_count < segments and follower.first_offset > 0
     journal = QueueJournal(PartitionService(follower))
     replay = journal.replay()

@@ -1,5 +1,6 @@
 """mainstem's own Prometheus series, for what RabbitMQ has no name for: stream lag,
-replication, tiering, binders, projections, segments, Iggy groups, alarms.
+replication, tiering, binders, projections, segments, Iggy groups, alarms, publishes nacked
+with their outcome unknown.
 
 Series labelled by object (vhost, stream, binder, ...) follow the scrape's `Scope` as
 RabbitMQ's do: one sample per object on /metrics/per-object, summed into one sample
@@ -58,6 +59,12 @@ class BrokerCollector:
         yield from self._connections()
         yield from self._streams()
         yield from self._replication()
+        yield CounterMetricFamily(
+            "mainstem_amqp_nacks_outcome_unknown",
+            "Confirming publishes to durable queues nacked after their journal write was "
+            "made (its leader stepped down before it committed, or an fsync failed): "
+            "they may be stored. Refusals before the write are not counted",
+            value=self._state.core.counters.nacks_outcome_unknown)
         yield from self._tiering()
         yield from self._binders()
         yield from self._iggy_and_segments()

@@ -23,4 +23,8 @@ class BrokerCounters:
     queues_declared: int = 0
     queues_created: int = 0
     queues_deleted: int = 0
+    # Confirming publishes to a durable queue whose journal write was made but failed to
+    # become durable or committed (its leader stepped down, an fsync failed): nacked with
+    # their outcome unknown. Refusals before the write are not counted.
+    nacks_outcome_unknown: int = 0
     stream: MessageStats = field(default_factory=MessageStats)  # the stream protocol's

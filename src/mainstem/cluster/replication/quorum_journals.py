@@ -5,9 +5,10 @@ etcd holds a quorum queue as it holds a stream: a `/mainstem/streams/STORAGE` re
 (`kind` "quorum", STORAGE the journal's storage name) and the leader, epoch and in-sync
 keys of its one partition. Elections, replication, commit points, catch-up and truncation
 are the streams' own (`PartitionRole`, `LeaderLog`, `follow`): no second replication
-mechanism. What a quorum queue adds is what its leader does: when elected it replays the
-journal into a live queue (`VirtualHost.go_live`); when it stops leading the queue goes
-back to a standby (`VirtualHost.stand_by`), whose consumers are cancelled.
+mechanism. What a quorum queue adds is what its leader does: when elected it makes the
+queue live (`VirtualHost.go_live`) and replays the journal into it in slices, the event
+loop serving others between them (`QuorumQueue.replay`); when it stops leading the queue
+goes back to a standby (`VirtualHost.stand_by`), whose consumers are cancelled.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mainstem.broker import layout
 from mainstem.broker.amqp.queues.journal import FollowedJournal, QueueJournal
-from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES
+from mainstem.broker.amqp.queues.quorum import REPLICATED_QUEUES, QuorumQueue
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.stream_service import DataRemoved, PartitionClosed, PartitionService
@@ -63,7 +65,7 @@ class QuorumRole(PartitionRole):
 
     async def _compact_following(self) -> None:
         """While following, drop the journal's segments that hold only settled messages
-        (while leading, the live queue's journal does)."""
+        (while leading, the live queue's journal does), reading in slices."""
         followed: FollowedJournal | None = None
         while True:
             await asyncio.sleep(FOLLOWER_COMPACTION_S)
@@ -72,7 +74,11 @@ class QuorumRole(PartitionRole):
                 continue
             followed = followed or FollowedJournal(self.service)
             try:
-                followed.catch_up()
+                for _ in followed.catch_up():
+                    await asyncio.sleep(0)
+                    if self._leading.is_set():  # its replay reads the journal now
+                        followed = None
+                        break
             except (OSError, DataRemoved, PartitionClosed) as error:
                 log.warning("quorum.compaction_failed", extra={
                     "vhost": self.namespace, "queue": self.queue, "error": str(error)})
@@ -205,21 +211,27 @@ class QuorumQueues:
     # -- leading ----------------------------------------------------------------------
 
     def went_live(self, role: QuorumRole) -> None:
+        """Elected: the queue is live here, its journal replayed in slices meanwhile (the
+        event loop, this node's lease keep-alive and its other elections run on)."""
         vhost = self.context.core.queues.vhosts.get(role.namespace)
-        if vhost is None:
-            return
-        journal = QueueJournal(role.service)
+        journal = QueueJournal(role.service, self.context.core.counters)
+        queue = None if vhost is None else vhost.go_live(role.queue, journal)
+        if vhost is not None and queue is not None:
+            self.context.spawn(self._replay(role, vhost, queue))
+
+    async def _replay(self, role: QuorumRole, vhost: VirtualHost, queue: QuorumQueue) -> None:
+        started = time.monotonic()
         try:
-            replay = journal.replay()
-        except (OSError, DataRemoved, LookupError, ValueError) as error:
-            # It leads but cannot serve: the queue stays a standby, the replicas intact.
+            messages = await queue.replay()
+        except (OSError, DataRemoved, PartitionClosed, LookupError, ValueError) as error:
+            # It leads but cannot serve: the queue is a standby again, the replicas intact.
             log.error("quorum.replay_failed", extra={"vhost": role.namespace,
                                                      "queue": role.queue, "error": repr(error)})
+            vhost.stand_by(role.queue)
             return
-        vhost.go_live(role.queue, journal, replay)
         log.info("quorum.live", extra={"vhost": role.namespace, "queue": role.queue,
-                                       "epoch": role.service.epoch,
-                                       "messages": len(replay.offsets)})
+                                       "epoch": role.service.epoch, "messages": messages,
+                                       "replay_s": round(time.monotonic() - started, 3)})
 
     def stood_by(self, role: QuorumRole) -> None:
         vhost = self.context.core.queues.vhosts.get(role.namespace)

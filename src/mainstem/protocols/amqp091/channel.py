@@ -251,7 +251,8 @@ class Channel:
         name = method.queue
         owner = self.connection
         if method.passive:
-            queue = self.vhost.lookup(self.queue_names.resolve(name, method), owner)
+            queue = await self.vhost.placed(
+                self.vhost.lookup(self.queue_names.resolve(name, method), owner))
         else:
             name = self.queue_names.to_declare(name, method)
             self.check("configure", name, "queue")

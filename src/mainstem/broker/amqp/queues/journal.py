@@ -8,19 +8,25 @@ fsync. Whole segments below the oldest live message are deleted.
 
 A deep queue keeps only the journal offsets of most of its messages in memory and reads them
 back from here when they near the head (``RecordReader``).
+
+A replay runs in slices of at most ``REPLAY_SLICE`` records (an enqueue, or one offset a
+settle names): a new quorum-queue leader replays while its event loop keeps serving
+(``replay_yielding``), so its lease keep-alive and other partitions' elections run on.
 """
 
 from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from struct import Struct
 
 from mainstem.broker.amqp.queues.live_offsets import LiveOffsets
 from mainstem.broker.amqp.queues.message import QueueMessage
+from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.stream_service import PartitionService
 from mainstem.formats.chunk import Chunk
 from mainstem.log.commit import FsyncTimings
@@ -33,6 +39,8 @@ _ENQUEUE_HEAD = Struct(">BBBI")  # kind, exchange length, routing key length, pr
 _OFFSET = Struct(">Q")
 SEGMENT_BYTES = 64 * 1024 * 1024
 COMPACT_EVERY = 4096  # settles between attempts to delete old segments
+# Records a replay reads between two turns of the event loop: a few milliseconds.
+REPLAY_SLICE = 1024
 
 
 def encode_enqueue(message: QueueMessage) -> bytes:
@@ -83,17 +91,21 @@ class Replay:
     sizes: array[int] = field(default_factory=lambda: array("I"))
 
 
+def _apply_record(offset: int, record: memoryview, live: LiveOffsets) -> int:
+    """Add an enqueue to `live`, or drop what a settle names; returns how many it settled."""
+    if record[0] == ENQUEUE:
+        live.add(offset)
+        return 0
+    settled = 0
+    for (done,) in _OFFSET.iter_unpack(record[1:]):
+        live.discard(done)
+        settled += 1
+    return settled
+
+
 def _apply_chunk(chunk: Chunk, live: LiveOffsets) -> int:
     """Add a chunk's enqueues to `live`, drop its settles; returns how many it settled."""
-    settled = 0
-    for offset, record in chunk.records():
-        if record[0] == ENQUEUE:
-            live.add(offset)
-        else:
-            for (done,) in _OFFSET.iter_unpack(record[1:]):
-                live.discard(done)
-                settled += 1
-    return settled
+    return sum(_apply_record(offset, record, live) for offset, record in chunk.records())
 
 
 class FollowedJournal:
@@ -108,13 +120,20 @@ class FollowedJournal:
         self._compact_every = compact_every
         self._settled = 0  # since the last compaction
 
-    def catch_up(self) -> None:
-        """Read what was committed since the last call; compact when enough settled."""
-        service = self.service
+    def catch_up(self) -> Iterator[None]:
+        """Read what was committed since the last call, pausing (a yield) after every
+        REPLAY_SLICE records: a follower's loop serves others meanwhile. Once all is
+        read, compact if enough settled."""
+        service, budget = self.service, REPLAY_SLICE
         while self._position < service.committed_offset:
             chunk = service.read_written(self._position)
-            self._settled += _apply_chunk(chunk, self._live)
+            settled = _apply_chunk(chunk, self._live)
+            self._settled += settled
+            budget -= chunk.next_offset - self._position + settled
             self._position = chunk.next_offset
+            if budget <= 0:
+                yield
+                budget = REPLAY_SLICE
         if self._settled >= self._compact_every:
             self._settled = 0
             floor = self._live.floor()
@@ -131,7 +150,7 @@ class RecordReader:
         self._records: Iterator[tuple[int, memoryview]] = iter(())
         self._position = 0  # the offset the iterator yields next
 
-    def read(self, offsets: Sequence[int]) -> Iterator[memoryview]:
+    def read(self, offsets: Iterable[int]) -> Iterator[memoryview]:
         """The records at `offsets`, lazily: memoryviews into the chunk last read."""
         for offset in offsets:
             chunk = self._chunk
@@ -154,13 +173,15 @@ class RecordReader:
 class QueueJournal:
     """Writes through the partition's Appender, as every writer of a partition does."""
 
-    def __init__(self, service: PartitionService) -> None:
+    def __init__(self, service: PartitionService, counters: BrokerCounters | None = None
+                 ) -> None:
         self.service = service
         self._appender = service.appender
+        self._counters = counters or BrokerCounters()  # its nacks_outcome_unknown
         self._pending: list[QueueMessage] = []
         self._settles: list[int] = []
         self._batch: asyncio.Future[None] | None = None
-        self._batch_confirms = False  # someone waits for this batch's fsync
+        self._batch_confirms = 0  # enqueues waiting for this batch to be durable
         self._live = LiveOffsets()  # journal offsets of unsettled messages
         self.reader = RecordReader(service)
         self._since_compaction = 0
@@ -170,32 +191,55 @@ class QueueJournal:
     @classmethod
     def open(cls, directory: Path, durability: DurabilityPolicy,
              descriptors: DescriptorCache | None = None,
-             fsync_timings: FsyncTimings | None = None) -> tuple[QueueJournal, Replay]:
+             fsync_timings: FsyncTimings | None = None,
+             counters: BrokerCounters | None = None) -> tuple[QueueJournal, Replay]:
         """Open the journal and replay it: the offsets of its unsettled messages."""
         journal = cls(PartitionService(open_partition(directory, durability, descriptors,
-                                                      fsync_timings)))
+                                                      fsync_timings)), counters)
         return journal, journal.replay()
 
     def replay(self) -> Replay:
         """Read every record written (durable or not: a new leader's whole log is the
-        queue's) and keep the offsets of the messages not settled, oldest first."""
+        queue's) and keep the offsets of the messages not settled, oldest first. At
+        start-up, before anything else runs on the loop, in one go."""
+        replay = Replay()
+        for _ in self._replay_slices(replay):
+            pass
+        return replay
+
+    async def replay_yielding(self) -> Replay:
+        """`replay`, giving the event loop a turn after each slice. Nothing may write to
+        the journal meanwhile: its queue holds publishes until it is done."""
+        replay = Replay()
+        for _ in self._replay_slices(replay):
+            await asyncio.sleep(0)
+        return replay
+
+    def _replay_slices(self, replay: Replay) -> Iterator[None]:
+        """Fill `replay`, pausing (a yield) after every REPLAY_SLICE records."""
         service, live = self.service, self._live
-        offset = service.first_offset
+        offset, budget = service.first_offset, REPLAY_SLICE
         while offset < service.next_offset:
             chunk = service.read_written(offset)
-            _apply_chunk(chunk, live)
+            for at, record in chunk.records():
+                budget -= 1 + _apply_record(at, record, live)
+                if budget <= 0:
+                    yield
+                    budget = REPLAY_SLICE
             offset = chunk.next_offset
-        offsets = array("q", live)  # a second pass reads the survivors' sizes
-        replay = Replay(offsets, array("I", map(body_size, self.reader.read(offsets))))
+        survivors = iter(live)  # a second pass reads their sizes
+        while offsets := array("q", islice(survivors, REPLAY_SLICE)):
+            replay.offsets.extend(offsets)
+            replay.sizes.extend(map(body_size, self.reader.read(offsets)))
+            yield
         self.reader.forget()
-        return replay
 
     def enqueue(self, message: QueueMessage, confirm: bool) -> asyncio.Future[None]:
         """Write the message with this turn's batch; the future is done once it is durable
         (with `confirm`: fsynced; else written, which survives a crash of the process)."""
         self._pending.append(message)
         batch = self._schedule()
-        self._batch_confirms |= confirm
+        self._batch_confirms += confirm
         return batch
 
     def settle(self, message: QueueMessage) -> None:
@@ -224,7 +268,7 @@ class QueueJournal:
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, None
-        confirm, self._batch_confirms = self._batch_confirms, False
+        confirms, self._batch_confirms = self._batch_confirms, 0
         assert batch is not None
         live = [m for m in self._pending if not m.settled]
         records = [encode_enqueue(m) for m in live]
@@ -235,10 +279,10 @@ class QueueJournal:
         if not records:
             batch.set_result(None)
             return
-        receipt = self._appender.write_records(records, durable=confirm)
+        receipt = self._appender.write_records(records, durable=bool(confirms))
         written = receipt.durable
         if not written.done():  # a confirm waits for durability
-            written.add_done_callback(lambda done: _pass_on(done, batch))
+            written.add_done_callback(lambda done: self._written(done, batch, confirms))
         elif (error := written.exception()) is not None:
             # Refused (a full disk): the publishers get a nack, the queue drops them.
             batch.set_exception(error)
@@ -252,6 +296,14 @@ class QueueJournal:
             self._live.add(offset)
         if self._since_compaction >= COMPACT_EVERY:
             self._compact()
+
+    def _written(self, done: asyncio.Future[None], batch: asyncio.Future[None],
+                 confirms: int) -> None:
+        """A batch written is durable, or failed after the write: its confirming
+        publishers get a nack whose outcome is unknown (counted)."""
+        if done.exception() is not None:
+            self._counters.nacks_outcome_unknown += confirms
+        pass_on(done, batch)
 
     def _compact(self) -> None:
         self._since_compaction = 0
@@ -271,8 +323,9 @@ class QueueJournal:
         self.service.delete()
 
 
-def _pass_on(done: asyncio.Future[None], batch: asyncio.Future[None]) -> None:
-    """Settle a batch's future as the append under it settled."""
+def pass_on(done: asyncio.Future[None], batch: asyncio.Future[None]) -> None:
+    """Settle a batch's future (or a publish's waiting on it) as the append under it
+    settled."""
     error = done.exception()
     if batch.done():
         return

@@ -101,7 +101,7 @@ class QueueManager:
 
     def open_journal(self, vhost: str, queue: str) -> tuple[QueueJournal, Replay]:
         return QueueJournal.open(self.journal_directory(vhost, queue), self.durability,
-                                 self.descriptors, self.fsync_timings)
+                                 self.descriptors, self.fsync_timings, self.counters)
 
     def open_journal_partition(self, vhost: str, queue: str) -> Partition:
         """A replicated quorum queue's journal partition (fsynced as written)."""

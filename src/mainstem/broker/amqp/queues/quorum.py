@@ -6,6 +6,10 @@ the node leading its journal holds it live (`QuorumQueue`, the replay of the jou
 every other node a `QuorumStandby` that answers declarations and refuses publishes and
 consumers, naming the leader. Without a cluster a quorum queue is a classic queue with a
 journal, as before.
+
+A new leader's queue is live at once but replays its journal in slices (`replay`), the
+event loop serving others between them; until the replay is done it delivers nothing, and
+holds the publishes it is given, enqueued after the replayed messages once it is.
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from mainstem.broker.amqp.queues.journal import Replay
+from mainstem.broker.amqp.queues.journal import Replay, pass_on
 from mainstem.broker.amqp.queues.message import QueueMessage
 from mainstem.broker.amqp.queues.queue import ClassicQueue
-from mainstem.broker.amqp.queues.remote import RemoteQueue
+from mainstem.broker.amqp.queues.remote import NotHere, RemoteQueue
 from mainstem.broker.stream_service import PartitionClosed, PartitionService
 
 # Marks a replicated quorum queue in this node's own record of its vhost's queues: after a
@@ -32,18 +36,76 @@ class QuorumQueue(ClassicQueue):
     kind = "quorum"
     _replayed_through = 0  # queue positions a new leader replayed
     _commit_wait: asyncio.Task[None] | None = None
+    # While the journal replays: done once it is (publishers wait for it, as for a pager).
+    _replaying: asyncio.Future[None] | None = None
+    _replay_task: asyncio.Task[int] | None = None
+    _held: list[tuple[QueueMessage, bool, asyncio.Future[None] | None]]
 
     def publish(self, message: QueueMessage, confirm: bool = False
                 ) -> asyncio.Future[None] | bool | None:
         message.persistent = True
+        if self._replaying is not None:  # it goes after the replayed ones, once replayed
+            waiter = asyncio.get_running_loop().create_future() if confirm else None
+            self._held.append((message, confirm, waiter))
+            return waiter
         return super().publish(message, confirm)
+
+    async def replay(self) -> int:
+        """Replay the journal into the queue without holding the event loop, then enqueue
+        what was published meanwhile, in order; returns how many messages it replayed.
+        Delivers nothing before; cancelled if the queue steps down or goes."""
+        assert self.journal is not None
+        self._replaying, self._held = asyncio.get_running_loop().create_future(), []
+        self._replay_task = asyncio.current_task()
+        try:
+            replay = await self.journal.replay_yielding()
+        except BaseException:
+            self._end_replay(NotHere(f"quorum queue '{self.name}' stopped replaying here"))
+            raise
+        finally:
+            self._replay_task = None
+        self.restore(replay)
+        self._end_replay(None)
+        self.dispatch()
+        return len(replay.offsets)
+
+    def _end_replay(self, failure: NotHere | None) -> None:
+        """Publishes held during the replay: enqueued now, or refused with `failure`."""
+        replaying, self._replaying = self._replaying, None
+        held, self._held = self._held, []
+        for message, confirm, waiter in held:
+            written = super().publish(message, confirm) if failure is None else False
+            if waiter is not None:
+                _follow(waiter, written, failure or NotHere(
+                    f"quorum queue '{self.name}' refused the message"))
+        if replaying is not None and not replaying.done():
+            replaying.set_result(None)
+
+    def _stop_replay(self) -> None:
+        if self._replay_task is not None:
+            self._replay_task.cancel()
+
+    @property
+    def replaying(self) -> asyncio.Future[None] | None:
+        """While the journal replays: done once the queue holds its messages."""
+        return self._replaying
+
+    @property
+    def backlog(self) -> asyncio.Future[None] | None:
+        return self._replaying or super().backlog
+
+    def purge(self) -> int:
+        if self._replaying is not None:
+            raise NotHere(f"quorum queue '{self.name}' is being made live on this node: "
+                          "retry")
+        return super().purge()
 
     def restore(self, replay: Replay) -> None:
         super().restore(replay)
         self._replayed_through = self._seq
 
     def _take(self) -> QueueMessage | None:
-        if not self._head_committed():
+        if self._replaying is not None or not self._head_committed():
             return None
         message = super()._take()
         if message is not None and message.seq <= self._replayed_through \
@@ -83,6 +145,7 @@ class QuorumQueue(ClassicQueue):
         """This node no longer leads the journal: consumers are cancelled (basic.cancel),
         and acks of what it delivered settle nothing here (the new leader redelivers)."""
         self.deleted = True
+        self._stop_replay()
         self.journal = None
         self.stop_timers()
         for consumer in list(self.consumers):
@@ -91,11 +154,24 @@ class QuorumQueue(ClassicQueue):
         self._ready.close()
 
     def delete_storage(self) -> None:
+        self._stop_replay()
         self._ready.close()  # the journal is the cluster's to close and remove
 
     async def close(self) -> None:
+        self._stop_replay()
         self.stop_timers()
         self._ready.close()  # the cluster closes the journal
+
+
+def _follow(waiter: asyncio.Future[None], written: asyncio.Future[None] | bool | None,
+            refused: Exception) -> None:
+    """A held publish's confirm follows its write (or its refusal)."""
+    if isinstance(written, asyncio.Future):
+        written.add_done_callback(lambda done: pass_on(done, waiter))
+    elif written is False:
+        waiter.set_exception(refused)
+    else:
+        waiter.set_result(None)
 
 
 class QuorumStandby(RemoteQueue):

@@ -201,10 +201,13 @@ class VirtualHost:
 
     async def placed(self, queue: ClassicQueue | Stream) -> ClassicQueue | Stream:
         """A queue just declared, once usable: a quorum queue of a cluster once the
-        cluster recorded it (and made it live here if this node leads it)."""
+        cluster recorded it (and made it live here if this node leads it, its journal
+        replayed)."""
         if isinstance(queue, QuorumStandby) and queue.placing is not None:
             await queue.placing
-            return self.queues.get(queue.name, queue)
+            queue = self.queues.get(queue.name, queue)
+        if isinstance(queue, QuorumQueue) and queue.replaying is not None:
+            await asyncio.shield(queue.replaying)  # its counts are the replay's
         return queue
 
     def _refuse_properties(self, name: str, durable: bool, exclusive: bool,
@@ -348,15 +351,16 @@ class VirtualHost:
         replication = self.manager.replication
         return None if replication is None else replication.quorum_leader(self.name, name)
 
-    def go_live(self, name: str, journal: QueueJournal, replay: Replay) -> None:
-        """This node leads the quorum queue's journal: the queue is the journal's replay
-        (messages enqueued and not settled, in order)."""
+    def go_live(self, name: str, journal: QueueJournal) -> QuorumQueue | None:
+        """This node leads the quorum queue's journal: the queue, live here, to be filled
+        by its journal's replay (`QuorumQueue.replay`); None if it was deleted meanwhile."""
         standby = self.queues.get(name)
         if not isinstance(standby, QuorumStandby):
-            return  # deleted meanwhile
+            return None
         queue = self._new_queue(name, True, False, None, standby.arguments, standby.declared,
                                 journal, kind=QuorumQueue)
-        queue.restore(replay)
+        assert isinstance(queue, QuorumQueue)
+        return queue
 
     def stand_by(self, name: str) -> None:
         """This node no longer leads the quorum queue's journal: its consumers here are
