@@ -1,6 +1,7 @@
 """Faults at random under confirmed publishing, checked as Jepsen checks a history.
 
     .venv/bin/python -m bench.cluster_chaos [--seconds 300] [--seed N] [--via leader|any]
+                                            [--tier]
 
 Starts an etcd and three `mainstem serve` nodes on loopback (the tests' LocalCluster), one
 replicated stream, and a deduplicating publisher: rstream following the leader, or
@@ -13,6 +14,12 @@ order, nothing that was never sent. Meanwhile a reader per node polls what that 
 serves as committed; every record any of them saw must be in the final log at the same
 offset (no reader saw a record that a failover later cut). Prints one JSON line per fault
 and a summary. It is a soak, not a test: too long and too random for the suite.
+
+`--tier` gives the nodes one shared directory tier and the stream small segments that
+tier almost at once, and adds a fault: the leader SIGKILLed the instant a new object
+appears in the tier (mid-round), restarted after the hold. At the end the tier is checked
+too (issue 39): every record names an object of its recorded size and CRC-32, no object
+present at a fault was replaced later (same inode), and none is left that no record names.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import json
 import random
 import shutil
 import signal
+import sqlite3
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +48,7 @@ from tests.support.cluster_clients import (
 )
 
 from mainstem.client.stream import Endpoint, StreamClient
+from mainstem.log.tier import file_crc32
 from mainstem.testing_cluster import LocalCluster
 
 STREAM = "chaos"
@@ -57,13 +66,68 @@ async def leader_name(cluster: LocalCluster) -> str | None:
     return None
 
 
-async def fault(cluster: LocalCluster, rng: random.Random) -> dict[str, object]:
+TIER_ARGUMENTS = {"stream-max-segment-size-bytes": 64_000, "tier-local-max-bytes": 128_000}
+
+
+def tier_objects(tier: Path) -> dict[str, int]:
+    """key -> inode of every segment and index object in the tier."""
+    return {str(path.relative_to(tier)): path.stat().st_ino
+            for pattern in ("*.segment", "*.index") for path in tier.rglob(pattern)}
+
+
+async def kill_at_upload(cluster: LocalCluster, tier: Path, name: str) -> None:
+    """SIGKILL node `name` the instant a new object appears in the tier (or after 10 s)."""
+    before = set(tier_objects(tier))
+    for _ in range(2000):
+        if set(tier_objects(tier)) - before:
+            break
+        await asyncio.sleep(0.005)
+    cluster.kill(name)
+
+
+def check_tier(tier: Path, records: list[dict[str, object]], seen: dict[str, int]) -> int:
+    """Every record's objects there, as recorded; none seen earlier replaced; none left
+    unnamed. How many objects were checked."""
+    objects = tier_objects(tier)
+    named: dict[str, tuple[object, object]] = {}
+    for record in records:
+        key = str(record["key"])
+        named[key] = (record["segment_size"], record["segment_crc"])
+        named[key.removesuffix(".segment") + ".index"] = (record["index_size"],
+                                                          record["index_crc"])
+    assert set(named) == set(objects), (
+        f"recorded but missing: {sorted(set(named) - set(objects))[:5]}; "
+        f"there but unrecorded: {sorted(set(objects) - set(named))[:5]}")
+    for key, (size, crc) in named.items():
+        stored = (tier / key).stat().st_size, file_crc32(tier / key)
+        assert stored == (size, crc), f"{key} holds {stored}, recorded {(size, crc)}"
+    replaced = [key for key, inode in seen.items() if key in objects and objects[key] != inode]
+    assert not replaced, f"objects replaced after they were written: {replaced[:5]}"
+    return len(objects)
+
+
+def recorded_on(cluster: LocalCluster, name: str) -> list[dict[str, object]]:
+    path = cluster.nodes[name].data_dir / "catalog.sqlite"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return [json.loads(row[0]) for row in db.execute("SELECT record FROM tiered_segments")]
+
+
+async def fault(cluster: LocalCluster, rng: random.Random, tier: Path | None = None,
+                seen: dict[str, int] | None = None) -> dict[str, object]:
     """Do one fault and heal it; what was done."""
-    kind = rng.choice(["kill_leader", "kill_leader", "kill_any", "freeze_node", "freeze_etcd"])
+    kinds = ["kill_leader", "kill_leader", "kill_any", "freeze_node", "freeze_etcd"]
+    kind = rng.choice(kinds + ["kill_leader_at_upload"] * 2 if tier is not None else kinds)
     hold = round(rng.uniform(1, 8), 1)
-    name = (await leader_name(cluster) if kind == "kill_leader" else None) or rng.choice(
-        [n.name for n in cluster.live()])
-    if kind.startswith("kill"):
+    name = (await leader_name(cluster) if kind.startswith("kill_leader") else None) or \
+        rng.choice([n.name for n in cluster.live()])
+    if tier is not None and seen is not None:
+        seen.update(tier_objects(tier))
+    if kind == "kill_leader_at_upload":
+        assert tier is not None
+        await kill_at_upload(cluster, tier, name)
+        await asyncio.sleep(hold)
+        await asyncio.to_thread(cluster.start, name)
+    elif kind.startswith("kill"):
         cluster.kill(name)
         await asyncio.sleep(hold)
         await asyncio.to_thread(cluster.start, name)
@@ -199,12 +263,20 @@ def raw_bodies(port: int) -> list[bytes]:
     return [seen[offset] for offset in range(len(seen))]
 
 
-async def run(directory: Path, seconds: float, seed: int, via: str) -> dict[str, object]:
+async def run(directory: Path, seconds: float, seed: int, via: str, tiered: bool
+              ) -> dict[str, object]:
     rng = random.Random(seed)
-    with LocalCluster(directory) as cluster:
+    tier = directory / "tier" if tiered else None
+    extra = () if tier is None else ("--tier-url", str(tier), "--tier-check-interval-ms", "50",
+                                     "--tier-delete-grace-ms", "0")
+    seen: dict[str, int] = {}
+    with LocalCluster(directory, extra_args=extra) as cluster:
         publisher: Publisher = (FollowingPublisher(cluster, STREAM) if via == "leader"
                                 else AnyNodePublisher(cluster, random.Random(seed + 1)))
-        await publisher.create()
+        if isinstance(publisher, FollowingPublisher):
+            await publisher.create(TIER_ARGUMENTS if tier is not None else None)
+        else:
+            await publisher.create()
         deadline = time.monotonic() + seconds
         publishing = asyncio.ensure_future(publish_until(publisher, deadline))
         reads: dict[str, dict[int, bytes]] = {name: {} for name in cluster.nodes}
@@ -214,7 +286,7 @@ async def run(directory: Path, seconds: float, seed: int, via: str) -> dict[str,
         faults = 0
         while time.monotonic() < deadline and not publishing.done():
             await asyncio.sleep(rng.uniform(2, 6))
-            print(json.dumps(await fault(cluster, rng)), flush=True)
+            print(json.dumps(await fault(cluster, rng, tier, seen)), flush=True)
             faults += 1
         await publishing
         await publisher.settle(60)
@@ -232,7 +304,13 @@ async def run(directory: Path, seconds: float, seed: int, via: str) -> dict[str,
                     f"logs and data kept in {directory}") from None
             check_history(bodies_on(port, STREAM), publisher.confirmed, publisher.sent)
         checked = check_reads(raw_bodies(cluster.nodes["node1"].ports["stream"]), reads)
+        objects = 0
+        if tier is not None:
+            await asyncio.sleep(2)  # the last round's deletes of unrecorded uploads
+            leader = await leader_name(cluster) or "node1"
+            objects = check_tier(tier, recorded_on(cluster, leader), seen)
         return {"seed": seed, "via": via, "seconds": seconds, "faults": faults,
+                "tier_objects_checked": objects,
                 "sent": publisher.sent,
                 "confirmed": len(publisher.confirmed), "checked_nodes": len(cluster.nodes),
                 "reads_checked": checked,
@@ -247,10 +325,12 @@ def main() -> None:
     parser.add_argument("--via", choices=("leader", "any"), default="leader",
                         help="publish to the leader (rstream, following Metadata) or through "
                              "random nodes (forwarded by replicas)")
+    parser.add_argument("--tier", action="store_true",
+                        help="a shared directory tier, and the leader killed at upload time")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     directory = Path(tempfile.mkdtemp(prefix="chaos-", dir=args.dir))
-    summary = asyncio.run(run(directory, args.seconds, seed, args.via))
+    summary = asyncio.run(run(directory, args.seconds, seed, args.via, args.tier))
     shutil.rmtree(directory)  # kept when the check failed
     print(json.dumps(summary), flush=True)
 

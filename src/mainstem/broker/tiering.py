@@ -196,7 +196,6 @@ class Tiering:
         """Delete what is due, then tier every candidate of the partitions this node
         leads; how many segments were tiered."""
         self._marker_seen = False
-        await self._check_marker()  # says at once when the tier is not this node's
         await self._delete_due()
         tiered = 0
         for stream in self._streams.list():
