@@ -52,6 +52,7 @@ REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a clust
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 COMMIT_POINT_EVERY_S = 1.0  # how stale a restarted replica's commit point may be
+ETCD_RETRY_S = 0.25  # how often a node without etcd asks it again
 MEMBER_FILE = "cluster-member"  # this data directory has been a member of that cluster
 
 
@@ -174,21 +175,30 @@ class ClusterNode:
                 expired = True  # etcd says the lease is gone
             except EtcdError:
                 expired = time.monotonic() - renewed >= self.lease_ttl
-            if not expired:
-                continue
-            log.warning("cluster.lease_lost", extra={"node": self.node_name})
-            self.lease_lost.set()
-            for role in self.replicated.roles.values():
-                role.changed.set()
-            while True:
-                try:
-                    await self._register()
-                    renewed = time.monotonic()
-                    break
-                except EtcdError:
-                    await asyncio.sleep(interval)
-            for role in self.replicated.roles.values():
-                role.changed.set()
+            if expired:
+                await self._replace_lease()
+                renewed = time.monotonic()
+
+    async def _replace_lease(self) -> None:
+        """Step down everywhere, register with a new lease as soon as etcd answers, and
+        revoke the old one: etcd restarted restores its leases with a fresh TTL, and the
+        leader keys under it would hold every election for that long (issue 39)."""
+        log.warning("cluster.lease_lost", extra={"node": self.node_name})
+        self.lease_lost.set()
+        for role in self.replicated.roles.values():
+            role.changed.set()
+        lapsed = self.lease
+        while True:
+            try:
+                await self._register()
+                break
+            except EtcdError:
+                await asyncio.sleep(ETCD_RETRY_S)
+        with contextlib.suppress(EtcdError):  # lapsed anyway, if etcd let it
+            await self.etcd.revoke(lapsed)
+        log.info("cluster.lease_replaced", extra={"node": self.node_name})
+        for role in self.replicated.roles.values():
+            role.changed.set()
 
     # -- what etcd holds ------------------------------------------------------------------
 
