@@ -31,7 +31,7 @@ from mainstem.broker.streams import Stream
 from mainstem.cluster.amqp_relay.relay import Relay
 from mainstem.cluster.amqp_relay.relay_home import HomeLink
 from mainstem.cluster.context import Peers
-from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, put
+from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, KeyValue, put
 from mainstem.cluster.etcd_keys import ROOT, path, segments
 from mainstem.cluster.metadata.catalog_feed import ROOT as CATALOG_ROOT
 from mainstem.cluster.metadata.catalog_feed import CatalogFeed
@@ -53,6 +53,7 @@ MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a clien
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 COMMIT_POINT_EVERY_S = 1.0  # how stale a restarted replica's commit point may be
 ETCD_RETRY_S = 0.25  # how often a node without etcd asks it again
+JOINING = "joining the cluster"
 MEMBER_FILE = "cluster-member"  # this data directory has been a member of that cluster
 
 
@@ -70,6 +71,7 @@ class ClusterNode:
         self.lease_ttl = lease_ttl
         self._replication_host, self._replication_port = replication_host, replication_port
         self.lease = 0
+        self.not_ready: str | None = JOINING  # why it takes no clients; None once joined
         self.peers = Peers(self.node_name)
         self.nodes = self.peers.nodes
         self.lease_lost = asyncio.Event()
@@ -94,12 +96,11 @@ class ClusterNode:
         self._server = await asyncio.start_server(self._serve_follower, self._replication_host,
                                                   self._replication_port)
         self.replication_port = self._server.sockets[0].getsockname()[1]
-        self.peers.secret = await self._shared_secret()
-        await self._register()
+        kvs = await self._first_read()
         self.core.queues.replication = self.quorum
         self.core.queues.relay = self.relay
         self.core.topology.join(self.node_name, lambda name: name in self.nodes)
-        await self._load()
+        await self._load(kvs)
         self.core.tell_changes(self._changed)
         self._take_topology()
         self.spawn(self._keep_alive())
@@ -107,6 +108,7 @@ class ClusterNode:
         self.spawn(self.catalog.share())
         self.spawn(self._save_commit_points())
         await self.iggy.install()
+        self.not_ready = None
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 
@@ -144,6 +146,23 @@ class ClusterNode:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _first_read(self) -> list[KeyValue]:
+        """The cluster's secret, this node registered, and what etcd holds: asked again
+        every ETCD_RETRY_S until etcd answers (a node started while etcd is away waits
+        for it; its health check says so)."""
+        while True:
+            try:
+                self.peers.secret = await self._shared_secret()
+                await self._register()
+                kvs, self._revision = await self.etcd.get_prefix(ROOT)
+                return kvs
+            except EtcdError as error:
+                if self.not_ready == JOINING:  # logged once, not at every attempt
+                    log.warning("cluster.waiting_for_etcd", extra={
+                        "node": self.node_name, "error": str(error)})
+                self.not_ready = f"waiting for etcd: {error}"
+            await asyncio.sleep(ETCD_RETRY_S)
 
     async def _shared_secret(self) -> str:
         """The cluster's replication secret: made by the first node, read by the others."""
@@ -202,8 +221,7 @@ class ClusterNode:
 
     # -- what etcd holds ------------------------------------------------------------------
 
-    async def _load(self) -> None:
-        kvs, self._revision = await self.etcd.get_prefix(ROOT)
+    async def _load(self, kvs: list[KeyValue]) -> None:
         catalog = [kv for kv in kvs if kv.key.startswith(CATALOG_ROOT)]
         for kv in kvs:
             if not kv.key.startswith(CATALOG_ROOT):
