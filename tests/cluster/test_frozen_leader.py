@@ -54,8 +54,14 @@ class Publisher:
 
 
 async def leader_of(cluster: LocalCluster, port: int) -> str:
-    leader, _ = await stream_metadata(port, QUEUE)
-    return next(n.name for n in cluster.nodes.values() if n.ports["stream"] == leader.port)
+    """The queue's leader, once the node at `port` knows one."""
+    for _ in range(100):
+        with contextlib.suppress(Exception):  # not available: no leader yet
+            leader, _ = await stream_metadata(port, QUEUE)
+            return next(n.name for n in cluster.nodes.values()
+                        if n.ports["stream"] == leader.port)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{QUEUE} has no leader")
 
 
 async def test_publishers_through_other_nodes_follow_the_new_leader(
