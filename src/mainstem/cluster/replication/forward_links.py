@@ -4,7 +4,8 @@ Every protocol may be used on any node (issue: AMQP, Iggy, BSON events and segme
 connect anywhere). On a replica, the partition's Appender hands each append call to a
 `PartitionForwarder`, which sends it over one connection per leader node to that node's
 replication listener; the leader runs it on its own Appender and answers once it is
-committed. While a partition has no leader (an election), appends wait for one.
+committed. While a partition has no leader (an election), appends wait for one; those
+sent to a node etcd no longer names as leader, and not answered, go to the next one.
 """
 
 from __future__ import annotations
