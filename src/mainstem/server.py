@@ -19,7 +19,7 @@ import resource
 import signal
 import socket
 import ssl
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, SupportsIndex
 from urllib.parse import quote
@@ -190,18 +190,24 @@ class Broker:
                 self.workers = Workers(workers)
                 await self.workers.start()
             tls = server_context(self.config.tls) if self.config.tls.enabled else None
+            # A cluster node binds its listeners (other nodes learn their ports) but
+            # takes clients only once it has joined: until etcd has answered, its catalog
+            # (users, permissions, streams) may be stale.
+            serve = not self.config.cluster.enabled
             for spec in self._protocols:
                 listener = self.config.listener(spec)
                 if listener.enabled:
-                    await self._listen(spec, listener.host, listener.port)
+                    await self._listen(spec, listener.host, listener.port, serve=serve)
                     if tls is not None:
                         tls_port = self.config.tls_port(spec.name)
-                        await self._listen(spec, listener.host, tls_port, tls)
-            if self.config.cluster.enabled:
-                await self._join_cluster()
+                        await self._listen(spec, listener.host, tls_port, tls, serve=serve)
             self._start_alarm_monitor()
             if self.config.admin.enabled or self.config.prometheus.enabled:
-                await self._start_http(tls)
+                await self._start_http(tls)  # its health check tells while etcd is awaited
+            if self.config.cluster.enabled:
+                await self._join_cluster()
+                for server in self._servers:
+                    await server.start_serving()
         except BaseException:
             await self._release()
             raise
@@ -232,7 +238,7 @@ class Broker:
             loop.add_signal_handler(signum, _on_signal, signum, stop_requested)
         try:
             if self._core is None:
-                await self.start()
+                await _unless_stopped(self.start(), stop_requested)
             # What startup built (modules, catalog, configuration) lives as long as the
             # process: out of the collector's generations, full collections stop walking
             # it (an 18 ms gen-2 pause was seen at a publish's p999).
@@ -257,8 +263,14 @@ class Broker:
         self.core.streams.replication = self.cluster
         self.ports["replication"] = self.cluster.replication_port
 
+    def _not_ready(self) -> str | None:
+        """Why this node takes no clients yet (a cluster node joining); None once it does."""
+        if not self.config.cluster.enabled:
+            return None
+        return "joining the cluster" if self.cluster is None else self.cluster.not_ready
+
     async def _listen(self, spec: ProtocolSpec, host: str, port: int,
-                      tls: ssl.SSLContext | None = None) -> None:
+                      tls: ssl.SSLContext | None = None, *, serve: bool = True) -> None:
         """Serve `spec` on host:port; with `tls`, as its TLS twin "NAME/tls". The handler
         sees plain streams either way: asyncio runs the TLS layer."""
         name = spec.name + TLS_SUFFIX if tls is not None else spec.name
@@ -276,13 +288,15 @@ class Broker:
             return asyncio.StreamReaderProtocol(FirstBytesReader(spec, limit, loop),
                                                 on_connection)
 
-        await self._bind(name, accept, host, port, tls)
+        await self._bind(name, accept, host, port, tls, serve)
 
     async def _bind(self, name: str, accept: Callable[[], asyncio.BaseProtocol], host: str,
-                    port: int, tls: ssl.SSLContext | None) -> None:
+                    port: int, tls: ssl.SSLContext | None, serve: bool = True) -> None:
+        """Bind host:port; accepting connections at once when `serve`, else once
+        `start_serving` is called."""
         try:
             server = await asyncio.get_running_loop().create_server(
-                accept, host, port, backlog=LISTEN_BACKLOG, ssl=tls,
+                accept, host, port, backlog=LISTEN_BACKLOG, ssl=tls, start_serving=serve,
                 ssl_handshake_timeout=self._handshake_timeout_s if tls else None,
             )
         except OSError as exc:
@@ -303,7 +317,8 @@ class Broker:
         state = AdminState(
             core=self.core, connections=self.connections, monitor=self.alarm_monitor,
             listeners=self.ports, hosts=self.hosts, certfile=self.config.tls.certfile,
-            identity=self.config.identity, on_login=self._handshakes.end)
+            identity=self.config.identity, on_login=self._handshakes.end,
+            not_ready=self._not_ready)
         admin = create_app(state, served_metrics=self.config.admin_metrics,
                            per_object_metrics=self.config.return_per_object_metrics)
         runners = {ADMIN: await self._http_runner(admin)}
@@ -491,6 +506,20 @@ class Broker:
                 await core.close()
         finally:
             self._lock.release()
+
+
+async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> None:
+    """Run `work`, cancelled if `stop` is set first: a SIGTERM ends a cluster node still
+    waiting for etcd."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task})
+    if not task.cancelled():
+        task.result()
 
 
 class _Handshake:

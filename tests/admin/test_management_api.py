@@ -207,7 +207,8 @@ async def test_pagination_filtering_sorting_and_columns(http):
 
 
 async def test_health_checks_and_aliveness(broker, http):
-    for check in ("alarms", "local-alarms", "virtual-hosts", "node-is-quorum-critical",
+    for check in ("alarms", "local-alarms", "virtual-hosts", "is-in-service",
+                  "node-is-quorum-critical",
                   "node-is-mirror-sync-critical", "protocol-listener/amqp091",
                   "protocol-listener/stream", "protocol-listener/iggy",
                   f"port-listener/{broker.ports['amqp']}",

@@ -1,6 +1,7 @@
 """Health checks and the aliveness test, as RabbitMQ's management API has them: 200
 {"status": "ok"} or 503 {"status": "failed", "reason": ...}. A single node is never
-quorum- or mirror-sync-critical."""
+quorum- or mirror-sync-critical. `is-in-service` (RabbitMQ 4.1's) fails while a cluster node
+waits for etcd to join."""
 
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ async def alarms(request: web.Request) -> web.Response:
         return failed("resource alarm(s) in effect", alarms=[
             {"node": NODE, "resource": name} for name in active])
     return ok()
+
+
+@scoped(Scope.MANAGEMENT)
+@routes.get("/api/health/checks/is-in-service")
+async def is_in_service(request: web.Request) -> web.Response:
+    """503 while the node takes no clients: a cluster node joining (waiting for etcd)."""
+    reason = state_of(request).not_ready()
+    return ok() if reason is None else failed(reason)
 
 
 @scoped(Scope.MANAGEMENT)

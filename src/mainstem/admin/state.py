@@ -43,6 +43,8 @@ class AdminState:
     # Called with the transport of a connection whose request logged in: the server then
     # no longer counts it among the connections not logged in.
     on_login: Callable[[Hashable], None] | None = None
+    # Why the node takes no clients yet (a cluster node waiting for etcd); None: it does.
+    not_ready: Callable[[], str | None] = lambda: None
     rates: RateSampler = field(default_factory=RateSampler)
     activity: QueueActivity = field(default_factory=QueueActivity)
     providers: list[ResourceProvider] = field(init=False)

@@ -32,7 +32,15 @@ from mainstem.broker.streams import Stream
 from mainstem.cluster.amqp_relay.relay import Relay
 from mainstem.cluster.amqp_relay.relay_home import HomeLink
 from mainstem.cluster.context import Peers
-from mainstem.cluster.etcd import Compare, EtcdClient, EtcdError, Event, delete_prefix, put
+from mainstem.cluster.etcd import (
+    Compare,
+    EtcdClient,
+    EtcdError,
+    Event,
+    KeyValue,
+    delete_prefix,
+    put,
+)
 from mainstem.cluster.etcd_keys import ROOT, path, prefix, segments
 from mainstem.cluster.metadata.catalog_feed import AREA as CATALOG_AREA
 from mainstem.cluster.metadata.catalog_feed import ROOT as CATALOG_ROOT
@@ -54,6 +62,8 @@ REPLICATED = "x-mainstem-replicated"  # argument marking a local copy of a clust
 MAX_FORWARD_FRAME = 64 * 1024 * 1024  # one forwarded append: bounded as a client frame is
 FORWARD_LEAD_WAIT_S = 2.0  # a forward reaching a node just elected waits for it to lead
 COMMIT_POINT_EVERY_S = 1.0  # how stale a restarted replica's commit point may be
+ETCD_RETRY_S = 0.25  # how often a node without etcd asks it again
+JOINING = "joining the cluster"
 MEMBER_FILE = "cluster-member"  # this data directory has been a member of that cluster
 
 
@@ -71,6 +81,7 @@ class ClusterNode:
         self.lease_ttl = lease_ttl
         self._replication_host, self._replication_port = replication_host, replication_port
         self.lease = 0
+        self.not_ready: str | None = JOINING  # why it takes no clients; None once joined
         self.peers = Peers(self.node_name)
         self.nodes = self.peers.nodes
         self.lease_lost = asyncio.Event()
@@ -95,12 +106,11 @@ class ClusterNode:
         self._server = await asyncio.start_server(self._serve_follower, self._replication_host,
                                                   self._replication_port)
         self.replication_port = self._server.sockets[0].getsockname()[1]
-        self.peers.secret = await self._shared_secret()
-        await self._register()
+        kvs = await self._first_read()
         self.core.queues.replication = self.quorum
         self.core.queues.relay = self.relay
         self.core.topology.join(self.node_name, lambda name: name in self.nodes)
-        await self._load()
+        await self._load(kvs)
         self.core.tell_changes(self._changed)
         self.core.catalog.on_fenced = self.catalog.fenced
         self._take_topology()
@@ -111,6 +121,7 @@ class ClusterNode:
         await self.iggy.install()
         if self.core.tiering is not None:  # only now: this node knows the cluster's records
             self.core.tiering.start(self.identity)
+        self.not_ready = None
         log.info("cluster.joined", extra={"node": self.node_name, "nodes": sorted(self.nodes),
                                           "replication_port": self.replication_port})
 
@@ -150,6 +161,23 @@ class ClusterNode:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _first_read(self) -> list[KeyValue]:
+        """The cluster's secret, this node registered, and what etcd holds: asked again
+        every ETCD_RETRY_S until etcd answers (a node started while etcd is away waits
+        for it; its health check says so)."""
+        while True:
+            try:
+                self.peers.secret = await self._shared_secret()
+                await self._register()
+                kvs, self._revision = await self.etcd.get_prefix(ROOT)
+                return kvs
+            except EtcdError as error:
+                if self.not_ready == JOINING:  # logged once, not at every attempt
+                    log.warning("cluster.waiting_for_etcd", extra={
+                        "node": self.node_name, "error": str(error)})
+                self.not_ready = f"waiting for etcd: {error}"
+            await asyncio.sleep(ETCD_RETRY_S)
+
     async def _shared_secret(self) -> str:
         """The cluster's replication secret: made by the first node, read by the others."""
         await self.etcd.txn([Compare(path("secret"), "CREATE", 0)],
@@ -180,26 +208,34 @@ class ClusterNode:
                 expired = True  # etcd says the lease is gone
             except EtcdError:
                 expired = time.monotonic() - renewed >= self.lease_ttl
-            if not expired:
-                continue
-            log.warning("cluster.lease_lost", extra={"node": self.node_name})
-            self.lease_lost.set()
-            for role in self.replicated.roles.values():
-                role.changed.set()
-            while True:
-                try:
-                    await self._register()
-                    renewed = time.monotonic()
-                    break
-                except EtcdError:
-                    await asyncio.sleep(interval)
-            for role in self.replicated.roles.values():
-                role.changed.set()
+            if expired:
+                await self._replace_lease()
+                renewed = time.monotonic()
+
+    async def _replace_lease(self) -> None:
+        """Step down everywhere, register with a new lease as soon as etcd answers, and
+        revoke the old one: etcd restarted restores its leases with a fresh TTL, and the
+        leader keys under it would hold every election for that long (issue 39)."""
+        log.warning("cluster.lease_lost", extra={"node": self.node_name})
+        self.lease_lost.set()
+        for role in self.replicated.roles.values():
+            role.changed.set()
+        lapsed = self.lease
+        while True:
+            try:
+                await self._register()
+                break
+            except EtcdError:
+                await asyncio.sleep(ETCD_RETRY_S)
+        with contextlib.suppress(EtcdError):  # lapsed anyway, if etcd let it
+            await self.etcd.revoke(lapsed)
+        log.info("cluster.lease_replaced", extra={"node": self.node_name})
+        for role in self.replicated.roles.values():
+            role.changed.set()
 
     # -- what etcd holds ------------------------------------------------------------------
 
-    async def _load(self) -> None:
-        kvs, self._revision = await self.etcd.get_prefix(ROOT)
+    async def _load(self, kvs: list[KeyValue]) -> None:
         catalog = [kv for kv in kvs if kv.key.startswith(CATALOG_ROOT)]
         for kv in kvs:
             if not kv.key.startswith(CATALOG_ROOT):

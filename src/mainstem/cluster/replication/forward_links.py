@@ -4,7 +4,8 @@ Every protocol may be used on any node (issue: AMQP, Iggy, BSON events and segme
 connect anywhere). On a replica, the partition's Appender hands each append call to a
 `PartitionForwarder`, which sends it over one connection per leader node to that node's
 replication listener; the leader runs it on its own Appender and answers once it is
-committed. While a partition has no leader (an election), appends wait for one.
+committed. While a partition has no leader (an election), appends wait for one; those
+sent to a node etcd no longer names as leader, and not answered, go to the next one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ log = logging.getLogger("mainstem.cluster")
 
 LEADER_WAIT_S = 15.0  # an append waits this long for a partition to have a leader
 MAX_ANSWER = 64 * 1024
+LEADER_CHECK_S = 0.1  # how often a forwarder waiting for answers looks who leads
 
 
 class ForwardFailed(NotWritable):
@@ -146,12 +148,17 @@ class PartitionForwarder:
     Appends leave in the order they were made (a publisher's messages stay in order): one
     pump sends whatever has queued up to the leader, waits for the answers, and puts any
     the node asked did not run (it was not the leader, or not yet) back at the head of
-    the queue for the next leader."""
+    the queue for the next leader. Once another node leads (or none), appends sent and
+    not answered are recalled to the head of the queue too and go to the new leader: a
+    frozen old leader holds no one (issue 39). The new leader drops those a named writer
+    had stored already; an unnamed one may be stored twice, as if its publisher had
+    republished after a nack (see docs/cluster.md, Guarantees)."""
 
     def __init__(self, links: Forwarding, role: Replica) -> None:
         self.links = links
         self.role = role
         self._queue: deque[_Pending] = deque()
+        self._in_flight: deque[tuple[_Pending, asyncio.Future[Answer]]] = deque()
         self._pump: asyncio.Task[None] | None = None
 
     def forward(self, append: ForwardedAppend) -> asyncio.Future[int]:
@@ -191,41 +198,65 @@ class PartitionForwarder:
             except OSError:
                 await role.wait_changed(0.2)
                 continue
-            if await self._send_all(link):
+            if await self._send_all(link, leader):
                 waited_since = loop.time()
             else:
                 await role.wait_changed(0.1)  # not the leader (any more, or yet)
 
-    async def _send_all(self, link: _Link) -> bool:
+    async def _send_all(self, link: _Link, leader: str) -> bool:
         """Send everything queued; True unless the node ran none of it. The first goes
         alone: a node just elected may refuse it and take the next, which would reorder
         them; once it took one, it refuses only a suffix (if it stops leading)."""
-        batch, self._queue = list(self._queue), deque()
-        first, rest = batch[0], batch[1:]
-        if not await self._settle(first, link.send(self.role.storage, self.role.index,
-                                                   first.append)):
-            self._queue.extendleft(reversed(batch))
+        if not self._queue:
+            return True  # this node was elected meanwhile: it staged them
+        self._send(link, self._queue.popleft())
+        if not await self._collect(leader):
             return False
-        sent = [(item, link.send(self.role.storage, self.role.index, item.append))
-                for item in rest]
-        not_run = [item for item, answer in sent if not await self._settle(item, answer)]
-        self._queue.extendleft(reversed(not_run))
+        while self._queue:
+            self._send(link, self._queue.popleft())
+        await self._collect(leader)
         return True
 
-    @staticmethod
-    async def _settle(item: _Pending, answer: asyncio.Future[Answer]) -> bool:
-        """Pass the leader's answer on; False when it ran nothing (not the leader)."""
-        try:
-            item.answer.set_result(await answer)
-        except NotRun:
-            return False
-        except Exception as error:  # the leader failed it, or the link broke
-            item.answer.set_exception(error)
-        return True
+    def _send(self, link: _Link, item: _Pending) -> None:
+        answer = link.send(self.role.storage, self.role.index, item.append)
+        self._in_flight.append((item, answer))
+
+    async def _collect(self, leader: str) -> bool:
+        """Pass the leader's answers on, in order, until none is in flight. What the node
+        ran none of (it was not the leader) goes back to the head of the queue, and so
+        does all that is in flight once `leader` no longer leads: False if any did."""
+        not_run: list[_Pending] = []
+        recalled = False
+        while self._in_flight:
+            item, answer = self._in_flight[0]
+            if self.role.leader_node != leader:
+                self._recall()
+                recalled = True
+                break
+            await asyncio.wait({answer}, timeout=LEADER_CHECK_S)
+            if not self._in_flight or self._in_flight[0][0] is not item:
+                recalled = True  # this node leads now: it staged them
+                break
+            if answer.done():
+                self._in_flight.popleft()
+                if not _settle(item, answer):
+                    not_run.append(item)
+        self._queue.extendleft(reversed(not_run))
+        return not (not_run or recalled)
+
+    def _recall(self) -> None:
+        """What is in flight, unanswered, goes back to the head of the queue; a late
+        answer from the node it went to is ignored."""
+        for _, answer in self._in_flight:
+            answer.cancel()
+        self._queue.extendleft(reversed([item for item, _ in self._in_flight]))
+        self._in_flight.clear()
 
     def stage_here(self) -> list[tuple[_Pending, Receipt]]:
-        """Stage what is queued on this node's appender, in order, at once: called as
-        this node starts leading, before any append made here can go ahead of them."""
+        """Stage what is queued or in flight on this node's appender, in order, at once:
+        called as this node starts leading, before any append made here can go ahead of
+        them."""
+        self._recall()
         batch, self._queue = list(self._queue), deque()
         appender = self.role.service.appender
         return [(item, appender.run_forwarded(item.append)) for item in batch]
@@ -245,6 +276,18 @@ class PartitionForwarder:
     def _fail_all(self, error: Exception) -> None:
         while self._queue:
             self._queue.popleft().answer.set_exception(error)
+
+
+def _settle(item: _Pending, answer: asyncio.Future[Answer]) -> bool:
+    """Pass the leader's answer on; False when it ran nothing (not the leader)."""
+    error = answer.exception()
+    if isinstance(error, NotRun):
+        return False
+    if error is not None:  # the leader failed it, or the link broke
+        item.answer.set_exception(error)
+    else:
+        item.answer.set_result(answer.result())
+    return True
 
 
 def _chain(source: asyncio.Future[Answer], pick: Callable[[Answer], T]) -> asyncio.Future[T]:
