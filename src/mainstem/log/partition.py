@@ -218,9 +218,10 @@ class Partition:
             total -= segment.size
         return candidates
 
-    def attach_tiered(self, tiered: Sequence[TieredSegment]) -> None:
-        """Put the partition's tiered segments (from its records) before its local ones."""
-        self._segments.attach_tiered(tiered)
+    def attach_tiered(self, tiered: Sequence[TieredSegment]) -> list[TieredSegment]:
+        """Put the partition's tiered segments (from its records) before its local ones;
+        those the local files still hold are returned, not attached (see Segments)."""
+        return self._segments.attach_tiered(tiered)
 
     def oldest_sealed(self) -> Segment | None:
         """The oldest local segment unless it is the active one."""

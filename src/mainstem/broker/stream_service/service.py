@@ -133,9 +133,11 @@ class PartitionService:
 
     async def attach_tiered(self, records: Sequence[TieredRecord], tier: Tier,
                             cache: TierCache) -> None:
-        """Put the recorded tiered segments before the local ones (at start)."""
-        self.partition.attach_tiered(
-            [await TieredSegment.load(tier, record, cache) for record in records])
+        """Put the recorded tiered segments before the local ones (at start); those the
+        local files still hold wait until this replica's copy is sealed (`swap_tiered`)."""
+        for member in self.partition.attach_tiered(
+                [await TieredSegment.load(tier, record, cache) for record in records]):
+            member.delete()
 
     async def swap_tiered(self, segment: Segment, record: TieredRecord, tier: Tier,
                           cache: TierCache) -> bool:
