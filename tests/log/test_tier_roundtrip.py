@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,7 @@ async def test_a_replica_cut_back_into_a_tiered_segment_opens_and_reads_it_local
     assert reopened.next_offset == last.first_chunk_id + 1
     bodies, offset = [], 0
     while offset < reopened.next_offset:
-        chunk = await fetching(lambda: reopened.read_written(offset))
+        chunk = await fetching(partial(reopened.read_written, offset))
         bodies += [bytes(body) for _, body in chunk.records()]
         offset = chunk.next_offset
     assert bodies == [batch[0] for batch in batches[:last.first_chunk_id + 1]]
