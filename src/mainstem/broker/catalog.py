@@ -28,8 +28,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mainstem.broker import legacy
 from mainstem.broker.errors import (
@@ -48,12 +49,20 @@ MAX_NAME_BYTES = 255
 # Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
-# (kind, key, row): "namespace", "user", "permission", "offset", "policy",
-# "operator_policy", "vhost_limit" or "user_limit" (and the kinds of the other stores, see
-# `broker.replicated`); row None when deleted. In a cluster it returns what completes once
-# the cluster's store has it.
-ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None],
-                          Awaitable[None] | None]
+
+
+class ChangeListener(Protocol):
+    """Told (kind, key, row): "namespace", "user", "permission", "offset", "policy",
+    "operator_policy", "vhost_limit" or "user_limit" (and the kinds of the other stores,
+    see `broker.replicated`); row None when deleted. In a cluster it returns what
+    completes once the cluster's store has it. `held_here` False: a change not made here
+    yet, made here (through `Catalog.apply`, as on every node) once the cluster's store
+    holds it."""
+
+    def __call__(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None, *,
+                 held_here: bool = True) -> Awaitable[None] | None: ...
+
+
 TIERED_SEGMENT = "tiered_segment"
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
 
@@ -298,6 +307,24 @@ def _user_from_row(row: tuple[Any, ...]) -> UserRecord:
     return UserRecord(name, password_hash, tuple(json.loads(tags)))
 
 
+def _check_user(user: UserRecord) -> None:
+    validate_name(user.name, "user")
+    if not user.password_hash:
+        raise InvalidArgument(f"user '{user.name}' needs a password hash")
+
+
+def _no_permissions(user: str, namespace: str) -> NotFound:
+    return NotFound(f"user '{user}' has no permissions in namespace '{namespace}'")
+
+
+def _no_policy(kind: str, vhost: str, name: str) -> NotFound:
+    return NotFound(f"{kind.replace('_', ' ')} '{name}' not found in vhost '{vhost}'")
+
+
+def _no_limit(kind: str, owner: str, name: str) -> NotFound:
+    return NotFound(f"no limit '{name}' set for {_owner_kind(kind)} '{owner}'")
+
+
 def _owner_kind(limit_kind: str) -> str:
     return "virtual host" if limit_kind == "vhost_limit" else "user"
 
@@ -382,6 +409,18 @@ class ChangeNotifier:
         if self.on_change is None or self._applying:
             return
         shared = self.on_change(kind, key, row)
+        if shared is not None:
+            await held_everywhere(shared)
+
+    async def _everywhere(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None,
+                          make_here: Callable[[], object]) -> None:
+        """A client's change, checked already, answered once made: alone, made here at
+        once (`make_here`); in a cluster, written to the cluster's store first and made
+        here, as on every node, from there (no node holds what the cluster does not)."""
+        if self.on_change is None or self._applying:
+            make_here()
+            return
+        shared = self.on_change(kind, key, row, held_here=False)
         if shared is not None:
             await held_everywhere(shared)
 
@@ -686,9 +725,7 @@ class Catalog(ChangeNotifier):
 
     def put_user(self, user: UserRecord) -> None:
         """Create the user or replace its password hash and tags."""
-        validate_name(user.name, "user")
-        if not user.password_hash:
-            raise InvalidArgument(f"user '{user.name}' needs a password hash")
+        _check_user(user)
         self._write(
             "INSERT INTO users (name, password_hash, tags) VALUES (?, ?, ?)"
             " ON CONFLICT (name) DO UPDATE"
@@ -722,9 +759,7 @@ class Catalog(ChangeNotifier):
         record = PermissionRecord(user, namespace, configure, write, read)
         self._permissions.clear()
         with self._transaction() as db:
-            if self.get_user(user) is None:
-                raise NotFound(f"user '{user}' not found")
-            self._require_namespace(namespace)
+            self._require_user_and_namespace(user, namespace)
             db.execute(
                 "INSERT INTO permissions (user, namespace, configure, write, read)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (user, namespace) DO UPDATE"
@@ -736,13 +771,18 @@ class Catalog(ChangeNotifier):
                       {"configure": configure, "write": write, "read": read})
         return record
 
+    def _require_user_and_namespace(self, user: str, namespace: str) -> None:
+        if self.get_user(user) is None:
+            raise NotFound(f"user '{user}' not found")
+        self._require_namespace(namespace)
+
     def clear_permissions(self, user: str, namespace: str) -> None:
         self._permissions.clear()
         cleared = self._write(
             "DELETE FROM permissions WHERE user = ? AND namespace = ?", (user, namespace)
         )
         if not cleared:
-            raise NotFound(f"user '{user}' has no permissions in namespace '{namespace}'")
+            raise _no_permissions(user, namespace)
         self._changed("permission", (user, namespace), None)
 
     def get_permissions(self, user: str, namespace: str) -> PermissionRecord | None:
@@ -797,7 +837,7 @@ class Catalog(ChangeNotifier):
     def delete_policy(self, kind: str, vhost: str, name: str) -> None:
         if not self._write("DELETE FROM policies WHERE kind = ? AND namespace = ? AND name = ?",
                            (kind, vhost, name)):
-            raise NotFound(f"{kind.replace('_', ' ')} '{name}' not found in vhost '{vhost}'")
+            raise _no_policy(kind, vhost, name)
         self.policies.remove(kind, vhost, name)
         self._changed(kind, (vhost, name), None)
         self._policies_changed(vhost)
@@ -823,7 +863,7 @@ class Catalog(ChangeNotifier):
     def clear_limit(self, kind: str, owner: str, name: str) -> None:
         table, column = _LIMIT_TABLES[kind]
         if not self._write(f"DELETE FROM {table} WHERE {column} = ? AND name = ?", (owner, name)):
-            raise NotFound(f"no limit '{name}' set for {_owner_kind(kind)} '{owner}'")
+            raise _no_limit(kind, owner, name)
         self._changed(kind, (owner, name), None)
 
     def list_limits(self, kind: str, owner: str | None = None) -> dict[str, dict[str, int]]:
@@ -888,3 +928,79 @@ class Catalog(ChangeNotifier):
                 (namespace, stream),
             ).fetchall()
         return {(partition, reference): offset for partition, reference, offset in rows}
+
+    # -- a client's changes: answered once made everywhere ---------------------------------
+    # Each checks the change here, then `_everywhere`: alone, the method above; in a cluster,
+    # the cluster's store first, and this node (as every node) takes it from there.
+
+    async def add_namespace_everywhere(self, name: str) -> None:
+        validate_name(name, "namespace")
+        if self.get_namespace(name) is not None:
+            raise AlreadyExists(f"namespace '{name}' already exists")
+        await self._everywhere("namespace", (name,), {"created_at": time.time()},
+                               partial(self.add_namespace, name))
+
+    async def put_user_everywhere(self, user: UserRecord) -> None:
+        _check_user(user)
+        await self._everywhere("user", (user.name,), {"password_hash": user.password_hash,
+                                                      "tags": list(user.tags)},
+                               partial(self.put_user, user))
+
+    async def delete_user_everywhere(self, name: str) -> None:
+        if self.get_user(name) is None:
+            raise NotFound(f"user '{name}' not found")
+        await self._everywhere("user", (name,), None, partial(self.delete_user, name))
+
+    async def set_permissions_everywhere(self, user: str, namespace: str, configure: str,
+                                         write: str, read: str) -> None:
+        self._require_user_and_namespace(user, namespace)
+        await self._everywhere("permission", (user, namespace),
+                               {"configure": configure, "write": write, "read": read},
+                               partial(self.set_permissions, user, namespace, configure,
+                                       write, read))
+
+    async def clear_permissions_everywhere(self, user: str, namespace: str) -> None:
+        if self.get_permissions(user, namespace) is None:
+            raise _no_permissions(user, namespace)
+        await self._everywhere("permission", (user, namespace), None,
+                               partial(self.clear_permissions, user, namespace))
+
+    async def put_policy_everywhere(self, policy: Policy) -> None:
+        validate_name(policy.name, "policy")
+        self._require_namespace(policy.vhost)
+        await self._everywhere(policy.kind, (policy.vhost, policy.name), policy.row(),
+                               partial(self.put_policy, policy))
+
+    async def delete_policy_everywhere(self, kind: str, vhost: str, name: str) -> None:
+        if all(policy.name != name for policy in self.policies.list(kind, vhost)):
+            raise _no_policy(kind, vhost, name)
+        await self._everywhere(kind, (vhost, name), None,
+                               partial(self.delete_policy, kind, vhost, name))
+
+    async def set_limit_everywhere(self, kind: str, owner: str, name: str, value: int) -> None:
+        """As `set_limit` (broker/limits.py checks names and values)."""
+        held = self.get_namespace(owner) if kind == "vhost_limit" else self.get_user(owner)
+        if held is None:
+            raise NotFound(f"{_owner_kind(kind)} '{owner}' not found")
+        await self._everywhere(kind, (owner, name), {"value": value},
+                               partial(self.set_limit, kind, owner, name, value))
+
+    async def clear_limit_everywhere(self, kind: str, owner: str, name: str) -> None:
+        if name not in self.list_limits(kind, owner).get(owner, {}):
+            raise _no_limit(kind, owner, name)
+        await self._everywhere(kind, (owner, name), None,
+                               partial(self.clear_limit, kind, owner, name))
+
+    async def store_offset_everywhere(self, namespace: str, stream: str, partition: int,
+                                      reference: str, offset: int) -> None:
+        """As `store_offset`, for a client answered once it is stored."""
+        validate_name(reference, "consumer reference")
+        _validate_int(partition, "partition", 0, MAX_PARTITIONS - 1)
+        _validate_int(offset, "offset", 0, MAX_OFFSET)
+        record = self.get_stream(namespace, stream)
+        if record is None or partition >= record.partitions:
+            self._raise_missing_partition(namespace, stream, partition)
+        await self._everywhere("offset", (namespace, stream, partition, reference),
+                               {"offset": offset},
+                               partial(self.store_offset, namespace, stream, partition,
+                                       reference, offset))
