@@ -13,7 +13,10 @@ crash, and after a power cut an offset may fall back a little, which at-least-on
 consumers tolerate.
 
 Methods are synchronous: SQLite answers in microseconds, so the event loop calls
-them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too.
+them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too. The
+`..._everywhere` methods, for a change a client is answered for, are async: in a cluster
+they return once the cluster's store holds the change and this node has taken it from
+there (see `ChangeNotifier._everywhere`).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mainstem.broker.errors import Unavailable
+from mainstem.broker.errors import BrokerError, Unavailable
 from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
@@ -237,8 +237,12 @@ class CatalogFeed:
         if unsettled.changes:
             return
         del self._unsettled[at]
-        if unsettled.newest is not None and unsettled.here != unsettled.newest[0]:
+        if unsettled.newest is None or unsettled.here == unsettled.newest[0]:
+            return
+        try:
             self._take(at, unsettled.newest[1])
+        except (BrokerError, OSError, ValueError, KeyError) as error:  # as the watch does
+            log.error("cluster.change_failed", extra={"key": at, "error": repr(error)})
 
     # -- changes etcd reports ------------------------------------------------------------
 
