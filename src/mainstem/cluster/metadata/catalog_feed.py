@@ -17,19 +17,16 @@ change not written within ANSWER_WAIT_S fails its waiter (`Unavailable`): one ne
 is withdrawn (made nowhere); one sent, perhaps received, stays on its way and its waiter
 is told the outcome is unknown (made everywhere or nowhere, once etcd answers).
 
-Which value a node ends on is decided by etcd's revisions, not by comparing values: for
-each key the node knows the revision of the newest value it has seen (its own writes'
-revisions come with etcd's answer), and an event no newer than that is skipped (the echo
-of its own write, or a value overtaken already). While the node has changes of a key that
-etcd has not answered yet, events of that key are not applied but kept (the newest): the
-node's own change may be older or newer than them in etcd's order, which only the answer
-tells. Once the key's last change is answered (or withdrawn) the node takes the newest
-value known, unless it holds it already. So every node's final value of a key is etcd's:
-the newest revision wins on every node, as in etcd. For a merged kind the newest value is
-the merge etcd kept (or what it held, when the merge changes nothing), so the writing
-node ends on the merge too. Echoes told apart by value (as before) went wrong when a
-peer's write came between this node's change and the registration of its write: the node
-ended on the peer's value while etcd held its own.
+Which value a node ends on is decided by etcd's revisions, not by comparing values
+(`key_order.py`): an event no newer than what the node has seen of its key is skipped (its
+own echo), events of a key the node has a write of in flight wait for etcd's answer, and
+then the newest value wins, on every node as in etcd. For a merged kind the newest value is
+the merge etcd kept (or what it held, when the merge changes nothing), so the writing node
+ends on the merge too. We chose revisions over the alternatives: echoes told apart by
+value (as before) went wrong when a peer's write came between this node's change and the
+registration of its write (the node ended on the peer's value while etcd held its own),
+and taking every change from etcd only would make a stream's or a queue's own metadata
+wait for etcd before the node could use it.
 
 At start the node applies what etcd holds in the order it was written, then `loaded` shares
 what only this node holds (from before it joined) of the kinds that list theirs.
@@ -50,6 +47,7 @@ from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
 from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
 from mainstem.cluster.etcd_keys import path, prefix, segments
+from mainstem.cluster.metadata.key_order import KeyOrder
 
 log = logging.getLogger("mainstem.cluster")
 
@@ -80,15 +78,6 @@ class Change:
     tried: bool = False  # sent to etcd at least once: it may be there
 
 
-@dataclass(slots=True)
-class Unsettled:
-    """A key with changes made here that etcd has not answered yet."""
-
-    here: Change | int  # what this node holds: its own change not written yet, or a revision
-    changes: int = 0
-    newest: tuple[int, Row | None] | None = None  # the newest (revision, row) etcd holds
-
-
 class CatalogFeed:
     def __init__(self, context: NodeContext, applied: Applied) -> None:
         self.context = context
@@ -96,8 +85,7 @@ class CatalogFeed:
         self._applied = applied  # the node's own follow-up of a change applied
         self._changes: deque[Change] = deque()
         self._queued = asyncio.Event()
-        self._revisions: dict[str, int] = {}  # key -> the newest revision seen of it
-        self._unsettled: dict[str, Unsettled] = {}
+        self._order = KeyOrder()
 
     # -- changes made here -------------------------------------------------------------
 
@@ -111,12 +99,8 @@ class CatalogFeed:
         change = Change(path(AREA, kind, *key), kind, key,
                         row if row is None or encode is None else encode(row),
                         loop.create_future(), held_here)
-        unsettled = self._unsettled.setdefault(
-            change.at, Unsettled(self._revisions.get(change.at, 0)))
-        unsettled.changes += 1
-        if held_here:
-            unsettled.here = change
-        else:
+        self._order.made(change.at, change, held_here=held_here)
+        if not held_here:
             loop.call_later(ANSWER_WAIT_S, self._expire, change)
         self._changes.append(change)
         self._queued.set()
@@ -178,7 +162,7 @@ class CatalogFeed:
         revision = await self.context.etcd.committed([], operations)
         assert revision is not None  # no comparison: it always holds
         for change in changes:
-            self._written(change, revision, change.row)
+            self._order.written(change.at, change, revision, change.row, own=True)
 
     async def _write_merged(self, changes: list[Change]) -> None:
         [change] = changes
@@ -189,24 +173,16 @@ class CatalogFeed:
             current: Row | None = held.json() if held is not None else None
             merged = change.row if current is None else merge(current, change.row)
             if held is not None and merged == current:  # etcd keeps what it held
-                self._written(change, held.mod_revision, current)
+                self._order.written(change.at, change, held.mod_revision, current, own=False)
                 return
             revision = await self.context.etcd.committed(
                 [Compare(change.at, "MOD", held.mod_revision if held is not None else 0)],
                 [put(change.at, _value(merged))])
             if revision is not None:
-                self._written(change, revision, merged)
+                self._order.written(change.at, change, revision, merged,
+                                    own=merged == change.row)
                 return
             held = await self.context.etcd.get(change.at)
-
-    def _written(self, change: Change, revision: int, row: Row | None) -> None:
-        """etcd holds `row` at `revision` for the key of `change`."""
-        self._revisions[change.at] = max(self._revisions.get(change.at, 0), revision)
-        unsettled = self._unsettled[change.at]
-        if unsettled.newest is None or revision > unsettled.newest[0]:
-            unsettled.newest = (revision, row)
-        if unsettled.here is change and row == change.row:
-            unsettled.here = revision
 
     def _answered(self, change: Change, written: bool) -> None:
         """The write of `change` is over: settle its key, then answer its waiter."""
@@ -230,17 +206,12 @@ class CatalogFeed:
         change.written.set_exception(Unavailable(NOT_MADE))
 
     def _settle(self, at: str) -> None:
-        """One change of `at` is answered or withdrawn; after the last, this node takes the
-        newest value etcd holds unless it holds it already."""
-        unsettled = self._unsettled[at]
-        unsettled.changes -= 1
-        if unsettled.changes:
-            return
-        del self._unsettled[at]
-        if unsettled.newest is None or unsettled.here == unsettled.newest[0]:
+        """One change of `at` is answered or withdrawn: take what `KeyOrder` says."""
+        taken = self._order.settled(at)
+        if taken is None:
             return
         try:
-            self._take(at, unsettled.newest[1])
+            self._take(at, taken[0])
         except (BrokerError, OSError, ValueError, KeyError) as error:  # as the watch does
             log.error("cluster.change_failed", extra={"key": at, "error": repr(error)})
 
@@ -249,15 +220,9 @@ class CatalogFeed:
     def apply(self, kv: KeyValue, deleted: bool) -> None:
         """A change etcd reports (or held at start): taken unless no newer than what this
         node has seen of the key; kept for later while the key has changes unsettled."""
-        if kv.mod_revision <= self._revisions.get(kv.key, 0):
-            return
-        self._revisions[kv.key] = kv.mod_revision
         row = None if deleted else kv.json()
-        unsettled = self._unsettled.get(kv.key)
-        if unsettled is None:
+        if self._order.seen(kv.key, kv.mod_revision, row):
             self._take(kv.key, row)
-        elif unsettled.newest is None or kv.mod_revision > unsettled.newest[0]:
-            unsettled.newest = (kv.mod_revision, row)
 
     def _take(self, at: str, row: Row | None) -> None:
         _, kind, *key = segments(at)
