@@ -579,6 +579,17 @@ class Catalog(ChangeNotifier):
 
     def delete_namespace(self, name: str) -> None:
         """Delete a namespace with its streams, permissions and offsets."""
+        self._drop_namespace(name)
+        self._changed("namespace", (name,), None)
+
+    async def delete_namespace_everywhere(self, name: str) -> None:
+        """As `delete_namespace`, answered once the cluster's store holds the deletion.
+        Made here first (the broker core has closed its streams already); when the store
+        does not answer, the deletion reaches it later (PreconditionFailed says so)."""
+        self._drop_namespace(name)
+        await self._shared("namespace", (name,), None)
+
+    def _drop_namespace(self, name: str) -> None:
         # Deleting "/" would only last until the next open recreates it, empty.
         if name == DEFAULT_NAMESPACE:
             raise PreconditionFailed(
@@ -588,7 +599,6 @@ class Catalog(ChangeNotifier):
         if not self._write("DELETE FROM namespaces WHERE name = ?", (name,)):
             raise NotFound(f"namespace '{name}' not found")
         self.policies.drop_vhost(name)
-        self._changed("namespace", (name,), None)
 
     def get_namespace(self, name: str) -> NamespaceRecord | None:
         row = self._row("SELECT name, created_at FROM namespaces WHERE name = ?", (name,))

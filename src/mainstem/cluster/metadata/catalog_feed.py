@@ -9,8 +9,8 @@ compare-and-swap, so etcd keeps the merge of what it held and what is written.
 
 A change comes in two ways. Most stores make it here first and tell it after (`held_here`,
 the AMQP topology, segment states...): the client's answer waits for etcd. A change a
-client asked for through the catalog (`broker/catalog_everywhere.py`: policies, limits,
-users, permissions, namespaces, offsets stored on request) is *etcd first*: this node
+client asked for through the catalog (`Catalog.*_everywhere`: policies, limits, users,
+permissions, new namespaces, offsets stored on request) is *etcd first*: this node
 takes it only once etcd holds it, as every other node does, so no node ever holds a value
 the cluster does not, and a node killed before the write leaves nothing behind. Such a
 change not written within ANSWER_WAIT_S fails its waiter (`Unavailable`): one never sent
@@ -57,8 +57,8 @@ RETRY_S = 0.5
 ANSWER_WAIT_S = 5.0  # an etcd-first change waits this long for etcd (one call's timeout)
 MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
 Applied = Callable[[str, tuple[str, ...], Row | None], None]
-NOT_MADE = ("the cluster's metadata store did not answer: the change was not made "
-            "(on no node)")
+NOT_MADE = ("the cluster's metadata store did not answer: the change was not made, "
+            "on any node")
 OUTCOME_UNKNOWN = ("the cluster's metadata store did not answer in time: the outcome is "
                    "unknown (the change is made on every node or on none once it answers)")
 
