@@ -15,7 +15,8 @@ holds, the newest revision:
 - once the key's last change is answered or withdrawn, the node takes the newest value
   known unless it holds it already.
 
-Rows are opaque here; a merged kind's "written" row is the merge etcd kept.
+Rows are opaque here; a merged kind's "written" row is the merge etcd kept. It keeps one
+revision per catalog key the node has seen (consumer offsets included): some bytes each.
 """
 
 from __future__ import annotations
