@@ -44,6 +44,7 @@ from mainstem.broker.errors import (
     AuthenticationFailed,
     BrokerError,
     NotFound,
+    Unavailable,
 )
 
 log = logging.getLogger("mainstem.admin")
@@ -158,6 +159,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(409, "conflict", str(exc))
     except AccessRefused as exc:
         return _error(403, "access_refused", str(exc))
+    except Unavailable as exc:  # the cluster's store did not answer: try again later
+        return _error(503, "service_unavailable", str(exc))
     except BrokerError as exc:
         return _error(400, "bad_request", str(exc))
     except web.HTTPNotFound:  # no route: RabbitMQ's JSON error, not aiohttp's text

@@ -172,6 +172,12 @@ def _compiled(pattern: str) -> re.Pattern[str] | None:
         return None
 
 
+def check_patterns(configure: str, write: str, read: str) -> None:
+    """Raise InvalidArgument unless each permission pattern is a regex."""
+    for kind, pattern in zip(PERMISSION_KINDS, (configure, write, read), strict=True):
+        _validate_pattern(pattern, kind)
+
+
 def _validate_pattern(pattern: str, kind: str) -> None:
     if not isinstance(pattern, str):
         raise InvalidArgument(f"{kind} permission must be a string")
@@ -267,16 +273,15 @@ class Auth:
         self._catalog.put_user(UserRecord(name, hash_password(password, self._kdf), user.tags))
         return user
 
+    def hashed(self, password: str) -> str:
+        """`password` hashed as this broker stores it."""
+        return hash_password(password, self._kdf)
+
     def change_password(self, name: str, password: str) -> None:
         record = self._catalog.get_user(name)
         if record is None:
             raise NotFound(f"user '{name}' not found")
         self._catalog.put_user(UserRecord(name, hash_password(password, self._kdf), record.tags))
-        self._verified.pop(name, None)
-
-    def put_user_hash(self, name: str, stored_hash: str, tags: Iterable[str]) -> None:
-        """Create or replace a user with an already hashed password (definitions import)."""
-        self._catalog.put_user(UserRecord(name, stored_hash, tuple(tags)))
         self._verified.pop(name, None)
 
     def delete_user(self, name: str) -> None:
@@ -289,8 +294,7 @@ class Auth:
     def set_permissions(self, user: str, namespace: str, configure: str = ".*", write: str = ".*",
                         read: str = ".*") -> None:
         """Grant access to `namespace`; each pattern is a regex, "" or "^$" denies."""
-        for kind, pattern in zip(PERMISSION_KINDS, (configure, write, read), strict=True):
-            _validate_pattern(pattern, kind)
+        check_patterns(configure, write, read)
         self._catalog.set_permissions(user, namespace, configure, write, read)
 
     def clear_permissions(self, user: str, namespace: str) -> None:

@@ -18,7 +18,7 @@ from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.amqp.queues import QueueManager
 from mainstem.broker.amqp.shared_topology import SharedTopology
 from mainstem.broker.auth import Auth, User
-from mainstem.broker.catalog import Catalog, ChangeListener, NamespaceRecord
+from mainstem.broker.catalog import Catalog, ChangeListener
 from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.delivery_stats import DeliveryStats
@@ -148,15 +148,12 @@ class BrokerCore:
 
     # -- namespaces ----------------------------------------------------------
 
-    def add_namespace(self, name: str) -> NamespaceRecord:
-        return self.catalog.add_namespace(name)
-
     async def delete_namespace(self, name: str) -> None:
         """Delete a namespace with its streams, permissions and offsets."""
         if self.catalog.get_namespace(name) is None:
             self.catalog.delete_namespace(name)  # raises the catalog's NotFound
         await self.streams.delete_namespace(name)
-        self.catalog.delete_namespace(name)
+        await self.catalog.delete_namespace_everywhere(name)
 
     def open_namespace(self, user: User, namespace: str) -> None:
         """Raise unless `user` may connect to `namespace` (a RabbitMQ vhost)."""

@@ -41,6 +41,11 @@ class InvalidArgument(BrokerError):
     """A malformed name, number or pattern."""
 
 
+class Unavailable(BrokerError):
+    """A store the answer waits for (the cluster's metadata store) did not answer in time;
+    the message says whether the change is made nowhere or its outcome is unknown."""
+
+
 def storage_failure(error: BaseException) -> str:
     """What a client is told of records the log could not store: the cause, never a path
     (the server log has the whole error)."""

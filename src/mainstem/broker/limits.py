@@ -43,11 +43,13 @@ class Limits:
         self._connections: Counter[tuple[str, str]] = Counter()  # (kind, owner) -> count
         self._channels: Counter[str] = Counter()  # user -> channels open
 
-    def set(self, kind: str, owner: str, name: str, value: object) -> None:
-        self._catalog.set_limit(kind, owner, name, checked_value(kind, name, value))
+    async def set(self, kind: str, owner: str, name: str, value: object) -> None:
+        """Set a limit, answered once made everywhere (`Catalog.set_limit_everywhere`)."""
+        await self._catalog.set_limit_everywhere(kind, owner, name,
+                                                 checked_value(kind, name, value))
 
-    def clear(self, kind: str, owner: str, name: str) -> None:
-        self._catalog.clear_limit(kind, owner, name)
+    async def clear(self, kind: str, owner: str, name: str) -> None:
+        await self._catalog.clear_limit_everywhere(kind, owner, name)
 
     def listed(self, kind: str, owner: str | None = None) -> dict[str, dict[str, int]]:
         return self._catalog.list_limits(kind, owner)

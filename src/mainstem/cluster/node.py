@@ -308,13 +308,13 @@ class ClusterNode:
                 self.quorum.note_leader(parts[1], int(parts[2]),
                                         None if deleted else event.kv)
 
-    def _changed(self, kind: str, key: tuple[Any, ...],
-                 row: dict[str, Any] | None) -> Awaitable[None]:
+    def _changed(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None, *,
+                 held_here: bool = True) -> Awaitable[None]:
         """A change made here, for every node; a namespace deleted here (whichever node
         asked) also ends its Iggy ids."""
         if kind == "namespace" and row is None:
             self.iggy.namespace_deleted(key[0])
-        return self.catalog.changed(kind, key, row)
+        return self.catalog.changed(kind, key, row, held_here=held_here)
 
     def _catalog_applied(self, kind: str, key: tuple[str, ...],
                          row: dict[str, Any] | None) -> None:

@@ -362,12 +362,13 @@ class IggyConnection:
         await self._claim(STREAM, "", name, wanted, ErrorCode.STREAM_ID_ALREADY_EXISTS,
                           ErrorCode.STREAM_NAME_ALREADY_EXISTS)
         try:
-            self.core.add_namespace(name)
+            await self.core.catalog.add_namespace_everywhere(name)
         except BrokerError:
             await self.model.forget(STREAM, "", name)
             raise
         assert self.user is not None
-        self.core.auth.set_permissions(self.user.name, name)
+        await self.core.catalog.set_permissions_everywhere(self.user.name, name, ".*", ".*",
+                                                           ".*")
         return self._stream_info(name)[0]
 
     async def on_delete_stream(self, ident: rq.Ident) -> bytes:
@@ -597,7 +598,8 @@ class IggyConnection:
         reference = self._offset_reference(stream, request.consumer)
         self._partition(stream, index)
         assert index is not None
-        self.core.store_offset(stream.namespace, stream.name, index, reference, request.offset)
+        await self.core.catalog.store_offset_everywhere(stream.namespace, stream.name, index,
+                                                        reference, request.offset)
         return b""
 
     def _offset_reference(self, stream: Stream, consumer: c.Consumer) -> str:
