@@ -33,6 +33,12 @@ class PreconditionFailed(BrokerError):
     """The request is well formed but conflicts with the current state."""
 
 
+class LimitReached(PreconditionFailed):
+    """A new queue or stream over its virtual host's `max-queues` (AMQP and the stream
+    protocol answer it as PreconditionFailed; Iggy, BSON and segments have codes of their
+    own)."""
+
+
 class NotAllowed(BrokerError):
     """A connection or channel over a virtual host's or user's limit (AMQP NOT_ALLOWED)."""
 

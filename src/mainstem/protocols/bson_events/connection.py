@@ -27,6 +27,7 @@ from mainstem.broker.errors import (
     AuthenticationFailed,
     BrokerError,
     InvalidArgument,
+    LimitReached,
     NotFound,
     storage_failure,
 )
@@ -541,7 +542,7 @@ class EventsConnection:
         name = rq.name(body, "name")
         self._check("configure", name, "channel")
         try:
-            self.core.streams.create(self.namespace, name)
+            self.core.create_stream(self.namespace, name)
             exists = False
         except AlreadyExists:
             exists = True
@@ -611,6 +612,8 @@ def _error_code(error: BrokerError) -> str:
         return "NOT_FOUND"
     if isinstance(error, InvalidArgument):
         return "INVALID_ARGUMENT"
+    if isinstance(error, LimitReached):
+        return "LIMIT_REACHED"
     return "FAILED"
 
 

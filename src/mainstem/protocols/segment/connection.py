@@ -305,7 +305,7 @@ class SegmentConnection:
 
     async def on_create(self, message: c.Message) -> None:
         name = self._segment(message.segment, "configure")  # type: ignore[attr-defined]
-        self.segments.create(name)
+        self.core.create_stream(name.namespace, name.stream, name.number + 1)
         self.send(c.SegmentCreated(message.request_id, str(name)))  # type: ignore[attr-defined]
 
     async def on_seal(self, message: c.Message) -> None:
