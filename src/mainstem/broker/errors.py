@@ -47,6 +47,12 @@ class InvalidArgument(BrokerError):
     """A malformed name, number or pattern."""
 
 
+class StorageFailed(BrokerError):
+    """The disk refused a metadata write (full, a file too big, an I/O error): nothing
+    changed. Each protocol answers it with its error for a failed write and keeps the
+    connection; the same request succeeds once the disk takes writes again."""
+
+
 def storage_failure(error: BaseException) -> str:
     """What a client is told of records the log could not store: the cause, never a path
     (the server log has the whole error)."""

@@ -29,6 +29,7 @@ from mainstem.broker.errors import (
     InvalidArgument,
     LimitReached,
     NotFound,
+    StorageFailed,
     storage_failure,
 )
 from mainstem.broker.events.document_matcher import compile_matcher
@@ -614,6 +615,8 @@ def _error_code(error: BrokerError) -> str:
         return "INVALID_ARGUMENT"
     if isinstance(error, LimitReached):
         return "LIMIT_REACHED"
+    if isinstance(error, StorageFailed):  # as a PUBLISH the log refuses
+        return "STORAGE_FAILED"
     return "FAILED"
 
 
