@@ -100,4 +100,4 @@ class Limits:
         limit = self._reached(VHOST_LIMIT, vhost, MAX_QUEUES, self._count_queues(vhost))
         if limit is not None:
             raise LimitReached(f"cannot declare queue '{name}': queue limit in vhost"
-                                     f" '{vhost}' ({limit}) is reached")
+                               f" '{vhost}' ({limit}) is reached")
