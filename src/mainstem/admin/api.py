@@ -463,8 +463,7 @@ async def put_stream(request: web.Request) -> web.Response:
     core = state_of(request).core
     if core.streams.find(vhost, name) is not None:
         return no_content()
-    core.limits.check_queue(vhost, name)
-    core.streams.create(vhost, name, partitions, arguments)
+    core.create_stream(vhost, name, partitions, arguments)
     return web.Response(status=201)
 
 

@@ -44,6 +44,7 @@ from mainstem.broker.errors import (
     AuthenticationFailed,
     BrokerError,
     NotFound,
+    StorageFailed,
     Unavailable,
 )
 
@@ -161,6 +162,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(403, "access_refused", str(exc))
     except Unavailable as exc:  # the cluster's store did not answer: try again later
         return _error(503, "service_unavailable", str(exc))
+    except StorageFailed as exc:  # the disk refused the catalog's write
+        return _error(507, "insufficient_storage", str(exc))
     except BrokerError as exc:
         return _error(400, "bad_request", str(exc))
     except web.HTTPNotFound:  # no route: RabbitMQ's JSON error, not aiohttp's text

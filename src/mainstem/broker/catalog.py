@@ -12,6 +12,10 @@ through a second connection with synchronous=NORMAL: a commit then survives a pr
 crash, and after a power cut an offset may fall back a little, which at-least-once
 consumers tolerate.
 
+A write the disk refuses (full, a file too big, an I/O error) raises StorageFailed on
+every connection to the catalog (`_CatalogConnection`), so each protocol answers it with
+its own error and keeps the client's connection; SQLite has rolled the change back.
+
 Methods are synchronous: SQLite answers in microseconds, so the event loop calls
 them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too. The
 `..._everywhere` methods, for a change a client is answered for, are async: in a cluster
@@ -42,6 +46,7 @@ from mainstem.broker.errors import (
     InvalidArgument,
     NotFound,
     PreconditionFailed,
+    StorageFailed,
 )
 from mainstem.broker.fence import Fence, FencedOut
 from mainstem.broker.policies import KINDS as POLICY_KINDS
@@ -351,10 +356,40 @@ def _owner_kind(limit_kind: str) -> str:
     return "virtual host" if limit_kind == "vhost_limit" else "user"
 
 
+# What SQLite answers when the disk refuses a write: full, or the write itself failed (a
+# file over its size limit gets EFBIG, which SQLite reports as an I/O error).
+_DISK_REFUSALS = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
+
+
+class _CatalogConnection(sqlite3.Connection):
+    """A connection to the catalog whose writes the disk refuses raise StorageFailed, a
+    broker error every protocol answers, rather than an error that ends the client's
+    connection. SQLite has rolled the statement (and its transaction) back."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        with _disk_refusals():
+            return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        with _disk_refusals():
+            return super().executemany(sql, parameters)
+
+
+@contextmanager
+def _disk_refusals() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        if error.sqlite_errorcode & 0xFF not in _DISK_REFUSALS:  # the primary code
+            raise
+        raise StorageFailed(f"the catalog could not store it: {error}") from error
+
+
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     # isolation_level=None: autocommit, so a lone statement is its own transaction
     # and multi-statement changes use explicit BEGIN IMMEDIATE.
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                         factory=_CatalogConnection)
     try:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute(f"PRAGMA synchronous = {synchronous}")
@@ -368,15 +403,16 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
 
 @contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE on an autocommit connection; COMMIT, or ROLLBACK on any error."""
+    """BEGIN IMMEDIATE on an autocommit connection; COMMIT, or ROLLBACK on any error (a
+    COMMIT the disk refused among them)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         yield db
+        db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:  # SQLite ends it itself on some errors (a full disk)
             db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
 
 
 def _migrate(db: sqlite3.Connection, directory: Path) -> None:

@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from mainstem.broker import replicated
 from mainstem.broker.active_consumers import ActiveConsumers
@@ -33,7 +35,7 @@ from mainstem.broker.password_checks import PasswordChecks
 from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
-from mainstem.broker.streams import StreamStore
+from mainstem.broker.streams import Stream, StreamStore
 from mainstem.broker.tiering import Tiering, node_identity
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
@@ -154,6 +156,16 @@ class BrokerCore:
             self.catalog.delete_namespace(name)  # raises the catalog's NotFound
         await self.streams.delete_namespace(name)
         await self.catalog.delete_namespace_everywhere(name)
+
+    # -- streams --------------------------------------------------------------
+
+    def create_stream(self, namespace: str, name: str, partitions: int = 1,
+                      arguments: Mapping[str, Any] | None = None) -> Stream:
+        """A stream a client asks for, on any protocol: what `StreamStore.create` refuses
+        (a name taken: AlreadyExists) first, then the vhost's `max-queues`, then made."""
+        self.streams.check_new(namespace, name, partitions, dict(arguments or {}))
+        self.limits.check_queue(namespace, name)
+        return self.streams.create(namespace, name, partitions, arguments)
 
     def open_namespace(self, user: User, namespace: str) -> None:
         """Raise unless `user` may connect to `namespace` (a RabbitMQ vhost)."""

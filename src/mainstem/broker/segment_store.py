@@ -146,10 +146,6 @@ class SegmentStore(ChangeNotifier):
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def create(self, name: SegmentName) -> None:
-        """A new stream of `number + 1` partitions; AlreadyExists when it exists."""
-        self.streams.create(name.namespace, name.stream, name.number + 1)
-
     async def seal(self, name: SegmentName) -> None:
         await self.service(name).appender.settled()
         self._save(name, sealed=True)

@@ -27,7 +27,9 @@ from mainstem.broker.errors import (
     AuthenticationFailed,
     BrokerError,
     InvalidArgument,
+    LimitReached,
     NotFound,
+    StorageFailed,
     storage_failure,
 )
 from mainstem.broker.events.document_matcher import compile_matcher
@@ -541,7 +543,7 @@ class EventsConnection:
         name = rq.name(body, "name")
         self._check("configure", name, "channel")
         try:
-            self.core.streams.create(self.namespace, name)
+            self.core.create_stream(self.namespace, name)
             exists = False
         except AlreadyExists:
             exists = True
@@ -611,6 +613,10 @@ def _error_code(error: BrokerError) -> str:
         return "NOT_FOUND"
     if isinstance(error, InvalidArgument):
         return "INVALID_ARGUMENT"
+    if isinstance(error, LimitReached):
+        return "LIMIT_REACHED"
+    if isinstance(error, StorageFailed):  # as a PUBLISH the log refuses
+        return "STORAGE_FAILED"
     return "FAILED"
 
 

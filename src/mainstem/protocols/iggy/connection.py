@@ -27,6 +27,7 @@ from mainstem.broker.errors import (
     AlreadyExists,
     AuthenticationFailed,
     BrokerError,
+    LimitReached,
     NotAllowed,
     NotFound,
     storage_failure,
@@ -215,6 +216,8 @@ class IggyConnection:
             raise IggyError(ErrorCode.UNAUTHORIZED, str(exc)) from None
         except TooManyPartitions as exc:
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, str(exc)) from None
+        except LimitReached as exc:  # the vhost's max-queues: Iggy's limit on topics
+            raise IggyError(ErrorCode.TOO_MANY_TOPICS, str(exc)) from None
         except (BrokerError, ValueError) as exc:  # NotFound and AlreadyExists among them
             raise IggyError(ErrorCode.ERROR, str(exc)) from None
         except TierUnavailable as exc:  # a poll of a tiered range: Iggy's reply has no text
@@ -443,7 +446,7 @@ class IggyConnection:
         await self._claim(TOPIC, namespace, name, wanted, ErrorCode.TOPIC_ID_ALREADY_EXISTS,
                           ErrorCode.TOPIC_NAME_ALREADY_EXISTS)
         try:
-            stream = self.core.streams.create(namespace, name, partitions, arguments)
+            stream = self.core.create_stream(namespace, name, partitions, arguments)
         except BrokerError:
             await self.model.forget(TOPIC, namespace, name)
             raise

@@ -27,6 +27,7 @@ from mainstem.broker.errors import (
     NotAllowed,
     NotFound,
     PreconditionFailed,
+    StorageFailed,
     storage_failure,
 )
 from mainstem.broker.segment_store import (
@@ -305,7 +306,7 @@ class SegmentConnection:
 
     async def on_create(self, message: c.Message) -> None:
         name = self._segment(message.segment, "configure")  # type: ignore[attr-defined]
-        self.segments.create(name)
+        self.core.create_stream(name.namespace, name.stream, name.number + 1)
         self.send(c.SegmentCreated(message.request_id, str(name)))  # type: ignore[attr-defined]
 
     async def on_seal(self, message: c.Message) -> None:
@@ -352,6 +353,8 @@ def _error_reply(segment: str, error: BrokerError) -> c.Message:
         return c.SegmentAlreadyExists(segment, error.message)
     if isinstance(error, AccessRefused):
         return c.AuthenticationFailed(segment, error.message)
+    if isinstance(error, StorageFailed):  # a request's catalog write: the connection stays
+        return c.StorageFailed(segment, error.message)
     if isinstance(error, PreconditionFailed):
         return c.OperationUnsupported(segment, error.message)
     return c.ProtocolError(segment, error.message)
