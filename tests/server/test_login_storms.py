@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from rstream import Producer
 
+from mainstem.handshakes import AcceptRate, Handshakes
 from tests.support.attacks import SilentReopens, WrongLogins, add_users, timed_pika_login
 from tests.support.server_process import kill, start_server, started_ports
 
@@ -91,3 +92,41 @@ async def test_sockets_reopened_as_fast_as_closed_are_refused_at_once(
 def _is_opened_from(entry: dict[str, object], address: str) -> bool:
     return (entry.get("event") == "connection.opened"
             and str(entry.get("peer", "")).startswith(address + ":"))
+
+
+# -- the bounds alone ---------------------------------------------------------------------
+
+
+def test_suspect_connections_leave_their_address_budget_and_go_first_in_all() -> None:
+    closed: list[int] = []
+    handshakes = Handshakes(per_address=2, total=4)
+
+    def begin(conn: int, address: str = "10.0.0.1") -> None:
+        handshakes.begin(conn, address, lambda: closed.append(conn))
+
+    begin(0)
+    for conn in (1, 2, 3):
+        begin(conn)
+        handshakes.suspect(conn)  # a wrong login: held until answered
+    assert closed == []  # one not suspect from the address, four in all
+    begin(4)
+    assert closed == [1]  # five in all: the first suspect goes, not the oldest
+    begin(5)
+    assert closed == [1, 0]  # three not suspect from the address: the oldest of them
+    handshakes.end(2)
+    handshakes.suspect(2)  # gone already: nothing to do
+    begin(6, "10.0.0.2")
+    assert closed == [1, 0]  # 3, 4, 5 and 6 in all
+
+
+def test_the_accept_rate_is_a_bucket_per_address() -> None:
+    now = [0.0]
+    rate = AcceptRate(rate=2, burst=3, clock=lambda: now[0])
+    assert [rate.admits("10.0.0.1", "amqp") for _ in range(4)] == [True] * 3 + [False]
+    assert rate.admits("10.0.0.2", "amqp")  # another address's bucket
+    assert rate.admits("::ffff:10.0.0.2", "amqp")  # the same client, mapped
+    now[0] = 0.5  # a token a half second
+    assert [rate.admits("10.0.0.1", "amqp") for _ in range(2)] == [True, False]
+    assert rate.refused == 2
+    unlimited = AcceptRate(rate=0, burst=1)
+    assert all(unlimited.admits("10.0.0.1", "amqp") for _ in range(1000))
