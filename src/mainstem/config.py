@@ -200,7 +200,7 @@ class ServerConfig:
     # New connections per client address: a token bucket of this many a second, in bursts
     # of as many as the burst (0: unlimited); beyond it a socket is closed at once.
     accept_rate_per_address: int = 200
-    accept_burst_per_address: int = 400
+    accept_burst_per_address: int = 1000
     # A stream client that leaves a server request (ConsumerUpdate) unanswered this long is
     # disconnected: RabbitMQ's stream request_timeout, with its default.
     request_timeout_ms: int = 60_000
@@ -594,7 +594,7 @@ _FLAGS = (
      "new connections a second per client address, beyond them closed at once"
      " (default: 200; 0: unlimited)"),
     ("--accept-burst-per-address", "limits.accept_burst_per_address", "N",
-     "burst of new connections per client address (default: 400)"),
+     "burst of new connections per client address (default: 1000)"),
     ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
     ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
     ("--queue-memory-messages", "limits.queue_memory_messages", "N",
