@@ -194,7 +194,7 @@ class ServerConfig:
     handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
     # Connections not logged in yet (admin HTTP: until a request authenticates), per client
     # address and in all (None: half of max_connections; 0: unlimited); beyond either, the
-    # oldest such connection is closed.
+    # oldest such connection is closed (in all, a suspect login's first: handshakes.py).
     max_unauthenticated_per_address: int = 256
     max_unauthenticated_connections: int | None = None
     # New connections per client address: a token bucket of this many a second, in bursts

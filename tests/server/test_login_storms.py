@@ -4,6 +4,7 @@ fast as they are closed cost the broker an accept each and slow no other address
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from rstream import Producer
 
+from mainstem.config import ServerConfig, add_config_arguments, load_config
 from mainstem.handshakes import AcceptRate, Handshakes
 from tests.support.attacks import SilentReopens, WrongLogins, add_users, timed_pika_login
 from tests.support.server_process import kill, start_server, started_ports
@@ -130,3 +132,23 @@ def test_the_accept_rate_is_a_bucket_per_address() -> None:
     assert rate.refused == 2
     unlimited = AcceptRate(rate=0, burst=1)
     assert all(unlimited.admits("10.0.0.1", "amqp") for _ in range(1000))
+
+
+def test_the_bounds_are_settings(tmp_path: Path) -> None:
+    toml = tmp_path / "mainstem.toml"
+    toml.write_text("[limits]\naccept_rate_per_address = 0\naccept_burst_per_address = 5\n"
+                    "[auth]\npassword_checks_per_address = 3\n")
+    loaded = load_config(None, {"MAINSTEM_CONFIG": str(toml)})
+    assert (loaded.accept_rate_per_address, loaded.accept_burst_per_address) == (0, 5)
+    assert loaded.core_settings().password_checks_per_address == 3
+    from_env = load_config(None, {"MAINSTEM_ACCEPT_RATE_PER_ADDRESS": "50",
+                                  "MAINSTEM_PASSWORD_CHECKS_PER_ADDRESS": "1"})
+    assert from_env.accept_rate_per_address == 50
+    assert from_env.auth.password_checks_per_address == 1
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    flags = parser.parse_args(["--accept-burst-per-address", "7"])
+    assert load_config(flags, {}).accept_burst_per_address == 7
+    defaults = ServerConfig()
+    assert (defaults.accept_rate_per_address, defaults.accept_burst_per_address,
+            defaults.auth.password_checks_per_address) == (200, 1000, 2)
