@@ -10,11 +10,13 @@ all, and new connections within a rate per client address.
 - A suspect connection has sent its credentials and is answered within the handshake
   timeout: it leaves its address's budget (staying in the one in all), so a storm of
   wrong logins is held, not closed and reopened as fast as the broker can accept, and
-  the password checks it waits for are bounded apart (`password_checks`).
+  the password checks it waits for are bounded apart (`password_checks`). An address
+  holds at most its accept burst and rate times the handshake timeout of them.
 - `AcceptRate`: each address's new connections take a token from its bucket (`rate` a
   second, in bursts of `burst`) before any handshake work; without one the socket is
   closed at once. Reopening sockets as fast as they are closed then costs the broker
-  an accept and a close each, not a handshake, and no other address's login slows.
+  an accept and a close each, not a handshake, and no other address's login slows (on a
+  TLS listener the gate comes after the TLS handshake, which asyncio runs first).
   Nothing tells a client from an attacker at the same address before its handshake, so
   while such a flood lasts that address's new connections are mostly refused too.
 """

@@ -419,7 +419,7 @@ class Broker:
         peer = _format_address(peername)
         if self._refused(listener, peer) or not self._accept_rate.admits(
                 peername[0] if isinstance(peername, tuple) else None, listener):
-            writer.transport.abort()  # nothing was sent: no need to wait for a flush
+            await _close_writer(writer)
             return
         self._connections.add(task)
         conn_id = next(self._conn_ids)
