@@ -11,7 +11,7 @@ all, and new connections within a rate per client address.
   timeout: it leaves its address's budget (staying in the one in all), so a storm of
   wrong logins is held, not closed and reopened as fast as the broker can accept, and
   the password checks it waits for are bounded apart (`password_checks`). An address
-  holds at most its accept burst and rate times the handshake timeout of them.
+  holds at most its accept burst plus its rate times the handshake timeout of them.
 - `AcceptRate`: each address's new connections take a token from its bucket (`rate` a
   second, in bursts of `burst`) before any handshake work; without one the socket is
   closed at once. Reopening sockets as fast as they are closed then costs the broker
