@@ -114,6 +114,9 @@ class AuthConfig:
     # Per client address and per (address, user), in bursts of as many; beyond them a
     # failure is answered later and password checks wait (see broker/login_throttle.py).
     failed_logins_per_minute: int = 30
+    # Password checks queued for a thread or running per client address; its others wait
+    # in its own backlog, users with no recent failure first (broker/password_checks.py).
+    password_checks_per_address: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +194,13 @@ class ServerConfig:
     handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
     # Connections not logged in yet (admin HTTP: until a request authenticates), per client
     # address and in all (None: half of max_connections; 0: unlimited); beyond either, the
-    # oldest such connection is closed.
+    # oldest such connection is closed (in all, a suspect login's first: handshakes.py).
     max_unauthenticated_per_address: int = 256
     max_unauthenticated_connections: int | None = None
+    # New connections per client address: a token bucket of this many a second, in bursts
+    # of as many as the burst (0: unlimited); beyond it a socket is closed at once.
+    accept_rate_per_address: int = 200
+    accept_burst_per_address: int = 1000
     # A stream client that leaves a server request (ConsumerUpdate) unanswered this long is
     # disconnected: RabbitMQ's stream request_timeout, with its default.
     request_timeout_ms: int = 60_000
@@ -260,6 +267,7 @@ class ServerConfig:
             open_files=self.storage.open_files,
             failed_login_delay_s=self.auth.failed_login_delay_ms / 1000,
             failed_logins_per_minute=self.auth.failed_logins_per_minute,
+            password_checks_per_address=self.auth.password_checks_per_address,
             queue_memory=MemoryBound(self.queue_memory_messages, self.queue_memory_bytes),
         )
 
@@ -484,6 +492,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.handshake_timeout_ms": _int_at_least(1),
     "limits.max_unauthenticated_per_address": _int_at_least(0),
     "limits.max_unauthenticated_connections": _connection_limit,
+    "limits.accept_rate_per_address": _int_at_least(0),
+    "limits.accept_burst_per_address": _int_at_least(1),
     "limits.request_timeout_ms": _int_at_least(1),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
@@ -498,6 +508,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "auth.loopback_users": _names,
     "auth.failed_login_delay_ms": _int_at_least(0),
     "auth.failed_logins_per_minute": _int_at_least(1),
+    "auth.password_checks_per_address": _int_at_least(1),
     "log.level": _choice(LOG_LEVELS),
     "log.format": _choice(LOG_FORMATS),
     "admin.host": _text,
@@ -579,6 +590,11 @@ _FLAGS = (
      "connections not logged in per client address (default: 256; 0: unlimited)"),
     ("--max-unauthenticated-connections", "limits.max_unauthenticated_connections", "N",
      "connections not logged in, in all (auto: half of --max-connections; 0: unlimited)"),
+    ("--accept-rate-per-address", "limits.accept_rate_per_address", "N",
+     "new connections a second per client address, beyond them closed at once"
+     " (default: 200; 0: unlimited)"),
+    ("--accept-burst-per-address", "limits.accept_burst_per_address", "N",
+     "burst of new connections per client address (default: 1000)"),
     ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
     ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
     ("--queue-memory-messages", "limits.queue_memory_messages", "N",
@@ -588,6 +604,8 @@ _FLAGS = (
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
     ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
     ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
+    ("--password-checks-per-address", "auth.password_checks_per_address", "N",
+     "password checks queued or running per client address; its others wait (default: 2)"),
     ("--admin-metrics", "admin.metrics", "WHO",
      "/metrics on the management listener: authenticated | open | off"
      " (default: authenticated)"),

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ class BrokerCore:
         self.auth = Auth(catalog, settings)
         self.descriptors = DescriptorCache(settings.open_files or None)
         self.fsync_timings = FsyncTimings()  # every partition's fsync rounds, for metrics
-        self._password_checks = PasswordChecks(KDF_THREADS)
+        self._password_checks = PasswordChecks(KDF_THREADS, settings.password_checks_per_address)
         self._login_throttle = LoginThrottle(settings.failed_logins_per_minute)
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.write_gate = WriteGate(self.alarms)
@@ -128,23 +128,31 @@ class BrokerCore:
 
     # -- authentication ------------------------------------------------------
 
-    async def login(self, username: str, password: str, peer_host: str | None) -> User:
+    async def login(self, username: str, password: str, peer_host: str | None,
+                    suspect: Callable[[], None] | None = None) -> User:
         """Check credentials. A password verified before is checked at once; otherwise
         the slow KDF runs in the core's own small pool (`PasswordChecks`), never in the
         one that runs fsync, so a storm of wrong passwords delays no one's durable
-        publishing. A refusal is answered after the failed-login delay, longer beyond the
-        (address, user) budget (`LoginThrottle`); a right password is never refused."""
+        publishing, and within its address's share of that pool. A refusal is answered
+        after the failed-login delay, longer beyond the (address, user) budget
+        (`LoginThrottle`); a right password is never refused. `suspect` is called when
+        the login's pair failed lately, or it fails: its connection is then held until
+        answered, out of its address's budget of connections not logged in."""
         penalty_factor = 1
         try:
             user = self.auth.authenticate_cached(username, password, peer_host)
             if user is None:
                 attempt = self._login_throttle.take(peer_host, username)
                 penalty_factor = attempt.penalty_factor
+                if not attempt.fresh and suspect is not None:
+                    suspect()
                 user = await self._password_checks.run(
-                    attempt.within_budget, self.auth.authenticate, username, password, peer_host)
+                    attempt, self.auth.authenticate, username, password, peer_host)
                 self._login_throttle.give_back(peer_host, username)
             return user
         except AuthenticationFailed:
+            if suspect is not None:
+                suspect()
             await asyncio.sleep(self.settings.failed_login_delay_s * penalty_factor)
             raise
 
