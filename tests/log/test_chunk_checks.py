@@ -50,10 +50,10 @@ async def test_a_damaged_chunk_is_found_before_it_is_sent(tmp_path: Path, size: 
         assert second is not None
         damaged = flip(partition, second.next_offset, at)
         reader = PartitionReader(partition, 0)
-        assert (await reader.next_location()).chunk_id == 0
+        assert (await reader.next_view()).location.chunk_id == 0
         for _ in range(2):  # it stays ahead of the reader: found again on each try
             with pytest.raises(ChunkDamaged) as found:
-                await reader.next_location()
+                await reader.next_view()
             assert (found.value.chunk_id, found.value.where) == (damaged, "local")
             assert reader.position == damaged
     finally:
@@ -68,7 +68,7 @@ async def test_chunks_written_or_checked_here_are_known_sound(tmp_path: Path) ->
         assert first is not None
         segment = first.segment
         assert not any(segment.verified(i) for i in range(3))  # written by another process
-        await PartitionReader(partition, 0).next_location()
+        await PartitionReader(partition, 0).next_view()
         assert [segment.verified(i) for i in range(3)] == [True, False, False]
         partition.mark_verified(first.next_offset)  # what a scrub does
         assert [segment.verified(i) for i in range(3)] == [True, True, False]

@@ -127,4 +127,4 @@ def check_chunk(segment: Segment, i: int) -> None:
     """Check all of chunk i's CRCs unless it is known sound (`Segment.verified`), a large
     one a window at a time; ChunkDamaged when it fails. For a sender about to send it raw."""
     if not segment.verified(i) and read_records(segment, i) is None:
-        segment.read_chunk(i)
+        segment.check(i)

@@ -10,9 +10,10 @@ damaged one raises `ChunkDamaged` and stays ahead of the reader.
 from __future__ import annotations
 
 from mainstem.formats.chunk import Chunk
-from mainstem.log.chunk_stream import ReadChunk, check_chunk, read_records
-from mainstem.log.partition import ChunkLocation, Partition
+from mainstem.log.chunk_stream import ReadChunk, read_records
+from mainstem.log.partition import Partition
 from mainstem.log.segment_file import Segment
+from mainstem.log.transfer import ChunkView, peek
 
 Found = tuple[Segment, int]
 
@@ -65,13 +66,14 @@ class PartitionReader:
     # Each read below checks its chunk before taking it: a damaged chunk (ChunkDamaged)
     # stays ahead of the reader, which has taken only what came before it.
 
-    async def next_location(self) -> ChunkLocation:
-        """The next committed chunk's place on disk (for sendfile), checked, advancing;
-        waits for new data at the end of the log."""
+    async def next_view(self) -> ChunkView:
+        """The next committed chunk's place on disk and header (to send it from the file),
+        checked (see `transfer.peek`), advancing; waits for new data at the end of the log."""
         found = await self._next(wait=True)
         assert found is not None
-        check_chunk(*found)  # sent raw, it would reach the client unchecked
-        return self.partition.location(*self._take(found))
+        view = peek(self.partition.location(*found))
+        self._take(found)
+        return view
 
     def next_chunk_nowait(self) -> ReadChunk | None:
         """The next committed chunk: streamed if it is large (see `chunk_stream`)."""

@@ -22,7 +22,7 @@ from mainstem.log.chunk_stream import ReadChunk
 from mainstem.log.errors import ChunkDamaged
 from mainstem.log.partition import Partition
 from mainstem.log.reader import PartitionReader
-from mainstem.log.transfer import ChunkView, Transfer, peek, transfer
+from mainstem.log.transfer import ChunkView, Transfer, transfer
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ class Subscription:
             while self.credit is not None and self.credit <= 0:
                 self._wake.clear()
                 await self._wake.wait()
-            view = peek(await self._reported(self._reader.next_location))
+            view = await self._reported(self._reader.next_view)
             if self._matcher is None or self._matcher.matches(view.bloom):
                 return view
             # nothing this subscriber wants: nothing sent, no credit spent
