@@ -393,6 +393,13 @@ class Partition:
                              index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i],
                              index.byte_positions[i], i)
 
+    def mark_verified(self, chunk_id: int) -> None:
+        """The chunk starting at `chunk_id` was checked whole and found sound (a scrub):
+        senders skip their check before sending it raw (`chunk_stream.check_chunk`)."""
+        found = self._segments.find(chunk_id)
+        if found is not None and found[0].index.chunk_ids[found[1]] == chunk_id:
+            found[0].mark_verified(found[1])
+
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""
         await self.commits.wait_for(offset)

@@ -7,6 +7,7 @@ import contextlib
 import shutil
 from collections.abc import Callable, Sequence
 
+from mainstem.broker.damage import PartitionDamage, PartitionKey
 from mainstem.broker.fence import Fence
 from mainstem.broker.stream_service.appender import Appender
 from mainstem.broker.stream_service.forwarding import Forwarder
@@ -24,8 +25,11 @@ from mainstem.log.tiered_segment import TieredSegment
 
 
 class PartitionService:
-    def __init__(self, partition: Partition, gate: WriteGate | None = None) -> None:
+    def __init__(self, partition: Partition, gate: WriteGate | None = None,
+                 damage: PartitionDamage | None = None) -> None:
         self.partition = partition
+        # where its readers report a damaged chunk: a stream's is named and counted
+        self.damage = damage or PartitionDamage(PartitionKey("", str(partition.directory), 0))
         self.appender = Appender(partition, gate)
         self._forwarder: Forwarder | None = None  # the way to the leader, when replicated
         self._fence: Fence | None = None  # while leading a replicated partition
@@ -35,8 +39,9 @@ class PartitionService:
                   filter_values: Sequence[str] = (),
                   match_unfiltered: bool = False) -> Subscription:
         """A reader from `offset` (moved up to the first offset if retention took it)."""
-        return Subscription(self.partition, max(offset, self.first_offset), credit=credit,
-                            filter_values=filter_values, match_unfiltered=match_unfiltered)
+        return Subscription(self.partition, max(offset, self.first_offset), self.damage,
+                            credit=credit, filter_values=filter_values,
+                            match_unfiltered=match_unfiltered)
 
     async def close(self) -> None:
         """Close the partition, writing first what its appender staged."""
@@ -76,6 +81,11 @@ class PartitionService:
         """The committed chunk holding `offset` (or the next, in a gap), unread; None when
         nothing is committed there yet. For readers that pick chunks by position."""
         return self.partition.locate(offset)
+
+    def mark_verified(self, chunk_id: int) -> None:
+        """The chunk starting at `chunk_id` was checked whole and found sound (a scrub):
+        subscribers send it without checking it again."""
+        self.partition.mark_verified(chunk_id)
 
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""

@@ -35,6 +35,7 @@ from mainstem.broker.errors import (
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group, IdTaken, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
 from mainstem.broker.stream_service import (
+    ChunkDamaged,
     PartitionClosed,
     PartitionService,
     TierUnavailable,
@@ -223,6 +224,9 @@ class IggyConnection:
         except TierUnavailable as exc:  # a poll of a tiered range: Iggy's reply has no text
             self.ctx.log.warning("tier.unavailable", extra={"error": str(exc)})
             raise IggyError(ErrorCode.CANNOT_READ_MESSAGE, str(exc)) from None
+        except ChunkDamaged as exc:  # a poll starting at a damaged chunk (already reported)
+            raise IggyError(ErrorCode.INVALID_MESSAGE_CHECKSUM,
+                            f"messages from offset {exc.chunk_id} are damaged") from None
 
     def _logged_in(self, user: User | None) -> None:
         self.user = user
@@ -569,7 +573,12 @@ class IggyConnection:
         out: list[tuple[int, list[Stored]]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
-            chunk = await reader.next_whole_chunk()
+            try:
+                chunk = await reader.next_whole_chunk()
+            except ChunkDamaged:
+                if out:
+                    break  # the messages before it; the poll from there answers the error
+                raise
             if chunk is None:
                 break
             timestamp = chunk.header.timestamp

@@ -36,7 +36,7 @@ from mainstem.broker.segment_store import (
     SegmentTruncated,
     check_found,
 )
-from mainstem.broker.stream_service import PartitionClosed, TierUnavailable
+from mainstem.broker.stream_service import ChunkDamaged, PartitionClosed, TierUnavailable
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.receiver import Receiver
@@ -288,7 +288,11 @@ class SegmentConnection:
                 self.send(c.NoSuchSegment(str(name), "the segment was deleted"))
             except TierUnavailable as error:  # the connection stays: the reader tries again
                 self.ctx.log.warning("tier.unavailable", extra={"error": str(error)})
-                self.send(c.TierUnavailable(str(name), str(error)))
+                self.send(c.TierUnavailable(str(name), "the tier holding the segment is "
+                                            "unavailable; try again later"))
+            except ChunkDamaged:  # reported by the segment store: logged and counted
+                self.send(c.DataDamaged(str(name), f"the events at offset {message.offset} "
+                                        "are damaged"))
             except ConnectionError:
                 pass  # the connection ended: its loop stops too
 
