@@ -13,6 +13,7 @@ Osiris does, so a directory listing sorts in offset order.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Sequence
@@ -43,6 +44,8 @@ SEGMENT_SUFFIX = ".segment"
 INDEX_SUFFIX = ".index"
 SEGMENT_VERSION = 2
 LEGACY_VERSION = 1  # no guards, mainstem's own trailer layout
+
+log = logging.getLogger("mainstem.log")
 
 
 class CorruptSegment(Exception):
@@ -296,15 +299,15 @@ class Segment:
         self.next_byte = byte_pos
 
     def _consistent_prefix(self) -> int:
-        """How many leading index entries point inside the file in increasing order."""
+        """How many leading index entries hold together and fit the file (see
+        `SegmentIndex.consistent_prefix`); a damaged one is logged."""
         index = self.index
-        previous = FILE_HEADER_SIZE - 1
-        for i in range(len(index)):
-            pos = index.file_positions[i]
-            if pos <= previous or pos + HEADER_SIZE > self.size:
-                return i
-            previous = pos
-        return len(index)
+        first = IndexEntry(self.first_chunk_id, 0, FILE_HEADER_SIZE, self.first_byte, 0, 0)
+        kept = index.consistent_prefix(first, HEADER_SIZE, self.size)
+        if kept < len(index) - 1:  # beyond a last record cut short by a crash
+            log.warning("index.rebuilt", extra={"segment": str(self.path), "kept": kept,
+                                                "entries": len(index)})
+        return kept
 
     def _scan_chunk(
         self, pos: int, expected_offset: int, byte_pos: int
