@@ -65,6 +65,13 @@ class BrokerCollector:
             "made (its leader stepped down before it committed, or an fsync failed): "
             "they may be stored. Refusals before the write are not counted",
             value=self._state.core.counters.nacks_outcome_unknown)
+        yield CounterMetricFamily(
+            "mainstem_chunks_damaged", "Stored chunks the scrub found damaged, each once",
+            value=self._state.core.counters.chunks_damaged)
+        yield CounterMetricFamily(
+            "mainstem_chunks_repaired",
+            "Damaged chunks replaced by an in-sync replica's intact copy",
+            value=self._state.core.counters.chunks_repaired)
         yield from self._tiering()
         yield from self._binders()
         yield from self._iggy_and_segments()

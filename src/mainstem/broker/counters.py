@@ -27,4 +27,8 @@ class BrokerCounters:
     # become durable or committed (its leader stepped down, an fsync failed): nacked with
     # their outcome unknown. Refusals before the write are not counted.
     nacks_outcome_unknown: int = 0
+    # Stored chunks found damaged (each once, by the scrub: broker/scrub.py), and damaged
+    # chunks replaced by an in-sync replica's intact copy.
+    chunks_damaged: int = 0
+    chunks_repaired: int = 0
     stream: MessageStats = field(default_factory=MessageStats)  # the stream protocol's

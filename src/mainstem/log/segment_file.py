@@ -17,6 +17,7 @@ import logging
 import os
 import struct
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from mainstem.formats.chunk import (
@@ -169,6 +170,10 @@ class Segment:
     def unpin(self) -> None:
         self._file.unpin()
 
+    def borrow(self) -> AbstractContextManager[int]:
+        """A descriptor for another thread (a scrub's read), valid for the `with` block."""
+        return self._file.borrow()
+
     def sync(self) -> None:
         """fsync; safe from a worker thread."""
         with self._file.borrow() as fd:
@@ -206,6 +211,16 @@ class Segment:
         self.size += total
         self.next_byte += payload
         self.index.append(entry)
+
+    def overwrite(self, position: int, raw: bytes) -> None:
+        """Write `raw` over bytes already in the file, durably: a damaged chunk's intact
+        copy (see `verify.replace_chunk`, which checks it first)."""
+        if position < FILE_HEADER_SIZE or position + len(raw) > self.size:
+            raise ValueError(f"{self.path}: {len(raw)} bytes at {position} are not inside it")
+        fd = self._file.fileno()
+        if os.pwrite(fd, raw, position) != len(raw):
+            raise OSError(f"short write to {self.path} at {position}")
+        os.fsync(fd)
 
     def truncate_chunks(self, count: int, descriptors: DescriptorCache) -> None:
         """Keep only the first `count` chunks: a follower cutting a divergent tail."""
