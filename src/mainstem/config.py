@@ -73,6 +73,7 @@ class StorageConfig:
     fsync_interval_ms: int = 200  # only used by FsyncMode.INTERVAL
     max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
     open_files: int = 0  # log-file descriptors kept open; 0: (RLIMIT_NOFILE - 128) / 4
+    scrub_rate: int = 16 << 20  # bytes a second the background scrub checks; 0: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +266,7 @@ class ServerConfig:
             loopback_users=self.auth.loopback_users,
             max_partitions=self.storage.max_partitions,
             open_files=self.storage.open_files,
+            scrub_rate=self.storage.scrub_rate,
             failed_login_delay_s=self.auth.failed_login_delay_ms / 1000,
             failed_logins_per_minute=self.auth.failed_logins_per_minute,
             password_checks_per_address=self.auth.password_checks_per_address,
@@ -343,6 +345,11 @@ def parse_size(value: object) -> int:
     if size <= 0:
         raise ValueError("must be positive")
     return size
+
+
+def _rate(value: object) -> int:
+    """Bytes a second, as a size ("16MiB"); 0 turns off what it paces."""
+    return 0 if str(value).strip() == "0" else parse_size(value)
 
 
 def _optional_size(value: object) -> int | None:
@@ -469,6 +476,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "storage.fsync_interval_ms": _int_at_least(1),
     "storage.max_partitions": _int_at_least(1),
     "storage.open_files": _int_at_least(0),
+    "storage.scrub_rate": _rate,
     "retention.max_bytes": _optional_size,
     "retention.max_age": parse_age,
     "retention.max_segment_bytes": parse_size,
@@ -555,6 +563,8 @@ _FLAGS = (
     ("--host", "host", "HOST", f"bind address of every listener (default: {DEFAULT_HOST})"),
     ("--fsync", "storage.fsync", "MODE", "batch | interval | never (default: batch)"),
     ("--fsync-interval-ms", "storage.fsync_interval_ms", "MS", "period of --fsync interval"),
+    ("--scrub-rate", "storage.scrub_rate", "SIZE",
+     "bytes a second the background scrub reads back and checks (default: 16MiB; 0: off)"),
     ("--retention-max-bytes", "retention.max_bytes", "SIZE", "default per-stream size limit"),
     ("--retention-max-age", "retention.max_age", "AGE", "default per-stream age limit: 7D, 12h"),
     ("--retention-max-segment-bytes", "retention.max_segment_bytes", "SIZE", "segment roll size"),

@@ -32,6 +32,7 @@ from mainstem.broker.limits import Limits
 from mainstem.broker.login_throttle import LoginThrottle
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.password_checks import PasswordChecks
+from mainstem.broker.scrub import Scrubber
 from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
@@ -78,6 +79,7 @@ class BrokerCore:
         self.topology = self.queues.topology = SharedTopology(self.queues)
         self.kinds = replicated.declare(catalog, self.projections, self.segments,
                                         self.topology)
+        self.scrubber = Scrubber(self.streams, settings.scrub_rate, self.counters)
         self._retention_task: asyncio.Task[None] | None = None
         self.cluster: ClusterView | None = None  # set by a node that joins a cluster
         self.tiering: Tiering | None = None  # set by open when a tier is configured
@@ -97,6 +99,7 @@ class BrokerCore:
                     core.tiering.start(node_identity(data_dir))
             core.queues.open()
             core.projections.start_all()
+            core.scrubber.start()
         except BaseException:
             catalog.close()
             raise
@@ -109,6 +112,7 @@ class BrokerCore:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
+        await self.scrubber.close()
         await self.projections.stop()
         if self.tiering is not None:
             await self.tiering.close()

@@ -45,6 +45,11 @@ class PartitionDamage:
         if self._register is not None:
             self._register.found += 1
 
+    def repaired(self, chunk_id: int) -> None:
+        """The chunk was replaced by an intact copy: the partition is no longer marked for
+        it (the counter keeps what was found)."""
+        self.chunks.pop(chunk_id, None)
+
 
 class DamageRegister:
     """Every stream partition's damage on this node, and how many chunks were found

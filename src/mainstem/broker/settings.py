@@ -54,3 +54,5 @@ class CoreSettings:
     # How much of each classic queue's ready messages stays in memory; the rest is on disk.
     queue_memory: MemoryBound = field(default_factory=MemoryBound)
     tiering: TieringSettings | None = None  # None: every segment stays local
+    # Bytes a second the background scrub reads back and checks (broker/scrub.py); 0: off.
+    scrub_rate: int = 16 << 20

@@ -13,9 +13,11 @@ Osiris does, so a directory listing sorts in offset order.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from mainstem.formats.chunk import (
@@ -44,6 +46,8 @@ SEGMENT_SUFFIX = ".segment"
 INDEX_SUFFIX = ".index"
 SEGMENT_VERSION = 2
 LEGACY_VERSION = 1  # no guards, mainstem's own trailer layout
+
+log = logging.getLogger("mainstem.log")
 
 
 class CorruptSegment(Exception):
@@ -170,6 +174,10 @@ class Segment:
     def unpin(self) -> None:
         self._file.unpin()
 
+    def borrow(self) -> AbstractContextManager[int]:
+        """A descriptor for another thread (a scrub's read), valid for the `with` block."""
+        return self._file.borrow()
+
     def sync(self) -> None:
         """fsync; safe from a worker thread."""
         with self._file.borrow() as fd:
@@ -208,6 +216,16 @@ class Segment:
         self.next_byte += payload
         self.index.append(entry)
         self.mark_verified(self.num_chunks - 1)  # its bytes are the ones just written
+
+    def overwrite(self, position: int, raw: bytes) -> None:
+        """Write `raw` over bytes already in the file, durably: a damaged chunk's intact
+        copy (see `verify.replace_chunk`, which checks it first)."""
+        if position < FILE_HEADER_SIZE or position + len(raw) > self.size:
+            raise ValueError(f"{self.path}: {len(raw)} bytes at {position} are not inside it")
+        fd = self._file.fileno()
+        if os.pwrite(fd, raw, position) != len(raw):
+            raise OSError(f"short write to {self.path} at {position}")
+        os.fsync(fd)
 
     def truncate_chunks(self, count: int, descriptors: DescriptorCache) -> None:
         """Keep only the first `count` chunks: a follower cutting a divergent tail."""
@@ -356,15 +374,15 @@ class Segment:
         self.next_byte = byte_pos
 
     def _consistent_prefix(self) -> int:
-        """How many leading index entries point inside the file in increasing order."""
+        """How many leading index entries hold together and fit the file (see
+        `SegmentIndex.consistent_prefix`); a damaged one is logged."""
         index = self.index
-        previous = FILE_HEADER_SIZE - 1
-        for i in range(len(index)):
-            pos = index.file_positions[i]
-            if pos <= previous or pos + HEADER_SIZE > self.size:
-                return i
-            previous = pos
-        return len(index)
+        first = IndexEntry(self.first_chunk_id, 0, FILE_HEADER_SIZE, self.first_byte, 0, 0)
+        kept = index.consistent_prefix(first, HEADER_SIZE, self.size)
+        if kept < len(index) - 1:  # beyond a last record cut short by a crash
+            log.warning("index.rebuilt", extra={"segment": str(self.path), "kept": kept,
+                                                "entries": len(index)})
+        return kept
 
     def _scan_chunk(
         self, pos: int, expected_offset: int, byte_pos: int
