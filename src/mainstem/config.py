@@ -73,6 +73,7 @@ class StorageConfig:
     fsync_interval_ms: int = 200  # only used by FsyncMode.INTERVAL
     max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
     open_files: int = 0  # log-file descriptors kept open; 0: (RLIMIT_NOFILE - 128) / 4
+    scrub_rate: int = 16 << 20  # bytes a second the background scrub checks; 0: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,9 @@ class AuthConfig:
     # Per client address and per (address, user), in bursts of as many; beyond them a
     # failure is answered later and password checks wait (see broker/login_throttle.py).
     failed_logins_per_minute: int = 30
+    # Password checks queued for a thread or running per client address; its others wait
+    # in its own backlog, users with no recent failure first (broker/password_checks.py).
+    password_checks_per_address: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +195,13 @@ class ServerConfig:
     handshake_timeout_ms: int = 10_000  # a connection not logged in by then is closed
     # Connections not logged in yet (admin HTTP: until a request authenticates), per client
     # address and in all (None: half of max_connections; 0: unlimited); beyond either, the
-    # oldest such connection is closed.
+    # oldest such connection is closed (in all, a suspect login's first: handshakes.py).
     max_unauthenticated_per_address: int = 256
     max_unauthenticated_connections: int | None = None
+    # New connections per client address: a token bucket of this many a second, in bursts
+    # of as many as the burst (0: unlimited); beyond it a socket is closed at once.
+    accept_rate_per_address: int = 200
+    accept_burst_per_address: int = 1000
     # A stream client that leaves a server request (ConsumerUpdate) unanswered this long is
     # disconnected: RabbitMQ's stream request_timeout, with its default.
     request_timeout_ms: int = 60_000
@@ -258,8 +266,10 @@ class ServerConfig:
             loopback_users=self.auth.loopback_users,
             max_partitions=self.storage.max_partitions,
             open_files=self.storage.open_files,
+            scrub_rate=self.storage.scrub_rate,
             failed_login_delay_s=self.auth.failed_login_delay_ms / 1000,
             failed_logins_per_minute=self.auth.failed_logins_per_minute,
+            password_checks_per_address=self.auth.password_checks_per_address,
             queue_memory=MemoryBound(self.queue_memory_messages, self.queue_memory_bytes),
         )
 
@@ -335,6 +345,11 @@ def parse_size(value: object) -> int:
     if size <= 0:
         raise ValueError("must be positive")
     return size
+
+
+def _rate(value: object) -> int:
+    """Bytes a second, as a size ("16MiB"); 0 turns off what it paces."""
+    return 0 if str(value).strip() == "0" else parse_size(value)
 
 
 def _optional_size(value: object) -> int | None:
@@ -461,6 +476,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "storage.fsync_interval_ms": _int_at_least(1),
     "storage.max_partitions": _int_at_least(1),
     "storage.open_files": _int_at_least(0),
+    "storage.scrub_rate": _rate,
     "retention.max_bytes": _optional_size,
     "retention.max_age": parse_age,
     "retention.max_segment_bytes": parse_size,
@@ -484,6 +500,8 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "limits.handshake_timeout_ms": _int_at_least(1),
     "limits.max_unauthenticated_per_address": _int_at_least(0),
     "limits.max_unauthenticated_connections": _connection_limit,
+    "limits.accept_rate_per_address": _int_at_least(0),
+    "limits.accept_burst_per_address": _int_at_least(1),
     "limits.request_timeout_ms": _int_at_least(1),
     "limits.channel_max": _int_at_least(1),
     "limits.max_consumers_per_queue": _int_at_least(0),
@@ -498,6 +516,7 @@ _SETTINGS: dict[str, Callable[[object], object]] = {
     "auth.loopback_users": _names,
     "auth.failed_login_delay_ms": _int_at_least(0),
     "auth.failed_logins_per_minute": _int_at_least(1),
+    "auth.password_checks_per_address": _int_at_least(1),
     "log.level": _choice(LOG_LEVELS),
     "log.format": _choice(LOG_FORMATS),
     "admin.host": _text,
@@ -544,6 +563,8 @@ _FLAGS = (
     ("--host", "host", "HOST", f"bind address of every listener (default: {DEFAULT_HOST})"),
     ("--fsync", "storage.fsync", "MODE", "batch | interval | never (default: batch)"),
     ("--fsync-interval-ms", "storage.fsync_interval_ms", "MS", "period of --fsync interval"),
+    ("--scrub-rate", "storage.scrub_rate", "SIZE",
+     "bytes a second the background scrub reads back and checks (default: 16MiB; 0: off)"),
     ("--retention-max-bytes", "retention.max_bytes", "SIZE", "default per-stream size limit"),
     ("--retention-max-age", "retention.max_age", "AGE", "default per-stream age limit: 7D, 12h"),
     ("--retention-max-segment-bytes", "retention.max_segment_bytes", "SIZE", "segment roll size"),
@@ -579,6 +600,11 @@ _FLAGS = (
      "connections not logged in per client address (default: 256; 0: unlimited)"),
     ("--max-unauthenticated-connections", "limits.max_unauthenticated_connections", "N",
      "connections not logged in, in all (auto: half of --max-connections; 0: unlimited)"),
+    ("--accept-rate-per-address", "limits.accept_rate_per_address", "N",
+     "new connections a second per client address, beyond them closed at once"
+     " (default: 200; 0: unlimited)"),
+    ("--accept-burst-per-address", "limits.accept_burst_per_address", "N",
+     "burst of new connections per client address (default: 1000)"),
     ("--channel-max", "limits.channel_max", "N", "channels per connection (default: 2047)"),
     ("--max-consumers-per-queue", "limits.max_consumers_per_queue", "N", "0: unlimited"),
     ("--queue-memory-messages", "limits.queue_memory_messages", "N",
@@ -588,6 +614,8 @@ _FLAGS = (
     ("--default-user", "auth.default_user", "USER", "user created when the catalog has none"),
     ("--default-pass", "auth.default_pass", "PASSWORD", "password of --default-user"),
     ("--loopback-users", "auth.loopback_users", "U1,U2", "users allowed from loopback only"),
+    ("--password-checks-per-address", "auth.password_checks_per_address", "N",
+     "password checks queued or running per client address; its others wait (default: 2)"),
     ("--admin-metrics", "admin.metrics", "WHO",
      "/metrics on the management listener: authenticated | open | off"
      " (default: authenticated)"),

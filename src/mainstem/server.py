@@ -29,7 +29,7 @@ from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
 from mainstem.cluster.node import ClusterNode
 from mainstem.config import ADMIN, PROMETHEUS, ListenerConfig, ServerConfig, default_workers
-from mainstem.handshakes import Handshakes
+from mainstem.handshakes import AcceptRate, Handshakes
 from mainstem.log.descriptors import PROCESS_DESCRIPTORS
 from mainstem.logging_setup import ContextLog, describe_error
 from mainstem.protocols import all_protocols
@@ -132,6 +132,7 @@ class Broker:
         self._http_runners: list[web.AppRunner] = []  # aiohttp's runners of the HTTP listeners
         self.max_connections = 0  # the limit in force, set by start(); 0: unlimited
         self._handshakes = Handshakes(0, 0)  # connections not logged in, set by start()
+        self._accept_rate = AcceptRate(0, 0)  # new connections per address, set by start()
         self.ports: dict[str, int] = {}
         self.hosts: dict[str, str] = {}  # the bind address of each listener, as `ports`
 
@@ -180,6 +181,8 @@ class Broker:
         self.max_connections = _connection_limit(self.config.max_connections)
         self._handshakes = Handshakes(self.config.max_unauthenticated_per_address,
                                       self._unauthenticated_limit())
+        self._accept_rate = AcceptRate(self.config.accept_rate_per_address,
+                                       self.config.accept_burst_per_address)
         try:
             self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
             self._declare_projections()
@@ -356,7 +359,7 @@ class Broker:
         def accept() -> asyncio.BaseProtocol:
             if self._refused(name):
                 return _Refused()
-            return _HttpHandshake(http(), self._handshakes)
+            return _HttpHandshake(http(), self._handshakes, self._accept_rate, name)
 
         for site, port, context in sites:
             await self._bind(site, accept, listener.host, port, context)
@@ -412,8 +415,10 @@ class Broker:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        peer = _format_address(writer.get_extra_info("peername"))
-        if self._refused(listener, peer):
+        peername = writer.get_extra_info("peername")
+        peer = _format_address(peername)
+        if self._refused(listener, peer) or not self._accept_rate.admits(
+                peername[0] if isinstance(peername, tuple) else None, listener):
             await _close_writer(writer)
             return
         self._connections.add(task)
@@ -429,6 +434,7 @@ class Broker:
             advertised=(configured.advertised_host, None if tls else configured.advertised_port),
             offload=None if self.workers is None else self.workers.lane(conn_id),
             on_login=lambda: self._handshakes.end(conn_id),
+            on_suspect=lambda: self._handshakes.suspect(conn_id),
         )
         self.connections.add(
             conn_id, ctx, task, _format_address(writer.get_extra_info("sockname"))
@@ -556,19 +562,27 @@ class _Handshake:
 class _HttpHandshake(asyncio.Protocol):
     """aiohttp's protocol for one admin HTTP connection, with the connection in the budget
     of connections not logged in until a request on it authenticates (the admin app
-    calls `Handshakes.end` with its transport); evicted, the socket is closed."""
+    calls `Handshakes.end` with its transport); evicted, the socket is closed. Beyond its
+    address's accept rate, it is closed at once, aiohttp never sees it."""
 
-    def __init__(self, http: asyncio.Protocol, handshakes: Handshakes) -> None:
+    def __init__(self, http: asyncio.Protocol, handshakes: Handshakes,
+                 accept_rate: AcceptRate, listener: str) -> None:
         self._http = http
         self._handshakes = handshakes
+        self._accept_rate = accept_rate
+        self._listener = listener
         self._transport: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) else None
+        if not self._accept_rate.admits(host, self._listener):
+            self._http = _Refused()
+            self._http.connection_made(transport)
+            return
         self._transport = transport
         self._http.connection_made(transport)
-        peer = transport.get_extra_info("peername")
-        self._handshakes.begin(transport, peer[0] if isinstance(peer, tuple) else None,
-                               transport.close)
+        self._handshakes.begin(transport, host, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None:

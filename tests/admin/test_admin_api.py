@@ -115,7 +115,8 @@ async def test_streams_offsets_and_queues(broker, http):
                                      "size_bytes": orders["size_bytes"], "segments": 1,
                                      # all local without a tier
                                      "local_bytes": orders["size_bytes"], "tiered_bytes": 0,
-                                     "tiered_segments": 0, "local_first_offset": 0}]
+                                     "tiered_segments": 0, "local_first_offset": 0,
+                                     "damaged_chunks": 0}]
     assert orders["size_bytes"] > 10
     parted = await get(http, "/api/streams/%2F/parted")
     assert [p["name"] for p in parted["partitions"]] == ["parted-0", "parted-1", "parted-2"]

@@ -239,7 +239,8 @@ async def test_streams_tiering_shows_the_tier_its_counters_and_each_partition(tm
         assert rows_of(table)[1][:5] == ["uploads", "uploaded_bytes", "upload_lag_bytes",
                                          "errors", "deletes_pending"]
         assert rows_of(table)[2] == [str(tiering.stats.uploads),
-                                     str(tiering.stats.uploaded_bytes), "0", "0", "0"]
+                                     str(tiering.stats.uploaded_bytes), "0", "0", "0", "0",
+                                     "0"]  # nothing deleted, nothing fenced
         assert rows_of(table)[-1] == [
             "/", STREAM, "0", str(service.size_bytes - service.tiered_bytes),
             str(service.tiered_bytes), str(len(service.tiered_records)),

@@ -444,7 +444,7 @@ async def test_wrong_password_shows_the_login_again(broker, browser):
 async def test_a_management_user_is_shown_refusals_not_logged_out(broker, browser):
     """A user tagged management uses the console for its vhosts; a page outside its scope
     (Admin: users and permissions) shows RabbitMQ's reason, and the user stays logged in."""
-    broker.core.add_namespace("team")
+    broker.core.catalog.add_namespace("team")
     broker.core.auth.add_user("manager", "manager", tags=["management"])
     broker.core.auth.set_permissions("manager", "team", ".*", ".*", ".*")
     broker.core.queues.vhost("team").declare_queue(

@@ -11,6 +11,8 @@ import re
 import aiohttp
 import pika
 import pytest
+from apache_iggy import IggyClient as ApacheIggy
+from apache_iggy import TcpConfig, TcpReconnectionConfig
 from pika.exceptions import (
     ChannelClosedByBroker,
     ConnectionClosedByBroker,
@@ -23,6 +25,8 @@ from mainstem import Broker
 from mainstem.client.events import EventsClient, EventsError
 from mainstem.client.iggy import IggyClient, IggyClientError
 from mainstem.client.segment import SegmentClient, SegmentClientError
+from mainstem.protocols.iggy.codec import ErrorCode
+from mainstem.protocols.segment import codec as sc
 from tests.admin.test_admin_ctl import ctl
 from tests.support.admin_http import call
 
@@ -236,3 +240,77 @@ async def test_limits_travel_in_definitions(broker, http):
     other = {**definitions, "parameters": [{"vhost": "team", "component": "federation",
                                             "name": "x", "value": {}}]}
     await call(http, "POST", "/api/definitions", other, status=400)  # still refused
+
+
+
+async def limited_vhost(http: aiohttp.ClientSession, vhost: str, max_queues: int) -> None:
+    """A vhost (made unless it exists) where guest may do anything, with `max-queues`."""
+    if (await http.get(f"/api/vhosts/{vhost}")).status == 404:
+        await call(http, "PUT", f"/api/vhosts/{vhost}", status=201)
+        await call(http, "PUT", f"/api/permissions/{vhost}/guest",
+                   {"configure": ".*", "write": ".*", "read": ".*"}, status=204)
+    await call(http, "PUT", f"/api/vhost-limits/{vhost}/max-queues", {"value": max_queues},
+               status=204)
+
+
+async def test_vhost_queue_limit_refuses_an_iggy_topic_with_too_many_topics(broker, http):
+    """max-queues 3: three topics are made, the fourth is refused with Iggy's
+    TooManyTopics (2021) on mainstem's client and the Apache SDK, and nothing is made; a
+    name that exists still answers so."""
+    iggy = await IggyClient.connect("127.0.0.1", broker.ports["iggy"])
+    await iggy.login("guest", "guest")
+    await iggy.create_stream("iggyhost", 1)  # an Iggy stream is a vhost
+    await limited_vhost(http, "iggyhost", 3)
+    for n in range(3):
+        await iggy.create_topic(1, f"t{n}", topic_id=n + 1)
+    with pytest.raises(IggyClientError) as refused:
+        await iggy.create_topic(1, "t3", topic_id=4)
+    assert refused.value.code == ErrorCode.TOO_MANY_TOPICS
+    with pytest.raises(IggyClientError) as exists:
+        await iggy.create_topic(1, "t0")
+    assert exists.value.code == ErrorCode.TOPIC_NAME_ALREADY_EXISTS
+    await iggy.close()
+    apache = ApacheIggy(TcpConfig(server_address=f"127.0.0.1:{broker.ports['iggy']}",
+                                  reconnection=TcpReconnectionConfig(enabled=False)))
+    await apache.connect()
+    await apache.login_user("guest", "guest")
+    with pytest.raises(RuntimeError, match="Too many topics"):
+        await apache.create_topic("iggyhost", "t4", 1)
+    assert sorted(t.name for t in await apache.get_topics("iggyhost")) == ["t0", "t1", "t2"]
+    assert len(await call(http, "GET", "/api/streams/iggyhost")) == 3
+
+
+async def test_vhost_queue_limit_refuses_a_bson_channel_with_limit_reached(broker, http):
+    await limited_vhost(http, "bsonhost", 3)
+    async with await EventsClient.connect("127.0.0.1", broker.ports["bson"], "guest",
+                                          "guest", namespace="bsonhost") as events:
+        assert [await events.create_channel(f"c{n}") for n in range(3)] == [False] * 3
+        with pytest.raises(EventsError) as failed:
+            await events.create_channel("c3")
+        assert failed.value.code == "LIMIT_REACHED"
+        assert "queue limit in vhost 'bsonhost' (3) is reached" in str(failed.value)
+        assert await events.create_channel("c0")  # it exists: answered so, as before
+        assert sorted(await events.list_channels()) == ["c0", "c1", "c2"]
+    assert len(await call(http, "GET", "/api/streams/bsonhost")) == 3
+
+
+async def test_vhost_queue_limit_refuses_a_segment_with_operation_unsupported(broker, http):
+    """A segment's scope is its vhost: the fourth stream of segments is refused."""
+    await limited_vhost(http, "seghost", 3)
+    segments = await SegmentClient.connect("127.0.0.1", broker.ports["segment"])
+    try:
+        for n in range(3):
+            await segments.create(f"seghost/s{n}/0")
+        with pytest.raises(SegmentClientError) as unsupported:
+            await segments.create("seghost/s3/0")
+        assert isinstance(unsupported.value.reply, sc.OperationUnsupported)
+        assert "queue limit in vhost 'seghost' (3) is reached" in \
+            unsupported.value.reply.message
+        assert not (await segments.info("seghost/s3/0")).exists
+        with pytest.raises(SegmentClientError) as exists:
+            await segments.create("seghost/s0/0")
+        assert isinstance(exists.value.reply, sc.SegmentAlreadyExists)
+        await segments.create("/elsewhere/0")  # another vhost is not limited
+    finally:
+        await segments.close()
+    assert len(await call(http, "GET", "/api/streams/seghost")) == 3

@@ -108,7 +108,8 @@ async def test_api_rows_tiering_endpoint_and_stream_stats_show_the_extents(tmp_p
         records = partition.tiered_records
         extent = {"tiered_bytes": partition.tiered_bytes,
                   "local_bytes": partition.size_bytes - partition.tiered_bytes,
-                  "tiered_segments": len(records), "local_first_offset": records[-1].next_offset}
+                  "tiered_segments": len(records), "local_first_offset": records[-1].next_offset,
+                  "damaged_chunks": 0}
         assert extent["tiered_bytes"] == tier_bytes(tmp_path / "tier", ".segment")
         status, queues = await get(broker, "/api/queues")
         assert status == 200

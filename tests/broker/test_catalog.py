@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
@@ -456,3 +456,51 @@ def test_policies_are_stored_shared_and_go_with_their_namespace(path: Path) -> N
     with Catalog.open(path) as catalog:
         assert catalog.policies.list(OPERATOR_POLICY) == []
     assert watched == ["shop", "shop", "shop"]
+
+
+# -- a client's changes, made everywhere -------------------------------------------------
+
+
+async def test_a_clients_change_alone_is_made_at_once_and_checked(path: Path) -> None:
+    with Catalog.open(path) as catalog:
+        body = {"pattern": "^o", "definition": {"max-length": 5}}
+        await catalog.put_policy_everywhere(parse_policy(POLICY, "/", "cap", body))
+        await catalog.put_user_everywhere(UserRecord("ann", "hash"))
+        await catalog.set_permissions_everywhere("ann", "/", ".*", "", "")
+        await catalog.set_limit_everywhere("vhost_limit", "/", "max-queues", 3)
+        assert [p.name for p in catalog.policies.list(POLICY)] == ["cap"]
+        assert catalog.get_permissions("ann", "/") == PermissionRecord("ann", "/", ".*", "", "")
+        assert catalog.list_limits("vhost_limit") == {"/": {"max-queues": 3}}
+        with pytest.raises(NotFound):
+            await catalog.put_policy_everywhere(parse_policy(POLICY, "nowhere", "cap", body))
+        with pytest.raises(AlreadyExists):
+            await catalog.add_namespace_everywhere("/")
+        await catalog.delete_user_everywhere("ann")
+        assert catalog.get_permissions("ann", "/") is None
+
+
+async def test_in_a_cluster_a_clients_change_is_made_here_only_once_shared(path: Path) -> None:
+    """The listener (the cluster's feed) gets the change not made here yet; the node
+    makes it through `apply`, as another node's, once the cluster's store holds it."""
+    told: list[tuple[str, tuple, dict | None, bool]] = []
+    with Catalog.open(path) as catalog:
+        catalog.put_user(UserRecord("ann", "hash"))
+
+        async def stored() -> None:
+            catalog.apply(*told[-1][:3])  # what the feed does once etcd holds it
+
+        def feed(kind: str, key: tuple, row: dict | None, *, held_here: bool = True
+                 ) -> Awaitable[None]:
+            told.append((kind, key, row, held_here))
+            assert catalog.get_permissions("ann", "/") is None  # not made here yet
+            return stored()
+
+        catalog.on_change = feed
+        await catalog.set_permissions_everywhere("ann", "/", "^a", "^a", "^a")
+        assert told == [("permission", ("ann", "/"),
+                         {"configure": "^a", "write": "^a", "read": "^a"}, False)]
+        assert catalog.get_permissions("ann", "/") == PermissionRecord("ann", "/", "^a", "^a",
+                                                                       "^a")
+        with pytest.raises(NotFound):  # checked here first: nothing told
+            await catalog.clear_limit_everywhere("vhost_limit", "/", "max-queues")
+        assert len(told) == 1

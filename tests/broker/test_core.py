@@ -22,7 +22,7 @@ async def open_core(data_dir: Path) -> BrokerCore:
 
 async def test_streams_and_their_data_survive_restart(tmp_path: Path) -> None:
     core = await open_core(tmp_path)
-    core.add_namespace("tenant")
+    core.catalog.add_namespace("tenant")
     core.streams.create("/", "orders", arguments={"x-max-age": "7D"})
     core.streams.create("tenant", "events", partitions=3)
     await core.streams.partition("/", "orders").append([b"o1", b"o2"], sequences={"pub": 2})
@@ -93,7 +93,7 @@ async def test_leftover_files_of_a_crashed_delete_are_not_resurrected(tmp_path: 
 
 async def test_delete_namespace_deletes_its_streams(tmp_path: Path) -> None:
     core = await open_core(tmp_path)
-    core.add_namespace("t")
+    core.catalog.add_namespace("t")
     stream = core.streams.create("t", "s", partitions=2)
     await core.delete_namespace("t")
     assert not stream.directory.exists()

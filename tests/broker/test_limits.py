@@ -44,22 +44,22 @@ def test_limit_changes_are_told_and_applied_like_users(tmp_path: Path) -> None:
         assert there.list_limits(VHOST_LIMIT) == {"/": {"max-queues": 4}}
 
 
-def test_tallies_admit_up_to_the_limit_and_release(tmp_path: Path) -> None:
+async def test_tallies_admit_up_to_the_limit_and_release(tmp_path: Path) -> None:
     with Catalog.open(tmp_path / "catalog.sqlite") as catalog:
         catalog.put_user(UserRecord("bob", "hash"))
         queues = {"/": 0}
         limits = Limits(catalog, queues.__getitem__)
         with pytest.raises(InvalidArgument, match="unknown limit"):
-            limits.set(USER_LIMIT, "bob", "max-queues", 1)
+            await limits.set(USER_LIMIT, "bob", "max-queues", 1)
         with pytest.raises(InvalidArgument, match="must be an integer"):
-            limits.set(VHOST_LIMIT, "/", "max-queues", True)
-        limits.set(USER_LIMIT, "bob", "max-connections", 2)
+            await limits.set(VHOST_LIMIT, "/", "max-queues", True)
+        await limits.set(USER_LIMIT, "bob", "max-connections", 2)
         releases = [limits.admit_connection("bob", "/"), limits.admit_connection("bob", None)]
         with pytest.raises(NotAllowed, match=r"user connection limit \(2\) is reached"):
             limits.admit_connection("bob", "/")
         releases.pop()()
         releases.append(limits.admit_connection("bob", "/"))
-        limits.set(VHOST_LIMIT, "/", "max-queues", 1)
+        await limits.set(VHOST_LIMIT, "/", "max-queues", 1)
         limits.check_queue("/", "first")
         queues["/"] = 1
         with pytest.raises(PreconditionFailed, match=r"queue limit in vhost '/' \(1\)"):

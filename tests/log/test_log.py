@@ -21,6 +21,7 @@ from mainstem.formats.chunk import (
 from mainstem.formats.osiris import HEADER_SIZE, SUB_BATCH_ENTRY
 from mainstem.log.errors import PartitionClosed
 from mainstem.log.guard import check_guard, guard
+from mainstem.log.index import RECORD
 from mainstem.log.partition import Partition
 from mainstem.log.policy import DurabilityPolicy, FsyncMode, RetentionPolicy
 from mainstem.log.reader import PartitionReader
@@ -117,6 +118,29 @@ async def test_index_is_rebuilt_when_missing_or_damaged(tmp_path: Path, small_se
     reopened = Partition.open(tmp_path / "p")
     assert read_all(reopened) == expected
     assert reopened.offset_for_timestamp(0) == 0
+    reopened.close()
+
+
+@pytest.mark.parametrize("field", ["chunk_id", "timestamp", "byte_pos", "num_records"])
+async def test_a_well_formed_but_damaged_index_is_rebuilt_at_start(
+        tmp_path: Path, small_segments, field: str) -> None:
+    """An index record whose bytes were flipped yet still parses (no torn record, positions
+    in order) is caught by the cheap checks at start and rebuilt from the segment."""
+    partition = Partition.open(tmp_path / "p", durability=NEVER, retention=small_segments)
+    for batch in range(20):
+        partition.write_records(records(batch), timestamp=1_000 + batch)
+    expected, from_35 = read_all(partition), read_all(partition, 35)
+    partition.close()
+    index = sorted((tmp_path / "p").glob("*.index"))[1]
+    raw = bytearray(index.read_bytes())
+    at = {"chunk_id": 0, "timestamp": 8, "byte_pos": 24, "num_records": 32}[field]
+    raw[8 + RECORD.size + at] ^= 0x40  # the second record's field, high bits
+    index.write_bytes(bytes(raw))
+    reopened = Partition.open(tmp_path / "p")
+    assert read_all(reopened) == expected
+    assert read_all(reopened, 35) == from_35
+    assert reopened.offset_for_timestamp(1_008) == 80
+    assert index.read_bytes() != bytes(raw)  # rewritten as the segment says
     reopened.close()
 
 

@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from mainstem.log.segment_file import LEGACY_VERSION
 from mainstem.log.tier import UPLOAD_PART, Tier
 from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord
-from mainstem.log.tiered_segment import NotFetched
+from mainstem.log.tiered_segment import NotFetched, fetching
 
 from .tiering import Tiered, disk_bytes, moto_s3, s3_tier, tier_all, written_partition
 
@@ -193,3 +194,30 @@ async def test_segments_of_the_older_layout_tier_and_read_back(tmp_path: Path) -
             assert t.segment.current_layout(i) == t.local.current_layout(i)
         t.segment.close()
     await partition.aclose()
+
+
+async def test_a_replica_cut_back_into_a_tiered_segment_opens_and_reads_it_locally(
+        tmp_path: Path) -> None:
+    """A replica whose tail was cut back (`truncate_from`) into a segment its leader had
+    sealed and tiered starts with that segment active: its record is not attached (the
+    start failed before with "tiered segments overlap the local ones"), the older records
+    are, and every chunk still reads, from the tier or the local file."""
+    batches = [[os.urandom(900)] for _ in range(30)]
+    partition = written_partition(tmp_path / "p", batches, 6_000)
+    cache = TierCache(tmp_path / "cache", 1 << 40, DescriptorCache(16), block_size=FS_BLOCK)
+    tier = Tier.directory(tmp_path / "tier")
+    uploaded = await tier_all(tier, partition, cache)
+    last = uploaded[-1].record
+    partition.truncate_from(last.first_chunk_id + 1)  # cut inside the last tiered segment
+    partition.close()
+    reopened = written_partition(tmp_path / "p", [], 6_000)
+    members = [t.segment for t in uploaded]
+    left = reopened.attach_tiered(members)
+    assert [m.first_chunk_id for m in left] == [last.first_chunk_id]
+    assert reopened.next_offset == last.first_chunk_id + 1
+    bodies, offset = [], 0
+    while offset < reopened.next_offset:
+        chunk = await fetching(partial(reopened.read_written, offset))
+        bodies += [bytes(body) for _, body in chunk.records()]
+        offset = chunk.next_offset
+    assert bodies == [batch[0] for batch in batches[:last.first_chunk_id + 1]]

@@ -311,7 +311,8 @@ def test_tiering_from_toml_env_and_flags(tmp_path):
     assert (tiering.url, tiering.endpoint, tiering.access_key_id, tiering.secret_access_key,
             tiering.cache_bytes) == ("s3://bucket/prefix", "http://127.0.0.1:9000", "me",
                                      "s3cret", 2 << 30)
-    assert tiering.cache_dir == config.data_dir / "tier-cache" and tiering.sweep_at_start
+    assert tiering.cache_dir == config.data_dir / "tier-cache" and not tiering.clustered
+    assert tiering.delete_grace_s == 300
     retention = config.core_settings().retention
     assert (retention.local_max_age_ms, retention.local_max_bytes) == (7 * 86_400_000,
                                                                        10_000_000_000)

@@ -20,7 +20,6 @@ from mainstem import Broker
 from mainstem.broker.login_throttle import (
     MAX_PENALTY_FACTOR,
     MAX_TRACKED,
-    Attempt,
     LoginThrottle,
 )
 from mainstem.client.events import EventsClient
@@ -396,23 +395,31 @@ async def test_failures_beyond_a_users_budget_are_answered_later(tmp_path: Path)
 def test_failure_budgets_are_per_address_and_user() -> None:
     now = [0.0]
     throttle = LoginThrottle(per_minute=2, clock=lambda: now[0])
-    assert throttle.take("10.0.0.1", "guest") == Attempt(True, 1)
+
+    def take(address: str, user: str = "guest") -> tuple[bool, bool, int]:
+        attempt = throttle.take(address, user)
+        return attempt.within_budget, attempt.fresh, attempt.penalty_factor
+
+    assert take("10.0.0.1") == (True, True, 1)
     throttle.give_back("10.0.0.1", "guest")  # a successful login costs nothing
-    assert throttle.take("10.0.0.1", "guest") == throttle.take("10.0.0.1", "guest")
+    assert take("10.0.0.1") == (True, True, 1)
+    assert take("10.0.0.1") == (True, False, 1)  # guest failed lately from here
     # Beyond the budget: checked after other addresses' logins, failures answered later.
-    assert throttle.take("10.0.0.1", "guest") == Attempt(False, 2)
-    assert throttle.take("::ffff:10.0.0.1", "guest") == Attempt(False, 4)  # the same client
-    assert throttle.take("10.0.0.1", "alice") == Attempt(False, 1)  # another user's budget
-    assert throttle.take("10.0.0.2", "guest") == Attempt(True, 1)  # another address's
+    assert take("10.0.0.1") == (False, False, 2)
+    assert take("::ffff:10.0.0.1") == (False, False, 4)  # the same client
+    assert take("10.0.0.1", "alice") == (False, True, 1)  # another user's budget
+    assert take("10.0.0.2") == (True, True, 1)  # another address's
     for _ in range(5):
-        throttle.take("10.0.0.1", "guest")
-    assert throttle.take("10.0.0.1", "guest").penalty_factor == MAX_PENALTY_FACTOR
+        take("10.0.0.1")
+    assert take("10.0.0.1")[2] == MAX_PENALTY_FACTOR
     now[0] = 150.0  # a token every 30 s: the debt (at most 5 tokens here) is paid off
-    assert throttle.take("10.0.0.1", "guest").penalty_factor == 2
+    assert take("10.0.0.1")[2] == 2
     now[0] = 210.0
-    assert throttle.take("10.0.0.1", "guest") == Attempt(True, 1)
-    assert throttle.take("2001:db8::1", "guest") == throttle.take("2001:db8::2", "guest")
-    assert throttle.take("2001:db8::3", "guest") == Attempt(False, 2)  # one /64, one client
+    assert take("10.0.0.1") == (True, False, 1)
+    now[0] = 300.0  # two tokens again: no recent failure
+    assert take("10.0.0.1") == (True, True, 1)
+    assert take("2001:db8::1")[:2] == (True, True) and take("2001:db8::2")[:2] == (True, False)
+    assert take("2001:db8::3") == (False, False, 2)  # one /64, one client
 
 
 def test_the_failure_budgets_forget_the_oldest_beyond_their_bound() -> None:

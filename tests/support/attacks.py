@@ -5,6 +5,16 @@ real AMQP client (aio-pika) while it lasts: the client must get in, and soon.
   (so whose password needs the hash) and the attacked user then log in with theirs.
 - `silent_sockets`: more silent sockets than the broker's connection limit; a client then
   logs in.
+
+And storms for tests and `bench/login_storms.py`, each a number of loops in flight from
+one source address, counting what they did, while a real client (pika) is timed:
+
+- `WrongLogins`: AMQP wrong logins (raw frames, so a thousand cost this side little),
+  each loop opening a new connection once the last is answered or closed.
+- `SilentReopens`: sockets that send nothing, each reopened as soon as the broker
+  closes it.
+- `timed_pika_login`: seconds until a pika client is in (connection and channel open),
+  as one of the users `add_users` made.
 """
 
 from __future__ import annotations
@@ -12,10 +22,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aio_pika
 import aiohttp
+import pika
+
+from mainstem.protocols.amqp091 import methods as m
+from mainstem.protocols.amqp091.encode import encode_method
 
 HOST = "127.0.0.1"
 STORM_LOOPS = 8  # concurrent wrong-login loops, as in issue 29
@@ -119,3 +134,116 @@ async def _admin_put(http: aiohttp.ClientSession, ports: dict[str, int], path: s
     async with http.put(f"http://{HOST}:{ports['admin']}{path}", json=body) as reply:
         if reply.status >= 300:
             raise RuntimeError(f"PUT {path}: {reply.status} {await reply.text()}")
+
+
+AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+class _Storm:
+    """`loops` tasks running `_once` from `source` until stopped (async with)."""
+
+    def __init__(self, port: int, loops: int, source: str) -> None:
+        self.port = port
+        self.source = source
+        self.opened = 0  # connections opened
+        self.errors = 0  # connects that failed (the client side ran short, say)
+        self._loops = loops
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> _Storm:
+        self._tasks = [asyncio.ensure_future(self._loop()) for _ in range(self._loops)]
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def until_opened(self, count: int, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.opened < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {self.opened} of {count} connections opened")
+            await asyncio.sleep(0.05)
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(
+                    HOST, self.port, local_addr=(self.source, 0))
+            except OSError:
+                self.errors += 1
+                await asyncio.sleep(0.05)
+                continue
+            self.opened += 1
+            try:
+                await self._once(reader, writer)
+            except OSError:
+                pass  # reset by the broker: the next one
+            finally:
+                writer.transport.abort()
+
+    async def _once(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class WrongLogins(_Storm):
+    """AMQP logins of `user` with a wrong password: header, start-ok, then wait for the
+    broker's answer (connection.close) or its close."""
+
+    def __init__(self, port: int, loops: int, source: str, user: str) -> None:
+        super().__init__(port, loops, source)
+        self._start_ok = encode_method(0, m.ConnectionStartOk(
+            {}, "PLAIN", b"\0" + user.encode() + b"\0wrong", "en_US"))
+
+    async def _once(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(AMQP_HEADER)
+        if not await reader.read(4096):  # connection.start, or closed at once
+            return
+        writer.write(self._start_ok)
+        while await reader.read(4096):
+            pass
+
+
+class SilentReopens(_Storm):
+    """Sockets that send nothing, reopened as soon as the broker closes them."""
+
+    async def _once(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+
+def pika_login(port: int, user: str, password: str, timeout_s: float = 30.0) -> None:
+    """Log in with pika and open a channel (raises pika's errors)."""
+    parameters = pika.ConnectionParameters(
+        HOST, port, credentials=pika.PlainCredentials(user, password),
+        socket_timeout=timeout_s, blocked_connection_timeout=timeout_s,
+        stack_timeout=timeout_s)
+    connection = pika.BlockingConnection(parameters)
+    try:
+        connection.channel()
+    finally:
+        connection.close()
+
+
+async def timed_pika_login(port: int, user: str, password: str) -> float | None:
+    """Seconds until pika logged in (one attempt, in a thread); None: it was refused."""
+    return await asyncio.to_thread(_timed, lambda: pika_login(port, user, password))
+
+
+def _timed(login: Callable[[], None]) -> float | None:
+    started = time.perf_counter()
+    try:
+        login()
+    except pika.exceptions.AMQPError:
+        return None
+    return time.perf_counter() - started
+
+
+async def add_users(admin_port: int, names: list[str]) -> None:
+    """Users with their name as password and every permission on "/"."""
+    async with aiohttp.ClientSession(auth=ADMIN) as http:
+        ports = {"admin": admin_port}
+        for name in names:
+            await _admin_put(http, ports, f"/api/users/{name}", {"password": name, "tags": ""})
+            await _admin_put(http, ports, f"/api/permissions/%2F/{name}",
+                             {"configure": ".*", "write": ".*", "read": ".*"})

@@ -42,6 +42,7 @@ from mainstem.broker.alarms import DISK, MEMORY
 from mainstem.broker.auth import (
     DEFAULT_HASHING,
     PERMISSION_KINDS,
+    check_patterns,
     import_password_hash,
 )
 from mainstem.broker.catalog import UserRecord
@@ -172,7 +173,7 @@ async def put_vhost(request: web.Request) -> web.Response:
     core = state_of(request).core
     if core.catalog.get_namespace(name) is not None:
         return no_content()  # PUT is idempotent, as in RabbitMQ
-    core.add_namespace(name)
+    await core.catalog.add_namespace_everywhere(name)
     return web.Response(status=201)
 
 
@@ -231,8 +232,8 @@ async def put_user(request: web.Request) -> web.Response:
         algorithm = body.get("hashing_algorithm") or DEFAULT_HASHING
         if not isinstance(body["password_hash"], str) or not isinstance(algorithm, str):
             raise InvalidArgument("password_hash and hashing_algorithm must be strings")
-        core.auth.put_user_hash(name, import_password_hash(body["password_hash"], algorithm),
-                                tags)
+        await core.catalog.put_user_everywhere(UserRecord(
+            name, import_password_hash(body["password_hash"], algorithm), tags))
         return no_content() if existing else web.Response(status=201)
     password = body.get("password")
     if password is not None and not isinstance(password, str):
@@ -240,13 +241,11 @@ async def put_user(request: web.Request) -> web.Response:
     if existing is None:
         if not password:
             raise InvalidArgument("a new user needs a password")
-        core.auth.add_user(name, password, tags)
+        await core.catalog.put_user_everywhere(UserRecord(name, core.auth.hashed(password),
+                                                          tags))
         return web.Response(status=201)
-    if password:
-        core.auth.change_password(name, password)
-        existing = core.catalog.get_user(name)
-        assert existing is not None
-    core.catalog.put_user(UserRecord(name, existing.password_hash, tags))
+    password_hash = core.auth.hashed(password) if password else existing.password_hash
+    await core.catalog.put_user_everywhere(UserRecord(name, password_hash, tags))
     return no_content()
 
 
@@ -259,7 +258,7 @@ def _tags(value: object) -> tuple[str, ...]:
 
 @routes.delete("/api/users/{user}")
 async def delete_user(request: web.Request) -> web.Response:
-    state_of(request).core.auth.delete_user(_existing_user(request).name)
+    await state_of(request).core.catalog.delete_user_everywhere(_existing_user(request).name)
     return no_content()
 
 
@@ -299,14 +298,15 @@ async def put_permission(request: web.Request) -> web.Response:
     body = await read_body(request)
     user, vhost = _existing_user(request).name, _existing_vhost(request)
     patterns = {kind: body.get(kind, "") for kind in PERMISSION_KINDS}
-    state_of(request).core.auth.set_permissions(user, vhost, **patterns)
+    check_patterns(**patterns)
+    await state_of(request).core.catalog.set_permissions_everywhere(user, vhost, **patterns)
     return no_content()
 
 
 @routes.delete("/api/permissions/{vhost}/{user}")
 async def delete_permission(request: web.Request) -> web.Response:
-    state_of(request).core.auth.clear_permissions(request.match_info["user"],
-                                                request.match_info["vhost"])
+    await state_of(request).core.catalog.clear_permissions_everywhere(
+        request.match_info["user"], request.match_info["vhost"])
     return no_content()
 
 
@@ -463,8 +463,7 @@ async def put_stream(request: web.Request) -> web.Response:
     core = state_of(request).core
     if core.streams.find(vhost, name) is not None:
         return no_content()
-    core.limits.check_queue(vhost, name)
-    core.streams.create(vhost, name, partitions, arguments)
+    core.create_stream(vhost, name, partitions, arguments)
     return web.Response(status=201)
 
 

@@ -33,6 +33,7 @@ from mainstem.admin import (
     policy_api,
     scope,
     tiering_api,
+    verify_api,
 )
 from mainstem.admin import state as shared
 from mainstem.admin.audit import audit
@@ -44,6 +45,8 @@ from mainstem.broker.errors import (
     AuthenticationFailed,
     BrokerError,
     NotFound,
+    StorageFailed,
+    Unavailable,
 )
 
 log = logging.getLogger("mainstem.admin")
@@ -59,7 +62,7 @@ GUARDED = web.AppKey("guarded", tuple)  # path prefixes that need a login
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
                 health.routes, parameters.routes, policy_api.routes, limits_api.routes,
-                inventory.routes, tiering_api.routes, _own_routes)
+                inventory.routes, tiering_api.routes, verify_api.routes, _own_routes)
 
 
 def create_app(state: shared.AdminState, *, served_metrics: str, per_object_metrics: bool
@@ -158,6 +161,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(409, "conflict", str(exc))
     except AccessRefused as exc:
         return _error(403, "access_refused", str(exc))
+    except Unavailable as exc:  # the cluster's store did not answer: try again later
+        return _error(503, "service_unavailable", str(exc))
+    except StorageFailed as exc:  # the disk refused the catalog's write
+        return _error(507, "insufficient_storage", str(exc))
     except BrokerError as exc:
         return _error(400, "bad_request", str(exc))
     except web.HTTPNotFound:  # no route: RabbitMQ's JSON error, not aiohttp's text

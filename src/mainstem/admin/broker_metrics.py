@@ -65,6 +65,15 @@ class BrokerCollector:
             "made (its leader stepped down before it committed, or an fsync failed): "
             "they may be stored. Refusals before the write are not counted",
             value=self._state.core.counters.nacks_outcome_unknown)
+        yield CounterMetricFamily(
+            "mainstem_chunks_damaged",
+            "Stream chunks found failing their CRCs (on local disk or fetched from the tier), "
+            "each counted once: none is served, each reader gets its protocol's error",
+            value=self._state.core.streams.damage.found)
+        yield CounterMetricFamily(
+            "mainstem_chunks_repaired",
+            "Damaged chunks replaced by an in-sync replica's intact copy",
+            value=self._state.core.counters.chunks_repaired)
         yield from self._tiering()
         yield from self._binders()
         yield from self._iggy_and_segments()

@@ -235,6 +235,15 @@ def _stream_replicas(client: Client, args: argparse.Namespace) -> list[dict[str,
     return rows
 
 
+def _verify_streams(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per partition: what the scrub checked and found (`--now`: a pass first)."""
+    path = f"/api/streams/{_q(args.vhost)}/{_q(args.name)}/verify"
+    report = client.call("POST" if args.now else "GET", path)
+    return [{**row, "damaged_chunk_ids": ",".join(map(str, row["damaged_chunk_ids"])),
+             "repaired": ",".join(str(r["chunk_id"]) for r in row["repaired"])}
+            for row in report["partitions"]]
+
+
 _TIER_STATS: Columns = (("uploads", "uploads"), ("uploaded_bytes", "uploaded_bytes"),
                         ("upload_lag_bytes", "upload_lag_bytes"), ("errors", "errors"),
                         ("deletes_pending", "deletes_pending"), ("deleted", "deleted"),
@@ -491,7 +500,8 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
         Action("delete", "delete a virtual host and everything in it", lambda c, a: c.call(
             "DELETE", f"/api/vhosts/{_q(a.name)}"), (NAME,)),
     )),
-    "streams": ("mainstem's streams (partitioned logs): list, add, delete, replicas, tiering", (
+    "streams": ("mainstem's streams (partitioned logs): list, add, delete, replicas, tiering,"
+                " verify", (
         Action("list", "streams with partitions, messages and size", _list_streams,
                (VHOST_FILTER,),
                (("vhost", "vhost"), ("name", "name"), ("partitions", "partition_count"),
@@ -509,6 +519,13 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
         Action("tiering", "the broker's tier and counters; each partition's bytes local and"
                " tiered, tiered segments and first local offset", _list("tiering"),
                (VHOST_FILTER,), text=_tiering_text),
+        Action("verify", "per partition: chunks checked, damaged chunk ids, repaired chunk"
+               " ids, last full pass of the background scrub", _verify_streams,
+               (NAME, VHOST, (("--now",), {"action": "store_true",
+                                           "help": "check every chunk now, then report"})),
+               (("partition", "name"), ("chunks_checked", "chunks_checked"),
+                ("damaged", "damaged_chunk_ids"), ("repaired", "repaired"),
+                ("last_full_pass", "last_full_pass"))),
     )),
     "limits": ("limits of vhosts (max-connections, max-queues) and users (max-connections,"
                " max-channels)", (

@@ -29,9 +29,11 @@ from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.auth import (
     DEFAULT_HASHING,
     PERMISSION_KINDS,
+    check_patterns,
     export_password_hash,
     import_password_hash,
 )
+from mainstem.broker.catalog import UserRecord
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.limits import USER_LIMIT, VHOST_LIMIT
@@ -136,7 +138,7 @@ def _download(request: web.Request, definitions: dict[str, Any]) -> web.Response
 @routes.post("/api/definitions")
 async def post_definitions(request: web.Request) -> web.Response:
     """Import a definitions file (RabbitMQ's or mainstem's export)."""
-    import_definitions(state_of(request).core, await read_body(request))
+    await import_definitions(state_of(request).core, await read_body(request))
     return web.Response(status=204)
 
 
@@ -145,12 +147,14 @@ async def post_vhost_definitions(request: web.Request) -> web.Response:
     """Import queues, exchanges and bindings into one virtual host."""
     core = state_of(request).core
     core.queues.vhost(request.match_info["vhost"])
-    import_definitions(core, await read_body(request), vhost=request.match_info["vhost"])
+    await import_definitions(core, await read_body(request), vhost=request.match_info["vhost"])
     return web.Response(status=204)
 
 
-def import_definitions(core: BrokerCore, definitions: dict[str, Any],
-                       vhost: str | None = None) -> None:
+async def import_definitions(core: BrokerCore, definitions: dict[str, Any],
+                             vhost: str | None = None) -> None:
+    """Import a definitions file; its vhosts, users, permissions, limits and policies are
+    made everywhere (in a cluster, each in etcd first) before the next is checked."""
     for key in _UNSUPPORTED:
         if [row for row in _rows(definitions, key)
                 if row.get("name") not in _INFORMATIONAL and not is_limits_parameter(row)]:
@@ -159,22 +163,25 @@ def import_definitions(core: BrokerCore, definitions: dict[str, Any],
     if vhost is None:
         for row in _rows(definitions, "vhosts"):
             if core.catalog.get_namespace(_text(row, "name")) is None:
-                core.add_namespace(_text(row, "name"))
+                await core.catalog.add_namespace_everywhere(_text(row, "name"))
         for row in _rows(definitions, "users"):
-            _import_user(core, row)
+            await _import_user(core, row)
         for row in _rows(definitions, "permissions"):
-            core.auth.set_permissions(_text(row, "user"), _text(row, "vhost"),
-                                      **{kind: _text(row, kind) for kind in PERMISSION_KINDS})
+            patterns = {kind: _text(row, kind) for kind in PERMISSION_KINDS}
+            check_patterns(**patterns)
+            await core.catalog.set_permissions_everywhere(_text(row, "user"),
+                                                          _text(row, "vhost"), **patterns)
     for row in _rows(definitions, "parameters"):
         if is_limits_parameter(row):
-            import_limits(core, VHOST_LIMIT, vhost or _text(row, "vhost"), row.get("value"))
+            await import_limits(core, VHOST_LIMIT, vhost or _text(row, "vhost"), row.get("value"))
 
     def host(row: dict[str, Any]) -> VirtualHost:
         return core.queues.vhost(vhost if vhost is not None else _text(row, "vhost"))
 
     for key, kind in _POLICIES.items():
         for row in _rows(definitions, key):
-            core.catalog.put_policy(parse_policy(kind, host(row).name, _text(row, "name"), row))
+            await core.catalog.put_policy_everywhere(
+                parse_policy(kind, host(row).name, _text(row, "name"), row))
 
     for row in _rows(definitions, "queues"):
         host(row).declare_queue(_text(row, "name"), durable=flag(row, "durable", True),
@@ -196,7 +203,7 @@ def import_definitions(core: BrokerCore, definitions: dict[str, Any],
                                _text(row, "routing_key"), json_object(row, "arguments")))
 
 
-def _import_user(core: BrokerCore, row: dict[str, Any]) -> None:
+async def _import_user(core: BrokerCore, row: dict[str, Any]) -> None:
     tags = row.get("tags", [])
     if isinstance(tags, str):  # RabbitMQ before 3.10 wrote "administrator,monitoring"
         tags = [tag for tag in tags.split(",") if tag]
@@ -204,8 +211,8 @@ def _import_user(core: BrokerCore, row: dict[str, Any]) -> None:
         raise InvalidArgument("a user's tags must be a list or a comma-separated string")
     stored = import_password_hash(_text(row, "password_hash"),
                                   row.get("hashing_algorithm") or DEFAULT_HASHING)
-    core.auth.put_user_hash(_text(row, "name"), stored, tags)
-    import_limits(core, USER_LIMIT, _text(row, "name"), row.get("limits") or {})
+    await core.catalog.put_user_everywhere(UserRecord(_text(row, "name"), stored, tuple(tags)))
+    await import_limits(core, USER_LIMIT, _text(row, "name"), row.get("limits") or {})
 
 
 def _rows(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """Health checks and the aliveness test, as RabbitMQ's management API has them: 200
 {"status": "ok"} or 503 {"status": "failed", "reason": ...}. A single node is never
 quorum- or mirror-sync-critical. `is-in-service` (RabbitMQ 4.1's) fails while a cluster node
-waits for etcd to join."""
+waits for etcd to join; `stream-damage` (mainstem's) once a stream chunk was found damaged."""
 
 from __future__ import annotations
 
@@ -55,6 +55,21 @@ async def is_in_service(request: web.Request) -> web.Response:
     """503 while the node takes no clients: a cluster node joining (waiting for etcd)."""
     reason = state_of(request).not_ready()
     return ok() if reason is None else failed(reason)
+
+
+@scoped(Scope.MANAGEMENT)
+@routes.get("/api/health/checks/stream-damage")
+async def stream_damage(request: web.Request) -> web.Response:
+    """503 once a stream chunk was found damaged (it is served to no one): which partitions,
+    which chunks, and where (local disk or the tier)."""
+    damaged = state_of(request).core.streams.damage.damaged()
+    if damaged:
+        return failed("damaged stream chunks found", partitions=[
+            {"vhost": p.key.vhost, "stream": p.key.stream, "partition": p.key.partition,
+             "chunks": [{"chunk_id": chunk_id, "where": where}
+                        for chunk_id, where in sorted(p.chunks.items())]}
+            for p in damaged])
+    return ok()
 
 
 @scoped(Scope.MANAGEMENT)

@@ -51,7 +51,7 @@ async def put_limit(request: web.Request) -> web.Response:
     if "value" not in body:
         raise InvalidArgument('the body must be {"value": <integer>}')
     kind, owner = _owner(request)
-    state_of(request).core.limits.set(kind, owner, request.match_info["name"], body["value"])
+    await state_of(request).core.limits.set(kind, owner, request.match_info["name"], body["value"])
     return no_content()
 
 
@@ -59,7 +59,7 @@ async def put_limit(request: web.Request) -> web.Response:
 @routes.delete("/api/user-limits/{user}/{name}")
 async def delete_limit(request: web.Request) -> web.Response:
     kind, owner = _owner(request)
-    state_of(request).core.limits.clear(kind, owner, request.match_info["name"])
+    await state_of(request).core.limits.clear(kind, owner, request.match_info["name"])
     return no_content()
 
 
@@ -89,9 +89,9 @@ def is_limits_parameter(row: dict[str, Any]) -> bool:
     return row.get("component") == LIMITS_COMPONENT
 
 
-def import_limits(core: BrokerCore, kind: str, owner: str, values: object) -> None:
+async def import_limits(core: BrokerCore, kind: str, owner: str, values: object) -> None:
     """Set the limits of a definitions file's vhost-limits parameter or user row."""
     if not isinstance(values, dict):
         raise InvalidArgument("limits must be a JSON object of limit names and integers")
     for name, value in values.items():
-        core.limits.set(kind, owner, name, value)
+        await core.limits.set(kind, owner, name, value)

@@ -62,12 +62,12 @@ async def put_policy(request: web.Request) -> web.Response:
     existed = _find(request) is not None
     policy = parse_policy(_kind(request), _existing_vhost(request), request.match_info["name"],
                           await read_body(request))
-    state_of(request).core.catalog.put_policy(policy)
+    await state_of(request).core.catalog.put_policy_everywhere(policy)
     return no_content() if existed else created()
 
 
 async def delete_policy(request: web.Request) -> web.Response:
-    state_of(request).core.catalog.delete_policy(
+    await state_of(request).core.catalog.delete_policy_everywhere(
         _kind(request), _existing_vhost(request), request.match_info["name"])
     return no_content()
 

@@ -1,5 +1,6 @@
-"""Where a stream's bytes are: on local disk or in the tier (issue 32). The stream rows of
-/api/queues, /api/streams and /api/tiering carry these fields; all local without a tier."""
+"""Where a stream's bytes are: on local disk or in the tier (issue 32), and how many of its
+chunks were found damaged. The stream rows of /api/queues, /api/streams and /api/tiering
+carry these fields; all local without a tier."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def partition_extent(partition: PartitionService) -> dict[str, int]:
     tiered = partition.tiered_bytes
     return {"local_bytes": partition.size_bytes - tiered, "tiered_bytes": tiered,
             "tiered_segments": len(partition.tiered_records),
-            "local_first_offset": partition.local_first_offset}
+            "local_first_offset": partition.local_first_offset,
+            "damaged_chunks": len(partition.damage.chunks)}
 
 
 def stream_extent(partitions: Sequence[PartitionService]) -> dict[str, int]:

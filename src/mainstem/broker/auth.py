@@ -173,6 +173,12 @@ def _permits(pattern: str, resource: str) -> bool:
         return False
 
 
+def check_patterns(configure: str, write: str, read: str) -> None:
+    """Raise InvalidArgument unless each permission pattern is one RE2 can match."""
+    for kind, pattern in zip(PERMISSION_KINDS, (configure, write, read), strict=True):
+        name_pattern(pattern, f"{kind} permission")
+
+
 class Auth:
     """Users, passwords and permissions of the broker, stored in the catalog."""
 
@@ -257,16 +263,15 @@ class Auth:
         self._catalog.put_user(UserRecord(name, hash_password(password, self._kdf), user.tags))
         return user
 
+    def hashed(self, password: str) -> str:
+        """`password` hashed as this broker stores it."""
+        return hash_password(password, self._kdf)
+
     def change_password(self, name: str, password: str) -> None:
         record = self._catalog.get_user(name)
         if record is None:
             raise NotFound(f"user '{name}' not found")
         self._catalog.put_user(UserRecord(name, hash_password(password, self._kdf), record.tags))
-        self._verified.pop(name, None)
-
-    def put_user_hash(self, name: str, stored_hash: str, tags: Iterable[str]) -> None:
-        """Create or replace a user with an already hashed password (definitions import)."""
-        self._catalog.put_user(UserRecord(name, stored_hash, tuple(tags)))
         self._verified.pop(name, None)
 
     def delete_user(self, name: str) -> None:
@@ -279,8 +284,7 @@ class Auth:
     def set_permissions(self, user: str, namespace: str, configure: str = ".*", write: str = ".*",
                         read: str = ".*") -> None:
         """Grant access to `namespace`; each pattern is a regex, "" or "^$" denies."""
-        for kind, pattern in zip(PERMISSION_KINDS, (configure, write, read), strict=True):
-            name_pattern(pattern, f"{kind} permission")
+        check_patterns(configure, write, read)
         self._catalog.set_permissions(user, namespace, configure, write, read)
 
     def clear_permissions(self, user: str, namespace: str) -> None:

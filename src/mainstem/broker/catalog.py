@@ -12,8 +12,15 @@ through a second connection with synchronous=NORMAL: a commit then survives a pr
 crash, and after a power cut an offset may fall back a little, which at-least-once
 consumers tolerate.
 
+A write the disk refuses (full, a file too big, an I/O error) raises StorageFailed on
+every connection to the catalog (`_CatalogConnection`), so each protocol answers it with
+its own error and keeps the client's connection; SQLite has rolled the change back.
+
 Methods are synchronous: SQLite answers in microseconds, so the event loop calls
-them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too.
+them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too. The
+`..._everywhere` methods, for a change a client is answered for, are async: in a cluster
+they return once the cluster's store holds the change and this node has taken it from
+there (see `ChangeNotifier._everywhere`).
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mainstem.broker import legacy
 from mainstem.broker.errors import (
@@ -38,6 +46,7 @@ from mainstem.broker.errors import (
     InvalidArgument,
     NotFound,
     PreconditionFailed,
+    StorageFailed,
 )
 from mainstem.broker.fence import Fence, FencedOut
 from mainstem.broker.policies import KINDS as POLICY_KINDS
@@ -49,12 +58,20 @@ MAX_NAME_BYTES = 255
 # Partition indexes are 32-bit signed on the wire protocols; offsets fit SQLite's int64.
 MAX_PARTITIONS = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
-# (kind, key, row): "namespace", "user", "permission", "offset", "policy",
-# "operator_policy", "vhost_limit" or "user_limit" (and the kinds of the other stores, see
-# `broker.replicated`); row None when deleted. In a cluster it returns what completes once
-# the cluster's store has it.
-ChangeListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None],
-                          Awaitable[None] | None]
+
+
+class ChangeListener(Protocol):
+    """Told (kind, key, row): "namespace", "user", "permission", "offset", "policy",
+    "operator_policy", "vhost_limit" or "user_limit" (and the kinds of the other stores,
+    see `broker.replicated`); row None when deleted. In a cluster it returns what
+    completes once the cluster's store has it. `held_here` False: a change not made here
+    yet, made here (through `Catalog.apply`, as on every node) once the cluster's store
+    holds it."""
+
+    def __call__(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None, *,
+                 held_here: bool = True) -> Awaitable[None] | None: ...
+
+
 # A change made only under a fence: True once the cluster holds it, False if the fence no
 # longer held (nothing changed). See broker.fence.
 FencedListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None, Fence],
@@ -317,14 +334,62 @@ def _user_from_row(row: tuple[Any, ...]) -> UserRecord:
     return UserRecord(name, password_hash, tuple(json.loads(tags)))
 
 
+def _check_user(user: UserRecord) -> None:
+    validate_name(user.name, "user")
+    if not user.password_hash:
+        raise InvalidArgument(f"user '{user.name}' needs a password hash")
+
+
+def _no_permissions(user: str, namespace: str) -> NotFound:
+    return NotFound(f"user '{user}' has no permissions in namespace '{namespace}'")
+
+
+def _no_policy(kind: str, vhost: str, name: str) -> NotFound:
+    return NotFound(f"{kind.replace('_', ' ')} '{name}' not found in vhost '{vhost}'")
+
+
+def _no_limit(kind: str, owner: str, name: str) -> NotFound:
+    return NotFound(f"no limit '{name}' set for {_owner_kind(kind)} '{owner}'")
+
+
 def _owner_kind(limit_kind: str) -> str:
     return "virtual host" if limit_kind == "vhost_limit" else "user"
+
+
+# What SQLite answers when the disk refuses a write: full, or the write itself failed (a
+# file over its size limit gets EFBIG, which SQLite reports as an I/O error).
+_DISK_REFUSALS = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
+
+
+class _CatalogConnection(sqlite3.Connection):
+    """A connection to the catalog whose writes the disk refuses raise StorageFailed, a
+    broker error every protocol answers, rather than an error that ends the client's
+    connection. SQLite has rolled the statement (and its transaction) back."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        with _disk_refusals():
+            return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        with _disk_refusals():
+            return super().executemany(sql, parameters)
+
+
+@contextmanager
+def _disk_refusals() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        if error.sqlite_errorcode & 0xFF not in _DISK_REFUSALS:  # the primary code
+            raise
+        raise StorageFailed(f"the catalog could not store it: {error}") from error
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     # isolation_level=None: autocommit, so a lone statement is its own transaction
     # and multi-statement changes use explicit BEGIN IMMEDIATE.
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                         factory=_CatalogConnection)
     try:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute(f"PRAGMA synchronous = {synchronous}")
@@ -338,15 +403,16 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
 
 @contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE on an autocommit connection; COMMIT, or ROLLBACK on any error."""
+    """BEGIN IMMEDIATE on an autocommit connection; COMMIT, or ROLLBACK on any error (a
+    COMMIT the disk refused among them)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         yield db
+        db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:  # SQLite ends it itself on some errors (a full disk)
             db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
 
 
 def _migrate(db: sqlite3.Connection, directory: Path) -> None:
@@ -417,6 +483,18 @@ class ChangeNotifier:
         if not await self.on_fenced(kind, key, row, fence):
             raise FencedOut(f"{kind} {key}: this node no longer leads epoch {fence.epoch}, "
                             "or the record exists")
+
+    async def _everywhere(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None,
+                          make_here: Callable[[], object]) -> None:
+        """A client's change, checked already, answered once made: alone, made here at
+        once (`make_here`); in a cluster, written to the cluster's store first and made
+        here, as on every node, from there (no node holds what the cluster does not)."""
+        if self.on_change is None or self._applying:
+            make_here()
+            return
+        shared = self.on_change(kind, key, row, held_here=False)
+        if shared is not None:
+            await held_everywhere(shared)
 
     @contextmanager
     def applying(self) -> Iterator[None]:
@@ -570,6 +648,17 @@ class Catalog(ChangeNotifier):
 
     def delete_namespace(self, name: str) -> None:
         """Delete a namespace with its streams, permissions and offsets."""
+        self._drop_namespace(name)
+        self._changed("namespace", (name,), None)
+
+    async def delete_namespace_everywhere(self, name: str) -> None:
+        """As `delete_namespace`, answered once the cluster's store holds the deletion.
+        Made here first (the broker core has closed its streams already); when the store
+        does not answer, the deletion reaches it later (PreconditionFailed says so)."""
+        self._drop_namespace(name)
+        await self._shared("namespace", (name,), None)
+
+    def _drop_namespace(self, name: str) -> None:
         # Deleting "/" would only last until the next open recreates it, empty.
         if name == DEFAULT_NAMESPACE:
             raise PreconditionFailed(
@@ -579,7 +668,6 @@ class Catalog(ChangeNotifier):
         if not self._write("DELETE FROM namespaces WHERE name = ?", (name,)):
             raise NotFound(f"namespace '{name}' not found")
         self.policies.drop_vhost(name)
-        self._changed("namespace", (name,), None)
 
     def get_namespace(self, name: str) -> NamespaceRecord | None:
         row = self._row("SELECT name, created_at FROM namespaces WHERE name = ?", (name,))
@@ -787,9 +875,7 @@ class Catalog(ChangeNotifier):
 
     def put_user(self, user: UserRecord) -> None:
         """Create the user or replace its password hash and tags."""
-        validate_name(user.name, "user")
-        if not user.password_hash:
-            raise InvalidArgument(f"user '{user.name}' needs a password hash")
+        _check_user(user)
         self._write(
             "INSERT INTO users (name, password_hash, tags) VALUES (?, ?, ?)"
             " ON CONFLICT (name) DO UPDATE"
@@ -823,9 +909,7 @@ class Catalog(ChangeNotifier):
         record = PermissionRecord(user, namespace, configure, write, read)
         self._permissions.clear()
         with self._transaction() as db:
-            if self.get_user(user) is None:
-                raise NotFound(f"user '{user}' not found")
-            self._require_namespace(namespace)
+            self._require_user_and_namespace(user, namespace)
             db.execute(
                 "INSERT INTO permissions (user, namespace, configure, write, read)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (user, namespace) DO UPDATE"
@@ -837,13 +921,18 @@ class Catalog(ChangeNotifier):
                       {"configure": configure, "write": write, "read": read})
         return record
 
+    def _require_user_and_namespace(self, user: str, namespace: str) -> None:
+        if self.get_user(user) is None:
+            raise NotFound(f"user '{user}' not found")
+        self._require_namespace(namespace)
+
     def clear_permissions(self, user: str, namespace: str) -> None:
         self._permissions.clear()
         cleared = self._write(
             "DELETE FROM permissions WHERE user = ? AND namespace = ?", (user, namespace)
         )
         if not cleared:
-            raise NotFound(f"user '{user}' has no permissions in namespace '{namespace}'")
+            raise _no_permissions(user, namespace)
         self._changed("permission", (user, namespace), None)
 
     def get_permissions(self, user: str, namespace: str) -> PermissionRecord | None:
@@ -898,7 +987,7 @@ class Catalog(ChangeNotifier):
     def delete_policy(self, kind: str, vhost: str, name: str) -> None:
         if not self._write("DELETE FROM policies WHERE kind = ? AND namespace = ? AND name = ?",
                            (kind, vhost, name)):
-            raise NotFound(f"{kind.replace('_', ' ')} '{name}' not found in vhost '{vhost}'")
+            raise _no_policy(kind, vhost, name)
         self.policies.remove(kind, vhost, name)
         self._changed(kind, (vhost, name), None)
         self._policies_changed(vhost)
@@ -924,7 +1013,7 @@ class Catalog(ChangeNotifier):
     def clear_limit(self, kind: str, owner: str, name: str) -> None:
         table, column = _LIMIT_TABLES[kind]
         if not self._write(f"DELETE FROM {table} WHERE {column} = ? AND name = ?", (owner, name)):
-            raise NotFound(f"no limit '{name}' set for {_owner_kind(kind)} '{owner}'")
+            raise _no_limit(kind, owner, name)
         self._changed(kind, (owner, name), None)
 
     def list_limits(self, kind: str, owner: str | None = None) -> dict[str, dict[str, int]]:
@@ -989,3 +1078,79 @@ class Catalog(ChangeNotifier):
                 (namespace, stream),
             ).fetchall()
         return {(partition, reference): offset for partition, reference, offset in rows}
+
+    # -- a client's changes: answered once made everywhere ---------------------------------
+    # Each checks the change here, then `_everywhere`: alone, the method above; in a cluster,
+    # the cluster's store first, and this node (as every node) takes it from there.
+
+    async def add_namespace_everywhere(self, name: str) -> None:
+        validate_name(name, "namespace")
+        if self.get_namespace(name) is not None:
+            raise AlreadyExists(f"namespace '{name}' already exists")
+        await self._everywhere("namespace", (name,), {"created_at": time.time()},
+                               partial(self.add_namespace, name))
+
+    async def put_user_everywhere(self, user: UserRecord) -> None:
+        _check_user(user)
+        await self._everywhere("user", (user.name,), {"password_hash": user.password_hash,
+                                                      "tags": list(user.tags)},
+                               partial(self.put_user, user))
+
+    async def delete_user_everywhere(self, name: str) -> None:
+        if self.get_user(name) is None:
+            raise NotFound(f"user '{name}' not found")
+        await self._everywhere("user", (name,), None, partial(self.delete_user, name))
+
+    async def set_permissions_everywhere(self, user: str, namespace: str, configure: str,
+                                         write: str, read: str) -> None:
+        self._require_user_and_namespace(user, namespace)
+        await self._everywhere("permission", (user, namespace),
+                               {"configure": configure, "write": write, "read": read},
+                               partial(self.set_permissions, user, namespace, configure,
+                                       write, read))
+
+    async def clear_permissions_everywhere(self, user: str, namespace: str) -> None:
+        if self.get_permissions(user, namespace) is None:
+            raise _no_permissions(user, namespace)
+        await self._everywhere("permission", (user, namespace), None,
+                               partial(self.clear_permissions, user, namespace))
+
+    async def put_policy_everywhere(self, policy: Policy) -> None:
+        validate_name(policy.name, "policy")
+        self._require_namespace(policy.vhost)
+        await self._everywhere(policy.kind, (policy.vhost, policy.name), policy.row(),
+                               partial(self.put_policy, policy))
+
+    async def delete_policy_everywhere(self, kind: str, vhost: str, name: str) -> None:
+        if all(policy.name != name for policy in self.policies.list(kind, vhost)):
+            raise _no_policy(kind, vhost, name)
+        await self._everywhere(kind, (vhost, name), None,
+                               partial(self.delete_policy, kind, vhost, name))
+
+    async def set_limit_everywhere(self, kind: str, owner: str, name: str, value: int) -> None:
+        """As `set_limit` (broker/limits.py checks names and values)."""
+        held = self.get_namespace(owner) if kind == "vhost_limit" else self.get_user(owner)
+        if held is None:
+            raise NotFound(f"{_owner_kind(kind)} '{owner}' not found")
+        await self._everywhere(kind, (owner, name), {"value": value},
+                               partial(self.set_limit, kind, owner, name, value))
+
+    async def clear_limit_everywhere(self, kind: str, owner: str, name: str) -> None:
+        if name not in self.list_limits(kind, owner).get(owner, {}):
+            raise _no_limit(kind, owner, name)
+        await self._everywhere(kind, (owner, name), None,
+                               partial(self.clear_limit, kind, owner, name))
+
+    async def store_offset_everywhere(self, namespace: str, stream: str, partition: int,
+                                      reference: str, offset: int) -> None:
+        """As `store_offset`, for a client answered once it is stored."""
+        validate_name(reference, "consumer reference")
+        _validate_int(partition, "partition", 0, MAX_PARTITIONS - 1)
+        _validate_int(offset, "offset", 0, MAX_OFFSET)
+        record = self.get_stream(namespace, stream)
+        if record is None or partition >= record.partitions:
+            self._raise_missing_partition(namespace, stream, partition)
+        await self._everywhere("offset", (namespace, stream, partition, reference),
+                               {"offset": offset},
+                               partial(self.store_offset, namespace, stream, partition,
+                                       reference, offset))

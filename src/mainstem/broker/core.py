@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from mainstem.broker import replicated
 from mainstem.broker.active_consumers import ActiveConsumers
@@ -18,7 +20,7 @@ from mainstem.broker.alarms import ResourceAlarms
 from mainstem.broker.amqp.queues import QueueManager
 from mainstem.broker.amqp.shared_topology import SharedTopology
 from mainstem.broker.auth import Auth, User
-from mainstem.broker.catalog import Catalog, ChangeListener, NamespaceRecord
+from mainstem.broker.catalog import Catalog, ChangeListener
 from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.counters import BrokerCounters
 from mainstem.broker.delivery_stats import DeliveryStats
@@ -30,10 +32,11 @@ from mainstem.broker.limits import Limits
 from mainstem.broker.login_throttle import LoginThrottle
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.password_checks import PasswordChecks
+from mainstem.broker.scrub import Scrubber
 from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
-from mainstem.broker.streams import StreamStore
+from mainstem.broker.streams import Stream, StreamStore
 from mainstem.broker.tiering import Tiering, node_identity
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
@@ -52,7 +55,7 @@ class BrokerCore:
         self.auth = Auth(catalog, settings)
         self.descriptors = DescriptorCache(settings.open_files or None)
         self.fsync_timings = FsyncTimings()  # every partition's fsync rounds, for metrics
-        self._password_checks = PasswordChecks(KDF_THREADS)
+        self._password_checks = PasswordChecks(KDF_THREADS, settings.password_checks_per_address)
         self._login_throttle = LoginThrottle(settings.failed_logins_per_minute)
         self.alarms = ResourceAlarms()  # publishers wait while memory or disk alarms hold
         self.write_gate = WriteGate(self.alarms)
@@ -76,6 +79,7 @@ class BrokerCore:
         self.topology = self.queues.topology = SharedTopology(self.queues)
         self.kinds = replicated.declare(catalog, self.projections, self.segments,
                                         self.topology)
+        self.scrubber = Scrubber(self.streams, settings.scrub_rate, self.counters)
         self._retention_task: asyncio.Task[None] | None = None
         self.cluster: ClusterView | None = None  # set by a node that joins a cluster
         self.tiering: Tiering | None = None  # set by open when a tier is configured
@@ -95,6 +99,7 @@ class BrokerCore:
                     core.tiering.start(node_identity(data_dir))
             core.queues.open()
             core.projections.start_all()
+            core.scrubber.start()
         except BaseException:
             catalog.close()
             raise
@@ -107,6 +112,7 @@ class BrokerCore:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
+        await self.scrubber.close()
         await self.projections.stop()
         if self.tiering is not None:
             await self.tiering.close()
@@ -126,37 +132,52 @@ class BrokerCore:
 
     # -- authentication ------------------------------------------------------
 
-    async def login(self, username: str, password: str, peer_host: str | None) -> User:
+    async def login(self, username: str, password: str, peer_host: str | None,
+                    suspect: Callable[[], None] | None = None) -> User:
         """Check credentials. A password verified before is checked at once; otherwise
         the slow KDF runs in the core's own small pool (`PasswordChecks`), never in the
         one that runs fsync, so a storm of wrong passwords delays no one's durable
-        publishing. A refusal is answered after the failed-login delay, longer beyond the
-        (address, user) budget (`LoginThrottle`); a right password is never refused."""
+        publishing, and within its address's share of that pool. A refusal is answered
+        after the failed-login delay, longer beyond the (address, user) budget
+        (`LoginThrottle`); a right password is never refused. `suspect` is called when
+        the login's pair failed lately, or it fails: its connection is then held until
+        answered, out of its address's budget of connections not logged in."""
         penalty_factor = 1
         try:
             user = self.auth.authenticate_cached(username, password, peer_host)
             if user is None:
                 attempt = self._login_throttle.take(peer_host, username)
                 penalty_factor = attempt.penalty_factor
+                if not attempt.fresh and suspect is not None:
+                    suspect()
                 user = await self._password_checks.run(
-                    attempt.within_budget, self.auth.authenticate, username, password, peer_host)
+                    attempt, self.auth.authenticate, username, password, peer_host)
                 self._login_throttle.give_back(peer_host, username)
             return user
         except AuthenticationFailed:
+            if suspect is not None:
+                suspect()
             await asyncio.sleep(self.settings.failed_login_delay_s * penalty_factor)
             raise
 
     # -- namespaces ----------------------------------------------------------
-
-    def add_namespace(self, name: str) -> NamespaceRecord:
-        return self.catalog.add_namespace(name)
 
     async def delete_namespace(self, name: str) -> None:
         """Delete a namespace with its streams, permissions and offsets."""
         if self.catalog.get_namespace(name) is None:
             self.catalog.delete_namespace(name)  # raises the catalog's NotFound
         await self.streams.delete_namespace(name)
-        self.catalog.delete_namespace(name)
+        await self.catalog.delete_namespace_everywhere(name)
+
+    # -- streams --------------------------------------------------------------
+
+    def create_stream(self, namespace: str, name: str, partitions: int = 1,
+                      arguments: Mapping[str, Any] | None = None) -> Stream:
+        """A stream a client asks for, on any protocol: what `StreamStore.create` refuses
+        (a name taken: AlreadyExists) first, then the vhost's `max-queues`, then made."""
+        self.streams.check_new(namespace, name, partitions, dict(arguments or {}))
+        self.limits.check_queue(namespace, name)
+        return self.streams.create(namespace, name, partitions, arguments)
 
     def open_namespace(self, user: User, namespace: str) -> None:
         """Raise unless `user` may connect to `namespace` (a RabbitMQ vhost)."""

@@ -27,4 +27,7 @@ class BrokerCounters:
     # become durable or committed (its leader stepped down, an fsync failed): nacked with
     # their outcome unknown. Refusals before the write are not counted.
     nacks_outcome_unknown: int = 0
+    # Damaged chunks replaced by an in-sync replica's intact copy (broker/scrub.py; those
+    # found damaged are counted by `broker.damage`).
+    chunks_repaired: int = 0
     stream: MessageStats = field(default_factory=MessageStats)  # the stream protocol's

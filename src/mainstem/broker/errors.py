@@ -33,12 +33,29 @@ class PreconditionFailed(BrokerError):
     """The request is well formed but conflicts with the current state."""
 
 
+class LimitReached(PreconditionFailed):
+    """A new queue or stream over its virtual host's `max-queues` (AMQP and the stream
+    protocol answer it as PreconditionFailed; Iggy, BSON and segments have codes of their
+    own)."""
+
+
 class NotAllowed(BrokerError):
     """A connection or channel over a virtual host's or user's limit (AMQP NOT_ALLOWED)."""
 
 
 class InvalidArgument(BrokerError):
     """A malformed name, number or pattern."""
+
+
+class Unavailable(BrokerError):
+    """A store the answer waits for (the cluster's metadata store) did not answer in time;
+    the message says whether the change is made nowhere or its outcome is unknown."""
+
+
+class StorageFailed(BrokerError):
+    """The disk refused a metadata write (full, a file too big, an I/O error): nothing
+    changed. Each protocol answers it with its error for a failed write and keeps the
+    connection; the same request succeeds once the disk takes writes again."""
 
 
 def storage_failure(error: BaseException) -> str:

@@ -5,6 +5,11 @@ user its connections and channels (`max-connections`, `max-channels`, counted ov
 user's connections). The values live in the catalog (so a cluster shares them); what they
 are compared with is counted here, on this node: connections admitted and channels open.
 A negative value means no limit and 0 allows none, as in RabbitMQ.
+
+A vhost's connections are those that name it at login (AMQP, stream, BSON); Iggy and
+segment logins name none and count under their user's limit only. Its queues are its
+queues and streams however made: every protocol's new stream passes `check_queue`
+(`BrokerCore.create_stream`), each protocol answering `LimitReached` its own way.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from mainstem.broker.catalog import Catalog
-from mainstem.broker.errors import InvalidArgument, NotAllowed, PreconditionFailed
+from mainstem.broker.errors import InvalidArgument, LimitReached, NotAllowed
 
 VHOST_LIMIT = "vhost_limit"
 USER_LIMIT = "user_limit"
@@ -43,11 +48,13 @@ class Limits:
         self._connections: Counter[tuple[str, str]] = Counter()  # (kind, owner) -> count
         self._channels: Counter[str] = Counter()  # user -> channels open
 
-    def set(self, kind: str, owner: str, name: str, value: object) -> None:
-        self._catalog.set_limit(kind, owner, name, checked_value(kind, name, value))
+    async def set(self, kind: str, owner: str, name: str, value: object) -> None:
+        """Set a limit, answered once made everywhere (`Catalog.set_limit_everywhere`)."""
+        await self._catalog.set_limit_everywhere(kind, owner, name,
+                                                 checked_value(kind, name, value))
 
-    def clear(self, kind: str, owner: str, name: str) -> None:
-        self._catalog.clear_limit(kind, owner, name)
+    async def clear(self, kind: str, owner: str, name: str) -> None:
+        await self._catalog.clear_limit_everywhere(kind, owner, name)
 
     def listed(self, kind: str, owner: str | None = None) -> dict[str, dict[str, int]]:
         return self._catalog.list_limits(kind, owner)
@@ -91,8 +98,8 @@ class Limits:
         self._channels -= Counter((user,))
 
     def check_queue(self, vhost: str, name: str) -> None:
-        """Before a new queue or stream: PreconditionFailed over the vhost's `max-queues`."""
+        """Before a new queue or stream: LimitReached over the vhost's `max-queues`."""
         limit = self._reached(VHOST_LIMIT, vhost, MAX_QUEUES, self._count_queues(vhost))
         if limit is not None:
-            raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost"
-                                     f" '{vhost}' ({limit}) is reached")
+            raise LimitReached(f"cannot declare queue '{name}': queue limit in vhost"
+                               f" '{vhost}' ({limit}) is reached")

@@ -30,6 +30,7 @@ from typing import Any
 from mainstem.broker.catalog import ChangeNotifier
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.stream_service import (
+    ChunkDamaged,
     ChunkLocation,
     DataRemoved,
     NotFetched,
@@ -146,10 +147,6 @@ class SegmentStore(ChangeNotifier):
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def create(self, name: SegmentName) -> None:
-        """A new stream of `number + 1` partitions; AlreadyExists when it exists."""
-        self.streams.create(name.namespace, name.stream, name.number + 1)
-
     async def seal(self, name: SegmentName) -> None:
         await self.service(name).appender.settled()
         self._save(name, sealed=True)
@@ -231,8 +228,12 @@ class SegmentStore(ChangeNotifier):
 
     async def read(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
         """Event-frame bytes from `offset`, as far as they are written (tiered chunks
-        fetched first)."""
-        return await fetching(lambda: self._read_now(name, offset, max_bytes))
+        fetched first). A damaged chunk in the way is reported and raised (ChunkDamaged)."""
+        try:
+            return await fetching(lambda: self._read_now(name, offset, max_bytes))
+        except ChunkDamaged as error:
+            self.service(name).damage.report(error)
+            raise
 
     def _read_now(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
         """Event-frame bytes from `offset`, as far as they are written and local."""
@@ -344,11 +345,12 @@ def _read_frames(service: PartitionService, pos: int, max_bytes: int,
     while found is not None and at < high:
         try:
             frames = recent.frames(service, found)
-        except NotFetched:
+        except (NotFetched, ChunkDamaged):
             if first is None:
-                raise  # the caller fetches it and reads again
+                raise  # the caller fetches it and reads again, or answers the damage
             break  # a short read: one that waited for every chunk could need more than the
-            # tier cache holds, each fetch evicting what the one before brought
+            # tier cache holds, each fetch evicting what the one before brought; a damaged
+            # chunk is answered when a read starts there, after the events before it
         begins, entries, at = frames.overlapping(pos, high)
         if entries:
             first = begins if first is None else first

@@ -44,6 +44,9 @@ class CoreSettings:
     # (`LoginThrottle`): a right password is never refused.
     failed_login_delay_s: float = 1.0
     failed_logins_per_minute: int = 30
+    # Password checks an address may have queued for a thread or running; its others
+    # wait in its own backlog (`PasswordChecks`).
+    password_checks_per_address: int = 2
     # How often retention runs over every partition, besides on segment roll.
     retention_check_interval_s: float = 60.0
     max_partitions: int = DEFAULT_MAX_PARTITIONS  # per stream
@@ -51,3 +54,5 @@ class CoreSettings:
     # How much of each classic queue's ready messages stays in memory; the rest is on disk.
     queue_memory: MemoryBound = field(default_factory=MemoryBound)
     tiering: TieringSettings | None = None  # None: every segment stays local
+    # Bytes a second the background scrub reads back and checks (broker/scrub.py); 0: off.
+    scrub_rate: int = 16 << 20

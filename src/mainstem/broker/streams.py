@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from mainstem.broker import layout
 from mainstem.broker.catalog import Catalog, StreamRecord
+from mainstem.broker.damage import DamageRegister, PartitionKey
 from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.policies import NONE_APPLIED, STREAM, Applied
 from mainstem.broker.retention import retention_from_arguments, with_policy
@@ -133,6 +134,7 @@ class StreamStore:
         self._shrink_watchers: set[ShrinkWatcher] = set()
         self._leader_watchers: set[LeaderWatcher] = set()
         self.replication: StreamReplication | None = None  # set by a node in a cluster
+        self.damage = DamageRegister()  # chunks found damaged, by partition
         catalog.policy_watchers.append(self._policies_changed)
 
     def open_all(self) -> None:
@@ -285,6 +287,7 @@ class StreamStore:
         self._catalog.delete_stream(namespace, name)
         del self._open[(namespace, name)]
         self._forget_names(stream)
+        self.damage.forget(namespace, name)
         if self.replication is not None:
             self.replication.forget(stream)
         for watcher in list(self._watchers):
@@ -380,4 +383,5 @@ class StreamStore:
         partition = Partition.open(stream.directory / str(index), durability=self._durability,
                                    retention=stream.retention, descriptors=self._descriptors,
                                    fsync_timings=self._fsync_timings)
-        return PartitionService(partition, self._gate)
+        damage = self.damage.partition(PartitionKey(stream.namespace, stream.name, index))
+        return PartitionService(partition, self._gate, damage)

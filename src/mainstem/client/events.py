@@ -43,7 +43,8 @@ class Received:
 
 class Subscription:
     """Events as they arrive; one the server ended (a failed SUBRESPONSE naming it, e.g.
-    TIER_UNAVAILABLE) raises its EventsError once the events before it are taken."""
+    TIER_UNAVAILABLE or DATA_DAMAGED) raises its EventsError once the events before it are
+    taken."""
 
     def __init__(self, client: EventsClient, sub_id: int) -> None:
         self.client = client

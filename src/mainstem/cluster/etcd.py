@@ -136,10 +136,15 @@ class EtcdClient:
     async def txn(self, compare: Sequence[Compare], success: Sequence[dict[str, Any]],
                   failure: Sequence[dict[str, Any]] = ()) -> bool:
         """Run `success` if every comparison holds, else `failure`; True when it held."""
+        return await self.committed(compare, success, failure) is not None
+
+    async def committed(self, compare: Sequence[Compare], success: Sequence[dict[str, Any]],
+                        failure: Sequence[dict[str, Any]] = ()) -> int | None:
+        """As `txn`: the store's revision after it when the comparisons held, else None."""
         answer = await self._call("/v3/kv/txn", {
             "compare": [c.encode() for c in compare], "success": list(success),
             "failure": list(failure)})
-        return bool(answer.get("succeeded", False))
+        return int(answer["header"]["revision"]) if answer.get("succeeded", False) else None
 
     # -- leases ----------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from mainstem.cluster.replication.leader import LeaderLog, read_frame
 from mainstem.cluster.replication.partition_counts import PartitionCounts
 from mainstem.cluster.replication.quorum_journals import QUORUM, QuorumQueues
 from mainstem.cluster.replication.quorum_journals import storage_of as quorum_storage
+from mainstem.cluster.replication.repair import ReplicaRepair, copy_answer
 from mainstem.cluster.replication.replica import ReplicaContext
 from mainstem.cluster.replication.replicated_streams import ReplicatedStreams
 
@@ -113,6 +114,7 @@ class ClusterNode:
         await self._load(kvs)
         self.core.tell_changes(self._changed)
         self.core.catalog.on_fenced = self.catalog.fenced
+        self.core.scrubber.repair = ReplicaRepair(self.replicated, self.peers)
         self._take_topology()
         self.spawn(self._keep_alive())
         self.spawn(self._watch())
@@ -128,6 +130,7 @@ class ClusterNode:
     async def stop(self) -> None:
         self.core.tell_changes(None)
         self.core.catalog.on_fenced = None
+        self.core.scrubber.repair = None
         self.iggy.uninstall()
         roles = self.replicated.roles.values()
         for role in roles:
@@ -308,13 +311,13 @@ class ClusterNode:
                 self.quorum.note_leader(parts[1], int(parts[2]),
                                         None if deleted else event.kv)
 
-    def _changed(self, kind: str, key: tuple[Any, ...],
-                 row: dict[str, Any] | None) -> Awaitable[None]:
+    def _changed(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None, *,
+                 held_here: bool = True) -> Awaitable[None]:
         """A change made here, for every node; a namespace deleted here (whichever node
         asked) also ends its Iggy ids."""
         if kind == "namespace" and row is None:
             self.iggy.namespace_deleted(key[0])
-        return self.catalog.changed(kind, key, row)
+        return self.catalog.changed(kind, key, row, held_here=held_here)
 
     def _catalog_applied(self, kind: str, key: tuple[str, ...],
                          row: dict[str, Any] | None) -> None:
@@ -499,6 +502,9 @@ class ClusterNode:
                 if kind == wire.FrameType.RELAY_HELLO:
                     await self._serve_relay(body, reader, writer)
                     return
+                if kind == wire.FrameType.REPAIR_HELLO:
+                    await self._serve_repair(body, reader, writer)
+                    return
                 if kind != wire.FrameType.HELLO:
                     raise wire.WireError(f"a follower opens with HELLO, not {kind}")
                 hello = wire.Hello.decode(body)
@@ -548,6 +554,17 @@ class ClusterNode:
         if peer is not None:
             await self.relay.serve(HomeLink(self.core.queues, self.node_name, peer, writer),
                                    reader)
+
+    async def _serve_repair(self, hello: bytes, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> None:
+        """Send another replica this node's copy of a chunk damaged there (`repair`)."""
+        if self._from_elsewhere(hello, writer) is None:
+            return
+        kind, request = await read_frame(reader, wire.MAX_CONTROL_FRAME)
+        if kind != wire.FrameType.REPAIR:
+            raise wire.WireError(f"a REPAIR_HELLO is followed by REPAIR, not {kind}")
+        writer.write(copy_answer(self.replicated, request))
+        await writer.drain()
 
     def _from_elsewhere(self, hello: bytes, writer: asyncio.StreamWriter) -> str | None:
         """The node a FORWARD_HELLO or RELAY_HELLO names, if it holds the cluster's

@@ -4,7 +4,8 @@ A reader that waits between records (an AMQP consumer out of credit, a BSON subs
 whose socket does not drain) holds the window its next record is in, not the whole chunk:
 an AMQP publisher's chunks run to megabytes, and a few hundred stalled consumers each
 holding one used to cost the broker gigabytes. The chunk is checked against its CRCs first,
-in one pass that keeps nothing, so no record of a damaged chunk is ever handed out.
+in one pass that keeps nothing, so no record of a damaged chunk is ever handed out
+(`ChunkDamaged`). `check_chunk` is that check alone, for a chunk sent raw from its file.
 """
 
 from __future__ import annotations
@@ -31,12 +32,16 @@ class StreamedChunk:
         self._segment = segment
         start, size = segment.chunk_span(i)
         fd = segment.fileno()
-        head = os.pread(fd, HEADER_SIZE, start)
-        self.header = header = parse_header(head)
-        self._data_start = start + header.data_start
-        if header.bloom_size:  # the guard covers the filter too
-            head += _pread(fd, header.bloom_size, start + HEADER_SIZE)
-        self._check(fd, memoryview(head), start, size)
+        try:
+            head = os.pread(fd, HEADER_SIZE, start)
+            self.header = header = parse_header(head)
+            self._data_start = start + header.data_start
+            if header.bloom_size:  # the guard covers the filter too
+                head += _pread(fd, header.bloom_size, start + HEADER_SIZE)
+            self._check(fd, memoryview(head), start, size)
+        except CorruptChunk as error:
+            raise segment.damaged(i, error) from error
+        segment.mark_verified(i)
 
     def _check(self, fd: int, head: memoryview, start: int, size: int) -> None:
         """The data CRC and the guard (of `head`, header and filter, and the trailer)."""
@@ -116,3 +121,10 @@ def read_records(segment: Segment, i: int) -> StreamedChunk | None:
     """Chunk i streamed, if its data is larger than a window (else None: read it whole)."""
     _, size = segment.chunk_span(i)
     return StreamedChunk(segment, i) if size > WINDOW else None
+
+
+def check_chunk(segment: Segment, i: int) -> None:
+    """Check all of chunk i's CRCs unless it is known sound (`Segment.verified`), a large
+    one a window at a time; ChunkDamaged when it fails. For a sender about to send it raw."""
+    if not segment.verified(i) and read_records(segment, i) is None:
+        segment.check(i)

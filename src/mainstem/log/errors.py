@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mainstem.formats.chunk import CorruptChunk
+
 
 class PartitionClosed(Exception):
     """The partition was closed while a caller waited on it."""
@@ -36,3 +38,18 @@ class ObjectExists(Exception):
         super().__init__(f"tier {tier}: {key}: {cause}")
         self.tier = tier
         self.key = key
+
+
+class ChunkDamaged(CorruptChunk):
+    """A committed chunk failed its CRCs when read, on local disk or as fetched from the
+    tier: nothing of it is served. `cause` may name a file: for the broker's log only."""
+
+    def __init__(self, chunk_id: int, tiered: bool, cause: str) -> None:
+        super().__init__(f"chunk {chunk_id} ({'tiered' if tiered else 'local'}): {cause}")
+        self.chunk_id = chunk_id
+        self.tiered = tiered
+        self.cause = cause
+
+    @property
+    def where(self) -> str:
+        return "tiered" if self.tiered else "local"

@@ -1,7 +1,8 @@
 """Per-segment index: one record per chunk, kept in memory as arrays for bisection.
 
 The file is a cache of what the segment holds: it is not fsynced, and recovery
-rebuilds it from the segment whenever it is missing, short or ahead of the data.
+rebuilds it from the segment whenever it is missing, short, ahead of the data, or its
+records disagree with one another (`consistent_prefix`: cheap, no reads of the segment).
 
     header: b"MSIX" | version u32
     record: chunk id u64 | timestamp i64 | file position u64 | byte position u64 |
@@ -120,6 +121,27 @@ class SegmentIndex:
         start = self.file_positions[i]
         end = self.file_positions[i + 1] if i + 1 < len(self) else file_size
         return start, end - start
+
+    def consistent_prefix(self, first: IndexEntry, min_chunk_size: int, file_size: int) -> int:
+        """How many leading entries hold together: the first where `first` (the segment's
+        first chunk id, file and byte positions) says, each next chunk id continuing the
+        records before it, and file positions, byte positions and timestamps never going
+        back, each chunk's header and tail (at least `min_chunk_size` bytes) inside the file
+        and before the next chunk. Damage a check here misses is the scrub's to find."""
+        ids, counts, files = self.chunk_ids, self.record_counts, self.file_positions
+        bytes_at, times, tails = self.byte_positions, self.timestamps, self.tail_lengths
+        for i in range(len(self)):
+            end = files[i] + min_chunk_size + tails[i]
+            if counts[i] < 1 or end > file_size or (i + 1 < len(self) and end > files[i + 1]):
+                return i
+            if i == 0:
+                if (ids[0], files[0], bytes_at[0]) != (first.chunk_id, first.file_pos,
+                                                       first.byte_pos):
+                    return 0
+            elif (ids[i] != ids[i - 1] + counts[i - 1] or times[i] < times[i - 1]
+                  or not 0 <= bytes_at[i] - bytes_at[i - 1] <= files[i] - files[i - 1]):
+                return i
+        return len(self)
 
     def find_offset(self, offset: int) -> int:
         """Index of the chunk holding `offset` (-1 when it precedes the segment)."""

@@ -42,6 +42,7 @@ from mainstem.log.segment_file import SEGMENT_VERSION, Segment, chunk_from
 from mainstem.log.segments import Segments, fsync_directory
 from mainstem.log.tier_upload import TieredRecord
 from mainstem.log.tiered_segment import NotFetched, TieredSegment
+from mainstem.log.verify import ChunkCheck, ChunkRun, replace_chunk
 from mainstem.log.writer_state import WriterState
 
 
@@ -218,9 +219,10 @@ class Partition:
             total -= segment.size
         return candidates
 
-    def attach_tiered(self, tiered: Sequence[TieredSegment]) -> None:
-        """Put the partition's tiered segments (from its records) before its local ones."""
-        self._segments.attach_tiered(tiered)
+    def attach_tiered(self, tiered: Sequence[TieredSegment]) -> list[TieredSegment]:
+        """Put the partition's tiered segments (from its records) before its local ones;
+        those the local files still hold are returned, not attached (see Segments)."""
+        return self._segments.attach_tiered(tiered)
 
     def oldest_sealed(self) -> Segment | None:
         """The oldest local segment unless it is the active one."""
@@ -391,6 +393,44 @@ class Partition:
         return ChunkLocation(segment, file_pos, span - index.tail_lengths[i],
                              index.chunk_ids[i], index.chunk_ids[i] + index.record_counts[i],
                              index.byte_positions[i], i)
+
+    def mark_verified(self, chunk_id: int) -> None:
+        """The chunk starting at `chunk_id` was checked whole and found sound (a scrub):
+        senders skip their check before sending it raw (`chunk_stream.check_chunk`)."""
+        found = self._segments.find(chunk_id)
+        if found is not None and found[0].index.chunk_ids[found[1]] == chunk_id:
+            found[0].mark_verified(found[1])
+
+    # -- verification: damage found before it is read, and repaired --------------------
+
+    def chunk_run(self, offset: int, max_bytes: int) -> ChunkRun | None:
+        """The committed local chunks from the one holding `offset` (or the next), as many of
+        its segment's as fit in `max_bytes`, to check (see `log.verify`); None when no
+        committed local chunk lies there."""
+        found = self.find_committed(max(offset, self.local_first_offset))
+        if found is None or found[0].tiered:
+            return None
+        return ChunkRun.of(found[0], found[1], self.committed_offset, max_bytes)
+
+    def chunk_copy(self, chunk_id: int) -> bytes:
+        """The local chunk that starts at `chunk_id`, whole, checked and in the current layout:
+        what another replica replaces its damaged copy with. CorruptChunk when this copy is
+        damaged too, DataRemoved when this replica holds no such chunk locally."""
+        segment, i = self._local_chunk(chunk_id)
+        return segment.current_layout(i)
+
+    def replace_chunk(self, chunk_id: int, raw: bytes) -> ChunkCheck:
+        """Write another replica's copy over the local chunk at `chunk_id`, once it proves to
+        be that chunk intact (`verify.replace_chunk`); returns where it went."""
+        segment, i = self._local_chunk(chunk_id)
+        return replace_chunk(segment, i, raw)
+
+    def _local_chunk(self, chunk_id: int) -> tuple[Segment, int]:
+        found = self._segments.find(chunk_id) if chunk_id >= self.first_offset else None
+        if found is None or found[0].tiered or found[0].index.chunk_ids[found[1]] != chunk_id:
+            raise DataRemoved(f"no local chunk starts at {chunk_id} in {self.directory}",
+                              self.local_first_offset)
+        return found
 
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""

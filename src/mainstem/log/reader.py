@@ -2,15 +2,18 @@
 
 A chunk of a tiered segment is made local (`TieredSegment.ensure`) before it is read: the
 async readers wait for that as they wait for new data; the `_nowait` ones answer "none
-yet" for a chunk not local, and the async call that follows fetches it.
+yet" for a chunk not local, and the async call that follows fetches it. Every chunk is
+checked before it is taken, one sent raw from its file too (unless known sound): a
+damaged one raises `ChunkDamaged` and stays ahead of the reader.
 """
 
 from __future__ import annotations
 
 from mainstem.formats.chunk import Chunk
 from mainstem.log.chunk_stream import ReadChunk, read_records
-from mainstem.log.partition import ChunkLocation, Partition
+from mainstem.log.partition import Partition
 from mainstem.log.segment_file import Segment
+from mainstem.log.transfer import ChunkView, peek
 
 Found = tuple[Segment, int]
 
@@ -39,16 +42,16 @@ class PartitionReader:
         self.position = segment.index.chunk_ids[i] + segment.index.record_counts[i]
         return found
 
-    def _take_local(self) -> Found | None:
-        """The next committed chunk if it is local now, taken; None otherwise."""
+    def _local(self) -> Found | None:
+        """The next committed chunk if it is local now; None otherwise."""
         found = self._peek()
         if found is None or not found[0].ready(found[1]):
             return None
-        return self._take(found)
+        return found
 
     async def _next(self, *, wait: bool) -> Found | None:
-        """The next committed chunk, made local, taken; waiting for new data at the end of
-        the log when `wait`, None there otherwise."""
+        """The next committed chunk, made local, not taken yet; waiting for new data at the
+        end of the log when `wait`, None there otherwise."""
         while True:
             found = self._peek()
             if found is None:
@@ -58,36 +61,45 @@ class PartitionReader:
             elif not found[0].ready(found[1]):
                 await found[0].ensure(found[1])
             else:
-                return self._take(found)
+                return found
 
-    async def next_location(self) -> ChunkLocation:
-        """The next committed chunk's place on disk (for sendfile), advancing; waits for
-        new data at the end of the log."""
+    # Each read below checks its chunk before taking it: a damaged chunk (ChunkDamaged)
+    # stays ahead of the reader, which has taken only what came before it.
+
+    async def next_view(self) -> ChunkView:
+        """The next committed chunk's place on disk and header (to send it from the file),
+        checked (see `transfer.peek`), advancing; waits for new data at the end of the log."""
         found = await self._next(wait=True)
         assert found is not None
-        return self.partition.location(*found)
+        view = peek(self.partition.location(*found))
+        self._take(found)
+        return view
 
     def next_chunk_nowait(self) -> ReadChunk | None:
         """The next committed chunk: streamed if it is large (see `chunk_stream`)."""
-        found = self._take_local()
-        return None if found is None else _read(found)
+        found = self._local()
+        return None if found is None else self._read(found)
 
     async def next_chunk(self) -> ReadChunk:
         found = await self._next(wait=True)
         assert found is not None
-        return _read(found)
+        return self._read(found)
 
     async def next_whole_chunk(self) -> Chunk | None:
         """The next committed chunk read at once, for a reader that takes it in one step;
         None at the end of the log."""
         found = await self._next(wait=False)
-        return None if found is None else found[0].read_chunk(found[1])
+        if found is None:
+            return None
+        chunk = found[0].read_chunk(found[1])
+        self._take(found)
+        return chunk
 
-
-def _read(found: Found) -> ReadChunk:
-    """A large local chunk is streamed a window at a time; a tiered one is read whole, its
-    cached blocks being free to go once this step is over."""
-    segment, i = found
-    if segment.tiered:
-        return segment.read_chunk(i)
-    return read_records(segment, i) or segment.read_chunk(i)
+    def _read(self, found: Found) -> ReadChunk:
+        """A large local chunk is streamed a window at a time; a tiered one is read whole,
+        its cached blocks being free to go once this step is over."""
+        segment, i = found
+        chunk = segment.read_chunk(i) if segment.tiered else (
+            read_records(segment, i) or segment.read_chunk(i))
+        self._take(found)
+        return chunk

@@ -13,9 +13,11 @@ Osiris does, so a directory listing sorts in offset order.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from mainstem.formats.chunk import (
@@ -33,6 +35,7 @@ from mainstem.formats.chunk import (
 )
 from mainstem.formats.osiris import HEADER_SIZE
 from mainstem.log.descriptors import DescriptorCache, LazyFile
+from mainstem.log.errors import ChunkDamaged
 from mainstem.log.guard import GUARD, LEGACY_TRAILER_CRC, check_guard, guard, legacy_open_trailer
 from mainstem.log.index import IndexEntry, SegmentIndex
 
@@ -43,6 +46,8 @@ SEGMENT_SUFFIX = ".segment"
 INDEX_SUFFIX = ".index"
 SEGMENT_VERSION = 2
 LEGACY_VERSION = 1  # no guards, mainstem's own trailer layout
+
+log = logging.getLogger("mainstem.log")
 
 
 class CorruptSegment(Exception):
@@ -77,6 +82,9 @@ class Segment:
         self.next_byte = first_byte  # partition byte position after the last chunk
         self._file = file
         self.deleted = False
+        # One bit per chunk known sound since open (written here, or checked whole): a
+        # sender need not check it again before it goes out raw.
+        self._verified = bytearray()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -166,6 +174,10 @@ class Segment:
     def unpin(self) -> None:
         self._file.unpin()
 
+    def borrow(self) -> AbstractContextManager[int]:
+        """A descriptor for another thread (a scrub's read), valid for the `with` block."""
+        return self._file.borrow()
+
     def sync(self) -> None:
         """fsync; safe from a worker thread."""
         with self._file.borrow() as fd:
@@ -203,6 +215,17 @@ class Segment:
         self.size += total
         self.next_byte += payload
         self.index.append(entry)
+        self.mark_verified(self.num_chunks - 1)  # its bytes are the ones just written
+
+    def overwrite(self, position: int, raw: bytes) -> None:
+        """Write `raw` over bytes already in the file, durably: a damaged chunk's intact
+        copy (see `verify.replace_chunk`, which checks it first)."""
+        if position < FILE_HEADER_SIZE or position + len(raw) > self.size:
+            raise ValueError(f"{self.path}: {len(raw)} bytes at {position} are not inside it")
+        fd = self._file.fileno()
+        if os.pwrite(fd, raw, position) != len(raw):
+            raise OSError(f"short write to {self.path} at {position}")
+        os.fsync(fd)
 
     def truncate_chunks(self, count: int, descriptors: DescriptorCache) -> None:
         """Keep only the first `count` chunks: a follower cutting a divergent tail."""
@@ -211,6 +234,7 @@ class Segment:
         entry = self.index.entry(count)
         os.ftruncate(self._file.fileno(), entry.file_pos)
         self.size, self.next_byte = entry.file_pos, entry.byte_pos
+        self._forget_verified(count)
         self.index.close()
         self.index.truncate(count)
         self.index.open_for_append(descriptors)  # rewrites the file from memory
@@ -222,12 +246,66 @@ class Segment:
         return self.index.span(i, self.size)
 
     def read_chunk(self, i: int) -> Chunk:
-        """Chunk i, CRC-checked: a chunk damaged after recovery is never served."""
+        """Chunk i, CRC-checked: a chunk damaged after recovery is never served
+        (ChunkDamaged)."""
         start, size = self.chunk_span(i)
-        raw = memoryview(os.pread(self._file.fileno(), size, start))
-        if len(raw) != size:
-            raise CorruptChunk(f"{self.path}: chunk at {start} is short")
-        return chunk_from(raw, self.version)
+        try:
+            raw = memoryview(os.pread(self._file.fileno(), size, start))
+            if len(raw) != size:
+                raise CorruptChunk(f"{self.path}: chunk at {start} is short")
+            chunk = chunk_from(raw, self.version)
+        except CorruptChunk as error:
+            raise self.damaged(i, error) from error
+        self.mark_verified(i)
+        return chunk
+
+    def check(self, i: int, raw: bytes | memoryview | None = None) -> None:
+        """Check chunk i against all of its CRCs without decoding its entries (`raw`: its
+        bytes as stored, header to guard, when read already); ChunkDamaged when they fail.
+        It is known sound after."""
+        start, size = self.chunk_span(i)
+        try:
+            stored = memoryview(os.pread(self._file.fileno(), size, start) if raw is None
+                                else raw)
+            if len(stored) != size:
+                raise CorruptChunk(f"{self.path}: chunk at {start} is short")
+            header = parse_header(stored)
+            data_end = header.data_start + header.data_length
+            check_data(header, stored[header.data_start:data_end])
+            if self.version == LEGACY_VERSION:
+                legacy_open_trailer(stored, stored[data_end:data_end + header.trailer_length])
+            else:
+                check_guard(stored, header)
+        except CorruptChunk as error:
+            raise self.damaged(i, error) from error
+        self.mark_verified(i)
+
+    def damaged(self, i: int, error: CorruptChunk) -> ChunkDamaged:
+        """`error`, found reading chunk i, as the ChunkDamaged its readers are told of."""
+        if isinstance(error, ChunkDamaged):
+            return error
+        return ChunkDamaged(self.index.chunk_ids[i], self.tiered, f"{self.path}: {error}")
+
+    # -- chunks known sound --------------------------------------------------
+
+    def verified(self, i: int) -> bool:
+        """Whether chunk i is known sound since open: written by this process, or checked
+        whole since (a read, a check before sending, a scrub)."""
+        byte = i >> 3
+        return byte < len(self._verified) and bool(self._verified[byte] >> (i & 7) & 1)
+
+    def mark_verified(self, i: int) -> None:
+        """Chunk i was found sound (all of its CRCs checked)."""
+        byte = i >> 3
+        if byte >= len(self._verified):
+            self._verified.extend(bytes(byte + 1 - len(self._verified)))
+        self._verified[byte] |= 1 << (i & 7)
+
+    def _forget_verified(self, count: int) -> None:
+        """Chunks from `count` on are cut: their marks go (new ones may take their place)."""
+        del self._verified[(count + 7) >> 3:]
+        if count & 7 and self._verified:
+            self._verified[-1] &= (1 << (count & 7)) - 1
 
     def current_layout(self, i: int) -> bytes:
         """Chunk i as a version-2 segment holds it, its guard included: a version-1 chunk
@@ -296,15 +374,15 @@ class Segment:
         self.next_byte = byte_pos
 
     def _consistent_prefix(self) -> int:
-        """How many leading index entries point inside the file in increasing order."""
+        """How many leading index entries hold together and fit the file (see
+        `SegmentIndex.consistent_prefix`); a damaged one is logged."""
         index = self.index
-        previous = FILE_HEADER_SIZE - 1
-        for i in range(len(index)):
-            pos = index.file_positions[i]
-            if pos <= previous or pos + HEADER_SIZE > self.size:
-                return i
-            previous = pos
-        return len(index)
+        first = IndexEntry(self.first_chunk_id, 0, FILE_HEADER_SIZE, self.first_byte, 0, 0)
+        kept = index.consistent_prefix(first, HEADER_SIZE, self.size)
+        if kept < len(index) - 1:  # beyond a last record cut short by a crash
+            log.warning("index.rebuilt", extra={"segment": str(self.path), "kept": kept,
+                                                "entries": len(index)})
+        return kept
 
     def _scan_chunk(
         self, pos: int, expected_offset: int, byte_pos: int

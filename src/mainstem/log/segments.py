@@ -16,10 +16,12 @@ import os
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import overload
+from typing import TypeVar, overload
 
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.segment_file import FILE_HEADER_SIZE, INDEX_SUFFIX, SEGMENT_SUFFIX, Segment
+
+AnySegment = TypeVar("AnySegment", bound=Segment)
 
 
 class Segments(Sequence[Segment]):
@@ -145,22 +147,32 @@ class Segments(Sequence[Segment]):
         oldest.delete()
         return oldest
 
-    def attach_tiered(self, tiered: Sequence[Segment]) -> None:
+    def attach_tiered(self, tiered: Sequence[AnySegment]) -> list[AnySegment]:
         """Put tiered members (oldest first, all older than the local files) first. A local
-        file a tiered member stands for (a crash cut its delete short) is deleted now."""
-        firsts = {member.first_chunk_id for member in tiered}
-        replaced = [s for s in self.local[:-1] if s.first_chunk_id in firsts]
+        file a tiered member stands for (a crash cut its delete short) is deleted now. A
+        member reaching into what the local files still hold (a replica whose tail was cut
+        back into it, or that is catching up with it) is not attached: it is returned for
+        the caller to drop; the replica's own copy is swapped for it once sealed."""
+        members = sorted(tiered, key=lambda member: member.first_chunk_id)
+        firsts = {member.first_chunk_id for member in members}
+        local = list(self.local)
+        kept = [s for s in local[:-1] if s.first_chunk_id not in firsts] + local[-1:]
+        bound = kept[0].first_chunk_id if kept else None
+        attached = [m for m in members if bound is None or m.next_offset <= bound]
+        attached_firsts = {member.first_chunk_id for member in attached}
+        replaced = [s for s in local[:-1] if s.first_chunk_id in attached_firsts]
         for segment in replaced:
             self._files.remove(segment)
             segment.delete()
         k = self.tiered_count
-        self._files[k:k] = sorted(tiered, key=lambda member: member.first_chunk_id)
-        self.tiered_count += len(tiered)
+        self._files[k:k] = attached
+        self.tiered_count += len(attached)
         self._starts = [segment.first_chunk_id for segment in self._files]
         if any(a >= b for a, b in zip(self._starts, self._starts[1:], strict=False)):
             raise ValueError(f"{self.directory}: tiered segments overlap the local ones")
         if replaced:
             fsync_directory(self.directory)
+        return [member for member in members if member.first_chunk_id not in attached_firsts]
 
     def swap_tiered(self, member: Segment) -> None:
         """Put `member`, the tiered copy of the oldest local segment (never the active

@@ -4,7 +4,7 @@ It is a `Segment` to its readers (`Segments.find`, `Partition.location`,
 `ChunkLocation.read`, `chunk_stream`, `transfer`): the same index, positions and CRC
 checks, its descriptor that of its sparse cache file. One thing more: before reading chunk
 i, `await ensure(i)`, which makes the chunk's bytes local and checks them; a chunk that
-fails its CRCs is dropped from the cache and raises `CorruptChunk`, as a damaged local
+fails its CRCs is dropped from the cache and raises `ChunkDamaged`, as a damaged local
 chunk does. It is sealed: nothing is appended to it or cut from it.
 """
 
@@ -88,7 +88,10 @@ class TieredSegment(Segment):
         start, size = self.chunk_span(i)
         stamp = self._cache.stamp(self._cached, start, start + size)
         if stamp is None:
-            await self.ensure_range(start, start + size)
+            try:
+                await self.ensure_range(start, start + size)
+            except CorruptChunk as error:  # the tier answered with the wrong bytes
+                raise self.damaged(i, error) from error
             stamp = self._cache.stamp(self._cached, start, start + size)
             assert stamp is not None, "ensure_range made it local"
         if stamp != self._checked.get(i):  # bytes fetched since the last check
@@ -100,6 +103,10 @@ class TieredSegment(Segment):
         start, size = self.chunk_span(i)
         stamp = self._cache.stamp(self._cached, start, start + size)
         return stamp is not None and stamp == self._checked.get(i)
+
+    def verified(self, i: int) -> bool:
+        """A tiered chunk is checked each time its bytes come from the tier."""
+        return self.ready(i)
 
     async def ensure_range(self, start: int, end: int) -> None:
         """Make file bytes [start, end) local (a reader by byte range)."""

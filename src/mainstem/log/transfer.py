@@ -9,8 +9,11 @@ descriptor: retention may delete the segment meanwhile, its bytes stay readable 
 the Transfer is released. A small chunk is read whole when it is peeked at and goes out
 in one write with its frame header: one send, where a write and a sendfile would be two,
 each waking the reader (what a subscriber at the tail of a steady stream gets, chunk
-after chunk). A chunk's bloom filter stays on disk: a subscriber gets the header and
-data entries, and the size the frame declares is `ChunkView.wire_size`.
+after chunk). A chunk is checked against its CRCs before it is sent unless it is known
+sound (written by this process, or checked since open: `Segment.verified`), so a damaged
+one never reaches a client; a small one is checked in the read that peeks at it. A
+chunk's bloom filter stays on disk: a subscriber gets the header and data entries, and
+the size the frame declares is `ChunkView.wire_size`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 from mainstem.formats.chunk import BLOOM_SIZE_AT, MAX_BLOOM_SIZE
 from mainstem.formats.osiris import HEADER_SIZE
+from mainstem.log.chunk_stream import check_chunk
 from mainstem.log.partition import ChunkLocation
 from mainstem.log.segment_file import Segment
 
@@ -49,10 +53,20 @@ class ChunkView:
 
 
 def peek(location: ChunkLocation) -> ChunkView:
-    """Read the chunk's header and bloom filter, or the whole of a small chunk (one pread)."""
+    """Read the chunk's header and bloom filter, or the whole of a small chunk (one pread),
+    having checked its CRCs unless it is known sound (ChunkDamaged when they fail): a small
+    one in the same read, with its trailer and guard."""
+    segment, i = location.segment, location.index
     whole = location.send_size <= READ_WHOLE_UP_TO
-    size = location.send_size if whole else HEADER_SIZE + MAX_BLOOM_SIZE
-    head = os.pread(location.segment.fileno(), size, location.file_pos)
+    if whole and not segment.verified(i):
+        _, stored = segment.chunk_span(i)
+        raw = os.pread(segment.fileno(), stored, location.file_pos)
+        segment.check(i, raw)
+        head = raw[:location.send_size]
+    else:
+        check_chunk(segment, i)
+        size = location.send_size if whole else HEADER_SIZE + MAX_BLOOM_SIZE
+        head = os.pread(segment.fileno(), size, location.file_pos)
     bloom = memoryview(head)[HEADER_SIZE:HEADER_SIZE + head[BLOOM_SIZE_AT]]
     return ChunkView(location, head[:HEADER_SIZE], bloom, head if whole else None)
 

@@ -64,6 +64,9 @@ class ConnectionContext:
     # Set by the server: called by identify(), the connection then leaves the budget of
     # connections not logged in.
     on_login: Callable[[], None] | None = None
+    # Set by the server: called when a login on this connection looks like guessing
+    # (`BrokerCore.login`); the connection is then among the first evicted.
+    on_suspect: Callable[[], None] | None = None
 
     # consumer tag -> {"queue": name, ...}: what /api/consumers lists for this connection
     consumers: dict[str, dict[str, object]] = field(default_factory=dict)
@@ -114,7 +117,8 @@ class ConnectionContext:
         """Check credentials with the broker; a refusal is logged the same way on every
         listener (warning `auth.failed` with user, peer, protocol and reason), then raised."""
         try:
-            return await self.core.login(username, password, self.peer_host)
+            return await self.core.login(username, password, self.peer_host,
+                                         self.on_suspect)
         except AuthenticationFailed as error:
             self.log.warning("auth.failed", extra={
                 "user": username, "protocol": self.listener, "reason": error.message})

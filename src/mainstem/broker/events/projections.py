@@ -24,7 +24,7 @@ import bson
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.events.binders import BINDER, BinderStore
 from mainstem.broker.events.document_matcher import compile_matcher
-from mainstem.broker.stream_service import PartitionClosed, waiting_out_tier
+from mainstem.broker.stream_service import ChunkDamaged, PartitionClosed, waiting_out_tier
 from mainstem.broker.streams import StreamStore
 
 log = logging.getLogger("mainstem.projections")
@@ -189,6 +189,8 @@ class Projections:
                     self._apply(namespace, projection, matcher, chunk, start)
             except PartitionClosed:
                 await asyncio.sleep(POLL_S)  # the channel was deleted: wait for a new one
+            except ChunkDamaged:  # reported (logged once, counted): its lag shows it stuck
+                await asyncio.sleep(POLL_S)  # folds on once the chunk is repaired
 
     def _apply(self, namespace: str, projection: Projection, matcher: Any, chunk: Any,
                start: int) -> None:

@@ -14,14 +14,20 @@ from mainstem.broker.stream_service.service import PartitionService
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.broker.stream_service.tier_wait import waiting_out_tier
 from mainstem.formats.chunk import Chunk
-from mainstem.log.errors import DataRemoved, NotWritable, PartitionClosed, TierUnavailable
+from mainstem.log.errors import (
+    ChunkDamaged,
+    DataRemoved,
+    NotWritable,
+    PartitionClosed,
+    TierUnavailable,
+)
 from mainstem.log.partition import ChunkLocation
 from mainstem.log.segment_file import Segment
 from mainstem.log.tiered_segment import NotFetched, fetching
 from mainstem.log.transfer import ChunkView, Transfer
 
 __all__ = [
-    "Appender", "Chunk", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
+    "Appender", "Chunk", "ChunkDamaged", "ChunkLimits", "ChunkLocation", "ChunkView", "DataRemoved",
     "Following", "Leading", "NotFetched", "NotWritable", "PartitionClosed", "PartitionService",
     "Receipt",
     "Segment", "Subscription", "TierUnavailable", "Transfer", "WriteGate", "WritesHeld",

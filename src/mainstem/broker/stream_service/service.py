@@ -3,14 +3,19 @@ the positions they answer queries with. Protocols hold these, never the log's ob
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import shutil
+import time
 from collections.abc import Callable, Sequence
 
+from mainstem.broker.damage import PartitionDamage, PartitionKey
 from mainstem.broker.fence import Fence
 from mainstem.broker.stream_service.appender import Appender
 from mainstem.broker.stream_service.forwarding import Forwarder
 from mainstem.broker.stream_service.gate import WriteGate
+from mainstem.broker.stream_service.integrity import Integrity, Repair
 from mainstem.broker.stream_service.roles import Following, Leading
 from mainstem.broker.stream_service.subscription import Subscription
 from mainstem.formats.chunk import Chunk
@@ -21,22 +26,30 @@ from mainstem.log.tier import Tier
 from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord
 from mainstem.log.tiered_segment import TieredSegment
+from mainstem.log.verify import ChunkCheck
+
+log = logging.getLogger("mainstem.broker")
 
 
 class PartitionService:
-    def __init__(self, partition: Partition, gate: WriteGate | None = None) -> None:
+    def __init__(self, partition: Partition, gate: WriteGate | None = None,
+                 damage: PartitionDamage | None = None) -> None:
         self.partition = partition
+        # where its readers report a damaged chunk: a stream's is named and counted
+        self.damage = damage or PartitionDamage(PartitionKey("", str(partition.directory), 0))
         self.appender = Appender(partition, gate)
         self._forwarder: Forwarder | None = None  # the way to the leader, when replicated
         self._fence: Fence | None = None  # while leading a replicated partition
         self._saved_commit = 0  # see save_commit_point
+        self.integrity = Integrity()  # what the scrub found in the stored chunks
 
     def subscribe(self, offset: int, *, credit: int | None = None,
                   filter_values: Sequence[str] = (),
                   match_unfiltered: bool = False) -> Subscription:
         """A reader from `offset` (moved up to the first offset if retention took it)."""
-        return Subscription(self.partition, max(offset, self.first_offset), credit=credit,
-                            filter_values=filter_values, match_unfiltered=match_unfiltered)
+        return Subscription(self.partition, max(offset, self.first_offset), self.damage,
+                            credit=credit, filter_values=filter_values,
+                            match_unfiltered=match_unfiltered)
 
     async def close(self) -> None:
         """Close the partition, writing first what its appender staged."""
@@ -77,9 +90,43 @@ class PartitionService:
         nothing is committed there yet. For readers that pick chunks by position."""
         return self.partition.locate(offset)
 
+    def mark_verified(self, chunk_id: int) -> None:
+        """The chunk starting at `chunk_id` was checked whole and found sound (a scrub):
+        subscribers send it without checking it again."""
+        self.partition.mark_verified(chunk_id)
+
     async def wait_for(self, offset: int) -> None:
         """Return once a record at or past `offset` is committed."""
         await self.partition.wait_for(offset)
+
+    # -- verification: damage in stored chunks, found by the scrub and repaired ------------
+
+    async def check_chunks(self, offset: int, max_bytes: int) -> list[ChunkCheck]:
+        """Read and check the committed local chunks from the one holding `offset` (or the
+        next) on, as many of its segment's as fit in `max_bytes` (one at least), in a worker
+        thread. Empty when no committed local chunk lies there; OSError when its segment
+        went meanwhile."""
+        run = self.partition.chunk_run(offset, max_bytes)
+        return [] if run is None else await asyncio.to_thread(run.check)
+
+    def chunk_copy(self, chunk_id: int) -> bytes:
+        """This replica's copy of the chunk at `chunk_id`, checked, for a replica whose copy
+        is damaged (CorruptChunk when this one is too, DataRemoved when none is local)."""
+        return self.partition.chunk_copy(chunk_id)
+
+    def replace_chunk(self, chunk_id: int, raw: bytes, source: str) -> Repair:
+        """Replace the damaged chunk at `chunk_id` with `raw`, the copy `source` sent, once
+        it proves to be that chunk intact (CorruptChunk otherwise); the range is logged."""
+        check = self.partition.replace_chunk(chunk_id, raw)
+        repair = Repair(check.chunk_id, check.next_offset, check.segment, check.file_pos,
+                        check.size, source, time.time())
+        self.integrity.was_repaired(repair)
+        log.warning("chunk.repaired", extra={
+            "partition": str(self.partition.directory), "chunk_id": repair.chunk_id,
+            "next_offset": repair.next_offset, "segment": repair.segment,
+            "file_pos": repair.file_pos,
+            "size": repair.size, "source": source})
+        return repair
 
     # -- the writer's own records: a queue keeps its messages in a partition -----------
 
@@ -133,9 +180,11 @@ class PartitionService:
 
     async def attach_tiered(self, records: Sequence[TieredRecord], tier: Tier,
                             cache: TierCache) -> None:
-        """Put the recorded tiered segments before the local ones (at start)."""
-        self.partition.attach_tiered(
-            [await TieredSegment.load(tier, record, cache) for record in records])
+        """Put the recorded tiered segments before the local ones (at start); those the
+        local files still hold wait until this replica's copy is sealed (`swap_tiered`)."""
+        for member in self.partition.attach_tiered(
+                [await TieredSegment.load(tier, record, cache) for record in records]):
+            member.delete()
 
     async def swap_tiered(self, segment: Segment, record: TieredRecord, tier: Tier,
                           cache: TierCache) -> bool:

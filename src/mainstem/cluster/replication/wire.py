@@ -10,6 +10,9 @@ instead, then sends FORWARD frames; each is answered by a FORWARDED frame once t
 append is committed (or failed), in whatever order they complete.
 A node that relays AMQP traffic to queues this node is home to opens with RELAY_HELLO
 (the frames that follow are in `relay_wire`).
+A node whose copy of a chunk is damaged opens with REPAIR_HELLO, then asks for the chunk
+with REPAIR (JSON: stream, partition, chunk id); it is answered REPAIR_CHUNK, the chunk as
+this node holds it (checked, in the current layout), or REFUSE (`repair.py`).
 Then the leader sends CHUNK frames — whether the chunk opens a segment, the commit
 point, and the chunk itself as it lies on disk, trailer included — and COMMIT frames
 when only the commit point moved; the follower answers ACK with the offset below which
@@ -53,6 +56,10 @@ class FrameType(enum.IntEnum):
     RELAY_GOT = 17
     RELAY_SETTLE = 18
     RELAY_CANCELLED = 19
+    # A damaged chunk's intact copy, from another replica: see repair.py
+    REPAIR_HELLO = 20
+    REPAIR = 21
+    REPAIR_CHUNK = 22
 
 
 class WireError(Exception):

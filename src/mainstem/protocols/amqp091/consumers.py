@@ -12,7 +12,12 @@ from mainstem.broker.amqp.queues import ClassicQueue, QueueMessage
 from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.message_stats import MessageStats
 from mainstem.broker.retention import age_s
-from mainstem.broker.stream_service import PartitionClosed, PartitionService, waiting_out_tier
+from mainstem.broker.stream_service import (
+    ChunkDamaged,
+    PartitionClosed,
+    PartitionService,
+    waiting_out_tier,
+)
 from mainstem.broker.streams import Stream
 from mainstem.protocols.amqp091.encode import DeliverEncoder
 from mainstem.protocols.amqp091.properties import from_stream_record
@@ -139,7 +144,7 @@ class StreamConsumer:
                         await self._credit.wait()
                     self._deliver(offset, record)
                 await self.channel.connection.drain()
-        except PartitionClosed:
+        except (PartitionClosed, ChunkDamaged):  # damage: reported by the stream service
             self.channel.consumer_cancelled(self.tag)
         except Exception:  # a consumer that cannot go on says so, never stalls silently
             self.channel.connection.ctx.log.exception("consumer.failed", extra={

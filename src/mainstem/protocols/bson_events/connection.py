@@ -27,12 +27,15 @@ from mainstem.broker.errors import (
     AuthenticationFailed,
     BrokerError,
     InvalidArgument,
+    LimitReached,
     NotFound,
+    StorageFailed,
     storage_failure,
 )
 from mainstem.broker.events.document_matcher import compile_matcher
 from mainstem.broker.events.projections import Projection
 from mainstem.broker.stream_service import (
+    ChunkDamaged,
     PartitionClosed,
     PartitionService,
     TierUnavailable,
@@ -440,17 +443,25 @@ class EventsConnection:
             return
         except TierUnavailable as error:
             self._send_frames(frames)  # the events read before it
-            self._tier_failed(flow, error)
+            self.ctx.log.warning("tier.unavailable", extra={"subscription": flow.sub_id,
+                                                            "error": str(error)})
+            self._read_failed(flow, "TIER_UNAVAILABLE",
+                              f"the tier holding channel '{flow.channel}' is unavailable; "
+                              "subscribe again later")
+        except ChunkDamaged as error:  # reported by the stream service: logged and counted
+            self._send_frames(frames)
+            self._read_failed(flow, "DATA_DAMAGED",
+                              f"channel '{flow.channel}': the events at position "
+                              f"{error.chunk_id} on are damaged")
 
-    def _tier_failed(self, flow: SubscriptionFlow, error: TierUnavailable) -> None:
-        """A subscription reading a tiered range while the tier does not answer ends with
-        a failed SUBRESPONSE naming it (no rID: the SUBSCRIBE was answered long ago); a
-        durable one keeps its position, so subscribing again resumes after the tier is
-        back."""
-        self.ctx.log.warning("tier.unavailable", extra={"subscription": flow.sub_id,
-                                                        "error": str(error)})
+    def _read_failed(self, flow: SubscriptionFlow, code: str, message: str) -> None:
+        """A subscription that cannot read on (a tiered range while the tier does not
+        answer, a damaged chunk) ends with a failed SUBRESPONSE (no rID: the SUBSCRIBE was
+        answered long ago) after the events before it; a durable one keeps its position,
+        so subscribing again resumes there. The text names no server path: the broker's
+        log has those."""
         self._end(flow)  # its own task: it ends as it returns
-        self.fail(None, "TIER_UNAVAILABLE", str(error), "SUBRESPONSE", subID=flow.sub_id)
+        self.fail(None, code, message, "SUBRESPONSE", subID=flow.sub_id)
 
     def _send_frames(self, frames: list[bytes | memoryview]) -> None:
         if frames and not self.writer.transport.is_closing():
@@ -541,7 +552,7 @@ class EventsConnection:
         name = rq.name(body, "name")
         self._check("configure", name, "channel")
         try:
-            self.core.streams.create(self.namespace, name)
+            self.core.create_stream(self.namespace, name)
             exists = False
         except AlreadyExists:
             exists = True
@@ -611,6 +622,10 @@ def _error_code(error: BrokerError) -> str:
         return "NOT_FOUND"
     if isinstance(error, InvalidArgument):
         return "INVALID_ARGUMENT"
+    if isinstance(error, LimitReached):
+        return "LIMIT_REACHED"
+    if isinstance(error, StorageFailed):  # as a PUBLISH the log refuses
+        return "STORAGE_FAILED"
     return "FAILED"
 
 

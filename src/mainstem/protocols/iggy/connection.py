@@ -27,6 +27,7 @@ from mainstem.broker.errors import (
     AlreadyExists,
     AuthenticationFailed,
     BrokerError,
+    LimitReached,
     NotAllowed,
     NotFound,
     storage_failure,
@@ -34,6 +35,7 @@ from mainstem.broker.errors import (
 from mainstem.broker.iggy.model import STREAM, TOPIC, Group, IdTaken, rebalance
 from mainstem.broker.retention import MAX_AGE, MAX_LENGTH_BYTES
 from mainstem.broker.stream_service import (
+    ChunkDamaged,
     PartitionClosed,
     PartitionService,
     TierUnavailable,
@@ -215,11 +217,16 @@ class IggyConnection:
             raise IggyError(ErrorCode.UNAUTHORIZED, str(exc)) from None
         except TooManyPartitions as exc:
             raise IggyError(ErrorCode.TOO_MANY_PARTITIONS, str(exc)) from None
+        except LimitReached as exc:  # the vhost's max-queues: Iggy's limit on topics
+            raise IggyError(ErrorCode.TOO_MANY_TOPICS, str(exc)) from None
         except (BrokerError, ValueError) as exc:  # NotFound and AlreadyExists among them
             raise IggyError(ErrorCode.ERROR, str(exc)) from None
         except TierUnavailable as exc:  # a poll of a tiered range: Iggy's reply has no text
             self.ctx.log.warning("tier.unavailable", extra={"error": str(exc)})
             raise IggyError(ErrorCode.CANNOT_READ_MESSAGE, str(exc)) from None
+        except ChunkDamaged as exc:  # a poll starting at a damaged chunk (already reported)
+            raise IggyError(ErrorCode.INVALID_MESSAGE_CHECKSUM,
+                            f"messages from offset {exc.chunk_id} are damaged") from None
 
     def _logged_in(self, user: User | None) -> None:
         self.user = user
@@ -362,12 +369,13 @@ class IggyConnection:
         await self._claim(STREAM, "", name, wanted, ErrorCode.STREAM_ID_ALREADY_EXISTS,
                           ErrorCode.STREAM_NAME_ALREADY_EXISTS)
         try:
-            self.core.add_namespace(name)
+            await self.core.catalog.add_namespace_everywhere(name)
         except BrokerError:
             await self.model.forget(STREAM, "", name)
             raise
         assert self.user is not None
-        self.core.auth.set_permissions(self.user.name, name)
+        await self.core.catalog.set_permissions_everywhere(self.user.name, name, ".*", ".*",
+                                                           ".*")
         return self._stream_info(name)[0]
 
     async def on_delete_stream(self, ident: rq.Ident) -> bytes:
@@ -442,7 +450,7 @@ class IggyConnection:
         await self._claim(TOPIC, namespace, name, wanted, ErrorCode.TOPIC_ID_ALREADY_EXISTS,
                           ErrorCode.TOPIC_NAME_ALREADY_EXISTS)
         try:
-            stream = self.core.streams.create(namespace, name, partitions, arguments)
+            stream = self.core.create_stream(namespace, name, partitions, arguments)
         except BrokerError:
             await self.model.forget(TOPIC, namespace, name)
             raise
@@ -565,7 +573,12 @@ class IggyConnection:
         out: list[tuple[int, list[Stored]]] = []
         n = last = size = 0
         while n < count and size < MAX_POLL_BYTES:
-            chunk = await reader.next_whole_chunk()
+            try:
+                chunk = await reader.next_whole_chunk()
+            except ChunkDamaged:
+                if out:
+                    break  # the messages before it; the poll from there answers the error
+                raise
             if chunk is None:
                 break
             timestamp = chunk.header.timestamp
@@ -597,7 +610,8 @@ class IggyConnection:
         reference = self._offset_reference(stream, request.consumer)
         self._partition(stream, index)
         assert index is not None
-        self.core.store_offset(stream.namespace, stream.name, index, reference, request.offset)
+        await self.core.catalog.store_offset_everywhere(stream.namespace, stream.name, index,
+                                                        reference, request.offset)
         return b""
 
     def _offset_reference(self, stream: Stream, consumer: c.Consumer) -> str:

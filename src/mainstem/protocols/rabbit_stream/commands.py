@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mainstem.broker.errors import AccessRefused, AlreadyExists, BrokerError, NotFound
+from mainstem.broker.errors import (
+    AccessRefused,
+    AlreadyExists,
+    BrokerError,
+    NotFound,
+    StorageFailed,
+)
 from mainstem.broker.stream_service import PartitionService
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream.constants import OffsetType, ResponseCode
@@ -39,6 +45,8 @@ def response_code(error: BrokerError) -> ResponseCode:
         return ResponseCode.ACCESS_REFUSED
     if isinstance(error, AlreadyExists):
         return ResponseCode.STREAM_ALREADY_EXISTS
+    if isinstance(error, StorageFailed):  # the disk refused the catalog's write
+        return ResponseCode.INTERNAL_ERROR
     return ResponseCode.PRECONDITION_FAILED
 
 

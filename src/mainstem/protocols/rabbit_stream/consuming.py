@@ -5,7 +5,8 @@ The rules (subscription ids, credit, who is active) live in `credit.Subscription
 carries out what they decide. A subscription ships committed chunks from the segment
 files to the socket as they are, paced by credit (one credit = one chunk) and by the
 socket (`PacedOutput`: a chunk goes as the socket takes it, so a consumer that stops
-reading holds a piece of one chunk in the broker, not its backlog).
+reading holds a piece of one chunk in the broker, not its backlog). A chunk is checked
+before it goes: a damaged one ends its subscription with a MetadataUpdate.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from dataclasses import dataclass
 
 from mainstem.broker.active_consumers import ActiveConsumer
 from mainstem.broker.errors import BrokerError
-from mainstem.broker.stream_service import PartitionClosed, PartitionService, waiting_out_tier
+from mainstem.broker.stream_service import (
+    ChunkDamaged,
+    PartitionClosed,
+    PartitionService,
+    waiting_out_tier,
+)
 from mainstem.broker.stream_service import Subscription as Reader
 from mainstem.broker.streams import Stream
 from mainstem.protocols.rabbit_stream import credit as c
@@ -180,6 +186,16 @@ class Consuming:
                     await sending  # a consumer that does not read holds one piece, not the log
         except (PartitionClosed, ConnectionError):
             return
+        except ChunkDamaged:  # reported by the stream service: logged and counted
+            self._damaged(subscription)
+
+    def _damaged(self, subscription: Subscription) -> None:
+        """A damaged chunk lies ahead, nothing of it sent: the subscription ends and its
+        client hears its stream is not available (MetadataUpdate, as for a stream gone),
+        which rstream and RabbitMQ's clients surface to the application."""
+        subscription.task = None  # this task, which ends as it returns
+        self._flow(self.flows.end(subscription.subscription_id))
+        self.session.send(r.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, subscription.name))
 
     def _end_subscription(self, subscription_id: int) -> None:
         subscription = self.subscriptions.pop(subscription_id)

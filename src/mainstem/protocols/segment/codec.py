@@ -310,6 +310,7 @@ OperationUnsupported = _error(57, "OperationUnsupported")
 ProtocolError = _error(58, "ProtocolError")  # mainstem's: bad input, before a close
 StorageFailed = _error(202, "StorageFailed")  # mainstem's: appends not stored, before a close
 TierUnavailable = _error(203, "TierUnavailable")  # mainstem's: a tiered read failed; try again
+DataDamaged = _error(204, "DataDamaged")  # mainstem's: the read starts at a damaged chunk
 
 
 @_message(100, "b")

@@ -27,6 +27,7 @@ from mainstem.broker.errors import (
     NotAllowed,
     NotFound,
     PreconditionFailed,
+    StorageFailed,
     storage_failure,
 )
 from mainstem.broker.segment_store import (
@@ -35,7 +36,7 @@ from mainstem.broker.segment_store import (
     SegmentTruncated,
     check_found,
 )
-from mainstem.broker.stream_service import PartitionClosed, TierUnavailable
+from mainstem.broker.stream_service import ChunkDamaged, PartitionClosed, TierUnavailable
 from mainstem.logging_setup import describe_error
 from mainstem.protocols.base import ConnectionContext
 from mainstem.protocols.receiver import Receiver
@@ -287,7 +288,11 @@ class SegmentConnection:
                 self.send(c.NoSuchSegment(str(name), "the segment was deleted"))
             except TierUnavailable as error:  # the connection stays: the reader tries again
                 self.ctx.log.warning("tier.unavailable", extra={"error": str(error)})
-                self.send(c.TierUnavailable(str(name), str(error)))
+                self.send(c.TierUnavailable(str(name), "the tier holding the segment is "
+                                            "unavailable; try again later"))
+            except ChunkDamaged:  # reported by the segment store: logged and counted
+                self.send(c.DataDamaged(str(name), f"the events at offset {message.offset} "
+                                        "are damaged"))
             except ConnectionError:
                 pass  # the connection ended: its loop stops too
 
@@ -305,7 +310,7 @@ class SegmentConnection:
 
     async def on_create(self, message: c.Message) -> None:
         name = self._segment(message.segment, "configure")  # type: ignore[attr-defined]
-        self.segments.create(name)
+        self.core.create_stream(name.namespace, name.stream, name.number + 1)
         self.send(c.SegmentCreated(message.request_id, str(name)))  # type: ignore[attr-defined]
 
     async def on_seal(self, message: c.Message) -> None:
@@ -352,6 +357,8 @@ def _error_reply(segment: str, error: BrokerError) -> c.Message:
         return c.SegmentAlreadyExists(segment, error.message)
     if isinstance(error, AccessRefused):
         return c.AuthenticationFailed(segment, error.message)
+    if isinstance(error, StorageFailed):  # a request's catalog write: the connection stays
+        return c.StorageFailed(segment, error.message)
     if isinstance(error, PreconditionFailed):
         return c.OperationUnsupported(segment, error.message)
     return c.ProtocolError(segment, error.message)
