@@ -35,6 +35,7 @@ from mainstem.admin.state import (
     no_content,
     read_body,
     state_of,
+    stream_of,
     vhost_of,
 )
 from mainstem.admin.tier_extents import partition_extent, stream_extent
@@ -437,15 +438,10 @@ async def list_streams(request: web.Request) -> web.Response:
                                    for s in core.streams.list(vhost_of(request))])
 
 
-def _stream(request: web.Request) -> Stream:
-    return state_of(request).core.streams.get(request.match_info["vhost"],
-                                            request.match_info["name"])
-
-
 @scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/streams/{vhost}/{name}")
 async def get_stream(request: web.Request) -> web.Response:
-    return web.json_response(stream_row(_stream(request), state_of(request).core.cluster))
+    return web.json_response(stream_row(stream_of(request), state_of(request).core.cluster))
 
 
 @scoped(Scope.VHOST)
@@ -479,7 +475,7 @@ async def delete_stream(request: web.Request) -> web.Response:
 
 @routes.get("/api/streams/{vhost}/{name}/offsets")
 async def stream_offsets(request: web.Request) -> web.Response:
-    return web.json_response(consumer_offsets(state_of(request).core, _stream(request)))
+    return web.json_response(consumer_offsets(state_of(request).core, stream_of(request)))
 
 
 @routes.get("/api/consumer-offsets")
