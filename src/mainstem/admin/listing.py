@@ -12,16 +12,17 @@ from typing import Any
 
 from aiohttp import web
 
-from mainstem.admin.scope import visible
+from mainstem.admin.scope import Rows, visible
 from mainstem.broker.errors import InvalidArgument
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 100
 
 
-def list_response(request: web.Request, rows: list[dict[str, Any]]) -> web.Response:
+def list_response(request: web.Request, rows: list[dict[str, Any]],
+                  kind: Rows | None = None) -> web.Response:
     """The rows the request's user may see (`scope.visible`), shaped as the query asks."""
-    return web.json_response(shaped(request.query, visible(request, rows)))
+    return web.json_response(shaped(request.query, visible(request, rows, kind)))
 
 
 def shaped(query: Mapping[str, str], rows: list[dict[str, Any]]) -> Any:

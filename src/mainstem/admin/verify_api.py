@@ -48,7 +48,7 @@ def _stream(request: web.Request) -> Stream:
                                             request.match_info["name"])
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/streams/{vhost}/{name}/verify")
 async def get_verify(request: web.Request) -> web.Response:
     core = state_of(request).core
