@@ -7,6 +7,7 @@ messaging in `objects`, definitions, health checks and policies in their own mod
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -122,7 +123,8 @@ async def nodes(request: web.Request) -> web.Response:
     state = state_of(request)
     cluster = state.core.cluster
     me = {"name": NODE if cluster is None else cluster.node_name, "type": "disc",
-          "running": True, **_alarm_fields(state)}
+          "running": True, "uptime": int((time.time() - state.started_at) * 1000),
+          **_alarm_fields(state)}
     if cluster is None:
         return list_response(request, [me])
     known = cluster.nodes.get(cluster.node_name)
@@ -132,6 +134,13 @@ async def nodes(request: web.Request) -> web.Response:
                "listeners": dict(node.ports)}
               for name, node in sorted(cluster.nodes.items()) if name != cluster.node_name]
     return list_response(request, [me, *others])
+
+
+@routes.get("/api/environment")
+async def environment(request: web.Request) -> web.Response:
+    """The node's effective configuration, secrets redacted; administrators only, as
+    rabbitmqctl environment needs the node's cookie."""
+    return web.json_response(state_of(request).environment)
 
 
 # -- virtual hosts ---------------------------------------------------------------
