@@ -31,7 +31,15 @@ def declare_untyped(broker: Broker, vhost: str, queue: str) -> None:
                                        pika.PlainCredentials("guest", "guest"))
     connection = pika.BlockingConnection(params)
     try:
-        connection.channel().queue_declare(queue, durable=True)
+        channel = connection.channel()
+        channel.queue_declare(queue, durable=True)
+        # as RabbitMQ: what a quorum queue or a stream cannot be stays classic
+        channel.queue_declare(queue + "-mine", exclusive=True)
+        channel.queue_declare(queue + "-passing", durable=False)
+        queues = broker.core.queues.vhost(vhost).queues
+        assert [queues[queue + end].settings.queue_type for end in ("-mine", "-passing")] \
+            == ["classic", "classic"]
+        channel.queue_delete(queue + "-passing")
     finally:
         connection.close()
 
@@ -65,6 +73,8 @@ async def test_the_default_queue_type_types_an_untyped_declaration(broker: Broke
     assert (await call(http, "GET", "/api/queues/%2F/plain"))["type"] == "classic"
     # a redeclaration without a type still matches the queue it finds
     await asyncio.to_thread(declare_untyped, broker, "orders", "placed")
+    await call(http, "PUT", "/api/vhosts/logs", {"default_queue_type": "stream"}, status=201)
+    assert (await call(http, "GET", "/api/aliveness-test/logs")) == {"status": "ok"}
 
 
 def test_metadata_survives_reopening_the_catalog(tmp_path: Path) -> None:

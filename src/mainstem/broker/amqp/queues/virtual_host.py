@@ -170,7 +170,7 @@ class VirtualHost:
     def declare_queue(self, name: str, *, durable: bool, exclusive: bool, auto_delete: bool,
                       arguments: Mapping[str, Any], owner: object) -> ClassicQueue | Stream:
         existing = self.queues.get(name) or self.stream(name)
-        if existing is None:
+        if existing is None and not (exclusive or auto_delete or not durable):
             arguments = self._typed(arguments)
         settings = parse_queue_arguments(name, self.name, arguments)
         counters = self.manager.counters
@@ -202,8 +202,9 @@ class VirtualHost:
         return queue
 
     def _typed(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A new queue declared without x-queue-type gets its vhost's default queue type
-        (RabbitMQ 3.11+); a redeclaration without one matches any type, so is left be."""
+        """A new durable, shared queue declared without x-queue-type gets its vhost's
+        default queue type (RabbitMQ 3.11+; an exclusive, auto-delete or transient one stays
+        classic, as there); a redeclaration without one matches any type, so is left be."""
         if "x-queue-type" in arguments:
             return arguments
         record = self.manager.catalog.get_namespace(self.name)
