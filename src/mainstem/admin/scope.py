@@ -17,6 +17,7 @@ A request outside its scope is answered as RabbitMQ's management plugin answers 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -120,6 +121,7 @@ def scoped(scope: Scope) -> Callable[[Handler], Handler]:
 
 def scoped_as(scope: Scope, handler: Route) -> Route:
     """A handler shared by routes of different scopes, declared for one of them."""
+    @functools.wraps(handler)
     async def handle(request: web.Request) -> web.StreamResponse:
         return await handler(request)
     return scoped(scope)(handle)
