@@ -29,7 +29,6 @@ from mainstem.broker.errors import AccessRefused
 
 MONITORING_TAG = "monitoring"
 POLICYMAKER_TAG = "policymaker"
-MANAGEMENT_TAGS = frozenset({ADMINISTRATOR_TAG, MONITORING_TAG, POLICYMAKER_TAG, "management"})
 _SCOPE = "mainstem_scope"  # the handler attribute `scoped` sets
 _LOGIN_VHOSTS = web.RequestKey("login_vhosts", frozenset[str])
 Handler = TypeVar("Handler", bound=Callable[..., Any])
