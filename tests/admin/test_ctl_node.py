@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mainstem import Broker
 from mainstem.config import AuthConfig, ServerConfig, TieringConfig
-from tests.admin.test_admin_ctl import ctl, run
+from tests.admin.test_admin_ctl import ctl, rows_of, run
 
 SECRETS = ("n0t-guest-pw", "tier-s3cret-key")
 
@@ -69,3 +69,16 @@ async def test_policies_list_shows_definitions_as_json(broker):
     assert code == 0, err
     assert '{"max-length": 2, "overflow": "reject-publish"}' in table
     assert "'max-length'" not in table  # never a Python dict
+
+
+async def test_vhosts_add_sets_metadata_and_list_shows_it(broker):
+    code, _, err = await ctl(broker, "vhosts", "add", "orders", "--description", "Orders",
+                             "--tags", "prod,eu", "--default-queue-type", "quorum")
+    assert code == 0, err
+    code, _, err = await ctl(broker, "vhosts", "add", "orders", "--description", "Shop")
+    assert code == 0, err
+    code, table, err = await ctl(broker, "vhosts", "list")
+    assert code == 0, err
+    assert rows_of(table)[0] == ["name", "default_queue_type", "tags", "description"]
+    assert ["orders", "quorum", "prod,eu", "Shop"] in rows_of(table)
+    assert ["/", "classic"] in rows_of(table)

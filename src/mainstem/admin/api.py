@@ -194,6 +194,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     body = await read_body(request)
     existing = catalog.get_namespace(name)
     metadata = vhost_metadata(body, VhostMetadata() if existing is None else existing.metadata)
+    if existing is not None and existing.metadata == metadata:
+        return no_content()  # nothing to share
     if not await catalog.put_namespace_everywhere(name, metadata):
         return no_content()
     await catalog.set_permissions_everywhere(request[USER].name, name, ".*", ".*", ".*")

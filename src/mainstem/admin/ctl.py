@@ -210,6 +210,13 @@ def _set_policy(client: Client, args: argparse.Namespace) -> None:
                  "priority": args.priority, "apply-to": args.apply_to})
 
 
+def _add_vhost(client: Client, args: argparse.Namespace) -> None:
+    metadata = {"description": args.description, "tags": args.tags,
+                "default_queue_type": args.default_queue_type}
+    client.call("PUT", f"/api/vhosts/{_q(args.name)}",
+                {key: value for key, value in metadata.items() if value is not None})
+
+
 def _list_streams(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = client.call("GET", _in_vhost(args, "streams"))
     for row in rows:
@@ -493,10 +500,16 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
             (NAME, VHOST, OPERATOR)),
     )),
     "vhosts": ("virtual hosts: list, add, delete", (
-        Action("list", "virtual hosts", lambda c, a: c.call("GET", "/api/vhosts"),
-               columns=(("name", "name"),)),
-        Action("add", "add a virtual host", lambda c, a: c.call(
-            "PUT", f"/api/vhosts/{_q(a.name)}", {}), (NAME,)),
+        Action("list", "virtual hosts with their metadata",
+               lambda c, a: c.call("GET", "/api/vhosts"),
+               columns=(("name", "name"), ("default_queue_type", "default_queue_type"),
+                        ("tags", "tags"), ("description", "description"))),
+        Action("add", "add a virtual host, or set its metadata", _add_vhost,
+               (NAME, (("--description",), {"help": "what the vhost is for"}),
+                (("--tags",), {"help": "comma-separated"}),
+                (("--default-queue-type",), {
+                    "choices": ("classic", "quorum", "stream"),
+                    "help": "the type of a queue declared without x-queue-type"}))),
         Action("delete", "delete a virtual host and everything in it", lambda c, a: c.call(
             "DELETE", f"/api/vhosts/{_q(a.name)}"), (NAME,)),
     )),
