@@ -687,13 +687,14 @@ class Catalog(ChangeNotifier):
     def put_namespace(self, name: str, metadata: VhostMetadata) -> bool:
         """Add a namespace or set an existing one's metadata; True if it was added."""
         validate_name(name, "namespace")
-        with self._transaction() as db:
-            changed = db.execute("UPDATE namespaces SET metadata = ? WHERE name = ?",
-                                 (json.dumps(metadata.row()), name)).rowcount
-        if not changed:
+        existing = self.get_namespace(name)
+        if existing is None:
             self.add_namespace(name, metadata)
             return True
-        self._changed("namespace", (name,), metadata.row())
+        self._write("UPDATE namespaces SET metadata = ? WHERE name = ?",
+                    (json.dumps(metadata.row()), name))
+        self._changed("namespace", (name,),
+                      _namespace_row(dataclasses.replace(existing, metadata=metadata)))
         return False
 
     def delete_namespace(self, name: str) -> None:
@@ -1145,10 +1146,12 @@ class Catalog(ChangeNotifier):
 
     async def put_namespace_everywhere(self, name: str, metadata: VhostMetadata) -> bool:
         """As `put_namespace`, answered once the cluster holds it; True if it was added."""
-        if self.get_namespace(name) is None:
+        existing = self.get_namespace(name)
+        if existing is None:
             await self.add_namespace_everywhere(name, metadata)
             return True
-        await self._everywhere("namespace", (name,), metadata.row(),
+        await self._everywhere("namespace", (name,),
+                               _namespace_row(dataclasses.replace(existing, metadata=metadata)),
                                partial(self.put_namespace, name, metadata))
         return False
 
