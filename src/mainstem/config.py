@@ -8,6 +8,8 @@ an error always names the key and its source.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
 import os
 import re
 import tomllib
@@ -252,6 +254,15 @@ class ServerConfig:
         listener = {ADMIN: self.admin, PROMETHEUS: self.prometheus}.get(name)
         return default_tls_port(name, (listener or self.listeners[name]).port)
 
+    def environment(self) -> dict[str, Any]:
+        """The effective configuration as `mainstem ctl environment` shows it: every
+        setting by section, secrets (`REDACTED_SETTINGS`) replaced by "********"."""
+        shown: dict[str, Any] = {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        for section, key in REDACTED_SETTINGS:
+            if shown[section].get(key) is not None:
+                shown[section][key] = "********"
+        return shown
+
     def core_settings(self) -> CoreSettings:
         return CoreSettings(
             durability=DurabilityPolicy(self.storage.fsync, self.storage.fsync_interval_ms),
@@ -467,6 +478,25 @@ def default_workers(cores: int | None) -> int:
 
 def _fsync_mode(value: object) -> FsyncMode:
     return FsyncMode(_choice([mode.value for mode in FsyncMode])(value))
+
+
+# (section, key) of each setting that is a secret: never shown
+REDACTED_SETTINGS = (("auth", "default_pass"), ("tiering", "secret_access_key"))
+
+
+def _plain(value: object) -> object:
+    """A setting's value as JSON holds it."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)  # a path
 
 
 _SETTINGS: dict[str, Callable[[object], object]] = {

@@ -321,7 +321,7 @@ class Broker:
             core=self.core, connections=self.connections, monitor=self.alarm_monitor,
             listeners=self.ports, hosts=self.hosts, certfile=self.config.tls.certfile,
             identity=self.config.identity, on_login=self._handshakes.end,
-            not_ready=self._not_ready)
+            not_ready=self._not_ready, environment=self.config.environment())
         admin = create_app(state, served_metrics=self.config.admin_metrics,
                            per_object_metrics=self.config.return_per_object_metrics)
         runners = {ADMIN: await self._http_runner(admin)}

@@ -84,7 +84,9 @@ async def test_vhosts_users_and_permissions(broker, http):
                {"configure": "^ops-", "write": ".*", "read": ".*"})
     assert await get(http, "/api/permissions/prod/ops") == {
         "user": "ops", "vhost": "prod", "configure": "^ops-", "write": ".*", "read": ".*"}
-    assert len(await get(http, "/api/vhosts/prod/permissions")) == 1
+    # ops, and guest: the creator of a vhost gets full permissions in it
+    assert {p["user"] for p in await get(http, "/api/vhosts/prod/permissions")} == \
+        {"ops", "guest"}
     # the new administrator logs in to the API, and on the stream protocol to "prod"
     ops = {"Authorization": aiohttp.encode_basic_auth("ops", "pw")}
     async with http.get("/api/overview", headers=ops) as response:

@@ -377,8 +377,9 @@ async def test_admin_forms_create_and_delete_users_vhosts_permissions(broker, co
                                vhost="console-vh", write="^ann-")
     await call(assert_shows, console, "permissions-table", "ann@console-vh", write="^ann-",
                read=".*")
+    # guest's too: the creator of a vhost gets full permissions in it
     assert [(p.user, p.write) for p in catalog.list_permissions(namespace="console-vh")] \
-        == [("ann", "^ann-")]
+        == [("ann", "^ann-"), ("guest", ".*")]
     assert_screenshot(await call(console.screenshot, "admin"))
 
     await call(console.click, "#permissions-table tr[data-name='ann@console-vh'] button")

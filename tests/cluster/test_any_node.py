@@ -1,7 +1,7 @@
 """Clients on any node: a replica forwards appends to the partition's leader, so a
 stream publisher or a BSON event publisher connected to a replica is confirmed once the
-leader commits, and readers on every node see the same log; users, vhosts and
-permissions made on one node hold on every node."""
+leader commits, and readers on every node see the same log; users, vhosts (with
+their metadata) and permissions made on one node hold on every node."""
 
 from __future__ import annotations
 
@@ -97,7 +97,14 @@ async def test_users_vhosts_and_permissions_made_on_one_node_work_on_every_node(
     admin_headers = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
     async with aiohttp.ClientSession(headers=admin_headers) as http:
         admin = f"http://127.0.0.1:{nodes[0].ports['admin']}/api"
-        assert (await http.put(f"{admin}/vhosts/shop")).status in (201, 204)
+        assert (await http.put(f"{admin}/vhosts/shop", json={
+            "description": "The shop", "default_queue_type": "quorum"})).status == 201
+        other = f"http://127.0.0.1:{nodes[1].ports['admin']}/api"
+        assert (await http.put(f"{other}/vhosts/shop", json={
+            "tags": ["prod"]})).status == 204  # metadata changed on another node
+        for node in nodes:
+            await _wait_for_metadata(http, node.ports["admin"], {
+                "description": "The shop", "tags": ["prod"], "default_queue_type": "quorum"})
         assert (await http.put(f"{admin}/users/ann", json={
             "password": "s3cret", "tags": ""})).status in (201, 204)
         assert (await http.put(f"{admin}/permissions/shop/ann", json={
@@ -113,7 +120,6 @@ async def test_users_vhosts_and_permissions_made_on_one_node_work_on_every_node(
             else:
                 raise AssertionError(f"ann cannot log in through {node.name}")
             client.close()
-        other = f"http://127.0.0.1:{nodes[1].ports['admin']}/api"
         assert (await http.delete(f"{other}/users/ann")).status == 204
         for node in nodes:
             for _ in range(50):
@@ -126,3 +132,16 @@ async def test_users_vhosts_and_permissions_made_on_one_node_work_on_every_node(
                 await asyncio.sleep(0.1)
             else:
                 raise AssertionError(f"ann deleted on node2 still logs in through {node.name}")
+
+
+async def _wait_for_metadata(http: aiohttp.ClientSession, port: int,
+                             metadata: dict[str, object]) -> None:
+    """Bounded: the vhost's metadata reaches the node through the cluster's store."""
+    shown = None
+    for _ in range(100):
+        async with http.get(f"http://127.0.0.1:{port}/api/vhosts/shop") as response:
+            shown = (await response.json()).get("metadata") if response.status == 200 else None
+        if shown == metadata:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"node on {port} shows {shown}, not {metadata}")

@@ -7,6 +7,7 @@ messaging in `objects`, definitions, health checks and policies in their own mod
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from mainstem.admin.limits_api import user_limits_of
 from mainstem.admin.listing import list_response
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.scope import (
+    Rows,
     Scope,
     check_permission,
     is_monitor,
@@ -39,6 +41,7 @@ from mainstem.admin.state import (
     vhost_of,
 )
 from mainstem.admin.tier_extents import partition_extent, stream_extent
+from mainstem.admin.vhost_metadata import tag_list, vhost_fields, vhost_metadata
 from mainstem.broker.alarms import DISK, MEMORY
 from mainstem.broker.auth import (
     DEFAULT_HASHING,
@@ -46,7 +49,7 @@ from mainstem.broker.auth import (
     check_patterns,
     import_password_hash,
 )
-from mainstem.broker.catalog import UserRecord
+from mainstem.broker.catalog import NamespaceRecord, UserRecord, VhostMetadata
 from mainstem.broker.cluster_view import ClusterView
 from mainstem.broker.errors import InvalidArgument, NotFound, PreconditionFailed
 from mainstem.broker.events.projections import Projection
@@ -68,7 +71,8 @@ async def overview(request: web.Request) -> web.Response:
     """As RabbitMQ: totals over what the user sees (its vhosts' objects, its connections);
     node-level data (listeners, alarms, the node's message rates) for monitors only."""
     state = state_of(request)
-    queues = visible(request, [q for provider in state.providers for q in provider.queues(None)])
+    queues = visible(request, [q for provider in state.providers for q in provider.queues(None)],
+                     Rows.VISIBLE)
     connections = visible(request, [c.describe() for c in state.connections.list()])
     monitor = is_monitor(request[USER])
     return web.json_response({
@@ -87,10 +91,10 @@ async def overview(request: web.Request) -> web.Response:
             "channels": sum(row["channels"] for row in connections),
             "queues": len(queues),
             "exchanges": len(visible(request, [e for p in state.providers
-                                               for e in p.exchanges(None)])),
-            "consumers": len(visible(request, consumer_rows(state.connections))),
+                                               for e in p.exchanges(None)], Rows.VISIBLE)),
+            "consumers": len(visible(request, consumer_rows(state.connections), Rows.VISIBLE)),
             "streams": len(visible(request, [{"vhost": s.namespace}
-                                             for s in state.core.streams.list()])),
+                                             for s in state.core.streams.list()], Rows.VISIBLE)),
         },
         "queue_totals": message_totals(queues),
         **({"message_stats": state.message_stats(OVERVIEW, state.totals()),
@@ -120,7 +124,8 @@ async def nodes(request: web.Request) -> web.Response:
     state = state_of(request)
     cluster = state.core.cluster
     me = {"name": NODE if cluster is None else cluster.node_name, "type": "disc",
-          "running": True, **_alarm_fields(state)}
+          "running": True, "uptime": int((time.time() - state.started_at) * 1000),
+          **_alarm_fields(state)}
     if cluster is None:
         return await list_response(request, [me])
     known = cluster.nodes.get(cluster.node_name)
@@ -132,6 +137,13 @@ async def nodes(request: web.Request) -> web.Response:
     return await list_response(request, [me, *others])
 
 
+@routes.get("/api/environment")
+async def environment(request: web.Request) -> web.Response:
+    """The node's effective configuration, secrets redacted; administrators only, as
+    rabbitmqctl environment needs the node's cookie."""
+    return web.json_response(state_of(request).environment)
+
+
 # -- virtual hosts ---------------------------------------------------------------
 
 
@@ -139,15 +151,17 @@ async def nodes(request: web.Request) -> web.Response:
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
     state = state_of(request)
-    names = visible_vhosts(request, [ns.name for ns in state.core.catalog.list_namespaces()])
-    return await list_response(request, [_vhost_row(state, name) for name in names])
+    records = {ns.name: ns for ns in state.core.catalog.list_namespaces()}
+    names = visible_vhosts(request, list(records))
+    return await list_response(request, [_vhost_row(state, records[name]) for name in names])
 
 
-def _vhost_row(state: AdminState, name: str) -> dict[str, Any]:
+def _vhost_row(state: AdminState, record: NamespaceRecord) -> dict[str, Any]:
     """A virtual host with its queues' message totals, as RabbitMQ lists one."""
-    queues = [q for provider in state.providers for q in provider.queues(name)]
-    return {"name": name, "description": "", "tags": [], "tracing": False,
-            "default_queue_type": "stream", **message_totals(queues)}
+    queues = [q for provider in state.providers for q in provider.queues(record.name)]
+    metadata = vhost_fields(record.metadata)
+    return {"name": record.name, **metadata, "metadata": metadata, "tracing": False,
+            **message_totals(queues)}
 
 
 def message_totals(queues: list[dict[str, Any]]) -> dict[str, int]:
@@ -155,26 +169,37 @@ def message_totals(queues: list[dict[str, Any]]) -> dict[str, int]:
             for key in ("messages", "messages_ready", "messages_unacknowledged")}
 
 
-def _existing_vhost(request: web.Request) -> str:
+def _vhost_record(request: web.Request) -> NamespaceRecord:
     name = request.match_info["vhost"]
-    if state_of(request).core.catalog.get_namespace(name) is None:
+    record = state_of(request).core.catalog.get_namespace(name)
+    if record is None:
         raise NotFound(f"virtual host '{name}' not found")
-    return name
+    return record
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+def _existing_vhost(request: web.Request) -> str:
+    return _vhost_record(request).name
+
+
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
-    return web.json_response(_vhost_row(state_of(request), _existing_vhost(request)))
+    return web.json_response(_vhost_row(state_of(request), _vhost_record(request)))
 
 
 @routes.put("/api/vhosts/{vhost}")
 async def put_vhost(request: web.Request) -> web.Response:
-    name = request.match_info["vhost"]
-    core = state_of(request).core
-    if core.catalog.get_namespace(name) is not None:
-        return no_content()  # PUT is idempotent, as in RabbitMQ
-    await core.catalog.add_namespace_everywhere(name)
+    """Create a vhost or set its metadata (PUT is idempotent, as in RabbitMQ); the user
+    who creates one gets full permissions in it, as RabbitMQ grants its creator."""
+    name, catalog = request.match_info["vhost"], state_of(request).core.catalog
+    body = await read_body(request)
+    existing = catalog.get_namespace(name)
+    metadata = vhost_metadata(body, VhostMetadata() if existing is None else existing.metadata)
+    if existing is not None and existing.metadata == metadata:
+        return no_content()  # nothing to share
+    if not await catalog.put_namespace_everywhere(name, metadata):
+        return no_content()
+    await catalog.set_permissions_everywhere(request[USER].name, name, ".*", ".*", ".*")
     return web.Response(status=201)
 
 
@@ -226,7 +251,7 @@ async def put_user(request: web.Request) -> web.Response:
     {"password_hash": ..., "hashing_algorithm": "rabbit_password_hashing_sha256", ...}."""
     name = request.match_info["user"]
     body = await read_body(request)
-    tags = _tags(body.get("tags", ""))
+    tags = tag_list(body.get("tags", ""))
     core = state_of(request).core
     existing = core.catalog.get_user(name)
     if "password_hash" in body:
@@ -248,13 +273,6 @@ async def put_user(request: web.Request) -> web.Response:
     password_hash = core.auth.hashed(password) if password else existing.password_hash
     await core.catalog.put_user_everywhere(UserRecord(name, password_hash, tags))
     return no_content()
-
-
-def _tags(value: object) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not all(isinstance(t, str) for t in items):
-        raise InvalidArgument("tags must be a comma-separated string or a list of strings")
-    return tuple(tag.strip() for tag in items if tag.strip())
 
 
 @routes.delete("/api/users/{user}")
@@ -330,14 +348,14 @@ def _merged(request: web.Request, kind: str) -> list[dict[str, Any]]:
     return rows
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 async def list_queues(request: web.Request) -> web.Response:
     return await list_response(request, _merged(request, "queues"))
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
     """One queue, with its consumers (`consumer_details`) as RabbitMQ shows one."""
@@ -370,14 +388,14 @@ async def delete_queue(request: web.Request) -> web.Response:
     raise NotFound(f"queue '{name}' not found in virtual host '{vhost}'")
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/exchanges")
 @routes.get("/api/exchanges/{vhost}")
 async def list_exchanges(request: web.Request) -> web.Response:
     return await list_response(request, _merged(request, "exchanges"))
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/bindings")
 @routes.get("/api/bindings/{vhost}")
 async def list_bindings(request: web.Request) -> web.Response:
@@ -429,7 +447,7 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
     return rows
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/streams")
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
@@ -438,7 +456,7 @@ async def list_streams(request: web.Request) -> web.Response:
                                    for s in core.streams.list(vhost_of(request))])
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/streams/{vhost}/{name}")
 async def get_stream(request: web.Request) -> web.Response:
     return web.json_response(stream_row(stream_of(request), state_of(request).core.cluster))

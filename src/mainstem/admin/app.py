@@ -176,6 +176,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+    except ConnectionError:  # the client cut its request short: the server's log says so,
+        raise  # one rate-limited line (admin/http_log.py), not a traceback per request
     except Exception:
         log.exception("management API request %s %s failed", request.method, request.path)
         return _error(500, "internal_server_error", "see the broker's log")

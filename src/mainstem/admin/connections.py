@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from mainstem.admin.listing import list_response
-from mainstem.admin.scope import Scope, check_owner, scoped
+from mainstem.admin.scope import Rows, Scope, check_owner, scoped
 from mainstem.admin.state import (
     AdminState,
     channel_key,
@@ -142,10 +142,11 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
     return rows
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/consumers")
 @routes.get("/api/consumers/{vhost}")
 async def list_consumers(request: web.Request) -> web.Response:
     vhost = vhost_of(request)
     return await list_response(request, [row for row in consumer_rows(state_of(request).connections)
-                              if vhost is None or row["queue"]["vhost"] == vhost])
+                                         if vhost is None or row["queue"]["vhost"] == vhost],
+                               Rows.VISIBLE)

@@ -3,9 +3,9 @@
 The everyday tasks of rabbitmqctl and rabbitmqadmin, on RabbitMQ's documented API paths:
 queues with ready/unacked/consumers, declare/purge/delete, connections and channels,
 users, vhosts, permissions and policies, vhost and user limits, definitions export/import,
-plus mainstem's streams and consumer lag. Table output by default, `--json` for scripts.
-Exit code 0 on success, 1 when the API refuses (the reason goes to stderr), 2 when the
-broker cannot be reached.
+the node's status and effective configuration, plus mainstem's streams and consumer lag.
+Table output by default, `--json` for scripts. Exit code 0 on success, 1 when the API
+refuses (the reason goes to stderr), 2 when the broker cannot be reached.
 """
 
 from __future__ import annotations
@@ -208,6 +208,13 @@ def _set_policy(client: Client, args: argparse.Namespace) -> None:
     client.call("PUT", f"/api/{_policies(args)}/{_q(args.vhost)}/{_q(args.name)}",
                 {"pattern": args.pattern, "definition": definition,
                  "priority": args.priority, "apply-to": args.apply_to})
+
+
+def _add_vhost(client: Client, args: argparse.Namespace) -> None:
+    metadata = {"description": args.description, "tags": args.tags,
+                "default_queue_type": args.default_queue_type}
+    client.call("PUT", f"/api/vhosts/{_q(args.name)}",
+                {key: value for key, value in metadata.items() if value is not None})
 
 
 def _list_streams(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -493,10 +500,16 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
             (NAME, VHOST, OPERATOR)),
     )),
     "vhosts": ("virtual hosts: list, add, delete", (
-        Action("list", "virtual hosts", lambda c, a: c.call("GET", "/api/vhosts"),
-               columns=(("name", "name"),)),
-        Action("add", "add a virtual host", lambda c, a: c.call(
-            "PUT", f"/api/vhosts/{_q(a.name)}", {}), (NAME,)),
+        Action("list", "virtual hosts with their metadata",
+               lambda c, a: c.call("GET", "/api/vhosts"),
+               columns=(("name", "name"), ("default_queue_type", "default_queue_type"),
+                        ("tags", "tags"), ("description", "description"))),
+        Action("add", "add a virtual host, or set its metadata", _add_vhost,
+               (NAME, (("--description",), {"help": "what the vhost is for"}),
+                (("--tags",), {"help": "comma-separated"}),
+                (("--default-queue-type",), {
+                    "choices": ("classic", "quorum", "stream"),
+                    "help": "the type of a queue declared without x-queue-type"}))),
         Action("delete", "delete a virtual host and everything in it", lambda c, a: c.call(
             "DELETE", f"/api/vhosts/{_q(a.name)}"), (NAME,)),
     )),
@@ -555,6 +568,69 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
     )),
 }
 
+def _status(client: Client, args: argparse.Namespace) -> dict[str, Any]:
+    """What rabbitmqctl status shows first: the node, its version and uptime, listeners,
+    memory, disk space and alarms (from /api/overview and this node's /api/nodes row)."""
+    overview = client.call("GET", "/api/overview")
+    node = client.call("GET", "/api/nodes")[0]
+    return {
+        "node": node["name"], "product": overview["product_name"],
+        "version": overview["product_version"],
+        "rabbitmq_version": overview["rabbitmq_version"],
+        "uptime_s": node["uptime"] // 1000,
+        "listeners": [{key: listener[key] for key in ("protocol", "ip_address", "port")}
+                      for listener in overview["listeners"]],
+        "memory": {"used": node.get("mem_used"), "limit": node.get("mem_limit")},
+        "disk_free": {"free": node.get("disk_free"), "limit": node.get("disk_free_limit")},
+        "alarms": node.get("alarms", []),
+    }
+
+
+def _status_text(status: dict[str, Any]) -> str:
+    listeners = [f"  {row['protocol']:<12} {row['ip_address'] or '*'}:{row['port']}"
+                 for row in status["listeners"]]
+    memory, disk = status["memory"], status["disk_free"]
+    return "\n".join([
+        f"Status of node {status['node']}",
+        f"Version: {status['product']} {status['version']}"
+        f" (RabbitMQ {status['rabbitmq_version']})",
+        f"Uptime: {status['uptime_s']} s",
+        "Listeners:", *(listeners or ["  (none)"]),
+        f"Memory: {_bytes(memory['used'])} used, limit {_bytes(memory['limit'])}",
+        f"Disk free: {_bytes(disk['free'])}, limit {_bytes(disk['limit'])}",
+        f"Alarms: {', '.join(status['alarms']) or 'none'}",
+    ])
+
+
+def _bytes(count: int | None) -> str:
+    return "unknown" if count is None else f"{count / 2**20:.1f} MiB"
+
+
+def _environment_text(environment: dict[str, Any]) -> str:
+    """One `section.key = value` line per setting, as in the TOML file (values as JSON)."""
+    return "\n".join(f"{key} = {json.dumps(value)}"
+                     for key, value in sorted(_flat(environment).items()))
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+# commands without actions: group -> what it runs
+COMMANDS: dict[str, Action] = {
+    "status": Action("status", "the node: name, version, uptime, listeners, memory, disk"
+                     " free and alarms, as rabbitmqctl status", _status, text=_status_text),
+    "environment": Action("environment", "the node's effective configuration, secrets"
+                          " redacted, as rabbitmqctl environment",
+                          lambda c, a: c.call("GET", "/api/environment"),
+                          text=_environment_text),
+}
 _LAG_COLUMNS: Columns = (("vhost", "vhost"), ("stream", "stream"), ("partition", "partition"),
                          ("reference", "reference"), ("offset", "offset"), ("lag", "lag"))
 
@@ -578,6 +654,9 @@ def add_ctl_arguments(parser: argparse.ArgumentParser) -> None:
             for names, options in action.arguments:
                 sub.add_argument(*names, **options)
             sub.set_defaults(ctl=action)
+    for name, command in COMMANDS.items():
+        groups.add_parser(name, help=command.help, description=command.help).set_defaults(
+            ctl=command, action=name)
     lag = groups.add_parser("lag", help="stored consumer offsets of streams and their lag",
                             description="stored consumer offsets of streams and their lag")
     lag.add_argument("stream", nargs="?", help="only this stream's (default: every stream)")
@@ -628,6 +707,11 @@ def _lookup(row: dict[str, Any], key: str) -> object:
 
 
 def _cell(value: object) -> str:
+    """A value as a table shows it: a list comma-separated, an object (a policy's
+    definition) as JSON."""
+    if isinstance(value, dict) or (isinstance(value, list | tuple)
+                                   and any(isinstance(item, dict | list) for item in value)):
+        return json.dumps(value, sort_keys=True)
     if isinstance(value, list | tuple):
         return ",".join(str(item) for item in value)
     return "" if value is None else str(value)

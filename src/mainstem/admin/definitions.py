@@ -1,9 +1,9 @@
 """Definitions export and import in RabbitMQ's JSON format (what `rabbitmqadmin export` and
 `import` move, and what the management UI downloads): users with their password hashes,
-virtual hosts, permissions, policies and operator policies, durable queues (streams as
-x-queue-type stream), exchanges and bindings, vhost limits (RabbitMQ's "vhost-limits"
-parameters) and user limits. mainstem has no other parameters: they export as empty lists,
-and a file that holds some is refused rather than half applied.
+virtual hosts (their metadata exported), permissions, policies and operator policies,
+durable queues (streams as x-queue-type stream), exchanges and bindings, vhost limits
+(RabbitMQ's "vhost-limits" parameters) and user limits. mainstem has no other parameters:
+they export as empty lists, and a file that holds some is refused rather than half applied.
 
 The whole-broker form is /api/definitions; /api/definitions/{vhost} holds one virtual
 host's queues, exchanges and bindings, without the vhost field."""
@@ -24,6 +24,7 @@ from mainstem.admin.objects import flag, json_object
 from mainstem.admin.policy_api import policy_row
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.state import read_body, state_of
+from mainstem.admin.vhost_metadata import vhost_fields
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
 from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.auth import (
@@ -33,7 +34,7 @@ from mainstem.broker.auth import (
     export_password_hash,
     import_password_hash,
 )
-from mainstem.broker.catalog import UserRecord
+from mainstem.broker.catalog import NamespaceRecord, UserRecord
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.limits import USER_LIMIT, VHOST_LIMIT
@@ -68,8 +69,7 @@ def export_definitions(core: BrokerCore, vhost: str | None = None,
                                          for row in limit_parameters(core, vhost)],
                 **policies, **objects}
     return {**header, "users": [_user(core, record) for record in core.catalog.list_users()],
-            "vhosts": [{"name": name, "limits": [],
-                        "metadata": {"description": "", "tags": []}} for name in names],
+            "vhosts": [_vhost(record) for record in core.catalog.list_namespaces()],
             "permissions": [{"user": p.user, "vhost": p.namespace, "configure": p.configure,
                              "write": p.write, "read": p.read}
                             for p in core.catalog.list_permissions()],
@@ -82,6 +82,11 @@ def _user(core: BrokerCore, record: Any) -> dict[str, Any]:
     return {"name": record.name, "password_hash": password_hash,
             "hashing_algorithm": algorithm, "tags": list(record.tags),
             "limits": user_limits_of(core, record.name)}
+
+
+def _vhost(record: NamespaceRecord) -> dict[str, Any]:
+    metadata = vhost_fields(record.metadata)
+    return {"name": record.name, "limits": [], **metadata, "metadata": metadata}
 
 
 def _without_vhost(row: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from mainstem.admin.scope import Scope, scoped, visible
+from mainstem.admin.scope import Rows, Scope, scoped, visible
 from mainstem.admin.state import state_of
 from mainstem.admin.tier_extents import stream_extent
 from mainstem.broker.errors import NotFound
@@ -47,10 +47,10 @@ def _stream_rows(request: web.Request, kind: str) -> list[dict[str, Any]]:
         rows.extend({**row, "connection_details": details} for row in describe()
                     if vhost in (None, row["queue"]["vhost"])
                     and queue in (None, row["queue"]["name"]))
-    return visible(request, rows)
+    return visible(request, rows, Rows.VISIBLE)
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/stream/publishers")
 @routes.get("/api/stream/publishers/{vhost}")
 @routes.get("/api/stream/publishers/{vhost}/{queue}")
@@ -59,7 +59,7 @@ async def list_stream_publishers(request: web.Request) -> web.Response:
     return web.json_response(_stream_rows(request, "publishers"))
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/stream/consumers")
 @routes.get("/api/stream/consumers/{vhost}")
 async def list_stream_consumers(request: web.Request) -> web.Response:

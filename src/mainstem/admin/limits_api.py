@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from mainstem.admin.scope import Scope, scoped, visible
+from mainstem.admin.scope import Rows, Scope, scoped, visible
 from mainstem.admin.state import no_content, read_body, state_of
 from mainstem.broker.errors import InvalidArgument, NotFound
 from mainstem.broker.limits import USER_LIMIT, VHOST_LIMIT
@@ -25,16 +25,17 @@ def limit_rows(core: BrokerCore, kind: str, owner: str | None = None) -> list[di
             for who, values in core.limits.listed(kind, owner).items()]
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST_VISIBLE)
 @routes.get("/api/vhost-limits")
 @routes.get("/api/vhost-limits/{vhost}")
 async def vhost_limits(request: web.Request) -> web.Response:
     core, vhost = state_of(request).core, request.match_info.get("vhost")
     if vhost is not None and core.catalog.get_namespace(vhost) is None:
         raise NotFound(f"virtual host '{vhost}' not found")
-    return web.json_response(visible(request, limit_rows(core, VHOST_LIMIT, vhost)))
+    return web.json_response(visible(request, limit_rows(core, VHOST_LIMIT, vhost), Rows.VISIBLE))
 
 
+@scoped(Scope.VHOST_VISIBLE)  # RabbitMQ's: every management user reads every user's
 @routes.get("/api/user-limits")
 @routes.get("/api/user-limits/{user}")
 async def user_limits(request: web.Request) -> web.Response:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mainstem.admin.scope import visible
+from mainstem.admin.scope import Rows, visible
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.patterns import name_pattern
 
@@ -24,9 +24,10 @@ DEFAULT_PAGE_SIZE = 100
 _MATCHING_SLICE_S = 0.01  # a filter of thousands of rows leaves other requests this much
 
 
-async def list_response(request: web.Request, rows: list[dict[str, Any]]) -> web.Response:
+async def list_response(request: web.Request, rows: list[dict[str, Any]],
+                        kind: Rows | None = None) -> web.Response:
     """The rows the request's user may see (`scope.visible`), shaped as the query asks."""
-    seen = visible(request, rows)
+    seen = visible(request, rows, kind)
     filtered = await _filtered(seen, request.query.get("name", ""),
                                request.query.get("use_regex") == "true")
     return web.json_response(shaped(request.query, filtered, len(seen)))

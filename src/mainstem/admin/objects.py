@@ -213,7 +213,7 @@ def exchange_row(vhost: str, exchange: Any) -> dict[str, Any]:
             "internal": exchange.internal, "arguments": dict(exchange.arguments)}
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/exchanges/{vhost}/{name}")
 async def get_exchange(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)
@@ -365,7 +365,7 @@ def _between(request: web.Request) -> list[Binding]:
 _BETWEEN = "/api/bindings/{vhost}/e/{source}/{kind:[eq]}/{destination}"
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get(_BETWEEN)
 async def bindings_between(request: web.Request) -> web.Response:
     vhost = request.match_info["vhost"]
@@ -397,7 +397,7 @@ def _one_binding(request: web.Request) -> Binding:
     raise NotFound("binding not found")
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get(_BETWEEN + "/{props}")
 async def get_binding(request: web.Request) -> web.Response:
     return web.json_response(binding_row(request.match_info["vhost"], _one_binding(request)))
@@ -412,7 +412,7 @@ async def delete_binding(request: web.Request) -> web.Response:
     return no_content()
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/queues/{vhost}/{name}/bindings")
 async def queue_bindings(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), request.match_info["name"]
@@ -423,7 +423,7 @@ async def queue_bindings(request: web.Request) -> web.Response:
     return web.json_response(rows)
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/source")
 async def exchange_source_bindings(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)
@@ -431,7 +431,7 @@ async def exchange_source_bindings(request: web.Request) -> web.Response:
     return web.json_response([binding_row(vhost.name, b) for b in vhost.graph.bindings(name)])
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/destination")
 async def exchange_destination_bindings(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)

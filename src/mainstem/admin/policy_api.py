@@ -4,19 +4,17 @@ when it created the policy, 204 when it replaced one; a bad one is 400 with the 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from mainstem.admin.objects import created
-from mainstem.admin.scope import Scope, scoped, visible
+from mainstem.admin.scope import Scope, scoped_as, visible
 from mainstem.admin.state import no_content, read_body, state_of, vhost_of
 from mainstem.broker.errors import NotFound
 from mainstem.broker.policies import OPERATOR_POLICY, POLICY, Policy, parse_policy
 
 routes = web.RouteTableDef()
-Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PATHS = {"policies": POLICY, "operator-policies": OPERATOR_POLICY}
 
 
@@ -72,23 +70,15 @@ async def delete_policy(request: web.Request) -> web.Response:
     return no_content()
 
 
-def _routes(path: str, scope: Scope | None) -> None:
-    """Policies are for policymakers in their vhosts; operator policies, as in RabbitMQ,
-    for administrators alone (a handler that declares no scope)."""
-    def declared(handler: Route) -> Route:
-        if scope is None:
-            return handler
-
-        async def handle(request: web.Request) -> web.StreamResponse:
-            return await handler(request)
-        return scoped(scope)(handle)
-
-    routes.get(f"/api/{path}")(declared(list_policies))
-    routes.get(f"/api/{path}/{{vhost}}")(declared(list_policies))
-    routes.get(f"/api/{path}/{{vhost}}/{{name}}")(declared(get_policy))
-    routes.put(f"/api/{path}/{{vhost}}/{{name}}")(declared(put_policy))
-    routes.delete(f"/api/{path}/{{vhost}}/{{name}}")(declared(delete_policy))
+def _routes(path: str, one: Scope) -> None:
+    """As RabbitMQ: lists for any management user, cut to its vhosts; one policy for
+    policymakers in their vhosts, one operator policy for administrators alone."""
+    routes.get(f"/api/{path}")(scoped_as(Scope.VHOST, list_policies))
+    routes.get(f"/api/{path}/{{vhost}}")(scoped_as(Scope.VHOST, list_policies))
+    routes.get(f"/api/{path}/{{vhost}}/{{name}}")(scoped_as(one, get_policy))
+    routes.put(f"/api/{path}/{{vhost}}/{{name}}")(scoped_as(one, put_policy))
+    routes.delete(f"/api/{path}/{{vhost}}/{{name}}")(scoped_as(one, delete_policy))
 
 
 _routes("policies", Scope.POLICIES)
-_routes("operator-policies", None)
+_routes("operator-policies", Scope.ADMINISTRATOR)

@@ -45,6 +45,9 @@ class AdminState:
     on_login: Callable[[Hashable], None] | None = None
     # Why the node takes no clients yet (a cluster node waiting for etcd); None: it does.
     not_ready: Callable[[], str | None] = lambda: None
+    # The effective configuration, secrets redacted (`mainstem ctl environment`)
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)  # for the node's uptime
     rates: RateSampler = field(default_factory=RateSampler)
     activity: QueueActivity = field(default_factory=QueueActivity)
     providers: list[ResourceProvider] = field(init=False)

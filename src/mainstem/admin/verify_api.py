@@ -43,7 +43,7 @@ def verify_report(stream: Stream, scrub_rate: int) -> dict[str, Any]:
                                             strict=True))]}
 
 
-@scoped(Scope.VHOST_OR_MONITOR)
+@scoped(Scope.VHOST)
 @routes.get("/api/streams/{vhost}/{name}/verify")
 async def get_verify(request: web.Request) -> web.Response:
     core = state_of(request).core

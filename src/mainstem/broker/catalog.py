@@ -242,6 +242,11 @@ _MIGRATIONS: tuple[Migration, ...] = (
         key TEXT PRIMARY KEY, due_ms INTEGER NOT NULL, reason TEXT NOT NULL
     );
     """),
+    # 11: a virtual host's metadata as RabbitMQ keeps it (description, tags,
+    # default_queue_type): a JSON object, {} for none.
+    _script("""
+    ALTER TABLE namespaces ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 # A limit's kind -> (its table, the column naming what it limits)
@@ -260,9 +265,33 @@ _STORE_OFFSET = """
 
 
 @dataclass(frozen=True, slots=True)
+class VhostMetadata:
+    """What RabbitMQ keeps of a virtual host besides its name; `default_queue_type` None
+    leaves a queue declared without x-queue-type classic."""
+
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    default_queue_type: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        return {"description": self.description, "tags": list(self.tags),
+                "default_queue_type": self.default_queue_type}
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> VhostMetadata:
+        return cls(str(row.get("description", "")), tuple(row.get("tags", ())),
+                   row.get("default_queue_type"))
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceRecord:
     name: str
     created_at: float  # Unix time, seconds
+    metadata: VhostMetadata = VhostMetadata()
+
+
+def _namespace(name: str, created_at: float, metadata: str) -> NamespaceRecord:
+    return NamespaceRecord(name, created_at, VhostMetadata.of(json.loads(metadata)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +317,11 @@ class PermissionRecord:
     configure: str
     write: str
     read: str
+
+
+def _namespace_row(record: NamespaceRecord) -> dict[str, Any]:
+    """A namespace as the cluster's store holds it."""
+    return {"created_at": record.created_at, **record.metadata.row()}
 
 
 def _tiered_key(namespace: str, stream: str, partition: int, first_chunk_id: int
@@ -534,7 +568,9 @@ class Catalog(ChangeNotifier):
             self._apply(kind, key, row)
 
     def _apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
-        if kind == "namespace" and row is not None:
+        if kind == "namespace" and row is not None and "description" in row:
+            self.put_namespace(key[0], VhostMetadata.of(row))
+        elif kind == "namespace" and row is not None:  # one without metadata (older nodes)
             self.add_namespace(key[0])
         elif kind == "user":
             if row is None:
@@ -634,17 +670,32 @@ class Catalog(ChangeNotifier):
 
     # -- namespaces ---------------------------------------------------------------
 
-    def add_namespace(self, name: str) -> NamespaceRecord:
+    def add_namespace(self, name: str, metadata: VhostMetadata | None = None
+                      ) -> NamespaceRecord:
         validate_name(name, "namespace")
-        record = NamespaceRecord(name, time.time())
+        record = NamespaceRecord(name, time.time(), metadata or VhostMetadata())
         added = self._write(
-            "INSERT INTO namespaces (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            (record.name, record.created_at),
+            "INSERT INTO namespaces (name, created_at, metadata) VALUES (?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            (record.name, record.created_at, json.dumps(record.metadata.row())),
         )
         if not added:
             raise AlreadyExists(f"namespace '{name}' already exists")
-        self._changed("namespace", (name,), {"created_at": record.created_at})
+        self._changed("namespace", (name,), _namespace_row(record))
         return record
+
+    def put_namespace(self, name: str, metadata: VhostMetadata) -> bool:
+        """Add a namespace or set an existing one's metadata; True if it was added."""
+        validate_name(name, "namespace")
+        existing = self.get_namespace(name)
+        if existing is None:
+            self.add_namespace(name, metadata)
+            return True
+        self._write("UPDATE namespaces SET metadata = ? WHERE name = ?",
+                    (json.dumps(metadata.row()), name))
+        self._changed("namespace", (name,),
+                      _namespace_row(dataclasses.replace(existing, metadata=metadata)))
+        return False
 
     def delete_namespace(self, name: str) -> None:
         """Delete a namespace with its streams, permissions and offsets."""
@@ -670,12 +721,13 @@ class Catalog(ChangeNotifier):
         self.policies.drop_vhost(name)
 
     def get_namespace(self, name: str) -> NamespaceRecord | None:
-        row = self._row("SELECT name, created_at FROM namespaces WHERE name = ?", (name,))
-        return NamespaceRecord(*row) if row else None
+        row = self._row("SELECT name, created_at, metadata FROM namespaces WHERE name = ?",
+                        (name,))
+        return _namespace(*row) if row else None
 
     def list_namespaces(self) -> list[NamespaceRecord]:
-        rows = self._rows("SELECT name, created_at FROM namespaces ORDER BY name")
-        return [NamespaceRecord(*row) for row in rows]
+        rows = self._rows("SELECT name, created_at, metadata FROM namespaces ORDER BY name")
+        return [_namespace(*row) for row in rows]
 
     def _require_namespace(self, name: str) -> None:
         if self._row("SELECT 1 FROM namespaces WHERE name = ?", (name,)) is None:
@@ -1083,12 +1135,25 @@ class Catalog(ChangeNotifier):
     # Each checks the change here, then `_everywhere`: alone, the method above; in a cluster,
     # the cluster's store first, and this node (as every node) takes it from there.
 
-    async def add_namespace_everywhere(self, name: str) -> None:
+    async def add_namespace_everywhere(self, name: str,
+                                       metadata: VhostMetadata | None = None) -> None:
         validate_name(name, "namespace")
         if self.get_namespace(name) is not None:
             raise AlreadyExists(f"namespace '{name}' already exists")
-        await self._everywhere("namespace", (name,), {"created_at": time.time()},
-                               partial(self.add_namespace, name))
+        record = NamespaceRecord(name, time.time(), metadata or VhostMetadata())
+        await self._everywhere("namespace", (name,), _namespace_row(record),
+                               partial(self.add_namespace, name, record.metadata))
+
+    async def put_namespace_everywhere(self, name: str, metadata: VhostMetadata) -> bool:
+        """As `put_namespace`, answered once the cluster holds it; True if it was added."""
+        existing = self.get_namespace(name)
+        if existing is None:
+            await self.add_namespace_everywhere(name, metadata)
+            return True
+        await self._everywhere("namespace", (name,),
+                               _namespace_row(dataclasses.replace(existing, metadata=metadata)),
+                               partial(self.put_namespace, name, metadata))
+        return False
 
     async def put_user_everywhere(self, user: UserRecord) -> None:
         _check_user(user)

@@ -169,10 +169,12 @@ class VirtualHost:
 
     def declare_queue(self, name: str, *, durable: bool, exclusive: bool, auto_delete: bool,
                       arguments: Mapping[str, Any], owner: object) -> ClassicQueue | Stream:
+        existing = self.queues.get(name) or self.stream(name)
+        if existing is None and not (exclusive or auto_delete or not durable):
+            arguments = self._typed(arguments)
         settings = parse_queue_arguments(name, self.name, arguments)
         counters = self.manager.counters
         counters.queues_declared += 1
-        existing = self.queues.get(name) or self.stream(name)
         if existing is not None:
             found = self.lookup(name, owner)
             self._assert_equivalent(found, durable, exclusive, auto_delete, arguments)
@@ -198,6 +200,16 @@ class VirtualHost:
         counters.queues_created += 1
         self.changed(durable=durable)
         return queue
+
+    def _typed(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A new durable, shared queue declared without x-queue-type gets its vhost's
+        default queue type (RabbitMQ 3.11+; an exclusive, auto-delete or transient one stays
+        classic, as there); a redeclaration without one matches any type, so is left be."""
+        if "x-queue-type" in arguments:
+            return arguments
+        record = self.manager.catalog.get_namespace(self.name)
+        default = None if record is None else record.metadata.default_queue_type
+        return arguments if default is None else {**arguments, "x-queue-type": default}
 
     async def placed(self, queue: ClassicQueue | Stream) -> ClassicQueue | Stream:
         """A queue just declared, once usable: a quorum queue of a cluster once the
