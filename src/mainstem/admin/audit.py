@@ -23,6 +23,8 @@ from aiohttp import web
 from mainstem.admin import state as shared
 
 log = logging.getLogger("mainstem.admin.audit")
+# What a handler made of a request, logged with it: a definitions import's counts per kind
+IMPORTED = "audit.imported"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _CHANGING = frozenset({"PUT", "POST", "DELETE"})
@@ -50,7 +52,7 @@ async def audit(request: web.Request, handler: Handler) -> web.StreamResponse:
                 "user": request[shared.USER].name, "peer": request.remote,
                 "action": _action(request.method, template, response.status),
                 "object": dict(request.match_info), "status": response.status,
-                **await _details(request)})
+                **request.get(IMPORTED, {}), **await _details(request)})
     return response
 
 

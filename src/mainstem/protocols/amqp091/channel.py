@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from mainstem.broker.amqp.queues import (
     ClassicQueue,
@@ -18,7 +18,7 @@ from mainstem.broker.amqp.queues import (
 )
 from mainstem.broker.amqp.queues.credit_flow import CreditFlow
 from mainstem.broker.amqp.queues.remote import RemoteQueue
-from mainstem.broker.amqp.routing import Binding
+from mainstem.broker.amqp.routing import Binding, ExchangeType
 from mainstem.broker.auth import PermissionKind, User
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import (
@@ -170,6 +170,17 @@ class Channel:
         self.connection.core.auth.check(self.connection.user, self.vhost.name, kind, resource,
                                         resource_type)
 
+    def check_topic(self, exchange: str, kind: Literal["write", "read"], key: str) -> None:
+        """RabbitMQ's topic authorisation, on topic exchanges only; without any topic
+        permission in the catalog (most brokers) a publish pays one attribute read."""
+        core = self.connection.core
+        if not core.catalog.holds_topic_permissions:
+            return
+        graph = self.vhost.graph
+        if graph.has_exchange(exchange) and \
+                graph.get_exchange(exchange).type is ExchangeType.TOPIC:
+            core.auth.check_topic(self.connection.user, self.vhost.name, exchange, kind, key)
+
     def next_delivery_tag(self, consumer: Consumer | None, message: QueueMessage | None) -> int:
         if consumer is not None and consumer.no_ack:
             return self.deliveries.deliver(None)
@@ -230,6 +241,7 @@ class Channel:
     def _exchange_binding(self, method: m.ExchangeBind | m.ExchangeUnbind) -> Binding:
         self.check("write", method.destination, "exchange")
         self.check("read", method.source, "exchange")
+        self.check_topic(method.source, "read", method.routing_key)
         return Binding(method.source, method.destination, "exchange", method.routing_key,
                        method.arguments)
 
@@ -271,6 +283,7 @@ class Channel:
         self.check("write", queue, "queue")
         self.check("read", method.exchange, "exchange")
         key = method.routing_key if method.queue or method.routing_key else queue
+        self.check_topic(method.exchange, "read", key)
         return Binding(method.exchange, queue, "queue", key, method.arguments)
 
     async def on_queue_bind(self, method: m.QueueBind) -> None:
@@ -502,6 +515,10 @@ class Channel:
             except BrokerError as exc:
                 raise broker_error(exc, method) from None
             self._write_allowed.add(exchange)
+        try:
+            self.check_topic(exchange, "write", method.routing_key)
+        except BrokerError as exc:
+            raise broker_error(exc, method) from None
         if self.tx.hold_publish(content):
             return
         try:
