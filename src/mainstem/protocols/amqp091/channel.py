@@ -170,6 +170,9 @@ class Channel:
         self.connection.core.auth.check(self.connection.user, self.vhost.name, kind, resource,
                                         resource_type)
 
+    def audit(self, action: str, **names: str) -> None:
+        self.connection.ctx.audit(action, vhost=self.vhost.name, **names)
+
     def check_topic(self, exchange: str, kind: Literal["write", "read"], key: str) -> None:
         """RabbitMQ's topic authorisation, on topic exchanges only; without any topic
         permission in the catalog (most brokers) a publish pays one attribute read."""
@@ -221,20 +224,26 @@ class Channel:
         else:
             require_utf8("exchange", method.exchange, method)
             self.check("configure", method.exchange, "exchange")
+            new = not graph.has_exchange(method.exchange)
             exchange = graph.declare_exchange(
                 method.exchange, method.type, durable=method.durable,
                 auto_delete=method.auto_delete, internal=method.internal,
                 arguments=method.arguments)
             self.vhost.changed(durable=exchange.durable)
             await self.vhost.shared()
+            if new:
+                self.audit("exchanges.create", name=method.exchange)
         if not method.no_wait:
             self.reply(m.ExchangeDeclareOk())
 
     async def on_exchange_delete(self, method: m.ExchangeDelete) -> None:
         self.check("configure", method.exchange, "exchange")
+        existed = self.vhost.graph.has_exchange(method.exchange)
         self.vhost.graph.delete_exchange(method.exchange, if_unused=method.if_unused)
         self.vhost.changed(durable=True)
         await self.vhost.shared()
+        if existed:
+            self.audit("exchanges.delete", name=method.exchange)
         if not method.no_wait:
             self.reply(m.ExchangeDeleteOk())
 
@@ -248,12 +257,16 @@ class Channel:
     async def on_exchange_bind(self, method: m.ExchangeBind) -> None:
         self.vhost.bind(self._exchange_binding(method))
         await self.vhost.shared()
+        self._audit_binding("bindings.create", method.source, method.destination, "exchange",
+                            method.routing_key)
         if not method.no_wait:
             self.reply(m.ExchangeBindOk())
 
     async def on_exchange_unbind(self, method: m.ExchangeUnbind) -> None:
         self.vhost.unbind(self._exchange_binding(method), self.connection)
         await self.vhost.shared()
+        self._audit_binding("bindings.delete", method.source, method.destination, "exchange",
+                            method.routing_key)
         if not method.no_wait:
             self.reply(m.ExchangeUnbindOk())
 
@@ -268,15 +281,23 @@ class Channel:
         else:
             name = self.queue_names.to_declare(name, method)
             self.check("configure", name, "queue")
+            new = self.vhost.queues.get(name) is None and self.vhost.stream(name) is None
             queue = await self.vhost.placed(self.vhost.declare_queue(
                 name, durable=method.durable, exclusive=method.exclusive,
                 auto_delete=method.auto_delete, arguments=method.arguments, owner=owner))
             await self.vhost.shared()
+            if new and not method.exclusive:  # an exclusive queue lives as its connection
+                self.audit("queues.create", name=name)
         self.queue_names.declared(queue.name)
         if not method.no_wait:
             counts = await queue.home_counts() if isinstance(queue, RemoteQueue) \
                 else _counts(queue)
             self.reply(m.QueueDeclareOk(queue.name, *counts))
+
+    def _audit_binding(self, action: str, source: str, destination: str, kind: str,
+                       routing_key: str) -> None:
+        self.audit(action, source=source, destination=destination, destination_type=kind,
+                   routing_key=routing_key)
 
     def _queue_binding(self, method: m.QueueBind | m.QueueUnbind) -> Binding:
         queue = self.queue_names.resolve(method.queue, method)
@@ -288,14 +309,20 @@ class Channel:
 
     async def on_queue_bind(self, method: m.QueueBind) -> None:
         self.vhost.lookup(self.queue_names.resolve(method.queue, method), self.connection)
-        self.vhost.bind(self._queue_binding(method))
+        binding = self._queue_binding(method)
+        self.vhost.bind(binding)
         await self.vhost.shared()
+        self._audit_binding("bindings.create", binding.source, binding.destination, "queue",
+                            binding.routing_key)
         if not method.no_wait:
             self.reply(m.QueueBindOk())
 
     async def on_queue_unbind(self, method: m.QueueUnbind) -> None:
-        self.vhost.unbind(self._queue_binding(method), self.connection)
+        binding = self._queue_binding(method)
+        self.vhost.unbind(binding, self.connection)
         await self.vhost.shared()
+        self._audit_binding("bindings.delete", binding.source, binding.destination, "queue",
+                            binding.routing_key)
         self.reply(m.QueueUnbindOk())
 
     def on_queue_purge(self, method: m.QueuePurge) -> Awaitable[None] | None:
@@ -323,10 +350,13 @@ class Channel:
             remote = self.vhost.queues.get(name)
             if isinstance(remote, RemoteQueue):
                 await remote.before_delete()
+            existed = remote is not None or self.vhost.stream(name) is not None
             count = await self.vhost.delete_queue(name, owner=self.connection,
                                                   if_unused=method.if_unused,
                                                   if_empty=method.if_empty)
             await self.vhost.shared()
+            if existed:
+                self.audit("queues.delete", name=name)
             self.connection.core.delivery_stats.forget(self.vhost.name, name)
             if not method.no_wait:
                 self.reply(m.QueueDeleteOk(count))
