@@ -176,3 +176,21 @@ async def test_rabbitmq_3_8_shapes(broker, http):
     assert len(exported["operator_policies"]) == 2
     assert next(u for u in exported["users"] if u["name"] == "admin")["tags"] == [
         "administrator", "monitoring"]
+
+
+async def test_a_refused_import_drops_no_message_by_its_policies(broker, http):
+    """A policy of a refused import never held: a queue it would have cut keeps its
+    messages (a length limit applied, then put back, would have dropped them)."""
+    await call(http, "PUT", "/api/queues/%2F/kept", {"durable": True}, status=201)
+    for n in range(5):
+        await call(http, "POST", "/api/exchanges/%2F/amq.default/publish",
+                   {"routing_key": "kept", "payload": str(n), "payload_encoding": "string",
+                    "properties": {}}, status=200)
+    await call(http, "PUT", "/api/queues/%2F/legacy.inbox", {"durable": True}, status=201)
+    rabbit = plain_export()
+    rabbit["policies"].append({"vhost": "/", "name": "cut", "pattern": "^kept$",
+                               "apply-to": "queues", "definition": {"max-length": 1},
+                               "priority": 0})
+    await call(http, "POST", "/api/definitions", rabbit, status=400)  # legacy.inbox differs
+    assert (await call(http, "GET", "/api/queues/%2F/kept"))["messages"] == 5
+    assert await call(http, "GET", "/api/policies") == []

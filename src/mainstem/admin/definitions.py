@@ -228,14 +228,16 @@ async def import_definitions(core: BrokerCore, definitions: dict[str, Any],
     """Import a definitions file whole or not at all (see the module's docstring)."""
     plan = _checked(core, definitions, vhost)
     undo = [core.catalog.prior(change) for change in reversed(plan.changes)]
-    await core.catalog.apply_changes_everywhere(plan.changes)
-    created: list[tuple[VirtualHost, str, str | Binding]] = []
-    try:
-        await _declare_topology(plan, created)
-    except BaseException:
-        await _withdraw(created)
-        await core.catalog.apply_changes_everywhere(undo)
-        raise
+    # the queues see the new policies once the import holds whole, never one put back
+    with core.catalog.policy_changes_held():
+        await core.catalog.apply_changes_everywhere(plan.changes)
+        created: list[tuple[VirtualHost, str, str | Binding]] = []
+        try:
+            await _declare_topology(plan, created)
+        except BaseException:
+            await _withdraw(created)
+            await core.catalog.apply_changes_everywhere(undo)
+            raise
     return plan.report
 
 

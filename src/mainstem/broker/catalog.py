@@ -553,6 +553,8 @@ class Catalog(ChangeNotifier):
         # watcher on every change, made here or applied from another node (by vhost).
         self.policies = PolicyBook(self._read_policies())
         self.policy_watchers: list[Callable[[str], None]] = []
+        # Inside `policy_changes_held`: the vhosts whose policies changed, told at its end
+        self._held_policy_vhosts: set[str] | None = None
 
     def apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
         """Apply a change another node made (see `on_change`); one that no longer applies
@@ -1076,6 +1078,9 @@ class Catalog(ChangeNotifier):
         self._policies_changed(vhost)
 
     def _policies_changed(self, vhost: str) -> None:
+        if self._held_policy_vhosts is not None:
+            self._held_policy_vhosts.add(vhost)
+            return
         for watcher in self.policy_watchers:
             watcher(vhost)
 
@@ -1276,12 +1281,28 @@ class Catalog(ChangeNotifier):
         else:
             self._apply(kind, key, row)
 
+    @contextmanager
+    def policy_changes_held(self) -> Iterator[None]:
+        """Policy watchers are told of the changes made inside only at its end: a watcher
+        acts on queues (drops messages past a new length limit), so a set of changes put
+        back before the end (`apply_changes`, a refused import) changes none of them."""
+        if self._held_policy_vhosts is not None:  # held already, by an outer one
+            yield
+            return
+        self._held_policy_vhosts = held = set[str]()
+        try:
+            yield
+        finally:
+            self._held_policy_vhosts = None
+            for vhost in held:
+                self._policies_changed(vhost)
+
     def apply_changes(self, changes: Sequence[Change]) -> None:
         """Make `changes` here in one transaction: every one, or (on any error) none; the
         policies held in memory are put back as they were too."""
         policies = {(kind, key): self._row_of(kind, key)
                     for kind, key, _ in changes if kind in POLICY_KINDS}
-        with self._lock:
+        with self._lock, self.policy_changes_held():
             try:
                 with transaction(self._db):
                     for change in changes:
@@ -1297,8 +1318,6 @@ class Catalog(ChangeNotifier):
             self.policies.remove(kind, vhost, name)
             if row is not None:
                 self.policies.put(parse_policy(kind, vhost, name, row))
-        for vhost in {key[0] for _, key in rows}:
-            self._policies_changed(vhost)
 
     async def apply_changes_everywhere(self, changes: Sequence[Change]) -> None:
         """As `apply_changes`, answered once made everywhere. Alone: one transaction. In a
