@@ -201,13 +201,15 @@ class _Plan:
     exchanges: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     bindings: list[tuple[str, Binding]] = field(default_factory=list)
     report: ImportReport = field(default_factory=ImportReport)
+    keys: set[tuple[str, tuple[Any, ...]]] = field(default_factory=set)  # of `changes`
 
     def add(self, counted: str, kind: str, key: tuple[Any, ...], row: dict[str, Any]) -> None:
         self.changes.append((kind, key, row))
+        self.keys.add((kind, key))
         self.report.counts[counted] = self.report.counts.get(counted, 0) + 1
 
     def planned(self, kind: str, name: str) -> bool:
-        return any(change[0] == kind and change[1] == (name,) for change in self.changes)
+        return (kind, (name,)) in self.keys
 
     def vhost_of(self, row: dict[str, Any]) -> str:
         """The row's vhost, which must exist or come with the file."""
