@@ -1,4 +1,5 @@
-"""The durable catalog of the broker: namespaces, streams, users, permissions, offsets.
+"""The durable catalog of the broker: namespaces, streams, users, permissions and topic
+permissions, policies, limits, offsets.
 
 One SQLite file in WAL mode, the broker's only metadata store: the other stores keep
 their tables in it too (AMQP exchanges, queues and bindings, Iggy ids and consumer groups,
@@ -20,7 +21,9 @@ Methods are synchronous: SQLite answers in microseconds, so the event loop calls
 them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too. The
 `..._everywhere` methods, for a change a client is answered for, are async: in a cluster
 they return once the cluster's store holds the change and this node has taken it from
-there (see `ChangeNotifier._everywhere`).
+there (see `ChangeNotifier._everywhere`). A set of them made all or none (a definitions
+import) is `apply_changes_everywhere`: one transaction alone; in a cluster, etcd first one
+by one, and those made put back on a failure.
 """
 
 from __future__ import annotations
