@@ -1,6 +1,11 @@
 """The `mainstem` command: `mainstem serve [flags]` runs the broker until SIGTERM/SIGINT;
 `mainstem ctl GROUP ACTION` operates a running one over its management API;
-`mainstem pipeline NAME` runs a Spark job over streams."""
+`mainstem pipeline NAME` runs a Spark job over streams.
+
+A server that cannot start (a bad flag, environment variable or TOML key, a port in use,
+a data directory locked by another server, a TLS file missing) says why in one log line,
+`server.cannot_start` (JSON on stderr unless the configuration read says otherwise), as
+every other event, and exits 2."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from mainstem import __version__
 from mainstem.admin.ctl import add_ctl_arguments, run_ctl
@@ -25,12 +30,25 @@ EXIT_OK = 0
 EXIT_CANNOT_START = 2
 
 log = logging.getLogger("mainstem.server")
+CANNOT_START = "server.cannot_start"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser; `serve`'s (`logs_errors`) reports a bad flag as the server's other
+    start-up failures are reported: one log line."""
+
+    logs_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if not self.logs_errors:
+            super().error(message)
+        configure_logging()  # the defaults: no configuration was read
+        log.critical(CANNOT_START, extra={"error": message, "help": f"{self.prog} --help"})
+        sys.exit(EXIT_CANNOT_START)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mainstem", description="A persistent message streaming broker."
-    )
+    parser = _Parser(prog="mainstem", description="A persistent message streaming broker.")
     parser.add_argument("--version", action="version", version=f"mainstem {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = commands.add_parser(
@@ -40,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         " < MAINSTEM_* environment variables < these flags.",
     )
     add_config_arguments(serve)
-    serve.set_defaults(run=_serve)
+    serve.logs_errors = True
+    serve.set_defaults(run=_serve, parser=serve)
     ctl = commands.add_parser(
         "ctl", help="operate a running broker over its management API",
         description="The everyday tasks of rabbitmqctl and rabbitmqadmin over the HTTP"
@@ -60,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # as parse_args says it, by the command's parser when it has its own say
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_CANNOT_START
@@ -72,12 +93,13 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args)
     except ConfigError as exc:
-        return _fail(exc)
+        configure_logging()  # the defaults: the configuration is what failed
+        return _cannot_start(exc)
     configure_logging(config.log.level, config.log.format)
     try:
         _run(Broker(config=config).serve_forever())
     except (DataDirLocked, ListenerBindError, TlsSetupError) as exc:
-        return _fail(exc)
+        return _cannot_start(exc)
     except CatalogUnreadable as exc:
         # One line in the configured log format, naming the file; no traceback.
         log.critical("catalog.unreadable", extra={"path": str(exc.path), "error": exc.reason})
@@ -85,9 +107,20 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _fail(error: Exception) -> int:
-    print(f"mainstem: {error}", file=sys.stderr)
+def _cannot_start(error: Exception) -> int:
+    log.critical(CANNOT_START, extra={"error": str(error), **_named_by(error)})
     return EXIT_CANNOT_START
+
+
+def _named_by(error: Exception) -> dict[str, object]:
+    """What the error names, as fields of its own."""
+    if isinstance(error, DataDirLocked):
+        return {"path": str(error.data_dir), "holder_pid": error.pid}
+    if isinstance(error, ListenerBindError):
+        return {"listener": error.listener, "host": error.host, "port": error.port}
+    if isinstance(error, TlsSetupError) and error.path is not None:
+        return {"path": str(error.path)}
+    return {}
 
 
 def _run(main_coroutine: Coroutine[Any, Any, None]) -> None:

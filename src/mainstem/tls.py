@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import ssl
+from pathlib import Path
 
 from mainstem.config import TlsConfig
 
@@ -14,13 +16,23 @@ _VERIFY_MODES = {
 
 
 class TlsSetupError(Exception):
-    """The certificate, key or CA files cannot be loaded."""
+    """The certificate, key or CA files cannot be loaded; `path` names the file, if one."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def server_context(tls: TlsConfig) -> ssl.SSLContext:
     """TLS 1.2+ with the configured certificate chain and client-certificate policy."""
     if tls.certfile is None:
         raise TlsSetupError("TLS needs tls.certfile")
+    for setting, path in (("tls.certfile", tls.certfile), ("tls.keyfile", tls.keyfile),
+                          ("tls.cafile", tls.cafile)):
+        # ssl's own error names no file: say which one first
+        if path is not None and not os.access(path, os.R_OK):
+            raise TlsSetupError(f"cannot load TLS certificates: {setting} {path} is missing"
+                                " or unreadable", path)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:

@@ -1,6 +1,8 @@
 """The audit log: every change made through the management API is one `admin.change` line
 in the log of a real `mainstem serve`, made by aiohttp and closed by pika; never a
-password or a hash."""
+password or a hash. Changes made through the wire protocols (pika, rstream, mainstem's
+Iggy and BSON clients) are the same lines with their protocol; a definitions import is
+one line naming what it changed."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ import signal
 
 import aiohttp
 import pika
+from rstream import Producer
 
+from mainstem.client.events import EventsClient
+from mainstem.client.iggy import IggyClient
 from tests.support.server_process import kill, start_server, started_ports
 
 ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
@@ -110,3 +115,98 @@ async def test_every_change_through_the_api_is_one_audit_line(tmp_path):
     assert details[3] == {"configure": "^alice-", "write": ".*", "read": ".*"}
     assert details[6] == {"routing_key": "order.*"}
     assert changes[8]["reason"] == "maintenance"
+
+
+def amqp_changes(port: int) -> None:
+    """Declare, bind, unbind and delete through pika, as user guest."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", port, credentials=pika.PlainCredentials("guest", "guest")))
+    try:
+        channel = connection.channel()
+        channel.exchange_declare("wire-x", "topic")
+        channel.exchange_declare("wire-x", "topic")  # the same again: no change
+        channel.queue_declare("wire-q", durable=True)
+        channel.queue_declare("", exclusive=True)  # lives as the connection: not logged
+        channel.queue_bind("wire-q", "wire-x", "a.*")
+        channel.queue_unbind("wire-q", "wire-x", "a.*")
+        channel.queue_delete("wire-q")
+        channel.exchange_delete("wire-x")
+    finally:
+        connection.close()
+
+
+def audit_lines(text: str) -> list[dict]:
+    return [entry for entry in map(json.loads, text.splitlines())
+            if entry["event"] == "admin.change"]
+
+
+async def test_changes_through_the_protocols_are_audit_lines_too(tmp_path):
+    log_path = tmp_path / "server.log"
+    process = start_server(tmp_path / "data", log_path)
+    try:
+        ports = started_ports(process, log_path)
+        await asyncio.to_thread(amqp_changes, ports["amqp"])
+        async with Producer("127.0.0.1", port=ports["stream"], username="guest",
+                            password="guest") as producer:
+            await producer.create_stream("wire-s")
+            await producer.delete_stream("wire-s")
+        iggy = await IggyClient.connect("127.0.0.1", ports["iggy"])
+        try:
+            await iggy.login("guest", "guest")
+            await iggy.create_stream("shop")
+            await iggy.create_topic("shop", "orders", partitions=1)
+        finally:
+            await iggy.close()
+        events = await EventsClient.connect("127.0.0.1", ports["bson"], "guest", "guest")
+        try:
+            await events.create_channel("clicks")
+            await events.create_binder("carts")
+        finally:
+            await events.close()
+    finally:
+        kill(process, signal.SIGTERM)
+
+    changes = audit_lines(log_path.read_text())
+    assert {(e["user"], e["peer"].rsplit(":", 1)[0]) for e in changes} == {
+        ("guest", "127.0.0.1")}
+    assert [(e["protocol"], e["action"], e["object"]) for e in changes] == [
+        ("amqp", "exchanges.create", {"vhost": "/", "name": "wire-x"}),
+        ("amqp", "queues.create", {"vhost": "/", "name": "wire-q"}),
+        ("amqp", "bindings.create", {"vhost": "/", "source": "wire-x", "destination": "wire-q",
+                                     "destination_type": "queue", "routing_key": "a.*"}),
+        ("amqp", "bindings.delete", {"vhost": "/", "source": "wire-x", "destination": "wire-q",
+                                     "destination_type": "queue", "routing_key": "a.*"}),
+        ("amqp", "queues.delete", {"vhost": "/", "name": "wire-q"}),
+        ("amqp", "exchanges.delete", {"vhost": "/", "name": "wire-x"}),
+        ("stream", "streams.create", {"vhost": "/", "name": "wire-s"}),
+        ("stream", "streams.delete", {"vhost": "/", "name": "wire-s"}),
+        ("iggy", "vhosts.create", {"name": "shop"}),
+        ("iggy", "streams.create", {"vhost": "shop", "name": "orders"}),
+        ("bson", "channels.create", {"vhost": "/", "name": "clicks"}),
+        ("bson", "binders.create", {"vhost": "/", "name": "carts"}),
+    ]
+
+
+async def test_a_definitions_import_is_one_line_naming_what_it_changed(tmp_path):
+    log_path = tmp_path / "server.log"
+    process = start_server(tmp_path / "data", log_path)
+    definitions = {"vhosts": [{"name": "moved"}],
+                   "users": [{"name": "carol", "password_hash": rabbit_sha256_hash(PASSWORD),
+                              "tags": []}],
+                   "permissions": [{"user": "carol", "vhost": "moved", "configure": ".*",
+                                    "write": ".*", "read": ".*"}],
+                   "queues": [{"name": "q1", "vhost": "moved", "durable": True},
+                              {"name": "q2", "vhost": "moved", "durable": True}]}
+    try:
+        ports = started_ports(process, log_path)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{ports['admin']}",
+                                         headers=ADMIN) as http:
+            await change(http, "POST", "/api/definitions", definitions)
+    finally:
+        kill(process, signal.SIGTERM)
+
+    [line] = audit_lines(log_path.read_text())
+    assert (line["protocol"], line["action"], line["object"]) == (
+        "http", "definitions.import", {})
+    assert line["imported"] == {"vhosts": 1, "users": 1, "permissions": 1, "queues": 2}
+    assert line["warnings"] == []

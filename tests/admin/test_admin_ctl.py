@@ -374,3 +374,11 @@ async def test_importing_a_file_that_is_not_json_fails_with_its_name(broker, tmp
     bad.write_text("not json")
     code, _, err = await ctl(broker, "definitions", "import", str(bad))
     assert code == 1 and "bad.json is not JSON" in err
+
+
+async def test_importing_a_rabbitmq_3_10_8_export_prints_what_it_ignored(broker):
+    code, out, err = await ctl(broker, "definitions", "import",
+                               str(FIXTURES / "rabbitmq-3.10.8-migration.json"))
+    assert code == 0 and out.strip() == "ok", err
+    assert "warning: policy 'ha-all' in vhost '/': ignored ha-mode, ha-sync-mode" in err
+    assert err.count("warning: ") == 3

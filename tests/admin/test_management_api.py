@@ -182,10 +182,10 @@ async def test_definitions_with_parameters_or_unknown_policy_keys_are_refused(ht
                             "value": {"uri": "amqp://elsewhere"}}]}
     answer = await call(http, "POST", "/api/definitions", body, status=400)
     assert "parameters" in answer["reason"]
-    body = {"policies": [{"name": "ha", "vhost": "/", "pattern": ".*",
-                          "definition": {"ha-mode": "all"}}]}
+    body = {"policies": [{"name": "ttl", "vhost": "/", "pattern": ".*",
+                          "definition": {"message-ttl": 1, "x-unknown": 1}}]}
     answer = await call(http, "POST", "/api/definitions", body, status=400)
-    assert "ha-mode" in answer["reason"]
+    assert "x-unknown" in answer["reason"]
 
 
 async def test_pagination_filtering_sorting_and_columns(http):

@@ -64,6 +64,19 @@ async def test_metadata_is_stored_shown_and_exported(broker: Broker, http) -> No
         await call(http, "PUT", "/api/vhosts/orders", bad, status=400)
 
 
+async def test_a_definitions_import_brings_the_metadata_and_a_re_export_keeps_it(
+        broker: Broker, http) -> None:
+    """A RabbitMQ 3.11+ export's vhost metadata (under "metadata") is imported, not
+    dropped, and exported again the same."""
+    vhost = {"name": "imported", "metadata": ORDERS}
+    await call(http, "POST", "/api/definitions", {"vhosts": [vhost]}, status=204)
+    shown = await call(http, "GET", "/api/vhosts/imported")
+    assert shown["metadata"] == ORDERS
+    exported = next(v for v in (await call(http, "GET", "/api/definitions"))["vhosts"]
+                    if v["name"] == "imported")
+    assert exported["metadata"] == ORDERS
+
+
 async def test_the_default_queue_type_types_an_untyped_declaration(broker: Broker,
                                                                    http) -> None:
     await call(http, "PUT", "/api/vhosts/orders", ORDERS, status=201)

@@ -338,9 +338,8 @@ def test_cli_refuses_a_data_dir_in_use(tmp_path):
             capture_output=True, text=True, timeout=TIMEOUT_S, env=clean_env(),
         )
         assert second.returncode == 2
-        assert second.stderr == (
-            f"mainstem: data directory {data_dir} is in use by another server (pid {process.pid})\n"
-        )
+        assert json.loads(second.stderr)["error"] == (
+            f"data directory {data_dir} is in use by another server (pid {process.pid})")
     finally:
         kill(process)
 
@@ -374,7 +373,7 @@ def test_cli_reports_config_errors_without_traceback(tmp_path):
         capture_output=True, text=True, timeout=TIMEOUT_S, env=clean_env(),
     )
     assert result.returncode == 2
-    assert result.stderr.startswith("mainstem: --fsync: invalid value 'sometimes'")
+    assert json.loads(result.stderr)["error"].startswith("--fsync: invalid value 'sometimes'")
     assert "Traceback" not in result.stderr
 
 

@@ -54,6 +54,6 @@ def test_unreadable_certificate_exits_2(tmp_path):
                            str(tmp_path / "missing.pem"))
     try:
         assert process.wait(TIMEOUT_S) == 2
-        assert "mainstem: cannot load TLS certificates" in log_path.read_text()
+        assert f"tls.certfile {tmp_path / 'missing.pem'}" in log_path.read_text()
     finally:
         kill(process)

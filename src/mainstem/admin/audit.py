@@ -1,4 +1,6 @@
-"""The audit log of the management API: one `admin.change` line per change it made.
+"""The audit log of the management API: one `admin.change` line per change it made
+(`protocol` http; the wire protocols' changes are logged by the same function,
+`broker.audit.log_change`).
 
 Every PUT, POST and DELETE under /api/ that succeeded (status below 400) is logged with
 who made it (the authenticated `user`), from where (`peer`), the `action` (`users.create`,
@@ -14,15 +16,16 @@ of the broker's configuration and are not logged either.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from mainstem.admin import state as shared
+from mainstem.broker.audit import log_change
 
-log = logging.getLogger("mainstem.admin.audit")
+# What a handler made of a request, logged with it: a definitions import's counts per kind
+IMPORTED = "audit.imported"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _CHANGING = frozenset({"PUT", "POST", "DELETE"})
@@ -46,11 +49,10 @@ async def audit(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.match_info.route.resource
         template = path.canonical if path is not None else request.path
         if template not in _NOT_CHANGES:
-            log.info("admin.change", extra={
-                "user": request[shared.USER].name, "peer": request.remote,
-                "action": _action(request.method, template, response.status),
-                "object": dict(request.match_info), "status": response.status,
-                **await _details(request)})
+            log_change("http", request[shared.USER].name, request.remote,
+                       _action(request.method, template, response.status),
+                       dict(request.match_info), status=response.status,
+                       **request.get(IMPORTED, {}), **await _details(request))
     return response
 
 

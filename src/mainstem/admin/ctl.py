@@ -318,7 +318,9 @@ def _import_definitions(client: Client, args: argparse.Namespace) -> None:
         definitions = json.loads(source)
     except ValueError as exc:
         raise SystemExit(f"mainstem ctl: {args.file} is not JSON: {exc}") from None
-    client.call("POST", _in_vhost(args, "definitions"), definitions)
+    answer = client.call("POST", _in_vhost(args, "definitions"), definitions)
+    for warning in (answer or {}).get("warnings", []):  # what was ignored, per policy
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def _limit_path(args: argparse.Namespace) -> str:

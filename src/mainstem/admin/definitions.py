@@ -1,21 +1,38 @@
 """Definitions export and import in RabbitMQ's JSON format (what `rabbitmqadmin export` and
 `import` move, and what the management UI downloads): users with their password hashes,
-virtual hosts (their metadata exported), permissions, policies and operator policies,
-durable queues (streams as x-queue-type stream), exchanges and bindings, vhost limits
-(RabbitMQ's "vhost-limits" parameters) and user limits. mainstem has no other parameters:
-they export as empty lists, and a file that holds some is refused rather than half applied.
+virtual hosts (their metadata exported), permissions and topic
+permissions, policies and operator policies, durable
+queues (streams as x-queue-type stream), exchanges and bindings, vhost limits (RabbitMQ's
+"vhost-limits" parameters) and user limits.
+
+An import takes every shape RabbitMQ 3.8 to 4.x exports: operator policies as `parameters`
+of component `operator_policy` (3.x) or as `operator_policies`, a cleared vhost limit as
+`"value": []`, user tags as a list or a comma-separated string. Policy keys of classic
+mirroring and lazy queues (`ha-*`, `queue-mode`) are ignored, as RabbitMQ 4 ignores them
+(both are gone); the answer (200) names each policy and the keys ignored. Other parameters
+(federation, shovels) are refused.
+
+An import is all or nothing. The whole file is checked first, before any change. Then the
+catalog's changes (vhosts, users, limits, permissions, topic permissions, policies) are
+made in one catalog transaction; in a cluster, where etcd holds one key per change, one by
+one etcd first, and on a failure those made are put back (`Catalog.apply_changes_everywhere`).
+Then the queues, exchanges and bindings; should one fail (a queue that exists with other
+settings), those this import created are deleted and the catalog's changes put back, so a
+refused import leaves the broker as it found it.
 
 The whole-broker form is /api/definitions; /api/definitions/{vhost} holds one virtual
 host's queues, exchanges and bindings, without the vhost field."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from mainstem.admin.audit import IMPORTED
 from mainstem.admin.limits_api import (
-    import_limits,
     is_limits_parameter,
     limit_parameters,
     user_limits_of,
@@ -24,9 +41,10 @@ from mainstem.admin.objects import flag, json_object
 from mainstem.admin.policy_api import policy_row
 from mainstem.admin.resources import RABBITMQ_VERSION
 from mainstem.admin.state import read_body, state_of
-from mainstem.admin.vhost_metadata import vhost_fields
+from mainstem.admin.vhost_metadata import vhost_fields, vhost_metadata
+from mainstem.broker.amqp.queues import parse_queue_arguments
 from mainstem.broker.amqp.queues.virtual_host import VirtualHost
-from mainstem.broker.amqp.routing import Binding
+from mainstem.broker.amqp.routing import Binding, ExchangeType
 from mainstem.broker.auth import (
     DEFAULT_HASHING,
     PERMISSION_KINDS,
@@ -34,18 +52,28 @@ from mainstem.broker.auth import (
     export_password_hash,
     import_password_hash,
 )
-from mainstem.broker.catalog import NamespaceRecord, UserRecord
+from mainstem.broker.catalog import (
+    TOPIC_PERMISSION,
+    Change,
+    NamespaceRecord,
+    VhostMetadata,
+    validate_name,
+)
 from mainstem.broker.core import BrokerCore
-from mainstem.broker.errors import InvalidArgument
-from mainstem.broker.limits import USER_LIMIT, VHOST_LIMIT
+from mainstem.broker.errors import InvalidArgument, NotFound
+from mainstem.broker.limits import USER_LIMIT, VHOST_LIMIT, checked_value
 from mainstem.broker.policies import OPERATOR_POLICY, POLICY, parse_policy
 from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
 routes = web.RouteTableDef()
-_UNSUPPORTED = ("parameters", "global_parameters", "topic_permissions")
 _POLICIES = {"policies": POLICY, "operator_policies": OPERATOR_POLICY}
 # global parameters every RabbitMQ export holds: they describe its cluster, set nothing
 _INFORMATIONAL = ("cluster_name", "internal_cluster_id")
+# RabbitMQ 3.x keeps operator policies as parameters of this component
+_OPERATOR_POLICY_COMPONENT = "operator_policy"
+# policy keys of classic mirroring and lazy queues, both gone in RabbitMQ 4, which ignores them
+_GONE_KEY_PREFIXES = ("ha-",)
+_GONE_KEYS = ("queue-mode",)
 
 
 # -- export ----------------------------------------------------------------------
@@ -73,7 +101,10 @@ def export_definitions(core: BrokerCore, vhost: str | None = None,
             "permissions": [{"user": p.user, "vhost": p.namespace, "configure": p.configure,
                              "write": p.write, "read": p.read}
                             for p in core.catalog.list_permissions()],
-            "topic_permissions": [], "parameters": limit_parameters(core),
+            "topic_permissions": [{"user": t.user, "vhost": t.namespace,
+                                   "exchange": t.exchange, "write": t.write, "read": t.read}
+                                  for t in core.catalog.list_topic_permissions()],
+            "parameters": limit_parameters(core),
             "global_parameters": [], **policies, **objects}
 
 
@@ -143,8 +174,8 @@ def _download(request: web.Request, definitions: dict[str, Any]) -> web.Response
 @routes.post("/api/definitions")
 async def post_definitions(request: web.Request) -> web.Response:
     """Import a definitions file (RabbitMQ's or mainstem's export)."""
-    await import_definitions(state_of(request).core, await read_body(request))
-    return web.Response(status=204)
+    return _answer(request, await import_definitions(state_of(request).core,
+                                                     await read_body(request)))
 
 
 @routes.post("/api/definitions/{vhost}")
@@ -152,72 +183,247 @@ async def post_vhost_definitions(request: web.Request) -> web.Response:
     """Import queues, exchanges and bindings into one virtual host."""
     core = state_of(request).core
     core.queues.vhost(request.match_info["vhost"])
-    await import_definitions(core, await read_body(request), vhost=request.match_info["vhost"])
-    return web.Response(status=204)
+    return _answer(request, await import_definitions(core, await read_body(request),
+                                                     vhost=request.match_info["vhost"]))
+
+
+def _answer(request: web.Request, report: ImportReport) -> web.Response:
+    """204 as RabbitMQ answers; 200 with the warnings when something was ignored. The
+    audit line names what changed."""
+    request[IMPORTED] = {"imported": report.counts, "warnings": report.warnings}
+    if not report.warnings:
+        return web.Response(status=204)
+    return web.json_response({"warnings": report.warnings})
+
+
+@dataclass
+class ImportReport:
+    counts: dict[str, int] = field(default_factory=dict)  # rows imported, per kind
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Plan:
+    """A definitions file checked whole: the catalog's changes, then the topology."""
+
+    core: BrokerCore
+    vhost: str | None  # the one vhost of /api/definitions/{vhost}
+    changes: list[Change] = field(default_factory=list)
+    queues: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (vhost, row)
+    exchanges: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    bindings: list[tuple[str, Binding]] = field(default_factory=list)
+    report: ImportReport = field(default_factory=ImportReport)
+    keys: set[tuple[str, tuple[Any, ...]]] = field(default_factory=set)  # of `changes`
+
+    def add(self, counted: str, kind: str, key: tuple[Any, ...], row: dict[str, Any]) -> None:
+        self.changes.append((kind, key, row))
+        self.keys.add((kind, key))
+        self.report.counts[counted] = self.report.counts.get(counted, 0) + 1
+
+    def planned(self, kind: str, name: str) -> bool:
+        return (kind, (name,)) in self.keys
+
+    def vhost_of(self, row: dict[str, Any]) -> str:
+        """The row's vhost, which must exist or come with the file."""
+        name = self.vhost if self.vhost is not None else _text(row, "vhost")
+        if self.core.catalog.get_namespace(name) is None and not self.planned("namespace", name):
+            raise NotFound(f"virtual host '{name}' is neither in the file nor in the broker")
+        return name
+
+    def user_of(self, row: dict[str, Any]) -> str:
+        name = _text(row, "user")
+        if self.core.catalog.get_user(name) is None and not self.planned("user", name):
+            raise NotFound(f"user '{name}' is neither in the file nor in the broker")
+        return name
 
 
 async def import_definitions(core: BrokerCore, definitions: dict[str, Any],
-                             vhost: str | None = None) -> None:
-    """Import a definitions file; its vhosts, users, permissions, limits and policies are
-    made everywhere (in a cluster, each in etcd first) before the next is checked."""
-    for key in _UNSUPPORTED:
-        if [row for row in _rows(definitions, key)
-                if row.get("name") not in _INFORMATIONAL and not is_limits_parameter(row)]:
-            raise InvalidArgument(f"mainstem has no {key.replace('_', ' ')}: remove them "
-                                  "from the file (policies carry queue settings)")
+                             vhost: str | None = None) -> ImportReport:
+    """Import a definitions file whole or not at all (see the module's docstring)."""
+    plan = _checked(core, definitions, vhost)
+    undo = [core.catalog.prior(change) for change in reversed(plan.changes)]
+    # the queues see the new policies once the import holds whole, never one put back
+    with core.catalog.policy_changes_held():
+        await core.catalog.apply_changes_everywhere(plan.changes)
+        created: list[tuple[VirtualHost, str, str | Binding]] = []
+        try:
+            await _declare_topology(plan, created)
+        except BaseException:
+            await _withdraw(created)
+            await core.catalog.apply_changes_everywhere(undo)
+            raise
+    return plan.report
+
+
+def _checked(core: BrokerCore, definitions: dict[str, Any], vhost: str | None) -> _Plan:
+    plan = _Plan(core, vhost)
+    for row in _rows(definitions, "global_parameters"):
+        if row.get("name") not in _INFORMATIONAL:
+            raise InvalidArgument(f"mainstem has no global parameter {row.get('name')!r}:"
+                                  " remove it from the file")
     if vhost is None:
-        for row in _rows(definitions, "vhosts"):
-            if core.catalog.get_namespace(_text(row, "name")) is None:
-                await core.catalog.add_namespace_everywhere(_text(row, "name"))
+        _check_vhosts(plan, _rows(definitions, "vhosts"))
         for row in _rows(definitions, "users"):
-            await _import_user(core, row)
-        for row in _rows(definitions, "permissions"):
-            patterns = {kind: _text(row, kind) for kind in PERMISSION_KINDS}
-            check_patterns(**patterns)
-            await core.catalog.set_permissions_everywhere(_text(row, "user"),
-                                                          _text(row, "vhost"), **patterns)
+            _check_user(plan, row)
+        _check_permissions(plan, definitions)
     for row in _rows(definitions, "parameters"):
-        if is_limits_parameter(row):
-            await import_limits(core, VHOST_LIMIT, vhost or _text(row, "vhost"), row.get("value"))
-
-    def host(row: dict[str, Any]) -> VirtualHost:
-        return core.queues.vhost(vhost if vhost is not None else _text(row, "vhost"))
-
+        _check_parameter(plan, row)
     for key, kind in _POLICIES.items():
         for row in _rows(definitions, key):
-            await core.catalog.put_policy_everywhere(
-                parse_policy(kind, host(row).name, _text(row, "name"), row))
-
-    for row in _rows(definitions, "queues"):
-        host(row).declare_queue(_text(row, "name"), durable=flag(row, "durable", True),
-                                exclusive=False, auto_delete=flag(row, "auto_delete", False),
-                                arguments=json_object(row, "arguments"), owner=None)
-    for row in _rows(definitions, "exchanges"):
-        target = host(row)
-        target.graph.declare_exchange(
-            _text(row, "name"), _text(row, "type"), durable=flag(row, "durable", True),
-            auto_delete=flag(row, "auto_delete", False), internal=flag(row, "internal", False),
-            arguments=json_object(row, "arguments"))
-        target.changed(durable=True)
-    for row in _rows(definitions, "bindings"):
-        kind = _text(row, "destination_type")
-        if kind not in ("queue", "exchange"):
-            raise InvalidArgument("destination_type must be queue or exchange")
-        host(row).bind(Binding(_text(row, "source"), _text(row, "destination"),
-                               "queue" if kind == "queue" else "exchange",
-                               _text(row, "routing_key"), json_object(row, "arguments")))
+            _check_policy(plan, kind, row, row)
+    _check_topology(plan, definitions)
+    return plan
 
 
-async def _import_user(core: BrokerCore, row: dict[str, Any]) -> None:
+def _check_vhosts(plan: _Plan, rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        name = _text(row, "name")
+        validate_name(name, "virtual host")
+        if plan.core.catalog.get_namespace(name) is None and not plan.planned("namespace",
+                                                                              name):
+            # RabbitMQ 3.11+ writes description, tags and default_queue_type under
+            # "metadata" (and, for older readers, beside it)
+            metadata = vhost_metadata(row.get("metadata") or row, VhostMetadata())
+            plan.add("vhosts", "namespace", (name,),
+                     {"created_at": time.time(), **metadata.row()})
+
+
+def _check_user(plan: _Plan, row: dict[str, Any]) -> None:
     tags = row.get("tags", [])
     if isinstance(tags, str):  # RabbitMQ before 3.10 wrote "administrator,monitoring"
         tags = [tag for tag in tags.split(",") if tag]
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise InvalidArgument("a user's tags must be a list or a comma-separated string")
+    name = _text(row, "name")
+    validate_name(name, "user")
     stored = import_password_hash(_text(row, "password_hash"),
                                   row.get("hashing_algorithm") or DEFAULT_HASHING)
-    await core.catalog.put_user_everywhere(UserRecord(_text(row, "name"), stored, tuple(tags)))
-    await import_limits(core, USER_LIMIT, _text(row, "name"), row.get("limits") or {})
+    plan.add("users", "user", (name,), {"password_hash": stored, "tags": tags})
+    for limit, value in _limits(row.get("limits")).items():
+        plan.add("user_limits", USER_LIMIT, (name, limit),
+                 {"value": checked_value(USER_LIMIT, limit, value)})
+
+
+def _limits(value: object) -> dict[str, Any]:
+    """A limits object; RabbitMQ writes a cleared one as [] (an empty Erlang list)."""
+    if value is None or value == []:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument("limits must be a JSON object of limit names and integers")
+    return value
+
+
+def _check_permissions(plan: _Plan, definitions: dict[str, Any]) -> None:
+    for row in _rows(definitions, "permissions"):
+        patterns: dict[str, Any] = {kind: _text(row, kind) for kind in PERMISSION_KINDS}
+        check_patterns(**patterns)
+        plan.add("permissions", "permission", (plan.user_of(row), plan.vhost_of(row)),
+                 patterns)
+    for row in _rows(definitions, "topic_permissions"):
+        write, read = _text(row, "write"), _text(row, "read")
+        check_patterns(configure="", write=write, read=read)
+        exchange = _text(row, "exchange")
+        validate_name(exchange, "exchange")
+        plan.add("topic_permissions", TOPIC_PERMISSION,
+                 (plan.user_of(row), plan.vhost_of(row), exchange),
+                 {"write": write, "read": read})
+
+
+def _check_parameter(plan: _Plan, row: dict[str, Any]) -> None:
+    if is_limits_parameter(row):
+        owner = plan.vhost_of(row)
+        for limit, value in _limits(row.get("value")).items():
+            plan.add("vhost_limits", VHOST_LIMIT, (owner, limit),
+                     {"value": checked_value(VHOST_LIMIT, limit, value)})
+    elif row.get("component") == _OPERATOR_POLICY_COMPONENT:
+        _check_policy(plan, OPERATOR_POLICY, row, json_object(row, "value"))
+    else:
+        raise InvalidArgument(f"mainstem has no {row.get('component')!r} parameters: remove"
+                              " them from the file (policies carry queue settings)")
+
+
+def _check_policy(plan: _Plan, kind: str, row: dict[str, Any], body: dict[str, Any]) -> None:
+    """A policy (or operator policy); keys of classic mirroring and lazy queues are left
+    out with a warning, and a policy of nothing else is not made."""
+    name, vhost = _text(row, "name"), plan.vhost_of(row)
+    definition = json_object(body, "definition")
+    gone = sorted(key for key in definition
+                  if key.startswith(_GONE_KEY_PREFIXES) or key in _GONE_KEYS)
+    kept = {key: value for key, value in definition.items() if key not in gone}
+    if gone:
+        plan.report.warnings.append(
+            f"{kind.replace('_', ' ')} '{name}' in vhost '{vhost}': ignored {', '.join(gone)}"
+            " (classic mirroring and lazy queues are gone, as in RabbitMQ 4)"
+            + ("" if kept else "; nothing else left, so it was not created"))
+        if not kept:
+            return
+    policy = parse_policy(kind, vhost, name, {**body, "definition": kept})
+    validate_name(name, "policy")
+    plan.add("policies" if kind == POLICY else "operator_policies", kind, (vhost, name),
+             policy.row())
+
+
+def _check_topology(plan: _Plan, definitions: dict[str, Any]) -> None:
+    for row in _rows(definitions, "queues"):
+        vhost, name = plan.vhost_of(row), _text(row, "name")
+        parse_queue_arguments(name, vhost, json_object(row, "arguments"))
+        plan.queues.append((vhost, row))
+    for row in _rows(definitions, "exchanges"):
+        ExchangeType.parse(_text(row, "type"))
+        plan.exchanges.append((plan.vhost_of(row), row))
+    for row in _rows(definitions, "bindings"):
+        kind = _text(row, "destination_type")
+        if kind not in ("queue", "exchange"):
+            raise InvalidArgument("destination_type must be queue or exchange")
+        plan.bindings.append((plan.vhost_of(row), Binding(
+            _text(row, "source"), _text(row, "destination"),
+            "queue" if kind == "queue" else "exchange", _text(row, "routing_key"),
+            json_object(row, "arguments"))))
+    for counted, rows in (("queues", plan.queues), ("exchanges", plan.exchanges),
+                          ("bindings", plan.bindings)):
+        if rows:
+            plan.report.counts[counted] = len(rows)
+
+
+async def _declare_topology(plan: _Plan,
+                            created: list[tuple[VirtualHost, str, str | Binding]]) -> None:
+    """Declare the file's queues, exchanges and bindings, noting in `created` what did not
+    exist before (for `_withdraw`)."""
+    hosts = plan.core.queues
+    for name, row in plan.queues:
+        host, queue = hosts.vhost(name), _text(row, "name")
+        if host.queues.get(queue) is None and host.stream(queue) is None:
+            created.append((host, "queue", queue))
+        host.declare_queue(queue, durable=flag(row, "durable", True), exclusive=False,
+                           auto_delete=flag(row, "auto_delete", False),
+                           arguments=json_object(row, "arguments"), owner=None)
+    for name, row in plan.exchanges:
+        host, exchange = hosts.vhost(name), _text(row, "name")
+        if not host.graph.has_exchange(exchange):
+            created.append((host, "exchange", exchange))
+        host.graph.declare_exchange(
+            exchange, _text(row, "type"), durable=flag(row, "durable", True),
+            auto_delete=flag(row, "auto_delete", False), internal=flag(row, "internal", False),
+            arguments=json_object(row, "arguments"))
+        host.changed(durable=True)
+    for name, binding in plan.bindings:
+        host = hosts.vhost(name)
+        if not host.graph.has_exchange(binding.source) or \
+                binding not in host.graph.bindings(binding.source):
+            created.append((host, "binding", binding))
+        host.bind(binding)
+
+
+async def _withdraw(created: list[tuple[VirtualHost, str, str | Binding]]) -> None:
+    """Delete what a failed import created, newest first."""
+    for host, kind, what in reversed(created):
+        if isinstance(what, Binding):
+            host.unbind(what, None)
+        elif kind == "exchange":
+            host.graph.delete_exchange(what)
+            host.changed(durable=True)
+        else:
+            await host.delete_queue(what, owner=None)
 
 
 def _rows(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:

@@ -88,11 +88,3 @@ def user_limits_of(core: BrokerCore, user: str) -> dict[str, int]:
 
 def is_limits_parameter(row: dict[str, Any]) -> bool:
     return row.get("component") == LIMITS_COMPONENT
-
-
-async def import_limits(core: BrokerCore, kind: str, owner: str, values: object) -> None:
-    """Set the limits of a definitions file's vhost-limits parameter or user row."""
-    if not isinstance(values, dict):
-        raise InvalidArgument("limits must be a JSON object of limit names and integers")
-    for name, value in values.items():
-        await core.limits.set(kind, owner, name, value)

@@ -7,6 +7,9 @@ so a client that reconnects often pays the deliberately slow KDF once, not per
 connection. Permissions are three regular expressions (configure, write, read) per
 user and namespace, matched unanchored against the resource name as RabbitMQ does, by RE2
 (`broker/patterns.py`).
+Topic permissions (RabbitMQ's topic authorisation) add two per user, namespace and topic
+exchange: a publish's routing key must match `write`, a binding's key `read`; an exchange
+without one for the user takes any key.
 """
 
 from __future__ import annotations
@@ -313,3 +316,18 @@ class Auth:
             f"{kind} access to {resource_type} '{resource}' in namespace '{namespace}'"
             f" refused for user '{user.name}'"
         )
+
+    def check_topic(self, user: User, namespace: str, exchange: str,
+                    kind: Literal["write", "read"], routing_key: str) -> None:
+        """Raise AccessRefused unless the user's topic permission on `exchange` (a topic
+        exchange: the caller knows) lets `routing_key` through. Its patterns may name
+        {username} and {vhost}, expanded as RabbitMQ does; "" denies every key."""
+        topic = self._catalog.get_topic_permission(user.name, namespace, exchange)
+        if topic is None:
+            return
+        template = topic.write if kind == "write" else topic.read
+        if _permits(template.replace("{username}", user.name).replace("{vhost}", namespace),
+                    routing_key):
+            return
+        raise AccessRefused(f"{kind} access to topic '{routing_key}' in exchange '{exchange}'"
+                            f" in namespace '{namespace}' refused for user '{user.name}'")

@@ -1,4 +1,5 @@
-"""The durable catalog of the broker: namespaces, streams, users, permissions, offsets.
+"""The durable catalog of the broker: namespaces, streams, users, permissions and topic
+permissions, policies, limits, offsets.
 
 One SQLite file in WAL mode, the broker's only metadata store: the other stores keep
 their tables in it too (AMQP exchanges, queues and bindings, Iggy ids and consumer groups,
@@ -20,7 +21,9 @@ Methods are synchronous: SQLite answers in microseconds, so the event loop calls
 them directly. A lock lets a thread (e.g. asyncio.to_thread) use the catalog too. The
 `..._everywhere` methods, for a change a client is answered for, are async: in a cluster
 they return once the cluster's store holds the change and this node has taken it from
-there (see `ChangeNotifier._everywhere`).
+there (see `ChangeNotifier._everywhere`). A set of them made all or none (a definitions
+import) is `apply_changes_everywhere`: one transaction alone; in a cluster, etcd first one
+by one, and those made put back on a failure.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -52,6 +56,8 @@ from mainstem.broker.fence import Fence, FencedOut
 from mainstem.broker.policies import KINDS as POLICY_KINDS
 from mainstem.broker.policies import Policy, PolicyBook, parse_policy
 from mainstem.log.tier_upload import TieredRecord, segment_key_of
+
+log = logging.getLogger("mainstem.broker")
 
 DEFAULT_NAMESPACE = "/"
 MAX_NAME_BYTES = 255
@@ -77,6 +83,9 @@ class ChangeListener(Protocol):
 FencedListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None, Fence],
                           Awaitable[bool]]
 TIERED_SEGMENT = "tiered_segment"
+TOPIC_PERMISSION = "topic_permission"
+# One change of a catalog kind, as `ChangeListener` is told it: (kind, key, row or None).
+Change = tuple[str, tuple[Any, ...], dict[str, Any] | None]
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
 
 Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
@@ -247,6 +256,16 @@ _MIGRATIONS: tuple[Migration, ...] = (
     _script("""
     ALTER TABLE namespaces ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
     """),
+    # 12: topic permissions (RabbitMQ's): per user, vhost and topic exchange, the patterns
+    # a publish's routing key (write) and a binding's key (read) must match.
+    _script("""
+    CREATE TABLE topic_permissions (
+        user TEXT NOT NULL REFERENCES users (name) ON DELETE CASCADE,
+        namespace TEXT NOT NULL REFERENCES namespaces (name) ON DELETE CASCADE,
+        exchange TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
+        PRIMARY KEY (user, namespace, exchange)
+    );
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 # A limit's kind -> (its table, the column naming what it limits)
@@ -322,6 +341,15 @@ class PermissionRecord:
 def _namespace_row(record: NamespaceRecord) -> dict[str, Any]:
     """A namespace as the cluster's store holds it."""
     return {"created_at": record.created_at, **record.metadata.row()}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPermissionRecord:
+    user: str
+    namespace: str
+    exchange: str
+    write: str
+    read: str
 
 
 def _tiered_key(namespace: str, stream: str, partition: int, first_chunk_id: int
@@ -552,6 +580,9 @@ class Catalog(ChangeNotifier):
         # Every publish checks a permission: read once, kept until a change that may
         # touch permissions (setting, clearing, deleting a user or a namespace).
         self._permissions: dict[tuple[str, str], PermissionRecord | None] = {}
+        self._topic_permissions: dict[tuple[str, str, str], TopicPermissionRecord | None] = {}
+        # False while none was ever held: a publish then looks none up (`Auth.check_topic`)
+        self.holds_topic_permissions = bool(self.list_topic_permissions())
         # In a cluster: told of every change to namespaces, users, permissions and offsets
         # made here, to share it (a change applied from elsewhere is not told again).
         self.on_change = None
@@ -559,6 +590,8 @@ class Catalog(ChangeNotifier):
         # watcher on every change, made here or applied from another node (by vhost).
         self.policies = PolicyBook(self._read_policies())
         self.policy_watchers: list[Callable[[str], None]] = []
+        # Inside `policy_changes_held`: the vhosts whose policies changed, told at its end
+        self._held_policy_vhosts: set[str] | None = None
 
     def apply(self, kind: str, key: Sequence[Any], row: dict[str, Any] | None) -> None:
         """Apply a change another node made (see `on_change`); one that no longer applies
@@ -583,6 +616,12 @@ class Catalog(ChangeNotifier):
             else:
                 self.set_permissions(key[0], key[1], row["configure"], row["write"],
                                      row["read"])
+        elif kind == TOPIC_PERMISSION:
+            if row is None:
+                self.clear_topic_permission(key[0], key[1], key[2])
+            else:
+                self.set_topic_permission(TopicPermissionRecord(
+                    key[0], key[1], key[2], row["write"], row["read"]))
         elif kind in POLICY_KINDS:
             if row is None:
                 self.delete_policy(kind, key[0], key[1])
@@ -651,8 +690,12 @@ class Catalog(ChangeNotifier):
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, transaction(self._db) as db:
-            yield db
+        with self._lock:
+            if self._db.in_transaction:  # inside `apply_changes`: its one transaction
+                yield self._db
+                return
+            with transaction(self._db) as db:
+                yield db
 
     def _write(self, sql: str, params: Iterable[Any]) -> int:
         """Run one autocommitted statement; return the number of rows it changed."""
@@ -715,7 +758,7 @@ class Catalog(ChangeNotifier):
             raise PreconditionFailed(
                 f"the default namespace '{DEFAULT_NAMESPACE}' cannot be deleted"
             )
-        self._permissions.clear()
+        self._forget_permissions()
         if not self._write("DELETE FROM namespaces WHERE name = ?", (name,)):
             raise NotFound(f"namespace '{name}' not found")
         self.policies.drop_vhost(name)
@@ -947,7 +990,7 @@ class Catalog(ChangeNotifier):
 
     def delete_user(self, name: str) -> None:
         """Delete a user and its permissions."""
-        self._permissions.clear()
+        self._forget_permissions()
         if not self._write("DELETE FROM users WHERE name = ?", (name,)):
             raise NotFound(f"user '{name}' not found")
         self._changed("user", (name,), None)
@@ -959,7 +1002,7 @@ class Catalog(ChangeNotifier):
     ) -> PermissionRecord:
         """Store the user's permission patterns on a namespace (Auth validates them)."""
         record = PermissionRecord(user, namespace, configure, write, read)
-        self._permissions.clear()
+        self._forget_permissions()
         with self._transaction() as db:
             self._require_user_and_namespace(user, namespace)
             db.execute(
@@ -973,13 +1016,17 @@ class Catalog(ChangeNotifier):
                       {"configure": configure, "write": write, "read": read})
         return record
 
+    def _forget_permissions(self) -> None:
+        self._permissions.clear()
+        self._topic_permissions.clear()
+
     def _require_user_and_namespace(self, user: str, namespace: str) -> None:
         if self.get_user(user) is None:
             raise NotFound(f"user '{user}' not found")
         self._require_namespace(namespace)
 
     def clear_permissions(self, user: str, namespace: str) -> None:
-        self._permissions.clear()
+        self._forget_permissions()
         cleared = self._write(
             "DELETE FROM permissions WHERE user = ? AND namespace = ?", (user, namespace)
         )
@@ -1009,6 +1056,47 @@ class Catalog(ChangeNotifier):
             (user, namespace),
         )
         return [PermissionRecord(*row) for row in rows]
+
+    # -- topic permissions (RabbitMQ's, checked on topic exchanges) -----------------
+
+    def set_topic_permission(self, record: TopicPermissionRecord) -> None:
+        """Store a user's topic permission on one exchange of a namespace (Auth checks the
+        patterns)."""
+        self._forget_permissions()
+        self.holds_topic_permissions = True
+        with self._transaction() as db:
+            self._require_user_and_namespace(record.user, record.namespace)
+            db.execute("INSERT INTO topic_permissions (user, namespace, exchange, write, read)"
+                       " VALUES (?, ?, ?, ?, ?) ON CONFLICT (user, namespace, exchange)"
+                       " DO UPDATE SET write = excluded.write, read = excluded.read",
+                       dataclasses.astuple(record))
+        self._changed(TOPIC_PERMISSION, (record.user, record.namespace, record.exchange),
+                      {"write": record.write, "read": record.read})
+
+    def clear_topic_permission(self, user: str, namespace: str, exchange: str) -> None:
+        self._forget_permissions()
+        if not self._write("DELETE FROM topic_permissions WHERE user = ? AND namespace = ?"
+                           " AND exchange = ?", (user, namespace, exchange)):
+            raise NotFound(f"no topic permission of user '{user}' on exchange '{exchange}'"
+                           f" in namespace '{namespace}'")
+        self._changed(TOPIC_PERMISSION, (user, namespace, exchange), None)
+
+    def get_topic_permission(self, user: str, namespace: str, exchange: str
+                             ) -> TopicPermissionRecord | None:
+        """Read once per key until a change of permissions (a publish asks each time)."""
+        key = (user, namespace, exchange)
+        if key not in self._topic_permissions:
+            self._topic_permissions[key] = next(iter(self.list_topic_permissions(*key)), None)
+        return self._topic_permissions[key]
+
+    def list_topic_permissions(self, user: str | None = None, namespace: str | None = None,
+                               exchange: str | None = None) -> list[TopicPermissionRecord]:
+        rows = self._rows(
+            "SELECT user, namespace, exchange, write, read FROM topic_permissions"
+            " WHERE (?1 IS NULL OR user = ?1) AND (?2 IS NULL OR namespace = ?2)"
+            " AND (?3 IS NULL OR exchange = ?3) ORDER BY user, namespace, exchange",
+            (user, namespace, exchange))
+        return [TopicPermissionRecord(*row) for row in rows]
 
     # -- policies and operator policies -------------------------------------------
 
@@ -1045,6 +1133,9 @@ class Catalog(ChangeNotifier):
         self._policies_changed(vhost)
 
     def _policies_changed(self, vhost: str) -> None:
+        if self._held_policy_vhosts is not None:
+            self._held_policy_vhosts.add(vhost)
+            return
         for watcher in self.policy_watchers:
             watcher(vhost)
 
@@ -1219,3 +1310,107 @@ class Catalog(ChangeNotifier):
                                {"offset": offset},
                                partial(self.store_offset, namespace, stream, partition,
                                        reference, offset))
+
+    # -- a set of changes, all or none ------------------------------------------------------
+
+    def prior(self, change: Change) -> Change:
+        """The change that puts back what `change`'s key holds now (None: nothing)."""
+        kind, key, _ = change
+        return kind, key, self._row_of(kind, key)
+
+    def _row_of(self, kind: str, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        if kind == "namespace":
+            space = self.get_namespace(key[0])
+            return None if space is None else _namespace_row(space)
+        if kind == "user":
+            user = self.get_user(key[0])
+            return None if user is None else {"password_hash": user.password_hash,
+                                              "tags": list(user.tags)}
+        if kind == "permission":
+            granted = self.get_permissions(key[0], key[1])
+            return None if granted is None else {
+                "configure": granted.configure, "write": granted.write, "read": granted.read}
+        if kind == TOPIC_PERMISSION:
+            topic = self.get_topic_permission(key[0], key[1], key[2])
+            return None if topic is None else {"write": topic.write, "read": topic.read}
+        if kind in POLICY_KINDS:
+            found = [p.row() for p in self.policies.list(kind, key[0]) if p.name == key[1]]
+            return found[0] if found else None
+        if kind in _LIMIT_TABLES:
+            value = self.list_limits(kind, key[0]).get(key[0], {}).get(key[1])
+            return None if value is None else {"value": value}
+        raise InvalidArgument(f"{kind} changes are not made in sets")
+
+    def _make(self, kind: str, key: tuple[Any, ...], row: dict[str, Any] | None) -> None:
+        """One change made here; a namespace's deletion too (which a cluster's feed hands
+        to the broker core instead, `apply`)."""
+        if kind == "namespace" and row is None:
+            self.delete_namespace(key[0])
+        else:
+            self._apply(kind, key, row)
+
+    @contextmanager
+    def policy_changes_held(self) -> Iterator[None]:
+        """Policy watchers are told of the changes made inside only at its end: a watcher
+        acts on queues (drops messages past a new length limit), so a set of changes put
+        back before the end (`apply_changes`, a refused import) changes none of them."""
+        if self._held_policy_vhosts is not None:  # held already, by an outer one
+            yield
+            return
+        self._held_policy_vhosts = held = set[str]()
+        try:
+            yield
+        finally:
+            self._held_policy_vhosts = None
+            for vhost in held:
+                self._policies_changed(vhost)
+
+    def apply_changes(self, changes: Sequence[Change]) -> None:
+        """Make `changes` here in one transaction: every one, or (on any error) none; the
+        policies held in memory are put back as they were too."""
+        policies = {(kind, key): self._row_of(kind, key)
+                    for kind, key, _ in changes if kind in POLICY_KINDS}
+        with self._lock, self.policy_changes_held():
+            try:
+                with transaction(self._db):
+                    for change in changes:
+                        self._make(*change)
+            except BaseException:
+                self._forget_permissions()
+                self._restore_policies(policies)
+                raise
+
+    def _restore_policies(self, rows: dict[tuple[str, tuple[Any, ...]], dict[str, Any] | None]
+                          ) -> None:
+        for (kind, (vhost, name)), row in rows.items():
+            self.policies.remove(kind, vhost, name)
+            if row is not None:
+                self.policies.put(parse_policy(kind, vhost, name, row))
+
+    async def apply_changes_everywhere(self, changes: Sequence[Change]) -> None:
+        """As `apply_changes`, answered once made everywhere. Alone: one transaction. In a
+        cluster etcd holds one key per change, so they are made one by one, each etcd
+        first (as every `_everywhere` change); on a failure, those made and the one that
+        failed (its outcome may be unknown) are put back as they were, the same way,
+        newest first, before the failure is raised. Check the whole set before: what
+        fails then is the cluster's store, not the changes."""
+        if self.on_change is None or self._applying:
+            self.apply_changes(changes)
+            return
+        undo: list[Change] = []
+        try:
+            for change in changes:
+                undo.append(self.prior(change))
+                await self._everywhere(*change, partial(self._make, *change))
+        except BaseException:
+            await self._put_back_everywhere(reversed(undo))
+            raise
+
+    async def _put_back_everywhere(self, undo: Iterable[Change]) -> None:
+        for change in undo:
+            try:
+                await self._everywhere(*change, partial(self._make, *change))
+            except BrokerError as error:  # the store is down: say what may be left
+                log.error("catalog.undo_failed", extra={"kind": change[0],
+                                                        "key": list(change[1]),
+                                                        "reason": error.message})

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mainstem.broker.audit import log_change
 from mainstem.broker.errors import AuthenticationFailed
 from mainstem.protocols.identity import DEFAULT_IDENTITY, ServerIdentity
 
@@ -100,6 +101,10 @@ class ConnectionContext:
         if self.admitted is not None:
             self.admitted()
             self.admitted = None
+
+    def audit(self, action: str, **names: str) -> None:
+        """One audit line (`admin.change`) for a change this connection's client made."""
+        log_change(self.listener, self.user or "", self.peer, action, names)
 
     def advertised_address(self) -> tuple[str, int]:
         """The host and port to tell clients to connect to: the configured ones, else the

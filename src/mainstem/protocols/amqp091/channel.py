@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from mainstem.broker.amqp.queues import (
     ClassicQueue,
@@ -18,7 +18,7 @@ from mainstem.broker.amqp.queues import (
 )
 from mainstem.broker.amqp.queues.credit_flow import CreditFlow
 from mainstem.broker.amqp.queues.remote import RemoteQueue
-from mainstem.broker.amqp.routing import Binding
+from mainstem.broker.amqp.routing import Binding, ExchangeType
 from mainstem.broker.auth import PermissionKind, User
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import (
@@ -170,6 +170,20 @@ class Channel:
         self.connection.core.auth.check(self.connection.user, self.vhost.name, kind, resource,
                                         resource_type)
 
+    def audit(self, action: str, **names: str) -> None:
+        self.connection.ctx.audit(action, vhost=self.vhost.name, **names)
+
+    def check_topic(self, exchange: str, kind: Literal["write", "read"], key: str) -> None:
+        """RabbitMQ's topic authorisation, on topic exchanges only; without any topic
+        permission in the catalog (most brokers) a publish pays one attribute read."""
+        core = self.connection.core
+        if not core.catalog.holds_topic_permissions:
+            return
+        graph = self.vhost.graph
+        if graph.has_exchange(exchange) and \
+                graph.get_exchange(exchange).type is ExchangeType.TOPIC:
+            core.auth.check_topic(self.connection.user, self.vhost.name, exchange, kind, key)
+
     def next_delivery_tag(self, consumer: Consumer | None, message: QueueMessage | None) -> int:
         if consumer is not None and consumer.no_ack:
             return self.deliveries.deliver(None)
@@ -210,38 +224,49 @@ class Channel:
         else:
             require_utf8("exchange", method.exchange, method)
             self.check("configure", method.exchange, "exchange")
+            new = not graph.has_exchange(method.exchange)
             exchange = graph.declare_exchange(
                 method.exchange, method.type, durable=method.durable,
                 auto_delete=method.auto_delete, internal=method.internal,
                 arguments=method.arguments)
             self.vhost.changed(durable=exchange.durable)
             await self.vhost.shared()
+            if new:
+                self.audit("exchanges.create", name=method.exchange)
         if not method.no_wait:
             self.reply(m.ExchangeDeclareOk())
 
     async def on_exchange_delete(self, method: m.ExchangeDelete) -> None:
         self.check("configure", method.exchange, "exchange")
+        existed = self.vhost.graph.has_exchange(method.exchange)
         self.vhost.graph.delete_exchange(method.exchange, if_unused=method.if_unused)
         self.vhost.changed(durable=True)
         await self.vhost.shared()
+        if existed:
+            self.audit("exchanges.delete", name=method.exchange)
         if not method.no_wait:
             self.reply(m.ExchangeDeleteOk())
 
     def _exchange_binding(self, method: m.ExchangeBind | m.ExchangeUnbind) -> Binding:
         self.check("write", method.destination, "exchange")
         self.check("read", method.source, "exchange")
+        self.check_topic(method.source, "read", method.routing_key)
         return Binding(method.source, method.destination, "exchange", method.routing_key,
                        method.arguments)
 
     async def on_exchange_bind(self, method: m.ExchangeBind) -> None:
         self.vhost.bind(self._exchange_binding(method))
         await self.vhost.shared()
+        self._audit_binding("bindings.create", method.source, method.destination, "exchange",
+                            method.routing_key)
         if not method.no_wait:
             self.reply(m.ExchangeBindOk())
 
     async def on_exchange_unbind(self, method: m.ExchangeUnbind) -> None:
         self.vhost.unbind(self._exchange_binding(method), self.connection)
         await self.vhost.shared()
+        self._audit_binding("bindings.delete", method.source, method.destination, "exchange",
+                            method.routing_key)
         if not method.no_wait:
             self.reply(m.ExchangeUnbindOk())
 
@@ -256,33 +281,48 @@ class Channel:
         else:
             name = self.queue_names.to_declare(name, method)
             self.check("configure", name, "queue")
+            new = self.vhost.queues.get(name) is None and self.vhost.stream(name) is None
             queue = await self.vhost.placed(self.vhost.declare_queue(
                 name, durable=method.durable, exclusive=method.exclusive,
                 auto_delete=method.auto_delete, arguments=method.arguments, owner=owner))
             await self.vhost.shared()
+            if new and not method.exclusive:  # an exclusive queue lives as its connection
+                self.audit("queues.create", name=name)
         self.queue_names.declared(queue.name)
         if not method.no_wait:
             counts = await queue.home_counts() if isinstance(queue, RemoteQueue) \
                 else _counts(queue)
             self.reply(m.QueueDeclareOk(queue.name, *counts))
 
+    def _audit_binding(self, action: str, source: str, destination: str, kind: str,
+                       routing_key: str) -> None:
+        self.audit(action, source=source, destination=destination, destination_type=kind,
+                   routing_key=routing_key)
+
     def _queue_binding(self, method: m.QueueBind | m.QueueUnbind) -> Binding:
         queue = self.queue_names.resolve(method.queue, method)
         self.check("write", queue, "queue")
         self.check("read", method.exchange, "exchange")
         key = method.routing_key if method.queue or method.routing_key else queue
+        self.check_topic(method.exchange, "read", key)
         return Binding(method.exchange, queue, "queue", key, method.arguments)
 
     async def on_queue_bind(self, method: m.QueueBind) -> None:
         self.vhost.lookup(self.queue_names.resolve(method.queue, method), self.connection)
-        self.vhost.bind(self._queue_binding(method))
+        binding = self._queue_binding(method)
+        self.vhost.bind(binding)
         await self.vhost.shared()
+        self._audit_binding("bindings.create", binding.source, binding.destination, "queue",
+                            binding.routing_key)
         if not method.no_wait:
             self.reply(m.QueueBindOk())
 
     async def on_queue_unbind(self, method: m.QueueUnbind) -> None:
-        self.vhost.unbind(self._queue_binding(method), self.connection)
+        binding = self._queue_binding(method)
+        self.vhost.unbind(binding, self.connection)
         await self.vhost.shared()
+        self._audit_binding("bindings.delete", binding.source, binding.destination, "queue",
+                            binding.routing_key)
         self.reply(m.QueueUnbindOk())
 
     def on_queue_purge(self, method: m.QueuePurge) -> Awaitable[None] | None:
@@ -310,10 +350,13 @@ class Channel:
             remote = self.vhost.queues.get(name)
             if isinstance(remote, RemoteQueue):
                 await remote.before_delete()
+            existed = remote is not None or self.vhost.stream(name) is not None
             count = await self.vhost.delete_queue(name, owner=self.connection,
                                                   if_unused=method.if_unused,
                                                   if_empty=method.if_empty)
             await self.vhost.shared()
+            if existed:
+                self.audit("queues.delete", name=name)
             self.connection.core.delivery_stats.forget(self.vhost.name, name)
             if not method.no_wait:
                 self.reply(m.QueueDeleteOk(count))
@@ -502,6 +545,10 @@ class Channel:
             except BrokerError as exc:
                 raise broker_error(exc, method) from None
             self._write_allowed.add(exchange)
+        try:
+            self.check_topic(exchange, "write", method.routing_key)
+        except BrokerError as exc:
+            raise broker_error(exc, method) from None
         if self.tx.hold_publish(content):
             return
         try:

@@ -541,7 +541,10 @@ class EventsConnection:
     def on_create_binder(self, body: dict[str, Any]) -> None:
         name = rq.name(body, "name")
         self._check("configure", name, "binder")
-        self.respond(body.get("rID"), exists=self.core.binders.create(self.namespace, name))
+        exists = self.core.binders.create(self.namespace, name)
+        if not exists:
+            self.ctx.audit("binders.create", vhost=self.namespace, name=name)
+        self.respond(body.get("rID"), exists=exists)
 
     def on_list_channels(self, body: dict[str, Any]) -> None:
         channels = [s.name for s in self.core.streams.list(self.namespace)
@@ -554,6 +557,7 @@ class EventsConnection:
         try:
             self.core.create_stream(self.namespace, name)
             exists = False
+            self.ctx.audit("channels.create", vhost=self.namespace, name=name)
         except AlreadyExists:
             exists = True
         self.respond(body.get("rID"), exists=exists)
@@ -574,7 +578,9 @@ class EventsConnection:
 
     def on_create_projection(self, body: dict[str, Any]) -> None:
         """mainstem's own frame: declare a projection (configure on its binder)."""
-        self.core.projections.declare(self.namespace, self._projection(body))
+        projection = self._projection(body)
+        self.core.projections.declare(self.namespace, projection)
+        self.ctx.audit("projections.create", vhost=self.namespace, name=projection.name)
         self.respond(body.get("rID"))
 
     # -- bulk loads: a binder rebuilt by Spark, handed over to the live projection --------

@@ -376,6 +376,7 @@ class IggyConnection:
         assert self.user is not None
         await self.core.catalog.set_permissions_everywhere(self.user.name, name, ".*", ".*",
                                                            ".*")
+        self.ctx.audit("vhosts.create", name=name)
         return self._stream_info(name)[0]
 
     async def on_delete_stream(self, ident: rq.Ident) -> bytes:
@@ -384,6 +385,7 @@ class IggyConnection:
         await self.core.delete_namespace(namespace)
         await self.model.forget(TOPIC, namespace)
         await self.model.forget(STREAM, "", namespace)
+        self.ctx.audit("vhosts.delete", name=namespace)
         return b""
 
     async def _claim(self, kind: str, namespace: str, name: str, wanted: int,
@@ -454,6 +456,7 @@ class IggyConnection:
         except BrokerError:
             await self.model.forget(TOPIC, namespace, name)
             raise
+        self.ctx.audit("streams.create", vhost=namespace, name=name)
         return self._topic_details(stream)
 
     async def on_delete_topic(self, ref: rq.TopicRef) -> bytes:
@@ -461,6 +464,7 @@ class IggyConnection:
         self._check("configure", stream)
         await self.core.streams.delete(stream.namespace, stream.name)
         await self.model.forget(TOPIC, stream.namespace, stream.name)
+        self.ctx.audit("streams.delete", vhost=stream.namespace, name=stream.name)
         return b""
 
     async def on_create_partitions(self, request: rq.Partitions) -> bytes:
@@ -659,6 +663,8 @@ class IggyConnection:
                                                   name)
         except AlreadyExists:
             raise IggyError(ErrorCode.CONSUMER_GROUP_ID_ALREADY_EXISTS, "group exists") from None
+        self.ctx.audit("consumer_groups.create", vhost=stream.namespace, stream=stream.name,
+                       name=name)
         return self._group_info(group, stream, details=True)
 
     async def on_delete_group(self, request: rq.GroupRef) -> bytes:

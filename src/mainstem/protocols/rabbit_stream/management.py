@@ -54,6 +54,7 @@ class Management:
             self.core.streams.create(namespace, name, partitions, arguments)
         else:
             await self.core.cluster.create_stream(namespace, name, partitions, arguments)
+        self.session.ctx.audit("streams.create", vhost=namespace, name=name)
 
     async def on_delete_stream(self, frame: f.DeleteStream) -> None:
         code = await self._delete(frame.stream, single_partition=True)
@@ -73,6 +74,7 @@ class Management:
                 await self.core.cluster.delete_stream(namespace, name)
         except BrokerError as error:
             return response_code(error)
+        self.session.ctx.audit("streams.delete", vhost=namespace, name=name)
         return ResponseCode.OK
 
     async def on_create_super_stream(self, frame: f.CreateSuperStream) -> None:

@@ -1,0 +1,196 @@
+"""Issue 43: a RabbitMQ 3.10.8 export moved over whole or not at all: every shape it writes
+imported, re-exported and compared; a refused file changing nothing; the topic permissions
+it carries enforced on AMQP publishes and binds (pika), against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from pathlib import Path
+
+import pika
+import pytest
+
+from tests.support.admin_http import call
+
+FIXTURE = Path(__file__).parent / "fixtures" / "rabbitmq-3.10.8-migration.json"
+IGNORED = ("ha-", "queue-mode")  # classic mirroring and lazy queues: gone in RabbitMQ 4
+
+
+def rabbit_export() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+def amqp(broker, user: str, vhost: str) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", broker.ports["amqp"], vhost, pika.PlainCredentials(user, f"{user}-secret")))
+
+
+def rows(definitions: dict, kind: str, *keys: str) -> list:
+    return sorted(json.dumps([row.get(key) for key in keys]) for row in definitions[kind])
+
+
+def kept_policies(rabbit: dict) -> list:
+    """The file's policies and operator policies as mainstem keeps them."""
+    policies = [{**p, "definition": {k: v for k, v in p["definition"].items()
+                                     if not k.startswith(IGNORED)}} for p in rabbit["policies"]]
+    return sorted(json.dumps(p, sort_keys=True) for p in policies if p["definition"])
+
+
+async def test_a_rabbitmq_3_10_8_export_imports_whole_and_round_trips(broker, http):
+    rabbit = rabbit_export()
+    answer = await call(http, "POST", "/api/definitions", rabbit, status=200)
+    assert sorted(answer["warnings"]) == [
+        "policy 'billing-dlx' in vhost 'shop': ignored ha-mode, ha-params (classic mirroring"
+        " and lazy queues are gone, as in RabbitMQ 4)",
+        "policy 'ha-all' in vhost '/': ignored ha-mode, ha-sync-mode (classic mirroring and"
+        " lazy queues are gone, as in RabbitMQ 4); nothing else left, so it was not created",
+        "policy 'lazy-archive' in vhost 'shop': ignored queue-mode (classic mirroring and"
+        " lazy queues are gone, as in RabbitMQ 4)"]
+
+    exported = await call(http, "GET", "/api/definitions")
+    for kind, keys in (("users", ("name", "password_hash", "hashing_algorithm", "tags",
+                                  "limits")),
+                       ("permissions", ("user", "vhost", "configure", "write", "read")),
+                       ("topic_permissions", ("user", "vhost", "exchange", "write", "read")),
+                       ("queues", ("name", "vhost", "durable", "auto_delete", "arguments")),
+                       ("exchanges", ("name", "vhost", "type", "durable", "internal",
+                                      "arguments")),
+                       ("bindings", ("source", "vhost", "destination", "destination_type",
+                                     "routing_key"))):
+        mine = [row for row in exported[kind] if row.get("user") != "guest"
+                and row.get("name") != "guest"]
+        assert rows({kind: mine}, kind, *keys) == rows(rabbit, kind, *keys), kind
+    assert {v["name"] for v in exported["vhosts"]} == {"/", "shop", "iot"}
+    assert kept_policies(rabbit) == sorted(json.dumps(p, sort_keys=True)
+                                           for p in exported["policies"])
+    assert sorted((p["vhost"], p["name"], p["definition"]["max-length"] if p["name"] ==
+                   "cap-queues" else p["definition"]["expires"])
+                  for p in exported["operator_policies"]) == [
+        ("iot", "telemetry-bounds", 604800000), ("shop", "cap-queues", 1000000)]
+    assert exported["parameters"] == [{"vhost": "shop", "component": "vhost-limits",
+                                       "name": "limits",
+                                       "value": {"max-connections": 200, "max-queues": 50}}]
+
+    for user, vhost in (("ops", "shop"), ("billing", "shop"), ("legacy", "/")):
+        connection = await asyncio.to_thread(amqp, broker, user, vhost)
+        await asyncio.to_thread(connection.close)
+
+    await call(http, "POST", "/api/definitions", exported, status=204)  # mainstem's own back
+    assert await call(http, "GET", "/api/definitions") == exported
+
+
+def plain_export() -> dict:
+    """The export without the shapes only the fix takes, so that the broker before it
+    got as far as declaring queues (having made users, vhosts and permissions)."""
+    rabbit = rabbit_export()
+    rabbit["topic_permissions"] = []
+    rabbit["parameters"] = [row for row in rabbit["parameters"] if row["value"]
+                            and row["component"] == "vhost-limits"]
+    rabbit["policies"] = [p for p in rabbit["policies"]
+                          if not any(k.startswith(IGNORED) for k in p["definition"])]
+    return rabbit
+
+
+@pytest.mark.parametrize("spoil", ["bad policy value", "unknown user in permissions",
+                                   "bad queue argument"])
+async def test_a_refused_import_changes_nothing(broker, http, spoil):
+    rabbit = plain_export()
+    if spoil == "bad policy value":  # one bad policy among many, the last
+        rabbit["policies"][-1]["definition"] = {"alternate-exchange": 42}
+    elif spoil == "unknown user in permissions":
+        rabbit["permissions"].append({"user": "ghost", "vhost": "shop", "configure": ".*",
+                                      "write": ".*", "read": ".*"})
+    else:
+        rabbit["queues"][-1]["arguments"] = {"x-max-length": "many"}
+    before = await call(http, "GET", "/api/definitions")
+    answer = await call(http, "POST", "/api/definitions", rabbit,
+                        status=404 if spoil == "unknown user in permissions" else 400)
+    assert answer["reason"]
+    assert await call(http, "GET", "/api/definitions") == before
+    assert [u["name"] for u in await call(http, "GET", "/api/users")] == ["guest"]
+    assert [v["name"] for v in await call(http, "GET", "/api/vhosts")] == ["/"]
+    assert len(await call(http, "GET", "/api/permissions")) == 1
+
+
+async def test_a_failure_while_declaring_puts_everything_back(broker, http):
+    """A queue already there with other settings fails the declaration, after the catalog's
+    changes were made: they are put back, and the exchanges the import made deleted."""
+    await call(http, "PUT", "/api/queues/%2F/legacy.inbox", {"durable": True}, status=201)
+    before = await call(http, "GET", "/api/definitions")
+    answer = await call(http, "POST", "/api/definitions", plain_export(), status=400)
+    assert "legacy.inbox" in answer["reason"]
+    assert await call(http, "GET", "/api/definitions") == before
+    assert [v["name"] for v in await call(http, "GET", "/api/vhosts")] == ["/"]
+    assert "legacy" not in {e["name"] for e in await call(http, "GET", "/api/exchanges/%2F")}
+
+
+async def test_topic_permissions_hold_on_topic_exchanges(broker, http):
+    rabbit = rabbit_export()
+    await call(http, "POST", "/api/definitions", rabbit, status=200)
+    # orders-api may write "orders" (permission) with keys "order.*" only (topic permission)
+    connection = await asyncio.to_thread(amqp, broker, "orders-api", "shop")
+    try:
+        channel = await asyncio.to_thread(connection.channel)
+        await asyncio.to_thread(channel.confirm_delivery)
+        await asyncio.to_thread(channel.basic_publish, "orders", "order.1.paid", b"ok")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            await asyncio.to_thread(channel.basic_publish, "orders", "invoice.1", b"no")
+        assert refused.value.reply_code == 403
+        assert "invoice.1" in refused.value.reply_text
+    finally:
+        await asyncio.to_thread(connection.close)
+    # iot-gw reads "devices.*" from amq.topic only, writes under its own name ({username})
+    connection = await asyncio.to_thread(amqp, broker, "iot-gw", "iot")
+    try:
+        channel = await asyncio.to_thread(connection.channel)
+        await asyncio.to_thread(channel.confirm_delivery)
+        await asyncio.to_thread(channel.basic_publish, "amq.topic", "devices.iot-gw.t", b"ok")
+        await asyncio.to_thread(channel.queue_bind, "telemetry.raw", "amq.topic", "devices.#")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            await asyncio.to_thread(channel.queue_bind, "telemetry.raw", "amq.topic", "#")
+        assert refused.value.reply_code == 403
+        channel = await asyncio.to_thread(connection.channel)
+        await asyncio.to_thread(channel.confirm_delivery)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            await asyncio.to_thread(channel.basic_publish, "amq.topic", "devices.other.t",
+                                    b"no")
+        channel = await asyncio.to_thread(connection.channel)  # no topic permission there
+        await asyncio.to_thread(channel.basic_publish, "telemetry", "anything", b"ok")
+    finally:
+        await asyncio.to_thread(connection.close)
+
+
+async def test_rabbitmq_3_8_shapes(broker, http):
+    """Tags as a comma-separated string, operator policies under their own key."""
+    rabbit = copy.deepcopy(rabbit_export())
+    rabbit["users"][0]["tags"] = "administrator,monitoring"
+    rabbit["operator_policies"] = [{**row["value"], "vhost": row["vhost"], "name": row["name"]}
+                                   for row in rabbit["parameters"]
+                                   if row["component"] == "operator_policy"]
+    rabbit["parameters"] = [row for row in rabbit["parameters"]
+                            if row["component"] != "operator_policy"]
+    await call(http, "POST", "/api/definitions", rabbit, status=200)
+    exported = await call(http, "GET", "/api/definitions")
+    assert len(exported["operator_policies"]) == 2
+    assert next(u for u in exported["users"] if u["name"] == "admin")["tags"] == [
+        "administrator", "monitoring"]
+
+
+async def test_a_refused_import_drops_no_message_by_its_policies(broker, http):
+    """A policy of a refused import never held: a queue it would have cut keeps its
+    messages (a length limit applied, then put back, would have dropped them)."""
+    await call(http, "PUT", "/api/queues/%2F/kept", {"durable": True}, status=201)
+    for n in range(5):
+        await call(http, "POST", "/api/exchanges/%2F/amq.default/publish",
+                   {"routing_key": "kept", "payload": str(n), "payload_encoding": "string",
+                    "properties": {}}, status=200)
+    await call(http, "PUT", "/api/queues/%2F/legacy.inbox", {"durable": True}, status=201)
+    rabbit = plain_export()
+    rabbit["policies"].append({"vhost": "/", "name": "cut", "pattern": "^kept$",
+                               "apply-to": "queues", "definition": {"max-length": 1},
+                               "priority": 0})
+    await call(http, "POST", "/api/definitions", rabbit, status=400)  # legacy.inbox differs
+    assert (await call(http, "GET", "/api/queues/%2F/kept"))["messages"] == 5
+    assert await call(http, "GET", "/api/policies") == []
