@@ -74,6 +74,7 @@ class Metrics:
             yield rabbit.queue_info()
         yield from rabbit.alarms()
         yield from rabbit.global_counters()
+        yield from rabbit.auth_attempts()
         yield from BrokerCollector(self._state, scope).collect()
 
     def add_routes(self, app: web.Application) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import platform
 import resource
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +31,7 @@ from mainstem.broker.amqp.queues.remote import RemoteQueue
 from mainstem.broker.message_stats import MessageStats
 from mainstem.protocols.base import ChannelView
 from mainstem.protocols.identity import NODE
+from mainstem.protocols.rabbit_stream.constants import ResponseCode
 from mainstem.protocols.registry import Connection, consumers_per_queue
 
 AMQP091, STREAM = "amqp091", "stream"  # RabbitMQ's values of the `protocol` label
@@ -162,6 +164,23 @@ _GLOBAL_COUNTERS: dict[str, Callable[[MessageStats], int]] = {
     "acknowledged": lambda s: s.ack,
     "redelivered": lambda s: s.redeliver,
 }
+
+# The stream protocol writes to its stream directly: no exchange routes its messages, and
+# RabbitMQ counts none of them routed.
+_UNROUTED = {(STREAM, "routed")}
+
+# rabbitmq_global_stream_error_<name>_total: RabbitMQ's names of the stream protocol's
+# error codes (STREAM_DOES_NOT_EXIST .. PUBLISHER_DOES_NOT_EXIST)
+_STREAM_ERRORS = {
+    "vhost_access_failure" if code is ResponseCode.VIRTUAL_HOST_ACCESS_FAILURE
+    else code.name.lower(): code
+    for code in ResponseCode if ResponseCode.OK < code < ResponseCode.NO_OFFSET}
+
+# rabbitmq_global_messages_dead_lettered_<reason>_total, by queue type and strategy
+# ("disabled": the queue has no dead-letter exchange; mainstem has no at_least_once)
+_DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
+_DEAD_LETTERING_QUEUES = ("classic", "quorum")
+_DEAD_LETTER_STRATEGIES = ("at_most_once", "disabled")
 
 _CHURN = (
     ("connections_opened", "Total number of connections opened"),
@@ -376,6 +395,13 @@ class RabbitFamilies:
                           platform.python_version()], 1)
         yield build
         yield self.identity()
+        yield self.uptime()
+
+    def uptime(self) -> Metric:
+        """rabbitmq_erlang_uptime_seconds, the Overview's node table: since the broker
+        started serving (there is no Erlang VM; it is the node's uptime all the same)."""
+        return GaugeMetricFamily("rabbitmq_erlang_uptime_seconds", "Node uptime",
+                                 value=time.monotonic() - self._state.started)
 
     def identity(self) -> Metric:
         identity = GaugeMetricFamily(
@@ -403,8 +429,11 @@ class RabbitFamilies:
                                          f"Total number of messages {name.replace('_', ' ')}",
                                          labels=labels)
             for label, counted in sorted(totals.items()):
-                family.add_metric([label], value_of(counted))
+                family.add_metric([label], 0 if (label, name) in _UNROUTED
+                                  else value_of(counted))
             yield family
+        yield from self._stream_errors()
+        yield from self._dead_lettered()
         publishers = dict.fromkeys(_PROTOCOLS, 0)
         consumers = dict.fromkeys(_PROTOCOLS, 0)
         for connection in self._connections:
@@ -421,6 +450,49 @@ class RabbitFamilies:
             for label, count in sorted(counts.items()):
                 gauge.add_metric([label], count)
             yield gauge
+
+
+    def _stream_errors(self) -> Iterator[Metric]:
+        sent = self._state.core.counters.stream_errors
+        for name, code in _STREAM_ERRORS.items():
+            family = CounterMetricFamily(
+                f"rabbitmq_global_stream_error_{name}_total",
+                f"Total number of {name.replace('_', ' ')} errors sent to stream clients",
+                labels=["protocol"])
+            family.add_metric([STREAM], sent[code])
+            yield family
+
+    def _dead_lettered(self) -> Iterator[Metric]:
+        counted = self._state.core.counters.dead_lettered
+        labels = ["queue_type", "dead_letter_strategy"]
+        for reason in _DEAD_LETTER_REASONS:
+            family = CounterMetricFamily(
+                f"rabbitmq_global_messages_dead_lettered_{reason}_total",
+                f"Total number of messages dead-lettered due to {reason}", labels=labels)
+            for kind in _DEAD_LETTERING_QUEUES:
+                for strategy in _DEAD_LETTER_STRATEGIES:
+                    family.add_metric([_QUEUE_TYPES[kind], strategy],
+                                      counted[kind, reason, strategy])
+            yield family
+
+    def auth_attempts(self) -> Iterator[Metric]:
+        """rabbitmq_auth_attempts_*_total by protocol: logins on the listeners (AMQP 0-9-1
+        and stream under RabbitMQ's labels, the others under their listener's name)."""
+        by_protocol: dict[str, list[int]] = {protocol: [0, 0] for protocol in _PROTOCOLS}
+        for (listener, succeeded), count in self._state.core.counters.logins.items():
+            protocol = _label(listener) or listener
+            by_protocol.setdefault(protocol, [0, 0])[succeeded] += count
+        for name, documentation, value_of in (
+                ("", "Total number of authentication attempts", sum),
+                ("_succeeded", "Total number of successful authentication attempts",
+                 lambda counts: counts[True]),
+                ("_failed", "Total number of failed authentication attempts",
+                 lambda counts: counts[False])):
+            family = CounterMetricFamily(f"rabbitmq_auth_attempts{name}_total",
+                                         documentation, labels=["protocol"])
+            for protocol, counts in sorted(by_protocol.items()):
+                family.add_metric([protocol], value_of(counts))
+            yield family
 
 
 def _traffic(described: dict[int, dict[str, Any]], key: str

@@ -469,6 +469,8 @@ class VirtualHost:
         entry, as RabbitMQ does (at most once: no confirm waits on it)."""
         settings = queue.settings
         exchange = settings.dead_letter_exchange
+        strategy = "disabled" if exchange is None else "at_most_once"
+        self.manager.counters.dead_lettered[settings.queue_type, reason, strategy] += 1
         if exchange is None or not self.graph.has_exchange(exchange):
             return
         codec = properties_codec()
