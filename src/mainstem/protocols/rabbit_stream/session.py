@@ -31,10 +31,15 @@ class Session:
         self.transport = ctx.writer.transport
         self.output = PacedOutput(ctx.writer, sendfile_socket(self.transport))
         self.tasks: list[asyncio.Task[None]] = []
+        self._last_error: int | None = None  # the last error code sent, for /metrics
 
     def send(self, frame: f.Frame) -> None:
-        for code in error_codes(frame):
-            self.core.counters.stream_errors[code] += 1
+        codes = error_codes(frame)
+        if codes and not (isinstance(frame, f.Close) and codes[0] == self._last_error):
+            # (a Close after the error response it ends the connection for: one error)
+            for code in codes:
+                self.core.counters.stream_errors[code] += 1
+            self._last_error = codes[-1]
         self.output.write(encode(frame))
 
     def respond(self, key: int, correlation_id: int, code: int = ResponseCode.OK) -> None:
