@@ -28,6 +28,7 @@ from mainstem import __version__
 from mainstem.admin.state import AdminState
 from mainstem.broker.alarms import DISK, MEMORY, ResourceUsage, measure
 from mainstem.broker.amqp.queues.remote import RemoteQueue
+from mainstem.broker.cluster_view import ReplicaLog
 from mainstem.broker.message_stats import MessageStats
 from mainstem.protocols.base import ChannelView
 from mainstem.protocols.identity import NODE
@@ -182,6 +183,20 @@ _DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
 _DEAD_LETTERING_QUEUES = ("classic", "quorum")
 _DEAD_LETTER_STRATEGIES = ("at_most_once", "disabled")
 
+# RabbitMQ's ra_metrics of a quorum queue's member on this node, from this node's replica of
+# its journal: a journal record is a Raft log entry (enqueues and settles), the leader
+# epoch is the Raft term, offsets count entries as Raft's indexes do.
+_RAFT: list[tuple[Kind, str, str, Callable[[int, ReplicaLog], float]]] = [
+    (CounterMetricFamily, "raft_term_total", "Current Raft term number",
+     lambda epoch, log: epoch),
+    (GaugeMetricFamily, "raft_log_snapshot_index",
+     "Raft log snapshot index: the entries released before it", lambda epoch, log: log.first),
+    (GaugeMetricFamily, "raft_log_commit_index", "Raft log commit index",
+     lambda epoch, log: log.committed),
+    (GaugeMetricFamily, "raft_log_last_written_index", "Raft log last written index",
+     lambda epoch, log: log.written),
+]
+
 _CHURN = (
     ("connections_opened", "Total number of connections opened"),
     ("connections_closed", "Total number of connections closed or terminated"),
@@ -215,6 +230,7 @@ class RabbitFamilies:
             "connection_metrics": self._connection_channels,
             "channel_queue_exchange_metrics":
                 self._queue_family("channel_queue_exchange_metrics"),
+            "ra_metrics": self._raft,
         }
 
     def _family(self, kind: Kind, name: str, documentation: str, labels: list[str],
@@ -301,6 +317,32 @@ class RabbitFamilies:
                                    [([q.vhost, q.name], value_of(q)) for q in rows])
 
         return collect
+
+    def _raft(self) -> Iterator[Metric]:
+        """Each quorum queue this node holds a replica of (in a cluster: elsewhere a quorum
+        queue has no replicated journal, so no Raft series)."""
+        members = self._quorum_members()
+        if not members:  # not even a sum of nothing: no member, no Raft log
+            return
+        for kind, name, documentation, value_of in _RAFT:
+            yield self._family(kind, name, documentation, ["vhost", "queue"],
+                               [([vhost, queue], value_of(epoch, log))
+                                for vhost, queue, epoch, log in members])
+
+    def _quorum_members(self) -> list[tuple[str, str, int, ReplicaLog]]:
+        core, vhosts = self._state.core, self._scope.vhosts
+        if core.cluster is None:
+            return []
+        members = []
+        for host in core.queues.vhosts.values():
+            if vhosts is not None and host.name not in vhosts:
+                continue
+            for queue in host.queues.values():
+                status = (core.cluster.quorum_status(host.name, queue.name)
+                          if queue.settings.queue_type == "quorum" else None)
+                if status is not None and status.log is not None:
+                    members.append((host.name, queue.name, status.epoch, status.log))
+        return members
 
     def queue_info(self) -> Metric:
         """RabbitMQ 4's rabbitmq_queue_info: 1 per queue, with its type and membership."""
