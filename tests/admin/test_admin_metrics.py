@@ -27,6 +27,7 @@ TIMEOUT_S = 10
 # with RabbitMQ's Prometheus plugin (deps/rabbitmq_prometheus/docker/grafana/dashboards).
 OVERVIEW_DASHBOARD = (
     "rabbitmq_identity_info", "rabbitmq_build_info",
+    "rabbitmq_erlang_uptime_seconds",  # the node table of its current version
     "rabbitmq_queue_messages_ready", "rabbitmq_queue_messages_unacked",
     "rabbitmq_queue_messages_published_total",
     "rabbitmq_connections", "rabbitmq_channels", "rabbitmq_queues",

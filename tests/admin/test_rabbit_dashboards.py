@@ -7,6 +7,9 @@ counted routed, dead-lettered messages and logins by RabbitMQ's labels, the node
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+from pathlib import Path
 
 import pika
 import pytest
@@ -16,6 +19,10 @@ from rstream.exceptions import AuthenticationFailure, StreamAlreadyExists, Strea
 from mainstem import Broker
 from tests.admin.test_admin_metrics import amqp_traffic, scrape, stream_traffic, value
 from tests.support.rabbit_dashboards import queries_without_series
+
+ROOT = Path(__file__).resolve().parents[2]
+RABBITMQ_NAMES = json.loads(
+    (ROOT / "tests/admin/fixtures/rabbitmq-metric-names.json").read_text())["names"]
 
 
 def stream_args(broker: Broker, password: str = "guest") -> dict[str, object]:
@@ -91,3 +98,29 @@ async def test_the_node_table_has_identity_build_and_a_growing_uptime(broker):
             "rabbitmq_erlang_uptime_seconds"} <= names
     earlier = value(first, "rabbitmq_erlang_uptime_seconds")
     assert 0 < earlier < value(second, "rabbitmq_erlang_uptime_seconds") - 0.1
+    detailed = await asyncio.to_thread(
+        scrape, broker, "/metrics/detailed?family=node_metrics&family=auth_attempt_metrics")
+    assert value(detailed, "rabbitmq_detailed_erlang_uptime_seconds") > earlier
+    assert value(detailed, "rabbitmq_detailed_auth_attempts_total", protocol="amqp091") == 0
+
+
+def documented() -> dict[str, str]:
+    """docs/rabbitmq-metrics.md's table: RabbitMQ metric -> mainstem's source or absent."""
+    text = (ROOT / "docs" / "rabbitmq-metrics.md").read_text()
+    return dict(re.findall(r"^\| `(rabbitmq_\w+)` \| (.*) \|$", text, re.MULTILINE))
+
+
+async def test_the_docs_table_names_exactly_what_a_scrape_lacks(broker):
+    """Every RabbitMQ metric is in the table; those marked absent are the ones a single
+    broker's scrapes lack, but for the Raft series, which only a cluster has."""
+    table = documented()
+    assert sorted(table) == sorted(RABBITMQ_NAMES)
+    await asyncio.to_thread(amqp_traffic, broker, lambda: None)
+    await stream_traffic(broker, "events", 3)
+    served = set()
+    for path in ("/metrics", "/metrics/per-object"):
+        served |= {name for name, _ in await asyncio.to_thread(scrape, broker, path)}
+    lacking = {name for name in RABBITMQ_NAMES if name not in served}
+    in_a_cluster = {name for name, source in table.items() if source.startswith("in a cluster")}
+    absent = {name for name, source in table.items() if source.startswith("absent")}
+    assert lacking == absent | in_a_cluster

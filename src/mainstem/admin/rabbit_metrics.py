@@ -13,6 +13,7 @@ backwards.
 
 from __future__ import annotations
 
+import gc
 import platform
 import resource
 import time
@@ -231,6 +232,7 @@ class RabbitFamilies:
             "channel_queue_exchange_metrics":
                 self._queue_family("channel_queue_exchange_metrics"),
             "ra_metrics": self._raft,
+            "auth_attempt_metrics": self._auth_attempts,
         }
 
     def _family(self, kind: Kind, name: str, documentation: str, labels: list[str],
@@ -261,11 +263,18 @@ class RabbitFamilies:
                                 value=len(self._connections))
         yield GaugeMetricFamily(f"{prefix}disk_space_available_bytes",
                                 "Disk space available in bytes", value=self._usage().disk_free)
+        yield CounterMetricFamily(  # the runtime's collector: Python's, not Erlang's
+            f"{prefix}erlang_gc_runs_total", "Total number of garbage collector runs",
+            value=sum(generation["collections"] for generation in gc.get_stats()))
 
     def _node_limits(self) -> Iterator[Metric]:
         prefix = self._scope.prefix
         yield GaugeMetricFamily(f"{prefix}process_max_tcp_sockets", "Open TCP sockets limit",
                                 value=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        # the Overview's node table: since the broker started serving (there is no Erlang
+        # VM; it is the node's uptime all the same)
+        yield GaugeMetricFamily(f"{prefix}erlang_uptime_seconds", "Node uptime",
+                                value=time.monotonic() - self._state.started)
         monitor = self._state.monitor
         if monitor is None:
             return
@@ -437,13 +446,6 @@ class RabbitFamilies:
                           platform.python_version()], 1)
         yield build
         yield self.identity()
-        yield self.uptime()
-
-    def uptime(self) -> Metric:
-        """rabbitmq_erlang_uptime_seconds, the Overview's node table: since the broker
-        started serving (there is no Erlang VM; it is the node's uptime all the same)."""
-        return GaugeMetricFamily("rabbitmq_erlang_uptime_seconds", "Node uptime",
-                                 value=time.monotonic() - self._state.started)
 
     def identity(self) -> Metric:
         identity = GaugeMetricFamily(
@@ -517,7 +519,7 @@ class RabbitFamilies:
                                       counted[kind, reason, strategy])
             yield family
 
-    def auth_attempts(self) -> Iterator[Metric]:
+    def _auth_attempts(self) -> Iterator[Metric]:
         """rabbitmq_auth_attempts_*_total by protocol: logins on the listeners (AMQP 0-9-1
         and stream under RabbitMQ's labels, the others under their listener's name)."""
         by_protocol: dict[str, list[int]] = {protocol: [0, 0] for protocol in _PROTOCOLS}
@@ -530,7 +532,7 @@ class RabbitFamilies:
                  lambda counts: counts[True]),
                 ("_failed", "Total number of failed authentication attempts",
                  lambda counts: counts[False])):
-            family = CounterMetricFamily(f"rabbitmq_auth_attempts{name}_total",
+            family = CounterMetricFamily(f"{self._scope.prefix}auth_attempts{name}_total",
                                          documentation, labels=["protocol"])
             for protocol, counts in sorted(by_protocol.items()):
                 family.add_metric([protocol], value_of(counts))
