@@ -4,7 +4,9 @@ families (`queue_coarse_metrics`, `channel_metrics`, ...), as /metrics/detailed 
 Everything is read from the broker's own state at scrape time: queue depths, connections
 and channels from the live objects (a deleted queue or a closed connection simply is not
 there any more), message counts from the plain integers the protocol handlers keep
-(`mainstem.broker.counters`). A `Scope` says how a scrape wants them: aggregated (every
+(`mainstem.broker.counters`: also the stream protocol's error codes, dead-lettered
+messages and logins), a quorum queue member's Raft series from the cluster's view of its
+journal replica. A `Scope` says how a scrape wants them: aggregated (every
 per-object series summed into one sample without labels, as RabbitMQ's /metrics) or one
 sample per object, under which prefix, for which vhosts' queues. Aggregated, the
 `rabbitmq_channel_*` counters also count channels that have closed, so they never go
@@ -179,7 +181,8 @@ _STREAM_ERRORS = {
     for code in ResponseCode if ResponseCode.OK < code < ResponseCode.NO_OFFSET}
 
 # rabbitmq_global_messages_dead_lettered_<reason>_total, by queue type and strategy
-# ("disabled": the queue has no dead-letter exchange; mainstem has no at_least_once)
+# ("disabled": the queue's dead-letter exchange is unset or missing; mainstem has no
+# at_least_once)
 _DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
 _DEAD_LETTERING_QUEUES = ("classic", "quorum")
 _DEAD_LETTER_STRATEGIES = ("at_most_once", "disabled")
@@ -494,7 +497,6 @@ class RabbitFamilies:
             for label, count in sorted(counts.items()):
                 gauge.add_metric([label], count)
             yield gauge
-
 
     def _stream_errors(self) -> Iterator[Metric]:
         sent = self._state.core.counters.stream_errors

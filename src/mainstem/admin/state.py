@@ -47,7 +47,7 @@ class AdminState:
     not_ready: Callable[[], str | None] = lambda: None
     rates: RateSampler = field(default_factory=RateSampler)
     activity: QueueActivity = field(default_factory=QueueActivity)
-    started: float = field(default_factory=time.monotonic)  # the node's uptime counts from
+    started: float = field(default_factory=time.monotonic)  # when: the node's uptime
     providers: list[ResourceProvider] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -35,10 +35,10 @@ class BrokerCounters:
     chunks_repaired: int = 0
     stream: MessageStats = field(default_factory=MessageStats)  # the stream protocol's
     # Response codes other than OK the stream protocol sent (in responses, publish errors
-    # and the server's Close), by code.
+    # and the server's Close, unless it follows the response it closes for), by code.
     stream_errors: Counter[int] = field(default_factory=Counter)
-    # Messages that died in a queue: (queue type, reason, "at_most_once" when the queue has
-    # a dead-letter exchange, else "disabled": dropped).
+    # Messages that died in a queue: (queue type, reason, "at_most_once" when the queue's
+    # dead-letter exchange exists, else "disabled": dropped).
     dead_lettered: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     # Logins: (listener protocol, succeeded).
     logins: Counter[tuple[str, bool]] = field(default_factory=Counter)
