@@ -18,12 +18,15 @@ import aio_pika
 import aiohttp
 import pytest
 from aio_pika.exceptions import ChannelClosed
+from aiormq.exceptions import ChannelPreconditionFailed
 
 from mainstem.cluster.etcd import EtcdClient
 from mainstem.testing_cluster import LocalCluster
 from tests.support.quorum_clients import HEADERS, amqp_url
 
 NODES = ("node1", "node2", "node3")
+# a race settles within milliseconds; a loaded machine (2 cores, several suites) is slower
+SETTLED_WITHIN_S = 60
 
 
 async def eventually(check: Callable[[], Awaitable[None]], timeout_s: float = 15) -> None:
@@ -238,9 +241,16 @@ async def test_one_exchange_declared_two_ways_at_once_ends_the_same_everywhere(
     ends, as the key etcd holds says."""
     async with contextlib.AsyncExitStack() as stack:
         one, two = [await channel_on(cluster, node, stack) for node in ("node1", "node2")]
-        await asyncio.gather(
+        declared = await asyncio.gather(
             one.declare_exchange("raced", aio_pika.ExchangeType.DIRECT),
-            two.declare_exchange("raced", aio_pika.ExchangeType.FANOUT))
+            two.declare_exchange("raced", aio_pika.ExchangeType.FANOUT),
+            return_exceptions=True)
+    # on a loaded machine one declare may reach its node after the other's record did:
+    # then it is refused as RabbitMQ refuses an inequivalent redeclare, not raced
+    refused = [d for d in declared if isinstance(d, BaseException)]
+    assert len(refused) < 2 and all(
+        isinstance(d, ChannelPreconditionFailed) and "inequivalent" in str(d)
+        for d in refused), declared
 
     async def agreed() -> None:
         types = set()
@@ -253,4 +263,4 @@ async def test_one_exchange_declared_two_ways_at_once_ends_the_same_everywhere(
         await etcd.close()
         assert held is not None and held.json()["type"] in types
 
-    await eventually(agreed)
+    await eventually(agreed, timeout_s=SETTLED_WITHIN_S)

@@ -3,7 +3,8 @@ it in slices, so its event loop keeps answering meanwhile (issue 39: a replay in
 held it for seconds, the node's lease lapsed and confirms stalled), and every message is
 delivered once, in order, after it — those published while it replayed too. A leader that
 steps down with a write not committed nacks it, and counts it in
-`mainstem_amqp_nacks_outcome_unknown`; a refusal before the write is not counted.
+`mainstem_amqp_nacks_outcome_unknown`; a refusal before the write is not counted. Each
+member's Raft series (RabbitMQ's names) follow its journal, the term its elections.
 
 One cluster for the module: the nodes a test stops or freezes run again after it."""
 
@@ -17,11 +18,13 @@ import time
 import aio_pika
 import aiohttp
 import pika
+from prometheus_client.parser import text_string_to_metric_families
 
 from mainstem.broker import layout
 from mainstem.cluster.etcd import EtcdClient
 from mainstem.testing_cluster import LocalCluster
 from tests.support.quorum_clients import QUORUM, amqp_url, queue_row, wait_for_leader
+from tests.support.rabbit_dashboards import queries_without_series
 
 DEPTH = 100_000  # messages in the journal: a replay in one go holds a loop for ~0.3-1 s
 # The longest a round trip to the new leader may take meanwhile: a replay in slices holds
@@ -187,5 +190,56 @@ async def test_a_nack_after_the_write_is_counted_one_before_it_is_not(
     finally:
         cluster.kill(follower, signal.SIGCONT)
     assert await nacks_outcome_unknown(cluster, "node1") == 1
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(connection.close(), 3)
+
+
+async def scrape(cluster: LocalCluster, node: str, path: str) -> dict[tuple[str, str], float]:
+    """`node`'s samples at `path`: (name, queue label) -> value."""
+    port = cluster.nodes[node].ports["prometheus"]
+    async with aiohttp.ClientSession() as http, \
+            http.get(f"http://127.0.0.1:{port}{path}") as response:
+        text = await response.text()
+    return {(sample.name, sample.labels.get("queue", "")): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+async def raft_term(cluster: LocalCluster, node: str, queue: str) -> float:
+    return (await scrape(cluster, node, "/metrics/per-object"))["rabbitmq_raft_term_total",
+                                                                queue]
+
+
+async def test_the_raft_series_follow_the_journal_and_its_elections(
+        restored_cluster: LocalCluster) -> None:
+    """RabbitMQ's Quorum-Queues-Raft dashboard: each member's log indexes are its journal
+    replica's offsets, its term the leader epoch, which an election raises; every query
+    finds series but the commit latency's, which mainstem does not measure."""
+    cluster, queue = restored_cluster, "raft"
+    connection = await aio_pika.connect(amqp_url(cluster, "node1"))
+    channel = await connection.channel(publisher_confirms=True)
+    await channel.declare_queue(queue, durable=True,
+                                arguments={**QUORUM, "x-quorum-initial-group-size": 3})
+    for i in range(5):
+        await channel.default_exchange.publish(aio_pika.Message(b"%d" % i), queue)
+    leader = await wait_for_leader(cluster, "node1", queue)
+    samples = await scrape(cluster, leader, "/metrics/per-object")
+    committed = samples["rabbitmq_raft_log_commit_index", queue]
+    assert committed >= 5  # the confirmed enqueues, at least
+    assert samples["rabbitmq_raft_log_last_written_index", queue] >= committed
+    assert 0 <= samples["rabbitmq_raft_log_snapshot_index", queue] <= committed
+    names = {name for name, _ in await scrape(cluster, leader, "/metrics")}
+    assert queries_without_series("RabbitMQ-Quorum-Queues-Raft", names) == [
+        "Log entry commit latency"]
+
+    term = await raft_term(cluster, "node2", queue)
+    assert term >= 1
+    etcd = EtcdClient([cluster.etcd.endpoint])
+    await etcd.delete(f"/mainstem/leaders/{layout.storage_name('queue', '/', queue)}/0")
+    await etcd.close()
+    for _ in range(200):  # bounded: until node2 has seen the election
+        if await raft_term(cluster, "node2", queue) > term:
+            break
+        await asyncio.sleep(0.1)
+    assert await raft_term(cluster, "node2", queue) > term
     with contextlib.suppress(Exception):
         await asyncio.wait_for(connection.close(), 3)

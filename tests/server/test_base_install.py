@@ -86,3 +86,20 @@ def test_a_pipeline_names_the_extra_it_needs(base_install: Path, tmp_path: Path)
     assert ran.returncode != 0
     assert "pip install 'mainstem[spark]'" in ran.stderr
     assert "Traceback" not in ran.stderr, ran.stderr
+
+
+def test_scripts_run_installs_the_plain_package(tmp_path: Path) -> None:
+    """A fresh clone's `scripts/run` installs the broker alone, not the test extra (1.25 GB,
+    90 s before anything listened): pytest and pyspark stay out of its venv."""
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT / "src", clone / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "scripts", clone / "scripts")
+    for name in BUILD_INPUTS:
+        shutil.copy(ROOT / name, clone / name)
+    helped = _run("bash", clone / "scripts" / "run", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "usage: mainstem serve" in helped.stdout
+    for extra in ("pytest", "pyspark"):
+        absent = _run(clone / ".venv" / "bin" / "python", "-c", f"import {extra}", timeout=30)
+        assert absent.returncode != 0, f"scripts/run installed {extra}"

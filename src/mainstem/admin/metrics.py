@@ -23,7 +23,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mainstem.admin import scope as access
@@ -74,7 +74,19 @@ class Metrics:
             yield rabbit.queue_info()
         yield from rabbit.alarms()
         yield from rabbit.global_counters()
+        yield from self._io_sync()
         yield from BrokerCollector(self._state, scope).collect()
+
+    def _io_sync(self) -> Iterator[Metric]:
+        """RabbitMQ's rabbitmq_io_sync_* from the fsync rounds of every log and journal
+        (the histogram's count and sum): the only I/O mainstem times."""
+        totals = {sample.name: sample.value for metric in self.fsync_seconds.collect()
+                  for sample in metric.samples}
+        yield CounterMetricFamily("rabbitmq_io_sync_ops_total",
+                                  "Total number of I/O sync operations",
+                                  value=totals["mainstem_fsync_seconds_count"])
+        yield CounterMetricFamily("rabbitmq_io_sync_time_seconds_total", "Total I/O sync time",
+                                  value=totals["mainstem_fsync_seconds_sum"])
 
     def add_routes(self, app: web.Application) -> None:
         for path, handler in (("/metrics", self.handle),

@@ -4,7 +4,9 @@ families (`queue_coarse_metrics`, `channel_metrics`, ...), as /metrics/detailed 
 Everything is read from the broker's own state at scrape time: queue depths, connections
 and channels from the live objects (a deleted queue or a closed connection simply is not
 there any more), message counts from the plain integers the protocol handlers keep
-(`mainstem.broker.counters`). A `Scope` says how a scrape wants them: aggregated (every
+(`mainstem.broker.counters`: also the stream protocol's error codes, dead-lettered
+messages and logins), a quorum queue member's Raft series from the cluster's view of its
+journal replica. A `Scope` says how a scrape wants them: aggregated (every
 per-object series summed into one sample without labels, as RabbitMQ's /metrics) or one
 sample per object, under which prefix, for which vhosts' queues. Aggregated, the
 `rabbitmq_channel_*` counters also count channels that have closed, so they never go
@@ -13,8 +15,10 @@ backwards.
 
 from __future__ import annotations
 
+import gc
 import platform
 import resource
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,9 +31,11 @@ from mainstem import __version__
 from mainstem.admin.state import AdminState
 from mainstem.broker.alarms import DISK, MEMORY, ResourceUsage, measure
 from mainstem.broker.amqp.queues.remote import RemoteQueue
+from mainstem.broker.cluster_view import ReplicaLog
 from mainstem.broker.message_stats import MessageStats
 from mainstem.protocols.base import ChannelView
 from mainstem.protocols.identity import NODE
+from mainstem.protocols.rabbit_stream.constants import ResponseCode
 from mainstem.protocols.registry import Connection, consumers_per_queue
 
 AMQP091, STREAM = "amqp091", "stream"  # RabbitMQ's values of the `protocol` label
@@ -163,6 +169,38 @@ _GLOBAL_COUNTERS: dict[str, Callable[[MessageStats], int]] = {
     "redelivered": lambda s: s.redeliver,
 }
 
+# The stream protocol writes to its stream directly: no exchange routes its messages, and
+# RabbitMQ counts none of them routed.
+_UNROUTED = {(STREAM, "routed")}
+
+# rabbitmq_global_stream_error_<name>_total: RabbitMQ's names of the stream protocol's
+# error codes (STREAM_DOES_NOT_EXIST .. PUBLISHER_DOES_NOT_EXIST)
+_STREAM_ERRORS = {
+    "vhost_access_failure" if code is ResponseCode.VIRTUAL_HOST_ACCESS_FAILURE
+    else code.name.lower(): code
+    for code in ResponseCode if ResponseCode.OK < code < ResponseCode.NO_OFFSET}
+
+# rabbitmq_global_messages_dead_lettered_<reason>_total, by queue type and strategy
+# ("disabled": the queue's dead-letter exchange is unset or missing; mainstem has no
+# at_least_once)
+_DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
+_DEAD_LETTERING_QUEUES = ("classic", "quorum")
+_DEAD_LETTER_STRATEGIES = ("at_most_once", "disabled")
+
+# RabbitMQ's ra_metrics of a quorum queue's member on this node, from this node's replica of
+# its journal: a journal record is a Raft log entry (enqueues and settles), the leader
+# epoch is the Raft term, offsets count entries as Raft's indexes do.
+_RAFT: list[tuple[Kind, str, str, Callable[[int, ReplicaLog], float]]] = [
+    (CounterMetricFamily, "raft_term_total", "Current Raft term number",
+     lambda epoch, log: epoch),
+    (GaugeMetricFamily, "raft_log_snapshot_index",
+     "Raft log snapshot index: the entries released before it", lambda epoch, log: log.first),
+    (GaugeMetricFamily, "raft_log_commit_index", "Raft log commit index",
+     lambda epoch, log: log.committed),
+    (GaugeMetricFamily, "raft_log_last_written_index", "Raft log last written index",
+     lambda epoch, log: log.written),
+]
+
 _CHURN = (
     ("connections_opened", "Total number of connections opened"),
     ("connections_closed", "Total number of connections closed or terminated"),
@@ -196,6 +234,8 @@ class RabbitFamilies:
             "connection_metrics": self._connection_channels,
             "channel_queue_exchange_metrics":
                 self._queue_family("channel_queue_exchange_metrics"),
+            "ra_metrics": self._raft,
+            "auth_attempt_metrics": self._auth_attempts,
         }
 
     def _family(self, kind: Kind, name: str, documentation: str, labels: list[str],
@@ -226,11 +266,18 @@ class RabbitFamilies:
                                 value=len(self._connections))
         yield GaugeMetricFamily(f"{prefix}disk_space_available_bytes",
                                 "Disk space available in bytes", value=self._usage().disk_free)
+        yield CounterMetricFamily(  # the runtime's collector: Python's, not Erlang's
+            f"{prefix}erlang_gc_runs_total", "Total number of garbage collector runs",
+            value=sum(generation["collections"] for generation in gc.get_stats()))
 
     def _node_limits(self) -> Iterator[Metric]:
         prefix = self._scope.prefix
         yield GaugeMetricFamily(f"{prefix}process_max_tcp_sockets", "Open TCP sockets limit",
                                 value=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        # the Overview's node table: since the broker started serving (there is no Erlang
+        # VM; it is the node's uptime all the same)
+        yield GaugeMetricFamily(f"{prefix}erlang_uptime_seconds", "Node uptime",
+                                value=time.monotonic() - self._state.started)
         monitor = self._state.monitor
         if monitor is None:
             return
@@ -282,6 +329,32 @@ class RabbitFamilies:
                                    [([q.vhost, q.name], value_of(q)) for q in rows])
 
         return collect
+
+    def _raft(self) -> Iterator[Metric]:
+        """Each quorum queue this node holds a replica of (in a cluster: elsewhere a quorum
+        queue has no replicated journal, so no Raft series)."""
+        members = self._quorum_members()
+        if not members:  # not even a sum of nothing: no member, no Raft log
+            return
+        for kind, name, documentation, value_of in _RAFT:
+            yield self._family(kind, name, documentation, ["vhost", "queue"],
+                               [([vhost, queue], value_of(epoch, log))
+                                for vhost, queue, epoch, log in members])
+
+    def _quorum_members(self) -> list[tuple[str, str, int, ReplicaLog]]:
+        core, vhosts = self._state.core, self._scope.vhosts
+        if core.cluster is None:
+            return []
+        members = []
+        for host in core.queues.vhosts.values():
+            if vhosts is not None and host.name not in vhosts:
+                continue
+            for queue in host.queues.values():
+                status = (core.cluster.quorum_status(host.name, queue.name)
+                          if queue.settings.queue_type == "quorum" else None)
+                if status is not None and status.log is not None:
+                    members.append((host.name, queue.name, status.epoch, status.log))
+        return members
 
     def queue_info(self) -> Metric:
         """RabbitMQ 4's rabbitmq_queue_info: 1 per queue, with its type and membership."""
@@ -403,8 +476,11 @@ class RabbitFamilies:
                                          f"Total number of messages {name.replace('_', ' ')}",
                                          labels=labels)
             for label, counted in sorted(totals.items()):
-                family.add_metric([label], value_of(counted))
+                family.add_metric([label], 0 if (label, name) in _UNROUTED
+                                  else value_of(counted))
             yield family
+        yield from self._stream_errors()
+        yield from self._dead_lettered()
         publishers = dict.fromkeys(_PROTOCOLS, 0)
         consumers = dict.fromkeys(_PROTOCOLS, 0)
         for connection in self._connections:
@@ -421,6 +497,48 @@ class RabbitFamilies:
             for label, count in sorted(counts.items()):
                 gauge.add_metric([label], count)
             yield gauge
+
+    def _stream_errors(self) -> Iterator[Metric]:
+        sent = self._state.core.counters.stream_errors
+        for name, code in _STREAM_ERRORS.items():
+            family = CounterMetricFamily(
+                f"rabbitmq_global_stream_error_{name}_total",
+                f"Total number of {name.replace('_', ' ')} errors sent to stream clients",
+                labels=["protocol"])
+            family.add_metric([STREAM], sent[code])
+            yield family
+
+    def _dead_lettered(self) -> Iterator[Metric]:
+        counted = self._state.core.counters.dead_lettered
+        labels = ["queue_type", "dead_letter_strategy"]
+        for reason in _DEAD_LETTER_REASONS:
+            family = CounterMetricFamily(
+                f"rabbitmq_global_messages_dead_lettered_{reason}_total",
+                f"Total number of messages dead-lettered due to {reason}", labels=labels)
+            for kind in _DEAD_LETTERING_QUEUES:
+                for strategy in _DEAD_LETTER_STRATEGIES:
+                    family.add_metric([_QUEUE_TYPES[kind], strategy],
+                                      counted[kind, reason, strategy])
+            yield family
+
+    def _auth_attempts(self) -> Iterator[Metric]:
+        """rabbitmq_auth_attempts_*_total by protocol: logins on the listeners (AMQP 0-9-1
+        and stream under RabbitMQ's labels, the others under their listener's name)."""
+        by_protocol: dict[str, list[int]] = {protocol: [0, 0] for protocol in _PROTOCOLS}
+        for (listener, succeeded), count in self._state.core.counters.logins.items():
+            protocol = _label(listener) or listener
+            by_protocol.setdefault(protocol, [0, 0])[succeeded] += count
+        for name, documentation, value_of in (
+                ("", "Total number of authentication attempts", sum),
+                ("_succeeded", "Total number of successful authentication attempts",
+                 lambda counts: counts[True]),
+                ("_failed", "Total number of failed authentication attempts",
+                 lambda counts: counts[False])):
+            family = CounterMetricFamily(f"{self._scope.prefix}auth_attempts{name}_total",
+                                         documentation, labels=["protocol"])
+            for protocol, counts in sorted(by_protocol.items()):
+                family.add_metric([protocol], value_of(counts))
+            yield family
 
 
 def _traffic(described: dict[int, dict[str, Any]], key: str

@@ -50,6 +50,7 @@ class AdminState:
     started_at: float = field(default_factory=time.time)  # for the node's uptime
     rates: RateSampler = field(default_factory=RateSampler)
     activity: QueueActivity = field(default_factory=QueueActivity)
+    started: float = field(default_factory=time.monotonic)  # when: the node's uptime
     providers: list[ResourceProvider] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -28,6 +28,15 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaLog:
+    """This node's replica of a partition, by offset (RabbitMQ's Raft log indexes)."""
+
+    first: int  # the records before it were released (retention, a journal's compaction)
+    committed: int  # the in-sync replicas hold everything before it
+    written: int  # written here, committed or not
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionStatus:
     """A replicated partition as this node knows it, for operators."""
 
@@ -37,6 +46,7 @@ class PartitionStatus:
     in_sync: tuple[str, ...]
     # Records each follower lacks of what the leader wrote: known on the leader only.
     lag: Mapping[str, int] = field(default_factory=dict)
+    log: ReplicaLog | None = None  # None where this node holds no replica
 
 
 class ClusterView(Protocol):

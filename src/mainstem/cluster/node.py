@@ -23,7 +23,7 @@ from typing import Any
 
 from mainstem.broker import layout
 from mainstem.broker.catalog import TIERED_SEGMENT
-from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
+from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement, ReplicaLog
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
 from mainstem.broker.stream_service import PartitionClosed
@@ -485,8 +485,11 @@ class ClusterNode:
             return PartitionStatus(self.quorum.leader(storage, index), 0,
                                    tuple(record["replicas"]), ())
         leading = self.replicated.leading.get((storage, index))
+        service = role.service
         return PartitionStatus(role.leader_node, role.epoch, tuple(role.replicas),
-                               tuple(role.isr), leading.lag() if leading else {})
+                               tuple(role.isr), leading.lag() if leading else {},
+                               ReplicaLog(service.first_offset, service.committed_offset,
+                                          service.next_offset))
 
     # -- the replication listener -----------------------------------------------------------
 

@@ -120,14 +120,19 @@ class ConnectionContext:
 
     async def login(self, username: str, password: str) -> User:
         """Check credentials with the broker; a refusal is logged the same way on every
-        listener (warning `auth.failed` with user, peer, protocol and reason), then raised."""
+        listener (warning `auth.failed` with user, peer, protocol and reason), then raised;
+        counted by listener and outcome for /metrics."""
+        logins = self.core.counters.logins
         try:
-            return await self.core.login(username, password, self.peer_host,
+            user = await self.core.login(username, password, self.peer_host,
                                          self.on_suspect)
         except AuthenticationFailed as error:
+            logins[self.listener, False] += 1
             self.log.warning("auth.failed", extra={
                 "user": username, "protocol": self.listener, "reason": error.message})
             raise
+        logins[self.listener, True] += 1
+        return user
 
     def add_consumer(self, tag: str, queue: str, **details: object) -> None:
         """Record a subscription (AMQP consumer, stream subscription, ...) for the API."""

@@ -1,7 +1,8 @@
 """AMQP 0-9-1 wire behaviour that clients depend on, as RabbitMQ 4.x answers it: idempotent
 unbind, client flow refusal, exclusive consumers, the closing handshakes (connection and
 crossing channel.close), ordering of delete-ok and cancels, exclusive redeclaration, channel
-numbers, and a fuzz showing that no connection is dropped without connection.close.
+numbers, an unknown exchange type (406, the channel only), and a fuzz showing that no
+connection is dropped without connection.close.
 
 pika drives what a client exposes; raw frames (built with the project's codec) show the rest.
 """
@@ -43,6 +44,21 @@ def pika_channel(mainstem_server: ThreadedBroker) -> Iterator[BlockingChannel]:
     yield connection.channel()
     with contextlib.suppress(Exception):
         connection.close()
+
+
+# -- issue 43: an unknown exchange type closes the channel, as RabbitMQ 3.12+ and 4.x --------
+
+def test_an_unknown_exchange_type_closes_the_channel_with_406(
+        pika_channel: BlockingChannel) -> None:
+    """RabbitMQ 3.10 closed the connection with 503; 3.12+ close only the channel with
+    PRECONDITION_FAILED (pika's acceptance tests expect that), so the connection goes on."""
+    with pytest.raises(ChannelClosedByBroker) as closed:
+        pika_channel.exchange_declare("delayed", "x-no-such-type")
+    assert closed.value.reply_code == 406
+    assert "unknown exchange type 'x-no-such-type'" in closed.value.reply_text
+    connection = pika_channel.connection
+    assert connection.is_open
+    connection.channel().exchange_declare("delayed", "direct")
 
 
 # -- issue 15 item 1: unbind is idempotent ------------------------------------------------

@@ -24,7 +24,6 @@ from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import (
     AccessRefused,
     BrokerError,
-    InvalidArgument,
     NotFound,
     PreconditionFailed,
 )
@@ -61,8 +60,6 @@ def broker_error(exc: BrokerError, method: Method) -> Exception:
         return ChannelError(ReplyCode.ACCESS_REFUSED, exc.message, method)
     if isinstance(exc, NotFound):
         return ChannelError(ReplyCode.NOT_FOUND, exc.message, method)
-    if isinstance(exc, InvalidArgument) and "exchange type" in exc.message:
-        return AmqpCodecError(ReplyCode.COMMAND_INVALID, exc.message, method=method)
     return ChannelError(ReplyCode.PRECONDITION_FAILED, exc.message, method)
 
 

@@ -17,6 +17,7 @@ from mainstem.protocols.paced_output import PacedOutput
 from mainstem.protocols.rabbit_stream import frames as f
 from mainstem.protocols.rabbit_stream.codec import encode
 from mainstem.protocols.rabbit_stream.constants import ResponseCode
+from mainstem.protocols.rabbit_stream.responses import PublishError
 
 
 class Session:
@@ -30,8 +31,15 @@ class Session:
         self.transport = ctx.writer.transport
         self.output = PacedOutput(ctx.writer, sendfile_socket(self.transport))
         self.tasks: list[asyncio.Task[None]] = []
+        self._last_error: int | None = None  # the last error code sent, for /metrics
 
     def send(self, frame: f.Frame) -> None:
+        codes = error_codes(frame)
+        if codes and not (isinstance(frame, f.Close) and codes[0] == self._last_error):
+            # (a Close after the error response it ends the connection for: one error)
+            for code in codes:
+                self.core.counters.stream_errors[code] += 1
+            self._last_error = codes[-1]
         self.output.write(encode(frame))
 
     def respond(self, key: int, correlation_id: int, code: int = ResponseCode.OK) -> None:
@@ -55,3 +63,13 @@ class Session:
     def check(self, kind: str, name: str) -> None:
         assert self.user is not None
         self.core.auth.check(self.user, self.namespace, kind, name)  # type: ignore[arg-type]
+
+
+def error_codes(frame: f.Frame) -> list[int]:
+    """The codes other than OK a frame the server sends carries (what RabbitMQ's
+    rabbitmq_global_stream_error_* count): a response's, each publish error's, a Close's."""
+    if isinstance(frame, PublishError):
+        return [code for _, code in frame.errors]
+    code = frame.code if isinstance(frame, f.Close) else getattr(
+        frame, "response_code", ResponseCode.OK)
+    return [] if code == ResponseCode.OK else [code]

@@ -481,7 +481,10 @@ class VirtualHost:
         entry, as RabbitMQ does (at most once: no confirm waits on it)."""
         settings = queue.settings
         exchange = settings.dead_letter_exchange
-        if exchange is None or not self.graph.has_exchange(exchange):
+        exists = exchange is not None and self.graph.has_exchange(exchange)
+        strategy = "at_most_once" if exists else "disabled"  # RabbitMQ's label for /metrics
+        self.manager.counters.dead_lettered[settings.queue_type, reason, strategy] += 1
+        if exchange is None or not exists:
             return
         codec = properties_codec()
         headers = dict(codec.headers(message.properties))

@@ -27,7 +27,8 @@ class ExchangeType(StrEnum):
 
     @classmethod
     def parse(cls, name: str | ExchangeType) -> ExchangeType:
-        """The type called `name`; RabbitMQ refuses unknown ones (503 COMMAND_INVALID)."""
+        """The type called `name`; RabbitMQ 3.12+ refuse unknown ones
+        (406 PRECONDITION_FAILED, closing the channel)."""
         try:
             return cls(name)
         except ValueError:
