@@ -31,6 +31,7 @@ from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.policies import NONE_APPLIED, STREAM, Applied
 from mainstem.broker.retention import retention_from_arguments, with_policy
 from mainstem.broker.stream_service import PartitionService, WriteGate
+from mainstem.broker.table_mode import check_table_argument
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
@@ -240,6 +241,7 @@ class StreamStore:
         """Raise what `create` would for this stream, creating nothing."""
         self._check_partition_count(partitions)
         retention_from_arguments(arguments, self._default_retention)
+        check_table_argument(arguments)
         self._check_names_free(namespace, name, partitions, arguments)
 
     def add_partitions(self, namespace: str, name: str, partitions: int) -> Stream:

@@ -1,0 +1,164 @@
+"""Streams as tables (issue 42): a stream declared with `x-table: parquet` (AMQP queue
+argument, `table` on the stream protocol or in a policy) is written by the broker as
+Parquet with Iceberg metadata in its directory tier; DuckDB, Polars and pyiceberg read the
+same rows, in the same order, as reading the stream gives. Anything else is refused."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import aiohttp
+import duckdb
+import polars as pl
+import pytest
+from pyiceberg.table import StaticTable
+from rstream import AMQPMessage, Producer
+from rstream.exceptions import ServerError
+
+from mainstem import Broker
+from tests.broker.test_tiering import connect, tiered_config
+from tests.support.rstream_reads import read_with_rstream
+from tests.support.waiting import wait_until
+
+COUNT = 700  # several chunks and, at 250 a round of publishing, several table files
+
+
+async def tables_api(broker: Broker) -> list[dict[str, Any]]:
+    url = f"http://127.0.0.1:{broker.ports['admin']}/api/tiering"
+    guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with aiohttp.ClientSession(headers=guest) as http, http.get(url) as response:
+        assert response.status == 200, await response.text()
+        rows: list[dict[str, Any]] = (await response.json())["tables"]
+        return rows
+
+
+async def table_of(broker: Broker, stream: str) -> dict[str, Any]:
+    return next(row for row in await tables_api(broker) if row["stream"] == stream)
+
+
+def message(i: int) -> AMQPMessage:
+    return AMQPMessage(body=f"body-{i}".encode(),
+                       application_properties={"key": f"k{i % 7}", "n": str(i)})
+
+
+async def publish(broker: Broker, stream: str, first: int, count: int) -> None:
+    async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+        for start in range(first, first + count, 50):
+            await producer.send_batch(stream, [message(i) for i in range(start, start + 50)])
+
+
+async def test_a_table_stream_reads_the_same_in_duckdb_polars_and_pyiceberg(tmp_path: Path
+                                                                            ) -> None:
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.create_stream("orders", arguments={"table": "parquet"})
+            await producer.create_stream("plain")
+        for first in range(0, COUNT, 250):  # several rounds: several files
+            await publish(broker, "orders", first, min(250, COUNT - first))
+            await asyncio.sleep(0.2)
+        await wait_until_in_table(broker, "orders", COUNT)
+        bodies = await read_with_rstream(broker.ports["stream"], "orders", expected=COUNT)
+        table = await table_of(broker, "orders")
+        assert [row["stream"] for row in await tables_api(broker)] == ["orders"]
+        assert table["lag"] == 0 and table["ends"] == [COUNT]
+    assert len(bodies) == COUNT
+
+    files = f"{table['location'].removeprefix('file://')}/data/*/*.parquet"
+    from_duckdb = duckdb.sql(
+        f"SELECT \"offset\", value, key, headers FROM read_parquet('{files}') "
+        "ORDER BY partition, \"offset\"").fetchall()
+    assert [row[0] for row in from_duckdb] == list(range(COUNT))
+    assert [bytes(row[1]) for row in from_duckdb] == bodies
+    assert [bytes(row[2]) for row in from_duckdb] == [f"k{i % 7}".encode() for i in range(COUNT)]
+    assert from_duckdb[3][3] == [{"key": "key", "value": b"k3"}, {"key": "n", "value": b"3"}]
+    assert duckdb.sql(f"SELECT count(DISTINCT filename) > 1 FROM read_parquet('{files}', "
+                      "filename = true)").fetchall() == [(True,)]
+
+    metadata = table["metadata_location"]
+    from_iceberg = StaticTable.from_metadata(metadata).scan().to_arrow().sort_by("offset")
+    assert from_iceberg.column("offset").to_pylist() == list(range(COUNT))
+    assert from_iceberg.column("value").to_pylist() == bodies
+    assert set(from_iceberg.column("partition").to_pylist()) == {0}
+    from_polars = pl.scan_iceberg(metadata).sort("offset").collect()
+    assert from_polars["value"].to_list() == bodies
+    assert from_polars["stream"].unique().to_list() == ["orders"]
+
+
+async def wait_until_in_table(broker: Broker, stream: str, count: int) -> None:
+    tables = broker.core.tables
+    assert tables is not None
+    found = broker.core.streams.get("/", stream)
+    await wait_until(lambda: tables.table_end(found, 0) >= count and
+                     tables.metadata_location(found) is not None, what="the table written",
+                     timeout_s=30)
+    await wait_until(lambda: tables.lag(found) == 0, what="no lag", timeout_s=30)
+    for _ in range(100):  # the Iceberg commit follows the data file's record
+        row = await table_of(broker, stream)
+        if row["metadata_location"] and _rows_in(row["metadata_location"]) >= count:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the Iceberg metadata never held every row")
+
+
+def _rows_in(metadata: str) -> int:
+    return int(StaticTable.from_metadata(metadata).scan().to_arrow().num_rows)
+
+
+async def test_an_amqp_stream_queue_with_x_table_is_a_table(tmp_path: Path) -> None:
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        connection = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{broker.ports['amqp']}/")
+        async with connection:
+            channel = await connection.channel()
+            await channel.declare_queue("audit", durable=True, arguments={
+                "x-queue-type": "stream", "x-table": "parquet"})
+            for i in range(30):
+                await channel.default_exchange.publish(aio_pika.Message(f"a{i}".encode()),
+                                                       routing_key="audit")
+        await wait_until_in_table(broker, "audit", 30)
+        table = await table_of(broker, "audit")
+    rows = StaticTable.from_metadata(table["metadata_location"]).scan().to_arrow()
+    assert sorted(rows.column("value").to_pylist()) == sorted(f"a{i}".encode()
+                                                              for i in range(30))
+    assert set(rows.column("key").to_pylist()) == {b"audit"}  # x-routing-key, as Spark's
+
+
+@pytest.mark.parametrize("value", ["csv", "", 1, True])
+async def test_any_other_table_value_is_refused(tmp_path: Path, value: object) -> None:
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        connection = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{broker.ports['amqp']}/")
+        async with connection:
+            channel = await connection.channel()
+            with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed,
+                               match="x-table must be one of 'parquet'"):
+                await channel.declare_queue("bad", durable=True, arguments={
+                    "x-queue-type": "stream", "x-table": value})
+        if isinstance(value, str):  # the stream protocol's arguments are strings
+            async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+                with pytest.raises(ServerError):
+                    await producer.create_stream("bad", arguments={"table": value})
+        url = f"http://127.0.0.1:{broker.ports['admin']}/api/policies/%2F/tables"
+        policy = {"pattern": "^bad$", "apply-to": "streams", "definition": {"table": value}}
+        guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+        async with aiohttp.ClientSession(headers=guest) as http, \
+                http.put(url, json=policy) as response:
+            assert response.status == 400
+            assert "a valid table format" in await response.text()
+        assert broker.core.streams.find("/", "bad") is None
+
+
+async def test_a_policy_makes_a_stream_a_table(tmp_path: Path) -> None:
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        url = f"http://127.0.0.1:{broker.ports['admin']}/api/policies/%2F/tables"
+        policy = {"pattern": "^ledger$", "apply-to": "streams",
+                  "definition": {"table": "parquet"}}
+        guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+        async with aiohttp.ClientSession(headers=guest) as http, \
+                http.put(url, json=policy) as response:
+            assert response.status == 201, await response.text()
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.create_stream("ledger")
+        await publish(broker, "ledger", 0, 100)
+        await wait_until_in_table(broker, "ledger", 100)
