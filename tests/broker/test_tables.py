@@ -19,7 +19,9 @@ from rstream import AMQPMessage, Producer
 from rstream.exceptions import ServerError
 
 from mainstem import Broker
+from mainstem.testing import ThreadedBroker
 from tests.broker.test_tiering import connect, tiered_config
+from tests.support.readme import README, readme_python_blocks
 from tests.support.rstream_reads import read_with_rstream
 from tests.support.waiting import wait_until
 
@@ -91,7 +93,8 @@ async def wait_until_in_table(broker: Broker, stream: str, count: int) -> None:
     tables = broker.core.tables
     assert tables is not None
     found = broker.core.streams.get("/", stream)
-    await wait_until(lambda: tables.table_end(found, 0) >= count and
+    await wait_until(lambda: sum(tables.table_end(found, i) for i in range(len(found.services)))
+                     >= count and
                      tables.metadata_location(found) is not None, what="the table written",
                      timeout_s=30)
     await wait_until(lambda: tables.lag(found) == 0, what="no lag", timeout_s=30)
@@ -162,3 +165,43 @@ async def test_a_policy_makes_a_stream_a_table(tmp_path: Path) -> None:
             await producer.create_stream("ledger")
         await publish(broker, "ledger", 0, 100)
         await wait_until_in_table(broker, "ledger", 100)
+
+
+async def test_a_partitioned_stream_is_one_table_partitioned_by_stream_partition(
+        tmp_path: Path) -> None:
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        broker.core.streams.create("/", "wide", 3, {"x-table": "parquet"})
+        for index in range(3):
+            await publish(broker, f"wide-{index}", index * 1000, 100 * (index + 1))
+        tables = broker.core.tables
+        assert tables is not None
+        wide = broker.core.streams.get("/", "wide")
+        await wait_until(lambda: [tables.table_end(wide, i) for i in range(3)] == [100, 200, 300]
+                         and tables.lag(wide) == 0, what="every partition in the table")
+        read = [await read_with_rstream(broker.ports["stream"], f"wide-{index}",
+                                        expected=100 * (index + 1)) for index in range(3)]
+        await wait_until_in_table(broker, "wide", 600)
+        table = await table_of(broker, "wide")
+    iceberg = StaticTable.from_metadata(table["metadata_location"])
+    assert [field.name for field in iceberg.spec().fields] == ["partition"]
+    for index in range(3):  # one partition's rows, pruned by the partition column
+        rows = iceberg.scan(row_filter=f"partition = {index}").to_arrow().sort_by("offset")
+        assert rows.column("value").to_pylist() == read[index]
+        assert rows.column("offset").to_pylist() == list(range(100 * (index + 1)))
+        assert set(rows.column("stream").to_pylist()) == {"wide"}
+
+
+async def test_the_readme_tables_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    """The blocks run in order in one namespace, as a reader would paste them."""
+    blocks = readme_python_blocks("Streams as tables")
+    assert len(blocks) == 2
+    config = tiered_config(tmp_path / "data", tmp_path / "tier")
+    with ThreadedBroker(tmp_path / "data", config=config) as broker:
+        monkeypatch.setenv("MAINSTEM_STREAM_PORT", str(broker.ports["stream"]))
+        monkeypatch.setenv("MAINSTEM_ADMIN_URL", f"http://127.0.0.1:{broker.ports['admin']}")
+        namespace: dict[str, Any] = {}
+        for block in blocks:
+            await asyncio.to_thread(exec, compile(block, str(README), "exec"), namespace)
+    assert namespace["totals"] == [(b"c0", 100, 14850), (b"c1", 100, 14950),
+                                   (b"c2", 100, 15050)]
