@@ -6,6 +6,7 @@ same rows, in the same order, as reading the stream gives. Anything else is refu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from rstream import AMQPMessage, Producer
 from rstream.exceptions import ServerError
 
 from mainstem import Broker
+from mainstem.config import ServerConfig
 from mainstem.testing import ThreadedBroker
 from tests.broker.test_tiering import connect, tiered_config
 from tests.support.readme import README, readme_python_blocks
@@ -205,3 +207,17 @@ async def test_the_readme_tables_example_runs(tmp_path: Path, monkeypatch: pytes
             await asyncio.to_thread(exec, compile(block, str(README), "exec"), namespace)
     assert namespace["totals"] == [(b"c0", 100, 14850), (b"c1", 100, 14950),
                                    (b"c2", 100, 15050)]
+
+
+async def test_a_table_without_a_tier_is_refused(tmp_path: Path) -> None:
+    config = dataclasses.replace(ServerConfig.defaults(host="127.0.0.1", port=0,
+                                                       data_dir=tmp_path / "data"), workers=0)
+    async with Broker(config=config) as broker:
+        connection = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{broker.ports['amqp']}/")
+        async with connection:
+            channel = await connection.channel()
+            with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed,
+                               match="x-table needs a tier"):
+                await channel.declare_queue("untiered", durable=True, arguments={
+                    "x-queue-type": "stream", "x-table": "parquet"})
+        assert broker.core.streams.find("/", "untiered") is None

@@ -105,6 +105,7 @@ class BrokerCore:
                 if table_rows is not None:  # its rounds wait for the tiering's start
                     core.tables = Tables(core.tiering, core.streams, catalog, table_rows)
                     core.tables.start()
+                    core.streams.writes_tables = True
             core.queues.open()
             core.projections.start_all()
             core.scrubber.start()

@@ -20,12 +20,18 @@ def is_table_format(value: Any) -> bool:
     return isinstance(value, str) and value in TABLE_FORMATS
 
 
-def check_table_argument(arguments: Mapping[str, Any]) -> None:
-    """InvalidArgument unless the stream's `x-table`, if given, names a known format."""
+def check_table_argument(arguments: Mapping[str, Any], writes_tables: bool) -> None:
+    """InvalidArgument unless the stream's `x-table`, if given, names a known format and
+    the broker `writes_tables` (it has a tier to write them into)."""
     value = arguments.get(TABLE_ARGUMENT)
-    if value is not None and not is_table_format(value):
+    if value is None:
+        return
+    if not is_table_format(value):
         raise InvalidArgument(f"{TABLE_ARGUMENT} must be one of "
                               f"{', '.join(map(repr, TABLE_FORMATS))}, not {value!r}")
+    if not writes_tables:
+        raise InvalidArgument(f"{TABLE_ARGUMENT} needs a tier to write the table into: "
+                              "this broker has none (--tier-url)")
 
 
 def table_format(arguments: Mapping[str, Any], definition: Mapping[str, Any]) -> str | None:

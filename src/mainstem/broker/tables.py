@@ -145,9 +145,19 @@ class Tables:
         for stream in self.table_streams():
             for index, service in enumerate(stream.services):
                 if self._tiering.leads_here(service):
-                    written += await self._write(stream, index, service)
+                    written += await self._catch_up(stream, index, service)
             if self._tiering.leads_here(stream.services[0]):
                 await self._commit_metadata(stream)
+        return written
+
+    async def _catch_up(self, stream: Stream, index: int, service: PartitionService) -> int:
+        """Write files until the table holds what was committed when the round began."""
+        target = service.committed_offset
+        written = 0
+        while self.table_end(stream, index) < target:
+            if not await self._write(stream, index, service):
+                break
+            written += 1
         return written
 
     async def _write(self, stream: Stream, index: int, service: PartitionService) -> int:
