@@ -23,10 +23,13 @@ from mainstem import Broker
 from mainstem.config import ServerConfig
 from mainstem.testing import ThreadedBroker
 from tests.broker.test_tiering import connect, tiered_config
+from tests.log.tiering import BUCKET, KEYS, moto_s3
 from tests.support.readme import README, readme_python_blocks
 from tests.support.rstream_reads import read_with_rstream
 from tests.support.waiting import wait_until
 
+S3_PROPERTIES = {"s3.access-key-id": KEYS["access_key_id"],
+                 "s3.secret-access-key": KEYS["secret_access_key"], "s3.region": "us-east-1"}
 COUNT = 700  # several chunks and, at 250 a round of publishing, several table files
 
 
@@ -91,7 +94,8 @@ async def test_a_table_stream_reads_the_same_in_duckdb_polars_and_pyiceberg(tmp_
     assert from_polars["stream"].unique().to_list() == ["orders"]
 
 
-async def wait_until_in_table(broker: Broker, stream: str, count: int) -> None:
+async def wait_until_in_table(broker: Broker, stream: str, count: int,
+                              properties: dict[str, str] | None = None) -> None:
     tables = broker.core.tables
     assert tables is not None
     found = broker.core.streams.get("/", stream)
@@ -102,14 +106,16 @@ async def wait_until_in_table(broker: Broker, stream: str, count: int) -> None:
     await wait_until(lambda: tables.lag(found) == 0, what="no lag", timeout_s=30)
     for _ in range(100):  # the Iceberg commit follows the data file's record
         row = await table_of(broker, stream)
-        if row["metadata_location"] and _rows_in(row["metadata_location"]) >= count:
+        if row["metadata_location"] and _rows_in(row["metadata_location"],
+                                                 properties or {}) >= count:
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the Iceberg metadata never held every row")
 
 
-def _rows_in(metadata: str) -> int:
-    return int(StaticTable.from_metadata(metadata).scan().to_arrow().num_rows)
+def _rows_in(metadata: str, properties: dict[str, str]) -> int:
+    table = StaticTable.from_metadata(metadata, properties)
+    return int(table.scan().to_arrow().num_rows)
 
 
 async def test_an_amqp_stream_queue_with_x_table_is_a_table(tmp_path: Path) -> None:
@@ -221,3 +227,21 @@ async def test_a_table_without_a_tier_is_refused(tmp_path: Path) -> None:
                 await channel.declare_queue("untiered", durable=True, arguments={
                     "x-queue-type": "stream", "x-table": "parquet"})
         assert broker.core.streams.find("/", "untiered") is None
+
+
+async def test_a_table_in_an_s3_tier_reads_the_same(tmp_path: Path) -> None:
+    with moto_s3() as (_, endpoint):
+        config = tiered_config(tmp_path / "data", f"s3://{BUCKET}/history",
+                               endpoint=endpoint, **KEYS)
+        async with Broker(config=config) as broker:
+            async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+                await producer.create_stream("s3-orders", arguments={"table": "parquet"})
+            await publish(broker, "s3-orders", 0, 200)
+            await wait_until_in_table(broker, "s3-orders", 200, S3_PROPERTIES | {
+                "s3.endpoint": endpoint})
+            bodies = await read_with_rstream(broker.ports["stream"], "s3-orders", expected=200)
+            table = await table_of(broker, "s3-orders")
+        assert table["location"].startswith(f"s3://{BUCKET}/history/tables/")
+        rows = StaticTable.from_metadata(table["metadata_location"], S3_PROPERTIES | {
+            "s3.endpoint": endpoint}).scan().to_arrow().sort_by("offset")
+    assert rows.column("value").to_pylist() == bodies
