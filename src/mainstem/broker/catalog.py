@@ -859,6 +859,13 @@ class Catalog(ChangeNotifier):
             found.setdefault(partition, []).append(TableFile(**json.loads(record)))
         return found
 
+    def table_end(self, namespace: str, stream: str, partition: int) -> int | None:
+        """Where the partition's committed table files end; None: no file yet."""
+        row = self._row("SELECT max(json_extract(record, '$.next_offset')) FROM table_files"
+                        " WHERE namespace = ? AND stream = ? AND partition = ?",
+                        (namespace, stream, partition))
+        return None if row is None or row[0] is None else int(row[0])
+
     def table_head(self, namespace: str, stream: str) -> str | None:
         """Where this node's newest Iceberg metadata of the stream's table is."""
         row = self._row("SELECT metadata_location FROM table_heads WHERE namespace = ? AND"

@@ -112,8 +112,8 @@ class Tables:
 
     def table_end(self, stream: Stream, index: int) -> int:
         """The offset the partition's table holds records up to (not including)."""
-        files = self._catalog.table_files(stream.namespace, stream.name).get(index)
-        return files[-1].next_offset if files else stream.services[index].first_offset
+        end = self._catalog.table_end(stream.namespace, stream.name, index)
+        return stream.services[index].first_offset if end is None else end
 
     def lag(self, stream: Stream) -> int:
         """Records committed in the stream and not yet in its table."""
