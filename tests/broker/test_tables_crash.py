@@ -118,3 +118,6 @@ async def test_sigkill_during_table_writes_leaves_every_record_once(tmp_path: Pa
     data_files = {str(p.relative_to(tier)) for p in (tier / "tables").rglob("*")
                   if p.is_file() and "/data/" in str(p.relative_to(tier))}
     assert data_files == committed_keys(data)  # no orphan, no put's temporary file
+    deleted = [json.loads(line)["key"] for line in log.read_text().splitlines()
+               if json.loads(line)["event"] == "tier.deleted"]
+    assert deleted == [orphan_key]  # the file alone: a table's upload has no index

@@ -16,8 +16,9 @@ the server so the broker does not import the Spark floor), and written as one Pa
   node leading partition 0). The Iceberg metadata is rolled forward from the records: a
   record whose file is not in it yet (a crash between the two) is added in the next round.
 
-Deletes of files go through the tier's durable garbage queue; none are made yet here
-(retention and rebuild of tables are later work).
+A file not committed (a failed put, a fenced record) goes through the tier's durable
+garbage queue, as an unrecorded upload does. Retention of tables (snapshot expiry) and
+rebuilding them are later work.
 """
 
 from __future__ import annotations

@@ -51,8 +51,8 @@ from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import (
     TieredRecord,
     UploadMismatch,
-    index_key,
     segment_key,
+    upload_objects,
     upload_segment,
 )
 
@@ -158,7 +158,7 @@ class Tiering:
             else:
                 self._discard(key, "an upload a crash cut short")
                 with contextlib.suppress(*TIER_ERRORS):
-                    for name in (key, index_key(key)):
+                    for name in upload_objects(key):
                         self.tier.delete_temporary(name)
 
     def _watch(self, stream: Stream, index: int, service: PartitionService) -> None:
@@ -326,7 +326,7 @@ class Tiering:
 
     def _discard(self, key: str, reason: str) -> None:
         """An upload of this node's that is not recorded: its objects go at once."""
-        self._catalog.discard_upload(key, (key, index_key(key)), reason)
+        self._catalog.discard_upload(key, upload_objects(key), reason)
         self._pending_changed()
 
     def _due_ms(self) -> int:
