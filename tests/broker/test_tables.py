@@ -245,3 +245,30 @@ async def test_a_table_in_an_s3_tier_reads_the_same(tmp_path: Path) -> None:
         rows = StaticTable.from_metadata(table["metadata_location"], S3_PROPERTIES | {
             "s3.endpoint": endpoint}).scan().to_arrow().sort_by("offset")
     assert rows.column("value").to_pylist() == bodies
+
+
+async def test_a_deleted_streams_table_goes_and_a_new_one_starts_clean(tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    async with Broker(config=tiered_config(tmp_path / "data", tier)) as broker:
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.create_stream("again", arguments={"table": "parquet"})
+        await publish(broker, "again", 0, 100)
+        await wait_until_in_table(broker, "again", 100)
+        location = Path((await table_of(broker, "again"))["location"].removeprefix("file://"))
+        assert list(location.rglob("*.parquet"))
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.delete_stream("again")
+        await wait_until(lambda: not list(location.rglob("*")) or not any(
+            path.is_file() for path in location.rglob("*")), what="the old table deleted")
+
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.create_stream("again", arguments={"table": "parquet"})
+        await publish(broker, "again", 500, 50)
+        await wait_until_in_table(broker, "again", 50)
+        table = await table_of(broker, "again")
+    files = f"{location}/data/*/*.parquet"
+    values = [bytes(row[0]) for row in duckdb.sql(
+        f"SELECT value FROM read_parquet('{files}') ORDER BY \"offset\"").fetchall()]
+    assert values == [f"body-{i}".encode() for i in range(500, 550)]
+    rows = StaticTable.from_metadata(table["metadata_location"]).scan().to_arrow()
+    assert rows.column("value").to_pylist() == values

@@ -45,7 +45,7 @@ from mainstem.broker.fence import FencedOut
 from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import Stream, StreamStore
 from mainstem.broker.table_mode import table_format
-from mainstem.broker.tiering import Tiering
+from mainstem.broker.tiering import TIER_ERRORS, Tiering
 from mainstem.formats.chunk import Chunk
 
 log = logging.getLogger("mainstem.tables")
@@ -97,20 +97,48 @@ class Tables:
         self._iceberg: SqlCatalog | None = None
         self._heads: dict[str, tuple[Table, set[str]]] = {}  # by directory: its files
         self._task: asyncio.Task[None] | None = None
+        self._forgetting: set[asyncio.Task[None]] = set()
+        # a deleted stream's objects are listed between rounds, never during one (which
+        # may still be making its metadata)
+        self._round_lock = asyncio.Lock()
+        streams.watch(self._stream_deleted)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        tasks = [task for task in (self._task, *self._forgetting) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._thread.shutdown(wait=True)
 
+    def _stream_deleted(self, stream: Stream) -> None:
+        """A deleted stream's table goes with it, after the grace period: its records
+        went with the stream's, so its objects are those under its prefix now (a stream
+        made again under its name writes there anew, under new keys)."""
+        if not self._is_table(stream):
+            return
+        task = asyncio.get_running_loop().create_task(self._forget(stream))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+
+    async def _forget(self, stream: Stream) -> None:
+        async with self._round_lock:
+            self._heads.pop(stream.directory.name, None)
+            try:
+                keys = await self._tiering.tier.list(self._prefix(stream))
+            except TIER_ERRORS as error:
+                self._failed(error)
+                return
+            self._tiering.delete_later(keys, "stream deleted")
+
     def table_streams(self) -> list[Stream]:
-        return [stream for stream in self._streams.list()
-                if table_format(stream.record.arguments, stream.applied.definition)]
+        return [stream for stream in self._streams.list() if self._is_table(stream)]
+
+    @staticmethod
+    def _is_table(stream: Stream) -> bool:
+        return table_format(stream.record.arguments, stream.applied.definition) is not None
 
     # -- what the API and metrics show -------------------------------------------------
 
@@ -145,8 +173,14 @@ class Tables:
     async def round(self) -> int:
         """Write every table partition this node leads up to its committed end, then
         bring each table's Iceberg metadata up to its records; how many files."""
+        async with self._round_lock:
+            return await self._round()
+
+    async def _round(self) -> int:
         written = 0
         for stream in self.table_streams():
+            if self._streams.find(stream.namespace, stream.name) is not stream:
+                continue  # deleted during this round
             for index, service in enumerate(stream.services):
                 if self._tiering.leads_here(service):
                     written += await self._catch_up(stream, index, service)
@@ -185,6 +219,9 @@ class Tables:
         except BaseException:
             self._catalog.discard_upload(key, (key,), "a table write that failed")
             raise
+        if self._streams.find(stream.namespace, stream.name) is not stream:
+            self._catalog.discard_upload(key, (key,), "the stream was deleted meanwhile")
+            return 0
         file = TableFile(key, start, end, data[1], len(data[0]))
         try:
             await self._catalog.record_table_file(stream.namespace, stream.name, index, file,
@@ -226,11 +263,13 @@ class Tables:
             return
         await self._in_thread(table.add_files, missing)
         held.update(missing)
-        self._catalog.set_table_head(stream.namespace, stream.name, table.metadata_location)
+        if self._streams.find(stream.namespace, stream.name) is stream:  # not deleted since
+            self._catalog.set_table_head(stream.namespace, stream.name,
+                                         table.metadata_location)
 
     def _head(self, stream: Stream) -> tuple[Table, set[str]]:
-        """The stream's Iceberg table as this node last committed it (made on first use),
-        and the data files it holds."""
+        """The stream's Iceberg table as this node last committed it (made, without
+        files, when there is none yet), and the data files it holds."""
         name = stream.directory.name
         found = self._heads.get(name)
         if found is not None and found[0].metadata_location == self.metadata_location(stream):
@@ -242,11 +281,9 @@ class Tables:
         head = self.metadata_location(stream)
         if head is None:
             table = iceberg.create_table(identifier, schema=self._schema,
-                                               location=self.location(stream))
+                                         location=self.location(stream))
             with table.update_spec() as spec:
                 spec.add_identity("partition")
-            self._catalog.set_table_head(stream.namespace, stream.name,
-                                         table.metadata_location)
         else:
             table = iceberg.register_table(identifier, head)
         held = {task.file.file_path for task in table.scan().plan_files()}

@@ -318,8 +318,11 @@ class Tiering:
     def _forget(self, services: Iterable[PartitionService], reason: str) -> None:
         """Partitions that are gone: their tiered objects go after the grace period (on
         every node that held them: a delete of a gone key is done)."""
-        keys = [key for service in services for record in service.tiered_records
-                for key in (record.key, record.index_key)]
+        self.delete_later([key for service in services for record in service.tiered_records
+                           for key in (record.key, record.index_key)], reason)
+
+    def delete_later(self, keys: Sequence[str], reason: str) -> None:
+        """Objects no record names any longer: deleted after the grace period."""
         if keys:
             self._catalog.add_garbage(keys, self._due_ms(), reason)
             self._pending_changed()
