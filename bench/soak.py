@@ -8,8 +8,9 @@ Each round starts the broker, verifies what every earlier round had confirmed, l
 protocol's client publish numbered messages with confirms, and SIGKILLs the broker at a
 random moment. The last start verifies once more, fuzzes each listener (a canary of the
 protocol's client publishes and reads before and after), runs the attacks of
-`tests.support.attacks` (a wrong-login storm, a flood of silent sockets: an AMQP client
-must still log in, and is timed) and stops the broker with SIGTERM.
+`tests.support.attacks` (a wrong-login storm, a flood of silent sockets, hostile regular
+expressions as a policy and a filter: an AMQP client must still log in, and is timed) and
+stops the broker with SIGTERM.
 Verified: every confirmed message is stored exactly once and in confirm order. Exit status
 0 only when nothing was lost, duplicated or reordered, every start succeeded, the broker
 never died on its own, the fuzzing found nothing and no attack kept a client out.
@@ -31,14 +32,19 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.support.attacks import AttackReport, login_storm, silent_sockets
+from tests.support.attacks import (
+    AttackReport,
+    hostile_patterns,
+    login_storm,
+    silent_sockets,
+)
 from tests.support.campaign_clients import DRIVERS, Driver
 from tests.support.fuzzing import ServerLog, fuzz_listener
 from tests.support.server_process import kill, start_server, started_ports
 
 PROTOCOLS = ["stream", "amqp", "iggy", "bson", "segment"]
 LISTENERS = [*PROTOCOLS, "admin"]
-ATTACKS = ["login-storm", "silent-sockets"]
+ATTACKS = ["login-storm", "silent-sockets", "hostile-patterns"]
 STOP_TIMEOUT_S = 30.0
 
 
@@ -236,6 +242,8 @@ class Campaign:
         for name in self.options.attacks:
             if name == "login-storm":
                 report = await login_storm(ports)
+            elif name == "hostile-patterns":
+                report = await hostile_patterns(ports)
             else:
                 report = await silent_sockets(ports, self.options.silent_sockets)
             if not self.broker.alive():

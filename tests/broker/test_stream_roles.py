@@ -123,7 +123,7 @@ async def test_a_follower_takes_its_leaders_chunks_and_cuts_a_divergent_tail(
     assert following.next_offset == 3 and following.last_chunk() == (2, 2)
     await durable_to(following, 3)
     assert replica.committed_offset == 2  # no further than the leader's point
-    following.truncate_from(2)  # the leader never committed the third
+    await following.truncate_from(2)  # the leader never committed the third
     assert following.next_offset == 2 and following.last_chunk() == (1, 2)
     location = replica.locate(0)
     assert location is not None and location.read() is not None

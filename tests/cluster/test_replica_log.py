@@ -15,10 +15,15 @@ from mainstem.cluster.replication import wire
 from mainstem.cluster.replication.leader import LeaderLog
 from mainstem.formats.chunk import FIRST_EPOCH, CorruptChunk
 from mainstem.log import commit_point
+from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.errors import NotWritable
 from mainstem.log.partition import Partition
 from mainstem.log.policy import RetentionPolicy
 from mainstem.log.reader import PartitionReader
+from mainstem.log.tier import Tier
+from mainstem.log.tier_cache import TierCache
+from mainstem.log.tier_upload import segment_key, upload_segment
+from mainstem.log.tiered_segment import TieredSegment
 
 
 def raw_chunks(partition: Partition, start: int = 0) -> list[tuple[bytes, bool]]:
@@ -190,3 +195,54 @@ def records_visible(partition: Partition) -> list[bytes]:
     while (chunk := reader.next_chunk_nowait()) is not None:
         found += [bytes(entry.body) for entry in chunk.entries()]
     return found
+
+
+async def tier_sealed(partition: Partition, tier: Tier, cache: TierCache, name: str) -> None:
+    """Upload every sealed local segment and read it from the tier from then on."""
+    while (oldest := partition.oldest_sealed()) is not None:
+        record = await upload_segment(tier, oldest, segment_key(name, oldest.first_chunk_id,
+                                                                 1))
+        partition.swap_tiered(await TieredSegment.load(tier, record, cache))
+
+
+async def test_a_returning_leader_cuts_its_old_epoch_where_the_new_leaders_log_is_tiered(
+        tmp_path: Path) -> None:
+    """The chaos campaign's stuck replica (issue 39): a returning leader's divergent tail
+    lay where the new leader had tiered its own chunks, and the old leader's history was
+    tiered too. The new leader knew no epoch in its tier and had it cut one chunk at a
+    time, down into the old leader's tiered history, where recovering its writers failed
+    (NotFetched) and it never followed again. With epochs in the records it is cut once,
+    where epoch 2 began, and follows."""
+    small = RetentionPolicy(max_segment_bytes=300)  # a chunk or two a segment
+    tier = Tier.directory(tmp_path / "tier")
+    caches = [TierCache(tmp_path / f"cache{i}", 1 << 30, DescriptorCache(16)) for i in (0, 1)]
+    new_leader = Partition.open(tmp_path / "new", retention=small)
+    old_leader = Partition.open(tmp_path / "old", retention=small)
+    for i in range(6):  # both hold the committed history of epoch 1
+        old_leader.write_records([f"c{i}".encode() * 20], sequences={"w": i})
+    copy_into(new_leader, old_leader, 0)
+    split = old_leader.next_offset
+    for i in range(3):  # the old leader's tail, never replicated
+        old_leader.write_records([f"lost-{i}".encode() * 20])
+    new_leader.epochs.current = 2
+    for i in range(6):
+        new_leader.write_records([f"n{i}".encode() * 20], sequences={"w": 10 + i})
+    new_leader.flush()
+    old_leader.flush()
+    await tier_sealed(new_leader, tier, caches[0], "new")
+    # the old leader tiered its committed history too
+    while (oldest := old_leader.oldest_sealed()) is not None and oldest.next_offset <= split:
+        record = await upload_segment(tier, oldest, segment_key("old", oldest.first_chunk_id, 1))
+        old_leader.swap_tiered(await TieredSegment.load(tier, record, caches[1]))
+    assert new_leader.local_first_offset > split + 1  # its epoch-2 chunks there are tiered
+
+    feeder = LeaderLog(PartitionService(new_leader).lead(2), "new", ["new", "old"], ["new"],
+                       _no_isr_change, 5.0)
+    answer = feeder.handshake(hello(old_leader))
+    assert answer[4] == wire.FrameType.TRUNCATE
+    assert wire.read_offset(answer[5:]) == split  # at once, where epoch 2 began
+    following = PartitionService(old_leader).follow()
+    await following.truncate_from(split)  # its tail is now in its tiered history
+    assert old_leader.last_chunk() == (split - 1, 1) and old_leader.sequences == {"w": 5}
+    assert feeder.handshake(hello(old_leader))[4] == wire.FrameType.START
+    feeder.close()

@@ -6,7 +6,6 @@ catalog as they were."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -69,13 +68,13 @@ async def test_a_record_is_written_once_and_only_under_the_leaders_fence(
     fence = Fence(((LEADER, ME),), 2)
     await core.catalog.record_tiered("/", "s", 0, record(0), fence)
     held = await etcd.get(row_key(0))
-    assert held is not None and held.json() == dataclasses.asdict(record(0))
+    assert held is not None and TieredRecord(**held.json()) == record(0)
     assert core.catalog.tiered("/", "s", 0) == [record(0)]
     await core.catalog.record_tiered("/", "s", 0, record(0), fence)  # the same: done
     with pytest.raises(FencedOut):  # another record of the same segment: never replaces
         await core.catalog.record_tiered("/", "s", 0, record(0, crc=8), fence)
     held = await etcd.get(row_key(0))
-    assert held is not None and held.json() == dataclasses.asdict(record(0))
+    assert held is not None and TieredRecord(**held.json()) == record(0)
     assert core.catalog.tiered("/", "s", 0) == [record(0)]
 
     await etcd.put(LEADER, json.dumps({"node": "b", "epoch": 3}).encode())  # b leads now

@@ -1,10 +1,12 @@
-"""Two attacks from one address on a running `mainstem serve`, each timing the login of a
+"""Three attacks from one address on a running `mainstem serve`, each timing the login of a
 real AMQP client (aio-pika) while it lasts: the client must get in, and soon.
 
 - `login_storm`: loops of wrong logins for one user; a user who never logged in before
   (so whose password needs the hash) and the attacked user then log in with theirs.
 - `silent_sockets`: more silent sockets than the broker's connection limit; a client then
   logs in.
+- `hostile_patterns`: a policy whose pattern backtracks catastrophically (`(a+)+$`), queues
+  declared with long names it nearly matches, and the same pattern as a `use_regex` filter.
 
 And storms for tests and `bench/login_storms.py`, each a number of loops in flight from
 one source address, counting what they did, while a real client (pika) is timed:
@@ -36,6 +38,8 @@ HOST = "127.0.0.1"
 STORM_LOOPS = 8  # concurrent wrong-login loops, as in issue 29
 STORM_WRONG_LOGINS = 32  # before timing the logins: the attacked user's budget (30) is spent
 LOGIN_DEADLINE_S = 15.0  # a login not in by then counts as kept out
+CATASTROPHIC = "(a+)+$"  # hours for a backtracking engine on 40 characters
+HOSTILE_NAME_LENGTHS = (27, 128, 254)
 ADMIN = aiohttp.BasicAuth("guest", "guest")
 
 
@@ -107,6 +111,45 @@ async def silent_sockets(ports: dict[str, int], count: int) -> AttackReport:
         for _, writer in sockets:
             writer.transport.abort()
     return report
+
+
+async def hostile_patterns(ports: dict[str, int]) -> AttackReport:
+    report = AttackReport("hostile-patterns")
+    policy = f"http://{HOST}:{ports['admin']}/api/policies/%2F/soak-hostile"
+    async with aiohttp.ClientSession(auth=ADMIN) as http:
+        async with http.put(policy, json={"pattern": CATASTROPHIC,
+                                          "definition": {"max-length": 5}}) as reply:
+            if reply.status >= 300:
+                raise RuntimeError(f"PUT {policy}: {reply.status} {await reply.text()}")
+        attack = asyncio.ensure_future(_declare_and_filter(http, ports, report))
+        try:
+            report.logins["guest"] = await _time_login(ports, "guest", "guest")
+            await asyncio.wait_for(attack, LOGIN_DEADLINE_S)
+        except TimeoutError:
+            report.errors.append(f"declares and filter not done in {LOGIN_DEADLINE_S} s")
+        finally:
+            attack.cancel()
+            async with http.delete(policy):
+                pass
+    return report
+
+
+async def _declare_and_filter(http: aiohttp.ClientSession, ports: dict[str, int],
+                              report: AttackReport) -> None:
+    """Queues named to nearly match CATASTROPHIC declared, then listed through it."""
+    connection = await aio_pika.connect(_amqp_url(ports, "guest", "guest"))
+    async with connection:
+        channel = await connection.channel()
+        started = time.perf_counter()
+        for length in HOSTILE_NAME_LENGTHS:
+            await channel.declare_queue("a" * length + "b", exclusive=True)
+        report.details["declares_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        async with http.get(f"http://{HOST}:{ports['admin']}/api/queues/%2F",
+                            params={"name": CATASTROPHIC, "use_regex": "true"}) as reply:
+            if reply.status != 200:
+                report.errors.append(f"use_regex filter: {reply.status} {await reply.text()}")
+        report.details["filter_s"] = time.perf_counter() - started
 
 
 async def _time_login(ports: dict[str, int], user: str, password: str) -> float | None:

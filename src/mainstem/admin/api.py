@@ -35,6 +35,7 @@ from mainstem.admin.state import (
     no_content,
     read_body,
     state_of,
+    stream_of,
     vhost_of,
 )
 from mainstem.admin.tier_extents import partition_extent, stream_extent
@@ -121,14 +122,14 @@ async def nodes(request: web.Request) -> web.Response:
     me = {"name": NODE if cluster is None else cluster.node_name, "type": "disc",
           "running": True, **_alarm_fields(state)}
     if cluster is None:
-        return list_response(request, [me])
+        return await list_response(request, [me])
     known = cluster.nodes.get(cluster.node_name)
     if known is not None:
         me.update(host=known.host, listeners=dict(known.ports))
     others = [{"name": name, "type": "disc", "running": True, "host": node.host,
                "listeners": dict(node.ports)}
               for name, node in sorted(cluster.nodes.items()) if name != cluster.node_name]
-    return list_response(request, [me, *others])
+    return await list_response(request, [me, *others])
 
 
 # -- virtual hosts ---------------------------------------------------------------
@@ -139,7 +140,7 @@ async def nodes(request: web.Request) -> web.Response:
 async def list_vhosts(request: web.Request) -> web.Response:
     state = state_of(request)
     names = visible_vhosts(request, [ns.name for ns in state.core.catalog.list_namespaces()])
-    return list_response(request, [_vhost_row(state, name) for name in names])
+    return await list_response(request, [_vhost_row(state, name) for name in names])
 
 
 def _vhost_row(state: AdminState, name: str) -> dict[str, Any]:
@@ -203,7 +204,7 @@ async def whoami(request: web.Request) -> web.Response:
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
     core = state_of(request).core
-    return list_response(request, [_user_row(core, u) for u in core.catalog.list_users()])
+    return await list_response(request, [_user_row(core, u) for u in core.catalog.list_users()])
 
 
 def _existing_user(request: web.Request) -> UserRecord:
@@ -264,19 +265,19 @@ async def delete_user(request: web.Request) -> web.Response:
 
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
-    return list_response(request, _permission_rows(state_of(request).core))
+    return await list_response(request, _permission_rows(state_of(request).core))
 
 
 @routes.get("/api/users/{user}/permissions")
 async def user_permissions(request: web.Request) -> web.Response:
-    return list_response(request, _permission_rows(state_of(request).core,
+    return await list_response(request, _permission_rows(state_of(request).core,
                                               user=request.match_info["user"]))
 
 
 @routes.get("/api/vhosts/{vhost}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
     core = state_of(request).core
-    return list_response(request, _permission_rows(core, namespace=vhost_of(request)))
+    return await list_response(request, _permission_rows(core, namespace=vhost_of(request)))
 
 
 def _permission_rows(core: BrokerCore, **where: str | None) -> list[dict[str, str]]:
@@ -333,7 +334,7 @@ def _merged(request: web.Request, kind: str) -> list[dict[str, Any]]:
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 async def list_queues(request: web.Request) -> web.Response:
-    return list_response(request, _merged(request, "queues"))
+    return await list_response(request, _merged(request, "queues"))
 
 
 @scoped(Scope.VHOST_OR_MONITOR)
@@ -373,14 +374,14 @@ async def delete_queue(request: web.Request) -> web.Response:
 @routes.get("/api/exchanges")
 @routes.get("/api/exchanges/{vhost}")
 async def list_exchanges(request: web.Request) -> web.Response:
-    return list_response(request, _merged(request, "exchanges"))
+    return await list_response(request, _merged(request, "exchanges"))
 
 
 @scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/bindings")
 @routes.get("/api/bindings/{vhost}")
 async def list_bindings(request: web.Request) -> web.Response:
-    return list_response(request, _merged(request, "bindings"))
+    return await list_response(request, _merged(request, "bindings"))
 
 
 # -- streams (mainstem's own) -----------------------------------------------------
@@ -433,19 +434,14 @@ def consumer_offsets(core: BrokerCore, stream: Stream) -> list[dict[str, Any]]:
 @routes.get("/api/streams/{vhost}")
 async def list_streams(request: web.Request) -> web.Response:
     core = state_of(request).core
-    return list_response(request, [stream_row(s, core.cluster)
+    return await list_response(request, [stream_row(s, core.cluster)
                                    for s in core.streams.list(vhost_of(request))])
-
-
-def _stream(request: web.Request) -> Stream:
-    return state_of(request).core.streams.get(request.match_info["vhost"],
-                                            request.match_info["name"])
 
 
 @scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/streams/{vhost}/{name}")
 async def get_stream(request: web.Request) -> web.Response:
-    return web.json_response(stream_row(_stream(request), state_of(request).core.cluster))
+    return web.json_response(stream_row(stream_of(request), state_of(request).core.cluster))
 
 
 @scoped(Scope.VHOST)
@@ -479,7 +475,7 @@ async def delete_stream(request: web.Request) -> web.Response:
 
 @routes.get("/api/streams/{vhost}/{name}/offsets")
 async def stream_offsets(request: web.Request) -> web.Response:
-    return web.json_response(consumer_offsets(state_of(request).core, _stream(request)))
+    return web.json_response(consumer_offsets(state_of(request).core, stream_of(request)))
 
 
 @routes.get("/api/consumer-offsets")

@@ -37,7 +37,7 @@ def connection_row(state: AdminState, connection: Connection) -> dict[str, Any]:
 @routes.get("/api/vhosts/{vhost}/connections")
 async def list_connections(request: web.Request) -> web.Response:
     state, vhost = state_of(request), vhost_of(request)
-    return list_response(request, [connection_row(state, c) for c in state.connections.list()
+    return await list_response(request, [connection_row(state, c) for c in state.connections.list()
                                    if vhost is None or c.ctx.namespace == vhost])
 
 
@@ -87,13 +87,13 @@ async def list_channels(request: web.Request) -> web.Response:
     state, vhost = state_of(request), vhost_of(request)
     connections = [c for c in state.connections.list()
                    if vhost is None or c.ctx.namespace == vhost]
-    return list_response(request, channel_rows(state, connections))
+    return await list_response(request, channel_rows(state, connections))
 
 
 @scoped(Scope.OWNER)
 @routes.get("/api/connections/{name}/channels")
 async def connection_channels(request: web.Request) -> web.Response:
-    return list_response(request, channel_rows(state_of(request), [_connection(request)]))
+    return await list_response(request, channel_rows(state_of(request), [_connection(request)]))
 
 
 @scoped(Scope.OWNER)
@@ -147,5 +147,5 @@ def consumer_rows(connections: ConnectionRegistry) -> list[dict[str, Any]]:
 @routes.get("/api/consumers/{vhost}")
 async def list_consumers(request: web.Request) -> web.Response:
     vhost = vhost_of(request)
-    return list_response(request, [row for row in consumer_rows(state_of(request).connections)
+    return await list_response(request, [row for row in consumer_rows(state_of(request).connections)
                               if vhost is None or row["queue"]["vhost"] == vhost])

@@ -1,12 +1,15 @@
 """Lists as RabbitMQ's management API returns them: filtered by `name` (a substring, or a
 regular expression with `use_regex=true`), sorted by `sort` (a dotted key) and
 `sort_reverse`, cut to `columns`, and paged by `page` and `page_size` (at most 500) into
-{filtered_count, item_count, items, page, page_count, page_size, total_count}."""
+{filtered_count, item_count, items, page, page_count, page_size, total_count}. A regular
+expression is RE2's (`broker/patterns.py`), and the loop is given back every
+`_MATCHING_SLICE_S` while it is matched against many rows."""
 
 from __future__ import annotations
 
+import asyncio
 import math
-import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,19 +17,23 @@ from aiohttp import web
 
 from mainstem.admin.scope import visible
 from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.patterns import name_pattern
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 100
+_MATCHING_SLICE_S = 0.01  # a filter of thousands of rows leaves other requests this much
 
 
-def list_response(request: web.Request, rows: list[dict[str, Any]]) -> web.Response:
+async def list_response(request: web.Request, rows: list[dict[str, Any]]) -> web.Response:
     """The rows the request's user may see (`scope.visible`), shaped as the query asks."""
-    return web.json_response(shaped(request.query, visible(request, rows)))
+    seen = visible(request, rows)
+    filtered = await _filtered(seen, request.query.get("name", ""),
+                               request.query.get("use_regex") == "true")
+    return web.json_response(shaped(request.query, filtered, len(seen)))
 
 
-def shaped(query: Mapping[str, str], rows: list[dict[str, Any]]) -> Any:
-    total = len(rows)
-    rows = _filtered(rows, query.get("name", ""), query.get("use_regex") == "true")
+def shaped(query: Mapping[str, str], rows: list[dict[str, Any]], total: int) -> Any:
+    """The rows left by the name filter, of `total`, shaped by the rest of the query."""
     sort = query.get("sort")
     if sort:
         rows = sorted(rows, key=lambda row: _sort_key(_dotted(row, sort)),
@@ -51,17 +58,22 @@ def shaped(query: Mapping[str, str], rows: list[dict[str, Any]]) -> Any:
             "total_count": total}
 
 
-def _filtered(rows: list[dict[str, Any]], name: str, use_regex: bool) -> list[dict[str, Any]]:
+async def _filtered(rows: list[dict[str, Any]], name: str, use_regex: bool
+                    ) -> list[dict[str, Any]]:
     if not name:
         return rows
-    if use_regex:
-        try:
-            pattern = re.compile(name)
-        except re.error as exc:
-            raise InvalidArgument(f"name is not a regular expression: {exc}") from None
-        return [row for row in rows if pattern.search(str(row.get("name", "")))]
-    lowered = name.lower()
-    return [row for row in rows if lowered in str(row.get("name", "")).lower()]
+    if not use_regex:
+        lowered = name.lower()
+        return [row for row in rows if lowered in str(row.get("name", "")).lower()]
+    pattern = name_pattern(name, "name")
+    kept, slice_start = [], time.monotonic()
+    for row in rows:
+        if pattern.search(str(row.get("name", ""))):
+            kept.append(row)
+        if time.monotonic() - slice_start > _MATCHING_SLICE_S:
+            await asyncio.sleep(0)
+            slice_start = time.monotonic()
+    return kept
 
 
 def _positive(value: str, key: str) -> int:

@@ -135,6 +135,12 @@ def vhost_of(request: web.Request) -> str | None:
     return request.match_info.get("vhost")
 
 
+def stream_of(request: web.Request) -> Stream:
+    """The stream a `/{vhost}/{name}` route names (NotFound when there is none)."""
+    return state_of(request).core.streams.get(request.match_info["vhost"],
+                                            request.match_info["name"])
+
+
 async def read_body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}

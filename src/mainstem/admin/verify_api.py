@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from mainstem.admin.scope import Scope, check_permission, scoped
-from mainstem.admin.state import state_of
+from mainstem.admin.state import state_of, stream_of
 
 if TYPE_CHECKING:
     from mainstem.broker.stream_service.integrity import Integrity
@@ -43,16 +43,11 @@ def verify_report(stream: Stream, scrub_rate: int) -> dict[str, Any]:
                                             strict=True))]}
 
 
-def _stream(request: web.Request) -> Stream:
-    return state_of(request).core.streams.get(request.match_info["vhost"],
-                                            request.match_info["name"])
-
-
 @scoped(Scope.VHOST_OR_MONITOR)
 @routes.get("/api/streams/{vhost}/{name}/verify")
 async def get_verify(request: web.Request) -> web.Response:
     core = state_of(request).core
-    return web.json_response(verify_report(_stream(request), core.scrubber.rate))
+    return web.json_response(verify_report(stream_of(request), core.scrubber.rate))
 
 
 @scoped(Scope.VHOST)
@@ -61,6 +56,6 @@ async def post_verify(request: web.Request) -> web.Response:
     """Check every local committed chunk of the stream now, then report."""
     check_permission(request, "configure", request.match_info["vhost"],
                      request.match_info["name"], "stream")
-    core, stream = state_of(request).core, _stream(request)
+    core, stream = state_of(request).core, stream_of(request)
     await core.scrubber.verify(stream)
     return web.json_response(verify_report(stream, core.scrubber.rate))

@@ -5,17 +5,20 @@ expression on the name, and `apply-to`) and a definition of keys. Of the policie
 match an object, one applies: the highest priority; between equal priorities the first by
 name (RabbitMQ sorts the matches with a stable sort of its name-ordered table). An
 operator policy is chosen the same way, and its keys combine with the policy's: for a key
-both set, the smaller value (`merged_definition`).
+both set, the smaller value (`merged_definition`). Patterns are RE2's (`broker/patterns.py`):
+one a backtracking engine alone can match is refused when given; one stored before that
+rule matches nothing, and says so in the log.
 """
 
 from __future__ import annotations
 
-import re
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.patterns import NamePattern, name_pattern
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.table_mode import TABLE_POLICY_KEY, is_table_format
 
@@ -33,6 +36,7 @@ APPLY_TO: Mapping[str, frozenset[str]] = {
 }
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+log = logging.getLogger("mainstem.broker")
 
 
 Check = Callable[[Any], bool]
@@ -88,13 +92,14 @@ class Policy:
     priority: int = 0
     apply_to: str = "all"
     kind: str = POLICY
-    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _compiled: NamePattern | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_regex", re.compile(self.pattern))
+        object.__setattr__(self, "_compiled", _stored_pattern(self))
 
     def matches(self, name: str, what: str) -> bool:
-        return what in APPLY_TO[self.apply_to] and self._regex.search(name) is not None
+        return (what in APPLY_TO[self.apply_to] and self._compiled is not None
+                and self._compiled.search(name))
 
     def row(self) -> dict[str, Any]:
         """The catalog's and the API's shape (without vhost and name)."""
@@ -109,10 +114,9 @@ def parse_policy(kind: str, vhost: str, name: str, body: Mapping[str, Any]) -> P
     if not isinstance(pattern, str):
         raise InvalidArgument("Validation failed\n\npattern is mandatory and must be a string")
     try:
-        re.compile(pattern)
-    except re.error as error:
-        raise InvalidArgument(f"Validation failed\n\n{pattern!r} is not a valid regex:"
-                              f" {error}") from None
+        name_pattern(pattern, "pattern")
+    except InvalidArgument as error:
+        raise InvalidArgument(f"Validation failed\n\n{error}") from None
     apply_to = body.get("apply-to", "all")
     if apply_to not in APPLY_TO:
         raise InvalidArgument(f"Validation failed\n\n\"{apply_to}\" is not a valid apply-to"
@@ -128,6 +132,18 @@ def parse_policy(kind: str, vhost: str, name: str, body: Mapping[str, Any]) -> P
         raise InvalidArgument("Validation failed\n\ndefinition must be a non-empty JSON object")
     _check_definition(kind, definition)
     return Policy(vhost, name, pattern, dict(definition), priority, apply_to, kind)
+
+
+def _stored_pattern(policy: Policy) -> NamePattern | None:
+    """The policy's pattern compiled; None (it matches nothing) for one stored before RE2
+    refused what it cannot match (parse_policy checks every pattern given now)."""
+    try:
+        return name_pattern(policy.pattern, "pattern")
+    except InvalidArgument as error:
+        log.warning("policy.pattern_refused", extra={
+            "kind": policy.kind, "vhost": policy.vhost, "policy": policy.name,
+            "reason": error.message})
+        return None
 
 
 def _check_definition(kind: str, definition: Mapping[str, Any]) -> None:

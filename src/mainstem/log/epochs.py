@@ -4,13 +4,24 @@ part.
 
 Each chunk's header records the epoch of the leader that wrote it and epochs never
 decrease along a log, so the chunks themselves are the cache: found by their index,
-searched by their headers. Only local chunks are searched: tiered ones are committed on
-every replica, so no two logs part there.
+searched by their headers. A tiered segment's epochs come with its record (where each
+epoch begins), so the tier is never read for them: a replica whose divergent tail lies
+where its leader's log is tiered finds where they part as anywhere else.
 """
 
 from __future__ import annotations
 
+from mainstem.log.segment_file import Segment
 from mainstem.log.segments import Segments
+from mainstem.log.tiered_segment import TieredSegment
+
+
+def chunk_epoch(segment: Segment, i: int) -> int | None:
+    """The epoch of a segment's chunk i: its header's, or a tiered one's record's (None
+    when that record predates epochs)."""
+    if isinstance(segment, TieredSegment):
+        return segment.record.epoch_of(segment.index.chunk_ids[i])
+    return segment.read_header(i).epoch
 
 
 class Epochs:
@@ -26,20 +37,20 @@ class Epochs:
         """The epoch of the chunk that starts at `chunk_id`; None when none does."""
         segments = self._segments
         found = segments.find(chunk_id) if segments[0].first_chunk_id <= chunk_id else None
-        if found is None or found[0].index.chunk_ids[found[1]] != chunk_id or found[0].tiered:
+        if found is None or found[0].index.chunk_ids[found[1]] != chunk_id:
             return None
-        return found[0].read_header(found[1]).epoch
+        return chunk_epoch(*found)
 
     def end_of(self, epoch: int) -> int:
         """Where the records of epochs up to `epoch` end: the first chunk of a later epoch,
         or the end of the log. Epochs never decrease, so a binary search finds it."""
-        chunks = [(segment, i) for segment in self._segments.local
+        chunks = [(segment, i) for segment in self._segments
                   for i in range(segment.num_chunks)]
         low, high = 0, len(chunks)
         while low < high:
             middle = (low + high) // 2
             segment, i = chunks[middle]
-            if segment.read_header(i).epoch <= epoch:
+            if (chunk_epoch(segment, i) or 0) <= epoch:  # an old record's: long committed
                 low = middle + 1
             else:
                 high = middle

@@ -518,11 +518,17 @@ class Partition:
         segment = self._segments.cut_from(offset)
         self.next_offset, self.next_byte = segment.next_offset, segment.next_byte
         self._last_chunk_id, self._last_timestamp = self._segments.last_chunk()
-        self.writers = WriterState.recover(self._segments)
         self.commits.cut(self.next_offset, self._last_chunk_id, self.next_byte)
         self._commit = GroupCommit(self._commit.policy, self._sync_dirty,
                                    self.commits.reached_disk, durable=self.next_offset,
                                    timings=self._commit.timings)
+        self.recover_writers()
+
+    def recover_writers(self) -> None:
+        """Writer sequences as of the tail, from its chunks' trailers. After a cut that
+        leaves the tail in a tiered segment, its chunks must be fetched first: NotFetched
+        then, and this is called again once they are (`tiered_segment.fetching`)."""
+        self.writers = WriterState.recover(self._segments)
 
     # -- retention -----------------------------------------------------------
 

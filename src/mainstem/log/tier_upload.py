@@ -44,10 +44,26 @@ class TieredRecord:
     index_size: int
     index_crc: int
     version: int  # the segment file's layout
+    # (first chunk id, epoch) where each leader epoch of its chunks begins, oldest first:
+    # a replica compares epochs in the tier without reading it. Empty in older records.
+    epochs: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:  # as read back from JSON: lists
+        object.__setattr__(self, "epochs", tuple((int(c), int(e)) for c, e in self.epochs))
 
     @property
     def index_key(self) -> str:
         return index_key(self.key)
+
+    def epoch_of(self, chunk_id: int) -> int | None:
+        """The epoch of the chunk starting at `chunk_id` in this segment; None when the
+        record predates epochs."""
+        found = None
+        for first, epoch in self.epochs:
+            if first > chunk_id:
+                break
+            found = epoch
+        return found
 
 
 def segment_key(prefix: str, first_chunk_id: int, epoch: int) -> str:
@@ -87,7 +103,18 @@ async def upload_segment(tier: Tier, segment: Segment, key: str) -> TieredRecord
     await verify(tier, index_key(key), len(content), index_crc)
     return TieredRecord(key, segment.first_chunk_id, segment.next_offset, segment.first_byte,
                         segment.next_byte, index.timestamps[0], index.timestamps[-1], size,
-                        local_crc, len(content), index_crc, segment.version)
+                        local_crc, len(content), index_crc, segment.version,
+                        epoch_starts(segment))
+
+
+def epoch_starts(segment: Segment) -> tuple[tuple[int, int], ...]:
+    """(first chunk id, epoch) where each epoch of the segment's chunks begins."""
+    starts: list[tuple[int, int]] = []
+    for i, chunk_id in enumerate(segment.index.chunk_ids):
+        epoch = segment.read_header(i).epoch
+        if not starts or starts[-1][1] != epoch:
+            starts.append((chunk_id, epoch))
+    return tuple(starts)
 
 
 async def verify(tier: Tier, key: str, size: int, crc: int) -> None:

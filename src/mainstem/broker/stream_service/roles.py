@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mainstem.log.partition import Partition, WrittenChunk
-from mainstem.log.tiered_segment import fetching
+from mainstem.log.tiered_segment import NotFetched, fetching
 
 DurableCallback = Callable[[int], None]
 
@@ -97,6 +97,11 @@ class Following(_Role):
         self._partition.append_chunk(raw, opens_segment)
         self.commit_to(commit)
 
-    def truncate_from(self, offset: int) -> None:
-        """Drop this log's divergent tail from `offset` on: the leader never committed it."""
-        self._partition.truncate_from(offset)
+    async def truncate_from(self, offset: int) -> None:
+        """Drop this log's divergent tail from `offset` on: the leader never committed it.
+        The writer sequences come from the new tail, fetched first if it is tiered."""
+        try:
+            self._partition.truncate_from(offset)
+        except NotFetched as missing:
+            await missing.fetch()
+            await fetching(self._partition.recover_writers)

@@ -69,7 +69,7 @@ async def _agree(following: Following, hello: wire.Hello, reader: asyncio.Stream
             log.info("replica.truncated", extra={
                 "partition": following.name, "from": cut, "dropped":
                 following.next_offset - cut})
-            following.truncate_from(cut)
+            await following.truncate_from(cut)
             continue
         raise Refused(body.decode(errors="replace"))
     raise wire.WireError("the leader kept asking to truncate")

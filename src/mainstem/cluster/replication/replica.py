@@ -125,6 +125,10 @@ class PartitionRole:
                 log.warning("replica.etcd_unreachable", extra={
                     "stream": self.storage, "partition": self.index, "error": str(error)})
                 await asyncio.sleep(0.5)
+            except Exception as error:  # never a silent end: the replica would stop here
+                log.exception("replica.failed", extra={
+                    "stream": self.storage, "partition": self.index, "error": repr(error)})
+                await asyncio.sleep(1.0)
 
     async def _read_state(self) -> None:
         for kind in ("leaders", "isr", "epochs"):
