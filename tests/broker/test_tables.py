@@ -22,6 +22,7 @@ from rstream.exceptions import ServerError
 from mainstem import Broker
 from mainstem.config import ServerConfig
 from mainstem.testing import ThreadedBroker
+from tests.admin.test_prometheus import scrape
 from tests.broker.test_tiering import connect, tiered_config
 from tests.log.tiering import BUCKET, KEYS, moto_s3
 from tests.support.readme import README, readme_python_blocks
@@ -272,3 +273,27 @@ async def test_a_deleted_streams_table_goes_and_a_new_one_starts_clean(tmp_path:
     assert values == [f"body-{i}".encode() for i in range(500, 550)]
     rows = StaticTable.from_metadata(table["metadata_location"]).scan().to_arrow()
     assert rows.column("value").to_pylist() == values
+
+
+async def test_the_lag_shows_in_the_api_and_the_metrics_until_a_round_writes(
+        tmp_path: Path) -> None:
+    config = tiered_config(tmp_path / "data", tmp_path / "tier")
+    assert config.tiering is not None
+    rare = dataclasses.replace(config.tiering, check_interval_ms=3_600_000)  # one round
+    async with Broker(config=dataclasses.replace(config, tiering=rare)) as broker:
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.create_stream("lagging", arguments={"table": "parquet"})
+        await publish(broker, "lagging", 0, 150)
+        tables = broker.core.tables
+        assert tables is not None
+        assert (await table_of(broker, "lagging"))["lag"] == 150
+        lag = ("mainstem_table_lag_records", frozenset({"vhost": "/", "stream": "lagging"}.items()))
+        metrics = await scrape(broker.ports["prometheus"], "/metrics/per-object")
+        assert metrics[lag] == 150
+        assert await tables.round() == 1
+        row = await table_of(broker, "lagging")
+        assert (row["lag"], row["ends"]) == (0, [150])
+        metrics = await scrape(broker.ports["prometheus"], "/metrics/per-object")
+        assert metrics[lag] == 0
+        assert metrics["mainstem_table_rows_total", frozenset()] == 150
+        assert metrics["mainstem_table_files_total", frozenset()] == 1
