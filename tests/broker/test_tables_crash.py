@@ -60,7 +60,9 @@ def set_back_the_head(data: Path, tier: Path) -> None:
     metadata = sorted((tier / "tables" / DIRECTORY / "metadata").glob("*.metadata.json"))
     first = next(path for path in metadata if json.loads(path.read_text())["snapshots"])
     with sqlite3.connect(data / "catalog.sqlite") as db:
-        db.execute("UPDATE table_heads SET metadata_location = ?", (first.as_uri(),))
+        db.execute("DELETE FROM table_heads")
+        db.execute("INSERT INTO table_heads (namespace, stream, version, metadata_location)"
+                   " VALUES ('/', 'crash', 0, ?)", (first.as_uri(),))
 
 
 async def table_row(admin: int) -> dict[str, Any]:

@@ -78,6 +78,7 @@ FencedListener = Callable[[str, tuple[Any, ...], dict[str, Any] | None, Fence],
                           Awaitable[bool]]
 TIERED_SEGMENT = "tiered_segment"
 TABLE_FILE = "table_file"
+TABLE_HEAD = "table_head"
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
 
 Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
@@ -244,8 +245,8 @@ _MIGRATIONS: tuple[Migration, ...] = (
     );
     """),
     # 11: streams as tables (broker/tables.py): one row per Parquet data file the table
-    # holds, the commit point of a table write (shared, written under the leader's fence);
-    # and where this node's Iceberg metadata of each table stands (its own).
+    # holds, the commit point of a table write; and each version of the table's Iceberg
+    # metadata, the newest its head (both shared, written once under the leader's fence).
     _script("""
     CREATE TABLE table_files (
         namespace TEXT NOT NULL, stream TEXT NOT NULL, partition INTEGER NOT NULL,
@@ -254,8 +255,9 @@ _MIGRATIONS: tuple[Migration, ...] = (
         FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
     );
     CREATE TABLE table_heads (
-        namespace TEXT NOT NULL, stream TEXT NOT NULL, metadata_location TEXT NOT NULL,
-        PRIMARY KEY (namespace, stream),
+        namespace TEXT NOT NULL, stream TEXT NOT NULL, version INTEGER NOT NULL,
+        metadata_location TEXT NOT NULL,
+        PRIMARY KEY (namespace, stream, version),
         FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
     );
     """),
@@ -593,6 +595,8 @@ class Catalog(ChangeNotifier):
                 self.add_tiered(key[0], key[1], int(key[2]), TieredRecord(**row))
         elif kind == TABLE_FILE and row is not None:
             self.add_table_file(key[0], key[1], int(key[2]), TableFile(**row))
+        elif kind == TABLE_HEAD and row is not None:
+            self.add_table_head(key[0], key[1], int(key[2]), row["metadata_location"])
         elif kind == "offset":
             if row is None:
                 self.delete_offset(key[0], key[1], int(key[2]), key[3])
@@ -866,17 +870,27 @@ class Catalog(ChangeNotifier):
                         (namespace, stream, partition))
         return None if row is None or row[0] is None else int(row[0])
 
-    def table_head(self, namespace: str, stream: str) -> str | None:
-        """Where this node's newest Iceberg metadata of the stream's table is."""
-        row = self._row("SELECT metadata_location FROM table_heads WHERE namespace = ? AND"
-                        " stream = ?", (namespace, stream))
-        return None if row is None else str(row[0])
+    def table_head(self, namespace: str, stream: str) -> tuple[int, str] | None:
+        """The newest version of the stream's Iceberg metadata and where it is."""
+        row = self._row("SELECT version, metadata_location FROM table_heads WHERE"
+                        " namespace = ? AND stream = ? ORDER BY version DESC LIMIT 1",
+                        (namespace, stream))
+        return None if row is None else (int(row[0]), str(row[1]))
 
-    def set_table_head(self, namespace: str, stream: str, location: str) -> None:
-        self._write("INSERT INTO table_heads (namespace, stream, metadata_location)"
-                    " VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET"
-                    " metadata_location = excluded.metadata_location",
-                    (namespace, stream, location))
+    async def record_table_head(self, namespace: str, stream: str, version: int,
+                                location: str, fence: Fence | None) -> None:
+        """A new version of the table's Iceberg metadata: in a cluster written once,
+        under the leader's `fence` (FencedOut if it no longer leads, or another node
+        wrote this version: Iceberg's compare-and-swap of the current metadata)."""
+        await self._fenced(TABLE_HEAD, (namespace, stream, str(version)),
+                           {"metadata_location": location}, fence)
+        self.add_table_head(namespace, stream, version, location)
+
+    def add_table_head(self, namespace: str, stream: str, version: int, location: str
+                       ) -> None:
+        self._write("INSERT INTO table_heads (namespace, stream, version, metadata_location)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (namespace, stream, version, location))
 
     # -- this node's tier bookkeeping ----------------------------------------------------
 

@@ -12,9 +12,11 @@ the server so the broker does not import the Spark floor), and written as one Pa
 - committed by its record in the catalog (`Catalog.record_table_file`, in a cluster under
   the leader's fence): the record is the table's commit point, and the table's end for
   the partition is the last record's `next_offset`, so no record is written twice;
-- then added to the Iceberg table (pyiceberg's `add_files`; the metadata written by the
-  node leading partition 0). The Iceberg metadata is rolled forward from the records: a
-  record whose file is not in it yet (a crash between the two) is added in the next round.
+- then added to the Iceberg table (pyiceberg's `add_files`) by the node leading
+  partition 0, whose new metadata location is recorded as the table's next head version
+  (`Catalog.record_table_head`, under partition 0's fence). The Iceberg metadata is rolled
+  forward from the records: a record whose file is not in it yet (a crash between the
+  two) is added in the next round.
 
 A file not committed (a failed put, a fenced record) goes through the tier's durable
 garbage queue, as an unrecorded upload does. Retention of tables (snapshot expiry) and
@@ -156,7 +158,8 @@ class Tables:
         return f"{self._root}/{self._prefix(stream)}"
 
     def metadata_location(self, stream: Stream) -> str | None:
-        return self._catalog.table_head(stream.namespace, stream.name)
+        head = self._catalog.table_head(stream.namespace, stream.name)
+        return None if head is None else head[1]
 
     # -- the rounds ------------------------------------------------------------------
 
@@ -256,6 +259,8 @@ class Tables:
         if not files:
             return  # the metadata is made with the first file, on an owned tier
         await self._tiering.check_marker()
+        fence = stream.services[0].fence
+        head = self._catalog.table_head(stream.namespace, stream.name)
         table, held = await self._in_thread(self._head, stream)
         missing = [f"{self._root}/{file.key}" for file in files
                    if f"{self._root}/{file.key}" not in held]
@@ -263,9 +268,17 @@ class Tables:
             return
         await self._in_thread(table.add_files, missing)
         held.update(missing)
-        if self._streams.find(stream.namespace, stream.name) is stream:  # not deleted since
-            self._catalog.set_table_head(stream.namespace, stream.name,
-                                         table.metadata_location)
+        if self._streams.find(stream.namespace, stream.name) is not stream:
+            return  # deleted since: its objects go with it
+        version = 0 if head is None else head[0] + 1
+        try:
+            await self._catalog.record_table_head(stream.namespace, stream.name, version,
+                                                  table.metadata_location, fence)
+        except FencedOut as error:  # another node leads: its head holds, read it again
+            self.stats.fenced += 1
+            self._heads.pop(stream.directory.name, None)
+            log.warning("table.commit_fenced", extra={"stream": stream.name,
+                                                      "error": str(error)})
 
     def _head(self, stream: Stream) -> tuple[Table, set[str]]:
         """The stream's Iceberg table as this node last committed it (made, without

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any
 
 from mainstem.broker import layout
-from mainstem.broker.catalog import TABLE_FILE, TIERED_SEGMENT
+from mainstem.broker.catalog import TABLE_FILE, TABLE_HEAD, TIERED_SEGMENT
 from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
@@ -459,7 +459,7 @@ class ClusterNode:
         # under its name records its own (its objects' keys are new ones).
         await self.replicated.unclaim(storage, record["partitions"], *(
             delete_prefix(prefix(CATALOG_AREA, kind, namespace, name))
-            for kind in (TIERED_SEGMENT, TABLE_FILE)))
+            for kind in (TIERED_SEGMENT, TABLE_FILE, TABLE_HEAD)))
         self._drop_stream(storage)
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:
