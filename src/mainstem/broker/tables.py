@@ -57,7 +57,7 @@ log = logging.getLogger("mainstem.tables")
 RowMapping = Callable[[Iterable[Chunk], str, int, int, int], Iterator[pa.RecordBatch]]
 PREFIX = "tables"
 NAMESPACE = "mainstem"
-FILE_BYTES = 64 << 20  # chunk bytes per data file at most: one file a round per partition
+FILE_BYTES = 64 << 20  # chunk bytes per data file at most (bounds a write's memory)
 ROW_GROUP_ROWS = 1 << 20  # large row groups: scans read few, skip by statistics
 # Columns with few distinct values; a dictionary for bodies costs CPU and rarely pays
 # (measured: a third of the Parquet encoding's time with it on every column)
@@ -79,7 +79,7 @@ class TableStats:
     rows: int = 0
     bytes: int = 0
     errors: int = 0  # failed rounds
-    fenced: int = 0  # files not committed: another node led
+    fenced: int = 0  # files or head versions not committed: another node led
     last_error: str | None = None
 
 
@@ -93,11 +93,12 @@ class Tables:
         self._rows = rows.batches
         self._schema = rows.schema
         self._root, self._properties = _warehouse(tiering)
-        # pyiceberg is blocking: one thread of its own, in which its catalog (in memory:
-        # the heads are in ours) is made, so that it is one
+        # pyiceberg is blocking: one thread of its own, in which its catalog is made (in
+        # memory: the head versions are in ours), so that the thread's is the one
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="tables")
         self._iceberg: SqlCatalog | None = None
-        self._heads: dict[str, tuple[Table, set[str]]] = {}  # by directory: its files
+        # the Iceberg tables as last read or committed, by directory, with their files
+        self._heads: dict[str, tuple[Table, set[str]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._forgetting: set[asyncio.Task[None]] = set()
         # a deleted stream's objects are listed between rounds, never during one (which
