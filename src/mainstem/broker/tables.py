@@ -34,13 +34,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.table import Table
 
 from mainstem.broker.catalog import Catalog, TableFile
 from mainstem.broker.fence import FencedOut
@@ -49,6 +46,10 @@ from mainstem.broker.streams import Stream, StreamStore
 from mainstem.broker.table_mode import table_format
 from mainstem.broker.tiering import TIER_ERRORS, Tiering
 from mainstem.formats.chunk import Chunk
+
+if TYPE_CHECKING:  # pyiceberg's catalog takes half a second to import: on first use only
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
 
 log = logging.getLogger("mainstem.tables")
 
@@ -290,6 +291,7 @@ class Tables:
             return found
         identifier = (NAMESPACE, name)
         iceberg = self._catalog_here()
+        from pyiceberg.exceptions import NoSuchTableError  # see TYPE_CHECKING above
         with contextlib.suppress(NoSuchTableError):
             iceberg.drop_table(identifier)  # another metadata location: read it again
         head = self.metadata_location(stream)
@@ -306,6 +308,7 @@ class Tables:
 
     def _catalog_here(self) -> SqlCatalog:
         if self._iceberg is None:
+            from pyiceberg.catalog.sql import SqlCatalog  # see TYPE_CHECKING above
             self._iceberg = SqlCatalog(NAMESPACE, uri="sqlite:///:memory:",
                                        warehouse=f"{self._root}/{PREFIX}", **self._properties)
             self._iceberg.create_namespace(NAMESPACE)
