@@ -27,6 +27,7 @@ from urllib.parse import quote
 from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
+from mainstem.broker.tables import TableRows
 from mainstem.cluster.node import ClusterNode
 from mainstem.config import ADMIN, PROMETHEUS, ListenerConfig, ServerConfig, default_workers
 from mainstem.handshakes import AcceptRate, Handshakes
@@ -36,6 +37,7 @@ from mainstem.protocols import all_protocols
 from mainstem.protocols.base import ConnectionContext, ProtocolSpec
 from mainstem.protocols.registry import ConnectionRegistry, socket_traffic
 from mainstem.protocols.sniff import HEAD_SIZE, identify
+from mainstem.spark.records import ARROW_SCHEMA, record_batches
 from mainstem.tls import server_context
 from mainstem.workers import Workers
 
@@ -184,7 +186,8 @@ class Broker:
         self._accept_rate = AcceptRate(self.config.accept_rate_per_address,
                                        self.config.accept_burst_per_address)
         try:
-            self._core = await BrokerCore.open(self.data_dir, self.config.core_settings())
+            self._core = await BrokerCore.open(self.data_dir, self.config.core_settings(),
+                                               TableRows(record_batches, ARROW_SCHEMA))
             self._declare_projections()
             workers = self.config.workers
             if workers is None:

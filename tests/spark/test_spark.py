@@ -10,7 +10,6 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import bson
 import mmh3
@@ -41,6 +40,7 @@ from mainstem.spark.projection import fold_documents
 from mainstem.spark.records import record_batches
 from mainstem.spark.source import StreamReader, StreamWriter, publish_rows
 from mainstem.testing import ThreadedBroker
+from tests.support.readme import README, readme_python_blocks
 
 pytestmark = pytest.mark.spark
 
@@ -462,17 +462,6 @@ def test_the_sink_routes_by_topic_column_and_refuses_overwrite(spark, broker) ->
                                         'ever appended to; use mode\\("append"\\)'):
         write(rows, "overwrite")
     assert (len(stored("to-a")), len(stored("to-b"))) == (2, 4)
-
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def readme_python_blocks(section: str) -> list[str]:
-    """The ```python blocks of a README section (from its ## heading to the next)."""
-    text = README.read_text()
-    body = text[text.index(f"## {section}"):]
-    body = body[:body.find("\n## ", 3)]
-    return re.findall(r"```python\n(.*?)```", body, re.DOTALL)
 
 
 def test_the_readme_spark_examples_run(spark, tmp_path, monkeypatch) -> None:

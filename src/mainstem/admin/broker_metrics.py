@@ -185,6 +185,26 @@ class BrokerCollector:
         yield CounterMetricFamily("mainstem_tier_fenced",
                                   "Tier records refused: another node led the partition",
                                   value=stats.fenced)
+        yield from self._tables()
+
+    def _tables(self) -> Iterator[Metric]:
+        """Streams written as tables: each one's lag, and the writer's counters."""
+        tables = self._state.core.tables
+        if tables is None:
+            return
+        yield self._scope.family(
+            GaugeMetricFamily, "mainstem_table_lag_records",
+            "Records committed in the stream and not yet in its table", ["vhost", "stream"],
+            [([s.namespace, s.name], tables.lag(s)) for s in tables.table_streams()])
+        stats = tables.stats
+        yield CounterMetricFamily("mainstem_table_files", "Table data files committed",
+                                  value=stats.files)
+        yield CounterMetricFamily("mainstem_table_rows", "Rows written to tables",
+                                  value=stats.rows)
+        yield CounterMetricFamily("mainstem_table_bytes", "Bytes of table data files",
+                                  value=stats.bytes)
+        yield CounterMetricFamily("mainstem_table_errors", "Failed table write rounds",
+                                  value=stats.errors)
 
     def _binders(self) -> Iterator[Metric]:
         core = self._state.core

@@ -1,6 +1,6 @@
 """GET /api/tiering (mainstem's own; RabbitMQ has no tier): the broker's tier, its
-counters, and every stream partition's extents (`tier_extents`) with its tiered segments'
-records."""
+counters, every stream partition's extents (`tier_extents`) with its tiered segments'
+records, and the streams written as tables (`broker/tables.py`) with their lag."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from mainstem.admin.tier_extents import partition_extent
 from mainstem.broker.errors import NotFound
 
 if TYPE_CHECKING:
+    from mainstem.broker.tables import Tables
     from mainstem.broker.tiering import Tiering
 
 routes = web.RouteTableDef()
@@ -44,4 +45,18 @@ async def get_tiering(request: web.Request) -> web.Response:
         for stream in core.streams.list(vhost)
         for index, partition in enumerate(stream.services)]
     return web.json_response({**tier_summary(core.tiering),
-                              "partitions": partitions})
+                              "partitions": partitions,
+                              "tables": table_rows(core.tables, vhost)})
+
+
+def table_rows(tables: Tables | None, vhost: str | None) -> list[dict[str, Any]]:
+    """Each table stream's table: where it is, its Iceberg metadata, its lag in records
+    (committed in the stream, not yet in the table) and each partition's end."""
+    if tables is None:
+        return []
+    return [{"vhost": stream.namespace, "stream": stream.name,
+             "location": tables.location(stream),
+             "metadata_location": tables.metadata_location(stream),
+             "lag": tables.lag(stream),
+             "ends": [tables.table_end(stream, i) for i in range(len(stream.services))]}
+            for stream in tables.table_streams() if vhost in (None, stream.namespace)]

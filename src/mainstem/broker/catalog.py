@@ -86,6 +86,8 @@ TIERED_SEGMENT = "tiered_segment"
 TOPIC_PERMISSION = "topic_permission"
 # One change of a catalog kind, as `ChangeListener` is told it: (kind, key, row or None).
 Change = tuple[str, tuple[Any, ...], dict[str, Any] | None]
+TABLE_FILE = "table_file"
+TABLE_HEAD = "table_head"
 SHARE_WAIT_S = 30.0  # a client's answer waits this long for the cluster's store
 
 Migration = Callable[[sqlite3.Connection, Path], None]  # (connection, data directory)
@@ -266,6 +268,23 @@ _MIGRATIONS: tuple[Migration, ...] = (
         PRIMARY KEY (user, namespace, exchange)
     );
     """),
+    # 13: streams as tables (broker/tables.py): one row per Parquet data file the table
+    # holds, the commit point of a table write; and each version of the table's Iceberg
+    # metadata, the newest its head (both shared, written once under the leader's fence).
+    _script("""
+    CREATE TABLE table_files (
+        namespace TEXT NOT NULL, stream TEXT NOT NULL, partition INTEGER NOT NULL,
+        first_offset INTEGER NOT NULL, record TEXT NOT NULL,
+        PRIMARY KEY (namespace, stream, partition, first_offset),
+        FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
+    );
+    CREATE TABLE table_heads (
+        namespace TEXT NOT NULL, stream TEXT NOT NULL, version INTEGER NOT NULL,
+        metadata_location TEXT NOT NULL,
+        PRIMARY KEY (namespace, stream, version),
+        FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
+    );
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 # A limit's kind -> (its table, the column naming what it limits)
@@ -320,6 +339,18 @@ class StreamRecord:
     partitions: int
     arguments: dict[str, Any]  # a fresh copy per read: mutating it changes nothing stored
     created_at: float  # Unix time, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class TableFile:
+    """A Parquet data file of a stream's table: the partition's records in
+    [first_offset, next_offset), under a key no other write makes."""
+
+    key: str
+    first_offset: int
+    next_offset: int
+    rows: int
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,6 +668,10 @@ class Catalog(ChangeNotifier):
                 self.delete_tiered(key[0], key[1], int(key[2]), int(key[3]))
             else:
                 self.add_tiered(key[0], key[1], int(key[2]), TieredRecord(**row))
+        elif kind == TABLE_FILE and row is not None:
+            self.add_table_file(key[0], key[1], int(key[2]), TableFile(**row))
+        elif kind == TABLE_HEAD and row is not None:
+            self.add_table_head(key[0], key[1], int(key[2]), row["metadata_location"])
         elif kind == "offset":
             if row is None:
                 self.delete_offset(key[0], key[1], int(key[2]), key[3])
@@ -871,13 +906,86 @@ class Catalog(ChangeNotifier):
                    (namespace, stream, partition, first_chunk_id))
 
     def any_tiered(self) -> bool:
-        """Whether any segment is recorded as tiered."""
-        return self._row("SELECT 1 FROM tiered_segments LIMIT 1", ()) is not None
+        """Whether any object is recorded in the tier: a tiered segment or a table's file."""
+        return self._row("SELECT 1 FROM tiered_segments UNION ALL SELECT 1 FROM table_files"
+                         " LIMIT 1", ()) is not None
 
     def names_tiered(self, key: str) -> bool:
         """Whether a record names the object `key` (a segment or its index)."""
         return self._row("SELECT 1 FROM tiered_segments WHERE json_extract(record, '$.key')"
                          " = ? LIMIT 1", (segment_key_of(key),)) is not None
+
+    def names_object(self, key: str) -> bool:
+        """Whether a record names the tier object `key`: a tiered segment's or a table's
+        data file."""
+        return self.names_tiered(key) or self._row(
+            "SELECT 1 FROM table_files WHERE json_extract(record, '$.key') = ? LIMIT 1",
+            (key,)) is not None
+
+    # -- tables --------------------------------------------------------------------------
+
+    async def record_table_file(self, namespace: str, stream: str, partition: int,
+                                file: TableFile, fence: Fence | None) -> None:
+        """Commit a written data file to the table: in a cluster once, under the leader's
+        `fence` (FencedOut otherwise); here with the end of its upload, in one transaction,
+        so a crash leaves it either committed or an upload to discard."""
+        key = (namespace, stream, str(partition), str(file.first_offset))
+        await self._fenced(TABLE_FILE, key, dataclasses.asdict(file), fence)
+        with self._transaction() as db:
+            self._insert_table_file(db, namespace, stream, partition, file)
+            db.execute("DELETE FROM tier_uploads WHERE key = ?", (file.key,))
+
+    def add_table_file(self, namespace: str, stream: str, partition: int,
+                       file: TableFile) -> None:
+        """Store a data file's record another node committed."""
+        with self._transaction() as db:
+            self._insert_table_file(db, namespace, stream, partition, file)
+
+    @staticmethod
+    def _insert_table_file(db: sqlite3.Connection, namespace: str, stream: str,
+                           partition: int, file: TableFile) -> None:
+        db.execute("INSERT INTO table_files (namespace, stream, partition, first_offset,"
+                   " record) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                   (namespace, stream, partition, file.first_offset,
+                    json.dumps(dataclasses.asdict(file))))
+
+    def table_files(self, namespace: str, stream: str) -> dict[int, list[TableFile]]:
+        """A stream's committed data files by partition, oldest first."""
+        found: dict[int, list[TableFile]] = {}
+        for partition, record in self._rows(
+                "SELECT partition, record FROM table_files WHERE namespace = ? AND stream = ?"
+                " ORDER BY partition, first_offset", (namespace, stream)):
+            found.setdefault(partition, []).append(TableFile(**json.loads(record)))
+        return found
+
+    def table_end(self, namespace: str, stream: str, partition: int) -> int | None:
+        """Where the partition's committed table files end; None: no file yet."""
+        row = self._row("SELECT max(json_extract(record, '$.next_offset')) FROM table_files"
+                        " WHERE namespace = ? AND stream = ? AND partition = ?",
+                        (namespace, stream, partition))
+        return None if row is None or row[0] is None else int(row[0])
+
+    def table_head(self, namespace: str, stream: str) -> tuple[int, str] | None:
+        """The newest version of the stream's Iceberg metadata and where it is."""
+        row = self._row("SELECT version, metadata_location FROM table_heads WHERE"
+                        " namespace = ? AND stream = ? ORDER BY version DESC LIMIT 1",
+                        (namespace, stream))
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    async def record_table_head(self, namespace: str, stream: str, version: int,
+                                location: str, fence: Fence | None) -> None:
+        """A new version of the table's Iceberg metadata: in a cluster written once,
+        under the leader's `fence` (FencedOut if it no longer leads, or another node
+        wrote this version: Iceberg's compare-and-swap of the current metadata)."""
+        await self._fenced(TABLE_HEAD, (namespace, stream, str(version)),
+                           {"metadata_location": location}, fence)
+        self.add_table_head(namespace, stream, version, location)
+
+    def add_table_head(self, namespace: str, stream: str, version: int, location: str
+                       ) -> None:
+        self._write("INSERT INTO table_heads (namespace, stream, version, metadata_location)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (namespace, stream, version, location))
 
     # -- this node's tier bookkeeping ----------------------------------------------------
 

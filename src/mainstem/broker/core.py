@@ -37,6 +37,7 @@ from mainstem.broker.segment_store import SegmentStore
 from mainstem.broker.settings import CoreSettings
 from mainstem.broker.stream_service import WriteGate
 from mainstem.broker.streams import Stream, StreamStore
+from mainstem.broker.tables import TableRows, Tables
 from mainstem.broker.tiering import Tiering, node_identity
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
@@ -83,9 +84,13 @@ class BrokerCore:
         self._retention_task: asyncio.Task[None] | None = None
         self.cluster: ClusterView | None = None  # set by a node that joins a cluster
         self.tiering: Tiering | None = None  # set by open when a tier is configured
+        self.tables: Tables | None = None  # with a tier, writes streams' tables
 
     @classmethod
-    async def open(cls, data_dir: Path, settings: CoreSettings) -> BrokerCore:
+    async def open(cls, data_dir: Path, settings: CoreSettings,
+                   table_rows: TableRows | None = None) -> BrokerCore:
+        """Open the broker's state; with a tier and `table_rows`, streams declared as
+        tables are written as tables (`broker/tables.py`)."""
         data_dir.mkdir(parents=True, exist_ok=True)
         catalog = Catalog.open(data_dir / "catalog.sqlite")
         try:
@@ -97,6 +102,10 @@ class BrokerCore:
                 await core.tiering.open()
                 if not settings.tiering.clustered:  # a cluster's node starts it once joined
                     core.tiering.start(node_identity(data_dir))
+                if table_rows is not None:  # its rounds wait for the tiering's start
+                    core.tables = Tables(core.tiering, core.streams, catalog, table_rows)
+                    core.tables.start()
+                    core.streams.writes_tables = True
             core.queues.open()
             core.projections.start_all()
             core.scrubber.start()
@@ -114,6 +123,8 @@ class BrokerCore:
                 await self._retention_task
         await self.scrubber.close()
         await self.projections.stop()
+        if self.tables is not None:
+            await self.tables.close()
         if self.tiering is not None:
             await self.tiering.close()
         await self.queues.close()

@@ -20,6 +20,7 @@ from typing import Any
 from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.patterns import NamePattern, name_pattern
 from mainstem.broker.retention import parse_age_ms
+from mainstem.broker.table_mode import TABLE_POLICY_KEY, is_table_format
 
 POLICY, OPERATOR_POLICY = "policy", "operator_policy"
 KINDS = (POLICY, OPERATOR_POLICY)
@@ -73,6 +74,7 @@ _KEYS: Mapping[str, tuple[Check, str]] = {
     "stream-max-segment-size-bytes": (_integer(1), "a valid segment size"),
     "tier-local-max-bytes": (_integer(1), "a valid local size bound"),
     "tier-local-max-age": (_age, "a valid local age bound"),
+    TABLE_POLICY_KEY: (is_table_format, "a valid table format (\"parquet\")"),
     "queue-leader-locator": (lambda v: v in LEADER_LOCATORS,
                              "a valid queue leader locator value"),
     "alternate-exchange": (_text, "a valid alternate exchange name"),

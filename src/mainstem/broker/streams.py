@@ -31,6 +31,7 @@ from mainstem.broker.errors import AlreadyExists, InvalidArgument, NotFound
 from mainstem.broker.policies import NONE_APPLIED, STREAM, Applied
 from mainstem.broker.retention import retention_from_arguments, with_policy
 from mainstem.broker.stream_service import PartitionService, WriteGate
+from mainstem.broker.table_mode import check_table_argument
 from mainstem.log.commit import FsyncTimings
 from mainstem.log.descriptors import DescriptorCache
 from mainstem.log.partition import Partition
@@ -135,6 +136,7 @@ class StreamStore:
         self._leader_watchers: set[LeaderWatcher] = set()
         self.replication: StreamReplication | None = None  # set by a node in a cluster
         self.damage = DamageRegister()  # chunks found damaged, by partition
+        self.writes_tables = False  # set once a tier is there to write tables into
         catalog.policy_watchers.append(self._policies_changed)
 
     def open_all(self) -> None:
@@ -240,6 +242,7 @@ class StreamStore:
         """Raise what `create` would for this stream, creating nothing."""
         self._check_partition_count(partitions)
         retention_from_arguments(arguments, self._default_retention)
+        check_table_argument(arguments, self.writes_tables)
         self._check_names_free(namespace, name, partitions, arguments)
 
     def add_partitions(self, namespace: str, name: str, partitions: int) -> Stream:

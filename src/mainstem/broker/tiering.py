@@ -51,8 +51,8 @@ from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import (
     TieredRecord,
     UploadMismatch,
-    index_key,
     segment_key,
+    upload_objects,
     upload_segment,
 )
 
@@ -153,22 +153,22 @@ class Tiering:
         """Uploads a crash cut short: recorded ones are done, the others' objects (this
         node's own, under keys no other upload makes) go, with a put's temporary file."""
         for key in self._catalog.uploads():
-            if self._catalog.names_tiered(key):
+            if self._catalog.names_object(key):
                 self._catalog.end_upload(key)
             else:
                 self._discard(key, "an upload a crash cut short")
                 with contextlib.suppress(*TIER_ERRORS):
-                    for name in (key, index_key(key)):
+                    for name in upload_objects(key):
                         self.tier.delete_temporary(name)
 
     def _watch(self, stream: Stream, index: int, service: PartitionService) -> None:
         def dropped(record: TieredRecord) -> None:
-            if self._uploads_here(service):  # a follower forgets; its leader deletes
+            if self.leads_here(service):  # a follower forgets; its leader deletes
                 self._spawn(self._expire(stream, index, service.fence, record, "retention"))
 
         service.on_tier_dropped(dropped)
 
-    def _uploads_here(self, service: PartitionService) -> bool:
+    def leads_here(self, service: PartitionService) -> bool:
         """Whether this node uploads the partition's segments: it takes its writes and,
         in a cluster, leads it under a fence."""
         return service.takes_writes and (not self.settings.clustered or
@@ -200,15 +200,15 @@ class Tiering:
         tiered = 0
         for stream in self._streams.list():
             for index, service in enumerate(stream.services):
-                if not self._uploads_here(service):  # a follower: its leader uploads
+                if not self.leads_here(service):  # a follower: its leader uploads
                     await self._follow(stream, index, service)
                     continue
                 for segment in service.tier_candidates():
-                    await self._check_marker()
+                    await self.check_marker()
                     tiered += await self._tier(stream, index, service, segment)
         return tiered
 
-    async def _check_marker(self) -> None:
+    async def check_marker(self) -> None:
         """The tier is the one segments went to (see MARKER), and this node's or cluster's
         own (see OWNER); marked on first use. Looked at once a round, before the round's
         first upload or delete."""
@@ -318,15 +318,18 @@ class Tiering:
     def _forget(self, services: Iterable[PartitionService], reason: str) -> None:
         """Partitions that are gone: their tiered objects go after the grace period (on
         every node that held them: a delete of a gone key is done)."""
-        keys = [key for service in services for record in service.tiered_records
-                for key in (record.key, record.index_key)]
+        self.delete_later([key for service in services for record in service.tiered_records
+                           for key in (record.key, record.index_key)], reason)
+
+    def delete_later(self, keys: Sequence[str], reason: str) -> None:
+        """Objects no record names any longer: deleted after the grace period."""
         if keys:
             self._catalog.add_garbage(keys, self._due_ms(), reason)
             self._pending_changed()
 
     def _discard(self, key: str, reason: str) -> None:
         """An upload of this node's that is not recorded: its objects go at once."""
-        self._catalog.discard_upload(key, (key, index_key(key)), reason)
+        self._catalog.discard_upload(key, upload_objects(key), reason)
         self._pending_changed()
 
     def _due_ms(self) -> int:
@@ -339,8 +342,8 @@ class Tiering:
     async def _delete_due(self) -> None:
         """Delete each object due, unless a record names it (then it is kept, and said)."""
         for key, reason in self._catalog.due_garbage(int(time.time() * 1000)):
-            await self._check_marker()  # a missing mount lists as empty; an owner's
-            if self._catalog.names_tiered(key):
+            await self.check_marker()  # a missing mount lists as empty; an owner's
+            if self._catalog.names_object(key):
                 log.error("tier.delete_refused", extra={"key": key, "reason": reason,
                                                         "error": "a record names it"})
             else:
@@ -363,5 +366,5 @@ class Tiering:
     def upload_lag_bytes(self) -> int:
         """Bytes of local segments past their bounds, waiting for an upload."""
         return sum(segment.size for stream in self._streams.list()
-                   for service in stream.services if self._uploads_here(service)
+                   for service in stream.services if self.leads_here(service)
                    for segment in service.tier_candidates())

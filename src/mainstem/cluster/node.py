@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any
 
 from mainstem.broker import layout
-from mainstem.broker.catalog import TIERED_SEGMENT
+from mainstem.broker.catalog import TABLE_FILE, TABLE_HEAD, TIERED_SEGMENT
 from mainstem.broker.cluster_view import NodeAddress, PartitionStatus, Placement, ReplicaLog
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.errors import AlreadyExists, BrokerError, NotFound
@@ -455,10 +455,11 @@ class ClusterNode:
         record = self.replicated.records.get(storage)
         if record is None:
             raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
-        # Its tiered segments' records go with it: a stream made again under its name
-        # records its own (its objects' keys are new ones; each node deletes the old).
-        await self.replicated.unclaim(storage, record["partitions"], delete_prefix(
-            prefix(CATALOG_AREA, TIERED_SEGMENT, namespace, name)))
+        # Its tiered segments' and table files' records go with it: a stream made again
+        # under its name records its own (its objects' keys are new ones).
+        await self.replicated.unclaim(storage, record["partitions"], *(
+            delete_prefix(prefix(CATALOG_AREA, kind, namespace, name))
+            for kind in (TIERED_SEGMENT, TABLE_FILE, TABLE_HEAD)))
         self._drop_stream(storage)
 
     def placement(self, namespace: str, name: str, index: int) -> Placement | None:

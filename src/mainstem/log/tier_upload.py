@@ -76,6 +76,12 @@ def index_key(key: str) -> str:
     return key.removesuffix(SEGMENT_SUFFIX) + INDEX_SUFFIX
 
 
+def upload_objects(key: str) -> tuple[str, ...]:
+    """The objects an upload to `key` makes: a segment's names its index too; any other
+    upload (a table's data file) is the one object."""
+    return (key, index_key(key)) if key.endswith(SEGMENT_SUFFIX) else (key,)
+
+
 def segment_key_of(key: str) -> str:
     """The segment's key of `key`, a segment's or its index's."""
     return key.removesuffix(INDEX_SUFFIX) + SEGMENT_SUFFIX if key.endswith(INDEX_SUFFIX) else key

@@ -24,6 +24,7 @@ STREAM_ARGUMENTS = {
     "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
     "tier-local-max-bytes": "x-tier-local-max-bytes",
     "tier-local-max-age": "x-tier-local-max-age",
+    "table": "x-table",
 }
 INTEGER_ARGUMENTS = {"x-max-length-bytes", "x-stream-max-segment-size-bytes",
                      "x-tier-local-max-bytes"}

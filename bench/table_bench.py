@@ -1,0 +1,106 @@
+"""Streams as tables: the broker's CPU per published message with the table on and off.
+
+    .venv/bin/python -m bench.table_bench [--messages 200000] [--body 100]
+
+One run: a `mainstem serve` with a directory tier, rstream publishing --messages messages
+of --body bytes (batches of 500, confirms awaited per 50 batches) into a stream declared
+with `table: parquet`, and into one without; each broker's CPU seconds (from /proc) from
+before the first publish until the table has caught up (lag 0 in GET /api/tiering), or
+until the confirms for the plain stream. Prints CPU per message, the ratio, the table's
+lag seen while publishing, and the rows/s DuckDB reads the table at; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from rstream import AMQPMessage, Producer
+
+from bench.broker_process import cpu_seconds, start_server, stop_server
+
+BATCH = 500
+
+
+def tables(admin: int) -> list[dict[str, Any]]:
+    request = urllib.request.Request(f"http://127.0.0.1:{admin}/api/tiering", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(request) as response:
+        rows: list[dict[str, Any]] = json.load(response)["tables"]
+        return rows
+
+
+async def publish(port: int, stream: str, arguments: dict[str, str], messages: int,
+                  body: bytes, admin: int | None) -> int:
+    """Publish; the largest table lag seen between batches (0 without a table)."""
+    worst = 0
+    async with Producer("127.0.0.1", port, username="guest", password="guest") as producer:
+        await producer.create_stream(stream, arguments=arguments)
+        for start in range(0, messages, BATCH):
+            await producer.send_batch(stream, [AMQPMessage(body=body)] * BATCH)
+            if admin is not None and start % (BATCH * 50) == 0:
+                worst = max(worst, *(row["lag"] for row in await asyncio.to_thread(
+                    tables, admin)))
+    return worst
+
+
+def caught_up(admin: int, messages: int) -> dict[str, Any]:
+    for _ in range(6000):
+        row = tables(admin)[0]
+        if row["lag"] == 0 and row["ends"] == [messages]:
+            return row
+        time.sleep(0.05)
+    raise AssertionError("the table never caught up")
+
+
+def run(table: bool, messages: int, body: bytes, root: Path) -> tuple[float, int, float]:
+    """(CPU seconds, worst lag, DuckDB rows/s) of one broker."""
+    data, tier, log = root / "data", root / "tier", root / "server.log"
+    server, ports = start_server(data, log, "--tier-url", str(tier))
+    try:
+        before = cpu_seconds(server.pid)
+        arguments = {"table": "parquet"} if table else {}
+        worst = asyncio.run(publish(ports["stream"], "bench", arguments, messages, body,
+                                    ports["admin"] if table else None))
+        rate = 0.0
+        if table:
+            row = caught_up(ports["admin"], messages)
+        spent = cpu_seconds(server.pid) - before
+        if table:
+            files = row["location"].removeprefix("file://") + "/data/*/*.parquet"
+            started = time.perf_counter()
+            count = duckdb.sql(f"SELECT count(*), sum(octet_length(value)) FROM "
+                               f"read_parquet('{files}')").fetchall()[0][0]
+            rate = count / (time.perf_counter() - started)
+        return spent, worst, rate
+    finally:
+        stop_server(server)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--body", type=int, default=100)
+    args = parser.parse_args()
+    body = b"x" * args.body
+    with tempfile.TemporaryDirectory() as plain_root, \
+            tempfile.TemporaryDirectory() as table_root:
+        plain, _, _ = run(False, args.messages, body, Path(plain_root))
+        with_table, worst, rate = run(True, args.messages, body, Path(table_root))
+    per = 1e6 / args.messages
+    print(f"broker CPU per message: without a table {plain * per:.2f} us, with "
+          f"{with_table * per:.2f} us: {with_table / plain:.2f}x")
+    print(f"worst table lag seen while publishing: {worst} records")
+    print(f"DuckDB count + sum over the table: {rate / 1e6:.2f} M rows/s")
+
+
+if __name__ == "__main__":
+    main()

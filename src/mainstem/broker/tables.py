@@ -1,0 +1,357 @@
+"""Streams as tables (issue 42): a stream declared with `x-table: parquet` is also written,
+in the background, as Parquet data files with Iceberg v2 metadata in the tier, under
+`tables/{stream directory}/` (see docs/tables.md).
+
+Each round, for every partition this node leads (`Tiering.leads_here`, as uploads are
+fenced), the committed records past the table's end are read through the stream service,
+turned into the Spark source's rows (`rows`: `spark.records.record_batches`, handed in by
+the server so the broker does not import the Spark floor), and written as one Parquet file:
+- under a key no other write makes (`{first offset:020}-{epoch}-{random}.parquet`), noted
+  before the put begins (`Catalog.begin_upload`: what a crash leaves of it is deleted at the
+  next start by the tiering's recovery), the put itself atomic (`Tier.put`);
+- committed by its record in the catalog (`Catalog.record_table_file`, in a cluster under
+  the leader's fence): the record is the table's commit point, and the table's end for
+  the partition is the last record's `next_offset`, so no record is written twice;
+- then added to the Iceberg table (pyiceberg's `add_files`) by the node leading
+  partition 0, whose new metadata location is recorded as the table's next head version
+  (`Catalog.record_table_head`, under partition 0's fence). The Iceberg metadata is rolled
+  forward from the records: a record whose file is not in it yet (a crash between the
+  two) is added in the next round.
+
+A file not committed (a failed put, a fenced record) goes through the tier's durable
+garbage queue, as an unrecorded upload does. Retention of tables (snapshot expiry) and
+rebuilding them are later work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mainstem.broker.catalog import Catalog, TableFile
+from mainstem.broker.fence import FencedOut
+from mainstem.broker.stream_service import PartitionService
+from mainstem.broker.streams import Stream, StreamStore
+from mainstem.broker.table_mode import table_format
+from mainstem.broker.tiering import TIER_ERRORS, Tiering
+from mainstem.formats.chunk import Chunk
+
+if TYPE_CHECKING:  # pyiceberg's catalog takes half a second to import: on first use only
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+log = logging.getLogger("mainstem.tables")
+
+# The rows of chunks in [start, end) as the Spark source maps them: (chunks, stream,
+# partition, start, end) -> Arrow batches.
+RowMapping = Callable[[Iterable[Chunk], str, int, int, int], Iterator[pa.RecordBatch]]
+PREFIX = "tables"
+NAMESPACE = "mainstem"
+FILE_BYTES = 64 << 20  # chunk bytes per data file at most (bounds a write's memory)
+ROW_GROUP_ROWS = 1 << 20  # large row groups: scans read few, skip by statistics
+# Columns with few distinct values; a dictionary for bodies costs CPU and rarely pays
+# (measured: a third of the Parquet encoding's time with it on every column)
+DICTIONARY_COLUMNS = ["stream", "topic", "key", "partition", "timestampType"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class TableRows:
+    """How records become a table's rows: the Spark source's mapping and its schema."""
+
+    batches: RowMapping
+    schema: pa.Schema
+
+
+@dataclass(slots=True)
+class TableStats:
+    files: int = 0  # data files committed by this node
+    rows: int = 0
+    bytes: int = 0
+    errors: int = 0  # failed rounds
+    fenced: int = 0  # files or head versions not committed: another node led
+    last_error: str | None = None
+
+
+class Tables:
+    def __init__(self, tiering: Tiering, streams: StreamStore, catalog: Catalog,
+                 rows: TableRows) -> None:
+        self.stats = TableStats()
+        self._tiering = tiering
+        self._streams = streams
+        self._catalog = catalog
+        self._rows = rows.batches
+        self._schema = rows.schema
+        self._root, self._properties = _warehouse(tiering)
+        # pyiceberg is blocking: one thread of its own, in which its catalog is made (in
+        # memory: the head versions are in ours), so that the thread's is the one
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="tables")
+        self._iceberg: SqlCatalog | None = None
+        # the Iceberg tables as last read or committed, by directory, with their files
+        self._heads: dict[str, tuple[Table, set[str]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._forgetting: set[asyncio.Task[None]] = set()
+        # a deleted stream's objects are listed between rounds, never during one (which
+        # may still be making its metadata)
+        self._round_lock = asyncio.Lock()
+        streams.watch(self._stream_deleted)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        tasks = [task for task in (self._task, *self._forgetting) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._thread.shutdown(wait=True)
+
+    def _stream_deleted(self, stream: Stream) -> None:
+        """A deleted stream's table goes with it, after the grace period: its records
+        went with the stream's, so its objects are those under its prefix now (a stream
+        made again under its name writes there anew, under new keys)."""
+        if not self._is_table(stream):
+            return
+        task = asyncio.get_running_loop().create_task(self._forget(stream))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+
+    async def _forget(self, stream: Stream) -> None:
+        async with self._round_lock:
+            self._heads.pop(stream.directory.name, None)
+            try:
+                keys = await self._tiering.tier.list(self._prefix(stream))
+            except TIER_ERRORS as error:
+                self._failed(error)
+                return
+            self._tiering.delete_later(keys, "stream deleted")
+
+    def table_streams(self) -> list[Stream]:
+        return [stream for stream in self._streams.list() if self._is_table(stream)]
+
+    @staticmethod
+    def _is_table(stream: Stream) -> bool:
+        return table_format(stream.record.arguments, stream.applied.definition) is not None
+
+    # -- what the API and metrics show -------------------------------------------------
+
+    def table_end(self, stream: Stream, index: int) -> int:
+        """The offset the partition's table holds records up to (not including)."""
+        end = self._catalog.table_end(stream.namespace, stream.name, index)
+        return stream.services[index].first_offset if end is None else end
+
+    def lag(self, stream: Stream) -> int:
+        """Records committed in the stream and not yet in its table."""
+        return sum(max(0, service.committed_offset - self.table_end(stream, index))
+                   for index, service in enumerate(stream.services))
+
+    def location(self, stream: Stream) -> str:
+        return f"{self._root}/{self._prefix(stream)}"
+
+    def metadata_location(self, stream: Stream) -> str | None:
+        head = self._catalog.table_head(stream.namespace, stream.name)
+        return None if head is None else head[1]
+
+    # -- the rounds ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            if self._tiering.owner is not None:  # started: a crash's uploads are swept
+                try:
+                    await self.round()
+                    self.stats.last_error = None
+                except Exception as error:  # whatever failed, the next round tries again
+                    self._failed(error)
+            await asyncio.sleep(self._tiering.settings.check_interval_s)
+
+    async def round(self) -> int:
+        """Write every table partition this node leads up to its committed end, then
+        bring each table's Iceberg metadata up to its records; how many files."""
+        async with self._round_lock:
+            return await self._round()
+
+    async def _round(self) -> int:
+        written = 0
+        for stream in self.table_streams():
+            if self._streams.find(stream.namespace, stream.name) is not stream:
+                continue  # deleted during this round
+            for index, service in enumerate(stream.services):
+                if self._tiering.leads_here(service):
+                    written += await self._catch_up(stream, index, service)
+            if self._tiering.leads_here(stream.services[0]):
+                await self._commit_metadata(stream)
+        return written
+
+    async def _catch_up(self, stream: Stream, index: int, service: PartitionService) -> int:
+        """Write files until the table holds what was committed when the round began."""
+        target = service.committed_offset
+        written = 0
+        while self.table_end(stream, index) < target:
+            if not await self._write(stream, index, service):
+                break
+            written += 1
+        return written
+
+    async def _write(self, stream: Stream, index: int, service: PartitionService) -> int:
+        start = self.table_end(stream, index)
+        if service.committed_offset <= start:
+            return 0
+        chunks = await _committed_chunks(service, start, FILE_BYTES)
+        if not chunks:
+            return 0
+        end = chunks[-1].next_offset
+        data = await asyncio.to_thread(self._parquet, chunks, stream.name, index, start, end)
+        if data is None:  # no rows (a chunk of filtered-out entries): nothing to commit
+            return 0
+        await self._tiering.check_marker()
+        fence = service.fence
+        key = (f"{self._prefix(stream)}/data/partition={index}/"
+               f"{start:020d}-{service.epoch}-{uuid.uuid4().hex}.parquet")
+        self._catalog.begin_upload(key)
+        try:
+            await self._tiering.tier.put(key, data[0])
+        except BaseException:
+            self._catalog.discard_upload(key, (key,), "a table write that failed")
+            raise
+        if self._streams.find(stream.namespace, stream.name) is not stream:
+            self._catalog.discard_upload(key, (key,), "the stream was deleted meanwhile")
+            return 0
+        file = TableFile(key, start, end, data[1], len(data[0]))
+        try:
+            await self._catalog.record_table_file(stream.namespace, stream.name, index, file,
+                                                  fence)
+        except FencedOut as error:
+            self.stats.fenced += 1
+            log.warning("table.write_fenced", extra={"key": key, "error": str(error)})
+            self._catalog.discard_upload(key, (key,), "not committed: another node leads")
+            return 0
+        self.stats.files += 1
+        self.stats.rows += file.rows
+        self.stats.bytes += file.size
+        log.info("table.written", extra={"key": key, "rows": file.rows, "bytes": file.size})
+        return 1
+
+    def _parquet(self, chunks: list[Chunk], stream: str, index: int, start: int, end: int
+                 ) -> tuple[bytes, int] | None:
+        table = pa.Table.from_batches(list(self._rows(chunks, stream, index, start, end)),
+                                      self._schema)
+        if not table.num_rows:
+            return None
+        out = io.BytesIO()
+        pq.write_table(table, out, row_group_size=ROW_GROUP_ROWS, compression="zstd",
+                       use_dictionary=DICTIONARY_COLUMNS)
+        return out.getvalue(), table.num_rows
+
+    async def _commit_metadata(self, stream: Stream) -> None:
+        """Add to the Iceberg table every committed file it does not hold yet."""
+        files = [file for partition in
+                 self._catalog.table_files(stream.namespace, stream.name).values()
+                 for file in partition]
+        if not files:
+            return  # the metadata is made with the first file, on an owned tier
+        await self._tiering.check_marker()
+        fence = stream.services[0].fence
+        head = self._catalog.table_head(stream.namespace, stream.name)
+        table, held = await self._in_thread(self._head, stream)
+        missing = [f"{self._root}/{file.key}" for file in files
+                   if f"{self._root}/{file.key}" not in held]
+        if not missing:
+            return
+        await self._in_thread(table.add_files, missing)
+        held.update(missing)
+        if self._streams.find(stream.namespace, stream.name) is not stream:
+            return  # deleted since: its objects go with it
+        version = 0 if head is None else head[0] + 1
+        try:
+            await self._catalog.record_table_head(stream.namespace, stream.name, version,
+                                                  table.metadata_location, fence)
+        except FencedOut as error:  # another node leads: its head holds, read it again
+            self.stats.fenced += 1
+            self._heads.pop(stream.directory.name, None)
+            log.warning("table.commit_fenced", extra={"stream": stream.name,
+                                                      "error": str(error)})
+
+    def _head(self, stream: Stream) -> tuple[Table, set[str]]:
+        """The stream's Iceberg table as this node last committed it (made, without
+        files, when there is none yet), and the data files it holds."""
+        name = stream.directory.name
+        found = self._heads.get(name)
+        if found is not None and found[0].metadata_location == self.metadata_location(stream):
+            return found
+        identifier = (NAMESPACE, name)
+        iceberg = self._catalog_here()
+        from pyiceberg.exceptions import NoSuchTableError  # see TYPE_CHECKING above
+        with contextlib.suppress(NoSuchTableError):
+            iceberg.drop_table(identifier)  # another metadata location: read it again
+        head = self.metadata_location(stream)
+        if head is None:
+            table = iceberg.create_table(identifier, schema=self._schema,
+                                         location=self.location(stream))
+            with table.update_spec() as spec:
+                spec.add_identity("partition")
+        else:
+            table = iceberg.register_table(identifier, head)
+        held = {task.file.file_path for task in table.scan().plan_files()}
+        self._heads[name] = (table, held)
+        return table, held
+
+    def _catalog_here(self) -> SqlCatalog:
+        if self._iceberg is None:
+            from pyiceberg.catalog.sql import SqlCatalog  # see TYPE_CHECKING above
+            self._iceberg = SqlCatalog(NAMESPACE, uri="sqlite:///:memory:",
+                                       warehouse=f"{self._root}/{PREFIX}", **self._properties)
+            self._iceberg.create_namespace(NAMESPACE)
+        return self._iceberg
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
+
+    def _prefix(self, stream: Stream) -> str:
+        return f"{PREFIX}/{stream.directory.name}"
+
+    def _failed(self, error: Exception) -> None:
+        self.stats.errors += 1
+        repeated = self.stats.last_error == str(error)
+        self.stats.last_error = str(error)
+        log.log(logging.DEBUG if repeated else logging.WARNING, "table.round_failed",
+                extra={"error": str(error)})
+
+
+async def _committed_chunks(service: PartitionService, start: int, max_bytes: int
+                            ) -> list[Chunk]:
+    """Committed chunks from the one holding `start`, up to about `max_bytes`."""
+    reader = service.subscribe(start)
+    chunks: list[Chunk] = []
+    size = 0
+    while size < max_bytes:
+        chunk = await reader.next_whole_chunk()
+        if chunk is None:
+            break
+        chunks.append(chunk)
+        size += len(chunk.data)
+    return chunks
+
+
+def _warehouse(tiering: Tiering) -> tuple[str, dict[str, str]]:
+    """The tier's root as Iceberg names files, and pyiceberg's properties to reach it."""
+    settings = tiering.settings
+    if not settings.url.startswith("s3://"):
+        return Path(settings.url.removeprefix("file://")).resolve().as_uri(), {}
+    properties = {"s3.region": settings.region}
+    for name, value in (("s3.endpoint", settings.endpoint),
+                        ("s3.access-key-id", settings.access_key_id),
+                        ("s3.secret-access-key", settings.secret_access_key)):
+        if value is not None:
+            properties[name] = value
+    return settings.url.rstrip("/"), properties
