@@ -31,7 +31,7 @@ def test_one_round_per_protocol_loses_nothing(tmp_path: Path) -> None:
         assert (tally["failed_restarts"], tally["server_crashes"]) == (0, 0), name
     assert summary["peak_rss_kb"] > 0
     attacks = {attack["name"]: attack for attack in summary["attacks"]}
-    assert set(attacks) == {"login-storm", "silent-sockets"}
+    assert set(attacks) == {"login-storm", "silent-sockets", "hostile-patterns"}
     for name, attack in attacks.items():
         assert not attack["errors"], (name, attack["errors"])
         assert None not in attack["logins"].values(), (name, attack["logins"])

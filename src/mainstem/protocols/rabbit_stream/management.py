@@ -201,7 +201,9 @@ class Management:
             self.session.send(r.TieredSegmentsResponse(frame.correlation_id, ResponseCode.OK))
             return
         where = tiering.location
-        segments = [r.TieredSegment(**dataclasses.asdict(record))
+        # what an executor reads a segment with; epochs stay in the broker
+        wire_fields = [field.name for field in dataclasses.fields(r.TieredSegment)]
+        segments = [r.TieredSegment(**{name: getattr(record, name) for name in wire_fields})
                     for record in partition.tiered_records]
         self.session.send(r.TieredSegmentsResponse(frame.correlation_id, ResponseCode.OK,
                                                    where.url, where.endpoint, where.region,
