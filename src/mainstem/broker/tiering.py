@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Coroutine, Iterable, Sequence
@@ -75,7 +76,9 @@ def node_identity(data_dir: Path) -> str:
     """This data directory's identity, made on first use (a restored backup keeps it)."""
     path = data_dir / NODE_IDENTITY
     if not path.exists():
-        path.write_text(f"node-{uuid.uuid4().hex}\n")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # as every data file
+        with os.fdopen(fd, "w") as file:
+            file.write(f"node-{uuid.uuid4().hex}\n")
     return path.read_text().strip()
 
 
