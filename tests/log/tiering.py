@@ -4,6 +4,7 @@ server (an emulator of S3, run in this process on a loopback port)."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,6 +81,10 @@ def moto_s3() -> Iterator[tuple[ThreadedMotoServer, str]]:
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     try:
+        # moto keeps its buckets in the process, across servers: a test starts from none
+        # (a tier's owner mark left by an earlier test would make this broker a stranger)
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset",
+                                                      method="POST"), timeout=10).close()
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                      aws_access_key_id="testing",
                      aws_secret_access_key="testing").create_bucket(Bucket=BUCKET)

@@ -203,7 +203,7 @@ class RecordingCore:
     counters: BrokerCounters
 
     @classmethod
-    async def open(cls, data_dir: Path, settings) -> RecordingCore:
+    async def open(cls, data_dir: Path, settings, table_rows=None) -> RecordingCore:
         core = cls()
         core.alarms = ResourceAlarms()
         core.counters = BrokerCounters()
