@@ -42,7 +42,7 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
     if out is None:
         yield
         return
-    spy = subprocess.Popen([PY_SPY, "record", "-p", str(pid), "-o", str(out), "--format", "raw",
+    spy = subprocess.Popen([PY_SPY, "record", "-p", str(pid), "-o", str(out), "--format", "raw", "--gil",
                             "--rate", "250"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mainstem import compiled
+
 __version__ = "0.1.0"
 
 __all__ = ["Broker", "__version__"]
+
+compiled.choose()  # before any compiled module is imported
 
 if TYPE_CHECKING:
     from mainstem.server import Broker

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from builtins import memoryview  # compiled dataclasses look their field types up here
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 

@@ -167,6 +167,8 @@ def _field_tuple(fields: tuple[FieldSpec, ...]) -> list[str]:
     return _wrap("FIELDS = (", items, "    ")
 
 
+# A class's constants live in a base class of their own, not in the dataclass: compiled with
+# mypyc, a dataclass takes every name in its body for a field, ClassVar or not.
 def _render_method(method: MethodSpec) -> list[str]:
     name = method.python_name
     prefix = "".join(f"\\x{b:02x}" for b in (method.class_id << 16 | method.method_id).to_bytes(4))
@@ -174,10 +176,8 @@ def _render_method(method: MethodSpec) -> list[str]:
     lines = [
         "",
         "",
-        "@dataclass(slots=True)",
-        f"class {name}(Method):",
-        f'    """{method.full_name} ({method.class_id}, {method.method_id})"""',
-        "",
+        f"class _{name}Constants(Method):",
+        "    __slots__ = ()",
         f'    NAME = "{method.full_name}"',
         f"    CLASS_ID = {method.class_id}",
         f"    METHOD_ID = {method.method_id}",
@@ -185,6 +185,11 @@ def _render_method(method: MethodSpec) -> list[str]:
         f"    SYNCHRONOUS = {method.synchronous}",
         f"    HAS_CONTENT = {method.has_content}",
         *_field_tuple(method.fields),
+        "",
+        "",
+        "@dataclass(slots=True)",
+        f"class {name}(_{name}Constants):",
+        f'    """{method.full_name} ({method.class_id}, {method.method_id})"""',
     ]
     if method.fields:
         lines += ["", *_field_declarations(method.fields)]
@@ -213,11 +218,14 @@ def _render_properties(amqp_class: ClassSpec) -> list[str]:
     lines = [
         "",
         "",
-        "@dataclass(slots=True)",
-        f"class {name}:",
-        f'    """Content header properties of class {amqp_class.name}; None means absent."""',
-        "",
+        f"class _{name}Constants:",
+        "    __slots__ = ()",
         f"    CLASS_ID = {amqp_class.class_id}",
+        "",
+        "",
+        "@dataclass(slots=True)",
+        f"class {name}(_{name}Constants):",
+        f'    """Content header properties of class {amqp_class.name}; None means absent."""',
         "",
         *(f"    {p.attr}: {_PY_TYPES[p.type]} | None = None" for p in properties),
         "",

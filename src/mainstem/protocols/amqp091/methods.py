@@ -82,10 +82,8 @@ _S_Q = Struct(">Q")
 _S_QB = Struct(">QB")
 
 
-@dataclass(slots=True)
-class ConnectionStart(Method):
-    """connection.start (10, 10)"""
-
+class _ConnectionStartConstants(Method):
+    __slots__ = ()
     NAME = "connection.start"
     CLASS_ID = 10
     METHOD_ID = 10
@@ -99,6 +97,11 @@ class ConnectionStart(Method):
         ("mechanisms", "longstr"),
         ("locales", "longstr"),
     )
+
+
+@dataclass(slots=True)
+class ConnectionStart(_ConnectionStartConstants):
+    """connection.start (10, 10)"""
 
     version_major: int = 0
     version_minor: int = 0
@@ -125,10 +128,8 @@ class ConnectionStart(Method):
         write_longstr(out, self.locales)
 
 
-@dataclass(slots=True)
-class ConnectionStartOk(Method):
-    """connection.start-ok (10, 11)"""
-
+class _ConnectionStartOkConstants(Method):
+    __slots__ = ()
     NAME = "connection.start-ok"
     CLASS_ID = 10
     METHOD_ID = 11
@@ -141,6 +142,11 @@ class ConnectionStartOk(Method):
         ("response", "longstr"),
         ("locale", "shortstr"),
     )
+
+
+@dataclass(slots=True)
+class ConnectionStartOk(_ConnectionStartOkConstants):
+    """connection.start-ok (10, 11)"""
 
     client_properties: dict[str, Any] = field(default_factory=dict)
     mechanism: str = ""
@@ -165,10 +171,8 @@ class ConnectionStartOk(Method):
         write_shortstr(out, self.locale)
 
 
-@dataclass(slots=True)
-class ConnectionSecure(Method):
-    """connection.secure (10, 20)"""
-
+class _ConnectionSecureConstants(Method):
+    __slots__ = ()
     NAME = "connection.secure"
     CLASS_ID = 10
     METHOD_ID = 20
@@ -176,6 +180,11 @@ class ConnectionSecure(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("challenge", "longstr"),)
+
+
+@dataclass(slots=True)
+class ConnectionSecure(_ConnectionSecureConstants):
+    """connection.secure (10, 20)"""
 
     challenge: bytes = b""
 
@@ -191,10 +200,8 @@ class ConnectionSecure(Method):
         write_longstr(out, self.challenge)
 
 
-@dataclass(slots=True)
-class ConnectionSecureOk(Method):
-    """connection.secure-ok (10, 21)"""
-
+class _ConnectionSecureOkConstants(Method):
+    __slots__ = ()
     NAME = "connection.secure-ok"
     CLASS_ID = 10
     METHOD_ID = 21
@@ -202,6 +209,11 @@ class ConnectionSecureOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("response", "longstr"),)
+
+
+@dataclass(slots=True)
+class ConnectionSecureOk(_ConnectionSecureOkConstants):
+    """connection.secure-ok (10, 21)"""
 
     response: bytes = b""
 
@@ -217,10 +229,8 @@ class ConnectionSecureOk(Method):
         write_longstr(out, self.response)
 
 
-@dataclass(slots=True)
-class ConnectionTune(Method):
-    """connection.tune (10, 30)"""
-
+class _ConnectionTuneConstants(Method):
+    __slots__ = ()
     NAME = "connection.tune"
     CLASS_ID = 10
     METHOD_ID = 30
@@ -228,6 +238,11 @@ class ConnectionTune(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("channel_max", "short"), ("frame_max", "long"), ("heartbeat", "short"))
+
+
+@dataclass(slots=True)
+class ConnectionTune(_ConnectionTuneConstants):
+    """connection.tune (10, 30)"""
 
     channel_max: int = 0
     frame_max: int = 0
@@ -243,10 +258,8 @@ class ConnectionTune(Method):
         out += _S_HIH.pack(self.channel_max, self.frame_max, self.heartbeat)
 
 
-@dataclass(slots=True)
-class ConnectionTuneOk(Method):
-    """connection.tune-ok (10, 31)"""
-
+class _ConnectionTuneOkConstants(Method):
+    __slots__ = ()
     NAME = "connection.tune-ok"
     CLASS_ID = 10
     METHOD_ID = 31
@@ -254,6 +267,11 @@ class ConnectionTuneOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("channel_max", "short"), ("frame_max", "long"), ("heartbeat", "short"))
+
+
+@dataclass(slots=True)
+class ConnectionTuneOk(_ConnectionTuneOkConstants):
+    """connection.tune-ok (10, 31)"""
 
     channel_max: int = 0
     frame_max: int = 0
@@ -269,10 +287,8 @@ class ConnectionTuneOk(Method):
         out += _S_HIH.pack(self.channel_max, self.frame_max, self.heartbeat)
 
 
-@dataclass(slots=True)
-class ConnectionOpen(Method):
-    """connection.open (10, 40)"""
-
+class _ConnectionOpenConstants(Method):
+    __slots__ = ()
     NAME = "connection.open"
     CLASS_ID = 10
     METHOD_ID = 40
@@ -280,6 +296,11 @@ class ConnectionOpen(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("virtual_host", "shortstr"), ("reserved_1", "shortstr"), ("reserved_2", "bit"))
+
+
+@dataclass(slots=True)
+class ConnectionOpen(_ConnectionOpenConstants):
+    """connection.open (10, 40)"""
 
     virtual_host: str = ""
     reserved_1: str = ""
@@ -302,10 +323,8 @@ class ConnectionOpen(Method):
         out += _S_B.pack(bool(self.reserved_2))
 
 
-@dataclass(slots=True)
-class ConnectionOpenOk(Method):
-    """connection.open-ok (10, 41)"""
-
+class _ConnectionOpenOkConstants(Method):
+    __slots__ = ()
     NAME = "connection.open-ok"
     CLASS_ID = 10
     METHOD_ID = 41
@@ -313,6 +332,11 @@ class ConnectionOpenOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("reserved_1", "shortstr"),)
+
+
+@dataclass(slots=True)
+class ConnectionOpenOk(_ConnectionOpenOkConstants):
+    """connection.open-ok (10, 41)"""
 
     reserved_1: str = ""
 
@@ -328,10 +352,8 @@ class ConnectionOpenOk(Method):
         write_shortstr(out, self.reserved_1)
 
 
-@dataclass(slots=True)
-class ConnectionClose(Method):
-    """connection.close (10, 50)"""
-
+class _ConnectionCloseConstants(Method):
+    __slots__ = ()
     NAME = "connection.close"
     CLASS_ID = 10
     METHOD_ID = 50
@@ -344,6 +366,11 @@ class ConnectionClose(Method):
         ("class_id", "short"),
         ("method_id", "short"),
     )
+
+
+@dataclass(slots=True)
+class ConnectionClose(_ConnectionCloseConstants):
+    """connection.close (10, 50)"""
 
     reply_code: int = 0
     reply_text: str = ""
@@ -368,10 +395,8 @@ class ConnectionClose(Method):
         out += _S_HH.pack(self.class_id, self.method_id)
 
 
-@dataclass(slots=True)
-class ConnectionCloseOk(Method):
-    """connection.close-ok (10, 51)"""
-
+class _ConnectionCloseOkConstants(Method):
+    __slots__ = ()
     NAME = "connection.close-ok"
     CLASS_ID = 10
     METHOD_ID = 51
@@ -379,6 +404,11 @@ class ConnectionCloseOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ConnectionCloseOk(_ConnectionCloseOkConstants):
+    """connection.close-ok (10, 51)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ConnectionCloseOk:
@@ -390,10 +420,8 @@ class ConnectionCloseOk(Method):
         out += b"\x00\x0a\x00\x33"
 
 
-@dataclass(slots=True)
-class ConnectionBlocked(Method):
-    """connection.blocked (10, 60)"""
-
+class _ConnectionBlockedConstants(Method):
+    __slots__ = ()
     NAME = "connection.blocked"
     CLASS_ID = 10
     METHOD_ID = 60
@@ -401,6 +429,11 @@ class ConnectionBlocked(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = (("reason", "shortstr"),)
+
+
+@dataclass(slots=True)
+class ConnectionBlocked(_ConnectionBlockedConstants):
+    """connection.blocked (10, 60)"""
 
     reason: str = ""
 
@@ -416,10 +449,8 @@ class ConnectionBlocked(Method):
         write_shortstr(out, self.reason)
 
 
-@dataclass(slots=True)
-class ConnectionUnblocked(Method):
-    """connection.unblocked (10, 61)"""
-
+class _ConnectionUnblockedConstants(Method):
+    __slots__ = ()
     NAME = "connection.unblocked"
     CLASS_ID = 10
     METHOD_ID = 61
@@ -427,6 +458,11 @@ class ConnectionUnblocked(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ConnectionUnblocked(_ConnectionUnblockedConstants):
+    """connection.unblocked (10, 61)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ConnectionUnblocked:
@@ -438,10 +474,8 @@ class ConnectionUnblocked(Method):
         out += b"\x00\x0a\x00\x3d"
 
 
-@dataclass(slots=True)
-class ConnectionUpdateSecret(Method):
-    """connection.update-secret (10, 70)"""
-
+class _ConnectionUpdateSecretConstants(Method):
+    __slots__ = ()
     NAME = "connection.update-secret"
     CLASS_ID = 10
     METHOD_ID = 70
@@ -449,6 +483,11 @@ class ConnectionUpdateSecret(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("new_secret", "longstr"), ("reason", "shortstr"))
+
+
+@dataclass(slots=True)
+class ConnectionUpdateSecret(_ConnectionUpdateSecretConstants):
+    """connection.update-secret (10, 70)"""
 
     new_secret: bytes = b""
     reason: str = ""
@@ -467,10 +506,8 @@ class ConnectionUpdateSecret(Method):
         write_shortstr(out, self.reason)
 
 
-@dataclass(slots=True)
-class ConnectionUpdateSecretOk(Method):
-    """connection.update-secret-ok (10, 71)"""
-
+class _ConnectionUpdateSecretOkConstants(Method):
+    __slots__ = ()
     NAME = "connection.update-secret-ok"
     CLASS_ID = 10
     METHOD_ID = 71
@@ -478,6 +515,11 @@ class ConnectionUpdateSecretOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ConnectionUpdateSecretOk(_ConnectionUpdateSecretOkConstants):
+    """connection.update-secret-ok (10, 71)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ConnectionUpdateSecretOk:
@@ -489,10 +531,8 @@ class ConnectionUpdateSecretOk(Method):
         out += b"\x00\x0a\x00\x47"
 
 
-@dataclass(slots=True)
-class ChannelOpen(Method):
-    """channel.open (20, 10)"""
-
+class _ChannelOpenConstants(Method):
+    __slots__ = ()
     NAME = "channel.open"
     CLASS_ID = 20
     METHOD_ID = 10
@@ -500,6 +540,11 @@ class ChannelOpen(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("reserved_1", "shortstr"),)
+
+
+@dataclass(slots=True)
+class ChannelOpen(_ChannelOpenConstants):
+    """channel.open (20, 10)"""
 
     reserved_1: str = ""
 
@@ -515,10 +560,8 @@ class ChannelOpen(Method):
         write_shortstr(out, self.reserved_1)
 
 
-@dataclass(slots=True)
-class ChannelOpenOk(Method):
-    """channel.open-ok (20, 11)"""
-
+class _ChannelOpenOkConstants(Method):
+    __slots__ = ()
     NAME = "channel.open-ok"
     CLASS_ID = 20
     METHOD_ID = 11
@@ -526,6 +569,11 @@ class ChannelOpenOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("reserved_1", "longstr"),)
+
+
+@dataclass(slots=True)
+class ChannelOpenOk(_ChannelOpenOkConstants):
+    """channel.open-ok (20, 11)"""
 
     reserved_1: bytes = b""
 
@@ -541,10 +589,8 @@ class ChannelOpenOk(Method):
         write_longstr(out, self.reserved_1)
 
 
-@dataclass(slots=True)
-class ChannelFlow(Method):
-    """channel.flow (20, 20)"""
-
+class _ChannelFlowConstants(Method):
+    __slots__ = ()
     NAME = "channel.flow"
     CLASS_ID = 20
     METHOD_ID = 20
@@ -552,6 +598,11 @@ class ChannelFlow(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("active", "bit"),)
+
+
+@dataclass(slots=True)
+class ChannelFlow(_ChannelFlowConstants):
+    """channel.flow (20, 20)"""
 
     active: bool = False
 
@@ -565,10 +616,8 @@ class ChannelFlow(Method):
         out += _S_B.pack(bool(self.active))
 
 
-@dataclass(slots=True)
-class ChannelFlowOk(Method):
-    """channel.flow-ok (20, 21)"""
-
+class _ChannelFlowOkConstants(Method):
+    __slots__ = ()
     NAME = "channel.flow-ok"
     CLASS_ID = 20
     METHOD_ID = 21
@@ -576,6 +625,11 @@ class ChannelFlowOk(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = (("active", "bit"),)
+
+
+@dataclass(slots=True)
+class ChannelFlowOk(_ChannelFlowOkConstants):
+    """channel.flow-ok (20, 21)"""
 
     active: bool = False
 
@@ -589,10 +643,8 @@ class ChannelFlowOk(Method):
         out += _S_B.pack(bool(self.active))
 
 
-@dataclass(slots=True)
-class ChannelClose(Method):
-    """channel.close (20, 40)"""
-
+class _ChannelCloseConstants(Method):
+    __slots__ = ()
     NAME = "channel.close"
     CLASS_ID = 20
     METHOD_ID = 40
@@ -605,6 +657,11 @@ class ChannelClose(Method):
         ("class_id", "short"),
         ("method_id", "short"),
     )
+
+
+@dataclass(slots=True)
+class ChannelClose(_ChannelCloseConstants):
+    """channel.close (20, 40)"""
 
     reply_code: int = 0
     reply_text: str = ""
@@ -629,10 +686,8 @@ class ChannelClose(Method):
         out += _S_HH.pack(self.class_id, self.method_id)
 
 
-@dataclass(slots=True)
-class ChannelCloseOk(Method):
-    """channel.close-ok (20, 41)"""
-
+class _ChannelCloseOkConstants(Method):
+    __slots__ = ()
     NAME = "channel.close-ok"
     CLASS_ID = 20
     METHOD_ID = 41
@@ -640,6 +695,11 @@ class ChannelCloseOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ChannelCloseOk(_ChannelCloseOkConstants):
+    """channel.close-ok (20, 41)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ChannelCloseOk:
@@ -651,10 +711,8 @@ class ChannelCloseOk(Method):
         out += b"\x00\x14\x00\x29"
 
 
-@dataclass(slots=True)
-class ExchangeDeclare(Method):
-    """exchange.declare (40, 10)"""
-
+class _ExchangeDeclareConstants(Method):
+    __slots__ = ()
     NAME = "exchange.declare"
     CLASS_ID = 40
     METHOD_ID = 10
@@ -672,6 +730,11 @@ class ExchangeDeclare(Method):
         ("no_wait", "bit"),
         ("arguments", "table"),
     )
+
+
+@dataclass(slots=True)
+class ExchangeDeclare(_ExchangeDeclareConstants):
+    """exchange.declare (40, 10)"""
 
     reserved_1: int = 0
     exchange: str = ""
@@ -721,10 +784,8 @@ class ExchangeDeclare(Method):
         write_table(out, self.arguments)
 
 
-@dataclass(slots=True)
-class ExchangeDeclareOk(Method):
-    """exchange.declare-ok (40, 11)"""
-
+class _ExchangeDeclareOkConstants(Method):
+    __slots__ = ()
     NAME = "exchange.declare-ok"
     CLASS_ID = 40
     METHOD_ID = 11
@@ -732,6 +793,11 @@ class ExchangeDeclareOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ExchangeDeclareOk(_ExchangeDeclareOkConstants):
+    """exchange.declare-ok (40, 11)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ExchangeDeclareOk:
@@ -743,10 +809,8 @@ class ExchangeDeclareOk(Method):
         out += b"\x00\x28\x00\x0b"
 
 
-@dataclass(slots=True)
-class ExchangeDelete(Method):
-    """exchange.delete (40, 20)"""
-
+class _ExchangeDeleteConstants(Method):
+    __slots__ = ()
     NAME = "exchange.delete"
     CLASS_ID = 40
     METHOD_ID = 20
@@ -759,6 +823,11 @@ class ExchangeDelete(Method):
         ("if_unused", "bit"),
         ("no_wait", "bit"),
     )
+
+
+@dataclass(slots=True)
+class ExchangeDelete(_ExchangeDeleteConstants):
+    """exchange.delete (40, 20)"""
 
     reserved_1: int = 0
     exchange: str = ""
@@ -783,10 +852,8 @@ class ExchangeDelete(Method):
         out += _S_B.pack(bool(self.if_unused) | bool(self.no_wait) << 1)
 
 
-@dataclass(slots=True)
-class ExchangeDeleteOk(Method):
-    """exchange.delete-ok (40, 21)"""
-
+class _ExchangeDeleteOkConstants(Method):
+    __slots__ = ()
     NAME = "exchange.delete-ok"
     CLASS_ID = 40
     METHOD_ID = 21
@@ -794,6 +861,11 @@ class ExchangeDeleteOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ExchangeDeleteOk(_ExchangeDeleteOkConstants):
+    """exchange.delete-ok (40, 21)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ExchangeDeleteOk:
@@ -805,10 +877,8 @@ class ExchangeDeleteOk(Method):
         out += b"\x00\x28\x00\x15"
 
 
-@dataclass(slots=True)
-class ExchangeBind(Method):
-    """exchange.bind (40, 30)"""
-
+class _ExchangeBindConstants(Method):
+    __slots__ = ()
     NAME = "exchange.bind"
     CLASS_ID = 40
     METHOD_ID = 30
@@ -823,6 +893,11 @@ class ExchangeBind(Method):
         ("no_wait", "bit"),
         ("arguments", "table"),
     )
+
+
+@dataclass(slots=True)
+class ExchangeBind(_ExchangeBindConstants):
+    """exchange.bind (40, 30)"""
 
     reserved_1: int = 0
     destination: str = ""
@@ -855,10 +930,8 @@ class ExchangeBind(Method):
         write_table(out, self.arguments)
 
 
-@dataclass(slots=True)
-class ExchangeBindOk(Method):
-    """exchange.bind-ok (40, 31)"""
-
+class _ExchangeBindOkConstants(Method):
+    __slots__ = ()
     NAME = "exchange.bind-ok"
     CLASS_ID = 40
     METHOD_ID = 31
@@ -866,6 +939,11 @@ class ExchangeBindOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ExchangeBindOk(_ExchangeBindOkConstants):
+    """exchange.bind-ok (40, 31)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ExchangeBindOk:
@@ -877,10 +955,8 @@ class ExchangeBindOk(Method):
         out += b"\x00\x28\x00\x1f"
 
 
-@dataclass(slots=True)
-class ExchangeUnbind(Method):
-    """exchange.unbind (40, 40)"""
-
+class _ExchangeUnbindConstants(Method):
+    __slots__ = ()
     NAME = "exchange.unbind"
     CLASS_ID = 40
     METHOD_ID = 40
@@ -895,6 +971,11 @@ class ExchangeUnbind(Method):
         ("no_wait", "bit"),
         ("arguments", "table"),
     )
+
+
+@dataclass(slots=True)
+class ExchangeUnbind(_ExchangeUnbindConstants):
+    """exchange.unbind (40, 40)"""
 
     reserved_1: int = 0
     destination: str = ""
@@ -927,10 +1008,8 @@ class ExchangeUnbind(Method):
         write_table(out, self.arguments)
 
 
-@dataclass(slots=True)
-class ExchangeUnbindOk(Method):
-    """exchange.unbind-ok (40, 51)"""
-
+class _ExchangeUnbindOkConstants(Method):
+    __slots__ = ()
     NAME = "exchange.unbind-ok"
     CLASS_ID = 40
     METHOD_ID = 51
@@ -938,6 +1017,11 @@ class ExchangeUnbindOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ExchangeUnbindOk(_ExchangeUnbindOkConstants):
+    """exchange.unbind-ok (40, 51)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ExchangeUnbindOk:
@@ -949,10 +1033,8 @@ class ExchangeUnbindOk(Method):
         out += b"\x00\x28\x00\x33"
 
 
-@dataclass(slots=True)
-class QueueDeclare(Method):
-    """queue.declare (50, 10)"""
-
+class _QueueDeclareConstants(Method):
+    __slots__ = ()
     NAME = "queue.declare"
     CLASS_ID = 50
     METHOD_ID = 10
@@ -969,6 +1051,11 @@ class QueueDeclare(Method):
         ("no_wait", "bit"),
         ("arguments", "table"),
     )
+
+
+@dataclass(slots=True)
+class QueueDeclare(_QueueDeclareConstants):
+    """queue.declare (50, 10)"""
 
     reserved_1: int = 0
     queue: str = ""
@@ -1014,10 +1101,8 @@ class QueueDeclare(Method):
         write_table(out, self.arguments)
 
 
-@dataclass(slots=True)
-class QueueDeclareOk(Method):
-    """queue.declare-ok (50, 11)"""
-
+class _QueueDeclareOkConstants(Method):
+    __slots__ = ()
     NAME = "queue.declare-ok"
     CLASS_ID = 50
     METHOD_ID = 11
@@ -1025,6 +1110,11 @@ class QueueDeclareOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("queue", "shortstr"), ("message_count", "long"), ("consumer_count", "long"))
+
+
+@dataclass(slots=True)
+class QueueDeclareOk(_QueueDeclareOkConstants):
+    """queue.declare-ok (50, 11)"""
 
     queue: str = ""
     message_count: int = 0
@@ -1045,10 +1135,8 @@ class QueueDeclareOk(Method):
         out += _S_II.pack(self.message_count, self.consumer_count)
 
 
-@dataclass(slots=True)
-class QueueBind(Method):
-    """queue.bind (50, 20)"""
-
+class _QueueBindConstants(Method):
+    __slots__ = ()
     NAME = "queue.bind"
     CLASS_ID = 50
     METHOD_ID = 20
@@ -1063,6 +1151,11 @@ class QueueBind(Method):
         ("no_wait", "bit"),
         ("arguments", "table"),
     )
+
+
+@dataclass(slots=True)
+class QueueBind(_QueueBindConstants):
+    """queue.bind (50, 20)"""
 
     reserved_1: int = 0
     queue: str = ""
@@ -1095,10 +1188,8 @@ class QueueBind(Method):
         write_table(out, self.arguments)
 
 
-@dataclass(slots=True)
-class QueueBindOk(Method):
-    """queue.bind-ok (50, 21)"""
-
+class _QueueBindOkConstants(Method):
+    __slots__ = ()
     NAME = "queue.bind-ok"
     CLASS_ID = 50
     METHOD_ID = 21
@@ -1106,6 +1197,11 @@ class QueueBindOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class QueueBindOk(_QueueBindOkConstants):
+    """queue.bind-ok (50, 21)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> QueueBindOk:
@@ -1117,10 +1213,8 @@ class QueueBindOk(Method):
         out += b"\x00\x32\x00\x15"
 
 
-@dataclass(slots=True)
-class QueueUnbind(Method):
-    """queue.unbind (50, 50)"""
-
+class _QueueUnbindConstants(Method):
+    __slots__ = ()
     NAME = "queue.unbind"
     CLASS_ID = 50
     METHOD_ID = 50
@@ -1134,6 +1228,11 @@ class QueueUnbind(Method):
         ("routing_key", "shortstr"),
         ("arguments", "table"),
     )
+
+
+@dataclass(slots=True)
+class QueueUnbind(_QueueUnbindConstants):
+    """queue.unbind (50, 50)"""
 
     reserved_1: int = 0
     queue: str = ""
@@ -1162,10 +1261,8 @@ class QueueUnbind(Method):
         write_table(out, self.arguments)
 
 
-@dataclass(slots=True)
-class QueueUnbindOk(Method):
-    """queue.unbind-ok (50, 51)"""
-
+class _QueueUnbindOkConstants(Method):
+    __slots__ = ()
     NAME = "queue.unbind-ok"
     CLASS_ID = 50
     METHOD_ID = 51
@@ -1173,6 +1270,11 @@ class QueueUnbindOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class QueueUnbindOk(_QueueUnbindOkConstants):
+    """queue.unbind-ok (50, 51)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> QueueUnbindOk:
@@ -1184,10 +1286,8 @@ class QueueUnbindOk(Method):
         out += b"\x00\x32\x00\x33"
 
 
-@dataclass(slots=True)
-class QueuePurge(Method):
-    """queue.purge (50, 30)"""
-
+class _QueuePurgeConstants(Method):
+    __slots__ = ()
     NAME = "queue.purge"
     CLASS_ID = 50
     METHOD_ID = 30
@@ -1195,6 +1295,11 @@ class QueuePurge(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("reserved_1", "short"), ("queue", "shortstr"), ("no_wait", "bit"))
+
+
+@dataclass(slots=True)
+class QueuePurge(_QueuePurgeConstants):
+    """queue.purge (50, 30)"""
 
     reserved_1: int = 0
     queue: str = ""
@@ -1218,10 +1323,8 @@ class QueuePurge(Method):
         out += _S_B.pack(bool(self.no_wait))
 
 
-@dataclass(slots=True)
-class QueuePurgeOk(Method):
-    """queue.purge-ok (50, 31)"""
-
+class _QueuePurgeOkConstants(Method):
+    __slots__ = ()
     NAME = "queue.purge-ok"
     CLASS_ID = 50
     METHOD_ID = 31
@@ -1229,6 +1332,11 @@ class QueuePurgeOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("message_count", "long"),)
+
+
+@dataclass(slots=True)
+class QueuePurgeOk(_QueuePurgeOkConstants):
+    """queue.purge-ok (50, 31)"""
 
     message_count: int = 0
 
@@ -1242,10 +1350,8 @@ class QueuePurgeOk(Method):
         out += _S_I.pack(self.message_count)
 
 
-@dataclass(slots=True)
-class QueueDelete(Method):
-    """queue.delete (50, 40)"""
-
+class _QueueDeleteConstants(Method):
+    __slots__ = ()
     NAME = "queue.delete"
     CLASS_ID = 50
     METHOD_ID = 40
@@ -1259,6 +1365,11 @@ class QueueDelete(Method):
         ("if_empty", "bit"),
         ("no_wait", "bit"),
     )
+
+
+@dataclass(slots=True)
+class QueueDelete(_QueueDeleteConstants):
+    """queue.delete (50, 40)"""
 
     reserved_1: int = 0
     queue: str = ""
@@ -1284,10 +1395,8 @@ class QueueDelete(Method):
         out += _S_B.pack(bool(self.if_unused) | bool(self.if_empty) << 1 | bool(self.no_wait) << 2)
 
 
-@dataclass(slots=True)
-class QueueDeleteOk(Method):
-    """queue.delete-ok (50, 41)"""
-
+class _QueueDeleteOkConstants(Method):
+    __slots__ = ()
     NAME = "queue.delete-ok"
     CLASS_ID = 50
     METHOD_ID = 41
@@ -1295,6 +1404,11 @@ class QueueDeleteOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("message_count", "long"),)
+
+
+@dataclass(slots=True)
+class QueueDeleteOk(_QueueDeleteOkConstants):
+    """queue.delete-ok (50, 41)"""
 
     message_count: int = 0
 
@@ -1308,10 +1422,8 @@ class QueueDeleteOk(Method):
         out += _S_I.pack(self.message_count)
 
 
-@dataclass(slots=True)
-class BasicQos(Method):
-    """basic.qos (60, 10)"""
-
+class _BasicQosConstants(Method):
+    __slots__ = ()
     NAME = "basic.qos"
     CLASS_ID = 60
     METHOD_ID = 10
@@ -1319,6 +1431,11 @@ class BasicQos(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("prefetch_size", "long"), ("prefetch_count", "short"), ("global_", "bit"))
+
+
+@dataclass(slots=True)
+class BasicQos(_BasicQosConstants):
+    """basic.qos (60, 10)"""
 
     prefetch_size: int = 0
     prefetch_count: int = 0
@@ -1334,10 +1451,8 @@ class BasicQos(Method):
         out += _S_IHB.pack(self.prefetch_size, self.prefetch_count, bool(self.global_))
 
 
-@dataclass(slots=True)
-class BasicQosOk(Method):
-    """basic.qos-ok (60, 11)"""
-
+class _BasicQosOkConstants(Method):
+    __slots__ = ()
     NAME = "basic.qos-ok"
     CLASS_ID = 60
     METHOD_ID = 11
@@ -1345,6 +1460,11 @@ class BasicQosOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class BasicQosOk(_BasicQosOkConstants):
+    """basic.qos-ok (60, 11)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> BasicQosOk:
@@ -1356,10 +1476,8 @@ class BasicQosOk(Method):
         out += b"\x00\x3c\x00\x0b"
 
 
-@dataclass(slots=True)
-class BasicConsume(Method):
-    """basic.consume (60, 20)"""
-
+class _BasicConsumeConstants(Method):
+    __slots__ = ()
     NAME = "basic.consume"
     CLASS_ID = 60
     METHOD_ID = 20
@@ -1376,6 +1494,11 @@ class BasicConsume(Method):
         ("no_wait", "bit"),
         ("arguments", "table"),
     )
+
+
+@dataclass(slots=True)
+class BasicConsume(_BasicConsumeConstants):
+    """basic.consume (60, 20)"""
 
     reserved_1: int = 0
     queue: str = ""
@@ -1422,10 +1545,8 @@ class BasicConsume(Method):
         write_table(out, self.arguments)
 
 
-@dataclass(slots=True)
-class BasicConsumeOk(Method):
-    """basic.consume-ok (60, 21)"""
-
+class _BasicConsumeOkConstants(Method):
+    __slots__ = ()
     NAME = "basic.consume-ok"
     CLASS_ID = 60
     METHOD_ID = 21
@@ -1433,6 +1554,11 @@ class BasicConsumeOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("consumer_tag", "shortstr"),)
+
+
+@dataclass(slots=True)
+class BasicConsumeOk(_BasicConsumeOkConstants):
+    """basic.consume-ok (60, 21)"""
 
     consumer_tag: str = ""
 
@@ -1448,10 +1574,8 @@ class BasicConsumeOk(Method):
         write_shortstr(out, self.consumer_tag)
 
 
-@dataclass(slots=True)
-class BasicCancel(Method):
-    """basic.cancel (60, 30)"""
-
+class _BasicCancelConstants(Method):
+    __slots__ = ()
     NAME = "basic.cancel"
     CLASS_ID = 60
     METHOD_ID = 30
@@ -1459,6 +1583,11 @@ class BasicCancel(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("consumer_tag", "shortstr"), ("no_wait", "bit"))
+
+
+@dataclass(slots=True)
+class BasicCancel(_BasicCancelConstants):
+    """basic.cancel (60, 30)"""
 
     consumer_tag: str = ""
     no_wait: bool = False
@@ -1478,10 +1607,8 @@ class BasicCancel(Method):
         out += _S_B.pack(bool(self.no_wait))
 
 
-@dataclass(slots=True)
-class BasicCancelOk(Method):
-    """basic.cancel-ok (60, 31)"""
-
+class _BasicCancelOkConstants(Method):
+    __slots__ = ()
     NAME = "basic.cancel-ok"
     CLASS_ID = 60
     METHOD_ID = 31
@@ -1489,6 +1616,11 @@ class BasicCancelOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("consumer_tag", "shortstr"),)
+
+
+@dataclass(slots=True)
+class BasicCancelOk(_BasicCancelOkConstants):
+    """basic.cancel-ok (60, 31)"""
 
     consumer_tag: str = ""
 
@@ -1504,10 +1636,8 @@ class BasicCancelOk(Method):
         write_shortstr(out, self.consumer_tag)
 
 
-@dataclass(slots=True)
-class BasicPublish(Method):
-    """basic.publish (60, 40)"""
-
+class _BasicPublishConstants(Method):
+    __slots__ = ()
     NAME = "basic.publish"
     CLASS_ID = 60
     METHOD_ID = 40
@@ -1521,6 +1651,11 @@ class BasicPublish(Method):
         ("mandatory", "bit"),
         ("immediate", "bit"),
     )
+
+
+@dataclass(slots=True)
+class BasicPublish(_BasicPublishConstants):
+    """basic.publish (60, 40)"""
 
     reserved_1: int = 0
     exchange: str = ""
@@ -1548,10 +1683,8 @@ class BasicPublish(Method):
         out += _S_B.pack(bool(self.mandatory) | bool(self.immediate) << 1)
 
 
-@dataclass(slots=True)
-class BasicReturn(Method):
-    """basic.return (60, 50)"""
-
+class _BasicReturnConstants(Method):
+    __slots__ = ()
     NAME = "basic.return"
     CLASS_ID = 60
     METHOD_ID = 50
@@ -1564,6 +1697,11 @@ class BasicReturn(Method):
         ("exchange", "shortstr"),
         ("routing_key", "shortstr"),
     )
+
+
+@dataclass(slots=True)
+class BasicReturn(_BasicReturnConstants):
+    """basic.return (60, 50)"""
 
     reply_code: int = 0
     reply_text: str = ""
@@ -1589,10 +1727,8 @@ class BasicReturn(Method):
         write_shortstr(out, self.routing_key)
 
 
-@dataclass(slots=True)
-class BasicDeliver(Method):
-    """basic.deliver (60, 60)"""
-
+class _BasicDeliverConstants(Method):
+    __slots__ = ()
     NAME = "basic.deliver"
     CLASS_ID = 60
     METHOD_ID = 60
@@ -1606,6 +1742,11 @@ class BasicDeliver(Method):
         ("exchange", "shortstr"),
         ("routing_key", "shortstr"),
     )
+
+
+@dataclass(slots=True)
+class BasicDeliver(_BasicDeliverConstants):
+    """basic.deliver (60, 60)"""
 
     consumer_tag: str = ""
     delivery_tag: int = 0
@@ -1632,10 +1773,8 @@ class BasicDeliver(Method):
         write_shortstr(out, self.routing_key)
 
 
-@dataclass(slots=True)
-class BasicGet(Method):
-    """basic.get (60, 70)"""
-
+class _BasicGetConstants(Method):
+    __slots__ = ()
     NAME = "basic.get"
     CLASS_ID = 60
     METHOD_ID = 70
@@ -1643,6 +1782,11 @@ class BasicGet(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("reserved_1", "short"), ("queue", "shortstr"), ("no_ack", "bit"))
+
+
+@dataclass(slots=True)
+class BasicGet(_BasicGetConstants):
+    """basic.get (60, 70)"""
 
     reserved_1: int = 0
     queue: str = ""
@@ -1666,10 +1810,8 @@ class BasicGet(Method):
         out += _S_B.pack(bool(self.no_ack))
 
 
-@dataclass(slots=True)
-class BasicGetOk(Method):
-    """basic.get-ok (60, 71)"""
-
+class _BasicGetOkConstants(Method):
+    __slots__ = ()
     NAME = "basic.get-ok"
     CLASS_ID = 60
     METHOD_ID = 71
@@ -1683,6 +1825,11 @@ class BasicGetOk(Method):
         ("routing_key", "shortstr"),
         ("message_count", "long"),
     )
+
+
+@dataclass(slots=True)
+class BasicGetOk(_BasicGetOkConstants):
+    """basic.get-ok (60, 71)"""
 
     delivery_tag: int = 0
     redelivered: bool = False
@@ -1710,10 +1857,8 @@ class BasicGetOk(Method):
         out += _S_I.pack(self.message_count)
 
 
-@dataclass(slots=True)
-class BasicGetEmpty(Method):
-    """basic.get-empty (60, 72)"""
-
+class _BasicGetEmptyConstants(Method):
+    __slots__ = ()
     NAME = "basic.get-empty"
     CLASS_ID = 60
     METHOD_ID = 72
@@ -1721,6 +1866,11 @@ class BasicGetEmpty(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("reserved_1", "shortstr"),)
+
+
+@dataclass(slots=True)
+class BasicGetEmpty(_BasicGetEmptyConstants):
+    """basic.get-empty (60, 72)"""
 
     reserved_1: str = ""
 
@@ -1736,10 +1886,8 @@ class BasicGetEmpty(Method):
         write_shortstr(out, self.reserved_1)
 
 
-@dataclass(slots=True)
-class BasicAck(Method):
-    """basic.ack (60, 80)"""
-
+class _BasicAckConstants(Method):
+    __slots__ = ()
     NAME = "basic.ack"
     CLASS_ID = 60
     METHOD_ID = 80
@@ -1747,6 +1895,11 @@ class BasicAck(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = (("delivery_tag", "longlong"), ("multiple", "bit"))
+
+
+@dataclass(slots=True)
+class BasicAck(_BasicAckConstants):
+    """basic.ack (60, 80)"""
 
     delivery_tag: int = 0
     multiple: bool = False
@@ -1761,10 +1914,8 @@ class BasicAck(Method):
         out += _S_QB.pack(self.delivery_tag, bool(self.multiple))
 
 
-@dataclass(slots=True)
-class BasicReject(Method):
-    """basic.reject (60, 90)"""
-
+class _BasicRejectConstants(Method):
+    __slots__ = ()
     NAME = "basic.reject"
     CLASS_ID = 60
     METHOD_ID = 90
@@ -1772,6 +1923,11 @@ class BasicReject(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = (("delivery_tag", "longlong"), ("requeue", "bit"))
+
+
+@dataclass(slots=True)
+class BasicReject(_BasicRejectConstants):
+    """basic.reject (60, 90)"""
 
     delivery_tag: int = 0
     requeue: bool = False
@@ -1786,10 +1942,8 @@ class BasicReject(Method):
         out += _S_QB.pack(self.delivery_tag, bool(self.requeue))
 
 
-@dataclass(slots=True)
-class BasicRecoverAsync(Method):
-    """basic.recover-async (60, 100)"""
-
+class _BasicRecoverAsyncConstants(Method):
+    __slots__ = ()
     NAME = "basic.recover-async"
     CLASS_ID = 60
     METHOD_ID = 100
@@ -1797,6 +1951,11 @@ class BasicRecoverAsync(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = (("requeue", "bit"),)
+
+
+@dataclass(slots=True)
+class BasicRecoverAsync(_BasicRecoverAsyncConstants):
+    """basic.recover-async (60, 100)"""
 
     requeue: bool = False
 
@@ -1810,10 +1969,8 @@ class BasicRecoverAsync(Method):
         out += _S_B.pack(bool(self.requeue))
 
 
-@dataclass(slots=True)
-class BasicRecover(Method):
-    """basic.recover (60, 110)"""
-
+class _BasicRecoverConstants(Method):
+    __slots__ = ()
     NAME = "basic.recover"
     CLASS_ID = 60
     METHOD_ID = 110
@@ -1821,6 +1978,11 @@ class BasicRecover(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = (("requeue", "bit"),)
+
+
+@dataclass(slots=True)
+class BasicRecover(_BasicRecoverConstants):
+    """basic.recover (60, 110)"""
 
     requeue: bool = False
 
@@ -1834,10 +1996,8 @@ class BasicRecover(Method):
         out += _S_B.pack(bool(self.requeue))
 
 
-@dataclass(slots=True)
-class BasicRecoverOk(Method):
-    """basic.recover-ok (60, 111)"""
-
+class _BasicRecoverOkConstants(Method):
+    __slots__ = ()
     NAME = "basic.recover-ok"
     CLASS_ID = 60
     METHOD_ID = 111
@@ -1845,6 +2005,11 @@ class BasicRecoverOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class BasicRecoverOk(_BasicRecoverOkConstants):
+    """basic.recover-ok (60, 111)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> BasicRecoverOk:
@@ -1856,10 +2021,8 @@ class BasicRecoverOk(Method):
         out += b"\x00\x3c\x00\x6f"
 
 
-@dataclass(slots=True)
-class BasicNack(Method):
-    """basic.nack (60, 120)"""
-
+class _BasicNackConstants(Method):
+    __slots__ = ()
     NAME = "basic.nack"
     CLASS_ID = 60
     METHOD_ID = 120
@@ -1867,6 +2030,11 @@ class BasicNack(Method):
     SYNCHRONOUS = False
     HAS_CONTENT = False
     FIELDS = (("delivery_tag", "longlong"), ("multiple", "bit"), ("requeue", "bit"))
+
+
+@dataclass(slots=True)
+class BasicNack(_BasicNackConstants):
+    """basic.nack (60, 120)"""
 
     delivery_tag: int = 0
     multiple: bool = False
@@ -1882,10 +2050,8 @@ class BasicNack(Method):
         out += _S_QB.pack(self.delivery_tag, bool(self.multiple) | bool(self.requeue) << 1)
 
 
-@dataclass(slots=True)
-class TxSelect(Method):
-    """tx.select (90, 10)"""
-
+class _TxSelectConstants(Method):
+    __slots__ = ()
     NAME = "tx.select"
     CLASS_ID = 90
     METHOD_ID = 10
@@ -1893,6 +2059,11 @@ class TxSelect(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class TxSelect(_TxSelectConstants):
+    """tx.select (90, 10)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> TxSelect:
@@ -1904,10 +2075,8 @@ class TxSelect(Method):
         out += b"\x00\x5a\x00\x0a"
 
 
-@dataclass(slots=True)
-class TxSelectOk(Method):
-    """tx.select-ok (90, 11)"""
-
+class _TxSelectOkConstants(Method):
+    __slots__ = ()
     NAME = "tx.select-ok"
     CLASS_ID = 90
     METHOD_ID = 11
@@ -1915,6 +2084,11 @@ class TxSelectOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class TxSelectOk(_TxSelectOkConstants):
+    """tx.select-ok (90, 11)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> TxSelectOk:
@@ -1926,10 +2100,8 @@ class TxSelectOk(Method):
         out += b"\x00\x5a\x00\x0b"
 
 
-@dataclass(slots=True)
-class TxCommit(Method):
-    """tx.commit (90, 20)"""
-
+class _TxCommitConstants(Method):
+    __slots__ = ()
     NAME = "tx.commit"
     CLASS_ID = 90
     METHOD_ID = 20
@@ -1937,6 +2109,11 @@ class TxCommit(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class TxCommit(_TxCommitConstants):
+    """tx.commit (90, 20)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> TxCommit:
@@ -1948,10 +2125,8 @@ class TxCommit(Method):
         out += b"\x00\x5a\x00\x14"
 
 
-@dataclass(slots=True)
-class TxCommitOk(Method):
-    """tx.commit-ok (90, 21)"""
-
+class _TxCommitOkConstants(Method):
+    __slots__ = ()
     NAME = "tx.commit-ok"
     CLASS_ID = 90
     METHOD_ID = 21
@@ -1959,6 +2134,11 @@ class TxCommitOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class TxCommitOk(_TxCommitOkConstants):
+    """tx.commit-ok (90, 21)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> TxCommitOk:
@@ -1970,10 +2150,8 @@ class TxCommitOk(Method):
         out += b"\x00\x5a\x00\x15"
 
 
-@dataclass(slots=True)
-class TxRollback(Method):
-    """tx.rollback (90, 30)"""
-
+class _TxRollbackConstants(Method):
+    __slots__ = ()
     NAME = "tx.rollback"
     CLASS_ID = 90
     METHOD_ID = 30
@@ -1981,6 +2159,11 @@ class TxRollback(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class TxRollback(_TxRollbackConstants):
+    """tx.rollback (90, 30)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> TxRollback:
@@ -1992,10 +2175,8 @@ class TxRollback(Method):
         out += b"\x00\x5a\x00\x1e"
 
 
-@dataclass(slots=True)
-class TxRollbackOk(Method):
-    """tx.rollback-ok (90, 31)"""
-
+class _TxRollbackOkConstants(Method):
+    __slots__ = ()
     NAME = "tx.rollback-ok"
     CLASS_ID = 90
     METHOD_ID = 31
@@ -2003,6 +2184,11 @@ class TxRollbackOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class TxRollbackOk(_TxRollbackOkConstants):
+    """tx.rollback-ok (90, 31)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> TxRollbackOk:
@@ -2014,10 +2200,8 @@ class TxRollbackOk(Method):
         out += b"\x00\x5a\x00\x1f"
 
 
-@dataclass(slots=True)
-class ConfirmSelect(Method):
-    """confirm.select (85, 10)"""
-
+class _ConfirmSelectConstants(Method):
+    __slots__ = ()
     NAME = "confirm.select"
     CLASS_ID = 85
     METHOD_ID = 10
@@ -2025,6 +2209,11 @@ class ConfirmSelect(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = (("nowait", "bit"),)
+
+
+@dataclass(slots=True)
+class ConfirmSelect(_ConfirmSelectConstants):
+    """confirm.select (85, 10)"""
 
     nowait: bool = False
 
@@ -2038,10 +2227,8 @@ class ConfirmSelect(Method):
         out += _S_B.pack(bool(self.nowait))
 
 
-@dataclass(slots=True)
-class ConfirmSelectOk(Method):
-    """confirm.select-ok (85, 11)"""
-
+class _ConfirmSelectOkConstants(Method):
+    __slots__ = ()
     NAME = "confirm.select-ok"
     CLASS_ID = 85
     METHOD_ID = 11
@@ -2049,6 +2236,11 @@ class ConfirmSelectOk(Method):
     SYNCHRONOUS = True
     HAS_CONTENT = False
     FIELDS = ()
+
+
+@dataclass(slots=True)
+class ConfirmSelectOk(_ConfirmSelectOkConstants):
+    """confirm.select-ok (85, 11)"""
 
     @classmethod
     def decode(cls, buf: memoryview) -> ConfirmSelectOk:
@@ -2060,11 +2252,14 @@ class ConfirmSelectOk(Method):
         out += b"\x00\x55\x00\x0b"
 
 
-@dataclass(slots=True)
-class BasicProperties:
-    """Content header properties of class basic; None means absent."""
-
+class _BasicPropertiesConstants:
+    __slots__ = ()
     CLASS_ID = 60
+
+
+@dataclass(slots=True)
+class BasicProperties(_BasicPropertiesConstants):
+    """Content header properties of class basic; None means absent."""
 
     content_type: str | None = None
     content_encoding: str | None = None

@@ -125,7 +125,7 @@ class SeedLayout:
 class VsrLayout(SeedLayout):
     name = "replicated"
     partition_base = 0
-    default_partition = 0
+    default_partition: int | None = 0
     # Their replies changed shape in this generation and mainstem does not serve them.
     unsupported = frozenset((Code.GET_STATS, Code.GET_ME, Code.GET_CLIENT, Code.GET_CLIENTS,
                              Code.LOGIN_USER, Code.LOGOUT_USER))
