@@ -19,10 +19,9 @@ from mainstem.broker.catalog import TIERED_SEGMENT
 from mainstem.cluster.etcd import EtcdClient
 from mainstem.cluster.etcd_keys import prefix
 from mainstem.cluster.metadata.catalog_feed import AREA
-from mainstem.testing_cluster import LocalCluster
 from tests.broker.test_tiering import body, publish
 from tests.cluster.test_tier_fencing import leader_of, objects, uploads
-from tests.cluster.test_tiering_cluster import STREAM, Port, raw_bodies
+from tests.cluster.test_tiering_cluster import STREAM, Port, raw_bodies, tiered_cluster
 from tests.support.waiting import wait_until
 
 ARGUMENTS = {"stream-max-segment-size-bytes": 20_000, "tier-local-max-age": "1s"}
@@ -56,9 +55,7 @@ def strip_epochs_in_catalog(data_dir: Path) -> None:
 async def test_a_replica_behind_a_log_tiered_under_pre_epoch_records_follows_again(
         tmp_path: Path) -> None:
     tier = tmp_path / "tier"
-    with LocalCluster(tmp_path / "cluster", extra_args=(
-            "--tier-url", str(tier), "--tier-check-interval-ms", "100",
-            "--tier-block-bytes", "16384")) as cluster:
+    with tiered_cluster(tmp_path) as cluster:
         ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
         await publish(Port(ports["node1"]), STREAM, MESSAGES, ARGUMENTS)  # type: ignore[arg-type]
         leader = await leader_of(ports, "node1")
