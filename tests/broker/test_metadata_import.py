@@ -30,6 +30,8 @@ from mainstem.broker.amqp import metadata as amqp_metadata
 from mainstem.broker.amqp.metadata import decode_table, encode_table
 from mainstem.broker.amqp.routing.model import canonical_value
 from mainstem.broker.catalog import _MIGRATIONS, SCHEMA_VERSION, Catalog, transaction
+from mainstem.broker.core import BrokerCore
+from mainstem.broker.settings import CoreSettings
 from mainstem.client.events import EventsClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.config import ServerConfig
@@ -262,3 +264,18 @@ def test_a_save_writes_only_the_rows_that_changed(tmp_path: Path) -> None:
         assert saved(db, amqp_metadata.StoredObjects.read(db),
                      {"/": {**record, "queues": changed}})[1] == 0
         db.close()
+
+
+async def test_declarations_in_one_save_are_stored_once_at_its_end(tmp_path: Path) -> None:
+    core = await BrokerCore.open(tmp_path / "data", CoreSettings())
+    try:
+        host, db = core.queues.vhost("/"), core.catalog.connect()
+        with core.queues.one_save():
+            for name in ("a", "b", "c"):
+                host.declare_queue(name, durable=True, exclusive=False, auto_delete=False,
+                                   arguments={}, owner=None)
+            assert amqp_metadata.read(db) == {}  # nothing written yet
+        assert [q["name"] for q in amqp_metadata.read(db)["/"]["queues"]] == ["a", "b", "c"]
+        db.close()
+    finally:
+        await core.close()
