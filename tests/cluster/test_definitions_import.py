@@ -61,7 +61,11 @@ def test_an_import_is_whole_on_every_node_or_nowhere(mainstem_cluster: LocalClus
     exported = api(cluster, "node3", "GET", "/api/definitions")
     assert len(exported["topic_permissions"]) == 2
 
-    # the topic permission holds on another node than the one that imported it
+    # the topic permission holds on another node than the one that imported it (once the
+    # exchange, after the users and vhosts in etcd, is there too)
+    until(lambda: "orders" in {row["name"] for row in
+                               api(cluster, "node3", "GET", "/api/exchanges/shop")},
+          "the exchange on node3")
     connection = pika.BlockingConnection(pika.ConnectionParameters(
         "127.0.0.1", cluster.nodes["node3"].ports["amqp"], "shop",
         pika.PlainCredentials("orders-api", "orders-api-secret")))

@@ -253,6 +253,10 @@ async def import_definitions(core: BrokerCore, definitions: dict[str, Any],
             await _withdraw(created)
             await core.catalog.apply_changes_everywhere(undo)
             raise
+    # answered once the cluster holds the topology, as a declaration over AMQP is
+    for name in {name for rows in (plan.queues, plan.exchanges, plan.bindings)
+                 for name, _ in rows}:
+        await core.queues.vhost(name).shared()
     return plan.report
 
 
