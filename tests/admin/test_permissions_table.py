@@ -16,6 +16,7 @@ import pika
 import pytest
 
 from mainstem import Broker
+from tests.support.admin_http import call, session
 
 ALL = {"mine", "theirs"}
 MINE = {"mine"}
@@ -68,19 +69,6 @@ TABLE: list[tuple[str, str, dict[str, Any] | None, tuple[int, ...],
     ("GET", "/api/connections", None, EVERYONE, None),
     ("GET", "/api/consumers", None, EVERYONE, None),
 ]
-
-
-def session(broker: Broker, user: str, password: str | None = None) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}", headers={
-        "Authorization": aiohttp.encode_basic_auth(user, password or user)})
-
-
-async def call(http: aiohttp.ClientSession, method: str, path: str, body: Any = None,
-               status: int = 200) -> Any:
-    async with http.request(method, path, json=body) as response:
-        text = await response.text()
-        assert response.status == status, (method, path, text)
-        return json.loads(text) if text else None
 
 
 @pytest.fixture

@@ -19,24 +19,15 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from mainstem.testing import ThreadedBroker
+from tests.support.pika_channels import pika_channel
 
 TIMEOUT_S = 15
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 
 
 @pytest.fixture
-def server(mainstem_server: ThreadedBroker) -> ThreadedBroker:
-    return mainstem_server
-
-
-@pytest.fixture
 def channel(server: ThreadedBroker) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", server.ports["amqp"]))
-    try:
-        yield connection.channel()
-    finally:
-        connection.close()
+    yield from pika_channel(server.ports["amqp"])
 
 
 @dataclass

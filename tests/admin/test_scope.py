@@ -18,6 +18,7 @@ import pytest
 from rstream import Producer
 
 from mainstem import Broker
+from tests.support.admin_http import call, session
 
 PERMISSIONS = {"configure": ".*", "write": ".*", "read": ".*"}
 # user -> tags; each may log in to "team" only (guest, the administrator, to "/")
@@ -28,19 +29,6 @@ NOT_ADMIN = {"error": "not_authorised", "reason": "Not administrator user"}
 NOT_MONITOR = {"error": "not_authorised", "reason": "Not monitor user"}
 NOT_VHOST = {"error": "not_authorised", "reason": "User not authorised to access virtual host"}
 NOT_OBJECT = {"error": "not_authorised", "reason": "User not authorised to access object"}
-
-
-def session(broker: Broker, user: str) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(f"http://127.0.0.1:{broker.ports['admin']}", headers={
-        "Authorization": aiohttp.encode_basic_auth(user, user if user != "guest" else "guest")})
-
-
-async def call(http: aiohttp.ClientSession, method: str, path: str, body=None,
-               status: int = 200):
-    async with http.request(method, path, json=body) as response:
-        text = await response.text()
-        assert response.status == status, (method, path, text)
-        return json.loads(text) if text else None
 
 
 @pytest.fixture

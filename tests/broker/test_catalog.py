@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sqlite3
 import tempfile
 from collections.abc import Awaitable, Iterator
@@ -12,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mainstem.broker.catalog import (
+    _MIGRATIONS,
     DEFAULT_NAMESPACE,
     MAX_OFFSET,
     SCHEMA_VERSION,
@@ -20,6 +23,7 @@ from mainstem.broker.catalog import (
     PermissionRecord,
     StreamRecord,
     UserRecord,
+    transaction,
 )
 from mainstem.broker.errors import (
     AlreadyExists,
@@ -29,6 +33,7 @@ from mainstem.broker.errors import (
     PreconditionFailed,
 )
 from mainstem.broker.policies import OPERATOR_POLICY, POLICY, parse_policy
+from mainstem.log.tier_upload import TieredRecord
 
 RETENTION = {"max-length-bytes": 20_000_000_000, "max-age": "7D", "nested": {"a": [1, 2]}}
 
@@ -504,3 +509,41 @@ async def test_in_a_cluster_a_clients_change_is_made_here_only_once_shared(path:
         with pytest.raises(NotFound):  # checked here first: nothing told
             await catalog.clear_limit_everywhere("vhost_limit", "/", "max-queues")
         assert len(told) == 1
+
+
+# -- tiered records --------------------------------------------------------------------
+
+
+def tiered_record(first: int) -> TieredRecord:
+    return TieredRecord(f"s/0/{first:020d}-1-ab.segment", first, first + 10, 0, 100, 1, 2,
+                        120, 7, 48, 9, 2, ((first, 1),))
+
+
+def test_records_of_a_catalog_before_migration_14_are_found_by_their_objects_index(
+        path: Path) -> None:
+    """A catalog written before the object key was indexed: its records are found by
+    their objects (a segment's or its index's key) through the index, never a scan."""
+    db = sqlite3.connect(path, isolation_level=None)
+    for version, migration in enumerate(_MIGRATIONS[:13], start=1):
+        with transaction(db):
+            migration(db, path.parent)
+            db.execute(f"PRAGMA user_version = {version}")
+    db.execute("INSERT INTO namespaces (name, created_at) VALUES ('/', 0)")
+    db.execute("INSERT INTO streams VALUES ('/', 's', 1, '{}', 0)")
+    db.executemany("INSERT INTO tiered_segments VALUES ('/', 's', 0, ?, ?)",
+                   [(first, json.dumps(dataclasses.asdict(tiered_record(first))))
+                    for first in (0, 10)])
+    db.close()
+    with Catalog.open(path) as catalog:
+        assert catalog.names_tiered(tiered_record(10).key)
+        assert catalog.names_object(tiered_record(0).index_key)
+        assert not catalog.names_object(tiered_record(20).key)
+    db = sqlite3.connect(path)
+    try:
+        for table in ("tiered_segments", "table_files"):
+            plan = db.execute(f"EXPLAIN QUERY PLAN SELECT 1 FROM {table}"
+                              " WHERE object_key = ?", ("k",)).fetchall()
+            assert plan[0][3].startswith(f"SEARCH {table} USING ")  # not SCAN
+            assert f"INDEX {table}_object_key (object_key=?)" in plan[0][3]
+    finally:
+        db.close()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import pytest
@@ -29,6 +30,8 @@ from mainstem.broker.amqp import metadata as amqp_metadata
 from mainstem.broker.amqp.metadata import decode_table, encode_table
 from mainstem.broker.amqp.routing.model import canonical_value
 from mainstem.broker.catalog import _MIGRATIONS, SCHEMA_VERSION, Catalog, transaction
+from mainstem.broker.core import BrokerCore
+from mainstem.broker.settings import CoreSettings
 from mainstem.client.events import EventsClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.config import ServerConfig
@@ -211,19 +214,68 @@ def test_field_values_keep_their_types() -> None:
 
 
 
-def test_stored_amqp_objects_are_replaced_as_a_whole(tmp_path: Path) -> None:
+def amqp_objects() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     exchange = {"name": "e", "type": "topic", "durable": True, "auto_delete": False,
                 "internal": False, "arguments": {"alternate-exchange": "ae"}}
     queue = {"name": "q", "auto_delete": False, "arguments": {"x-max-length": 5}}
     binding = {"source": "e", "destination": "q", "destination_kind": "queue",
                "routing_key": "#", "arguments": {}}
+    return exchange, queue, binding
+
+
+def saved(db: sqlite3.Connection, stored: amqp_metadata.StoredObjects,
+          records: amqp_metadata.Records) -> tuple[amqp_metadata.StoredObjects, int]:
+    """`records` saved over `stored`; the rows the save wrote."""
+    before = db.total_changes
+    with transaction(db):
+        stored = stored.write(db, records)
+    return stored, db.total_changes - before
+
+
+def test_stored_amqp_objects_are_replaced_as_a_whole(tmp_path: Path) -> None:
+    exchange, queue, binding = amqp_objects()
     with Catalog.open(tmp_path / "catalog.sqlite") as catalog:
         db = catalog.connect()
-        with transaction(db):
-            amqp_metadata.write(db, {"gone": {"exchanges": [exchange], "queues": [],
-                                              "bindings": []}})
+        stored, _ = saved(db, amqp_metadata.StoredObjects.read(db),
+                          {"gone": {"exchanges": [exchange], "queues": [], "bindings": []}})
         kept = {"exchanges": [exchange], "queues": [queue], "bindings": [binding]}
-        with transaction(db):
-            amqp_metadata.write(db, {"/": kept})
+        saved(db, stored, {"/": kept})
         assert amqp_metadata.read(db) == {"/": kept}
         db.close()
+
+
+def test_a_save_writes_only_the_rows_that_changed(tmp_path: Path) -> None:
+    exchange, queue, binding = amqp_objects()
+    queues = [{**queue, "name": f"q{i}"} for i in range(50)]
+    record = {"exchanges": [exchange], "queues": queues, "bindings": [binding]}
+    with Catalog.open(tmp_path / "catalog.sqlite") as catalog:
+        db = catalog.connect()
+        stored, written = saved(db, amqp_metadata.StoredObjects.read(db), {"/": record})
+        assert written == 52
+        stored, written = saved(db, stored, {"/": {**record, "queues": [
+            *queues, {**queue, "name": "new"}]}})
+        assert written == 1  # the new queue's row, not the 52 others again
+        # an argument of another type is a change (1 == True, but not as stored)
+        changed = [{**queues[0], "arguments": {"x-max-length": True}}, *queues[1:]]
+        stored, written = saved(db, stored, {"/": {**record, "queues": changed}})
+        assert written == 2  # that queue's row, and the new queue's gone
+        assert amqp_metadata.read(db)["/"]["queues"] == changed
+        # a store read back from the catalog writes nothing for what it holds
+        assert saved(db, amqp_metadata.StoredObjects.read(db),
+                     {"/": {**record, "queues": changed}})[1] == 0
+        db.close()
+
+
+async def test_declarations_in_one_save_are_stored_once_at_its_end(tmp_path: Path) -> None:
+    core = await BrokerCore.open(tmp_path / "data", CoreSettings())
+    try:
+        host, db = core.queues.vhost("/"), core.catalog.connect()
+        with core.queues.one_save():
+            for name in ("a", "b", "c"):
+                host.declare_queue(name, durable=True, exclusive=False, auto_delete=False,
+                                   arguments={}, owner=None)
+            assert amqp_metadata.read(db) == {}  # nothing written yet
+        assert [q["name"] for q in amqp_metadata.read(db)["/"]["queues"]] == ["a", "b", "c"]
+        db.close()
+    finally:
+        await core.close()

@@ -10,12 +10,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from mainstem.testing import ThreadedBroker
 from tests.admin.test_policies import api, set_policy
+from tests.support.pika_channels import pika_channel
 
 # Python's re took 0.45 s for this pattern on a 23-character name and doubles per
 # character: 26 characters is several seconds before the fix, long enough to fail the bound.
@@ -27,27 +27,13 @@ BOUND_S = 2.0
 
 
 @pytest.fixture
-def server(mainstem_server: ThreadedBroker) -> ThreadedBroker:
-    return mainstem_server
-
-
-def _channel(server: ThreadedBroker) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", server.ports["amqp"]))
-    try:
-        yield connection.channel()
-    finally:
-        connection.close()
-
-
-@pytest.fixture
 def attacker(server: ThreadedBroker) -> Iterator[BlockingChannel]:
-    yield from _channel(server)
+    yield from pika_channel(server.ports["amqp"])
 
 
 @pytest.fixture
 def bystander(server: ThreadedBroker) -> Iterator[BlockingChannel]:
-    yield from _channel(server)
+    yield from pika_channel(server.ports["amqp"])
 
 
 def timed_while_probing(attack: Callable[[], object], probe: Callable[[], object]

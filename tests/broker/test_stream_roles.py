@@ -93,7 +93,7 @@ async def test_a_leader_commits_what_its_replica_set_acked(replica: PartitionSer
     leading.commit_to(2)
     await asyncio.wait_for(receipt.durable, 5)
     assert replica.committed_offset == 2
-    assert leading.chunk_epoch(0) == 3 and leading.epoch_end(3) == 2
+    assert await leading.chunk_epoch(0) == 3 and leading.epoch_end(3) == 2
 
 
 async def test_a_leader_stepping_down_abandons_what_it_had_not_committed(
@@ -120,11 +120,11 @@ async def test_a_follower_takes_its_leaders_chunks_and_cuts_a_divergent_tail(
     following = replica.follow()
     for raw, opens in await raw_chunks(leading, 0):
         following.accept_chunk(memoryview(raw), opens, commit=2)
-    assert following.next_offset == 3 and following.last_chunk() == (2, 2)
+    assert following.next_offset == 3 and await following.last_chunk() == (2, 2)
     await durable_to(following, 3)
     assert replica.committed_offset == 2  # no further than the leader's point
     await following.truncate_from(2)  # the leader never committed the third
-    assert following.next_offset == 2 and following.last_chunk() == (1, 2)
+    assert following.next_offset == 2 and await following.last_chunk() == (1, 2)
     location = replica.locate(0)
     assert location is not None and location.read() is not None
     assert replica.committed_offset == 2

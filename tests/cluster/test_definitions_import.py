@@ -4,40 +4,17 @@ other settings) is put back on every node: no user, vhost or permission of it st
 
 from __future__ import annotations
 
-import base64
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.error import HTTPError
-from urllib.request import Request, urlopen
 
 import pika
 import pytest
 
 from mainstem.testing_cluster import LocalCluster
-from mainstem.testing_wait import CAP_S
+from tests.support.catalog_clients import api, until
 
-AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 FIXTURE = Path(__file__).parents[1] / "admin" / "fixtures" / "rabbitmq-3.10.8-migration.json"
-
-
-def api(cluster: LocalCluster, node: str, method: str, path: str, body: object = None) -> Any:
-    port = cluster.nodes[node].ports["admin"]
-    request = Request(f"http://127.0.0.1:{port}{path}", method=method,
-                      data=None if body is None else json.dumps(body).encode(),
-                      headers={"Authorization": AUTH, "Content-Type": "application/json"})
-    with urlopen(request, timeout=CAP_S) as response:
-        text = response.read()
-    return json.loads(text) if text else None
-
-
-def until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + CAP_S
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
 
 
 def plain(rabbit: dict) -> dict:
@@ -70,7 +47,7 @@ def test_an_import_is_whole_on_every_node_or_nowhere(mainstem_cluster: LocalClus
     assert refused.value.code == 400
     for node in cluster.nodes:
         until(lambda node=node: users(cluster, node) == {"guest"}
-              and vhosts(cluster, node) == {"/"})
+              and vhosts(cluster, node) == {"/"}, "the import put back")
         assert [p["user"] for p in api(cluster, node, "GET", "/api/permissions")] == ["guest"]
         assert api(cluster, node, "GET", "/api/policies") == []
 
@@ -80,11 +57,15 @@ def test_an_import_is_whole_on_every_node_or_nowhere(mainstem_cluster: LocalClus
     expected = {row["name"] for row in rabbit["users"]} | {"guest"}
     for node in cluster.nodes:
         until(lambda node=node: users(cluster, node) == expected
-              and vhosts(cluster, node) == {"/", "shop", "iot"})
+              and vhosts(cluster, node) == {"/", "shop", "iot"}, "the import seen")
     exported = api(cluster, "node3", "GET", "/api/definitions")
     assert len(exported["topic_permissions"]) == 2
 
-    # the topic permission holds on another node than the one that imported it
+    # the topic permission holds on another node than the one that imported it (once the
+    # exchange, after the users and vhosts in etcd, is there too)
+    until(lambda: "orders" in {row["name"] for row in
+                               api(cluster, "node3", "GET", "/api/exchanges/shop")},
+          "the exchange on node3")
     connection = pika.BlockingConnection(pika.ConnectionParameters(
         "127.0.0.1", cluster.nodes["node3"].ports["amqp"], "shop",
         pika.PlainCredentials("orders-api", "orders-api-secret")))

@@ -4,38 +4,14 @@ node goes everywhere. A policy's queue-leader-locator places a quorum queue's le
 
 from __future__ import annotations
 
-import base64
-import json
-import time
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
-from urllib.request import Request, urlopen
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from mainstem.testing_cluster import LocalCluster
-from mainstem.testing_wait import CAP_S
-
-AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
-
-
-def api(cluster: LocalCluster, node: str, method: str, path: str, body: object = None) -> Any:
-    port = cluster.nodes[node].ports["admin"]
-    request = Request(f"http://127.0.0.1:{port}{path}", method=method,
-                      data=None if body is None else json.dumps(body).encode(),
-                      headers={"Authorization": AUTH, "Content-Type": "application/json"})
-    with urlopen(request, timeout=10) as response:
-        text = response.read()
-    return json.loads(text) if text else None
-
-
-def until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + CAP_S
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
+from tests.support.catalog_clients import api, until
 
 
 def channel_on(cluster: LocalCluster, node: str) -> BlockingChannel:
@@ -56,17 +32,18 @@ def test_a_policy_set_on_one_node_applies_on_every_node(mainstem_cluster: LocalC
     cluster = mainstem_cluster
     api(cluster, "node1", "PUT", "/api/policies/%2F/cap",
         {"pattern": "^capped", "definition": {"max-length": 3}, "apply-to": "classic_queues"})
-    until(lambda: names(cluster, "node3") == ["cap"])
+    until(lambda: names(cluster, "node3") == ["cap"], "the policy on node3")
     channel = channel_on(cluster, "node3")
     try:
         channel.queue_declare("capped-here")
         for i in range(10):
             channel.basic_publish("", "capped-here", b"m%d" % i)
         until(lambda: channel.queue_declare("capped-here", passive=True)
-              .method.message_count == 3)
+              .method.message_count == 3, "the queue capped")
         assert queue_row(cluster, "node3", "capped-here")["policy"] == "cap"
         api(cluster, "node2", "DELETE", "/api/policies/%2F/cap")
-        until(lambda: names(cluster, "node1") == [] and names(cluster, "node3") == [])
+        until(lambda: names(cluster, "node1") == [] and names(cluster, "node3") == [],
+              "the policy gone")
         assert queue_row(cluster, "node3", "capped-here")["policy"] == ""
     finally:
         channel.connection.close()
@@ -77,11 +54,13 @@ def test_a_policy_set_on_one_node_applies_on_every_node(mainstem_cluster: LocalC
     channel = channel_on(cluster, "node1")
     try:
         channel.queue_declare("local", durable=True, arguments=single)
-        until(lambda: queue_row(cluster, "node1", "local").get("leader") == "node1")
+        until(lambda: queue_row(cluster, "node1", "local").get("leader") == "node1",
+              "the leader on node1")
         api(cluster, "node1", "PUT", "/api/policies/%2F/spread",
             {"pattern": "^spread", "definition": {"queue-leader-locator": "balanced"},
              "apply-to": "quorum_queues"})
         channel.queue_declare("spread", durable=True, arguments=single)
-        until(lambda: queue_row(cluster, "node1", "spread").get("leader") == "node2")
+        until(lambda: queue_row(cluster, "node1", "spread").get("leader") == "node2",
+              "the leader on node2")
     finally:
         channel.connection.close()

@@ -6,6 +6,8 @@ test uses names of its own."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,10 +25,14 @@ from apache_iggy import (
 )
 
 from mainstem.broker import layout
+from mainstem.broker.catalog import TIERED_SEGMENT
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient as OwnIggyClient
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.cluster.etcd import EtcdClient
+from mainstem.cluster.etcd_keys import path, prefix, segments
+from mainstem.cluster.metadata.catalog_feed import AREA
+from mainstem.log.tier_upload import TieredRecord
 from mainstem.protocols.segment import codec as c
 from mainstem.testing_cluster import LocalCluster
 
@@ -233,7 +239,24 @@ async def partition_keys(cluster: LocalCluster, namespace: str, stream: str
         for kind in ("leaders", "isr", "epochs"):
             kvs, _ = await etcd.get_prefix(f"/mainstem/{kind}/{storage}/")
             found[kind] = {int(kv.key.rpartition("/")[2]) for kv in kvs}
+        kvs, _ = await etcd.get_prefix(prefix(AREA, TIERED_SEGMENT, namespace, stream))
+        found["tiered"] = {int(segments(kv.key)[4]) for kv in kvs}
         return found
+    finally:
+        await etcd.close()
+
+
+async def put_tiered_record(cluster: LocalCluster, namespace: str, stream: str,
+                            index: int) -> None:
+    """A tiered segment's record of a partition, as its leader writes it (beyond any
+    chunk the partition holds: nothing reads it here)."""
+    first = 1 << 40
+    record = TieredRecord(f"t/{index}/{first:020d}-1-0.segment", first, first + 1, 0, 1,
+                          1, 1, 100, 0, 48, 1, 1, ((first, 1),))
+    etcd = EtcdClient([cluster.etcd.endpoint])
+    try:
+        await etcd.put(path(AREA, TIERED_SEGMENT, namespace, stream, index, first),
+                       json.dumps(dataclasses.asdict(record)).encode())
     finally:
         await etcd.close()
 
@@ -251,7 +274,7 @@ async def test_partitions_added_and_removed_through_one_node_are_every_nodes(
     assert await eventually(lambda: partition_keys(cluster, "grow", "logs"),
                             lambda keys: keys["leaders"] == {0, 1, 2},
                             "a leader for each partition") == \
-        {"leaders": {0, 1, 2}, "isr": {0, 1, 2}, "epochs": {0, 1, 2}}
+        {"leaders": {0, 1, 2}, "isr": {0, 1, 2}, "epochs": {0, 1, 2}, "tiered": set()}
     for client in (b, c_):  # the group's member is dealt the new partitions everywhere
         await eventually(lambda cl=client: cl.get_consumer_group("grow", "logs", "all"),  # type: ignore[misc]
                          lambda g: [list(m.partitions) for m in g.members] == [[0, 1, 2]],
@@ -263,12 +286,15 @@ async def test_partitions_added_and_removed_through_one_node_are_every_nodes(
             lambda cl=client: payloads(cl, "grow", "logs", 2, single,  # type: ignore[misc]
                                        PollingStrategy.First()),
             bool, "the new partition's message") == [b"on a new partition"]
+    # tiered segments' records of partitions 0 and 2, as a leader with a tier writes them
+    for index in (0, 2):
+        await put_tiered_record(cluster, "grow", "logs", index)
     await c_.delete_partitions("grow", "logs", 2)
     await eventually(lambda: a.get_topic("grow", "logs"), lambda t: t.partitions_count == 1,
                      "one partition left through node1")
     assert await eventually(lambda: partition_keys(cluster, "grow", "logs"),
                             lambda keys: keys["isr"] == {0}, "the removed partitions' keys gone"
-                            ) == {"leaders": {0}, "isr": {0}, "epochs": {0}}
+                            ) == {"leaders": {0}, "isr": {0}, "epochs": {0}, "tiered": {0}}
     await b.send_messages("grow", "logs", 0, [SendMessage("still")])
     assert await eventually(
         lambda: payloads(c_, "grow", "logs", 0, single, PollingStrategy.First()), bool,

@@ -109,12 +109,12 @@ async def test_a_returning_leader_cuts_what_it_wrote_in_an_old_epoch(tmp_path: P
     new_leader.flush()
     feeder = LeaderLog(PartitionService(new_leader).lead(2), "new", ["new", "old"], ["new"],
                        _no_isr_change, 5.0)
-    answer = feeder.handshake(hello(old_leader))
+    answer = await feeder.handshake(hello(old_leader))
     assert answer[4] == wire.FrameType.TRUNCATE
     cut = wire.read_offset(answer[5:])
     assert cut == 3  # where epoch 2 began on the new leader
     old_leader.truncate_from(cut)
-    assert feeder.handshake(hello(old_leader))[4] == wire.FrameType.START
+    assert (await feeder.handshake(hello(old_leader)))[4] == wire.FrameType.START
     copy_into(old_leader, new_leader, old_leader.next_offset)
     assert records(old_leader) == [b"c0", b"c1", b"c2", b"n1", b"n2"] == records(new_leader)
     feeder.close()
@@ -238,11 +238,11 @@ async def test_a_returning_leader_cuts_its_old_epoch_where_the_new_leaders_log_i
 
     feeder = LeaderLog(PartitionService(new_leader).lead(2), "new", ["new", "old"], ["new"],
                        _no_isr_change, 5.0)
-    answer = feeder.handshake(hello(old_leader))
+    answer = await feeder.handshake(hello(old_leader))
     assert answer[4] == wire.FrameType.TRUNCATE
     assert wire.read_offset(answer[5:]) == split  # at once, where epoch 2 began
     following = PartitionService(old_leader).follow()
     await following.truncate_from(split)  # its tail is now in its tiered history
     assert old_leader.last_chunk() == (split - 1, 1) and old_leader.sequences == {"w": 5}
-    assert feeder.handshake(hello(old_leader))[4] == wire.FrameType.START
+    assert (await feeder.handshake(hello(old_leader)))[4] == wire.FrameType.START
     feeder.close()

@@ -22,7 +22,7 @@ from mainstem.log.tier import file_crc32
 from mainstem.testing_cluster import LocalCluster
 from tests.broker.test_tiering import body, publish
 from tests.cluster.test_leader_crash import leader_port
-from tests.cluster.test_tiering_cluster import STREAM, Port, raw_bodies
+from tests.cluster.test_tiering_cluster import STREAM, Port, raw_bodies, tiered_cluster
 from tests.support.waiting import wait_until
 
 AGE_S = 4  # a sealed segment is tiered once this old
@@ -72,9 +72,7 @@ def recorded(cluster: LocalCluster, name: str) -> dict[str, tuple[int, int]]:
 
 async def test_a_restarted_follower_never_replaces_the_leaders_objects(tmp_path: Path) -> None:
     tier = tmp_path / "tier"
-    with LocalCluster(tmp_path / "cluster", extra_args=(
-            "--tier-url", str(tier), "--tier-check-interval-ms", "100",
-            "--tier-block-bytes", "16384")) as cluster:
+    with tiered_cluster(tmp_path) as cluster:
         ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
         started = time.monotonic()
         await publish_all(ports["node1"])
@@ -111,9 +109,7 @@ async def test_a_frozen_leader_that_wakes_replaces_nothing(tmp_path: Path) -> No
     objects deleted again); the new leader's objects are never replaced, and every node
     reads every message."""
     tier = tmp_path / "tier"
-    with LocalCluster(tmp_path / "cluster", extra_args=(
-            "--tier-url", str(tier), "--tier-check-interval-ms", "50",
-            "--tier-block-bytes", "16384")) as cluster:
+    with tiered_cluster(tmp_path, 50) as cluster:
         ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
         await publish_all(ports["node1"])
         old = await leader_of(ports, "node1")

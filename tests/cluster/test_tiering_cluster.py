@@ -27,6 +27,13 @@ class Port:
         self.ports = {"stream": port}
 
 
+def tiered_cluster(tmp_path: Path, check_interval_ms: int = 100) -> LocalCluster:
+    """Three nodes sharing a tier (a directory, `tmp_path / "tier"`), with small blocks."""
+    return LocalCluster(tmp_path / "cluster", extra_args=(
+        "--tier-url", str(tmp_path / "tier"), "--tier-check-interval-ms",
+        str(check_interval_ms), "--tier-block-bytes", "16384"))
+
+
 def raw_bodies(port: int) -> list[bytes]:
     """Every committed record of the stream as the node at `port` serves it."""
     client = stream_client(port)
@@ -50,9 +57,7 @@ def tiered(tier: Path) -> list[int]:
 async def test_the_leader_tiers_followers_follow_and_a_new_leader_goes_on(
         tmp_path: Path) -> None:
     tier = tmp_path / "tier"
-    with LocalCluster(tmp_path / "cluster", extra_args=(
-            "--tier-url", str(tier), "--tier-check-interval-ms", "100",
-            "--tier-block-bytes", "16384")) as cluster:
+    with tiered_cluster(tmp_path) as cluster:
         ports = {name: node.ports["stream"] for name, node in cluster.nodes.items()}
         await publish(Port(ports["node1"]), STREAM, 1000, ARGUMENTS)  # type: ignore[arg-type]
 

@@ -10,7 +10,6 @@ for "space returns". Each request changes metadata only: no log file is written.
 from __future__ import annotations
 
 import resource
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,19 +26,13 @@ from mainstem.client.iggy import IggyClient, IggyClientError
 from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.protocols.iggy.codec import ErrorCode
 from mainstem.protocols.segment import codec as sc
-from tests.support.server_process import kill, start_server, started_ports
+from tests.support.server_process import ServerProcess
 
 ADMIN = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
 UNLIMITED = resource.RLIM_INFINITY
 
 
-class Server:
-    def __init__(self, tmp_path: Path) -> None:
-        self.log_path = tmp_path / "server.log"
-        self.process: subprocess.Popen = start_server(tmp_path / "data", self.log_path,
-                                                      "--disk-free-limit", "0")
-        self.ports = started_ports(self.process, self.log_path)
-
+class Server(ServerProcess):
     @contextmanager
     def disk_full(self) -> Iterator[None]:
         """No file of the server grows or is written until the block ends."""
@@ -52,11 +45,8 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    running = Server(tmp_path)
-    try:
+    with Server(tmp_path) as running:
         yield running
-    finally:
-        kill(running.process)
 
 
 async def test_stream_create_stream_answers_internal_error(server: Server) -> None:

@@ -26,19 +26,16 @@ from mainstem.client.segment import SegmentClient, SegmentClientError
 from mainstem.protocols.iggy.codec import ErrorCode
 from mainstem.protocols.rabbit_stream.constants import ResponseCode
 from mainstem.protocols.segment import codec as c
-from tests.support.server_process import kill, start_server, started_ports
+from tests.support.server_process import ServerProcess, kill, start_server, started_ports
 
 FILE_LIMIT = 1_000_000  # bytes per file: a segment file stops growing here
 
 
-class Server:
+class Server(ServerProcess):
     """A `mainstem serve` whose files cannot grow past FILE_LIMIT until it restarts."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.data_dir, self.log_path = tmp_path / "data", tmp_path / "server.log"
-        self.process = start_server(self.data_dir, self.log_path, "--disk-free-limit", "0",
-                                    preexec_fn=_limit_file_size)
-        self.ports = started_ports(self.process, self.log_path)
+        super().__init__(tmp_path, preexec_fn=_limit_file_size)
 
     def restart_without_limit(self) -> None:
         kill(self.process)
@@ -52,11 +49,8 @@ def _limit_file_size() -> None:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    running = Server(tmp_path)
-    try:
+    with Server(tmp_path) as running:
         yield running
-    finally:
-        kill(running.process)
 
 
 # -- segment protocol ---------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Clients of the catalog in cluster tests and benches: management API calls that return
-errors as answers, etcd's own value of a catalog key, and etcd freezing in short hiccups."""
+"""Clients of the catalog in cluster tests and benches: management API calls (`call`
+returns errors as answers, `api` raises them), etcd's own value of a catalog key, and etcd
+freezing in short hiccups."""
 
 from __future__ import annotations
 
@@ -26,15 +27,27 @@ NODES = ("node1", "node2", "node3")
 RABBIT_HASH = base64.b64encode(bytes(36)).decode()  # a salted sha256, as definitions hold
 
 
+def request(cluster: LocalCluster, node: str, method: str, at: str,
+            body: object = None) -> Request:
+    """A management API request to `node`, as guest, `body` as JSON."""
+    port = cluster.nodes[node].ports["admin"]
+    return Request(f"http://127.0.0.1:{port}{at}", method=method,
+                   data=None if body is None else json.dumps(body).encode(),
+                   headers={"Authorization": AUTH, "Content-Type": "application/json"})
+
+
+def api(cluster: LocalCluster, node: str, method: str, at: str, body: object = None) -> Any:
+    """The JSON body of one management API request; HTTPError for an error status."""
+    with urlopen(request(cluster, node, method, at, body), timeout=CAP_S) as response:
+        text = response.read()
+    return json.loads(text) if text else None
+
+
 def call(cluster: LocalCluster, node: str, method: str, at: str,
          body: object = None) -> tuple[int, Any]:
     """(status, JSON body) of one management API request; errors are answers too."""
-    port = cluster.nodes[node].ports["admin"]
-    request = Request(f"http://127.0.0.1:{port}{at}", method=method,
-                      data=None if body is None else json.dumps(body).encode(),
-                      headers={"Authorization": AUTH, "Content-Type": "application/json"})
     try:
-        with urlopen(request, timeout=30) as response:
+        with urlopen(request(cluster, node, method, at, body), timeout=30) as response:
             text = response.read()
             return response.status, json.loads(text) if text else None
     except HTTPError as error:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from mainstem.protocols import all_protocols
 from mainstem.testing_wait import wait_while_progressing
@@ -72,6 +74,25 @@ def kill(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     if process.poll() is None:
         os.kill(process.pid, sig)
         process.wait(TIMEOUT_S)
+
+
+class ServerProcess:
+    """A test's own `mainstem serve`, its data and log under `tmp_path`, the disk alarm
+    off (`extra`: more flags); killed when its `with` block ends."""
+
+    def __init__(self, tmp_path: Path, *extra: str,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
+        self.data_dir, self.log_path = tmp_path / "data", tmp_path / "server.log"
+        self.process = start_server(self.data_dir, self.log_path, "--disk-free-limit", "0",
+                                    *extra, preexec_fn=preexec_fn)
+        self.ports = started_ports(self.process, self.log_path)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        kill(self.process)
 
 
 def rss_bytes(pid: int) -> int:

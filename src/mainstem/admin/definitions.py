@@ -247,11 +247,16 @@ async def import_definitions(core: BrokerCore, definitions: dict[str, Any],
         await core.catalog.apply_changes_everywhere(plan.changes)
         created: list[tuple[VirtualHost, str, str | Binding]] = []
         try:
-            await _declare_topology(plan, created)
+            with core.queues.one_save():
+                _declare_topology(plan, created)
         except BaseException:
             await _withdraw(created)
             await core.catalog.apply_changes_everywhere(undo)
             raise
+    # answered once the cluster holds the topology, as a declaration over AMQP is
+    for name in {name for rows in (plan.queues, plan.exchanges, plan.bindings)
+                 for name, _ in rows}:
+        await core.queues.vhost(name).shared()
     return plan.report
 
 
@@ -385,10 +390,10 @@ def _check_topology(plan: _Plan, definitions: dict[str, Any]) -> None:
             plan.report.counts[counted] = len(rows)
 
 
-async def _declare_topology(plan: _Plan,
-                            created: list[tuple[VirtualHost, str, str | Binding]]) -> None:
+def _declare_topology(plan: _Plan, created: list[tuple[VirtualHost, str, str | Binding]]
+                      ) -> None:
     """Declare the file's queues, exchanges and bindings, noting in `created` what did not
-    exist before (for `_withdraw`)."""
+    exist before (for `_withdraw`). No await: the AMQP objects are saved once, after."""
     hosts = plan.core.queues
     for name, row in plan.queues:
         host, queue = hosts.vhost(name), _text(row, "name")

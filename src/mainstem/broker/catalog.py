@@ -285,6 +285,17 @@ _MIGRATIONS: tuple[Migration, ...] = (
         FOREIGN KEY (namespace, stream) REFERENCES streams (namespace, name) ON DELETE CASCADE
     );
     """),
+    # 14: the tier object a tiered segment's or a table file's record names, a column of
+    # its record, indexed: whether a record names an object is asked per object deleted
+    # (a stream's thousands at once), which a scan of every record made quadratic.
+    _script("""
+    ALTER TABLE tiered_segments
+        ADD COLUMN object_key TEXT GENERATED ALWAYS AS (json_extract(record, '$.key'));
+    CREATE INDEX tiered_segments_object_key ON tiered_segments (object_key);
+    ALTER TABLE table_files
+        ADD COLUMN object_key TEXT GENERATED ALWAYS AS (json_extract(record, '$.key'));
+    CREATE INDEX table_files_object_key ON table_files (object_key);
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 # A limit's kind -> (its table, the column naming what it limits)
@@ -912,15 +923,14 @@ class Catalog(ChangeNotifier):
 
     def names_tiered(self, key: str) -> bool:
         """Whether a record names the object `key` (a segment or its index)."""
-        return self._row("SELECT 1 FROM tiered_segments WHERE json_extract(record, '$.key')"
-                         " = ? LIMIT 1", (segment_key_of(key),)) is not None
+        return self._row("SELECT 1 FROM tiered_segments WHERE object_key = ? LIMIT 1",
+                         (segment_key_of(key),)) is not None
 
     def names_object(self, key: str) -> bool:
         """Whether a record names the tier object `key`: a tiered segment's or a table's
         data file."""
         return self.names_tiered(key) or self._row(
-            "SELECT 1 FROM table_files WHERE json_extract(record, '$.key') = ? LIMIT 1",
-            (key,)) is not None
+            "SELECT 1 FROM table_files WHERE object_key = ? LIMIT 1", (key,)) is not None
 
     # -- tables --------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ DEFAULT_SCOPE = "/"  # an empty scope in a segment name is the default namespace
 def import_old_stores(db: sqlite3.Connection, directory: Path) -> None:
     """Within the migration's transaction: copy the old stores' content into the catalog."""
     if (directory / AMQP_FILE).exists():
-        amqp_metadata.write(db, _read_amqp(directory / AMQP_FILE))
+        amqp_metadata.StoredObjects.read(db).write(db, _read_amqp(directory / AMQP_FILE))
     if (directory / SEGMENTS_FILE).exists():
         _import_segments(db, json.loads((directory / SEGMENTS_FILE).read_text()))
     for name, copy in ((IGGY_FILE, _IGGY_COPIES), (BINDERS_FILE, _BINDER_COPIES)):

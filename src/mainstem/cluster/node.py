@@ -518,7 +518,7 @@ class ClusterNode:
                     writer.write(wire.frame(wire.FrameType.REFUSE, (refusal or "").encode()))
                     await writer.drain()
                     return
-                answer = leader.handshake(hello)
+                answer = await leader.handshake(hello)
                 writer.write(answer)
                 await writer.drain()
                 if answer[wire.FRAME.size - 1] == wire.FrameType.START:

@@ -24,6 +24,17 @@ def chunk_epoch(segment: Segment, i: int) -> int | None:
     return segment.read_header(i).epoch
 
 
+def known_epoch(segment: Segment, i: int) -> int:
+    """The epoch of a segment's chunk i, for certain: where a tiered segment's record
+    predates epochs, its chunk's header read from the tier (NotFetched until it is
+    fetched), never a guess. A replica's last chunk and its leader's chunk of that id are
+    compared by it: a guess made them differ where they agree, and the leader had the
+    replica cut its committed chunks one by one, down into its tier, where no cut is made,
+    asking again forever."""
+    epoch = chunk_epoch(segment, i)
+    return segment.read_header(i).epoch if epoch is None else epoch
+
+
 class Epochs:
     def __init__(self, segments: Segments, current: int) -> None:
         self._segments = segments
@@ -34,12 +45,13 @@ class Epochs:
         self.current = max(self.current, epoch)
 
     def of_chunk(self, chunk_id: int) -> int | None:
-        """The epoch of the chunk that starts at `chunk_id`; None when none does."""
+        """The epoch of the chunk that starts at `chunk_id`; None when none does. NotFetched
+        for a tiered chunk whose record predates epochs and whose header is not local."""
         segments = self._segments
         found = segments.find(chunk_id) if segments[0].first_chunk_id <= chunk_id else None
         if found is None or found[0].index.chunk_ids[found[1]] != chunk_id:
             return None
-        return chunk_epoch(*found)
+        return known_epoch(*found)
 
     def end_of(self, epoch: int) -> int:
         """Where the records of epochs up to `epoch` end: the first chunk of a later epoch,

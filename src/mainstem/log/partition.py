@@ -503,7 +503,8 @@ class Partition:
         return Appended(header.chunk_id, self.next_offset)
 
     def last_chunk(self) -> tuple[int, int] | None:
-        """(chunk id, epoch) of the last written chunk; None for an empty log."""
+        """(chunk id, epoch) of the last written chunk; None for an empty log. NotFetched
+        when it is tiered under a record that predates epochs and its header is not local."""
         if self._last_chunk_id < 0 or self.next_offset <= self.first_offset:
             return None
         return self._last_chunk_id, self.epochs.of_chunk(self._last_chunk_id) or 0

@@ -67,9 +67,10 @@ class Leading(_Role):
         """Return once a record at or past `offset` is written (durable or not)."""
         await self._partition.wait_written(offset)
 
-    def chunk_epoch(self, chunk_id: int) -> int | None:
-        """The epoch of the chunk that starts at `chunk_id`; None when none does."""
-        return self._partition.epochs.of_chunk(chunk_id)
+    async def chunk_epoch(self, chunk_id: int) -> int | None:
+        """The epoch of the chunk that starts at `chunk_id`; None when none does (a tiered
+        chunk's header fetched first where its record predates epochs)."""
+        return await fetching(lambda: self._partition.epochs.of_chunk(chunk_id))
 
     def epoch_end(self, epoch: int) -> int:
         """Where the records of epochs up to `epoch` end (the first chunk of a later one)."""
@@ -87,9 +88,10 @@ class Following(_Role):
     """This node follows the partition's leader: it appends the leader's chunks as they
     came and shows readers no further than the leader's commit point."""
 
-    def last_chunk(self) -> tuple[int, int] | None:
-        """(chunk id, epoch) of the last chunk this log holds; None when it is empty."""
-        return self._partition.last_chunk()
+    async def last_chunk(self) -> tuple[int, int] | None:
+        """(chunk id, epoch) of the last chunk this log holds; None when it is empty (a
+        tiered chunk's header fetched first where its record predates epochs)."""
+        return await fetching(self._partition.last_chunk)
 
     def accept_chunk(self, raw: memoryview, opens_segment: bool, commit: int) -> None:
         """Append a chunk the leader wrote, checked (CorruptChunk when it is damaged or

@@ -47,11 +47,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mainstem.broker.catalog import TIERED_SEGMENT
 from mainstem.broker.errors import BrokerError, Unavailable
 from mainstem.broker.fence import Fence
 from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
-from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, put
+from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, delete_prefix, put
 from mainstem.cluster.etcd_keys import path, prefix, segments
 from mainstem.cluster.metadata.key_order import KeyOrder
 
@@ -67,6 +68,15 @@ NOT_MADE = ("the cluster's metadata store did not answer: the change was not mad
             "on any node")
 OUTCOME_UNKNOWN = ("the cluster's metadata store did not answer in time: the outcome is "
                    "unknown (the change is made on every node or on none once it answers)")
+
+
+def partition_records_deleted(namespace: str, stream: str, indexes: range
+                              ) -> list[dict[str, Any]]:
+    """The etcd deletes of the tiered segments' records of partitions `indexes` of a
+    stream, for the transaction that removes the partitions' keys (their leader keys,
+    which fence every write of such a record: none lands after it)."""
+    return [delete_prefix(prefix(AREA, TIERED_SEGMENT, namespace, stream, index))
+            for index in indexes]
 
 
 def _value(row: Row | None) -> bytes:

@@ -57,7 +57,7 @@ async def _agree(following: Following, hello: wire.Hello, reader: asyncio.Stream
                  writer: asyncio.StreamWriter) -> None:
     """HELLO until the leader says START, cutting the log where it says TRUNCATE."""
     for _ in range(10_000):  # each TRUNCATE drops at least one chunk
-        last = following.last_chunk()
+        last = await following.last_chunk()
         writer.write(dataclasses.replace(
             hello, next_offset=following.next_offset, last_chunk_id=last[0] if last else -1,
             last_epoch=last[1] if last else 0).encode())

@@ -156,13 +156,13 @@ class LeaderLog:
 
     # -- feeding one follower ------------------------------------------------------
 
-    def handshake(self, hello: wire.Hello) -> bytes:
+    async def handshake(self, hello: wire.Hello) -> bytes:
         """The answer to a follower's HELLO: START when its log agrees with this one up to
         where it ends, else TRUNCATE where it must cut to agree (Kafka's leader epochs)."""
         leading = self.leading
         if hello.last_chunk_id < 0:
             return wire.frame(wire.FrameType.START)
-        if (leading.chunk_epoch(hello.last_chunk_id) == hello.last_epoch
+        if (await leading.chunk_epoch(hello.last_chunk_id) == hello.last_epoch
                 and hello.next_offset <= leading.next_offset):
             return wire.frame(wire.FrameType.START)
         cut = min(leading.epoch_end(hello.last_epoch), hello.last_chunk_id)

@@ -4,7 +4,8 @@ CREATE_PARTITIONS and DELETE_PARTITIONS).
 The node that changes a stream's count writes, in one transaction, the stream's record
 with the new count and, per new partition, the same keys a new stream's partitions get
 (in-sync set, epoch 1, and its leader key when this node is the replica set's first),
-or deletes the keys of the partitions removed. The other nodes see the record change
+or deletes the keys of the partitions removed with their tiered segments' records (a
+stream grown again later must find none of the old ones). The other nodes see the record change
 through the watch and grow or shrink their own copy to match; each new partition then
 has its election, leader and followers like any other. The last count written wins:
 two nodes changing one stream's count at once are not reconciled.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from mainstem.broker import layout
@@ -21,8 +23,11 @@ from mainstem.broker.iggy.model import rebalance
 from mainstem.broker.streams import Stream
 from mainstem.cluster.etcd import EtcdError, put
 from mainstem.cluster.etcd_keys import path
+from mainstem.cluster.metadata.catalog_feed import partition_records_deleted
 from mainstem.cluster.replication.replica import PartitionRole, ReplicaContext
 from mainstem.cluster.replication.replicated_streams import ReplicatedStreams, dropped
+
+log = logging.getLogger("mainstem.cluster")
 
 
 class PartitionCounts:
@@ -54,20 +59,26 @@ class PartitionCounts:
         self.replicated.stop_roles(storage, count)  # any removed
         added = [self.replicated.add_role(storage, index, stream.services[index], record)
                  for index in range(before, count)]
-        self.context.spawn(self._share(storage, record, before, added))
+        self.context.spawn(self._share(stream, storage, record, before, added))
 
-    async def _share(self, storage: str, record: dict[str, Any], before: int,
+    async def _share(self, stream: Stream, storage: str, record: dict[str, Any], before: int,
                      added: list[PartitionRole]) -> None:
         count = record["partitions"]
+        removed = range(count, before)
         operations = [put(path("streams", storage), json.dumps(record).encode()),
                       *self.replicated.made(storage, record["replicas"], range(before, count)),
-                      *dropped(storage, range(count, before))]
+                      *dropped(storage, removed),
+                      *partition_records_deleted(stream.namespace, stream.name, removed)]
         while True:
             try:
                 await self.context.etcd.txn([], operations)
                 break
             except EtcdError:
                 await asyncio.sleep(0.5)
+        if removed:
+            # their keys and tiered segments' records are gone from etcd
+            log.info("cluster.partitions_removed",
+                     extra={"stream": storage, "partitions": list(removed)})
         for role in added:
             if role.task is None:  # the watch may have started it, seeing the record
                 role.start()

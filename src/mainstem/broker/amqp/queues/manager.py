@@ -8,6 +8,8 @@ are rare); each durable queue's messages are in its own journal under
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -56,6 +58,9 @@ class QueueManager:
         self.topology: Topology | None = None
         self.relay: QueueRelay | None = None
         self._db = catalog.connect()
+        self._stored = amqp_metadata.StoredObjects.read(self._db)  # rows as last written
+        self._saves_held = False
+        self._save_asked = False
         catalog.policy_watchers.append(self._policies_changed)
 
     def _policies_changed(self, vhost: str) -> None:
@@ -112,9 +117,28 @@ class QueueManager:
         return self.directory / layout.storage_name("queue", vhost, queue)
 
     def save(self) -> None:
+        """Store the durable AMQP objects as they are now (only the rows that changed)."""
+        if self._saves_held:
+            self._save_asked = True
+            return
         records = {name: vhost.records() for name, vhost in self.vhosts.items()}
         with transaction(self._db):
-            amqp_metadata.write(self._db, records)
+            stored = self._stored.write(self._db, records)
+        self._stored = stored
+
+    @contextmanager
+    def one_save(self) -> Iterator[None]:
+        """The saves asked for inside, made once at the end (one commit, not one a
+        declaration): for a block of declarations with no await, whose answer waits for
+        its end (a definitions import), so nothing is answered before it is stored."""
+        self._saves_held = True
+        try:
+            yield
+        finally:
+            self._saves_held = False
+            if self._save_asked:
+                self._save_asked = False
+                self.save()
 
     async def close(self) -> None:
         for vhost in self.vhosts.values():
