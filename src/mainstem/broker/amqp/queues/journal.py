@@ -327,9 +327,9 @@ class QueueJournal:
             self._compacting.cancel()
 
     async def close(self) -> None:
-        self._stop_compacting()
         if self._batch is not None:
-            self._flush()
+            self._flush()  # which may start a compaction: stopped next
+        self._stop_compacting()
         await self.service.close()
 
     def delete(self) -> None:
