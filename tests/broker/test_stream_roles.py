@@ -78,7 +78,7 @@ async def test_a_restarted_replica_stands_by_at_its_saved_commit_point(tmp_path:
     assert service.next_offset == 20  # nothing written here
     service.follow().commit_to(12)  # the leader's word
     assert service.committed_offset == 12
-    service.save_commit_point()
+    await service.save_commit_point()
     assert commit_point.load(tmp_path / "replica") == 12
     await service.close()
 

@@ -1,12 +1,17 @@
 """A quorum queue's journal on a follower, without a network: it holds its leader's
 chunks byte for byte, replaying it — everything written, committed or not, as a newly
 elected leader does — gives the leader's live messages in order, and it drops the
-segments that hold only settled messages as its leader does."""
+segments that hold only settled messages as its leader does (the leader once they are
+durable)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
+
+from mainstem.broker.amqp.queues import journal as journal_module
 from mainstem.broker.amqp.queues.journal import (
     FollowedJournal,
     QueueJournal,
@@ -72,3 +77,29 @@ async def test_a_follower_drops_segments_that_hold_only_settled_messages(
     assert bodies == [m.body for m in messages[20:]] + [b"last"]
     await leader.close()
     await follower.aclose()
+
+
+async def test_a_leader_drops_segments_of_settled_messages_once_they_are_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its compaction waits for the fsync its deletions need (run in the commit's
+    threads): nothing was confirmed, so nothing was durable before it asked."""
+    monkeypatch.setattr(journal_module, "COMPACT_EVERY", 1)
+    monkeypatch.setattr(journal_module, "SEGMENT_BYTES", 400)  # a few records per segment
+    leader = QueueJournal(PartitionService(open_partition(tmp_path / "leader",
+                                                          DurabilityPolicy())))
+    messages = [QueueMessage("", "q", b"", f"m{i:02}".encode() * 20, persistent=True)
+                for i in range(30)]
+    for message in messages:
+        leader.enqueue(message, confirm=False)
+        await asyncio.sleep(0)  # a chunk each
+    segments = leader.service.segment_count
+    for message in messages[:20]:
+        leader.settle(message)
+    leader.enqueue(QueueMessage("", "q", b"", b"last", persistent=True), confirm=False)
+    for _ in range(500):  # bounded: until the compaction has run
+        if leader.service.first_offset > 0:
+            break
+        await asyncio.sleep(0.01)
+    assert leader.service.segment_count < segments
+    assert 0 < leader.service.first_offset <= messages[20].log_offset
+    await leader.close()

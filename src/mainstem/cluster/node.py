@@ -139,7 +139,7 @@ class ClusterNode:
             task.cancel()
         await asyncio.gather(*self._tasks, *(r.task for r in roles if r.task),
                              return_exceptions=True)
-        self.replicated.save_commit_points()
+        await self.replicated.save_commit_points()
         await self.quorum.close()
         self.core.queues.replication = None
         self.core.queues.relay = None
@@ -157,7 +157,7 @@ class ClusterNode:
     async def _save_commit_points(self) -> None:
         while True:
             await asyncio.sleep(COMMIT_POINT_EVERY_S)
-            self.replicated.save_commit_points()
+            await self.replicated.save_commit_points()
 
     def spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -11,6 +11,8 @@ where its leader's log is tiered finds where they part as anywhere else.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from mainstem.log.segment_file import Segment
 from mainstem.log.segments import Segments
 from mainstem.log.tiered_segment import TieredSegment
@@ -55,18 +57,19 @@ class Epochs:
 
     def end_of(self, epoch: int) -> int:
         """Where the records of epochs up to `epoch` end: the first chunk of a later epoch,
-        or the end of the log. Epochs never decrease, so a binary search finds it."""
-        chunks = [(segment, i) for segment in self._segments
-                  for i in range(segment.num_chunks)]
-        low, high = 0, len(chunks)
-        while low < high:
-            middle = (low + high) // 2
-            segment, i = chunks[middle]
-            if (chunk_epoch(segment, i) or 0) <= epoch:  # an old record's: long committed
-                low = middle + 1
-            else:
-                high = middle
-        if low == len(chunks):
+        or the end of the log. Epochs never decrease, so a binary search finds it: over the
+        segments by their last chunks, then in the one found (a few headers read, however
+        many chunks the log and its tier hold)."""
+        segments = [segment for segment in self._segments if segment.num_chunks]
+        later = bisect_right(segments, epoch,
+                             key=lambda segment: _epoch(segment, segment.num_chunks - 1))
+        if later == len(segments):
             return self._segments.active.next_offset
-        segment, i = chunks[low]
+        segment = segments[later]
+        i = bisect_right(range(segment.num_chunks), epoch, key=lambda i: _epoch(segment, i))
         return segment.index.chunk_ids[i]
+
+
+def _epoch(segment: Segment, i: int) -> int:
+    """Chunk i's epoch; 0 for a tiered one whose record predates epochs (long committed)."""
+    return chunk_epoch(segment, i) or 0

@@ -324,10 +324,12 @@ class Segment:
         head = header + bytes(raw[HEADER_SIZE:h.data_start])
         return b"".join((head, chunk.data, tracking, guard(head, tracking)))
 
-    def read_header(self, i: int) -> ChunkHeader:
-        """Chunk i's header (unchecked beyond its magic: recovery checked the chunk)."""
+    def read_header(self, i: int, fd: int | None = None) -> ChunkHeader:
+        """Chunk i's header (unchecked beyond its magic: recovery checked the chunk); `fd`:
+        a descriptor `borrow`ed, for a worker thread."""
         position = self.index.file_positions[i]
-        return parse_header(os.pread(self._file.fileno(), HEADER_SIZE, position))
+        return parse_header(os.pread(self._file.fileno() if fd is None else fd, HEADER_SIZE,
+                                     position))
 
     def read_sequences(self, i: int) -> dict[str, int]:
         """Publisher sequences stored in chunk i's trailer, CRC-checked."""

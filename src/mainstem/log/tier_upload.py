@@ -95,7 +95,7 @@ async def upload_segment(tier: Tier, segment: Segment, key: str) -> TieredRecord
     index = segment.index
     content = index.encode()
     size = segment.size
-    local_crc = await asyncio.to_thread(file_crc32, segment.path, size)
+    local_crc, epochs = await asyncio.to_thread(local_facts, segment, size)
     await tier.put(key, segment.path)
     await tier.put(index_key(key), content)
     await verify(tier, key, size, local_crc)
@@ -103,17 +103,25 @@ async def upload_segment(tier: Tier, segment: Segment, key: str) -> TieredRecord
     await verify(tier, index_key(key), len(content), index_crc)
     return TieredRecord(key, segment.first_chunk_id, segment.next_offset, segment.first_byte,
                         segment.next_byte, index.timestamps[0], index.timestamps[-1], size,
-                        local_crc, len(content), index_crc, segment.version,
-                        epoch_starts(segment))
+                        local_crc, len(content), index_crc, segment.version, epochs)
+
+
+def local_facts(segment: Segment, size: int) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """For a worker thread: the CRC-32 of the segment's first `size` bytes and where its
+    epochs begin. Both read the whole file's worth (a header per chunk: thousands of reads
+    for a segment of small chunks), which would hold the event loop."""
+    return file_crc32(segment.path, size), epoch_starts(segment)
 
 
 def epoch_starts(segment: Segment) -> tuple[tuple[int, int], ...]:
-    """(first chunk id, epoch) where each epoch of the segment's chunks begins."""
+    """(first chunk id, epoch) where each epoch of the segment's chunks begins; safe from a
+    worker thread (the descriptor is borrowed: the loop's cache may not close it)."""
     starts: list[tuple[int, int]] = []
-    for i, chunk_id in enumerate(segment.index.chunk_ids):
-        epoch = segment.read_header(i).epoch
-        if not starts or starts[-1][1] != epoch:
-            starts.append((chunk_id, epoch))
+    with segment.borrow() as fd:
+        for i, chunk_id in enumerate(segment.index.chunk_ids):
+            epoch = segment.read_header(i, fd).epoch
+            if not starts or starts[-1][1] != epoch:
+                starts.append((chunk_id, epoch))
     return tuple(starts)
 
 

@@ -125,9 +125,9 @@ class TieredSegment(Segment):
             self._cache.drop(self._cached, start, start + size)
             raise
 
-    def read_header(self, i: int) -> ChunkHeader:
+    def read_header(self, i: int, fd: int | None = None) -> ChunkHeader:
         self._local(i)
-        return super().read_header(i)
+        return super().read_header(i, fd)
 
     def read_sequences(self, i: int) -> dict[str, int]:
         self._local(i)

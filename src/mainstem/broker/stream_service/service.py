@@ -141,13 +141,16 @@ class PartitionService:
         never for readers of the log. DataRemoved when it is gone."""
         return self.partition.read_written(offset)
 
-    def truncate_before(self, offset: int, *, sync: bool = False) -> int:
+    def truncate_before(self, offset: int) -> int:
         """Delete the segments wholly below `offset`, whose records the writer settled;
-        how many went. Only durable segments go: `sync` fsyncs first (blocking), so
-        that those written since the last fsync can go too."""
-        if sync:
-            self.partition.flush()
+        how many went. Only committed (so durable) segments go: await `durable` first for
+        those written since the last fsync to go too."""
         return self.partition.truncate_before(offset)
+
+    async def durable(self) -> None:
+        """Return once everything written so far is committed (fsynced in the commit's
+        threads, and acked by the replica set where there is one)."""
+        await self.partition.durable_point()
 
     @property
     def size_bytes(self) -> int:
@@ -264,10 +267,13 @@ class PartitionService:
         """The epoch of the chunks this node writes (its leader's, when following)."""
         return self.partition.epochs.current
 
-    def save_commit_point(self) -> None:
-        """Keep the commit point for a restart, if it moved (see log.commit_point)."""
+    async def save_commit_point(self) -> None:
+        """Keep the commit point for a restart, if it moved (see log.commit_point). The
+        file is replaced in a worker thread: a rename over a file waits for the disk (ext4
+        writes the new file's data first), which held a loaded node's loop 0.1 s."""
         committed = self.committed_offset
         if committed != self._saved_commit:
             with contextlib.suppress(OSError):  # the stream may be going away
-                commit_point.save(self.partition.directory, committed)
+                await asyncio.to_thread(commit_point.save, self.partition.directory,
+                                        committed)
                 self._saved_commit = committed

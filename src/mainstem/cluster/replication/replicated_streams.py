@@ -46,9 +46,9 @@ class ReplicatedStreams:
         for key in [k for k in self.roles if k[0] == storage and k[1] >= first]:
             self.roles.pop(key).stop()
 
-    def save_commit_points(self) -> None:
+    async def save_commit_points(self) -> None:
         for role in list(self.roles.values()):
-            role.service.save_commit_point()
+            await role.service.save_commit_point()
 
     def leader_of(self, storage: str, index: int) -> str | None:
         role = self.roles.get((storage, index))
