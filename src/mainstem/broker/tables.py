@@ -55,6 +55,15 @@ if TYPE_CHECKING:  # pyiceberg's catalog takes half a second to import: on first
 
 log = logging.getLogger("mainstem.tables")
 
+
+def _not_a_missing_statistic(record: logging.LogRecord) -> bool:
+    """pyiceberg warns of every column without statistics in every file it adds: those
+    are left out on purpose (STATISTICS_COLUMNS)."""
+    return not record.getMessage().startswith("PyArrow statistics missing")
+
+
+logging.getLogger("pyiceberg.io.pyarrow").addFilter(_not_a_missing_statistic)
+
 # The rows of chunks in [start, end) as the Spark source maps them: (chunks, stream,
 # partition, start, end) -> Arrow batches.
 RowMapping = Callable[[Iterable[Chunk], str, int, int, int], Iterator[pa.RecordBatch]]
@@ -138,7 +147,8 @@ class Tables:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._thread.shutdown(wait=True)
+        # waited for off the loop: the thread's work may be putting through it
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.shutdown)
         if self._io_token is not None:
             from mainstem.broker import table_io  # see TYPE_CHECKING above
             table_io.unregister(self._io_token)
@@ -147,7 +157,7 @@ class Tables:
         """A deleted stream's table goes with it, after the grace period: its records
         went with the stream's, so its objects are those under its prefix now (a stream
         made again under its name writes there anew, under new keys)."""
-        if not self._is_table(stream):
+        if not self.is_table(stream):
             return
         self._errors.pop((stream.namespace, stream.name), None)
         task = asyncio.get_running_loop().create_task(self._forget(stream))
@@ -165,10 +175,10 @@ class Tables:
             self._tiering.delete_later(keys, "stream deleted")
 
     def table_streams(self) -> list[Stream]:
-        return [stream for stream in self._streams.list() if self._is_table(stream)]
+        return [stream for stream in self._streams.list() if self.is_table(stream)]
 
     @staticmethod
-    def _is_table(stream: Stream) -> bool:
+    def is_table(stream: Stream) -> bool:
         return table_format(stream.record.arguments, stream.applied.definition) is not None
 
     # -- what the API and metrics show -------------------------------------------------
@@ -498,7 +508,8 @@ class Tables:
             self._catalog.begin_upload(key)
             self._written.append(key)
             await self._tiering.tier.put(key, data)
-        asyncio.run_coroutine_threadsafe(put(), self._loop).result()
+        asyncio.run_coroutine_threadsafe(put(), self._loop).result(
+            self._tiering.tier.timeout * 2)  # a put is bounded by the tier's timeout
 
     async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
