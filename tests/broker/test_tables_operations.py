@@ -113,7 +113,8 @@ async def test_retention_expires_the_tables_files_and_snapshots(tmp_path: Path) 
             files = broker.core.catalog.table_files("/", "short")[0]
             return (all(file.next_offset > first for file in files) and
                     files_under(tier, "data") == table_keys(broker, "short") and
-                    files_under(tier, "metadata") == head_objects(broker, "short"))
+                    files_under(tier, "metadata") == head_objects(broker, "short") and
+                    in_the_metadata(tables_of(broker), stream) == table_keys(broker, "short"))
         await wait_until(expired, what="expired files and snapshots deleted")
         kept = table_keys(broker, "short")
         assert kept < first_files
@@ -129,6 +130,19 @@ async def test_retention_expires_the_tables_files_and_snapshots(tmp_path: Path) 
         summary = await table_of(broker, "short")
         assert (summary["files"], summary["rows"]) == (len(kept), len(offsets))
         assert tables_of(broker).stats.expired == len(first_files - kept)
+
+
+def in_the_metadata(tables: Tables, stream: Stream) -> set[str] | None:
+    """The data files the table's current Iceberg metadata holds (None: it changed while
+    read, and no grace period kept the older objects)."""
+    location = tables.metadata_location(stream)
+    try:
+        assert location is not None
+        table = StaticTable.from_metadata(location)
+        return {task.file.file_path.removeprefix(tables.location(stream).rsplit("/tables/")[0]
+                                                 + "/") for task in table.scan().plan_files()}
+    except OSError:
+        return None
 
 
 async def ctl(broker: Broker, *argv: str) -> str:

@@ -1056,16 +1056,19 @@ class Catalog(ChangeNotifier):
                    (namespace, stream, version, head.metadata_location,
                     json.dumps(list(head.objects))))
 
-    async def drop_table_heads(self, namespace: str, stream: str, versions: Sequence[int],
-                               garbage: Sequence[str], fence: Fence | None, due_ms: int,
+    async def drop_table_heads(self, namespace: str, stream: str, heads: dict[int, TableHead],
+                               kept: set[str], fence: Fence | None, due_ms: int,
                                reason: str) -> None:
-        """Older head versions no reader is pointed to any more: their records go (in a
-        cluster under `fence`, FencedOut otherwise), then the `garbage`, the objects of
-        theirs no kept head reaches, waits to be deleted."""
-        for version in versions:
+        """Older head versions no reader is pointed to any more: each record goes (in a
+        cluster under `fence`, FencedOut otherwise, and the heads not yet gone stay),
+        then its objects but the `kept` wait to be deleted."""
+        for version, head in heads.items():
             await self._fenced(TABLE_HEAD, (namespace, stream, str(version)), None, fence)
-            self.delete_table_head(namespace, stream, version)
-        self.add_garbage(garbage, due_ms, reason)
+            with self._transaction() as db:
+                db.execute("DELETE FROM table_heads WHERE namespace = ? AND stream = ? AND"
+                           " version = ?", (namespace, stream, version))
+                self._add_garbage(db, [key for key in head.objects if key not in kept],
+                                  due_ms, reason)
 
     def delete_table_head(self, namespace: str, stream: str, version: int) -> None:
         self._write("DELETE FROM table_heads WHERE namespace = ? AND stream = ? AND"

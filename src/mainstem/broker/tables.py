@@ -293,10 +293,9 @@ class Tables:
             for index, service in enumerate(stream.services):
                 dropped += await self._expire(stream, index, service, "table rebuilt",
                                               everything=True)
-            heads = self._catalog.table_heads(stream.namespace, stream.name)
             await self._catalog.drop_table_heads(
-                stream.namespace, stream.name, list(heads),
-                sorted({key for head in heads.values() for key in head.objects}),
+                stream.namespace, stream.name,
+                self._catalog.table_heads(stream.namespace, stream.name), set(),
                 stream.services[0].fence, self._tiering.due_ms(), "table rebuilt")
             self._tiering.pending_changed()
             self._heads.pop(stream.directory.name, None)
@@ -385,6 +384,7 @@ class Tables:
             self._discard_written("a table commit that failed")
             raise
         if made is None:
+            self._discard_written("a table commit that changed nothing")
             return
         if self._streams.find(stream.namespace, stream.name) is not stream:
             self._discard_written("the stream was deleted meanwhile")
@@ -402,12 +402,17 @@ class Tables:
             return
         older = {v: h for v, h in self._catalog.table_heads(stream.namespace, stream.name)
                  .items() if v < version}
-        if older:
+        if not older:
+            return
+        try:
             await self._catalog.drop_table_heads(
-                stream.namespace, stream.name, list(older),
-                sorted({key for h in older.values() for key in h.objects} - set(made.objects)),
-                fence, self._tiering.due_ms(), "table metadata expired")
-            self._tiering.pending_changed()
+                stream.namespace, stream.name, older, set(made.objects), fence,
+                self._tiering.due_ms(), "table metadata expired")
+        except FencedOut as error:  # the new leader drops them with its next head
+            self.stats.fenced += 1
+            log.warning("table.expire_fenced", extra={"stream": stream.name,
+                                                      "error": str(error)})
+        self._tiering.pending_changed()
 
     def _discard_written(self, reason: str) -> None:
         for key in self._written:
