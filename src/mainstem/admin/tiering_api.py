@@ -37,9 +37,7 @@ def tier_summary(tiering: Tiering | None) -> dict[str, Any]:
 @routes.get("/api/tiering/{vhost}")
 async def get_tiering(request: web.Request) -> web.Response:
     """The tier, its counters, and each stream partition's extents and tiered records."""
-    core, vhost = state_of(request).core, vhost_of(request)
-    if vhost is not None and core.catalog.get_namespace(vhost) is None:
-        raise NotFound(f"virtual host '{vhost}' not found")
+    core, vhost = state_of(request).core, _known_vhost(request)
     partitions = [
         {"vhost": stream.namespace, "stream": stream.name, "partition": index,
          "first_offset": partition.first_offset, **partition_extent(partition),
@@ -71,10 +69,16 @@ def table_rows(tables: Tables | None, vhost: str | None) -> list[dict[str, Any]]
 @routes.get("/api/tables/{vhost}")
 async def get_tables(request: web.Request) -> web.Response:
     """The streams written as tables, as in GET /api/tiering's `tables`."""
-    core, vhost = state_of(request).core, vhost_of(request)
-    if vhost is not None and core.catalog.get_namespace(vhost) is None:
+    return web.json_response(table_rows(state_of(request).core.tables,
+                                        _known_vhost(request)))
+
+
+def _known_vhost(request: web.Request) -> str | None:
+    """The route's vhost (None: every vhost), which must exist."""
+    vhost = vhost_of(request)
+    if vhost is not None and state_of(request).core.catalog.get_namespace(vhost) is None:
         raise NotFound(f"virtual host '{vhost}' not found")
-    return web.json_response(table_rows(core.tables, vhost))
+    return vhost
 
 
 @scoped(Scope.VHOST)
