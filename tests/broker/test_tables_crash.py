@@ -1,8 +1,9 @@
 """Table writes under SIGKILL (issue 42): a real `mainstem serve` with a directory tier
 writes a table stream's records as Parquet every 10 ms while rstream publishes with
 confirms, and is killed once files were committed. Planted beside what the kill
-left: a data file put but never committed (a kill between put and record), and the Iceberg
-head set back to an older snapshot (a kill between the record and the Iceberg commit).
+left: a data file put but never committed (a kill between put and record), a metadata
+object put but never committed by a head (a kill during the Iceberg commit), and the
+Iceberg head set back to an older snapshot (a kill between the record and the commit).
 After the restart the table holds every record of the stream exactly once, in offset
 order, no file but the committed ones is left, and the put's leftovers are gone."""
 
@@ -14,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +99,13 @@ async def test_sigkill_during_table_writes_leaves_every_record_once(tmp_path: Pa
     committed = committed_keys(data)
     orphan_key = next(iter(committed)).rsplit("/", 1)[0] + "/99999999999999999999-1-orphan.parquet"
     shutil.copyfile(tier / next(iter(committed)), tier / orphan_key)
+    metadata = tier / "tables" / DIRECTORY / "metadata"
+    manifest = next(metadata.glob("*-m0.avro")).relative_to(tier)
+    orphan_manifest = str(manifest.with_name(f"{uuid.uuid4()}-m0.avro"))
+    shutil.copyfile(tier / manifest, tier / orphan_manifest)
     with sqlite3.connect(data / "catalog.sqlite") as db:
-        db.execute("INSERT INTO tier_uploads (key, started_ms) VALUES (?, 0)", (orphan_key,))
+        db.executemany("INSERT INTO tier_uploads (key, started_ms) VALUES (?, 0)",
+                       [(orphan_key,), (orphan_manifest,)])
     set_back_the_head(data, tier)
 
     restarted = serve(data, tier, log)
@@ -107,7 +114,7 @@ async def test_sigkill_during_table_writes_leaves_every_record_once(tmp_path: Pa
         bodies = await read_with_rstream(ports["stream"], "crash")
         row = await caught_up(ports["admin"], len(bodies))
         for _ in range(250):  # the deletes run in the background
-            if not (tier / orphan_key).exists():
+            if not (tier / orphan_key).exists() and not (tier / orphan_manifest).exists():
                 break
             await asyncio.sleep(0.02)
     finally:
@@ -122,4 +129,9 @@ async def test_sigkill_during_table_writes_leaves_every_record_once(tmp_path: Pa
     assert data_files == committed_keys(data)  # no orphan, no put's temporary file
     deleted = [json.loads(line)["key"] for line in log.read_text().splitlines()
                if json.loads(line)["event"] == "tier.deleted"]
-    assert deleted == [orphan_key]  # the file alone: a table's upload has no index
+    assert sorted(deleted) == sorted([orphan_key, orphan_manifest])  # no index: one object
+    with sqlite3.connect(f"file:{data / 'catalog.sqlite'}?mode=ro", uri=True) as db:
+        (objects,), = db.execute("SELECT objects FROM table_heads").fetchall()  # one head
+    named = json.loads(objects)
+    assert row["metadata_location"].removeprefix(tier.resolve().as_uri() + "/") in named
+    assert all((tier / key).is_file() for key in named)  # what the head reaches is there

@@ -196,7 +196,18 @@ class BrokerCollector:
             GaugeMetricFamily, "mainstem_table_lag_records",
             "Records committed in the stream and not yet in its table", ["vhost", "stream"],
             [([s.namespace, s.name], tables.lag(s)) for s in tables.table_streams()])
+        summaries = [([s.namespace, s.name], tables.summary(s)) for s in tables.table_streams()]
+        for name, field, text in (
+                ("mainstem_table_data_files", "files", "Data files the table holds"),
+                ("mainstem_table_data_bytes", "bytes", "Bytes of the data files the table holds"),
+                ("mainstem_table_data_rows", "rows", "Rows the table holds"),
+                ("mainstem_table_stream_errors", "errors",
+                 "Failed rounds of the table on this node")):
+            yield self._scope.family(GaugeMetricFamily, name, text, ["vhost", "stream"],
+                                     [(labels, row[field]) for labels, row in summaries])
         stats = tables.stats
+        yield CounterMetricFamily("mainstem_table_expired", "Table data files expired by "
+                                  "retention or a rebuild", value=stats.expired)
         yield CounterMetricFamily("mainstem_table_files", "Table data files committed",
                                   value=stats.files)
         yield CounterMetricFamily("mainstem_table_rows", "Rows written to tables",

@@ -542,6 +542,19 @@ GROUPS: dict[str, tuple[str, tuple[Action, ...]]] = {
                 ("damaged", "damaged_chunk_ids"), ("repaired", "repaired"),
                 ("last_full_pass", "last_full_pass"))),
     )),
+    "tables": ("streams written as tables (Parquet and Iceberg metadata in the tier): list,"
+               " rebuild", (
+        Action("list", "each table's lag, data files, rows, bytes, errors and metadata",
+               _list("tables"), (VHOST_FILTER,),
+               (("vhost", "vhost"), ("stream", "stream"), ("lag", "lag"), ("files", "files"),
+                ("rows", "rows"), ("bytes", "bytes"), ("errors", "errors"),
+                ("last_error", "last_error"), ("metadata", "metadata_location"))),
+        Action("rebuild", "drop a stream's table and write it again from the stream's start"
+               " (on the node leading the stream)", lambda c, a: [c.call(
+                   "POST", f"/api/tables/{_q(a.vhost)}/{_q(a.name)}/rebuild")],
+               (NAME, VHOST), (("vhost", "vhost"), ("stream", "stream"),
+                               ("dropped_files", "dropped_files"))),
+    )),
     "limits": ("limits of vhosts (max-connections, max-queues) and users (max-connections,"
                " max-channels)", (
         Action("list", "every limit set", _list_limits, (),

@@ -296,6 +296,12 @@ _MIGRATIONS: tuple[Migration, ...] = (
         ADD COLUMN object_key TEXT GENERATED ALWAYS AS (json_extract(record, '$.key'));
     CREATE INDEX table_files_object_key ON table_files (object_key);
     """),
+    # 15: a table head names every metadata object its Iceberg metadata reaches (metadata
+    # files, manifest lists, manifests): they are kept while a head names them, and an
+    # upload of one that a head names was committed.
+    _script("""
+    ALTER TABLE table_heads ADD COLUMN objects TEXT NOT NULL DEFAULT '[]';
+    """),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 # A limit's kind -> (its table, the column naming what it limits)
@@ -362,6 +368,15 @@ class TableFile:
     next_offset: int
     rows: int
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TableHead:
+    """A version of a table's Iceberg metadata: its file, and every metadata object it
+    reaches (its own file, the older ones its log names, manifest lists, manifests)."""
+
+    metadata_location: str
+    objects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,10 +694,17 @@ class Catalog(ChangeNotifier):
                 self.delete_tiered(key[0], key[1], int(key[2]), int(key[3]))
             else:
                 self.add_tiered(key[0], key[1], int(key[2]), TieredRecord(**row))
-        elif kind == TABLE_FILE and row is not None:
-            self.add_table_file(key[0], key[1], int(key[2]), TableFile(**row))
-        elif kind == TABLE_HEAD and row is not None:
-            self.add_table_head(key[0], key[1], int(key[2]), row["metadata_location"])
+        elif kind == TABLE_FILE:
+            if row is None:
+                self.delete_table_file(key[0], key[1], int(key[2]), int(key[3]))
+            else:
+                self.add_table_file(key[0], key[1], int(key[2]), TableFile(**row))
+        elif kind == TABLE_HEAD:
+            if row is None:
+                self.delete_table_head(key[0], key[1], int(key[2]))
+            else:
+                self.add_table_head(key[0], key[1], int(key[2]), TableHead(
+                    row["metadata_location"], tuple(row.get("objects", ()))))
         elif kind == "offset":
             if row is None:
                 self.delete_offset(key[0], key[1], int(key[2]), key[3])
@@ -927,10 +949,12 @@ class Catalog(ChangeNotifier):
                          (segment_key_of(key),)) is not None
 
     def names_object(self, key: str) -> bool:
-        """Whether a record names the tier object `key`: a tiered segment's or a table's
-        data file."""
+        """Whether a record names the tier object `key`: a tiered segment's, a table's
+        data file, or a metadata object a table head reaches."""
         return self.names_tiered(key) or self._row(
-            "SELECT 1 FROM table_files WHERE object_key = ? LIMIT 1", (key,)) is not None
+            "SELECT 1 FROM table_files WHERE object_key = ?1 UNION ALL"
+            " SELECT 1 FROM table_heads, json_each(table_heads.objects)"
+            " WHERE json_each.value = ?1 LIMIT 1", (key,)) is not None
 
     # -- tables --------------------------------------------------------------------------
 
@@ -959,6 +983,32 @@ class Catalog(ChangeNotifier):
                    (namespace, stream, partition, file.first_offset,
                     json.dumps(dataclasses.asdict(file))))
 
+    async def expire_table_files(self, namespace: str, stream: str, partition: int,
+                                 files: Sequence[TableFile], fence: Fence | None,
+                                 due_ms: int, reason: str) -> None:
+        """Data files that hold no record the table keeps (retention, a rebuild): each
+        record goes (in a cluster under the leader's `fence`, FencedOut otherwise, and
+        the files not yet gone stay), then its object waits to be deleted."""
+        for file in files:
+            await self._fenced(TABLE_FILE, (namespace, stream, str(partition),
+                                            str(file.first_offset)), None, fence)
+            with self._transaction() as db:
+                self._delete_table_file(db, namespace, stream, partition, file.first_offset)
+                self._add_garbage(db, (file.key,), due_ms, reason)
+
+    def delete_table_file(self, namespace: str, stream: str, partition: int,
+                          first_offset: int) -> None:
+        """Forget a data file another node expired (its object is its own to delete)."""
+        with self._transaction() as db:
+            self._delete_table_file(db, namespace, stream, partition, first_offset)
+
+    @staticmethod
+    def _delete_table_file(db: sqlite3.Connection, namespace: str, stream: str,
+                           partition: int, first_offset: int) -> None:
+        db.execute("DELETE FROM table_files WHERE namespace = ? AND stream = ? AND"
+                   " partition = ? AND first_offset = ?",
+                   (namespace, stream, partition, first_offset))
+
     def table_files(self, namespace: str, stream: str) -> dict[int, list[TableFile]]:
         """A stream's committed data files by partition, oldest first."""
         found: dict[int, list[TableFile]] = {}
@@ -982,20 +1032,58 @@ class Catalog(ChangeNotifier):
                         (namespace, stream))
         return None if row is None else (int(row[0]), str(row[1]))
 
+    def table_heads(self, namespace: str, stream: str) -> dict[int, TableHead]:
+        """Every head version of the stream's table still recorded, oldest first."""
+        return {int(version): TableHead(location, tuple(json.loads(objects)))
+                for version, location, objects in self._rows(
+                    "SELECT version, metadata_location, objects FROM table_heads WHERE"
+                    " namespace = ? AND stream = ? ORDER BY version", (namespace, stream))}
+
     async def record_table_head(self, namespace: str, stream: str, version: int,
-                                location: str, fence: Fence | None) -> None:
+                                head: TableHead, written: Sequence[str],
+                                fence: Fence | None) -> None:
         """A new version of the table's Iceberg metadata: in a cluster written once,
         under the leader's `fence` (FencedOut if it no longer leads, or another node
-        wrote this version: Iceberg's compare-and-swap of the current metadata)."""
+        wrote this version: Iceberg's compare-and-swap of the current metadata); here
+        with the end of the uploads of the objects it `written`, in one transaction."""
         await self._fenced(TABLE_HEAD, (namespace, stream, str(version)),
-                           {"metadata_location": location}, fence)
-        self.add_table_head(namespace, stream, version, location)
+                           {"metadata_location": head.metadata_location,
+                            "objects": list(head.objects)}, fence)
+        with self._transaction() as db:
+            self._insert_table_head(db, namespace, stream, version, head)
+            db.executemany("DELETE FROM tier_uploads WHERE key = ?",
+                           [(key,) for key in written])
 
-    def add_table_head(self, namespace: str, stream: str, version: int, location: str
+    def add_table_head(self, namespace: str, stream: str, version: int, head: TableHead
                        ) -> None:
-        self._write("INSERT INTO table_heads (namespace, stream, version, metadata_location)"
-                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    (namespace, stream, version, location))
+        with self._transaction() as db:
+            self._insert_table_head(db, namespace, stream, version, head)
+
+    @staticmethod
+    def _insert_table_head(db: sqlite3.Connection, namespace: str, stream: str,
+                           version: int, head: TableHead) -> None:
+        db.execute("INSERT INTO table_heads (namespace, stream, version, metadata_location,"
+                   " objects) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                   (namespace, stream, version, head.metadata_location,
+                    json.dumps(list(head.objects))))
+
+    async def drop_table_heads(self, namespace: str, stream: str, heads: dict[int, TableHead],
+                               kept: set[str], fence: Fence | None, due_ms: int,
+                               reason: str) -> None:
+        """Older head versions no reader is pointed to any more: each record goes (in a
+        cluster under `fence`, FencedOut otherwise, and the heads not yet gone stay),
+        then its objects but the `kept` wait to be deleted."""
+        for version, head in heads.items():
+            await self._fenced(TABLE_HEAD, (namespace, stream, str(version)), None, fence)
+            with self._transaction() as db:
+                db.execute("DELETE FROM table_heads WHERE namespace = ? AND stream = ? AND"
+                           " version = ?", (namespace, stream, version))
+                self._add_garbage(db, [key for key in head.objects if key not in kept],
+                                  due_ms, reason)
+
+    def delete_table_head(self, namespace: str, stream: str, version: int) -> None:
+        self._write("DELETE FROM table_heads WHERE namespace = ? AND stream = ? AND"
+                    " version = ?", (namespace, stream, version))
 
     # -- this node's tier bookkeeping ----------------------------------------------------
 

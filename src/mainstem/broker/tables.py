@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mainstem.broker.catalog import Catalog, TableFile
+from mainstem.broker.catalog import Catalog, TableFile, TableHead
+from mainstem.broker.errors import PreconditionFailed
 from mainstem.broker.fence import FencedOut
 from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import Stream, StreamStore
@@ -53,6 +55,15 @@ if TYPE_CHECKING:  # pyiceberg's catalog takes half a second to import: on first
 
 log = logging.getLogger("mainstem.tables")
 
+
+def _not_a_missing_statistic(record: logging.LogRecord) -> bool:
+    """pyiceberg warns of every column without statistics in every file it adds: those
+    are left out on purpose (STATISTICS_COLUMNS)."""
+    return not record.getMessage().startswith("PyArrow statistics missing")
+
+
+logging.getLogger("pyiceberg.io.pyarrow").addFilter(_not_a_missing_statistic)
+
 # The rows of chunks in [start, end) as the Spark source maps them: (chunks, stream,
 # partition, start, end) -> Arrow batches.
 RowMapping = Callable[[Iterable[Chunk], str, int, int, int], Iterator[pa.RecordBatch]]
@@ -63,6 +74,12 @@ ROW_GROUP_ROWS = 1 << 20  # large row groups: scans read few, skip by statistics
 # Columns with few distinct values; a dictionary for bodies costs CPU and rarely pays
 # (measured: a third of the Parquet encoding's time with it on every column)
 DICTIONARY_COLUMNS = ["stream", "topic", "key", "partition", "timestampType"]
+# Statistics where readers prune by them; a body's min and max cost and never prune
+STATISTICS_COLUMNS = ["partition", "offset", "timestamp"]
+# Iceberg table properties: the metadata log bounded, and appends merging manifests, so
+# the metadata a head reaches stays bounded with snapshot expiry
+TABLE_PROPERTIES = {"write.metadata.previous-versions-max": "8",
+                    "commit.manifest-merge.enabled": "true"}
 T = TypeVar("T")
 
 
@@ -79,9 +96,18 @@ class TableStats:
     files: int = 0  # data files committed by this node
     rows: int = 0
     bytes: int = 0
-    errors: int = 0  # failed rounds
-    fenced: int = 0  # files or head versions not committed: another node led
+    errors: int = 0  # failed rounds of a table
+    fenced: int = 0  # files, expiries or head versions not committed: another node led
+    expired: int = 0  # data files retention or a rebuild took out of a table
     last_error: str | None = None
+
+
+@dataclass(slots=True)
+class _Errors:
+    """One table's failed rounds, for the API and metrics."""
+
+    count: int = 0
+    last: str | None = None
 
 
 class Tables:
@@ -98,31 +124,42 @@ class Tables:
         # memory: the head versions are in ours), so that the thread's is the one
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="tables")
         self._iceberg: SqlCatalog | None = None
+        self._io_token: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         # the Iceberg tables as last read or committed, by directory, with their files
         self._heads: dict[str, tuple[Table, set[str]]] = {}
+        self._manifests: dict[str, tuple[str, ...]] = {}  # by manifest list (immutable)
+        self._written: list[str] = []  # metadata objects put by the commit in progress
+        self._errors: dict[tuple[str, str], _Errors] = {}
         self._task: asyncio.Task[None] | None = None
         self._forgetting: set[asyncio.Task[None]] = set()
         # a deleted stream's objects are listed between rounds, never during one (which
-        # may still be making its metadata)
+        # may still be making its metadata); a rebuild waits for the round too
         self._round_lock = asyncio.Lock()
         streams.watch(self._stream_deleted)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run())
 
     async def close(self) -> None:
         tasks = [task for task in (self._task, *self._forgetting) if task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._thread.shutdown(wait=True)
+        # waited for off the loop: the thread's work may be putting through it
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.shutdown)
+        if self._io_token is not None:
+            from mainstem.broker import table_io  # see TYPE_CHECKING above
+            table_io.unregister(self._io_token)
 
     def _stream_deleted(self, stream: Stream) -> None:
         """A deleted stream's table goes with it, after the grace period: its records
         went with the stream's, so its objects are those under its prefix now (a stream
         made again under its name writes there anew, under new keys)."""
-        if not self._is_table(stream):
+        if not self.is_table(stream):
             return
+        self._errors.pop((stream.namespace, stream.name), None)
         task = asyncio.get_running_loop().create_task(self._forget(stream))
         self._forgetting.add(task)
         task.add_done_callback(self._forgetting.discard)
@@ -138,10 +175,10 @@ class Tables:
             self._tiering.delete_later(keys, "stream deleted")
 
     def table_streams(self) -> list[Stream]:
-        return [stream for stream in self._streams.list() if self._is_table(stream)]
+        return [stream for stream in self._streams.list() if self.is_table(stream)]
 
     @staticmethod
-    def _is_table(stream: Stream) -> bool:
+    def is_table(stream: Stream) -> bool:
         return table_format(stream.record.arguments, stream.applied.definition) is not None
 
     # -- what the API and metrics show -------------------------------------------------
@@ -163,35 +200,108 @@ class Tables:
         head = self._catalog.table_head(stream.namespace, stream.name)
         return None if head is None else head[1]
 
+    def summary(self, stream: Stream) -> dict[str, Any]:
+        """The table's committed data files, rows and bytes, its metadata objects, and
+        its failed rounds on this node."""
+        files = [file for partition in
+                 self._catalog.table_files(stream.namespace, stream.name).values()
+                 for file in partition]
+        heads = self._catalog.table_heads(stream.namespace, stream.name)
+        errors = self._errors.get((stream.namespace, stream.name), _Errors())
+        return {"files": len(files), "rows": sum(file.rows for file in files),
+                "bytes": sum(file.size for file in files),
+                "metadata_objects": len(heads[max(heads)].objects) if heads else 0,
+                "errors": errors.count, "last_error": errors.last}
+
     # -- the rounds ------------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
             if self._tiering.owner is not None:  # started: a crash's uploads are swept
                 try:
-                    await self.round()
-                    self.stats.last_error = None
+                    if await self.round() is not None:
+                        self.stats.last_error = None
                 except Exception as error:  # whatever failed, the next round tries again
                     self._failed(error)
             await asyncio.sleep(self._tiering.settings.check_interval_s)
 
-    async def round(self) -> int:
-        """Write every table partition this node leads up to its committed end, then
-        bring each table's Iceberg metadata up to its records; how many files."""
+    async def round(self) -> int | None:
+        """Expire, then write every table partition this node leads up to its committed
+        end, then bring each table's Iceberg metadata up to its records; how many files
+        (None: a table's round failed, counted as its error, the others went on)."""
         async with self._round_lock:
-            return await self._round()
+            written: int | None = 0
+            for stream in self.table_streams():
+                if self._streams.find(stream.namespace, stream.name) is not stream:
+                    continue  # deleted during this round
+                try:
+                    count = await self._table_round(stream)
+                except Exception as error:  # this table's; the next round tries again
+                    self._failed(error, stream)
+                    written = None
+                else:
+                    written = None if written is None else written + count
+            return written
 
-    async def _round(self) -> int:
+    async def _table_round(self, stream: Stream) -> int:
         written = 0
-        for stream in self.table_streams():
-            if self._streams.find(stream.namespace, stream.name) is not stream:
-                continue  # deleted during this round
-            for index, service in enumerate(stream.services):
-                if self._tiering.leads_here(service):
-                    written += await self._catch_up(stream, index, service)
-            if self._tiering.leads_here(stream.services[0]):
-                await self._commit_metadata(stream)
+        for index, service in enumerate(stream.services):
+            if self._tiering.leads_here(service):
+                await self._expire(stream, index, service, "retention")
+                written += await self._catch_up(stream, index, service)
+        if self._tiering.leads_here(stream.services[0]):
+            await self._commit_metadata(stream)
         return written
+
+    async def _expire(self, stream: Stream, index: int, service: PartitionService,
+                      reason: str, everything: bool = False) -> int:
+        """The partition's data files that hold no record the stream keeps (all of them
+        for a rebuild) go: their records under the fence, their objects after the grace
+        period; the next Iceberg commit takes them out of the table."""
+        files = self._catalog.table_files(stream.namespace, stream.name).get(index, [])
+        first = service.first_offset
+        expired = [file for file in files if everything or file.next_offset <= first]
+        if not expired:
+            return 0
+        try:
+            await self._catalog.expire_table_files(stream.namespace, stream.name, index,
+                                                   expired, service.fence,
+                                                   self._tiering.due_ms(), reason)
+        except FencedOut as error:
+            self.stats.fenced += 1
+            log.warning("table.expire_fenced", extra={"stream": stream.name,
+                                                      "error": str(error)})
+            return 0
+        finally:
+            self._tiering.pending_changed()
+        self.stats.expired += len(expired)
+        for file in expired:
+            log.info("table.expired", extra={"key": file.key, "reason": reason})
+        return len(expired)
+
+    async def rebuild(self, stream: Stream) -> int:
+        """Write the table again from the stream's start: every data file's record and
+        every head version go (under the fences; the objects after the grace period, so
+        readers of the old metadata finish), and the next round writes a new table from
+        the stream's first offset. Only on the node leading every partition. How many
+        data files were dropped."""
+        async with self._round_lock:
+            if not all(self._tiering.leads_here(service) for service in stream.services):
+                raise PreconditionFailed(f"stream '{stream.name}': this node does not lead "
+                                         "every partition; rebuild it on the leader")
+            dropped = 0
+            for index, service in enumerate(stream.services):
+                dropped += await self._expire(stream, index, service, "table rebuilt",
+                                              everything=True)
+            await self._catalog.drop_table_heads(
+                stream.namespace, stream.name,
+                self._catalog.table_heads(stream.namespace, stream.name), set(),
+                stream.services[0].fence, self._tiering.due_ms(), "table rebuilt")
+            self._tiering.pending_changed()
+            self._heads.pop(stream.directory.name, None)
+            self._errors.pop((stream.namespace, stream.name), None)
+            log.info("table.rebuilding", extra={"stream": stream.name, "files": dropped})
+            return dropped
 
     async def _catch_up(self, stream: Stream, index: int, service: PartitionService) -> int:
         """Write files until the table holds what was committed when the round began."""
@@ -250,37 +360,110 @@ class Tables:
             return None
         out = io.BytesIO()
         pq.write_table(table, out, row_group_size=ROW_GROUP_ROWS, compression="zstd",
-                       use_dictionary=DICTIONARY_COLUMNS)
+                       use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS)
         return out.getvalue(), table.num_rows
 
     async def _commit_metadata(self, stream: Stream) -> None:
-        """Add to the Iceberg table every committed file it does not hold yet."""
-        files = [file for partition in
-                 self._catalog.table_files(stream.namespace, stream.name).values()
-                 for file in partition]
-        if not files:
+        """Bring the Iceberg table up to the records: add every committed file it does
+        not hold, take out those whose records went (retention), expire snapshots older
+        than the grace period; record the new head, naming the metadata objects it
+        reaches, and drop the older heads (their objects no longer reached go after the
+        grace period). Every metadata object is put through the tier (`table_io`)."""
+        keep = {f"{self._root}/{file.key}" for partition in
+                self._catalog.table_files(stream.namespace, stream.name).values()
+                for file in partition}
+        head = self._catalog.table_head(stream.namespace, stream.name)
+        if not keep and head is None:
             return  # the metadata is made with the first file, on an owned tier
         await self._tiering.check_marker()
         fence = stream.services[0].fence
-        head = self._catalog.table_head(stream.namespace, stream.name)
-        table, held = await self._in_thread(self._head, stream)
-        missing = [f"{self._root}/{file.key}" for file in files
-                   if f"{self._root}/{file.key}" not in held]
-        if not missing:
+        self._written = []
+        try:
+            made = await self._in_thread(self._update, stream, keep)
+        except BaseException:
+            self._discard_written("a table commit that failed")
+            raise
+        if made is None:
+            self._discard_written("a table commit that changed nothing")
             return
-        await self._in_thread(table.add_files, missing)
-        held.update(missing)
         if self._streams.find(stream.namespace, stream.name) is not stream:
-            return  # deleted since: its objects go with it
+            self._discard_written("the stream was deleted meanwhile")
+            return  # its objects go with it
         version = 0 if head is None else head[0] + 1
         try:
             await self._catalog.record_table_head(stream.namespace, stream.name, version,
-                                                  table.metadata_location, fence)
+                                                  made, self._written, fence)
         except FencedOut as error:  # another node leads: its head holds, read it again
             self.stats.fenced += 1
             self._heads.pop(stream.directory.name, None)
+            self._discard_written("not committed: another node leads")
             log.warning("table.commit_fenced", extra={"stream": stream.name,
                                                       "error": str(error)})
+            return
+        older = {v: h for v, h in self._catalog.table_heads(stream.namespace, stream.name)
+                 .items() if v < version}
+        if not older:
+            return
+        try:
+            await self._catalog.drop_table_heads(
+                stream.namespace, stream.name, older, set(made.objects), fence,
+                self._tiering.due_ms(), "table metadata expired")
+        except FencedOut as error:  # the new leader drops them with its next head
+            self.stats.fenced += 1
+            log.warning("table.expire_fenced", extra={"stream": stream.name,
+                                                      "error": str(error)})
+        self._tiering.pending_changed()
+
+    def _discard_written(self, reason: str) -> None:
+        for key in self._written:
+            self._catalog.discard_upload(key, (key,), reason)
+        if self._written:
+            self._tiering.pending_changed()
+        self._written = []
+
+    def _update(self, stream: Stream, keep: set[str]) -> TableHead | None:
+        """(In the thread.) Commit what changed to the stream's Iceberg table; the new
+        head, or None when nothing changed."""
+        table, held = self._head(stream)
+        missing = sorted(keep - held)
+        gone = held - keep
+        expiring = _expiring(table, time.time() - self._tiering.settings.delete_grace_s)
+        if not (missing or gone or expiring or _unset(table)):
+            return None
+        if _unset(table):
+            with table.transaction() as setting:
+                setting.set_properties(TABLE_PROPERTIES)
+        if gone:
+            with table.transaction() as taking, taking.update_snapshot().overwrite() as rewrite:
+                for task in table.scan().plan_files():
+                    if task.file.file_path in gone:
+                        rewrite.delete_data_file(task.file)
+            held -= gone
+        if missing:
+            table.add_files(missing)
+            held.update(missing)
+        expiring = _expiring(table, time.time() - self._tiering.settings.delete_grace_s)
+        if expiring:
+            table.maintenance.expire_snapshots().by_ids(expiring).commit()
+        return TableHead(table.metadata_location, self._reachable(table))
+
+    def _reachable(self, table: Table) -> tuple[str, ...]:
+        """The tier keys of the metadata objects `table`'s metadata reaches: itself, the
+        older files its log names, each snapshot's manifest list and manifests."""
+        found = {table.metadata_location,
+                 *(entry.metadata_file for entry in table.metadata.metadata_log)}
+        manifests: dict[str, tuple[str, ...]] = {}
+        for snapshot in table.metadata.snapshots:
+            listed = self._manifests.get(snapshot.manifest_list)
+            if listed is None:
+                listed = tuple(manifest.manifest_path for manifest in
+                               snapshot.manifests(table.io))
+            manifests[snapshot.manifest_list] = listed
+            found.update((snapshot.manifest_list, *listed))
+        self._manifests = manifests  # only the live snapshots' lists
+        prefix = f"{self._root}/"
+        return tuple(sorted(location.removeprefix(prefix) for location in found
+                            if location.startswith(prefix)))
 
     def _head(self, stream: Stream) -> tuple[Table, set[str]]:
         """The stream's Iceberg table as this node last committed it (made, without
@@ -297,7 +480,8 @@ class Tables:
         head = self.metadata_location(stream)
         if head is None:
             table = iceberg.create_table(identifier, schema=self._schema,
-                                         location=self.location(stream))
+                                         location=self.location(stream),
+                                         properties=TABLE_PROPERTIES)
             with table.update_spec() as spec:
                 spec.add_identity("partition")
         else:
@@ -309,10 +493,28 @@ class Tables:
     def _catalog_here(self) -> SqlCatalog:
         if self._iceberg is None:
             from pyiceberg.catalog.sql import SqlCatalog  # see TYPE_CHECKING above
+
+            from mainstem.broker import table_io
+            self._io_token = table_io.register(self._put_metadata)
             self._iceberg = SqlCatalog(NAMESPACE, uri="sqlite:///:memory:",
-                                       warehouse=f"{self._root}/{PREFIX}", **self._properties)
+                                       warehouse=f"{self._root}/{PREFIX}",
+                                       **{**self._properties, "py-io-impl": table_io.IMPL,
+                                          table_io.PUT_PROPERTY: self._io_token})
             self._iceberg.create_namespace(NAMESPACE)
         return self._iceberg
+
+    def _put_metadata(self, location: str, data: bytes) -> None:
+        """(In the thread.) Put a metadata object pyiceberg wrote, on the loop: noted as an
+        upload first, create-only and durable (`Tier.put`)."""
+        key = location.removeprefix(f"{self._root}/")
+        assert self._loop is not None and key != location, location
+
+        async def put() -> None:
+            self._catalog.begin_upload(key)
+            self._written.append(key)
+            await self._tiering.tier.put(key, data)
+        asyncio.run_coroutine_threadsafe(put(), self._loop).result(
+            self._tiering.tier.timeout * 2)  # a put is bounded by the tier's timeout
 
     async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
@@ -320,12 +522,28 @@ class Tables:
     def _prefix(self, stream: Stream) -> str:
         return f"{PREFIX}/{stream.directory.name}"
 
-    def _failed(self, error: Exception) -> None:
+    def _failed(self, error: Exception, stream: Stream | None = None) -> None:
         self.stats.errors += 1
         repeated = self.stats.last_error == str(error)
         self.stats.last_error = str(error)
+        if stream is not None:
+            errors = self._errors.setdefault((stream.namespace, stream.name), _Errors())
+            errors.count += 1
+            errors.last = str(error)
         log.log(logging.DEBUG if repeated else logging.WARNING, "table.round_failed",
-                extra={"error": str(error)})
+                extra={"error": str(error), "stream": None if stream is None else stream.name})
+
+
+def _expiring(table: Table, before_s: float) -> list[int]:
+    """Snapshots older than `before_s` (Unix seconds), the current one kept."""
+    current = table.metadata.current_snapshot_id
+    return [snapshot.snapshot_id for snapshot in table.metadata.snapshots
+            if snapshot.timestamp_ms < before_s * 1000 and snapshot.snapshot_id != current]
+
+
+def _unset(table: Table) -> bool:
+    """Whether the table lacks the writer's properties (made before they were set)."""
+    return any(table.properties.get(name) != value for name, value in TABLE_PROPERTIES.items())
 
 
 async def _committed_chunks(service: PartitionService, start: int, max_bytes: int

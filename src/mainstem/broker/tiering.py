@@ -305,12 +305,12 @@ class Tiering:
         objects once the grace period is over. Refused (another node leads): both stay."""
         try:
             await self._catalog.expire_tiered(stream.namespace, stream.name, index, record,
-                                              fence, self._due_ms(), reason)
+                                              fence, self.due_ms(), reason)
         except FencedOut as error:
             self.stats.fenced += 1
             log.warning("tier.expire_fenced", extra={"key": record.key, "error": str(error)})
             return
-        self._pending_changed()
+        self.pending_changed()
 
     def _stream_deleted(self, stream: Stream) -> None:
         self._forget(stream.services, "stream deleted")
@@ -327,18 +327,18 @@ class Tiering:
     def delete_later(self, keys: Sequence[str], reason: str) -> None:
         """Objects no record names any longer: deleted after the grace period."""
         if keys:
-            self._catalog.add_garbage(keys, self._due_ms(), reason)
-            self._pending_changed()
+            self._catalog.add_garbage(keys, self.due_ms(), reason)
+            self.pending_changed()
 
     def _discard(self, key: str, reason: str) -> None:
         """An upload of this node's that is not recorded: its objects go at once."""
         self._catalog.discard_upload(key, upload_objects(key), reason)
-        self._pending_changed()
+        self.pending_changed()
 
-    def _due_ms(self) -> int:
+    def due_ms(self) -> int:
         return int((time.time() + self.settings.delete_grace_s) * 1000)
 
-    def _pending_changed(self) -> None:
+    def pending_changed(self) -> None:
         self.stats.deletes_pending = self._catalog.garbage_count()
         self._wake.set()
 
