@@ -1,0 +1,187 @@
+"""A real S3 server for the tier's tests: Ceph's RADOS Gateway (Debian's `radosgw`) on a
+private single-node Ceph, started in a directory of its own on free loopback ports and
+stopped by its pids. `scripts/_radosgw.sh` installs the packages.
+
+Debian 12's Ceph (16, Pacific) has no RGW backend without a cluster (the SQLite `dbstore`
+came in 17), so the gateway stores through one monitor and one OSD on `memstore` (objects
+in the OSD's memory). The daemons trust each other without keys (`auth ... = none`,
+loopback only); the gateway checks its S3 user's signatures as any S3 does. A start takes
+a few seconds: the gateway makes its pools at first start, each a new map the monitor
+commits, so the monitor proposes every 10 ms rather than every second.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import boto3
+
+from mainstem.testing_cluster import free_port
+from mainstem.testing_wait import wait_while_progressing
+
+PACKAGES = ("radosgw", "ceph-mon", "ceph-osd", "ceph", "monmaptool")  # the commands used
+OSD_PORTS = 100  # the OSD takes 4 ports, the first free ones from a free port on
+STOP_S = 10.0
+
+
+class RadosGateway:
+    """One monitor, one memstore OSD and a gateway, all under `directory`; `start()` makes
+    the cluster and an S3 user, `new_bucket()` an empty bucket for each test."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.access_key_id = f"mainstem-{secrets.token_hex(4)}"
+        self.secret_access_key = secrets.token_hex(20)
+        self._conf = directory / "ceph.conf"
+        self._processes: list[subprocess.Popen[bytes]] = []  # in start order
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return {"access_key_id": self.access_key_id,
+                "secret_access_key": self.secret_access_key}
+
+    def start(self) -> None:
+        missing = [command for command in PACKAGES if shutil.which(command) is None]
+        if missing:
+            raise RuntimeError(f"{', '.join(missing)} not installed: run scripts/_radosgw.sh "
+                               "as root (Debian's radosgw, ceph-mon and ceph-osd)")
+        (self.directory / "log").mkdir(parents=True)
+        mon_port = free_port()
+        self._conf.write_text(_config(self.directory, mon_port, free_port(), self.port))
+        try:
+            self._start_monitor(mon_port)
+            self._start_osd()
+            self._start_gateway()
+            self._ceph_tool("radosgw-admin", "user", "create", "--uid", "mainstem",
+                            "--display-name", "mainstem tests",
+                            "--access-key", self.access_key_id,
+                            "--secret", self.secret_access_key)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_monitor(self, port: int) -> None:
+        fsid = self._conf.read_text().split("fsid = ", 1)[1].split("\n", 1)[0]
+        monmap = self.directory / "monmap"
+        self._ceph_tool("monmaptool", "--create", "--addv", "a", f"[v2:127.0.0.1:{port}]",
+                        "--fsid", fsid, str(monmap))
+        self._ceph_tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", str(monmap))
+        self._daemon("ceph-mon", "-i", "a")
+
+    def _start_osd(self) -> None:
+        osd_uuid = str(uuid.uuid4())
+        # the monitor answers once it is up; the tool waits for it
+        self._ceph_tool("ceph", "--connect-timeout", "30", "osd", "new", osd_uuid)
+        (self.directory / "osd.0").mkdir()
+        self._ceph_tool("ceph-osd", "-i", "0", "--mkfs", "--osd-uuid", osd_uuid)
+        self._daemon("ceph-osd", "-i", "0")
+
+    def _start_gateway(self) -> None:
+        gateway = self._daemon("radosgw", "-n", "client.rgw")
+        log = self.directory / "log" / "client.rgw.log"
+        if wait_while_progressing(self._answers, lambda: gateway.poll() is None, gateway.pid,
+                                  log) is None:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) \
+                if log.exists() else "(no log)"
+            raise RuntimeError(f"radosgw did not answer on {self.endpoint}:\n{tail}")
+
+    def _answers(self) -> bool | None:
+        try:
+            urllib.request.urlopen(self.endpoint, timeout=1).close()
+        except urllib.error.HTTPError:
+            return True  # it answered
+        except OSError:
+            return None
+        return True
+
+    def _daemon(self, *command: str) -> subprocess.Popen[bytes]:
+        """A daemon in the foreground (`-f`: its pid is ours to stop), logging to its file."""
+        with open(self.directory / "log" / f"{command[0]}.out", "ab") as out:
+            process = subprocess.Popen([*command, "-f", "-c", str(self._conf)],
+                                       stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        self._processes.append(process)
+        return process
+
+    def _ceph_tool(self, *command: str) -> None:
+        done = subprocess.run([*command, "-c", str(self._conf)], capture_output=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): "
+                               f"{done.stderr.decode(errors='replace')[-2000:]}")
+
+    def new_bucket(self) -> str:
+        """An empty bucket of a name no test used before."""
+        name = f"mainstem-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                     aws_access_key_id=self.access_key_id,
+                     aws_secret_access_key=self.secret_access_key).create_bucket(Bucket=name)
+        return name
+
+    def stop(self) -> None:
+        """Stop the gateway, the OSD and the monitor, in that order, each by its pid."""
+        while self._processes:
+            process = self._processes.pop()
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(STOP_S)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(STOP_S)
+
+
+def _config(directory: Path, mon_port: int, osd_port: int, gateway_port: int) -> str:
+    """ceph.conf for a throwaway single-node cluster on loopback: one replica per object,
+    one placement group per pool, no keys between daemons, everything under `directory`."""
+    return f"""[global]
+fsid = {uuid.uuid4()}
+mon host = v2:127.0.0.1:{mon_port}
+public addr = 127.0.0.1
+cluster addr = 127.0.0.1
+ms bind msgr1 = false
+ms bind port min = {osd_port}
+ms bind port max = {osd_port + OSD_PORTS}
+auth cluster required = none
+auth service required = none
+auth client required = none
+ms mon client mode = crc
+keyring = /dev/null
+admin socket =
+run dir = {directory}
+log file = {directory}/log/$name.log
+mon cluster log file = {directory}/log/cluster.log
+mon data = {directory}/$name
+osd data = {directory}/$name
+paxos propose interval = 0.01
+paxos min wait = 0.01
+mon data avail warn = 0
+mon data avail crit = 0
+mon allow pool size one = true
+mon max pg per osd = 1000
+osd objectstore = memstore
+memstore device bytes = 1073741824
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 1
+osd pool default pgp num = 1
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+
+[client.rgw]
+rgw frontends = beast endpoint=127.0.0.1:{gateway_port} tcp_nodelay=1
+rgw thread pool size = 32
+rgw enable gc threads = false
+rgw enable lc threads = false
+rgw dynamic resharding = false
+"""
