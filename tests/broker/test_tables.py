@@ -26,9 +26,9 @@ from mainstem.config import ServerConfig
 from mainstem.testing import ThreadedBroker
 from tests.admin.test_prometheus import scrape
 from tests.broker.test_tiering import connect, tiered_config
-from tests.support.s3_servers import S3Server
 from tests.support.readme import README, readme_python_blocks
 from tests.support.rstream_reads import read_with_rstream
+from tests.support.s3_servers import S3Server
 from tests.support.waiting import wait_until
 
 COUNT = 700  # several chunks and, at 250 a round of publishing, several table files
@@ -248,9 +248,9 @@ async def test_a_table_in_an_s3_tier_reads_the_same(tmp_path: Path, s3: S3Server
     assert rows.column("value").to_pylist() == bodies
     bucket = S3FileSystem(access_key=s3.access_key_id, secret_key=s3.secret_access_key,
                           endpoint_override=s3.endpoint, region="us-east-1")
-    files = parquet_dataset(f"{table['location'].removeprefix('s3://')}/data",
-                            filesystem=bucket, format="parquet")
-    assert duckdb.sql('SELECT value FROM files ORDER BY "offset"').fetchall() == [
+    files = duckdb.from_arrow(parquet_dataset(f"{table['location'].removeprefix('s3://')}/data",
+                                              filesystem=bucket, format="parquet"))
+    assert files.query("files", 'SELECT value FROM files ORDER BY "offset"').fetchall() == [
         (body,) for body in bodies]
 
 
