@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import socket
 import subprocess
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
@@ -52,10 +54,24 @@ class RadosGateway:
                 "secret_access_key": self.secret_access_key}
 
     def start(self) -> None:
+        """Make and start the cluster and the S3 user. The loopback ports were free when
+        chosen, but another process may take one meanwhile: then once more on new ones."""
         missing = [command for command in PACKAGES if shutil.which(command) is None]
         if missing:
             raise RuntimeError(f"{', '.join(missing)} not installed: run scripts/_radosgw.sh "
                                "as root (Debian's radosgw, ceph-mon and ceph-osd)")
+        for attempt in range(2):
+            try:
+                self._start_once()
+                return
+            except RuntimeError:
+                self.stop()
+                if attempt == 1:
+                    raise
+                shutil.rmtree(self.directory)
+                self.port = free_port()
+
+    def _start_once(self) -> None:
         (self.directory / "log").mkdir(parents=True)
         mon_port = free_port()
         self._conf.write_text(_config(self.directory, mon_port, free_port(), self.port))
@@ -77,24 +93,33 @@ class RadosGateway:
         self._ceph_tool("monmaptool", "--create", "--addv", "a", f"[v2:127.0.0.1:{port}]",
                         "--fsid", fsid, str(monmap))
         self._ceph_tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", str(monmap))
-        self._daemon("ceph-mon", "-i", "a")
+        monitor = self._daemon("ceph-mon", "-i", "a")
+        self._wait_for("ceph-mon", monitor, lambda: _listens(port))
 
     def _start_osd(self) -> None:
         osd_uuid = str(uuid.uuid4())
-        # the monitor answers once it is up; the tool waits for it
         self._ceph_tool("ceph", "--connect-timeout", "30", "osd", "new", osd_uuid)
         (self.directory / "osd.0").mkdir()
         self._ceph_tool("ceph-osd", "-i", "0", "--mkfs", "--osd-uuid", osd_uuid)
-        self._daemon("ceph-osd", "-i", "0")
+        osd = self._daemon("ceph-osd", "-i", "0")
+        # the gateway makes its pools at once: a write sent before the OSD is up waits for
+        # the client's next tick (5 s) to be sent again
+        log = self.directory / "log" / "osd.0.log"
+        self._wait_for("osd.0", osd, lambda: "booting -> active" in log.read_text() or None)
 
     def _start_gateway(self) -> None:
         gateway = self._daemon("radosgw", "-n", "client.rgw")
-        log = self.directory / "log" / "client.rgw.log"
-        if wait_while_progressing(self._answers, lambda: gateway.poll() is None, gateway.pid,
+        self._wait_for("client.rgw", gateway, self._answers)
+
+    def _wait_for(self, name: str, daemon: subprocess.Popen[bytes],
+                  ready: Callable[[], bool | None]) -> None:
+        """Until `ready()`, while the daemon runs and makes progress; its log's tail if not."""
+        log = self.directory / "log" / f"{name}.log"
+        if wait_while_progressing(ready, lambda: daemon.poll() is None, daemon.pid,
                                   log) is None:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) \
                 if log.exists() else "(no log)"
-            raise RuntimeError(f"radosgw did not answer on {self.endpoint}:\n{tail}")
+            raise RuntimeError(f"{name} did not start:\n{tail}")
 
     def _answers(self) -> bool | None:
         try:
@@ -141,6 +166,14 @@ class RadosGateway:
                     process.wait(STOP_S)
 
 
+def _listens(port: int) -> bool | None:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return None
+
+
 def _config(directory: Path, mon_port: int, osd_port: int, gateway_port: int) -> str:
     """ceph.conf for a throwaway single-node cluster on loopback: one replica per object,
     one placement group per pool, no keys between daemons, everything under `directory`."""
@@ -151,7 +184,7 @@ public addr = 127.0.0.1
 cluster addr = 127.0.0.1
 ms bind msgr1 = false
 ms bind port min = {osd_port}
-ms bind port max = {osd_port + OSD_PORTS}
+ms bind port max = {min(osd_port + OSD_PORTS, 65535)}
 auth cluster required = none
 auth service required = none
 auth client required = none
