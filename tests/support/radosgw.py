@@ -27,7 +27,7 @@ import boto3
 from mainstem.testing_cluster import free_port
 from mainstem.testing_wait import wait_while_progressing
 
-PACKAGES = ("radosgw", "ceph-mon", "ceph-osd", "ceph", "monmaptool")  # the commands used
+PACKAGES = ("radosgw", "ceph-mon", "ceph-osd", "ceph", "monmaptool", "setpriv")  # used here
 OSD_PORTS = 100  # the OSD takes 4 ports, the first free ones from a free port on
 STOP_S = 10.0
 
@@ -131,9 +131,12 @@ class RadosGateway:
         return True
 
     def _daemon(self, *command: str) -> subprocess.Popen[bytes]:
-        """A daemon in the foreground (`-f`: its pid is ours to stop), logging to its file."""
+        """A daemon in the foreground (`-f`: its pid is ours to stop), logging to its file,
+        and ended if the thread that started it dies first (a test process killed, or one
+        cut short, would leave it running: `setpriv` sets the parent death signal)."""
         with open(self.directory / "log" / f"{command[0]}.out", "ab") as out:
-            process = subprocess.Popen([*command, "-f", "-c", str(self._conf)],
+            process = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", *command, "-f",
+                                        "-c", str(self._conf)],
                                        stdout=out, stderr=out, stdin=subprocess.DEVNULL)
         self._processes.append(process)
         return process
