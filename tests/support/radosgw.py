@@ -27,7 +27,7 @@ import boto3
 from mainstem.testing_cluster import free_port
 from mainstem.testing_wait import wait_while_progressing
 
-PACKAGES = ("radosgw", "ceph-mon", "ceph-osd", "ceph", "monmaptool", "setpriv")  # used here
+COMMANDS = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph", "monmaptool", "setpriv")
 OSD_PORTS = 100  # the OSD takes 4 ports, the first free ones from a free port on
 STOP_S = 10.0
 
@@ -56,7 +56,7 @@ class RadosGateway:
     def start(self) -> None:
         """Make and start the cluster and the S3 user. The loopback ports were free when
         chosen, but another process may take one meanwhile: then once more on new ones."""
-        missing = [command for command in PACKAGES if shutil.which(command) is None]
+        missing = [command for command in COMMANDS if shutil.which(command) is None]
         if missing:
             raise RuntimeError(f"{', '.join(missing)} not installed: run scripts/_radosgw.sh "
                                "as root (Debian's radosgw, ceph-mon and ceph-osd)")
@@ -64,31 +64,25 @@ class RadosGateway:
             try:
                 self._start_once()
                 return
-            except RuntimeError:
+            except BaseException as error:
                 self.stop()
-                if attempt == 1:
+                if attempt == 1 or not isinstance(error, RuntimeError):
                     raise
-                shutil.rmtree(self.directory)
-                self.port = free_port()
+            shutil.rmtree(self.directory)
+            self.port = free_port()
 
     def _start_once(self) -> None:
         (self.directory / "log").mkdir(parents=True)
-        mon_port = free_port()
-        self._conf.write_text(_config(self.directory, mon_port, free_port(), self.port))
-        try:
-            self._start_monitor(mon_port)
-            self._start_osd()
-            self._start_gateway()
-            self._ceph_tool("radosgw-admin", "user", "create", "--uid", "mainstem",
-                            "--display-name", "mainstem tests",
-                            "--access-key", self.access_key_id,
-                            "--secret", self.secret_access_key)
-        except BaseException:
-            self.stop()
-            raise
+        fsid, mon_port = str(uuid.uuid4()), free_port()
+        self._conf.write_text(_config(self.directory, fsid, mon_port, free_port(), self.port))
+        self._start_monitor(fsid, mon_port)
+        self._start_osd()
+        self._start_gateway()
+        self._ceph_tool("radosgw-admin", "user", "create", "--uid", "mainstem",
+                        "--display-name", "mainstem tests", "--access-key", self.access_key_id,
+                        "--secret", self.secret_access_key)
 
-    def _start_monitor(self, port: int) -> None:
-        fsid = self._conf.read_text().split("fsid = ", 1)[1].split("\n", 1)[0]
+    def _start_monitor(self, fsid: str, port: int) -> None:
         monmap = self.directory / "monmap"
         self._ceph_tool("monmaptool", "--create", "--addv", "a", f"[v2:127.0.0.1:{port}]",
                         "--fsid", fsid, str(monmap))
@@ -177,11 +171,12 @@ def _listens(port: int) -> bool | None:
         return None
 
 
-def _config(directory: Path, mon_port: int, osd_port: int, gateway_port: int) -> str:
+def _config(directory: Path, fsid: str, mon_port: int, osd_port: int, gateway_port: int
+            ) -> str:
     """ceph.conf for a throwaway single-node cluster on loopback: one replica per object,
     one placement group per pool, no keys between daemons, everything under `directory`."""
     return f"""[global]
-fsid = {uuid.uuid4()}
+fsid = {fsid}
 mon host = v2:127.0.0.1:{mon_port}
 public addr = 127.0.0.1
 cluster addr = 127.0.0.1
@@ -191,6 +186,7 @@ ms bind port max = {min(osd_port + OSD_PORTS, 65535)}
 auth cluster required = none
 auth service required = none
 auth client required = none
+# a daemon's default to its monitor is "secure", which needs keys
 ms mon client mode = crc
 keyring = /dev/null
 admin socket =
@@ -215,6 +211,7 @@ osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
 
 [client.rgw]
+# without tcp_nodelay a small GET's answer waits for the client's delayed ACK
 rgw frontends = beast endpoint=127.0.0.1:{gateway_port} tcp_nodelay=1
 rgw thread pool size = 32
 rgw enable gc threads = false
