@@ -178,17 +178,12 @@ async def test_a_second_broker_on_a_used_s3_tier_is_refused_by_its_owner_mark(
         tmp_path: Path, s3: S3Server) -> None:
     """The owner mark is claimed by a create-only put: a second broker (another node
     identity) pointed at the same bucket prefix uploads nothing there and says whose it is."""
-    async with Broker(config=tiered_config(tmp_path / "one", s3.url("shared"),
-                                           endpoint=s3.endpoint, **s3.keys)) as first:
-        await publish(first, "kept", 200, {"stream-max-segment-size-bytes": 20_000,
-                                           "tier-local-max-bytes": 30_000})
-        tiering = first.core.tiering
-        assert tiering is not None
-        await wait_until(lambda: tiering.stats.uploads >= 1, what="an upload to S3")
-        owner = (await tiering.tier.get(OWNER)).decode().strip()
-    before = set(await s3.tier("shared").list(""))
+    tier, reach = s3.tier("shared"), {"endpoint": s3.endpoint, **s3.keys}
+    await tiered_broker_stopped(tmp_path / "one", s3.url("shared"), uploads=1, **reach)
+    owner = (await tier.get(OWNER)).decode().strip()
+    before = set(await tier.list(""))
     async with Broker(config=tiered_config(tmp_path / "two", s3.url("shared"),
-                                           endpoint=s3.endpoint, **s3.keys)) as second:
+                                           **reach)) as second:
         await publish(second, "other", 200, {"stream-max-segment-size-bytes": 20_000,
                                              "tier-local-max-bytes": 30_000})
         stranger = second.core.tiering
@@ -196,7 +191,7 @@ async def test_a_second_broker_on_a_used_s3_tier_is_refused_by_its_owner_mark(
         await wait_until(lambda: f"belongs to {owner}" in (stranger.stats.last_error or ""),
                          what="the second broker's rounds failing on the owner mark")
         assert stranger.stats.uploads == 0
-    assert set(await s3.tier("shared").list("")) == before
+    assert set(await tier.list("")) == before
 
 
 async def test_an_empty_mount_point_takes_no_upload_until_the_store_is_back(
@@ -237,10 +232,10 @@ def tier_files(tier: Path) -> list[Path]:
     return sorted(path for path in tier.rglob("*") if path.is_file())
 
 
-async def tiered_broker_stopped(data: Path, tier: Path, stream: str = "kept",
-                                uploads: int = 2) -> None:
+async def tiered_broker_stopped(data: Path, tier: Path | str, stream: str = "kept",
+                                uploads: int = 2, **tiering: object) -> None:
     """Run a broker until `uploads` segments of `stream` are tiered, then stop it."""
-    async with Broker(config=tiered_config(data, tier)) as broker:
+    async with Broker(config=tiered_config(data, tier, **tiering)) as broker:
         await publish(broker, stream, 200 * uploads, {"stream-max-segment-size-bytes": 20_000,
                                                       "tier-local-max-bytes": 30_000})
         tiering = broker.core.tiering
