@@ -1,6 +1,6 @@
 """Tiered segments: upload against a plain copy, tiered reads against local reads.
 
-    .venv/bin/python -m bench.tier_bench [--dir DIR] [--mib 128] [--s3]
+    .venv/bin/python -m bench.tier_bench [--dir DIR] [--mib 128] [--s3 [moto|rgw]]
 
 One run, same bytes, each figure the best of three: a partition of --mib MiB in 64 MiB
 segments (1 KiB records in chunks of 256), then for its sealed segments
@@ -8,7 +8,9 @@ segments (1 KiB records in chunks of 256), then for its sealed segments
   `shutil.copyfile` of the same files to a directory on the same disk (what `cp` does);
 - reads: every chunk through `TieredSegment` (cold cache: `ensure` then `read_chunk`, 1 MiB
   blocks, 2 read ahead), again warm, and `read_chunk` of the local segment.
-With --s3 the tier is moto's S3 emulator on loopback: its figures measure moto, not S3.
+With --s3 the tier is moto's S3 emulator on loopback (its figures measure moto, not S3);
+with --s3 rgw, Ceph's RADOS Gateway (a real S3 server, `tests/support/radosgw.py`: one
+monitor and one OSD keeping objects in memory, all on this machine).
 Prints MB/s and the ratios; asserts nothing.
 """
 
@@ -126,16 +128,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--mib", type=int, default=128)
-    parser.add_argument("--s3", action="store_true")
+    parser.add_argument("--s3", nargs="?", const="moto", choices=("moto", "rgw"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
-        if not args.s3:
+        if args.s3 is None:
             asyncio.run(run(root, args.mib, Tier.directory(root / "tier")))
-            return
-        from tests.log.tiering import moto_s3, s3_tier
-        with moto_s3() as (_, endpoint):
-            asyncio.run(run(root, args.mib, s3_tier(endpoint, timeout=120)))
+        elif args.s3 == "moto":
+            from tests.log.tiering import moto_s3, s3_tier
+            with moto_s3() as (_, endpoint):
+                asyncio.run(run(root, args.mib, s3_tier(endpoint, timeout=120)))
+        else:
+            from tests.support.radosgw import RadosGateway
+            from tests.support.s3_servers import S3Server
+            gateway = RadosGateway(root / "radosgw")
+            gateway.start()
+            try:
+                s3 = S3Server("rgw", gateway.endpoint, gateway.new_bucket(), **gateway.keys)
+                asyncio.run(run(root, args.mib, s3.tier(timeout=120)))
+            finally:
+                gateway.stop()
 
 
 if __name__ == "__main__":

@@ -5,13 +5,21 @@ server on 127.0.0.1 with ephemeral ports and its data under tmp_path, so the sui
 the same fixture that mainstem's users get; `server` is the same broker on a thread of its
 own (`mainstem_server`), for blocking clients (pika, urllib). A folder or a file that needs
 another configuration defines its own.
+
+`s3` runs a test against each S3 server of `tests/support/s3_servers.py`: moto's emulator
+and Ceph's RADOS Gateway, a real S3 server (`radosgw`, one a process, started on first use).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.log.tiering import BUCKET, KEYS, moto_s3
+from tests.support.radosgw import RadosGateway
+from tests.support.s3_servers import SERVERS, S3Server
 
 if TYPE_CHECKING:
     from mainstem.server import Broker
@@ -26,3 +34,24 @@ def broker(mainstem_broker: Broker) -> Broker:
 @pytest.fixture
 def server(mainstem_server: ThreadedBroker) -> ThreadedBroker:
     return mainstem_server
+
+
+@pytest.fixture(scope="session")
+def radosgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RadosGateway]:
+    """One real S3 server (Ceph's gateway) for the test session's process, started when a
+    test first asks for it."""
+    gateway = RadosGateway(tmp_path_factory.mktemp("radosgw"))
+    gateway.start()
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(params=SERVERS)
+def s3(request: pytest.FixtureRequest) -> Iterator[S3Server]:
+    """An empty bucket on moto's emulator, then on Ceph's gateway."""
+    if request.param == "rgw":
+        gateway: RadosGateway = request.getfixturevalue("radosgw")
+        yield S3Server("rgw", gateway.endpoint, gateway.new_bucket(), **gateway.keys)
+        return
+    with moto_s3() as (_, endpoint):
+        yield S3Server("moto", endpoint, BUCKET, **KEYS)

@@ -17,7 +17,7 @@ from mainstem import Broker
 from mainstem.broker.catalog import Catalog
 from mainstem.broker.tiering import MARKER, OWNER
 from mainstem.config import ServerConfig, TieringConfig
-from tests.log.tiering import BUCKET, KEYS, moto_s3
+from tests.support.s3_servers import S3Server
 from tests.support.waiting import wait_until
 
 BODY = 400  # bytes per message: a 20 KB segment holds about 45
@@ -152,27 +152,46 @@ async def test_retention_deletes_tiered_segments_from_the_tier(tmp_path: Path) -
 
 
 async def test_an_s3_tier_holds_the_history_and_a_restart_with_no_cache_reads_it(
-        tmp_path: Path) -> None:
-    """The same through moto's S3 emulator (a Python stand-in for S3 on loopback): after a
-    restart with the local cache gone, indexes and chunks come from the bucket again."""
+        tmp_path: Path, s3: S3Server) -> None:
+    """The same through each S3 server on loopback: after a restart with the local cache
+    gone, indexes and chunks come from the bucket again."""
     data = tmp_path / "data"
-    with moto_s3() as (_, endpoint):
-        config = tiered_config(data, f"s3://{BUCKET}/history", endpoint=endpoint, **KEYS)
-        async with Broker(config=config) as broker:
-            await publish(broker, "s3", 600, {"stream-max-segment-size-bytes": 20_000,
-                                              "tier-local-max-bytes": 30_000})
-            tiering = broker.core.tiering
-            assert tiering is not None
-            await wait_until(lambda: tiering.stats.uploads >= 5
-                             and tiering.upload_lag_bytes() == 0, what="segments in S3")
-            keys = await tiering.tier.list("")
-            records = broker.core.catalog.tiered("/", "s3", 0)
-            named = {key for r in records for key in (r.key, r.index_key)}
-            assert named == set(keys) - {MARKER, OWNER}
-        shutil.rmtree(data / "tier-cache")
-        async with Broker(config=config) as broker:
-            got = await consume(broker, "s3", 600, ConsumerOffsetSpecification(OffsetType.FIRST))
-            assert got == [(i, body(i)) for i in range(600)]
+    config = tiered_config(data, s3.url("history"), endpoint=s3.endpoint, **s3.keys)
+    async with Broker(config=config) as broker:
+        await publish(broker, "s3", 600, {"stream-max-segment-size-bytes": 20_000,
+                                          "tier-local-max-bytes": 30_000})
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await wait_until(lambda: tiering.stats.uploads >= 5
+                         and tiering.upload_lag_bytes() == 0, what="segments in S3")
+        keys = await tiering.tier.list("")
+        records = broker.core.catalog.tiered("/", "s3", 0)
+        named = {key for r in records for key in (r.key, r.index_key)}
+        assert named == set(keys) - {MARKER, OWNER}
+    shutil.rmtree(data / "tier-cache")
+    async with Broker(config=config) as broker:
+        got = await consume(broker, "s3", 600, ConsumerOffsetSpecification(OffsetType.FIRST))
+        assert got == [(i, body(i)) for i in range(600)]
+
+
+async def test_a_second_broker_on_a_used_s3_tier_is_refused_by_its_owner_mark(
+        tmp_path: Path, s3: S3Server) -> None:
+    """The owner mark is claimed by a create-only put: a second broker (another node
+    identity) pointed at the same bucket prefix uploads nothing there and says whose it is."""
+    tier, reach = s3.tier("shared"), {"endpoint": s3.endpoint, **s3.keys}
+    await tiered_broker_stopped(tmp_path / "one", s3.url("shared"), uploads=1, **reach)
+    owner = (await tier.get(OWNER)).decode().strip()
+    before = set(await tier.list(""))
+    async with Broker(config=tiered_config(tmp_path / "two", s3.url("shared"),
+                                           **reach)) as second:
+        await publish(second, "other", 200, {"stream-max-segment-size-bytes": 20_000,
+                                             "tier-local-max-bytes": 30_000})
+        stranger = second.core.tiering
+        assert stranger is not None
+        await wait_until(lambda: f"belongs to {owner}" in (stranger.stats.last_error or ""),
+                         what="the second broker's rounds failing on the owner mark")
+        assert stranger.stats.uploads == 0
+    assert set(await tier.list("")) == before
 
 
 async def test_an_empty_mount_point_takes_no_upload_until_the_store_is_back(
@@ -213,10 +232,10 @@ def tier_files(tier: Path) -> list[Path]:
     return sorted(path for path in tier.rglob("*") if path.is_file())
 
 
-async def tiered_broker_stopped(data: Path, tier: Path, stream: str = "kept",
-                                uploads: int = 2) -> None:
+async def tiered_broker_stopped(data: Path, tier: Path | str, stream: str = "kept",
+                                uploads: int = 2, **tiering: object) -> None:
     """Run a broker until `uploads` segments of `stream` are tiered, then stop it."""
-    async with Broker(config=tiered_config(data, tier)) as broker:
+    async with Broker(config=tiered_config(data, tier, **tiering)) as broker:
         await publish(broker, stream, 200 * uploads, {"stream-max-segment-size-bytes": 20_000,
                                                       "tier-local-max-bytes": 30_000})
         tiering = broker.core.tiering

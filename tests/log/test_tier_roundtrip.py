@@ -17,14 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mainstem.log.descriptors import DescriptorCache
+from mainstem.log.errors import ObjectExists
 from mainstem.log.partition import Partition
 from mainstem.log.segment_file import LEGACY_VERSION
 from mainstem.log.tier import UPLOAD_PART, Tier
 from mainstem.log.tier_cache import TierCache
 from mainstem.log.tier_upload import TieredRecord
 from mainstem.log.tiered_segment import NotFetched, fetching
+from tests.support.s3_servers import S3Server
 
-from .tiering import Tiered, disk_bytes, moto_s3, s3_tier, tier_all, written_partition
+from .tiering import Tiered, disk_bytes, tier_all, written_partition
 
 FS_BLOCK = 4096
 # Record sizes, not contents, decide where chunks and blocks fall: sizes are drawn (binary
@@ -109,15 +111,14 @@ def test_every_chunk_reads_as_the_local_one(sizes: list[list[int]], segment_byte
                                readers))
 
 
-async def test_the_same_round_trip_through_s3(tmp_path: Path) -> None:
-    """Against moto's S3 server (an emulator on loopback), blocks fetched by range GETs."""
+async def test_the_same_round_trip_through_s3(tmp_path: Path, s3: S3Server) -> None:
+    """Against each S3 server on loopback, blocks fetched by range GETs."""
     rng = random.Random(7)
     sizes = [[rng.randrange(900) for _ in range(rng.randrange(1, 7))] for _ in range(60)]
-    with moto_s3() as (_, endpoint):
-        tier = s3_tier(endpoint)
-        records = await round_trip(tier, tmp_path, make_batches(sizes, 7), 8_000, FS_BLOCK, 1,
-                                   1, 3, readers=3)
-        await lists_and_deletes(tier, records)
+    tier = s3.tier()
+    records = await round_trip(tier, tmp_path, make_batches(sizes, 7), 8_000, FS_BLOCK, 1,
+                               1, 3, readers=3)
+    await lists_and_deletes(tier, records)
 
 
 async def test_a_directory_tier_lists_and_deletes_what_was_uploaded(tmp_path: Path) -> None:
@@ -162,20 +163,38 @@ async def test_a_pinned_segment_keeps_its_blocks_and_unread_chunks_are_refused(
     await partition.aclose()
 
 
-async def test_a_segment_larger_than_a_part_goes_up_to_s3_in_parts(tmp_path: Path) -> None:
+async def test_a_segment_larger_than_a_part_goes_up_to_s3_in_parts(tmp_path: Path,
+                                                                   s3: S3Server) -> None:
     """Over UPLOAD_PART, obstore uploads in parts (S3's multipart upload), whole or not
     at all; the object is verified and read back as any other."""
     partition = written_partition(tmp_path / "p", [[os.urandom(1 << 20)] for _ in range(11)],
                                   UPLOAD_PART + (2 << 20))
     cache = TierCache(tmp_path / "cache", 4 << 20, DescriptorCache(16), block_size=1 << 20)
-    with moto_s3() as (_, endpoint):
-        [t] = await tier_all(s3_tier(endpoint), partition, cache)
-        assert t.record.segment_size > UPLOAD_PART
-        last = t.segment.num_chunks - 1
-        await t.segment.ensure(last)
-        assert t.segment.read_chunk(last).data == t.local.read_chunk(last).data
-        t.segment.close()
+    [t] = await tier_all(s3.tier(), partition, cache)
+    assert t.record.segment_size > UPLOAD_PART
+    last = t.segment.num_chunks - 1
+    await t.segment.ensure(last)
+    assert t.segment.read_chunk(last).data == t.local.read_chunk(last).data
+    t.segment.close()
     await partition.aclose()
+
+
+async def test_an_object_once_put_is_never_replaced(s3: S3Server) -> None:
+    """A small put is S3's conditional PUT (If-None-Match): a second put of the key, or
+    any but one of puts racing for it (as two nodes claiming a tier's owner mark), is
+    refused as ObjectExists and the object keeps the first content."""
+    tier = s3.tier()
+    await tier.put("owner", b"first\n")
+    with pytest.raises(ObjectExists):
+        await tier.put("owner", b"second\n")
+    assert await tier.get("owner") == b"first\n"
+    claims = [f"node{i}\n".encode() for i in range(8)]
+    outcomes = await asyncio.gather(*(tier.put("raced", claim) for claim in claims),
+                                    return_exceptions=True)
+    won = [claim for claim, outcome in zip(claims, outcomes, strict=True) if outcome is None]
+    assert len(won) == 1, outcomes
+    assert all(isinstance(outcome, ObjectExists) for outcome in outcomes if outcome is not None)
+    assert await tier.get("raced") == won[0]
 
 
 async def test_segments_of_the_older_layout_tier_and_read_back(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """The executor's tier reader: segments uploaded with the log's own `upload_segment` to a
-directory tier and to moto's S3 server read back, through `record_batches`, as the same
-rows as the log read locally, in both segment layouts, over ranges that cut chunks and
-segments, with GETs small enough to split a segment; a damaged object fails naming the tier
-and the key."""
+directory tier and to each S3 server (moto's emulator, Ceph's gateway) read back, through
+`record_batches`, as the same rows as the log read locally, in both segment layouts, over
+ranges that cut chunks and segments, with GETs small enough to split a segment; a damaged
+object fails naming the tier and the key."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from mainstem.spark.tiered import (
     TierReadError,
     tiered_chunks,
 )
-from tests.log.tiering import BUCKET, KEYS, moto_s3, sealed, written_partition
+from tests.log.tiering import sealed, written_partition
+from tests.support.s3_servers import S3Server
 
 V1_DATA = Path(__file__).parent.parent / "log" / "fixtures" / "partition-v1"
 PREFIX = "s/0"
@@ -95,18 +96,15 @@ async def test_segments_of_the_older_layout_read_from_the_tier(tmp_path: Path) -
     await partition.aclose()
 
 
-async def test_an_s3_tier_reads_as_the_local_log(tmp_path: Path) -> None:
+async def test_an_s3_tier_reads_as_the_local_log(tmp_path: Path, s3: S3Server) -> None:
     partition = written_partition(tmp_path / "p", batches(), segment_bytes=3000)
-    with moto_s3() as (_, endpoint):
-        url = f"s3://{BUCKET}/tiered"
-        tier = Tier.s3(url, endpoint=endpoint, **KEYS)
-        segments, records = await uploaded(tier, partition)
-        address = TierAddress(url, endpoint, "us-east-1")
-        credentials = TierCredentials(KEYS["access_key_id"], KEYS["secret_access_key"])
-        assert "testing" not in repr(credentials)
-        for start, end in ranges(records)[:3]:
-            assert tier_rows(address, records, start, end, credentials) == \
-                local_rows(segments, start, end)
+    segments, records = await uploaded(s3.tier(), partition)
+    address = TierAddress(s3.url("tiered"), s3.endpoint, "us-east-1")
+    credentials = TierCredentials(s3.access_key_id, s3.secret_access_key)
+    assert s3.secret_access_key not in repr(credentials)
+    for start, end in ranges(records)[:3]:
+        assert tier_rows(address, records, start, end, credentials) == \
+            local_rows(segments, start, end)
     await partition.aclose()
 
 
