@@ -17,9 +17,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
 from mainstem.spark.tiered import TierCredentials
+
+if TYPE_CHECKING:
+    from mainstem.admin.ctl import Client
 
 EARLIEST, LATEST = -2, -1
 DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
@@ -141,16 +145,21 @@ class SourceOptions:
     def connect(self) -> StreamClient:
         return StreamClient(self.endpoint)
 
+    def admin(self) -> Client:
+        """The management API's client, at `adminUrl`, else on the url's host at
+        `adminPort`, with the stream connection's user."""
+        # Imported here: only the driver asks it, executors never load the admin client.
+        from mainstem.admin.ctl import Client
+
+        return Client(self.admin_url or f"http://{self.endpoint.host}:{self.admin_port}",
+                      self.endpoint.user, self.endpoint.password)
+
     def current_streams(self) -> tuple[str, ...]:
         """The streams named, or those matching the pattern now (new ones join as Kafka's
         subscribePattern picks up new topics)."""
         if self.pattern is None:
             return self.streams
-        # Imported here: only the driver lists streams, executors never load the admin client.
-        from mainstem.admin.ctl import Client
-
-        admin = Client(self.admin_url or f"http://{self.endpoint.host}:{self.admin_port}",
-                       self.endpoint.user, self.endpoint.password)
+        admin = self.admin()
         try:
             listed = admin.call("GET", "/api/streams")
         except Exception as exc:

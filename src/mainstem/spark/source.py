@@ -256,6 +256,31 @@ def _past_the_end(tp: TopicPartition, start: int, end: int) -> str:
             f"past its end {end}")
 
 
+def batch_spans(client: StreamClient, opts: SourceOptions) -> list[Span]:
+    """The offsets [start, end) a batch read takes of each partition, its options checked
+    against what the partitions hold now."""
+    tps = topic_partitions(client, opts.current_streams())
+    bounds = _ends(client, tps)
+    ends_now = {tp: end for tp, (_, end) in bounds.items()}
+    starts = resolve(client, opts.starting, EARLIEST, tps, ends_now)
+    ends = resolve(client, opts.ending, LATEST, tps, ends_now)
+    spans = []
+    for tp in tps:
+        first, end_now = bounds[tp]
+        if starts[tp] == LATEST or ends[tp] == EARLIEST:  # as Kafka refuses them
+            raise SourceError(f"stream {tp.stream!r} partition {tp.index}: a batch query "
+                              "cannot start at latest (-1) or end at earliest (-2)")
+        start = first if starts[tp] == EARLIEST else starts[tp]
+        end = end_now if ends[tp] == LATEST else min(ends[tp], end_now)
+        if start > end_now:
+            raise SourceError(_past_the_end(tp, start, end_now))
+        if start > end:
+            raise SourceError(f"stream {tp.stream!r} partition {tp.index}: starting "
+                              f"offset {start} is after the ending offset {end}")
+        spans.append((tp, _checked_start(tp, start, first, opts.fail_on_data_loss), end))
+    return spans
+
+
 class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -263,27 +288,10 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> list[OffsetRange | TieredRange]:
         opts = self.options
         with opts.connect() as client:
-            tps = topic_partitions(client, opts.current_streams())
-            bounds = _ends(client, tps)
-            ends_now = {tp: end for tp, (_, end) in bounds.items()}
-            starts = resolve(client, opts.starting, EARLIEST, tps, ends_now)
-            ends = resolve(client, opts.ending, LATEST, tps, ends_now)
+            spans = batch_spans(client, opts)
+            tps = [tp for tp, _, _ in spans]
             readers = _readers(client, opts.endpoint, tps)
             tiers = _tiers(client, tps, opts)
-        spans = []
-        for tp in tps:
-            first, end_now = bounds[tp]
-            if starts[tp] == LATEST or ends[tp] == EARLIEST:  # as Kafka refuses them
-                raise SourceError(f"stream {tp.stream!r} partition {tp.index}: a batch query "
-                                  "cannot start at latest (-1) or end at earliest (-2)")
-            start = first if starts[tp] == EARLIEST else starts[tp]
-            end = end_now if ends[tp] == LATEST else min(ends[tp], end_now)
-            if start > end_now:
-                raise SourceError(_past_the_end(tp, start, end_now))
-            if start > end:
-                raise SourceError(f"stream {tp.stream!r} partition {tp.index}: starting "
-                                  f"offset {start} is after the ending offset {end}")
-            spans.append((tp, _checked_start(tp, start, first, opts.fail_on_data_loss), end))
         return _plan(spans, opts, readers, tiers)
 
     # Spark hands back the partitions this reader planned.

@@ -1,0 +1,116 @@
+"""A Spark SQL aggregate over a stream's history: Spark's own Parquet scan of the stream's
+table (`mainstem.spark.read_stream_table`) against the same query through the `mainstem`
+source (every record through the broker and Spark's Python data source).
+
+    .venv/bin/python -m bench.spark_table_bench [--messages 2000000] [--runs 2]
+
+One run: a `mainstem serve` with a directory tier, rstream publishing --messages JSON
+records (about 60 bytes, keyed by `x-routing-key` over 100 keys) into a stream declared
+with `table: parquet`; once the table's committed Iceberg head holds them all, the query
+`GROUP BY key: count(*), sum(value's $.amount)` on a `local[2]` SparkSession by both
+paths, each --runs times (the best kept). Prints rows/s of each, their ratio and the load
+average; checks that both give the same groups, asserts nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rstream import AMQPMessage, Producer
+
+from bench.broker_process import start_server, stop_server
+from mainstem.spark import read_stream_table
+from mainstem.spark.history import _batch_parts
+from mainstem.spark.options import SourceOptions
+from mainstem.spark.pipelines import spark_session
+
+BATCH = 1000
+KEYS = 100
+
+
+def message(index: int) -> AMQPMessage:
+    return AMQPMessage(body=json.dumps({"id": index, "amount": index % 977}).encode(),
+                       message_annotations={"x-routing-key": f"user-{index % KEYS}"})
+
+
+async def publish(port: int, messages: int) -> None:
+    async with Producer("127.0.0.1", port, username="guest", password="guest") as producer:
+        await producer.create_stream("orders", arguments={"table": "parquet"})
+        for start in range(0, messages, BATCH):
+            await producer.send_batch("orders", [message(i) for i in
+                                                 range(start, min(start + BATCH, messages))])
+
+
+def wait_for_table(options: dict[str, str], messages: int) -> None:
+    for _ in range(3600):
+        if _batch_parts(SourceOptions.parse(options))[0].history_end == messages:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the table never caught up")
+
+
+def aggregate(frame: Any) -> list[tuple[str, int, int]]:
+    rows = (frame.selectExpr("CAST(key AS STRING) AS key",
+                             "CAST(get_json_object(CAST(value AS STRING), '$.amount') AS BIGINT)"
+                             " AS amount")
+            .groupBy("key").agg({"*": "count", "amount": "sum"}).collect())
+    return sorted((r["key"], r["count(1)"], r["sum(amount)"]) for r in rows)
+
+
+def best_rate(query: Callable[[], list[tuple[str, int, int]]], rows: int, runs: int
+              ) -> tuple[float, list[tuple[str, int, int]]]:
+    best, result = 0.0, []
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = query()
+        best = max(best, rows / (time.perf_counter() - started))
+    return best, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--runs", type=int, default=2)
+    args = parser.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    with tempfile.TemporaryDirectory() as root:
+        server, ports = start_server(Path(root, "data"), Path(root, "server.log"),
+                                     "--tier-url", str(Path(root, "tier")))
+        try:
+            started = time.perf_counter()
+            asyncio.run(publish(ports["stream"], args.messages))
+            print(f"published {args.messages} in {time.perf_counter() - started:.0f} s")
+            options = {"url": f"rabbitmq-stream://guest:guest@127.0.0.1:{ports['stream']}/%2F",
+                       "stream": "orders", "adminUrl": f"http://127.0.0.1:{ports['admin']}"}
+            wait_for_table(options, args.messages)
+            print(f"table caught up after {time.perf_counter() - started:.0f} s")
+            spark = spark_session("local[2]", "mainstem-table-bench")
+            spark.sparkContext.setLogLevel("ERROR")
+            print(f"load before: {os.getloadavg()[0]:.2f}")
+            source = spark.read.format("mainstem").options(**options).load()
+            native_rate, native = best_rate(
+                lambda: aggregate(read_stream_table(spark, options)), args.messages, args.runs)
+            source_rate, through = best_rate(lambda: aggregate(source), args.messages,
+                                             args.runs)
+            print(f"load after: {os.getloadavg()[0]:.2f}")
+            assert native == through and sum(n for _, n, _ in native) == args.messages
+            print(f"{len(native)} groups, identical by both paths")
+            print(f"table (Spark's Parquet scan): {native_rate / 1e6:.2f} M rows/s")
+            print(f"through the source:           {source_rate / 1e6:.2f} M rows/s")
+            print(f"ratio: {native_rate / source_rate:.1f}x")
+            spark.stop()
+        finally:
+            stop_server(server)
+
+
+if __name__ == "__main__":
+    main()
