@@ -40,7 +40,7 @@ READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "streamPattern", "su
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
                 "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
                 "failOnDataLoss", "includeHeaders", "tier.direct", "tier.accessKeyId",
-                "tier.secretAccessKey")
+                "tier.secretAccessKey", "tier.instanceCredentials")
 WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation", "createStream",
                  "maxAge", "maxBytes")
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?")
@@ -105,6 +105,7 @@ class SourceOptions:
     admin_port: int = ADMIN_PORT  # without admin_url: the management API on the url's host
     tier_direct: bool = True  # tiered ranges read from the object store, not the broker
     tier_credentials: TierCredentials | None = field(default=None, repr=False)
+    tier_instance_credentials: bool = False  # obstore may ask the cloud's instance metadata
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -128,7 +129,8 @@ class SourceOptions:
             max_trigger_delay_ms=_duration_ms(get, "maxTriggerDelay"),
             include_headers=_flag(get, "includeHeaders", True),
             starting=_start(get, "starting"), ending=_start(get, "ending"),
-            tier_direct=_flag(get, "tier.direct", True), tier_credentials=_tier_keys(get))
+            tier_direct=_flag(get, "tier.direct", True), tier_credentials=_tier_keys(get),
+            tier_instance_credentials=_flag(get, "tier.instanceCredentials", False))
 
     @classmethod
     def parse_write(cls, options: Mapping[str, str]) -> SourceOptions:

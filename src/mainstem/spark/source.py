@@ -58,7 +58,7 @@ from mainstem.spark.options import (
     topic_partitions,
 )
 from mainstem.spark.records import encode_row, record_batches, schema_ddl
-from mainstem.spark.tiered import TierAddress, TierCredentials, Tiered, covering, tiered_chunks
+from mainstem.spark.tiered import TierAddress, Tiered, covering, tiered_chunks
 
 ROWS_PER_PUBLISH = 2000
 ROW_BITS = 32  # publishing id = batch id << 32 | row index + 1
@@ -190,7 +190,13 @@ def _tiers(client: StreamClient, tps: Iterable[TopicPartition], options: SourceO
     if not options.tier_direct:
         return {}
     found = {tp.physical: Tiered.of(client.tiered_segments(tp.physical)) for tp in tps}
-    return {physical: tiered for physical, tiered in found.items() if tiered is not None}
+    tiers = {physical: tiered for physical, tiered in found.items() if tiered is not None}
+    for tiered in tiers.values():  # said now, not by every task failing on the way
+        problem = tiered.address.credentials_problem(options.tier_credentials,
+                                                     options.tier_instance_credentials)
+        if problem is not None:
+            raise SourceError(problem)
+    return tiers
 
 
 def _split(span: Span, tiered: Tiered | None) -> list[Piece]:
@@ -233,10 +239,11 @@ def _plan(spans: list[Span], options: SourceOptions, readers: Mapping[str, list[
     return ranges
 
 
-def _read(part: InputPartition, credentials: TierCredentials | None
-          ) -> Iterator[pa.RecordBatch]:
+def _read(part: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
     if isinstance(part, TieredRange):
-        chunks = tiered_chunks(part.address, part.records, part.start, part.end, credentials)
+        chunks = tiered_chunks(part.address, part.records, part.start, part.end,
+                               options.tier_credentials,
+                               instance=options.tier_instance_credentials)
     elif isinstance(part, OffsetRange):
         client = StreamClient(part.endpoint)
         chunks = _closing(client, client.chunks(part.physical, part.start, part.end))
@@ -296,7 +303,7 @@ class BatchReader(DataSourceReader):
 
     # Spark hands back the partitions this reader planned.
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options.tier_credentials)
+        return _read(partition, self.options)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -394,7 +401,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # Spark hands back the partitions this reader planned.
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options.tier_credentials)
+        return _read(partition, self.options)
 
     def commit(self, end: OffsetMap) -> None:
         """Spark's checkpoint is the source of truth; nothing to do on the broker."""
