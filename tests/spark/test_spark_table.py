@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from mainstem.spark.history import _batch_parts
 from mainstem.spark.options import SourceError, SourceOptions
 from mainstem.testing import ThreadedBroker
 from tests.broker.test_tiering import tiered_config
+from tests.support.readme import README, readme_python_blocks
 
 pytestmark = pytest.mark.spark
 
@@ -154,3 +156,13 @@ def test_a_streaming_query_starts_from_the_history_and_follows_the_tail(
     again = spark.read.parquet(sink).collect()
     assert sorted(r.offset for r in again) == list(range(len(first) + 200))
     assert {(r.partition, r.stream) for r in again} == {(0, "orders")}
+
+
+def test_the_readme_table_example_runs(spark, broker, monkeypatch) -> None:
+    blocks = readme_python_blocks("Spark: the `mainstem` data source")
+    (block,) = [block for block in blocks if "read_stream_table" in block]
+    monkeypatch.setenv("MAINSTEM_ADMIN_URL", f"http://127.0.0.1:{broker.ports['admin']}")
+    namespace = {"os": os, "spark": spark, "url": broker.urls["stream"]}
+    exec(compile(block, str(README), "exec"), namespace)
+    total = spark.read.format("mainstem").options(**options(broker)).load().count()
+    assert namespace["history"].count() == total
