@@ -30,7 +30,7 @@ from rstream import AMQPMessage, Producer
 
 from bench.broker_process import start_server, stop_server
 from mainstem.spark import read_stream_table
-from mainstem.spark.history import _batch_parts
+from mainstem.spark.history import batch_parts
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.pipelines import spark_session
 
@@ -53,7 +53,7 @@ async def publish(port: int, messages: int) -> None:
 
 def wait_for_table(options: dict[str, str], messages: int) -> None:
     for _ in range(3600):
-        if _batch_parts(SourceOptions.parse(options))[0].history_end == messages:
+        if batch_parts(SourceOptions.parse(options))[0].history_end == messages:
             return
         time.sleep(0.5)
     raise AssertionError("the table never caught up")

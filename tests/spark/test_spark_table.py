@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -20,15 +19,15 @@ import requests
 from rstream import AMQPMessage, Producer
 
 from mainstem.spark import read_stream_table
-from mainstem.spark.history import _batch_parts
+from mainstem.spark.history import batch_parts
 from mainstem.spark.options import SourceError, SourceOptions
 from mainstem.testing import ThreadedBroker
 from tests.broker.test_tiering import tiered_config
+from tests.spark.test_spark_tier import delivered
 from tests.support.readme import README, readme_python_blocks
 
 pytestmark = pytest.mark.spark
 
-DELIVERED = re.compile(r'rabbitmq_global_messages_delivered_total\{protocol="stream"\} (\S+)')
 COLUMNS = ["key", "value", "stream", "topic", "partition", "offset", "timestamp",
            "timestampType", "headers", "properties"]
 
@@ -56,19 +55,11 @@ def table_end(broker: ThreadedBroker, wanted: int) -> None:
     while time.monotonic() < deadline:
         rows = requests.get(url, auth=("guest", "guest"), timeout=10).json()["tables"]
         if rows and rows[0]["ends"] == [wanted] and rows[0]["metadata_location"]:
-            parts = _batch_parts(SourceOptions.parse(options(broker)))
+            parts = batch_parts(SourceOptions.parse(options(broker)))
             if parts[0].history_end == wanted:
                 return
         time.sleep(0.1)
     raise AssertionError(f"the table never held {wanted} records")
-
-
-def delivered(broker: ThreadedBroker) -> float:
-    text = requests.get(f"http://127.0.0.1:{broker.ports['admin']}/metrics",
-                        auth=("guest", "guest"), timeout=10).text
-    found = DELIVERED.search(text)
-    assert found is not None
-    return float(found.group(1))
 
 
 def options(broker: ThreadedBroker, **more: str) -> dict[str, str]:
@@ -92,7 +83,7 @@ def broker(tmp_path_factory):
 def test_a_batch_read_takes_history_from_the_table_and_the_tail_from_the_broker(
         spark, broker) -> None:
     publish(broker, 600, 100)
-    parts = _batch_parts(SourceOptions.parse(options(broker)))
+    parts = batch_parts(SourceOptions.parse(options(broker)))
     assert [(p.start, p.end) for p in parts] == [(0, 700)]
     assert parts[0].files and parts[0].history_end >= 600
     before = delivered(broker)
@@ -108,7 +99,7 @@ def test_a_batch_read_takes_history_from_the_table_and_the_tail_from_the_broker(
 
 
 def test_offsets_and_options_hold_across_the_seam(spark, broker) -> None:
-    end = _batch_parts(SourceOptions.parse(options(broker)))[0].history_end
+    end = batch_parts(SourceOptions.parse(options(broker)))[0].history_end
     ranged = options(broker, startingOffsets=json.dumps({"orders": {"0": end - 5}}),
                      endingOffsets=json.dumps({"orders": {"0": end + 5}}),
                      includeHeaders="false")

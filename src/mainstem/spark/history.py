@@ -44,7 +44,7 @@ from mainstem.spark.options import (
     topic_partitions,
 )
 from mainstem.spark.records import ARROW_SCHEMA, HEADERS_COLUMN, schema_ddl
-from mainstem.spark.source import _ends, batch_spans
+from mainstem.spark.source import batch_spans, partition_bounds
 
 TABLE_OPTION = "table"  # false: everything through the source
 PINNED = "mainstem-history"  # under a streaming query's checkpoint
@@ -99,14 +99,14 @@ def read_stream_table(spark: SparkSession, options: Mapping[str, str], *,
                               "checkpoint_location: it pins the table's files there")
         parts = _pinned(spark, checkpoint_location, parsed)
     else:
-        parts = _batch_parts(parsed)
+        parts = batch_parts(parsed)
     history = [_history(spark, part, parsed.include_headers, streaming)
                for part in parts if part.history_end > part.start]
     tail = reader.format("mainstem").options(**_tail_options(given, parts, streaming)).load()
     return reduce(DataFrame.unionByName, history, tail)
 
 
-def _batch_parts(options: SourceOptions) -> list[Part]:
+def batch_parts(options: SourceOptions) -> list[Part]:
     with options.connect() as client:
         spans = batch_spans(client, options)
         tables = _tables(client, options, [tp for tp, _, _ in spans])
@@ -124,7 +124,7 @@ def _streaming_parts(options: SourceOptions) -> list[Part]:
     """As the source's streaming start (latest by default, as Kafka's)."""
     with options.connect() as client:
         tps = topic_partitions(client, options.current_streams())
-        bounds = _ends(client, tps)
+        bounds = partition_bounds(client, tps)
         starts = resolve(client, options.starting, LATEST, tps,
                          {tp: end for tp, (_, end) in bounds.items()})
         tables = _tables(client, options, tps)

@@ -148,7 +148,7 @@ def _create(client: StreamClient, stream: str, options: SourceOptions) -> None:
 # -- reading ------------------------------------------------------------------------------
 
 
-def _ends(client: StreamClient, partitions: list[TopicPartition]
+def partition_bounds(client: StreamClient, partitions: list[TopicPartition]
           ) -> dict[TopicPartition, tuple[int, int]]:
     """(first, end) offsets of each partition now."""
     result = {}
@@ -267,7 +267,7 @@ def batch_spans(client: StreamClient, opts: SourceOptions) -> list[Span]:
     """The offsets [start, end) a batch read takes of each partition, its options checked
     against what the partitions hold now."""
     tps = topic_partitions(client, opts.current_streams())
-    bounds = _ends(client, tps)
+    bounds = partition_bounds(client, tps)
     ends_now = {tp: end for tp, (_, end) in bounds.items()}
     starts = resolve(client, opts.starting, EARLIEST, tps, ends_now)
     ends = resolve(client, opts.ending, LATEST, tps, ends_now)
@@ -329,11 +329,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _now(self) -> OffsetMap:
         return to_offset_map({tp: end for tp, (_, end) in
-                              _ends(self.client, self._partitions()).items()})
+                              partition_bounds(self.client, self._partitions()).items()})
 
     def initialOffset(self) -> OffsetMap:
         tps = self._partitions()
-        bounds = _ends(self.client, tps)
+        bounds = partition_bounds(self.client, tps)
         starts = resolve(self.client, self.options.starting, LATEST, tps,
                          {tp: end for tp, (_, end) in bounds.items()})
         return to_offset_map({tp: self._initial(tp, v, *bounds[tp]) for tp, v in starts.items()})
@@ -389,7 +389,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: OffsetMap, end: OffsetMap) -> list[OffsetRange | TieredRange]:
         tps = self._partitions()
-        bounds = _ends(self.client, tps)
+        bounds = partition_bounds(self.client, tps)
         starts = from_offset_map(start, tps)
         spans = []
         for tp, end_offset in from_offset_map(end, tps).items():
