@@ -57,11 +57,16 @@ RANGE_OPTIONS = ("startingoffsets", "endingoffsets", "startingoffsetsbytimestamp
 
 @dataclass(frozen=True)
 class History:
-    """What a partition's table holds: its data files and the offsets [first, end)."""
+    """What a partition's table holds: its data files, each with the offsets it holds
+    (first, last), and the offsets [first, end) of them all."""
 
-    files: tuple[str, ...]
+    files: tuple[tuple[str, int, int], ...]
     first: int
     end: int
+
+    def covering(self, start: int, end: int) -> tuple[str, ...]:
+        """The files holding offsets in [start, end)."""
+        return tuple(path for path, low, high in self.files if low < end and high >= start)
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,8 @@ def _part(tp: TopicPartition, start: int, end: int, history: History | None) -> 
     """The table's share of [start, end): none when the table does not hold `start`."""
     if history is None or not history.first <= start < history.end:
         return Part(tp, start, start, end, ())
-    return Part(tp, start, min(end, history.end), end, history.files)
+    history_end = min(end, history.end)
+    return Part(tp, start, history_end, end, history.covering(start, history_end))
 
 
 def _streaming_parts(options: SourceOptions) -> list[Part]:
@@ -215,12 +221,12 @@ def _history_of(metadata_location: str, properties: dict[str, str]) -> History |
             continue  # a stream read over the stream protocol is one partition
         low = from_bytes(LongType(), data.lower_bounds[offset_id])
         high = from_bytes(LongType(), data.upper_bounds[offset_id])
-        files.append(_spark_path(data.file_path))
+        files.append((_spark_path(data.file_path), int(low), int(high)))
         first = low if first is None else min(first, low)
         last = high if last is None else max(last, high)
     if first is None or last is None:
         return None
-    return History(tuple(files), int(first), int(last) + 1)
+    return History(tuple(sorted(files, key=lambda file: file[1])), int(first), int(last) + 1)
 
 
 def _spark_path(path: str) -> str:
