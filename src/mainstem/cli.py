@@ -1,6 +1,7 @@
 """The `mainstem` command: `mainstem serve [flags]` runs the broker until SIGTERM/SIGINT;
 `mainstem ctl GROUP ACTION` operates a running one over its management API;
-`mainstem pipeline NAME` runs a Spark job over streams.
+`mainstem pipeline NAME` runs a Spark job over streams; `mainstem spark-submit ARGS` runs
+PySpark's spark-submit with this environment's Spark and Python.
 
 A server that cannot start (a bad flag, environment variable or TOML key, a port in use,
 a data directory locked by another server, a TLS file missing) says why in one log line,
@@ -23,6 +24,7 @@ from mainstem.config import ConfigError, add_config_arguments, load_config
 from mainstem.logging_setup import configure_logging
 from mainstem.server import Broker, DataDirLocked, ListenerBindError
 from mainstem.spark.pipelines import add_pipeline_arguments
+from mainstem.spark.submit import spark_submit
 from mainstem.tls import TlsSetupError
 
 # Exit codes: 0 after a clean shutdown, 2 when the server cannot start.
@@ -31,6 +33,7 @@ EXIT_CANNOT_START = 2
 
 log = logging.getLogger("mainstem.server")
 CANNOT_START = "server.cannot_start"
+SPARK_SUBMIT = "spark-submit"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,12 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Spark jobs: archive streams to Parquet; rebuild a binder from a "
         "channel's history and hand it over to the live projection.")
     add_pipeline_arguments(pipeline)
+    commands.add_parser(  # listed here; its arguments go to spark-submit untouched (main)
+        SPARK_SUBMIT, help="PySpark's spark-submit with this environment's Spark and Python "
+        "(needs mainstem[spark])", add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == [SPARK_SUBMIT]:  # spark-submit's own options are not ours to parse
+        return spark_submit(given[1:])
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(given)
     if unknown:  # as parse_args says it, by the command's parser when it has its own say
         getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:

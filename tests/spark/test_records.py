@@ -235,7 +235,7 @@ def test_key_comes_from_what_publishers_set() -> None:
         rows = table(chunk, 0, 4, True, per_record).to_pylist()
         assert [row["key"] for row in rows] == [b"r", b"a", b"7", None]
         assert rows[1]["headers"] == [{"key": "key", "value": b"a"}, {"key": "n", "value": b"5"}]
-        assert rows[3]["headers"] == [{"key": "other", "value": b"True"}]
+        assert rows[3]["headers"] == [{"key": "other", "value": b"true"}]
         assert [row["timestampType"] for row in rows] == [1, 1, 0, 1]
         assert rows[2]["timestamp"].timestamp() == 1_600_000_000.123
         assert ("creation_time", "2020-09-13T12:26:40.123000+00:00") in rows[2]["properties"]

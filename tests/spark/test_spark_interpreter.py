@@ -147,3 +147,36 @@ def test_the_readme_cluster_block_ships_mainstem_to_executors(broker, tmp_path) 
     values = ds.dataset(tmp_path / "lake" / "orders", format="parquet",
                         partitioning="hive").to_table(columns=["value"]).column("value")
     assert sorted(values.to_pylist()) == [b"a", b"b", b"c", b"last"]
+
+
+def _fresh_shell(**extra: str | Path) -> dict[str, str]:
+    """What `env -i` leaves, and the job's own settings (loopback, the broker's url); the
+    code under test on the path when the tests run it from a checkout."""
+    return {**{key: os.environ[key] for key in ("PYTHONPATH",) if key in os.environ},
+            "SPARK_LOCAL_IP": "127.0.0.1", **{key: str(value) for key, value in extra.items()}}
+
+
+def test_mainstem_spark_submit_runs_a_job_from_a_fresh_shell(broker, tmp_path) -> None:
+    """The README's command, in the dev venv and in a venv holding the wheel: before,
+    PySpark's own `.venv/bin/spark-submit job.py` exited 127 from `env -i` ("Could not find
+    valid SPARK_HOME": its lookup runs PATH's python3), and with SPARK_HOME given, the
+    driver ran PATH's python3 (DATA_SOURCE_NOT_FOUND)."""
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    bare = _fresh_shell(MAINSTEM_STREAM_URL=broker.urls["stream"])
+    plain = subprocess.run([Path(sys.executable).parent / "spark-submit", job], env=bare,
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert plain.returncode == 127 and "Could not find valid SPARK_HOME" in plain.stderr
+    dev = _run([Path(sys.executable).parent / "mainstem", "spark-submit", "--master",
+                "local[1]", job], tmp_path, bare)
+    assert COLUMNS in dev.stdout and VALUES in dev.stdout, dev.stdout
+    deps = Path(sysconfig.get_paths()["purelib"])
+    env_site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    venv = tmp_path / "wheel-venv"
+    _run([sys._base_executable, "-m", "venv", "--without-pip", venv], tmp_path, {})
+    _run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q",
+          "--no-deps", "--no-index", _wheel(tmp_path)], tmp_path, {**os.environ})
+    (venv / env_site / "shared-dependencies.pth").write_text(f"{deps}\n")
+    wheel = _run([venv / "bin" / "mainstem", "spark-submit", "--master", "local[1]", job],
+                 tmp_path, {key: value for key, value in bare.items() if key != "PYTHONPATH"})
+    assert COLUMNS in wheel.stdout and VALUES in wheel.stdout, wheel.stdout

@@ -22,6 +22,8 @@ from mainstem.config import ServerConfig, TieringConfig
 from mainstem.spark.options import SourceOptions
 from mainstem.spark.source import BatchReader, OffsetRange, TieredRange
 from mainstem.testing import ThreadedBroker
+from tests.broker.test_tiering import tiered_config
+from tests.log.tiering import BUCKET, KEYS, moto_s3
 
 pytestmark = pytest.mark.spark
 
@@ -126,3 +128,29 @@ def test_a_batch_read_takes_tiered_history_from_the_tier(spark, tmp_path: Path) 
         with pytest.raises(Exception, match=re.escape(f"tier {tier}: {key}")):
             spark.read.format("mainstem").options(**options).load().collect()
         (tmp_path / "aside").rename(tier / key)
+
+
+def test_an_s3_tier_without_credentials_fails_when_the_query_is_planned(
+        spark, tmp_path: Path, monkeypatch) -> None:
+    """Before: the tasks' reads went to the cloud's instance metadata service for
+    credentials (a non-loopback address) and failed with a 403; now the query is refused
+    when planned, saying what to give, and runs with the keys as options."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with moto_s3() as (_, endpoint):
+        config = tiered_config(tmp_path / "data", f"s3://{BUCKET}/tier", endpoint=endpoint,
+                               **KEYS)
+        with ThreadedBroker(tmp_path / "data", config=config) as broker:
+            publish(broker.ports["stream"])
+            url = broker.urls["stream"]
+            tiered_end(url)
+            options = {"url": url, "stream": "history"}
+            with pytest.raises(Exception) as refused:  # as Spark raises the source's error
+                spark.read.format("mainstem").options(**options).load().count()
+            assert "no credentials to read it: give options 'tier.accessKeyId'" in \
+                str(refused.value)
+            keys = {"tier.accessKeyId": KEYS["access_key_id"],
+                    "tier.secretAccessKey": KEYS["secret_access_key"]}
+            rows = spark.read.format("mainstem").options(**options, **keys).load()
+            assert sorted(r.offset for r in rows.select("offset").collect()) == \
+                list(range(COUNT))

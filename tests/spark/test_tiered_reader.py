@@ -162,3 +162,22 @@ def test_planning_cuts_each_span_at_the_tier_and_each_piece_as_before() -> None:
     assert not direct_off.tier_direct
     assert [type(p).__name__ for p in _plan([(tp, 0, 130)], direct_off, {}, {})] == \
         ["OffsetRange"]
+
+
+def test_an_s3_tier_without_credentials_is_refused_in_words(monkeypatch) -> None:
+    """Without keys in the options or the environment, obstore would ask the cloud's
+    instance metadata service (a non-loopback address: a 403 off the cloud); the read is
+    refused before any request, saying what to give, unless the options ask for it."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    address = TierAddress(f"s3://{BUCKET}/tiered", "http://127.0.0.1:9", "us-east-1")
+    with pytest.raises(TierReadError) as refused:
+        address.open(None)
+    assert "no credentials to read it: give options 'tier.accessKeyId' and " \
+        "'tier.secretAccessKey', or set AWS_ACCESS_KEY_ID" in str(refused.value)
+    assert address.credentials_problem(None, instance=True) is None
+    assert address.credentials_problem(TierCredentials("k", "s"), instance=False) is None
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    assert address.credentials_problem(None, instance=False) is None
+    assert TierAddress("/mnt/tier", None, "us-east-1").credentials_problem(None, False) is None

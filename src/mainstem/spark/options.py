@@ -17,9 +17,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
 from mainstem.spark.tiered import TierCredentials
+
+if TYPE_CHECKING:
+    from mainstem.admin.ctl import Client
 
 EARLIEST, LATEST = -2, -1
 DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
@@ -36,7 +40,7 @@ READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "streamPattern", "su
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
                 "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
                 "failOnDataLoss", "includeHeaders", "tier.direct", "tier.accessKeyId",
-                "tier.secretAccessKey")
+                "tier.secretAccessKey", "tier.instanceCredentials")
 WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation", "createStream",
                  "maxAge", "maxBytes")
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?")
@@ -101,6 +105,7 @@ class SourceOptions:
     admin_port: int = ADMIN_PORT  # without admin_url: the management API on the url's host
     tier_direct: bool = True  # tiered ranges read from the object store, not the broker
     tier_credentials: TierCredentials | None = field(default=None, repr=False)
+    tier_instance_credentials: bool = False  # obstore may ask the cloud's instance metadata
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -124,7 +129,8 @@ class SourceOptions:
             max_trigger_delay_ms=_duration_ms(get, "maxTriggerDelay"),
             include_headers=_flag(get, "includeHeaders", True),
             starting=_start(get, "starting"), ending=_start(get, "ending"),
-            tier_direct=_flag(get, "tier.direct", True), tier_credentials=_tier_keys(get))
+            tier_direct=_flag(get, "tier.direct", True), tier_credentials=_tier_keys(get),
+            tier_instance_credentials=_flag(get, "tier.instanceCredentials", False))
 
     @classmethod
     def parse_write(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -141,16 +147,21 @@ class SourceOptions:
     def connect(self) -> StreamClient:
         return StreamClient(self.endpoint)
 
+    def admin(self) -> Client:
+        """The management API's client, at `adminUrl`, else on the url's host at
+        `adminPort`, with the stream connection's user."""
+        # Imported here: only the driver asks it, executors never load the admin client.
+        from mainstem.admin.ctl import Client
+
+        return Client(self.admin_url or f"http://{self.endpoint.host}:{self.admin_port}",
+                      self.endpoint.user, self.endpoint.password)
+
     def current_streams(self) -> tuple[str, ...]:
         """The streams named, or those matching the pattern now (new ones join as Kafka's
         subscribePattern picks up new topics)."""
         if self.pattern is None:
             return self.streams
-        # Imported here: only the driver lists streams, executors never load the admin client.
-        from mainstem.admin.ctl import Client
-
-        admin = Client(self.admin_url or f"http://{self.endpoint.host}:{self.admin_port}",
-                       self.endpoint.user, self.endpoint.password)
+        admin = self.admin()
         try:
             listed = admin.call("GET", "/api/streams")
         except Exception as exc:

@@ -430,8 +430,11 @@ def _as_bytes(value: Any) -> bytes | None:
 
 def _text(value: Any) -> str:
     """A simple value as text: integers (a uint, a timestamp) in decimal, not as the
-    decoder's wrapper types show themselves (``UInt(5)``)."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    decoder's wrapper types show themselves (``UInt(5)``); booleans as JSON and Java write
+    them (``true``: what a Kafka or RabbitMQ stream user's code compares with)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
         return str(int(value))
     if isinstance(value, float):
         return str(float(value))

@@ -68,7 +68,7 @@ _SECTIONS = (*_LIST_SECTIONS, *_MAP_SECTIONS)
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
 _EIGHT = pa.scalar(8, pa.uint64())
-_TRUE_FALSE = pa.array([b"False", b"True"], pa.binary())
+_TRUE_FALSE = pa.array([b"false", b"true"], pa.binary())  # as JSON and Java write them
 
 
 class _Invalid(Exception):
@@ -435,7 +435,7 @@ def member_text(buf: _Buffer, values: _Values) -> pa.Array:
 def texts(buf: _Buffer, values: _Values, where: pa.Array) -> pa.Array:
     """Each value (where ``where`` and not null) as the bytes the per-record decoder gives:
     binary as is, strings as UTF-8, integers and timestamps in decimal, booleans as
-    ``True``/``False``."""
+    ``true``/``false``."""
     present = pc.and_(pc.and_(where, values.present), pc.invert(pc.equal(values.kind, NULL)))
     variable = pc.and_(present, _isin(values.kind, (BINARY, STRING)))
     result = buf.cut(values.start, values.length, variable)

@@ -58,7 +58,7 @@ from mainstem.spark.options import (
     topic_partitions,
 )
 from mainstem.spark.records import encode_row, record_batches, schema_ddl
-from mainstem.spark.tiered import TierAddress, TierCredentials, Tiered, covering, tiered_chunks
+from mainstem.spark.tiered import TierAddress, Tiered, covering, tiered_chunks
 
 ROWS_PER_PUBLISH = 2000
 ROW_BITS = 32  # publishing id = batch id << 32 | row index + 1
@@ -148,7 +148,7 @@ def _create(client: StreamClient, stream: str, options: SourceOptions) -> None:
 # -- reading ------------------------------------------------------------------------------
 
 
-def _ends(client: StreamClient, partitions: list[TopicPartition]
+def partition_bounds(client: StreamClient, partitions: list[TopicPartition]
           ) -> dict[TopicPartition, tuple[int, int]]:
     """(first, end) offsets of each partition now."""
     result = {}
@@ -190,7 +190,13 @@ def _tiers(client: StreamClient, tps: Iterable[TopicPartition], options: SourceO
     if not options.tier_direct:
         return {}
     found = {tp.physical: Tiered.of(client.tiered_segments(tp.physical)) for tp in tps}
-    return {physical: tiered for physical, tiered in found.items() if tiered is not None}
+    tiers = {physical: tiered for physical, tiered in found.items() if tiered is not None}
+    for tiered in tiers.values():  # said now, not by every task failing on the way
+        problem = tiered.address.credentials_problem(options.tier_credentials,
+                                                     options.tier_instance_credentials)
+        if problem is not None:
+            raise SourceError(problem)
+    return tiers
 
 
 def _split(span: Span, tiered: Tiered | None) -> list[Piece]:
@@ -233,10 +239,11 @@ def _plan(spans: list[Span], options: SourceOptions, readers: Mapping[str, list[
     return ranges
 
 
-def _read(part: InputPartition, credentials: TierCredentials | None
-          ) -> Iterator[pa.RecordBatch]:
+def _read(part: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
     if isinstance(part, TieredRange):
-        chunks = tiered_chunks(part.address, part.records, part.start, part.end, credentials)
+        chunks = tiered_chunks(part.address, part.records, part.start, part.end,
+                               options.tier_credentials,
+                               instance=options.tier_instance_credentials)
     elif isinstance(part, OffsetRange):
         client = StreamClient(part.endpoint)
         chunks = _closing(client, client.chunks(part.physical, part.start, part.end))
@@ -256,6 +263,31 @@ def _past_the_end(tp: TopicPartition, start: int, end: int) -> str:
             f"past its end {end}")
 
 
+def batch_spans(client: StreamClient, opts: SourceOptions) -> list[Span]:
+    """The offsets [start, end) a batch read takes of each partition, its options checked
+    against what the partitions hold now."""
+    tps = topic_partitions(client, opts.current_streams())
+    bounds = partition_bounds(client, tps)
+    ends_now = {tp: end for tp, (_, end) in bounds.items()}
+    starts = resolve(client, opts.starting, EARLIEST, tps, ends_now)
+    ends = resolve(client, opts.ending, LATEST, tps, ends_now)
+    spans = []
+    for tp in tps:
+        first, end_now = bounds[tp]
+        if starts[tp] == LATEST or ends[tp] == EARLIEST:  # as Kafka refuses them
+            raise SourceError(f"stream {tp.stream!r} partition {tp.index}: a batch query "
+                              "cannot start at latest (-1) or end at earliest (-2)")
+        start = first if starts[tp] == EARLIEST else starts[tp]
+        end = end_now if ends[tp] == LATEST else min(ends[tp], end_now)
+        if start > end_now:
+            raise SourceError(_past_the_end(tp, start, end_now))
+        if start > end:
+            raise SourceError(f"stream {tp.stream!r} partition {tp.index}: starting "
+                              f"offset {start} is after the ending offset {end}")
+        spans.append((tp, _checked_start(tp, start, first, opts.fail_on_data_loss), end))
+    return spans
+
+
 class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -263,32 +295,15 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> list[OffsetRange | TieredRange]:
         opts = self.options
         with opts.connect() as client:
-            tps = topic_partitions(client, opts.current_streams())
-            bounds = _ends(client, tps)
-            ends_now = {tp: end for tp, (_, end) in bounds.items()}
-            starts = resolve(client, opts.starting, EARLIEST, tps, ends_now)
-            ends = resolve(client, opts.ending, LATEST, tps, ends_now)
+            spans = batch_spans(client, opts)
+            tps = [tp for tp, _, _ in spans]
             readers = _readers(client, opts.endpoint, tps)
             tiers = _tiers(client, tps, opts)
-        spans = []
-        for tp in tps:
-            first, end_now = bounds[tp]
-            if starts[tp] == LATEST or ends[tp] == EARLIEST:  # as Kafka refuses them
-                raise SourceError(f"stream {tp.stream!r} partition {tp.index}: a batch query "
-                                  "cannot start at latest (-1) or end at earliest (-2)")
-            start = first if starts[tp] == EARLIEST else starts[tp]
-            end = end_now if ends[tp] == LATEST else min(ends[tp], end_now)
-            if start > end_now:
-                raise SourceError(_past_the_end(tp, start, end_now))
-            if start > end:
-                raise SourceError(f"stream {tp.stream!r} partition {tp.index}: starting "
-                                  f"offset {start} is after the ending offset {end}")
-            spans.append((tp, _checked_start(tp, start, first, opts.fail_on_data_loss), end))
         return _plan(spans, opts, readers, tiers)
 
     # Spark hands back the partitions this reader planned.
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options.tier_credentials)
+        return _read(partition, self.options)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -314,11 +329,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _now(self) -> OffsetMap:
         return to_offset_map({tp: end for tp, (_, end) in
-                              _ends(self.client, self._partitions()).items()})
+                              partition_bounds(self.client, self._partitions()).items()})
 
     def initialOffset(self) -> OffsetMap:
         tps = self._partitions()
-        bounds = _ends(self.client, tps)
+        bounds = partition_bounds(self.client, tps)
         starts = resolve(self.client, self.options.starting, LATEST, tps,
                          {tp: end for tp, (_, end) in bounds.items()})
         return to_offset_map({tp: self._initial(tp, v, *bounds[tp]) for tp, v in starts.items()})
@@ -374,7 +389,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: OffsetMap, end: OffsetMap) -> list[OffsetRange | TieredRange]:
         tps = self._partitions()
-        bounds = _ends(self.client, tps)
+        bounds = partition_bounds(self.client, tps)
         starts = from_offset_map(start, tps)
         spans = []
         for tp, end_offset in from_offset_map(end, tps).items():
@@ -386,7 +401,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # Spark hands back the partitions this reader planned.
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options.tier_credentials)
+        return _read(partition, self.options)
 
     def commit(self, end: OffsetMap) -> None:
         """Spark's checkpoint is the source of truth; nothing to do on the broker."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +34,7 @@ from mainstem.protocols.rabbit_stream.responses import TieredSegmentsResponse
 
 REQUEST_BYTES = 8 * 1024 * 1024  # one GET: S3 serves large ranges at full speed
 IN_FLIGHT = 3  # GETs under way while the executor decodes what came
+ENVIRONMENT_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 class TierReadError(Exception):
@@ -54,17 +56,37 @@ class TierAddress:
     endpoint: str | None
     region: str
 
-    def open(self, credentials: TierCredentials | None) -> Tier:
+    def open(self, credentials: TierCredentials | None, instance: bool = False) -> Tier:
         directory = None if self.url.startswith("s3://") else Path(self.url.removeprefix(
             "file://"))
         if directory is not None and not directory.is_dir():  # never made here: a read
             raise TierReadError(f"tier {self.url}: no such directory here (the executors "
                                 "need it mounted where the broker has it)")
+        problem = self.credentials_problem(credentials, instance)
+        if problem is not None:
+            raise TierReadError(problem)
         if credentials is None:  # obstore reads the AWS_* environment
             return Tier.open(self.url, endpoint=self.endpoint, region=self.region)
         return Tier.open(self.url, endpoint=self.endpoint, region=self.region,
                          access_key_id=credentials.access_key_id,
                          secret_access_key=credentials.secret_access_key)
+
+
+    def credentials_problem(self, credentials: TierCredentials | None, instance: bool
+                            ) -> str | None:
+        """Why an S3 tier cannot be read here, in words: no keys in the options or the
+        environment. Without them obstore would ask the cloud's instance metadata service
+        (a non-loopback address, refused off the cloud), which is asked only when the
+        options say so (`tier.instanceCredentials`)."""
+        if not self.url.startswith("s3://") or credentials is not None or instance:
+            return None
+        if all(os.environ.get(name) for name in ENVIRONMENT_KEYS):
+            return None
+        return (f"the stream's history is in the tier {self.url} and there are no "
+                "credentials to read it: give options 'tier.accessKeyId' and "
+                "'tier.secretAccessKey', or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "where the query runs; or tier.instanceCredentials=true to use the cloud's "
+                "instance metadata, or tier.direct=false to read it through the broker")
 
 
 @dataclass(frozen=True)
@@ -110,11 +132,11 @@ class _Window:
 
 
 def tiered_chunks(address: TierAddress, records: Sequence[TieredRecord], start: int, end: int,
-                  credentials: TierCredentials | None = None, *,
+                  credentials: TierCredentials | None = None, *, instance: bool = False,
                   request_bytes: int = REQUEST_BYTES) -> Iterator[Chunk]:
     """The chunks of `records` (oldest first) that hold offsets in [start, end), read from
     the tier; as `StreamClient.chunks`, a chunk may straddle either bound."""
-    tier = address.open(credentials)
+    tier = address.open(credentials, instance)
     with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="tier-read") as fetching:
         pending: deque[tuple[_Window, Future[list[memoryview]]]] = deque()
         try:
