@@ -7,8 +7,9 @@ queues (streams as x-queue-type stream), exchanges and bindings, vhost limits (R
 
 An import takes every shape RabbitMQ 3.8 to 4.x exports: operator policies as `parameters`
 of component `operator_policy` (3.x) or as `operator_policies`, a cleared vhost limit as
-`"value": []`, user tags as a list or a comma-separated string. Policy keys of classic
-mirroring and lazy queues (`ha-*`, `queue-mode`) are ignored, as RabbitMQ 4 ignores them
+`"value": []` (HTTP API) or `{}` (rabbitmqctl), an operator policy's definition as
+[key, value] pairs (rabbitmqctl), user tags as a list or a comma-separated string. Policy
+keys of classic mirroring and lazy queues (`ha-*`, `queue-mode`) are ignored, as RabbitMQ 4 ignores them
 (both are gone); the answer (200) names each policy and the keys ignored. Other parameters
 (federation, shovels) are refused.
 
@@ -336,10 +337,21 @@ def _check_parameter(plan: _Plan, row: dict[str, Any]) -> None:
             plan.add("vhost_limits", VHOST_LIMIT, (owner, limit),
                      {"value": checked_value(VHOST_LIMIT, limit, value)})
     elif row.get("component") == _OPERATOR_POLICY_COMPONENT:
-        _check_policy(plan, OPERATOR_POLICY, row, json_object(row, "value"))
+        value = json_object(row, "value")
+        _check_policy(plan, OPERATOR_POLICY, row,
+                      {**value, "definition": _pairs_object(value.get("definition"))})
     else:
         raise InvalidArgument(f"mainstem has no {row.get('component')!r} parameters: remove"
                               " them from the file (policies carry queue settings)")
+
+
+def _pairs_object(value: object) -> object:
+    """`rabbitmqctl export_definitions` (3.10) writes an operator policy's definition as the
+    Erlang proplist it is stored as: [[key, value], ...]. The HTTP API writes an object."""
+    if isinstance(value, list) and all(isinstance(pair, list) and len(pair) == 2
+                                       and isinstance(pair[0], str) for pair in value):
+        return dict(value)
+    return value
 
 
 def _check_policy(plan: _Plan, kind: str, row: dict[str, Any], body: dict[str, Any]) -> None:
