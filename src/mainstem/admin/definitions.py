@@ -9,9 +9,9 @@ An import takes every shape RabbitMQ 3.8 to 4.x exports: operator policies as `p
 of component `operator_policy` (3.x) or as `operator_policies`, a cleared vhost limit as
 `"value": []` (HTTP API) or `{}` (rabbitmqctl), an operator policy's definition as
 [key, value] pairs (rabbitmqctl), user tags as a list or a comma-separated string. Policy
-keys of classic mirroring and lazy queues (`ha-*`, `queue-mode`) are ignored, as RabbitMQ 4 ignores them
-(both are gone); the answer (200) names each policy and the keys ignored. Other parameters
-(federation, shovels) are refused.
+keys of classic mirroring and lazy queues (`ha-*`, `queue-mode`) are ignored, as RabbitMQ 4
+ignores them (both are gone); the answer (200) names each policy and the keys ignored.
+Other parameters (federation, shovels) are refused.
 
 An import is all or nothing. The whole file is checked first, before any change. Then the
 catalog's changes (vhosts, users, limits, permissions, topic permissions, policies) are

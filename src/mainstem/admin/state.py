@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from mainstem.admin.history import Sample, SampleHistory, vhost_lengths
 from mainstem.admin.queue_activity import QueueActivity, QueueLook
 from mainstem.admin.resources import ResourceProvider, providers_for
 from mainstem.admin.stats import RateSampler
@@ -50,6 +51,7 @@ class AdminState:
     started_at: float = field(default_factory=time.time)  # for the node's uptime
     rates: RateSampler = field(default_factory=RateSampler)
     activity: QueueActivity = field(default_factory=QueueActivity)
+    history: SampleHistory = field(default_factory=SampleHistory)  # the overview's charts
     started: float = field(default_factory=time.monotonic)  # when: the node's uptime
     providers: list[ResourceProvider] = field(init=False)
 
@@ -58,7 +60,7 @@ class AdminState:
 
     def sample(self) -> None:
         """Every live object's counters, once a second, for the rates of message_stats,
-        and every AMQP queue's activity."""
+        every AMQP queue's activity, and the overview's history."""
         samples: dict[Hashable, Mapping[str, int]] = {}
         looks: dict[Hashable, QueueLook] = {}
         for connection in self.connections.list():
@@ -78,6 +80,8 @@ class AdminState:
         samples[CHURN] = churn_counts(self.core)
         self.rates.record(time.monotonic(), samples)
         self.activity.record(time.time(), looks)
+        queues = [row for provider in self.providers for row in provider.queues(None)]
+        self.history.record(Sample(time.time(), samples[OVERVIEW], vhost_lengths(queues)))
 
     def totals(self) -> dict[str, int]:
         """The overview's counters: every AMQP channel's, closed ones included, and the
