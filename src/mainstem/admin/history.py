@@ -57,11 +57,10 @@ class SampleHistory:
                 for s in self.taken(age_s, incr_s)]
 
 
-def vhost_lengths(queues: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Queue rows (the API's) summed per vhost."""
-    sums: dict[str, dict[str, int]] = {}
-    for row in queues:
-        per_vhost = sums.setdefault(row["vhost"], dict.fromkeys(LENGTHS, 0))
-        for name in LENGTHS:
-            per_vhost[name] += row.get(name, 0) or 0
-    return sums
+def add_lengths(lengths: dict[str, dict[str, int]], vhost: str, ready: int,
+                unacked: int) -> None:
+    """Count queues' messages into their vhost's sums."""
+    sums = lengths.setdefault(vhost, dict.fromkeys(LENGTHS, 0))
+    sums["messages"] += ready + unacked
+    sums["messages_ready"] += ready
+    sums["messages_unacknowledged"] += unacked
