@@ -97,8 +97,9 @@ async def test_a_rabbitmq_3_10_8_export_imports_whole_and_round_trips(broker, ht
         assert rows(exported, kind, *keys) == rows(rabbit, kind, *keys), kind
     assert kept_policies(rabbit) == sorted(json.dumps(p, sort_keys=True)
                                            for p in exported["policies"])
+    # written back as RabbitMQ 3.x writes them (3.10 reads no "operator_policies" key)
     assert operator_policies(exported) == operator_policies(rabbit)
-    assert len(exported["operator_policies"]) == 2
+    assert "operator_policies" not in exported
     assert vhost_limits(exported) == vhost_limits(rabbit) == {
         "shop": {"max-connections": 200, "max-queues": 50}}
     mine = {v["name"]: v for v in exported["vhosts"]}
@@ -214,7 +215,7 @@ async def test_rabbitmq_3_8_shapes(broker, http):
                             if row["component"] != "operator_policy"]
     await call(http, "POST", "/api/definitions", rabbit, status=200)
     exported = await call(http, "GET", "/api/definitions")
-    assert len(exported["operator_policies"]) == 2
+    assert len(operator_policies(exported)) == 2
     assert next(u for u in exported["users"] if u["name"] == "admin")["tags"] == [
         "administrator", "monitoring"]
 
