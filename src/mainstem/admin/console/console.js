@@ -23,7 +23,8 @@ const enc = encodeURIComponent;
 function credentials() { return sessionStorage.getItem("mainstem-auth"); }
 
 async function api(method, path, body) {
-  const headers = { Authorization: "Basic " + credentials(), "X-Mainstem-Console": "1" };
+  const auth = credentials();
+  const headers = { Authorization: "Basic " + auth, "X-Mainstem-Console": "1" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await reach(path, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body),
@@ -38,6 +39,8 @@ async function api(method, path, body) {
   }
   if (!response.ok) throw new Error(method + " " + path + ": " + (await reason(response)));
   const text = await response.text();
+  // an answer to a user who logged out meanwhile is not drawn for the next one
+  if (credentials() !== auth) throw new Error("logged out");
   return text ? JSON.parse(text) : null;
 }
 
@@ -810,7 +813,7 @@ async function refresh() {
       $("status").textContent = "updated " + new Date().toLocaleTimeString();
     }
   } catch (error) {
-    $("status").textContent = String(error.message || error);
+    if (credentials()) $("status").textContent = String(error.message || error);
   } finally {
     refreshing = false;
   }
