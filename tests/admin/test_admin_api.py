@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 
 import aiohttp
 import pika
@@ -347,3 +348,88 @@ async def test_stream_subscribers_count_as_the_queues_consumers(broker, http):
     async def unsubscribed():
         return (await get(http, "/api/queues/%2F/ticks"))["consumers"] == 0
     await until(unsubscribed)
+
+
+async def test_topic_permissions_over_http(broker, http):
+    """RabbitMQ's /api/topic-permissions: set, listed, enforced on AMQP, cleared."""
+    rule = {"exchange": "amq.topic", "write": "^metrics\\.", "read": ""}
+    await send(http, "PUT", "/api/topic-permissions/%2F/guest", rule)
+    await send(http, "PUT", "/api/topic-permissions/%2F/guest",
+               {**rule, "write": "(unclosed"}, status=400)
+    await send(http, "PUT", "/api/topic-permissions/%2F/nobody", rule, status=404)
+    listed = [{"user": "guest", "vhost": "/", **rule}]
+    assert await get(http, "/api/topic-permissions") == listed
+    assert await get(http, "/api/topic-permissions/%2F/guest") == listed
+
+    def publish_with(key: str) -> None:
+        connection = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", broker.ports["amqp"],
+            credentials=pika.PlainCredentials("guest", "guest")))
+        try:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("amq.topic", key, b"x")
+        finally:
+            if connection.is_open:
+                connection.close()
+
+    await asyncio.to_thread(publish_with, "metrics.cpu")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        await asyncio.to_thread(publish_with, "logs.app")
+    assert refused.value.reply_code == 403
+
+    broker.core.auth.add_user("watcher", "watcher", tags=["monitoring"])
+    watcher = {"Authorization": aiohttp.encode_basic_auth("watcher", "watcher")}
+    async with http.get("/api/topic-permissions", headers=watcher) as response:
+        assert response.status == 401  # administrators only, as in RabbitMQ
+    await send(http, "DELETE", "/api/topic-permissions/%2F/guest/amq.topic")
+    await get(http, "/api/topic-permissions/%2F/guest", status=404)
+    await send(http, "DELETE", "/api/topic-permissions/%2F/guest", status=404)
+    await asyncio.to_thread(publish_with, "logs.app")
+
+
+async def test_overview_keeps_a_short_history_of_samples(broker, http):
+    """As RabbitMQ's `?lengths_age=&lengths_incr=&msg_rates_age=&msg_rates_incr=`: the
+    samples of the queue totals and the node's counters, newest first, `incr` apart."""
+    assert "samples" not in (await get(http, "/api/overview"))["queue_totals"].get(
+        "messages_ready_details", {})  # only when asked, as RabbitMQ
+
+    def publish_three() -> None:
+        connection = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", broker.ports["amqp"],
+            credentials=pika.PlainCredentials("guest", "guest")))
+        channel = connection.channel()
+        channel.queue_declare("kept", durable=True)
+        for n in range(3):
+            channel.basic_publish("", "kept", b"%d" % n)
+        connection.close()
+
+    await asyncio.to_thread(publish_three)
+    path = "/api/overview?lengths_age=60&lengths_incr=2&msg_rates_age=60&msg_rates_incr=2"
+
+    async def history() -> dict | None:
+        overview = await get(http, path)
+        ready = overview["queue_totals"]["messages_ready_details"]["samples"]
+        published = overview["message_stats"]["publish_details"]["samples"]
+        return overview if len(ready) >= 3 and ready[0]["sample"] == 3 \
+            and published[0]["sample"] == 3 else None
+
+    await until(history, timeout=20)
+    overview = await history()
+    assert overview is not None
+    for samples in (overview["queue_totals"]["messages_ready_details"]["samples"],
+                    overview["message_stats"]["publish_details"]["samples"]):
+        times = [s["timestamp"] for s in samples]
+        assert all(later - earlier >= 1500 for later, earlier in itertools.pairwise(times))
+    assert "rate" in overview["message_stats"]["publish_details"]  # the rate stays
+
+    await send(http, "PUT", "/api/vhosts/team", {}, status=201)
+    broker.core.auth.add_user("manager", "manager", tags=["management"])
+    broker.core.auth.set_permissions("manager", "team")
+    manager = {"Authorization": aiohttp.encode_basic_auth("manager", "manager")}
+    async with http.get(path, headers=manager) as response:
+        theirs = await response.json()
+    # the queue in "/" is not theirs; the node's counters are for monitors
+    assert {s["sample"] for s in theirs["queue_totals"]["messages_ready_details"]["samples"]} \
+        == {0}
+    assert "message_stats" not in theirs

@@ -10,6 +10,7 @@ through asyncio.to_thread.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from mainstem import Broker
 from mainstem.client.events import EventsClient
 from mainstem.client.iggy import IggyClient, Message
 
@@ -39,11 +41,19 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory) -> Iterator[webdriver.Chrome]:
+def downloads(tmp_path_factory) -> Path:
+    """Where the browser saves what a click downloads."""
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory, downloads) -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
+    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                              "download.prompt_for_download": False})
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(WAIT_S)
@@ -72,11 +82,11 @@ class Console:
                              ignored_exceptions=(StaleElementReferenceException,)
                              ).until(condition)
 
-    def log_in(self, page: str) -> None:
+    def log_in(self, page: str, user: str = "guest") -> None:
         self.driver.get(f"{self.base}/?poll_ms=300#{page}")
         if self.driver.find_element(By.ID, "login").is_displayed():
-            self.driver.find_element(By.ID, "login-user").send_keys("guest")
-            self.driver.find_element(By.ID, "login-password").send_keys("guest")
+            self.driver.find_element(By.ID, "login-user").send_keys(user)
+            self.driver.find_element(By.ID, "login-password").send_keys(user)
             self.driver.find_element(By.ID, "login-submit").click()
         self.wait(expected_conditions.visibility_of_element_located((By.ID, page)))
 
@@ -125,7 +135,8 @@ class Console:
             if field.tag_name == "select":
                 self.choose(Select(field), value)
             else:
-                field.clear()
+                if field.get_attribute("type") != "file":
+                    field.clear()
                 field.send_keys(value)
         result = form_element.find_element(By.CLASS_NAME, "result")
         self.driver.execute_script("arguments[0].textContent = ''", result)
@@ -414,6 +425,7 @@ async def test_admin_page_sets_and_clears_policies(broker, console):
 
 
 async def test_closing_a_connection_from_the_console(broker, console):
+    """A close asks first, as every delete does: the first click only arms the button."""
     args = {"host": "127.0.0.1", "port": broker.ports["stream"], "username": "guest",
             "password": "guest"}
     producer = Producer(**args, connection_name="to-close")
@@ -423,7 +435,13 @@ async def test_closing_a_connection_from_the_console(broker, console):
         names = await call(console.wait_for_rows, "connections-table",
                            lambda n: len(n) == 1)
         assert names == [broker.connections.list()[0].name]
-        await call(console.click, "#connections-table .close-connection")
+        button = "#connections-table .close-connection"
+        await call(console.click, button)
+        await call(console.wait, lambda d: d.find_element(By.CSS_SELECTOR, button).text
+                   == "Really close?")
+        await asyncio.sleep(1)  # three polls: the connection stays
+        assert len(broker.connections) == 1
+        await call(console.click, button)
         assert await call(console.wait_for_rows, "connections-table", lambda n: not n) == []
         assert len(broker.connections) == 0
     finally:
@@ -463,4 +481,164 @@ async def test_a_management_user_is_shown_refusals_not_logged_out(broker, browse
     await call(WebDriverWait(browser, WAIT_S).until, lambda d: "Not administrator user" in
                d.find_element(By.ID, "status").text)
     assert not await call(lambda: browser.find_element(By.ID, "login").is_displayed())
+    await call(browser.execute_script, "sessionStorage.clear()")
+
+
+# -- issue 43: what a RabbitMQ team reaches for ---------------------------------------------
+
+CHART_LABELS = """
+const done = arguments[arguments.length - 1];
+// a chart of the console's own kind, on an element of its own: no poll redraws it
+const element = document.createElement("div");
+element.id = "big-counts-chart";
+element.className = "chart";
+document.querySelector("#overview .charts").append(element);
+const chart = new window.mainstemCharts.depth.constructor(element.id, ["ready", "unacked"], "");
+const now = Date.now() / 1000;
+chart.replace([now - 2, now - 1, now], [[150000, 2500000, 1200000], [0, 0, 0]]);
+chart.draw();
+setTimeout(() => {
+  const axis = chart.plot.axes[1];
+  const ctx = chart.plot.ctx;
+  ctx.font = axis.font[0];
+  const room = (axis._size - axis.ticks.size - axis.gap) * devicePixelRatio;
+  const labels = axis._values.map((label) => [label, ctx.measureText(label).width <= room]);
+  chart.reset();
+  element.remove();
+  done(labels);
+}, 100);
+"""
+
+
+async def test_overview_charts_keep_their_history_across_a_reload(broker, console):
+    """The charts are the broker's samples: a reload shows the minutes before it. Labels
+    of 100,000 and more fit the y axis (as 150k, 2.5M)."""
+    connection = await call(amqp_objects, broker.ports["amqp"])
+    try:
+        first = await call(console.wait, lambda d: d.execute_script(
+            "const d = mainstemCharts.depth.data;"
+            "const i = d[1].findIndex(v => v === 3);"
+            "return i >= 0 && d[0].length >= i + 3 && d[0][i]"))
+        await call(console.driver.refresh)
+        await call(console.wait, expected_conditions.visibility_of_element_located(
+            (By.ID, "overview")))
+        times = await call(console.wait, lambda d: d.execute_script(
+            "const d = mainstemCharts.depth.data;"
+            "return d[0].length > 2 && d[1].includes(3) && mainstemCharts.depth.plot && d[0]"))
+        assert times[0] <= first  # from before the reload
+        labels = await call(console.driver.execute_async_script, CHART_LABELS)
+        assert labels and all(fits for _, fits in labels), labels
+        assert {"1M", "2M"} <= {label for label, _ in labels}, labels
+    finally:
+        await call(connection.close)
+
+
+async def test_exchange_page_shows_arguments_policy_and_bindings(broker, console, http):
+    def topology() -> None:
+        connection = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", broker.ports["amqp"],
+            credentials=pika.PlainCredentials("guest", "guest")))
+        channel = connection.channel()
+        channel.exchange_declare("orders", "topic", arguments={"alternate-exchange": "dead"})
+        channel.exchange_declare("web", "fanout")
+        channel.exchange_bind("orders", "web", "from-web")
+        channel.queue_declare("paid", durable=True)
+        channel.queue_bind("paid", "orders", "order.*.paid")
+        connection.close()
+
+    await call(topology)
+    async with http.put("/api/policies/%2F/orders-ae", json={
+            "pattern": "^orders$", "apply-to": "exchanges",
+            "definition": {"alternate-exchange": "dead"}}) as answer:
+        assert answer.status in (201, 204), await answer.text()
+    await call(console.open, "exchanges")
+    await call(console.click, "#exchanges-table tr[data-name='orders'] a")
+    await call(console.wait, lambda d: d.execute_script("return location.hash")
+               == "#exchange/%2F/orders")
+    await call(console.wait, lambda _: console.text("exchange-fact-policy") == "orders-ae")
+    assert await call(console.text, "exchange-fact-type") == "topic"
+    assert await call(console.text, "exchange-fact-arguments") == '{"alternate-exchange":"dead"}'
+    await call(assert_shows, console, "exchange-source-table", "queue:paid/order.*.paid",
+               to="paid", kind="queue", **{"routing key": "order.*.paid"})
+    await call(assert_shows, console, "exchange-destination-table", "web/from-web",
+               **{"from": "web", "routing key": "from-web"})
+    assert await call(console.driver.execute_script,
+                      "return document.querySelector('#nav-exchanges').className") == "active"
+    assert_screenshot(await call(console.screenshot, "exchange"))
+
+
+async def test_admin_limits_topic_permissions_and_definitions(broker, console, downloads):
+    catalog = broker.core.catalog
+    await call(console.open, "admin")
+    fixture = Path(__file__).parent / "fixtures" / "rabbitmq-3.10.8-migration.json"
+    result = await call(console.submit, "import-form", file=str(fixture))
+    assert result.startswith("Imported rabbitmq-3.10.8-migration.json; policy"), result
+    assert "ignored ha-mode, ha-sync-mode" in result
+    await call(assert_shows, console, "users-table", "orders-api", tags="management")
+    await call(assert_shows, console, "topic-permissions-table", "orders-api@shop/orders",
+               write="^order\\.", read="")
+    await call(assert_shows, console, "limits-table", "vhost-limits:shop/max-queues",
+               value="50", of="virtual host")
+    await call(assert_shows, console, "limits-table", "user-limits:batch/max-connections",
+               value="5", of="user")
+
+    assert "set" in await call(console.submit, "limit-form", kind="vhost-limits",
+                               owner="iot", limit="max-queues", value="7")
+    assert "set" in await call(console.submit, "topic-permission-form", user="ops",
+                               vhost="iot", exchange="amq.topic", write="^ops\\.")
+    await call(assert_shows, console, "limits-table", "vhost-limits:iot/max-queues",
+               value="7")
+    await call(assert_shows, console, "topic-permissions-table", "ops@iot/amq.topic",
+               write="^ops\\.", read=".*")
+    assert [(t.exchange, t.write) for t in catalog.list_topic_permissions("ops")] == [
+        ("amq.topic", "^ops\\.")]
+    for row in ("topic-permissions-table", "ops@iot/amq.topic"), \
+               ("limits-table", "vhost-limits:iot/max-queues"):
+        await call(console.click, f"#{row[0]} tr[data-name='{row[1]}'] button")
+        await call(console.wait_for_rows, row[0], lambda names, n=row[1]: n not in names)
+    assert catalog.list_topic_permissions("ops") == []
+    assert_screenshot(await call(console.screenshot, "admin-limits"))
+
+    await call(console.click, "#export-definitions")
+    saved = downloads / "mainstem-definitions.json"
+    exported = await call(console.wait, lambda _: saved.exists() and saved.read_text())
+    names = {user["name"] for user in json.loads(exported)["users"]}
+    assert {"guest", "orders-api", "batch"} <= names
+
+
+async def test_logging_out_clears_what_the_previous_user_saw(broker, console):
+    connection = await call(amqp_objects, broker.ports["amqp"])
+    try:
+        await call(console.open, "queues")
+        await call(assert_shows, console, "queues-table", "console-q", ready="3")
+        await call(console.open, "admin")
+        await call(assert_shows, console, "users-table", "guest")
+        await call(console.click, "#logout")
+        await call(console.wait, lambda d: d.find_element(By.ID, "login").is_displayed())
+        left = await call(console.driver.execute_script, """
+            const main = document.querySelector("main");
+            return {rows: main.querySelectorAll("tbody tr, dd, select.vhost-select option,"
+                                                + " select.user-select option").length,
+                    points: Object.values(mainstemCharts).map(c => c.data[0].length),
+                    canvases: main.querySelectorAll("canvas").length,
+                    text: [...main.querySelectorAll("section")].map(e => e.textContent)
+                      .join(" "),
+                    hash: location.hash}""")
+        assert left["rows"] == 0 and left["canvases"] == 0, left
+        assert left["points"] == [0, 0, 0] and left["hash"] == ""
+        for seen in ("console-q", "guest", "console-x"):
+            assert seen not in left["text"], seen
+    finally:
+        await call(connection.close)
+
+
+async def test_a_stopped_broker_gets_a_banner(browser, tmp_path):
+    async with Broker(tmp_path / "stopping") as stopping:
+        page = Console(browser, stopping.ports["admin"], tmp_path)
+        await call(page.log_in, "overview")
+        await call(page.wait, lambda _: page.text("total-queues") == "0")
+        assert not await call(lambda: browser.find_element(By.ID, "down-banner").is_displayed())
+    await call(page.wait, lambda d: d.find_element(By.ID, "down-banner").is_displayed())
+    assert "not answering" in await call(page.text, "down-banner")
+    assert await call(page.text, "total-queues") == "0"  # what was seen stays
     await call(browser.execute_script, "sessionStorage.clear()")

@@ -1,6 +1,12 @@
 """Issue 43: a RabbitMQ 3.10.8 export moved over whole or not at all: every shape it writes
 imported, re-exported and compared; a refused file changing nothing; the topic permissions
-it carries enforced on AMQP publishes and binds (pika), against a real broker."""
+it carries enforced on AMQP publishes and binds (pika), against a real broker.
+
+The two fixtures were written by RabbitMQ 3.10.8 itself (Debian's rabbitmq-server
+3.10.8-1.1+deb12u1, management plugin on) for the installation the issue describes, built by
+`fixtures/rabbitmq_migration_shape.py` through its HTTP API: `GET /api/definitions` wrote
+rabbitmq-3.10.8-migration.json, `rabbitmqctl export_definitions` the -ctl one (which adds
+each vhost's metadata and its limits as [name, value] pairs)."""
 
 from __future__ import annotations
 
@@ -14,8 +20,12 @@ import pytest
 
 from tests.support.admin_http import call
 
-FIXTURE = Path(__file__).parent / "fixtures" / "rabbitmq-3.10.8-migration.json"
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE = FIXTURES / "rabbitmq-3.10.8-migration.json"
+CTL_FIXTURE = FIXTURES / "rabbitmq-3.10.8-migration-ctl.json"
 IGNORED = ("ha-", "queue-mode")  # classic mirroring and lazy queues: gone in RabbitMQ 4
+# a fresh broker's own user, in every export of it
+OWN = "guest"
 
 
 def rabbit_export() -> dict:
@@ -28,52 +38,83 @@ def amqp(broker, user: str, vhost: str) -> pika.BlockingConnection:
 
 
 def rows(definitions: dict, kind: str, *keys: str) -> list:
-    return sorted(json.dumps([row.get(key) for key in keys]) for row in definitions[kind])
+    # rabbitmqctl's export leaves out an exchange's internal flag when false
+    return sorted(json.dumps([row.get(key, False if key == "internal" else None)
+                              for key in keys], sort_keys=True)
+                  for row in definitions.get(kind, [])
+                  if OWN not in (row.get("user"), row.get("name")))
 
 
 def kept_policies(rabbit: dict) -> list:
-    """The file's policies and operator policies as mainstem keeps them."""
+    """The file's policies as mainstem keeps them: without the keys RabbitMQ 4 ignores."""
     policies = [{**p, "definition": {k: v for k, v in p["definition"].items()
                                      if not k.startswith(IGNORED)}} for p in rabbit["policies"]]
     return sorted(json.dumps(p, sort_keys=True) for p in policies if p["definition"])
 
 
-async def test_a_rabbitmq_3_10_8_export_imports_whole_and_round_trips(broker, http):
-    rabbit = rabbit_export()
+def operator_policies(definitions: dict) -> list:
+    """Operator policies in either shape: 3.x's parameters of component operator_policy,
+    or their own key (3.8's and mainstem's). rabbitmqctl writes a definition as pairs."""
+    found = [{**row["value"], "definition": dict(row["value"]["definition"]),
+              "vhost": row["vhost"], "name": row["name"]}
+             for row in definitions["parameters"] if row["component"] == "operator_policy"]
+    return sorted(json.dumps(p, sort_keys=True)
+                  for p in found + definitions.get("operator_policies", []))
+
+
+def vhost_limits(definitions: dict) -> dict:
+    """Each vhost's limits; a cleared one ([]) is no limit at all."""
+    return {row["vhost"]: row["value"] for row in definitions["parameters"]
+            if row["component"] == "vhost-limits" and row["value"]}
+
+
+COMPARED = (("users", ("name", "password_hash", "hashing_algorithm", "tags", "limits")),
+            ("permissions", ("user", "vhost", "configure", "write", "read")),
+            ("topic_permissions", ("user", "vhost", "exchange", "write", "read")),
+            ("queues", ("name", "vhost", "durable", "auto_delete", "arguments")),
+            ("exchanges", ("name", "vhost", "type", "durable", "auto_delete", "internal",
+                           "arguments")),
+            ("bindings", ("source", "vhost", "destination", "destination_type",
+                          "routing_key", "arguments")))
+WARNINGS = [
+    "policy 'billing-dlx' in vhost 'shop': ignored ha-mode, ha-params (classic mirroring"
+    " and lazy queues are gone, as in RabbitMQ 4)",
+    "policy 'ha-all' in vhost '/': ignored ha-mode, ha-sync-mode (classic mirroring and"
+    " lazy queues are gone, as in RabbitMQ 4); nothing else left, so it was not created",
+    "policy 'lazy-archive' in vhost 'shop': ignored queue-mode (classic mirroring and"
+    " lazy queues are gone, as in RabbitMQ 4)"]
+
+
+@pytest.mark.parametrize("fixture", [FIXTURE, CTL_FIXTURE], ids=["http-api", "rabbitmqctl"])
+async def test_a_rabbitmq_3_10_8_export_imports_whole_and_round_trips(broker, http, fixture):
+    rabbit = json.loads(fixture.read_text())
+    assert rabbit["rabbitmq_version"] == "3.10.8"
     answer = await call(http, "POST", "/api/definitions", rabbit, status=200)
-    assert sorted(answer["warnings"]) == [
-        "policy 'billing-dlx' in vhost 'shop': ignored ha-mode, ha-params (classic mirroring"
-        " and lazy queues are gone, as in RabbitMQ 4)",
-        "policy 'ha-all' in vhost '/': ignored ha-mode, ha-sync-mode (classic mirroring and"
-        " lazy queues are gone, as in RabbitMQ 4); nothing else left, so it was not created",
-        "policy 'lazy-archive' in vhost 'shop': ignored queue-mode (classic mirroring and"
-        " lazy queues are gone, as in RabbitMQ 4)"]
+    assert sorted(answer["warnings"]) == WARNINGS
 
     exported = await call(http, "GET", "/api/definitions")
-    for kind, keys in (("users", ("name", "password_hash", "hashing_algorithm", "tags",
-                                  "limits")),
-                       ("permissions", ("user", "vhost", "configure", "write", "read")),
-                       ("topic_permissions", ("user", "vhost", "exchange", "write", "read")),
-                       ("queues", ("name", "vhost", "durable", "auto_delete", "arguments")),
-                       ("exchanges", ("name", "vhost", "type", "durable", "internal",
-                                      "arguments")),
-                       ("bindings", ("source", "vhost", "destination", "destination_type",
-                                     "routing_key"))):
-        mine = [row for row in exported[kind] if row.get("user") != "guest"
-                and row.get("name") != "guest"]
-        assert rows({kind: mine}, kind, *keys) == rows(rabbit, kind, *keys), kind
-    assert {v["name"] for v in exported["vhosts"]} == {"/", "shop", "iot"}
+    for kind, keys in COMPARED:
+        assert rows(exported, kind, *keys) == rows(rabbit, kind, *keys), kind
     assert kept_policies(rabbit) == sorted(json.dumps(p, sort_keys=True)
                                            for p in exported["policies"])
-    assert sorted((p["vhost"], p["name"], p["definition"]["max-length"] if p["name"] ==
-                   "cap-queues" else p["definition"]["expires"])
-                  for p in exported["operator_policies"]) == [
-        ("iot", "telemetry-bounds", 604800000), ("shop", "cap-queues", 1000000)]
-    assert exported["parameters"] == [{"vhost": "shop", "component": "vhost-limits",
-                                       "name": "limits",
-                                       "value": {"max-connections": 200, "max-queues": 50}}]
+    # written back as RabbitMQ 3.x writes them (3.10 reads no "operator_policies" key)
+    assert operator_policies(exported) == operator_policies(rabbit)
+    assert "operator_policies" not in exported
+    assert vhost_limits(exported) == vhost_limits(rabbit) == {
+        "shop": {"max-connections": 200, "max-queues": 50}}
+    mine = {v["name"]: v for v in exported["vhosts"]}
+    assert set(mine) == {v["name"] for v in rabbit["vhosts"]} == {"/", "shop", "iot"}
+    # only rabbitmqctl's export carries the metadata; "/" was there before the import
+    for vhost in (v for v in rabbit["vhosts"] if v["name"] != "/"):
+        for key, value in vhost.get("metadata", {}).items():
+            assert mine[vhost["name"]]["metadata"][key] == value, (vhost["name"], key)
 
-    for user, vhost in (("ops", "shop"), ("billing", "shop"), ("legacy", "/")):
+    for user, vhost in (("ops", "shop"), ("billing", "shop"), ("legacy", "/"),
+                        ("audit", "/")):
+        if user == "audit":  # sha512, no permissions: logs in, then refused the vhost
+            with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+                await asyncio.to_thread(amqp, broker, user, vhost)
+            continue
         connection = await asyncio.to_thread(amqp, broker, user, vhost)
         await asyncio.to_thread(connection.close)
 
@@ -165,7 +206,8 @@ async def test_topic_permissions_hold_on_topic_exchanges(broker, http):
 async def test_rabbitmq_3_8_shapes(broker, http):
     """Tags as a comma-separated string, operator policies under their own key."""
     rabbit = copy.deepcopy(rabbit_export())
-    rabbit["users"][0]["tags"] = "administrator,monitoring"
+    next(u for u in rabbit["users"] if u["name"] == "admin")["tags"] = \
+        "administrator,monitoring"
     rabbit["operator_policies"] = [{**row["value"], "vhost": row["vhost"], "name": row["name"]}
                                    for row in rabbit["parameters"]
                                    if row["component"] == "operator_policy"]
@@ -173,7 +215,7 @@ async def test_rabbitmq_3_8_shapes(broker, http):
                             if row["component"] != "operator_policy"]
     await call(http, "POST", "/api/definitions", rabbit, status=200)
     exported = await call(http, "GET", "/api/definitions")
-    assert len(exported["operator_policies"]) == 2
+    assert len(operator_policies(exported)) == 2
     assert next(u for u in exported["users"] if u["name"] == "admin")["tags"] == [
         "administrator", "monitoring"]
 

@@ -325,7 +325,9 @@ def test_definitions_carry_policies(server, tmp_path):
     set_policy(server, "imposed", "^e", {"max-length": 2}, kind="operator-policies")
     exported = api(server, "GET", "/api/definitions", status=200).json()
     assert [p["name"] for p in exported["policies"]] == ["exported"]
-    assert [p["name"] for p in exported["operator_policies"]] == ["imposed"]
+    assert [(p["component"], p["name"], p["value"]["definition"])
+            for p in exported["parameters"]] == [("operator_policy", "imposed",
+                                                  {"max-length": 2})]
     api(server, "DELETE", "/api/policies/%2F/exported", status=204)
     api(server, "DELETE", "/api/operator-policies/%2F/imposed", status=204)
     api(server, "POST", "/api/definitions", exported, status=204)

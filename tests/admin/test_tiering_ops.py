@@ -27,6 +27,7 @@ STREAM = "history"
 ARGUMENTS = {"stream-max-segment-size-bytes": 20_000, "tier-local-max-bytes": 45_000}
 COUNT = 600  # about 12 segments of 20 KB: most go to the tier
 browser = test_console.browser  # the console tests' headless Chromium, for this module too
+downloads = test_console.downloads  # where it saves downloads (the browser fixture needs it)
 
 
 @contextlib.asynccontextmanager

@@ -15,6 +15,7 @@ from bson import json_util
 
 from mainstem import __version__
 from mainstem.admin.connections import consumer_rows
+from mainstem.admin.history import KEPT_S, LENGTHS
 from mainstem.admin.limits_api import user_limits_of
 from mainstem.admin.listing import list_response
 from mainstem.admin.resources import RABBITMQ_VERSION
@@ -96,11 +97,48 @@ async def overview(request: web.Request) -> web.Response:
             "streams": len(visible(request, [{"vhost": s.namespace}
                                              for s in state.core.streams.list()], Rows.VISIBLE)),
         },
-        "queue_totals": message_totals(queues),
-        **({"message_stats": state.message_stats(OVERVIEW, state.totals()),
+        "queue_totals": {**message_totals(queues), **_length_history(request)},
+        **({"message_stats": {**state.message_stats(OVERVIEW, state.totals()),
+                              **_rate_history(request)},
             "churn_rates": state.message_stats(CHURN, churn_counts(state.core)),
             **_alarm_fields(state)} if monitor else {}),
     })
+
+
+def _history_window(request: web.Request, kind: str) -> tuple[float, float] | None:
+    """RabbitMQ's `<kind>_age` and `<kind>_incr` (s): the history asked for, if any."""
+    age, incr = (request.query.get(f"{kind}_{part}") for part in ("age", "incr"))
+    if age is None:
+        return None
+    try:
+        return min(float(age), KEPT_S), max(float(incr or 5), 1.0)
+    except ValueError:
+        raise InvalidArgument(f"{kind}_age and {kind}_incr are seconds") from None
+
+
+def _rate_history(request: web.Request) -> dict[str, Any]:
+    """The node's counters' samples under `<name>_details.samples` (the console's rate
+    chart); the rates beside them stay."""
+    window, history = _history_window(request, "msg_rates"), state_of(request).history
+    if window is None:
+        return {}
+    details = state_of(request).message_stats(OVERVIEW, state_of(request).totals())
+    return {f"{name}_details": {**details[f"{name}_details"],
+                                "samples": history.counter_samples(*window, name)}
+            for name in ("publish", "deliver_get", "ack")}
+
+
+def _length_history(request: web.Request) -> dict[str, Any]:
+    """The queue lengths' samples over the vhosts the user sees."""
+    window = _history_window(request, "lengths")
+    if window is None:
+        return {}
+    seen = set(visible_vhosts(request, [ns.name for ns in state_of(request).core.catalog
+                                                .list_namespaces()]))
+    history = state_of(request).history
+    return {f"{name}_details": {"samples": history.length_samples(*window, name,
+                                                                  seen.__contains__)}
+            for name in LENGTHS}
 
 
 def _alarm_fields(state: AdminState) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from mainstem.admin import (
     policy_api,
     scope,
     tiering_api,
+    topic_permissions_api,
     verify_api,
 )
 from mainstem.admin import state as shared
@@ -62,7 +63,8 @@ GUARDED = web.AppKey("guarded", tuple)  # path prefixes that need a login
 _own_routes = web.RouteTableDef()
 ROUTE_TABLES = (api.routes, connections.routes, objects.routes, definitions.routes,
                 health.routes, parameters.routes, policy_api.routes, limits_api.routes,
-                inventory.routes, tiering_api.routes, verify_api.routes, _own_routes)
+                inventory.routes, tiering_api.routes, verify_api.routes,
+                topic_permissions_api.routes, _own_routes)
 
 
 def create_app(state: shared.AdminState, *, served_metrics: str, per_object_metrics: bool

@@ -1,16 +1,18 @@
 """Definitions export and import in RabbitMQ's JSON format (what `rabbitmqadmin export` and
 `import` move, and what the management UI downloads): users with their password hashes,
-virtual hosts (their metadata exported), permissions and topic
-permissions, policies and operator policies, durable
-queues (streams as x-queue-type stream), exchanges and bindings, vhost limits (RabbitMQ's
-"vhost-limits" parameters) and user limits.
+virtual hosts (their metadata exported), permissions and topic permissions, policies and
+operator policies (as RabbitMQ 3.x writes them: `parameters` of component
+`operator_policy`, the one form RabbitMQ 3.10 reads back), durable queues (streams as
+x-queue-type stream), exchanges and bindings, vhost limits (RabbitMQ's "vhost-limits"
+parameters) and user limits.
 
 An import takes every shape RabbitMQ 3.8 to 4.x exports: operator policies as `parameters`
 of component `operator_policy` (3.x) or as `operator_policies`, a cleared vhost limit as
-`"value": []`, user tags as a list or a comma-separated string. Policy keys of classic
-mirroring and lazy queues (`ha-*`, `queue-mode`) are ignored, as RabbitMQ 4 ignores them
-(both are gone); the answer (200) names each policy and the keys ignored. Other parameters
-(federation, shovels) are refused.
+`"value": []` (HTTP API) or `{}` (rabbitmqctl), an operator policy's definition as
+[key, value] pairs (rabbitmqctl), user tags as a list or a comma-separated string. Policy
+keys of classic mirroring and lazy queues (`ha-*`, `queue-mode`) are ignored, as RabbitMQ 4
+ignores them (both are gone); the answer (200) names each policy and the keys ignored.
+Other parameters (federation, shovels) are refused.
 
 An import is all or nothing. The whole file is checked first, before any change. Then the
 catalog's changes (vhosts, users, limits, permissions, topic permissions, policies) are
@@ -89,13 +91,14 @@ def export_definitions(core: BrokerCore, vhost: str | None = None,
             objects[kind] += [row if vhost is None else _without_vhost(row) for row in rows]
     header = {"rabbit_version": RABBITMQ_VERSION, "rabbitmq_version": RABBITMQ_VERSION,
               "product_name": identity.product, "product_version": identity.version}
-    policies = {key: [row if vhost is None else _without_vhost(row)
-                      for row in map(policy_row, core.catalog.policies.list(kind, vhost))]
-                for key, kind in _POLICIES.items()}
+    policies = [row if vhost is None else _without_vhost(row)
+                for row in map(policy_row, core.catalog.policies.list(POLICY, vhost))]
+    # operator policies as RabbitMQ 3.x writes (and reads: 3.10 ignores an
+    # "operator_policies" key): parameters of component operator_policy
+    parameters = [row if vhost is None else _without_vhost(row)
+                  for row in [*limit_parameters(core, vhost), *_operator_policy_rows(core, vhost)]]
     if vhost is not None:
-        return {**header, "parameters": [_without_vhost(row)
-                                         for row in limit_parameters(core, vhost)],
-                **policies, **objects}
+        return {**header, "parameters": parameters, "policies": policies, **objects}
     return {**header, "users": [_user(core, record) for record in core.catalog.list_users()],
             "vhosts": [_vhost(record) for record in core.catalog.list_namespaces()],
             "permissions": [{"user": p.user, "vhost": p.namespace, "configure": p.configure,
@@ -104,8 +107,14 @@ def export_definitions(core: BrokerCore, vhost: str | None = None,
             "topic_permissions": [{"user": t.user, "vhost": t.namespace,
                                    "exchange": t.exchange, "write": t.write, "read": t.read}
                                   for t in core.catalog.list_topic_permissions()],
-            "parameters": limit_parameters(core),
-            "global_parameters": [], **policies, **objects}
+            "parameters": parameters, "global_parameters": [], "policies": policies,
+            **objects}
+
+
+def _operator_policy_rows(core: BrokerCore, vhost: str | None) -> list[dict[str, Any]]:
+    return [{"vhost": policy.vhost, "component": _OPERATOR_POLICY_COMPONENT,
+             "name": policy.name, "value": policy.row()}
+            for policy in core.catalog.policies.list(OPERATOR_POLICY, vhost)]
 
 
 def _user(core: BrokerCore, record: Any) -> dict[str, Any]:
@@ -341,10 +350,21 @@ def _check_parameter(plan: _Plan, row: dict[str, Any]) -> None:
             plan.add("vhost_limits", VHOST_LIMIT, (owner, limit),
                      {"value": checked_value(VHOST_LIMIT, limit, value)})
     elif row.get("component") == _OPERATOR_POLICY_COMPONENT:
-        _check_policy(plan, OPERATOR_POLICY, row, json_object(row, "value"))
+        value = json_object(row, "value")
+        _check_policy(plan, OPERATOR_POLICY, row,
+                      {**value, "definition": _pairs_object(value.get("definition"))})
     else:
         raise InvalidArgument(f"mainstem has no {row.get('component')!r} parameters: remove"
                               " them from the file (policies carry queue settings)")
+
+
+def _pairs_object(value: object) -> object:
+    """`rabbitmqctl export_definitions` (3.10) writes an operator policy's definition as the
+    Erlang proplist it is stored as: [[key, value], ...]. The HTTP API writes an object."""
+    if isinstance(value, list) and all(isinstance(pair, list) and len(pair) == 2
+                                       and isinstance(pair[0], str) for pair in value):
+        return dict(value)
+    return value
 
 
 def _check_policy(plan: _Plan, kind: str, row: dict[str, Any], body: dict[str, Any]) -> None:

@@ -27,6 +27,7 @@ from mainstem.broker.amqp.routing import Binding
 from mainstem.broker.amqp.routing.model import DestinationKind
 from mainstem.broker.auth import PermissionKind
 from mainstem.broker.errors import AccessRefused, InvalidArgument, NotFound
+from mainstem.broker.policies import EXCHANGE
 from mainstem.protocols.amqp091.events import decode_properties
 from mainstem.protocols.amqp091.methods import BasicProperties
 from mainstem.protocols.amqp091.properties import essentials, to_stream_record
@@ -218,6 +219,8 @@ def exchange_row(vhost: str, exchange: Any) -> dict[str, Any]:
 async def get_exchange(request: web.Request) -> web.Response:
     vhost, name = virtual_host(request), exchange_name(request)
     row = exchange_row(vhost.name, vhost.graph.get_exchange(name))  # NotFound if there is none
+    policies = state_of(request).core.catalog.policies
+    row.update(policies.applied(vhost.name, name, EXCHANGE).fields())
     add_message_stats(state_of(request), "exchange", row)
     return web.json_response(row)
 

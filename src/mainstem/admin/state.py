@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from mainstem.admin.history import Sample, SampleHistory, add_lengths
 from mainstem.admin.queue_activity import QueueActivity, QueueLook
-from mainstem.admin.resources import ResourceProvider, providers_for
+from mainstem.admin.resources import ResourceProvider, providers_for, stream_messages
 from mainstem.admin.stats import RateSampler
 from mainstem.broker.alarms import AlarmMonitor
 from mainstem.broker.auth import User
@@ -50,6 +51,7 @@ class AdminState:
     started_at: float = field(default_factory=time.time)  # for the node's uptime
     rates: RateSampler = field(default_factory=RateSampler)
     activity: QueueActivity = field(default_factory=QueueActivity)
+    history: SampleHistory = field(default_factory=SampleHistory)  # the overview's charts
     started: float = field(default_factory=time.monotonic)  # when: the node's uptime
     providers: list[ResourceProvider] = field(init=False)
 
@@ -58,26 +60,33 @@ class AdminState:
 
     def sample(self) -> None:
         """Every live object's counters, once a second, for the rates of message_stats,
-        and every AMQP queue's activity."""
+        every AMQP queue's activity, and the overview's history."""
         samples: dict[Hashable, Mapping[str, int]] = {}
         looks: dict[Hashable, QueueLook] = {}
+        lengths: dict[str, dict[str, int]] = {}  # per vhost, as the overview's queue_totals
         for connection in self.connections.list():
             samples[connection_key(connection)] = traffic_counts(connection)
             for number, channel in list(connection.ctx.channels.items()):
                 samples[channel_key(connection, number)] = channel.stats.counts()
         for vhost in self.core.queues.vhosts.values():
+            ready = unacked = 0
             for queue in vhost.queues.values():
                 key = ("queue", vhost.name, queue.name)
                 samples[key] = queue.stats.counts()
                 looks[key] = QueueLook(samples[key], deliverable(queue))
+                ready += queue.ready_count
+                unacked += queue.unacked_count
+            add_lengths(lengths, vhost.name, ready, unacked)
             for name, stats in list(vhost.graph.stats.items()):
                 samples[("exchange", vhost.name, name)] = stats.counts()
         for stream in self.core.streams.list():
             samples[("queue", stream.namespace, stream.name)] = stream_counts(self.core, stream)
+            add_lengths(lengths, stream.namespace, stream_messages(stream), 0)
         samples[OVERVIEW] = self.totals()
         samples[CHURN] = churn_counts(self.core)
         self.rates.record(time.monotonic(), samples)
         self.activity.record(time.time(), looks)
+        self.history.record(Sample(time.time(), samples[OVERVIEW], lengths))
 
     def totals(self) -> dict[str, int]:
         """The overview's counters: every AMQP channel's, closed ones included, and the

@@ -6,9 +6,15 @@
 
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll_ms")) || 3000;
 const CHART_POINTS = 200;  // samples kept per chart: 10 minutes at the default poll
-const PAGES = ["overview", "connections", "channels", "exchanges", "queues", "queue",
-  "streams", "events", "iggy", "segments", "admin"];
-const NAV_OF = { queue: "queues" };  // a detail page lights up its list's tab
+// The overview's charts are drawn from the broker's history of samples (10 minutes, as
+// RabbitMQ's management keeps), so they survive a reload; one point per poll.
+const HISTORY_S = 600;
+const HISTORY_INCR_S = Math.max(1, Math.round(POLL_MS / 1000));
+const OVERVIEW_PATH = "/api/overview?" + ["msg_rates", "lengths"].map((kind) =>
+  kind + "_age=" + HISTORY_S + "&" + kind + "_incr=" + HISTORY_INCR_S).join("&");
+const PAGES = ["overview", "connections", "channels", "exchanges", "exchange", "queues",
+  "queue", "streams", "events", "iggy", "segments", "admin"];
+const NAV_OF = { queue: "queues", exchange: "exchanges" };  // a detail page lights its list's tab
 const $ = (id) => document.getElementById(id);
 const enc = encodeURIComponent;
 
@@ -17,9 +23,10 @@ const enc = encodeURIComponent;
 function credentials() { return sessionStorage.getItem("mainstem-auth"); }
 
 async function api(method, path, body) {
-  const headers = { Authorization: "Basic " + credentials(), "X-Mainstem-Console": "1" };
+  const auth = credentials();
+  const headers = { Authorization: "Basic " + auth, "X-Mainstem-Console": "1" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(path, {
+  const response = await reach(path, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (response.status === 401) {
@@ -32,12 +39,38 @@ async function api(method, path, body) {
   }
   if (!response.ok) throw new Error(method + " " + path + ": " + (await reason(response)));
   const text = await response.text();
+  // an answer to a user who logged out meanwhile is not drawn for the next one
+  if (credentials() !== auth) throw new Error("logged out");
   return text ? JSON.parse(text) : null;
 }
 
 async function loggedIn() {
   const headers = { Authorization: "Basic " + credentials(), "X-Mainstem-Console": "1" };
-  return (await fetch("/api/whoami", { headers })).ok;
+  return (await reach("/api/whoami", { headers })).ok;
+}
+
+// A broker that does not answer (stopped, or the network between) is a banner on every
+// page until it answers again; what the pages show stays, as it was when last seen.
+let downSince = null;
+
+async function reach(path, options) {
+  try {
+    const response = await fetch(path, options);
+    brokerAnswered();
+    return response;
+  } catch (error) {
+    downSince = downSince || new Date();
+    const banner = $("down-banner");
+    banner.textContent = "The broker is not answering (since " +
+      downSince.toLocaleTimeString() + "): what is shown is as it was then.";
+    banner.hidden = false;
+    throw new Error("the broker is not answering: " + error.message);
+  }
+}
+
+function brokerAnswered() {
+  downSince = null;
+  $("down-banner").hidden = true;
 }
 
 async function reason(response) {
@@ -58,6 +91,14 @@ function bytes(n) {
 function rate(object, kind) {
   const details = object && object.message_stats && object.message_stats[kind + "_details"];
   return details ? details.rate : 0;
+}
+
+// 1234567 -> "1.2M", 150000 -> "150k", 950 -> "950"
+function compact(n) {
+  for (const [size, unit] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
+    if (Math.abs(n) >= size) return +(n / size).toFixed(Math.abs(n) >= 10 * size ? 0 : 1) + unit;
+  }
+  return String(+n.toFixed(2));
 }
 
 const perSecond = (n) => (Math.round(n * 10) / 10) + "/s";
@@ -82,9 +123,9 @@ function button(text, className, action) {
 // A destructive button asks for a second click; which one is armed survives redraws.
 let armed = null;
 
-function dangerButton(key, text, action) {
+function dangerButton(key, text, action, className = "") {
   const b = button(armed === key ? "Really " + text.toLowerCase() + "?" : text,
-    "danger-button", async () => {
+    ("danger-button " + className).trim(), async () => {
       if (armed !== key) { armed = key; b.textContent = "Really " + text.toLowerCase() + "?"; return; }
       armed = null;
       await action();
@@ -154,6 +195,11 @@ class Chart {
     if (this.data[0].length > CHART_POINTS) for (const column of this.data) column.shift();
   }
 
+  // The whole history at once: times (s) and one column of values per series.
+  replace(times, columns) {
+    this.data = [times, ...columns];
+  }
+
   // Drawn only while visible: uPlot needs the element's width.
   draw() {
     const element = $(this.elementId);
@@ -167,7 +213,8 @@ class Chart {
           label, stroke: COLORS[i], width: 2, fill: COLORS[i] + "22", points: { show: false },
           value: (u, v) => (v === null || v === undefined ? "–" : v + this.unit),
         }))],
-        axes: [{}, { size: 60 }],
+        // counts of 100,000 and more as 100k, 1.5M: a label that fits its axis
+        axes: [{}, { size: 60, values: (u, ticks) => ticks.map(compact) }],
       }, this.data, element);
     } else {
       if (this.plot.width !== width) this.plot.setSize({ width, height: 220 });
@@ -190,6 +237,18 @@ window.mainstemCharts = charts;  // for the browser's devtools and the console t
 function connectionLabel(connections, name) {
   const connection = connections.find((c) => c.name === name);
   return (connection && connection.user_provided_name) || name;
+}
+
+// A detail page's terms and values; each value's element is idPrefix + its term.
+function facts(listId, idPrefix, entries) {
+  $(listId).replaceChildren(...Object.entries(entries).flatMap(([term, value]) => {
+    const dt = document.createElement("dt");
+    const dd = document.createElement("dd");
+    dt.textContent = term;
+    dd.textContent = value;
+    dd.id = idPrefix + term.replace("/", "-").replaceAll(" ", "-");
+    return [dt, dd];
+  }));
 }
 
 function fillSelects(className, names) {
@@ -244,10 +303,10 @@ const render = {
       ["received", (c) => bytes(c.recv_oct), "num"],
       ["sent", (c) => bytes(c.send_oct), "num"],
       ["in/s", (c) => bytes(c.recv_oct_details ? c.recv_oct_details.rate : 0) + "/s", "num"],
-      ["", (c) => button("Close", "close-connection", async () => {
+      ["", (c) => dangerButton("connection:" + c.name, "Close", async () => {
         await api("DELETE", "/api/connections/" + enc(c.name));
         await refresh();
-      })],
+      }, "close-connection")],
     ], rows);
   },
 
@@ -273,7 +332,10 @@ const render = {
     const rows = await api("GET", "/api/exchanges");
     if (!rows) return;
     table("exchanges-table", [
-      ["vhost", (e) => e.vhost], ["name", (e) => vhostName(e.name)], ["type", (e) => e.type],
+      ["vhost", (e) => e.vhost],
+      ["name", (e) => link(vhostName(e.name), "#exchange/" + enc(e.vhost) + "/" +
+        enc(e.name || "amq.default"))],
+      ["type", (e) => e.type],
       ["features", (e) => [e.durable && "durable", e.auto_delete && "auto-delete",
         e.internal && "internal"].filter(Boolean).join(", ")],
       ["in", (e) => perSecond(rate(e, "publish_in")), "num"],
@@ -284,6 +346,35 @@ const render = {
           await refresh();
         }))],
     ], rows);
+  },
+
+  async exchange(vhost, name) {
+    const path = enc(vhost) + "/" + enc(name);
+    const e = await api("GET", "/api/exchanges/" + path);
+    if (!e) return;
+    $("exchange-title").textContent = name + " in " + vhost;
+    facts("exchange-facts", "exchange-fact-", {
+      type: e.type, durable: e.durable ? "yes" : "no",
+      "auto-delete": e.auto_delete ? "yes" : "no", internal: e.internal ? "yes" : "no",
+      arguments: JSON.stringify(e.arguments || {}), policy: e.policy || "none",
+      "operator policy": e.operator_policy || "none",
+      "effective definition": JSON.stringify(e.effective_policy_definition || {}),
+      in: perSecond(rate(e, "publish_in")), out: perSecond(rate(e, "publish_out")),
+    });
+    const [from, to] = await Promise.all([
+      api("GET", "/api/exchanges/" + path + "/bindings/source"),
+      api("GET", "/api/exchanges/" + path + "/bindings/destination")]);
+    const bindingColumns = (end, title) => [
+      [title, (b) => link(vhostName(b[end]), (b[end + "_type"] || "exchange") === "queue"
+        ? "#queue/" + enc(vhost) + "/" + enc(b[end])
+        : "#exchange/" + enc(vhost) + "/" + enc(b[end] || "amq.default"))],
+      ["kind", (b) => b[end + "_type"] || "exchange"],
+      ["routing key", (b) => b.routing_key],
+      ["arguments", (b) => JSON.stringify(b.arguments || {})]];
+    table("exchange-source-table", bindingColumns("destination", "to"), from || [],
+      (b) => b.destination_type + ":" + b.destination + "/" + b.routing_key);
+    table("exchange-destination-table", bindingColumns("source", "from"), to || [],
+      (b) => b.source + "/" + b.routing_key);
   },
 
   async queues() {
@@ -308,21 +399,14 @@ const render = {
     const q = await api("GET", "/api/queues/" + path);
     if (!q) return;
     $("queue-title").textContent = name + " in " + vhost;
-    const facts = {
+    const queueFacts = {
       type: q.type, state: q.state, durable: q.durable ? "yes" : "no",
       ready: q.messages_ready, unacked: q.messages_unacknowledged, total: q.messages,
       consumers: q.consumers ?? 0, incoming: perSecond(rate(q, "publish")),
       "deliver/get": perSecond(rate(q, "deliver_get")), ack: perSecond(rate(q, "ack")),
       arguments: JSON.stringify(q.arguments || {}),
     };
-    $("queue-facts").replaceChildren(...Object.entries(facts).flatMap(([term, value]) => {
-      const dt = document.createElement("dt");
-      const dd = document.createElement("dd");
-      dt.textContent = term;
-      dd.textContent = value;
-      dd.id = "queue-fact-" + term.replace("/", "-");
-      return [dt, dd];
-    }));
+    facts("queue-facts", "queue-fact-", queueFacts);
     charts.queue.push([q.messages_ready || 0, q.messages_unacknowledged || 0]);
     charts.queue.draw();
     const [bindings, consumers, connections] = await Promise.all([
@@ -446,9 +530,12 @@ const render = {
   },
 
   async admin() {
-    const [users, vhosts, permissions, policies, operatorPolicies] = await Promise.all([
+    const [users, vhosts, permissions, policies, operatorPolicies, topicPermissions,
+      vhostLimits, userLimits] = await Promise.all([
       api("GET", "/api/users"), api("GET", "/api/vhosts"), api("GET", "/api/permissions"),
-      api("GET", "/api/policies"), api("GET", "/api/operator-policies")]);
+      api("GET", "/api/policies"), api("GET", "/api/operator-policies"),
+      api("GET", "/api/topic-permissions"), api("GET", "/api/vhost-limits"),
+      api("GET", "/api/user-limits")]);
     if (!users) return;
     fillSelects("user-select", users.map((u) => u.name));
     table("users-table", [
@@ -487,6 +574,28 @@ const render = {
         await refresh();
       })],
     ], kinds, (p) => p.kind + ":" + p.name + "@" + p.vhost);
+    table("topic-permissions-table", [
+      ["user", (t) => t.user], ["vhost", (t) => t.vhost], ["exchange", (t) => t.exchange],
+      ["write", (t) => t.write], ["read", (t) => t.read],
+      ["", (t) => button("Clear", "clear-permission", async () => {
+        await api("DELETE", "/api/topic-permissions/" + enc(t.vhost) + "/" + enc(t.user) +
+          "/" + enc(t.exchange));
+        await refresh();
+      })],
+    ], topicPermissions, (t) => t.user + "@" + t.vhost + "/" + t.exchange);
+    // one row per limit: RabbitMQ lists each owner's limits as one object
+    const limits = [["vhost-limits", "virtual host", "vhost", vhostLimits],
+      ["user-limits", "user", "user", userLimits]].flatMap(([path, of, key, rows]) =>
+      rows.flatMap((row) => Object.entries(row.value).map(([limit, value]) =>
+        ({ path, of, owner: row[key], limit, value }))));
+    table("limits-table", [
+      ["of", (l) => l.of], ["name", (l) => l.owner], ["limit", (l) => l.limit],
+      ["value", (l) => l.value, "num"],
+      ["", (l) => button("Clear", "clear-limit", async () => {
+        await api("DELETE", "/api/" + l.path + "/" + enc(l.owner) + "/" + enc(l.limit));
+        await refresh();
+      })],
+    ], limits, (l) => l.path + ":" + l.owner + "/" + l.limit);
   },
 };
 
@@ -607,6 +716,42 @@ onSubmit("policy-form", async (v) => {
   return "Policy " + v.name + " set in " + v.vhost;
 });
 
+onSubmit("topic-permission-form", async (v) => {
+  await api("PUT", "/api/topic-permissions/" + enc(v.vhost) + "/" + enc(v.user),
+    { exchange: v.exchange, write: v.write, read: v.read });
+  return "Topic permission set for " + v.user + " on " + v.exchange + " in " + v.vhost;
+});
+
+onSubmit("limit-form", async (v) => {
+  await api("PUT", "/api/" + v.kind + "/" + enc(v.owner) + "/" + enc(v.limit),
+    { value: Number(v.value) });
+  return "Limit " + v.limit + " set for " + v.owner;
+});
+
+// Export: the broker's definitions as a file to save (the link a click downloads).
+$("export-definitions").addEventListener("click", () => run(async () => {
+  const definitions = await api("GET", "/api/definitions");
+  if (!definitions) return;
+  const download = $("definitions-download");
+  if (download.href) URL.revokeObjectURL(download.href);
+  download.href = URL.createObjectURL(new Blob([JSON.stringify(definitions, null, 2)],
+    { type: "application/json" }));
+  download.hidden = false;
+  download.click();
+}, $("status")));
+
+// Import: a definitions file, whole or not at all; what it ignored is listed.
+onSubmit("import-form", async (v, form) => {
+  let definitions;
+  try { definitions = JSON.parse(await v.file.text()); } catch (error) {
+    throw new Error(v.file.name + " is not JSON: " + error.message);
+  }
+  const answer = await api("POST", "/api/definitions", definitions);
+  form.reset();
+  const warnings = (answer && answer.warnings) || [];
+  return "Imported " + v.file.name + (warnings.length ? "; " + warnings.join("; ") : "");
+});
+
 // -- routing and polling ---------------------------------------------------------------
 
 // "#queue/%2F/orders" -> ["queue", "/", "orders"]
@@ -618,16 +763,27 @@ function route() {
 let lastOverview = null;
 let shownQueue = null;
 
-// The overview is polled on every page, so the charts have history when it is opened.
+// The overview is polled on every page; its charts are the broker's history.
 async function sampleOverview() {
-  const o = await api("GET", "/api/overview");
+  const o = await api("GET", OVERVIEW_PATH);
   if (!o) return false;
   lastOverview = o;
   const totals = o.queue_totals || {};
-  charts.rates.push([rate(o, "publish"), rate(o, "deliver_get"), rate(o, "ack")]);
-  charts.depth.push([totals.messages_ready || 0, totals.messages_unacknowledged || 0]);
+  const lengths = ["messages_ready", "messages_unacknowledged"].map((name) =>
+    oldestFirst((totals[name + "_details"] || {}).samples));
+  charts.depth.replace(lengths[0].map((s) => s.timestamp / 1000),
+    lengths.map((samples) => samples.map((s) => s.sample)));
+  // rates between a counter's successive samples (monitors only: the node's counters)
+  const counters = ["publish", "deliver_get", "ack"].map((name) => oldestFirst(
+    (((o.message_stats || {})[name + "_details"]) || {}).samples));
+  charts.rates.replace(counters[0].slice(1).map((s) => s.timestamp / 1000),
+    counters.map((samples) => samples.slice(1).map((s, i) =>
+      Math.max(0, s.sample - samples[i].sample) /
+      Math.max(0.001, (s.timestamp - samples[i].timestamp) / 1000))));
   return true;
 }
+
+const oldestFirst = (samples) => (samples || []).slice().reverse();
 
 async function refreshVhosts() {
   const vhosts = await api("GET", "/api/vhosts");
@@ -657,7 +813,7 @@ async function refresh() {
       $("status").textContent = "updated " + new Date().toLocaleTimeString();
     }
   } catch (error) {
-    $("status").textContent = String(error.message || error);
+    if (credentials()) $("status").textContent = String(error.message || error);
   } finally {
     refreshing = false;
   }
@@ -672,7 +828,36 @@ function showLogin(message) {
 
 function logout(message) {
   sessionStorage.removeItem("mainstem-auth");
+  forget();
   showLogin(message);
+}
+
+// What the previous user saw goes with them: every table, fact, chart, figure, form and
+// message, and the page they were on.
+function forget() {
+  for (const element of document.querySelectorAll("main table, main dl")) {
+    element.replaceChildren();
+    element.classList.remove("empty");
+  }
+  for (const chart of Object.values(charts)) chart.reset();
+  for (const form of document.querySelectorAll("main form:not(#login)")) form.reset();
+  for (const select of document.querySelectorAll("select.vhost-select, select.user-select")) {
+    select.replaceChildren();
+  }
+  for (const element of document.querySelectorAll(
+    ".result, #status, .tile b, #node-name, #queue-title, #exchange-title")) {
+    element.textContent = "";
+  }
+  for (const banner of document.querySelectorAll(".banner")) banner.hidden = true;
+  const download = $("definitions-download");
+  if (download.href) URL.revokeObjectURL(download.href);
+  download.removeAttribute("href");
+  download.hidden = true;
+  lastOverview = null;
+  shownQueue = null;
+  armed = null;
+  downSince = null;
+  history.replaceState(null, "", location.pathname + location.search);
 }
 
 $("login").addEventListener("submit", (event) => {
