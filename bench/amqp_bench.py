@@ -42,8 +42,9 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
     if out is None:
         yield
         return
-    spy = subprocess.Popen([PY_SPY, "record", "-p", str(pid), "-o", str(out), "--format", "raw", "--gil",
-                            "--rate", "250"],
+    # --gil: only the thread holding the GIL, so waits in other threads are not counted
+    spy = subprocess.Popen([PY_SPY, "record", "-p", str(pid), "-o", str(out), "--format", "raw",
+                            "--gil", "--rate", "250"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield

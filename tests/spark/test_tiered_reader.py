@@ -28,7 +28,7 @@ from mainstem.spark.tiered import (
     TierReadError,
     tiered_chunks,
 )
-from tests.log.tiering import sealed, written_partition
+from tests.log.tiering import BUCKET, sealed, written_partition
 from tests.support.s3_servers import S3Server
 
 V1_DATA = Path(__file__).parent.parent / "log" / "fixtures" / "partition-v1"
