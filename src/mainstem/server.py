@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, SupportsIndex
 from urllib.parse import quote
 
+from mainstem import compiled
 from mainstem.broker.alarms import AlarmMonitor, Watermarks
 from mainstem.broker.core import BrokerCore
 from mainstem.broker.events.projections import Projection
@@ -222,6 +223,7 @@ class Broker:
             "max_connections": self.max_connections,
             "max_unauthenticated_connections": self._unauthenticated_limit(),
             "workers": [] if self.workers is None else self.workers.pids,
+            "compiled": compiled.COMPILED, "compiled_reason": compiled.REASON,
         })
 
     async def stop(self) -> None:
