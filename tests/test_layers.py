@@ -54,7 +54,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "server": BELOW_THE_SERVER,
     "cli": BELOW_THE_SERVER | {"server"},
     "__main__": {"cli"},
-    "__init__": {"server"},  # the lazy export of Broker
+    "__init__": {"server", "compiled"},  # the lazy export of Broker; the compiled build
+    "compiled": set(),
     "testing_wait": set(),
     "testing_cluster": {"testing_wait"},
     "testing": {"server", "testing_cluster", "testing_wait"},

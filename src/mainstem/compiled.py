@@ -42,10 +42,8 @@ MODULES: tuple[str, ...] = (
     # AMQP queues: journal, paging, routing into them
     "mainstem.broker.amqp.queues.journal",
     "mainstem.broker.amqp.queues.paging",
-    "mainstem.broker.amqp.queues.queue",
     "mainstem.broker.amqp.queues.virtual_host",
     "mainstem.broker.amqp.queues.live_offsets",
-    "mainstem.broker.amqp.queues.message",
     "mainstem.broker.amqp.queues.credit_flow",
     # the stream service: appends and subscriptions
     "mainstem.broker.stream_service.appender",
@@ -61,7 +59,12 @@ MODULES: tuple[str, ...] = (
     "mainstem.log.index",
     "mainstem.log.segment_file",
     "mainstem.log.partition",
+    "mainstem.log.tiered_segment",  # its class inherits the compiled Segment
 )
+# A class run as Python cannot inherit from a compiled one (and a compiled class's methods
+# take only instances of compiled classes), so these stay Python on purpose: log/errors.py
+# (NotWritable and TierUnavailable have subclasses elsewhere), the AMQP queue and message
+# (the cluster's relayed queues and messages, quorum queues, extend them dynamically).
 STAMP = "compiled-sources.json"  # in the package directory: {module: sha256 of its source}
 PURE_ENV = "MAINSTEM_PURE"
 

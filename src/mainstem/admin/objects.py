@@ -36,7 +36,9 @@ routes = web.RouteTableDef()
 DEFAULT_EXCHANGE = "amq.default"  # how the API names the nameless default exchange
 ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
              "reject_requeue_false")
-_PROPERTY_NAMES = tuple(name for name in BasicProperties.__annotations__ if name != "CLASS_ID")
+_PROPERTY_KINDS = dict(BasicProperties.FIELDS)  # name -> its AMQP type ("shortstr", ...)
+_PROPERTY_NAMES = tuple(_PROPERTY_KINDS)
+_NUMBERS = {"octet", "short", "long", "longlong", "timestamp"}
 
 
 def created() -> web.Response:
@@ -305,10 +307,10 @@ def _encode_properties(values: dict[str, Any]) -> bytes:
         raise InvalidArgument(f"unknown message properties: {', '.join(unknown)}")
     properties = BasicProperties()
     for name, value in values.items():
-        current = BasicProperties.__annotations__[name]
-        if "int" in current:
+        kind = _PROPERTY_KINDS[name]
+        if kind in _NUMBERS:
             value = _count(value, name, minimum=0)
-        elif "dict" in current:
+        elif kind == "table":
             value = json_object(values, name)
         elif not isinstance(value, str):
             raise InvalidArgument(f"property {name} must be a string")

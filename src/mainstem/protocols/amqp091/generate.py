@@ -160,11 +160,13 @@ def _field_declarations(fields: tuple[FieldSpec, ...]) -> list[str]:
     return lines
 
 
-def _field_tuple(fields: tuple[FieldSpec, ...]) -> list[str]:
+def _field_tuple(fields: tuple[FieldSpec, ...], name: str = "FIELDS") -> list[str]:
+    """`name` = the (attribute, type) pairs; a class attribute (the base class of the
+    methods declares theirs ClassVar; compiled, an undeclared one is per instance)."""
     items = [f'("{f.attr}", "{f.type}")' for f in fields]
     if len(items) == 1:
-        return [f"    FIELDS = ({items[0]},)"]
-    return _wrap("FIELDS = (", items, "    ")
+        return [f"    {name} = ({items[0]},)"]
+    return _wrap(f"{name} = (", items, "    ")
 
 
 # A class's constants live in a base class of their own, not in the dataclass: compiled with
@@ -220,7 +222,8 @@ def _render_properties(amqp_class: ClassSpec) -> list[str]:
         "",
         f"class _{name}Constants:",
         "    __slots__ = ()",
-        f"    CLASS_ID = {amqp_class.class_id}",
+        f"    CLASS_ID: ClassVar[int] = {amqp_class.class_id}",
+        *_field_tuple(properties, "FIELDS: ClassVar[tuple[tuple[str, str], ...]]"),
         "",
         "",
         "@dataclass(slots=True)",
@@ -314,7 +317,7 @@ def render_module(spec: AmqpSpec) -> str:
         "import enum",
         "from dataclasses import dataclass, field",
         "from struct import Struct",
-        "from typing import Any",
+        "from typing import Any, ClassVar",
         "",
         "from mainstem.protocols.amqp091.wire import (",
         "    U16,",

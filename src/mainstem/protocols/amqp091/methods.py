@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from struct import Struct
-from typing import Any
+from typing import Any, ClassVar
 
 from mainstem.protocols.amqp091.wire import (
     U16,
@@ -2254,7 +2254,23 @@ class ConfirmSelectOk(_ConfirmSelectOkConstants):
 
 class _BasicPropertiesConstants:
     __slots__ = ()
-    CLASS_ID = 60
+    CLASS_ID: ClassVar[int] = 60
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("content_type", "shortstr"),
+        ("content_encoding", "shortstr"),
+        ("headers", "table"),
+        ("delivery_mode", "octet"),
+        ("priority", "octet"),
+        ("correlation_id", "shortstr"),
+        ("reply_to", "shortstr"),
+        ("expiration", "shortstr"),
+        ("message_id", "shortstr"),
+        ("timestamp", "timestamp"),
+        ("type", "shortstr"),
+        ("user_id", "shortstr"),
+        ("app_id", "shortstr"),
+        ("cluster_id", "shortstr"),
+    )
 
 
 @dataclass(slots=True)
