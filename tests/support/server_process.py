@@ -21,7 +21,9 @@ MAINSTEM = Path(sys.executable).with_name("mainstem")
 
 
 def clean_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if not key.startswith("MAINSTEM_")}
+    """No MAINSTEM_* setting reaches the server, but the switch to its pure-Python build."""
+    return {key: value for key, value in os.environ.items()
+            if not key.startswith("MAINSTEM_") or key == "MAINSTEM_PURE"}
 
 
 def loopback_listener_flags() -> list[str]:
