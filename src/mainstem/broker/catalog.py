@@ -963,8 +963,8 @@ class Catalog(ChangeNotifier):
         """Commit a written data file to the table: in a cluster once, under the leader's
         `fence` (FencedOut otherwise); here with the end of its upload, in one transaction,
         so a crash leaves it either committed or an upload to discard."""
-        key = (namespace, stream, str(partition), str(file.first_offset))
-        await self._fenced(TABLE_FILE, key, dataclasses.asdict(file), fence)
+        await self._fenced(TABLE_FILE, _table_file_key(namespace, stream, partition, file),
+                           dataclasses.asdict(file), fence)
         with self._transaction() as db:
             self._insert_table_file(db, namespace, stream, partition, file)
             db.execute("DELETE FROM tier_uploads WHERE key = ?", (file.key,))
@@ -990,8 +990,8 @@ class Catalog(ChangeNotifier):
         record goes (in a cluster under the leader's `fence`, FencedOut otherwise, and
         the files not yet gone stay), then its object waits to be deleted."""
         for file in files:
-            await self._fenced(TABLE_FILE, (namespace, stream, str(partition),
-                                            str(file.first_offset)), None, fence)
+            await self._fenced(TABLE_FILE, _table_file_key(namespace, stream, partition, file),
+                               None, fence)
             with self._transaction() as db:
                 self._delete_table_file(db, namespace, stream, partition, file.first_offset)
                 self._add_garbage(db, (file.key,), due_ms, reason)
@@ -1620,3 +1620,9 @@ class Catalog(ChangeNotifier):
                 log.error("catalog.undo_failed", extra={"kind": change[0],
                                                         "key": list(change[1]),
                                                         "reason": error.message})
+
+
+def _table_file_key(namespace: str, stream: str, partition: int,
+                    file: TableFile) -> tuple[str, ...]:
+    """The etcd key parts of a table data file's record."""
+    return (namespace, stream, str(partition), str(file.first_offset))
