@@ -8,22 +8,51 @@ another configuration defines its own.
 
 `s3` runs a test against each S3 server of `tests/support/s3_servers.py`: moto's emulator
 and Ceph's RADOS Gateway, a real S3 server (`radosgw`, one a process, started on first use).
+
+Every phase of every test runs under a `HangGuard`: one stuck for minutes fails with the
+stacks of its threads and tasks instead of holding the run until CI's limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.log.tiering import BUCKET, KEYS, moto_s3
+from tests.support.hang_guard import HangGuard
 from tests.support.radosgw import RadosGateway
 from tests.support.s3_servers import SERVERS, S3Server
 
 if TYPE_CHECKING:
     from mainstem.server import Broker
     from mainstem.testing import ThreadedBroker
+
+
+def _guarded(item: pytest.Item, phase: str) -> Generator[None, object, object]:
+    with HangGuard(f"{item.nodeid} ({phase})") as guard:
+        try:
+            return (yield)
+        except BaseException:
+            if guard.report is None:
+                raise
+    pytest.fail(guard.report, pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item, "call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item, "teardown"))
 
 
 @pytest.fixture
