@@ -27,7 +27,7 @@ from typing import Any
 from mainstem.broker import layout
 from mainstem.broker.iggy.model import rebalance
 from mainstem.broker.streams import Stream
-from mainstem.cluster.etcd import MAX_TXN_OPS, Compare, EtcdError, put
+from mainstem.cluster.etcd import MAX_TXN_OPS, Compare, EtcdClient, EtcdError, put
 from mainstem.cluster.etcd_keys import path
 from mainstem.cluster.metadata.catalog_feed import partition_records_deleted
 from mainstem.cluster.replication.replica import PartitionRole, ReplicaContext
@@ -36,6 +36,21 @@ from mainstem.cluster.replication.replicated_streams import ReplicatedStreams, d
 log = logging.getLogger("mainstem.cluster")
 
 RETRY_S = 0.5
+
+
+async def in_batches(etcd: EtcdClient, guard: Compare,
+                     groups: list[list[dict[str, Any]]]) -> bool:
+    """Run each group of operations, in order, whole, in transactions of at most
+    MAX_TXN_OPS operations (etcd refuses more than 128), each under `guard`; False at the
+    first one refused."""
+    batch: list[dict[str, Any]] = []
+    for group in groups:
+        if batch and len(batch) + len(group) > MAX_TXN_OPS:
+            if not await etcd.txn([guard], batch):
+                return False
+            batch = []
+        batch += group
+    return not batch or await etcd.txn([guard], batch)
 
 
 class PartitionCounts:
@@ -101,8 +116,8 @@ class PartitionCounts:
             made = [[*self.replicated.made(storage, record["replicas"], index, revision),
                      *partition_records_deleted(stream.namespace, stream.name, index)]
                     for index in range(current, count)]
-            if await self._in_batches(Compare(key, "MOD", held.mod_revision),
-                                      [*made, [put(key, json.dumps(record).encode())]]):
+            if await in_batches(self.context.etcd, Compare(key, "MOD", held.mod_revision),
+                                 [*made, [put(key, json.dumps(record).encode())]]):
                 return current
 
     async def _drop_keys(self, stream: Stream, storage: str, removed: range) -> None:
@@ -118,23 +133,12 @@ class PartitionCounts:
             dropped_keys = [[*dropped(storage, index),
                              *partition_records_deleted(stream.namespace, stream.name, index)]
                             for index in removed if index >= count]
-            if await self._in_batches(Compare(key, "MOD", held.mod_revision), dropped_keys):
+            if await in_batches(self.context.etcd, Compare(key, "MOD", held.mod_revision),
+                                 dropped_keys):
                 # their keys and tiered segments' and table files' records are gone
                 log.info("cluster.partitions_removed",
                          extra={"stream": storage, "partitions": list(removed)})
                 return
-
-    async def _in_batches(self, guard: Compare, groups: list[list[dict[str, Any]]]) -> bool:
-        """Run each group of operations, in order, whole, in transactions of at most
-        MAX_TXN_OPS operations, each under `guard`; False at the first one refused."""
-        batch: list[dict[str, Any]] = []
-        for group in groups:
-            if batch and len(batch) + len(group) > MAX_TXN_OPS:
-                if not await self.context.etcd.txn([guard], batch):
-                    return False
-                batch = []
-            batch += group
-        return not batch or await self.context.etcd.txn([guard], batch)
 
     def follow(self, storage: str, stream: Stream, record: dict[str, Any]) -> None:
         """Another node changed a stream's count: change this node's copy to match (its
