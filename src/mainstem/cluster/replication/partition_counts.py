@@ -86,10 +86,11 @@ class PartitionCounts:
 
     async def _share(self, stream: Stream, storage: str, record: dict[str, Any], before: int,
                      added: list[PartitionRole]) -> None:
-        count = record["partitions"]
+        count, held = record["partitions"], None
         while True:
             try:
-                held = await self._write_count(stream, storage, record)
+                if held is None:  # written once: a later count is another node's to keep
+                    held = await self._write_count(stream, storage, record)
                 if max(held, before) > count:
                     await self._drop_keys(stream, storage, range(count, max(held, before)))
                 break
