@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import sqlite3
 import sys
 from pathlib import Path
@@ -94,6 +95,42 @@ async def test_metadata_objects_are_write_once_tier_puts_named_by_the_head(
     assert sorted(rows.column("offset").to_pylist()) == list(range(400))
 
 
+def as_before_migration_15(data: Path) -> None:
+    """The catalog as a broker before migration 15 left it: head records without the
+    objects they reach (the migration gives them none)."""
+    with sqlite3.connect(data / "catalog.sqlite") as db:
+        db.execute("ALTER TABLE table_heads DROP COLUMN objects")
+        db.execute("PRAGMA user_version = 14")
+
+
+async def test_objects_of_heads_recorded_before_migration_15_are_collected(
+        tmp_path: Path) -> None:
+    """A head recorded before migration 15 names no objects: once newer heads replace it,
+    what its metadata reached and no live head does leaves the tier (never what a live
+    head reaches: the table reads whole)."""
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.create_stream("old", arguments={"table": "parquet"})
+        await write_rounds(broker, "old", 3, 100)
+        before = head_objects(broker, "old")
+    as_before_migration_15(data)
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        heads = broker.core.catalog.table_heads("/", "old")
+        assert [head.objects for head in heads.values()] == [()]  # as migration 15 left it
+        assert files_under(tier, "metadata") == before
+        for first in (300, 400, 500):
+            await publish(broker, "old", first, 100)
+            await wait_until_in_table(broker, "old", first + 100)
+        await wait_until(lambda: files_under(tier, "metadata") == head_objects(broker, "old")
+                         and broker.core.catalog.garbage_count() == 0,
+                         what="the metadata objects no head names deleted")
+        assert not before & files_under(tier, "metadata") - head_objects(broker, "old")
+        metadata = (await table_of(broker, "old"))["metadata_location"]
+    rows = StaticTable.from_metadata(metadata).scan().to_arrow()
+    assert sorted(rows.column("offset").to_pylist()) == list(range(600))
+
+
 async def test_retention_expires_the_tables_files_and_snapshots(tmp_path: Path) -> None:
     data, tier = tmp_path / "data", tmp_path / "tier"
     async with Broker(config=tiered_config(data, tier)) as broker:
@@ -130,6 +167,46 @@ async def test_retention_expires_the_tables_files_and_snapshots(tmp_path: Path) 
         summary = await table_of(broker, "short")
         assert (summary["files"], summary["rows"]) == (len(kept), len(offsets))
         assert tables_of(broker).stats.expired == len(first_files - kept)
+
+
+async def test_removed_partitions_leave_the_table_the_catalog_and_the_tier(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Iggy's DELETE_PARTITIONS: the removed partitions' data files' records go, their
+    objects through the garbage queue (logged), and the metadata stops naming them; a
+    partition grown back under an old index is written to the table from its start."""
+    caplog.set_level(logging.INFO, logger="mainstem")
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    async with Broker(config=tiered_config(data, tier)) as broker:
+        streams, tables = broker.core.streams, tables_of(broker)
+        split = streams.create("/", "split", 3, {"x-table": "parquet"})
+        for index in range(3):
+            await publish(broker, f"split-{index}", 0, 50)
+        await wait_until(lambda: [tables.table_end(split, i) for i in range(3)] == [50] * 3
+                         and tables.metadata_location(split) is not None
+                         and in_the_metadata(tables, split) == table_keys(broker, "split"),
+                         what="every partition in the table")
+        files = broker.core.catalog.table_files("/", "split")
+        removed = {file.key for index in (1, 2) for file in files[index]}
+        await streams.remove_partitions("/", "split", 1)
+        assert set(broker.core.catalog.table_files("/", "split")) == {0}
+        await wait_until(lambda: in_the_metadata(tables, split) == table_keys(broker, "split")
+                         and not removed & files_under(tier, "data")
+                         and broker.core.catalog.garbage_count() == 0,
+                         what="the removed partitions' files out of the table and the tier")
+        assert files_under(tier, "data") == table_keys(broker, "split") == \
+            {file.key for file in files[0]}
+        deleted = {record.key for record in caplog.records  # type: ignore[attr-defined]
+                   if record.getMessage() == "tier.deleted"
+                   and record.reason == "partition removed"}  # type: ignore[attr-defined]
+        assert deleted == removed
+        streams.add_partitions("/", "split", 2)  # partition 1 again: a new one, empty
+        await publish(broker, "split-1", 0, 50)
+        await wait_until(lambda: tables.table_end(split, 1) == 50 and tables.lag(split) == 0,
+                         what="the new partition 1 in the table")
+        metadata = tables.metadata_location(split)
+    assert metadata is not None
+    rows = StaticTable.from_metadata(metadata).scan(row_filter="partition = 1").to_arrow()
+    assert sorted(rows.column("offset").to_pylist()) == list(range(50))
 
 
 def in_the_metadata(tables: Tables, stream: Stream) -> set[str] | None:

@@ -11,6 +11,9 @@ import sys
 
 import aiohttp
 
+from mainstem.broker.layout import storage_name
+from mainstem.cluster.etcd import EtcdClient
+from mainstem.cluster.etcd_keys import path
 from mainstem.testing_cluster import LocalCluster
 from tests.support.cluster_clients import FollowingPublisher
 
@@ -53,7 +56,14 @@ async def test_nodes_leaders_replicas_and_lag(mainstem_cluster: LocalCluster) ->
         url = f"http://127.0.0.1:{node1.ports['admin']}/api"
         async with http.get(f"{url}/streams/%2F/watched") as response:
             partition = (await response.json())["partitions"][0]
-        assert partition["leader"] == "node1" and partition["epoch"] == 1
+        assert partition["leader"] == "node1"
+        # its first epoch, one past etcd's revision when it was made (never 1 again)
+        etcd = EtcdClient([mainstem_cluster.etcd.endpoint])
+        try:
+            epoch = await etcd.get(path("epochs", storage_name("stream", "/", "watched"), 0))
+        finally:
+            await etcd.close()
+        assert epoch is not None and partition["epoch"] == int(epoch.value) > 1
         assert sorted(partition["replicas"]) == sorted(partition["in_sync"]) == [
             "node1", "node2", "node3"]
         assert partition["replica_lag"] == {"node2": 0, "node3": 0}

@@ -996,6 +996,19 @@ class Catalog(ChangeNotifier):
                 self._delete_table_file(db, namespace, stream, partition, file.first_offset)
                 self._add_garbage(db, (file.key,), due_ms, reason)
 
+    def drop_table_files(self, namespace: str, stream: str, first_partition: int,
+                         due_ms: int, reason: str) -> list[TableFile]:
+        """The data files of a stream's partitions from `first_partition` on, which were
+        removed: their records go and their objects wait to be deleted, in one transaction
+        (in a cluster their records left etcd with the partitions' keys). The files."""
+        with self._transaction() as db:
+            rows = db.execute("DELETE FROM table_files WHERE namespace = ? AND stream = ? AND"
+                              " partition >= ? RETURNING record",
+                              (namespace, stream, first_partition)).fetchall()
+            files = [TableFile(**json.loads(row[0])) for row in rows]
+            self._add_garbage(db, [file.key for file in files], due_ms, reason)
+        return files
+
     def delete_table_file(self, namespace: str, stream: str, partition: int,
                           first_offset: int) -> None:
         """Forget a data file another node expired (its object is its own to delete)."""

@@ -65,14 +65,14 @@ class Scrubber:
 
     async def verify(self, stream: Stream) -> None:
         """A pass over the stream's partitions now, at full speed (an operator asked)."""
-        for name, service in zip(stream.partition_names, stream.services, strict=True):
+        for name, service in _partitions(stream):
             await self.scrub(name, service, paced=False)
 
     async def _run(self) -> None:
         while True:
             began = time.monotonic()
             for stream in self._streams.list():
-                for name, service in zip(stream.partition_names, stream.services, strict=True):
+                for name, service in _partitions(stream):
                     try:
                         await self.scrub(name, service, paced=True)
                     except OSError as error:  # its segment went (retention, deletion)
@@ -112,3 +112,9 @@ class Scrubber:
         if self._due >= self.rate * PACE_S:
             await asyncio.sleep(self._due / self.rate)
             self._due = 0
+
+
+def _partitions(stream: Stream) -> list[tuple[str, PartitionService]]:
+    """Each partition's name and service, as the stream has them now: taken at once, since
+    partitions added or removed while a pass awaits change the list of services in place."""
+    return list(zip(stream.partition_names, stream.services, strict=True))

@@ -19,8 +19,8 @@ the server so the broker does not import the Spark floor), and written as one Pa
   two) is added in the next round.
 
 A file not committed (a failed put, a fenced record) goes through the tier's durable
-garbage queue, as an unrecorded upload does. Retention of tables (snapshot expiry) and
-rebuilding them are later work.
+garbage queue, as an unrecorded upload does; so do the files retention expires, a rebuild
+drops or a removed partition leaves, and the metadata objects no head names any more.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import io
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +137,7 @@ class Tables:
         # may still be making its metadata); a rebuild waits for the round too
         self._round_lock = asyncio.Lock()
         streams.watch(self._stream_deleted)
+        streams.watch_shrinks(self._partitions_removed)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -163,6 +164,19 @@ class Tables:
         task = asyncio.get_running_loop().create_task(self._forget(stream))
         self._forgetting.add(task)
         task.add_done_callback(self._forgetting.discard)
+
+    def _partitions_removed(self, stream: Stream, removed: Sequence[PartitionService]) -> None:
+        """Partitions removed from a stream: their data files leave the table as expired
+        ones do, on every node (a delete of a gone key is done): their records go (in a
+        cluster they left etcd with the partitions' keys), their objects after the grace
+        period; the next Iceberg commit takes them out of the metadata."""
+        files = self._catalog.drop_table_files(stream.namespace, stream.name,
+                                               len(stream.services), self._tiering.due_ms(),
+                                               "partition removed")
+        self._tiering.pending_changed()
+        self.stats.expired += len(files)
+        for file in files:
+            log.info("table.expired", extra={"key": file.key, "reason": "partition removed"})
 
     async def _forget(self, stream: Stream) -> None:
         async with self._round_lock:
@@ -295,8 +309,8 @@ class Tables:
                                               everything=True)
             await self._catalog.drop_table_heads(
                 stream.namespace, stream.name,
-                self._catalog.table_heads(stream.namespace, stream.name), set(),
-                stream.services[0].fence, self._tiering.due_ms(), "table rebuilt")
+                await self._named(self._catalog.table_heads(stream.namespace, stream.name)),
+                set(), stream.services[0].fence, self._tiering.due_ms(), "table rebuilt")
             self._tiering.pending_changed()
             self._heads.pop(stream.directory.name, None)
             self._errors.pop((stream.namespace, stream.name), None)
@@ -406,8 +420,8 @@ class Tables:
             return
         try:
             await self._catalog.drop_table_heads(
-                stream.namespace, stream.name, older, set(made.objects), fence,
-                self._tiering.due_ms(), "table metadata expired")
+                stream.namespace, stream.name, await self._named(older), set(made.objects),
+                fence, self._tiering.due_ms(), "table metadata expired")
         except FencedOut as error:  # the new leader drops them with its next head
             self.stats.fenced += 1
             log.warning("table.expire_fenced", extra={"stream": stream.name,
@@ -450,20 +464,28 @@ class Tables:
     def _reachable(self, table: Table) -> tuple[str, ...]:
         """The tier keys of the metadata objects `table`'s metadata reaches: itself, the
         older files its log names, each snapshot's manifest list and manifests."""
-        found = {table.metadata_location,
-                 *(entry.metadata_file for entry in table.metadata.metadata_log)}
-        manifests: dict[str, tuple[str, ...]] = {}
-        for snapshot in table.metadata.snapshots:
-            listed = self._manifests.get(snapshot.manifest_list)
-            if listed is None:
-                listed = tuple(manifest.manifest_path for manifest in
-                               snapshot.manifests(table.io))
-            manifests[snapshot.manifest_list] = listed
-            found.update((snapshot.manifest_list, *listed))
-        self._manifests = manifests  # only the live snapshots' lists
-        prefix = f"{self._root}/"
-        return tuple(sorted(location.removeprefix(prefix) for location in found
-                            if location.startswith(prefix)))
+        found, self._manifests = _reached(table, self._manifests, self._root)
+        return found  # the manifests known are only the live snapshots' lists
+
+    async def _named(self, heads: dict[int, TableHead]) -> dict[int, TableHead]:
+        """`heads`, each naming the objects it reaches: a head recorded before migration
+        15 names none (its column's default), so what its metadata reaches is read, for
+        its objects to go with it rather than stay in the tier forever."""
+        return {version: head if head.objects else await self._in_thread(self._read_head, head)
+                for version, head in heads.items()}
+
+    def _read_head(self, head: TableHead) -> TableHead:
+        """(In the thread.) `head` with the objects its metadata reaches; as it is (its
+        objects left in the tier, and said) if its metadata cannot be read."""
+        from pyiceberg.table import StaticTable  # see TYPE_CHECKING above
+        try:
+            table = StaticTable.from_metadata(head.metadata_location, self._properties)
+            found, _ = _reached(table, {}, self._root)
+        except Exception as error:  # whatever pyiceberg raises of a missing or bad object
+            log.warning("table.head_unread", extra={"metadata": head.metadata_location,
+                                                    "error": repr(error)})
+            return head
+        return TableHead(head.metadata_location, found)
 
     def _head(self, stream: Stream) -> tuple[Table, set[str]]:
         """The stream's Iceberg table as this node last committed it (made, without
@@ -532,6 +554,25 @@ class Tables:
             errors.last = str(error)
         log.log(logging.DEBUG if repeated else logging.WARNING, "table.round_failed",
                 extra={"error": str(error), "stream": None if stream is None else stream.name})
+
+
+def _reached(table: Table, known: dict[str, tuple[str, ...]], root: str
+             ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """The tier keys (below `root`) of the metadata objects `table`'s metadata reaches:
+    itself, the older files its log names, each snapshot's manifest list and manifests;
+    and the manifests of each of its snapshots' lists (`known`: some already read)."""
+    found = {table.metadata_location,
+             *(entry.metadata_file for entry in table.metadata.metadata_log)}
+    manifests: dict[str, tuple[str, ...]] = {}
+    for snapshot in table.metadata.snapshots:
+        listed = known.get(snapshot.manifest_list)
+        if listed is None:
+            listed = tuple(manifest.manifest_path for manifest in snapshot.manifests(table.io))
+        manifests[snapshot.manifest_list] = listed
+        found.update((snapshot.manifest_list, *listed))
+    prefix = f"{root}/"
+    return tuple(sorted(location.removeprefix(prefix) for location in found
+                        if location.startswith(prefix))), manifests
 
 
 def _expiring(table: Table, before_s: float) -> list[int]:

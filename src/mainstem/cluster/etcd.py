@@ -16,6 +16,8 @@ from typing import Any
 
 import aiohttp
 
+MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
+
 
 class EtcdError(Exception):
     """etcd refused a request, or none of its endpoints answered."""
@@ -116,9 +118,13 @@ class EtcdClient:
     # -- keys ------------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
+        return (await self.get_at(key))[0]
+
+    async def get_at(self, key: str) -> tuple[KeyValue | None, int]:
+        """A key (None when absent), and the store's revision it was read at."""
         answer = await self._call("/v3/kv/range", {"key": _b64(key)})
         kvs = answer.get("kvs", [])
-        return _kv(kvs[0]) if kvs else None
+        return (_kv(kvs[0]) if kvs else None), int(answer["header"]["revision"])
 
     async def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
         """Every key under `prefix`, and the store's revision they were read at."""

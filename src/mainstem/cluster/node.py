@@ -441,7 +441,7 @@ class ClusterNode:
         if record is None:
             return  # the cluster deleted it: _drop_stream is deleting it here
         self.replicated.stop_roles(storage)
-        self.spawn(self.replicated.unclaim(storage, record["partitions"]))
+        self.spawn(self.replicated.unclaim(storage))
 
     async def _await_leaders(self, namespace: str, name: str, partitions: int) -> None:
         storage = layout.storage_name("stream", namespace, name)
@@ -457,7 +457,7 @@ class ClusterNode:
             raise NotFound(f"stream '{name}' not found in namespace '{namespace}'")
         # Its tiered segments' and table files' records go with it: a stream made again
         # under its name records its own (its objects' keys are new ones).
-        await self.replicated.unclaim(storage, record["partitions"], *(
+        await self.replicated.unclaim(storage, *(
             delete_prefix(prefix(CATALOG_AREA, kind, namespace, name))
             for kind in (TIERED_SEGMENT, TABLE_FILE, TABLE_HEAD)))
         self._drop_stream(storage)

@@ -47,12 +47,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mainstem.broker.catalog import TIERED_SEGMENT
+from mainstem.broker.catalog import TABLE_FILE, TIERED_SEGMENT
 from mainstem.broker.errors import BrokerError, Unavailable
 from mainstem.broker.fence import Fence
 from mainstem.broker.replicated import Row
 from mainstem.cluster.context import NodeContext
-from mainstem.cluster.etcd import Compare, EtcdError, KeyValue, delete, delete_prefix, put
+from mainstem.cluster.etcd import (
+    MAX_TXN_OPS,
+    Compare,
+    EtcdError,
+    KeyValue,
+    delete,
+    delete_prefix,
+    put,
+)
 from mainstem.cluster.etcd_keys import path, prefix, segments
 from mainstem.cluster.metadata.key_order import KeyOrder
 
@@ -62,7 +70,6 @@ AREA = "catalog"
 ROOT = prefix(AREA)
 RETRY_S = 0.5
 ANSWER_WAIT_S = 5.0  # an etcd-first change waits this long for etcd (one call's timeout)
-MAX_TXN_OPS = 100  # etcd refuses a transaction of more than 128 operations by default
 Applied = Callable[[str, tuple[str, ...], Row | None], None]
 NOT_MADE = ("the cluster's metadata store did not answer: the change was not made, "
             "on any node")
@@ -70,13 +77,13 @@ OUTCOME_UNKNOWN = ("the cluster's metadata store did not answer in time: the out
                    "unknown (the change is made on every node or on none once it answers)")
 
 
-def partition_records_deleted(namespace: str, stream: str, indexes: range
+def partition_records_deleted(namespace: str, stream: str, index: int
                               ) -> list[dict[str, Any]]:
-    """The etcd deletes of the tiered segments' records of partitions `indexes` of a
-    stream, for the transaction that removes the partitions' keys (their leader keys,
-    which fence every write of such a record: none lands after it)."""
-    return [delete_prefix(prefix(AREA, TIERED_SEGMENT, namespace, stream, index))
-            for index in indexes]
+    """The etcd deletes of the tiered segments' and table files' records of partition
+    `index` of a stream, for the transaction that removes (or makes anew) the partition's
+    keys: its leader key fences every write of such a record, so none lands after it."""
+    return [delete_prefix(prefix(AREA, kind, namespace, stream, index))
+            for kind in (TIERED_SEGMENT, TABLE_FILE)]
 
 
 def _value(row: Row | None) -> bytes:

@@ -143,7 +143,7 @@ class QuorumQueues:
         record = self.replicated.records.pop(storage, None)
         if record is None:
             return  # the cluster deleted it: drop() is removing it here
-        self.context.spawn(self.replicated.unclaim(storage, 1))
+        self.context.spawn(self.replicated.unclaim(storage))
         self._retire(storage, namespace, queue)
 
     def quorum_leader(self, namespace: str, queue: str) -> str | None:

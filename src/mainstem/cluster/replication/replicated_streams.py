@@ -1,6 +1,12 @@
 """The cluster's replicated streams as this node knows them (a quorum queue's journal is
 one): each one's record in etcd, this node's replica of each partition it holds, and the
-logs of those it leads. New ones are placed here and claimed in etcd in one transaction."""
+logs of those it leads. New ones are placed here and claimed in etcd in one transaction.
+
+A partition's first epoch is one past the store's revision when it is made, not 1: every
+epoch etcd ever held is at most the revision that wrote it (an election adds one to an
+epoch written at an earlier revision), so a partition made again under an index (a stream
+grown back, or deleted and declared again) never repeats a leader value, and a fence a
+stale leader holds from an earlier one never passes."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 
 from mainstem.broker.policies import STREAM
 from mainstem.broker.stream_service import PartitionService
-from mainstem.cluster.etcd import Compare, delete, put
+from mainstem.cluster.etcd import Compare, delete, delete_prefix, put
 from mainstem.cluster.etcd_keys import path, prefix, segments
 from mainstem.cluster.replication.replica import PartitionRole, ReplicaContext
 
@@ -22,9 +28,9 @@ BALANCED = ("balanced", "random", "least-leaders")
 DEFAULT_REPLICAS = 3
 
 
-def dropped(storage: str, indexes: range) -> list[dict[str, Any]]:
-    """The etcd deletes that remove partitions `indexes` of a stream."""
-    return [delete(path(kind, storage, index)) for index in indexes for kind in PARTITION_KINDS]
+def dropped(storage: str, index: int) -> list[dict[str, Any]]:
+    """The etcd deletes that remove partition `index` of a stream."""
+    return [delete(path(kind, storage, index)) for kind in PARTITION_KINDS]
 
 
 class ReplicatedStreams:
@@ -97,30 +103,38 @@ class ReplicatedStreams:
         others = sorted((n for n in live if n != first), key=lambda n: (load[n], n))
         return [first, *others[:size - 1]]
 
-    def made(self, storage: str, replicas: list[str], indexes: range) -> list[dict[str, Any]]:
-        """The etcd puts that make partitions `indexes` of a stream: each one's in-sync set
-        (the whole replica set), epoch 1, and, led by this node when it is the first
-        replica, its leader key under this node's lease."""
-        me, operations = self.context.node_name, []
-        for index in indexes:
-            operations += [put(path("isr", storage, index), json.dumps(replicas).encode()),
-                           put(path("epochs", storage, index), b"1")]
-            if replicas[0] == me:
-                leader = json.dumps({"node": me, "epoch": 1}).encode()
-                operations.append(put(path("leaders", storage, index), leader,
-                                      self.context.lease()))
+    def made(self, storage: str, replicas: list[str], index: int, revision: int
+             ) -> list[dict[str, Any]]:
+        """The etcd operations that make partition `index` of a stream, `revision` the
+        store's as read before: its in-sync set (the whole replica set), its first epoch
+        (one past `revision`, see above), and, led by this node when it is the first
+        replica, its leader key under this node's lease; else no leader key (one an
+        earlier partition of that index may have left goes)."""
+        me, epoch = self.context.node_name, revision + 1
+        operations = [put(path("isr", storage, index), json.dumps(replicas).encode()),
+                      put(path("epochs", storage, index), str(epoch).encode())]
+        leader = path("leaders", storage, index)
+        if replicas[0] == me:
+            value = json.dumps({"node": me, "epoch": epoch}).encode()
+            operations.append(put(leader, value, self.context.lease()))
+        else:
+            operations.append(delete(leader))
         return operations
 
     async def claim(self, storage: str, record: dict[str, Any]) -> bool:
         """Record a new stream in etcd with its replica sets; False if one of that name
         exists. The leader is the first replica: this node, unless placement said not."""
         key = path("streams", storage)
-        return await self.context.etcd.txn([Compare(key, "CREATE", 0)], [
-            put(key, json.dumps(record).encode()),
-            *self.made(storage, record["replicas"], range(record["partitions"]))])
+        held, revision = await self.context.etcd.get_at(key)
+        return held is None and await self.context.etcd.txn(
+            [Compare(key, "CREATE", 0)],
+            [put(key, json.dumps(record).encode()),
+             *(operation for index in range(record["partitions"])
+               for operation in self.made(storage, record["replicas"], index, revision))])
 
-    async def unclaim(self, storage: str, partitions: int, *also: dict[str, Any]) -> None:
-        """Delete a stream's record and its partitions' keys, with `also` (etcd operations)
-        in the same transaction."""
+    async def unclaim(self, storage: str, *also: dict[str, Any]) -> None:
+        """Delete a stream's record and every key of its partitions (whatever their
+        count), with `also` (etcd operations) in the same transaction."""
         await self.context.etcd.txn([], [delete(path("streams", storage)),
-                                         *dropped(storage, range(partitions)), *also])
+                                         *(delete_prefix(prefix(kind, storage))
+                                           for kind in PARTITION_KINDS), *also])
