@@ -88,7 +88,8 @@ class BodySchema:
         """The typed columns and `schema_error` of rows whose bodies are `values`."""
         rows = len(values)
         lines, errors = _lines(values)
-        parsed, failed = _parse(lines, pa.schema([f.arrow for f in self.fields]), 0)
+        table, failed = _parse(lines, pa.schema([f.arrow for f in self.fields]), 0)
+        parsed = {name: table.column(name).combine_chunks() for name in table.column_names}
         errors.update(failed)
         for field in self.fields:
             if field.optional:
@@ -210,7 +211,7 @@ def _parse(lines: pa.Array, schema: pa.Schema, first: int) -> tuple[pa.Table, di
         failed = str(error)
     else:
         if table.num_rows == rows:
-            return table.combine_chunks(), {}
+            return table, {}
         failed = "not one JSON object"
     if rows == 1:
         return (pa.table({field.name: pa.nulls(1, field.type) for field in schema}),
@@ -218,4 +219,4 @@ def _parse(lines: pa.Array, schema: pa.Schema, first: int) -> tuple[pa.Table, di
     half = rows // 2
     head, head_errors = _parse(lines.slice(0, half), schema, first)
     tail, tail_errors = _parse(lines.slice(half), schema, first + half)
-    return pa.concat_tables([head, tail]).combine_chunks(), head_errors | tail_errors
+    return pa.concat_tables([head, tail]), head_errors | tail_errors

@@ -22,12 +22,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any, cast
 
-import pyarrow as pa
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -108,11 +107,13 @@ def read_stream_table(spark: SparkSession, options: Mapping[str, str], *,
     else:
         parts = batch_parts(parsed)
     declared = declared_schema(parsed, parts)
+    if parsed.body_schema is not None and parsed.body_schema != declared:
+        raise SourceError("option 'bodySchema' must be the tables' declared schema (or "
+                          "left out: they give it); read with table=false for another")
     history = [_history(spark, part, parsed.include_headers, streaming, declared)
                for part in parts if part.history_end > part.start]
-    tail = reader.format("mainstem").options(**_tail_options(given, parts, streaming)).load()
-    if declared is not None:
-        tail = _typed(tail, declared, parsed.include_headers)
+    tail = reader.format("mainstem").options(**_tail_options(given, parts, streaming, declared)
+                                             ).load()
     return reduce(DataFrame.unionByName, history, tail)
 
 
@@ -135,19 +136,6 @@ def declared_schema(options: SourceOptions, parts: list[Part]) -> BodySchema | N
         raise SourceError("the streams' tables declare different body schemas "
                           f"({'; '.join(sorted(found))}): read them one schema at a time")
     return parse_schema(found.pop()) if found else None
-
-
-def _typed(frame: DataFrame, declared: BodySchema, include_headers: bool) -> DataFrame:
-    """`frame` (the source's rows) with the declared schema's columns, made from each
-    body by the code that makes the table's (`BodySchema.columns`)."""
-    names = [field.name for field in declared.arrow_fields()]
-
-    def add(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            columns = declared.columns(batch.column("value"))
-            yield pa.RecordBatch.from_arrays([*batch.columns, *columns],
-                                             names=[*batch.schema.names, *names])
-    return frame.mapInArrow(add, f"{schema_ddl(include_headers)}, {declared.spark_ddl()}")
 
 
 def _part(tp: TopicPartition, start: int, end: int, history: History | None) -> Part:
@@ -296,11 +284,14 @@ def _history(spark: SparkSession, part: Part, include_headers: bool, streaming: 
                           if include_headers or field.name != HEADERS_COLUMN], *typed)
 
 
-def _tail_options(given: Mapping[str, str], parts: list[Part], streaming: bool
-                  ) -> dict[str, str]:
+def _tail_options(given: Mapping[str, str], parts: list[Part], streaming: bool,
+                  declared: BodySchema | None) -> dict[str, str]:
     """The source's options for the tail: the same, with the streams and offsets of the
-    parts (a pattern resolved now, as the parts were)."""
+    parts (a pattern resolved now, as the parts were), and the tables' body schema (the
+    source makes the typed columns as the broker makes the table's)."""
     kept = {name: value for name, value in given.items() if name.lower() not in RANGE_OPTIONS}
+    if declared is not None:
+        kept["bodySchema"] = json.dumps(declared.as_json())
     kept["stream"] = ",".join(sorted({part.tp.stream for part in parts}))
     kept["startingOffsets"] = json.dumps(to_offset_map({part.tp: part.tail for part in parts}))
     if not streaming:
