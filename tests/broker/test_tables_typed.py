@@ -193,3 +193,34 @@ def test_the_schema_shape() -> None:
         ("id", "long", False), ("note", "string", True)]
     assert declared.spark_ddl() == "`id` BIGINT, `note` STRING, schema_error STRING"
     assert parse_schema(json.dumps(declared.as_json())) == declared
+
+
+async def test_a_policy_schema_that_gains_a_field_widens_the_table(tmp_path: Path) -> None:
+    url = "/api/policies/%2F/typed"
+    guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with Broker(config=tiered_config(tmp_path / "data", tmp_path / "tier")) as broker:
+        admin = f"http://127.0.0.1:{broker.ports['admin']}"
+
+        async def policy(schema: dict[str, str]) -> None:
+            definition = {"table": "parquet", "table-schema": schema}
+            async with aiohttp.ClientSession(headers=guest) as http, http.put(
+                    admin + url, json={"pattern": "^grown$", "apply-to": "streams",
+                                       "definition": definition}) as response:
+                assert response.status in (201, 204), await response.text()
+
+        await policy({"id": "long"})
+        async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
+            await producer.create_stream("grown")
+            await producer.send_batch("grown", [record(i) for i in range(50)])
+            await wait_until_in_table(broker, "grown", 50)
+            await policy({"id": "long", "customer": "string?"})
+            await producer.send_batch("grown", [record(i) for i in range(50, 100)])
+            await wait_until_in_table(broker, "grown", 100)
+        table = await table_of(broker, "grown")
+    assert table["schema"] == {"id": "long", "customer": "string?"}
+    rows = StaticTable.from_metadata(table["metadata_location"]).scan().to_arrow().sort_by(
+        "offset")
+    customers = rows.column("customer").to_pylist()
+    assert customers[:50] == [None] * 50  # written before the field was declared
+    assert customers[50:] == [None if expected(body(i)) is None else f"c{i % 5}"
+                              for i in range(50, 100)]

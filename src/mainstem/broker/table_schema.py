@@ -15,10 +15,10 @@ or null, a value not of its type) is never dropped: its row is there with its `v
 every row's, its typed columns null and `schema_error` saying why; `schema_error` is null
 for every record that fits. Fields the schema does not name are left in `value` only.
 
-Bodies are parsed by Arrow's JSON reader a batch at a time (newline-delimited JSON: a
-body's own newlines are whitespace between tokens, as JSON allows no other, and become
-spaces); a batch with a record that does not fit is halved until the records that do not
-are found one by one, so the same parser decides every record.
+Bodies are parsed by Arrow's JSON reader a batch at a time, as newline-delimited JSON (a
+body's own line ends are whitespace between tokens, as JSON allows no other: when a batch
+fails they become spaces); a batch with a record that does not fit is halved until the
+records that do not are found one by one, so the same parser decides every record.
 """
 
 from __future__ import annotations
@@ -88,11 +88,12 @@ class BodySchema:
         """The typed columns and `schema_error` of rows whose bodies are `values`."""
         rows = len(values)
         lines, errors = _lines(values)
-        table, failed = _parse(lines, pa.schema([f.arrow for f in self.fields]), 0)
+        table, failed = _parse(lines, pa.schema([f.arrow for f in self.fields]), 0,
+                               whole=True)
         parsed = {name: table.column(name).combine_chunks() for name in table.column_names}
         errors.update(failed)
         for field in self.fields:
-            if field.optional:
+            if field.optional or not parsed[field.name].null_count:
                 continue
             for row in pc.indices_nonzero(pc.is_null(parsed[field.name])).to_pylist():
                 errors.setdefault(row, f"field '{field.name}' is missing or null")
@@ -173,11 +174,22 @@ def _lines(values: pa.Array) -> tuple[pa.Array, dict[int, str]]:
         errors[row] = "not a JSON object"
     if errors:
         strings = pc.if_else(_marked(errors, len(text)), None, strings)
-    strings = pc.fill_null(strings, "{}")
+    return _joined(pc.fill_null(strings, "{}")), errors
+
+
+def _joined(strings: pa.Array) -> pa.Array:
+    """`strings` each followed by a newline (its data is the lines)."""
+    return pc.binary_join_element_wise(strings, "", "\n")
+
+
+def _one_line_each(lines: pa.Array) -> pa.Array:
+    """`lines` whose bodies' own line ends (whitespace between JSON tokens, as JSON allows
+    no other) are spaces."""
+    bodies = pc.utf8_slice_codeunits(lines, 0, -1)
     for end in ("\n", "\r"):
-        if pc.any(pc.match_substring(strings, end)).as_py():
-            strings = pc.replace_substring(strings, end, " ")
-    return pc.binary_join_element_wise(strings, "", "\n"), errors
+        if pc.any(pc.match_substring(bodies, end)).as_py():
+            bodies = pc.replace_substring(bodies, end, " ")
+    return _joined(bodies)
 
 
 def _marked(errors: dict[int, str], rows: int) -> pa.Array:
@@ -197,9 +209,12 @@ def _bytes(lines: pa.Array) -> pa.Buffer:
     return pa.py_buffer(b"") if data is None else data.slice(first, last - first)
 
 
-def _parse(lines: pa.Array, schema: pa.Schema, first: int) -> tuple[pa.Table, dict[int, str]]:
+def _parse(lines: pa.Array, schema: pa.Schema, first: int, whole: bool = False
+           ) -> tuple[pa.Table, dict[int, str]]:
     """The typed columns of `lines` (rows from `first` on), and the rows that do not parse,
-    with why: all lines at once, else each half."""
+    with why: all lines at once, else each half. The `whole` batch is tried first as it
+    is: a body with line ends of its own gives more rows or fails (a line of it alone is no
+    JSON object), and is then made one line before the halving."""
     rows = len(lines)
     data = _bytes(lines)
     try:
@@ -213,6 +228,8 @@ def _parse(lines: pa.Array, schema: pa.Schema, first: int) -> tuple[pa.Table, di
         if table.num_rows == rows:
             return table, {}
         failed = "not one JSON object"
+    if whole:
+        return _parse(_one_line_each(lines), schema, first)
     if rows == 1:
         return (pa.table({field.name: pa.nulls(1, field.type) for field in schema}),
                 {first: "does not fit: " + _IN_ROW.sub("", failed)})
