@@ -9,7 +9,10 @@ partition's data files and where they end (``end``: one past the highest offset 
 hold); the history is ``spark.read.parquet`` over those files and the offsets wanted below
 ``end``, the tail the source from ``end`` on. The two meet at ``end``: no offset twice, none
 missing. The Iceberg metadata may be a round behind the catalog's records; the tail then
-reads a little more through the broker, never less.
+reads a little more through the broker, never less. A table with a body schema
+(`x-table-schema`) has typed columns: the history reads them from the files, the tail has
+the source make them from its bodies (option ``bodySchema``), by the code the broker writes
+them with.
 
 A streaming read pins what it takes from the table in its checkpoint
 (``{checkpointLocation}/mainstem-history``, written at the first start): a restarted query
