@@ -1,6 +1,6 @@
 """Streams as tables: the broker's CPU per published message with the table on and off.
 
-    .venv/bin/python -m bench.table_bench [--messages 200000] [--body 100]
+    .venv/bin/python -m bench.table_bench [--messages 200000] [--body 100] [--schema]
 
 One run: a `mainstem serve` with a directory tier, rstream publishing --messages messages
 of --body bytes (batches of 500, confirms awaited per 50 batches) into a stream declared
@@ -12,7 +12,9 @@ Both runs ask GET /api/tiering alike while publishing; the table's run then unti
 caught up (lag 0), once a second, and the plain run then waits as long (the broker's
 background work, its scrub of what was written, goes on in both). Prints CPU per message
 both ways, the ratios, the table's lag seen while publishing, and the rows/s DuckDB reads
-the table at; asserts nothing.
+the table at; asserts nothing. With --schema the bodies are JSON objects of --body bytes
+(`{"id": .., "amount": .., "note": "xx.."}`) in both runs, and the table declares their
+schema (`table-schema`): its typed columns are made too.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from rstream import AMQPMessage, Producer
 from bench.broker_process import cpu_seconds, start_server, stop_server
 
 BATCH = 500
+SCHEMA = json.dumps({"id": "long", "amount": "long", "note": "string"})
 
 
 def tables(admin: int) -> list[dict[str, Any]]:
@@ -69,15 +72,16 @@ def caught_up(admin: int, messages: int) -> dict[str, Any]:
     raise AssertionError("the table never caught up")
 
 
-def run(table: bool, messages: int, body: bytes, root: Path, settle_s: float = 0.0
-        ) -> tuple[float, float, int, float, float]:
+def run(table: dict[str, str] | None, messages: int, body: bytes, root: Path,
+        settle_s: float = 0.0) -> tuple[float, float, int, float, float]:
     """(cold and warm CPU seconds, worst lag, DuckDB rows/s, seconds from the last publish
-    until the table caught up) of one broker; without a table it waits `settle_s`."""
+    until the table caught up) of one broker, its stream declared with `table`'s
+    arguments; without a table it waits `settle_s`."""
     data, tier, log = root / "data", root / "tier", root / "server.log"
     server, ports = start_server(data, log, "--tier-url", str(tier))
     try:
         cold = cpu_seconds(server.pid)
-        asyncio.run(declare(ports["stream"], "bench", {"table": "parquet"} if table else {}))
+        asyncio.run(declare(ports["stream"], "bench", table or {}))
         asyncio.run(publish(ports["stream"], "bench", BATCH, body, ports["admin"]))
         if table:
             caught_up(ports["admin"], BATCH)
@@ -105,13 +109,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--body", type=int, default=100)
+    parser.add_argument("--schema", action="store_true",
+                        help="JSON bodies, and a table declaring their schema")
     args = parser.parse_args()
     body = b"x" * args.body
+    table = {"table": "parquet"}
+    if args.schema:
+        head = b'{"id": 12345, "amount": 678, "note": "'
+        body = head + b"x" * max(0, args.body - len(head) - 2) + b'"}'
+        table["table-schema"] = SCHEMA
     with tempfile.TemporaryDirectory() as plain_root, \
             tempfile.TemporaryDirectory() as table_root:
-        table_cold, with_table, worst, rate, settle_s = run(True, args.messages, body,
+        table_cold, with_table, worst, rate, settle_s = run(table, args.messages, body,
                                                             Path(table_root))
-        plain_cold, plain, _, _, _ = run(False, args.messages, body, Path(plain_root),
+        plain_cold, plain, _, _, _ = run(None, args.messages, body, Path(plain_root),
                                          settle_s)
     per = 1e6 / args.messages
     print(f"broker CPU per message, warm: without a table {plain * per:.2f} us, with "

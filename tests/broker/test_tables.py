@@ -192,7 +192,7 @@ async def test_a_partitioned_stream_is_one_table_partitioned_by_stream_partition
         await wait_until_in_table(broker, "wide", 600)
         table = await table_of(broker, "wide")
     iceberg = StaticTable.from_metadata(table["metadata_location"])
-    assert [field.name for field in iceberg.spec().fields] == ["partition"]
+    assert [field.name for field in iceberg.spec().fields] == ["partition", "timestamp_day"]
     for index in range(3):  # one partition's rows, pruned by the partition column
         rows = iceberg.scan(row_filter=f"partition = {index}").to_arrow().sort_by("offset")
         assert rows.column("value").to_pylist() == read[index]

@@ -17,6 +17,7 @@ from mainstem.admin.tier_extents import partition_extent
 from mainstem.broker.errors import NotFound, PreconditionFailed
 
 if TYPE_CHECKING:
+    from mainstem.broker.table_schema import BodySchema
     from mainstem.broker.tables import Tables
     from mainstem.broker.tiering import Tiering
 
@@ -50,18 +51,24 @@ async def get_tiering(request: web.Request) -> web.Response:
 
 
 def table_rows(tables: Tables | None, vhost: str | None) -> list[dict[str, Any]]:
-    """Each table stream's table: where it is, its Iceberg metadata, its lag in records
-    (committed in the stream, not yet in the table), each partition's end, its committed
-    files, rows and bytes, its metadata objects, and its failed rounds on this node."""
+    """Each table stream's table: where it is, its declared body schema (None: none), its
+    Iceberg metadata, its lag in records (committed in the stream, not yet in the table),
+    each partition's end, its committed files, rows and bytes, its metadata objects, and
+    its failed rounds on this node."""
     if tables is None:
         return []
     return [{"vhost": stream.namespace, "stream": stream.name,
              "location": tables.location(stream),
+             "schema": _schema_json(tables.body_schema(stream)),
              "metadata_location": tables.metadata_location(stream),
              "lag": tables.lag(stream),
              "ends": [tables.table_end(stream, i) for i in range(len(stream.services))],
              **tables.summary(stream)}
             for stream in tables.table_streams() if vhost in (None, stream.namespace)]
+
+
+def _schema_json(declared: BodySchema | None) -> dict[str, str] | None:
+    return None if declared is None else declared.as_json()
 
 
 @scoped(Scope.MONITOR)

@@ -21,6 +21,7 @@ from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.patterns import NamePattern, name_pattern
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.table_mode import TABLE_POLICY_KEY, is_table_format
+from mainstem.broker.table_schema import SCHEMA_POLICY_KEY, is_body_schema
 
 POLICY, OPERATOR_POLICY = "policy", "operator_policy"
 KINDS = (POLICY, OPERATOR_POLICY)
@@ -75,6 +76,8 @@ _KEYS: Mapping[str, tuple[Check, str]] = {
     "tier-local-max-bytes": (_integer(1), "a valid local size bound"),
     "tier-local-max-age": (_age, "a valid local age bound"),
     TABLE_POLICY_KEY: (is_table_format, "a valid table format (\"parquet\")"),
+    SCHEMA_POLICY_KEY: (is_body_schema, "a valid table schema (a JSON object of field name "
+                                        "to type)"),
     "queue-leader-locator": (lambda v: v in LEADER_LOCATORS,
                              "a valid queue leader locator value"),
     "alternate-exchange": (_text, "a valid alternate exchange name"),

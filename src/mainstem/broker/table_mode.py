@@ -2,7 +2,9 @@
 on the stream protocol and as a policy key), checked when the stream is declared.
 
 The only format is "parquet": Parquet data files with Iceberg v2 metadata in the tier
-(`broker/tables.py`). A stream's own argument wins over a policy's."""
+(`broker/tables.py`), optionally with typed columns from a declared schema of the JSON
+bodies (`x-table-schema`, `broker/table_schema.py`). A stream's own argument wins over a
+policy's."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.table_schema import check_schema_argument
 
 TABLE_ARGUMENT = "x-table"
 TABLE_POLICY_KEY = "table"
@@ -22,7 +25,9 @@ def is_table_format(value: Any) -> bool:
 
 def check_table_argument(arguments: Mapping[str, Any], writes_tables: bool) -> None:
     """InvalidArgument unless the stream's `x-table`, if given, names a known format and
-    the broker `writes_tables` (it has a tier to write them into)."""
+    the broker `writes_tables` (it has a tier to write them into), and its
+    `x-table-schema`, if given, is a schema (`broker/table_schema.py`)."""
+    check_schema_argument(arguments)
     value = arguments.get(TABLE_ARGUMENT)
     if value is None:
         return

@@ -5,7 +5,10 @@ in the background, as Parquet data files with Iceberg v2 metadata in the tier, u
 Each round, for every partition this node leads (`Tiering.leads_here`, as uploads are
 fenced), the committed records past the table's end are read through the stream service,
 turned into the Spark source's rows (`rows`: `spark.records.record_batches`, handed in by
-the server so the broker does not import the Spark floor), and written as one Parquet file:
+the server so the broker does not import the Spark floor), with typed columns when the
+stream declares its JSON bodies' schema (`table_schema`), and written as one Parquet file
+(up to where the day of `timestamp` changes: the table is partitioned by stream partition
+and that day, and a file is in one partition):
 - under a key no other write makes (`{first offset:020}-{epoch}-{random}.parquet`), noted
   before the put begins (`Catalog.begin_upload`: what a crash leaves of it is deleted at the
   next start by the tiering's recovery), the put itself atomic (`Tier.put`);
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mainstem.broker.catalog import Catalog, TableFile, TableHead
@@ -46,6 +50,7 @@ from mainstem.broker.fence import FencedOut
 from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import Stream, StreamStore
 from mainstem.broker.table_mode import table_format
+from mainstem.broker.table_schema import BodySchema, body_schema
 from mainstem.broker.tiering import TIER_ERRORS, Tiering
 from mainstem.formats.chunk import Chunk
 
@@ -80,6 +85,7 @@ STATISTICS_COLUMNS = ["partition", "offset", "timestamp"]
 # the metadata a head reaches stays bounded with snapshot expiry
 TABLE_PROPERTIES = {"write.metadata.previous-versions-max": "8",
                     "commit.manifest-merge.enabled": "true"}
+DAY_US = 86_400_000_000  # the spec's time partition: the day of `timestamp`
 T = TypeVar("T")
 
 
@@ -118,7 +124,7 @@ class Tables:
         self._streams = streams
         self._catalog = catalog
         self._rows = rows.batches
-        self._schema = rows.schema
+        self._source_schema = rows.schema
         self._root, self._properties = _warehouse(tiering)
         # pyiceberg is blocking: one thread of its own, in which its catalog is made (in
         # memory: the head versions are in ours), so that the thread's is the one
@@ -194,6 +200,19 @@ class Tables:
     @staticmethod
     def is_table(stream: Stream) -> bool:
         return table_format(stream.record.arguments, stream.applied.definition) is not None
+
+    @staticmethod
+    def body_schema(stream: Stream) -> BodySchema | None:
+        """The stream's declared schema of its JSON bodies, if any."""
+        return body_schema(stream.record.arguments, stream.applied.definition)
+
+    def schema(self, stream: Stream) -> pa.Schema:
+        """The table's columns: the source's, then the declared body fields' and
+        `schema_error`."""
+        declared = self.body_schema(stream)
+        if declared is None:
+            return self._source_schema
+        return pa.schema([*self._source_schema, *declared.arrow_fields()])
 
     # -- what the API and metrics show -------------------------------------------------
 
@@ -334,10 +353,11 @@ class Tables:
         chunks = await _committed_chunks(service, start, FILE_BYTES)
         if not chunks:
             return 0
-        end = chunks[-1].next_offset
-        data = await asyncio.to_thread(self._parquet, chunks, stream.name, index, start, end)
+        data = await asyncio.to_thread(self._parquet, chunks, stream, index, start,
+                                       chunks[-1].next_offset)
         if data is None:  # no rows (a chunk of filtered-out entries): nothing to commit
             return 0
+        end = data[2]
         await self._tiering.check_marker()
         fence = service.fence
         key = (f"{self._prefix(stream)}/data/partition={index}/"
@@ -366,16 +386,26 @@ class Tables:
         log.info("table.written", extra={"key": key, "rows": file.rows, "bytes": file.size})
         return 1
 
-    def _parquet(self, chunks: list[Chunk], stream: str, index: int, start: int, end: int
-                 ) -> tuple[bytes, int] | None:
-        table = pa.Table.from_batches(list(self._rows(chunks, stream, index, start, end)),
-                                      self._schema)
+    def _parquet(self, chunks: list[Chunk], stream: Stream, index: int, start: int, end: int
+                 ) -> tuple[bytes, int, int] | None:
+        """(In a thread.) The Parquet file of the records from `start` up to `end` or the
+        first whose day (of `timestamp`) is not the first's, its rows and where it ends:
+        a file is in one partition of the table's spec."""
+        table = pa.Table.from_batches(
+            list(self._rows(chunks, stream.name, index, start, end)), self._source_schema)
         if not table.num_rows:
             return None
+        table, end = _one_day(table, end)
+        declared = self.body_schema(stream)
+        if declared is not None:
+            for field, column in zip(declared.arrow_fields(),
+                                     declared.columns(table.column("value").combine_chunks()),
+                                     strict=True):
+                table = table.append_column(field, column)
         out = io.BytesIO()
         pq.write_table(table, out, row_group_size=ROW_GROUP_ROWS, compression="zstd",
                        use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS)
-        return out.getvalue(), table.num_rows
+        return out.getvalue(), table.num_rows, end
 
     async def _commit_metadata(self, stream: Stream) -> None:
         """Bring the Iceberg table up to the records: add every committed file it does
@@ -454,6 +484,7 @@ class Tables:
                         rewrite.delete_data_file(task.file)
             held -= gone
         if missing:
+            _widen(table, self.schema(stream))
             table.add_files(missing)
             held.update(missing)
         expiring = _expiring(table, time.time() - self._tiering.settings.delete_grace_s)
@@ -501,11 +532,13 @@ class Tables:
             iceberg.drop_table(identifier)  # another metadata location: read it again
         head = self.metadata_location(stream)
         if head is None:
-            table = iceberg.create_table(identifier, schema=self._schema,
+            table = iceberg.create_table(identifier, schema=self.schema(stream),
                                          location=self.location(stream),
                                          properties=TABLE_PROPERTIES)
+            from pyiceberg.transforms import DayTransform  # see TYPE_CHECKING above
             with table.update_spec() as spec:
                 spec.add_identity("partition")
+                spec.add_field("timestamp", DayTransform(), "timestamp_day")
         else:
             table = iceberg.register_table(identifier, head)
         held = {task.file.file_path for task in table.scan().plan_files()}
@@ -580,6 +613,24 @@ def _expiring(table: Table, before_s: float) -> list[int]:
     current = table.metadata.current_snapshot_id
     return [snapshot.snapshot_id for snapshot in table.metadata.snapshots
             if snapshot.timestamp_ms < before_s * 1000 and snapshot.snapshot_id != current]
+
+
+def _widen(table: Table, schema: pa.Schema) -> None:
+    """Add the columns of `schema` the table lacks (a policy's body schema that gained a
+    field): files written since hold them, older ones read as null."""
+    if set(schema.names) - set(table.schema().column_names):
+        with table.update_schema() as update:
+            update.union_by_name(schema)
+
+
+def _one_day(table: pa.Table, end: int) -> tuple[pa.Table, int]:
+    """`table`'s rows up to the first whose day (UTC, of `timestamp`) is not the first
+    row's, and the offset they end at (`end` when all are of one day)."""
+    days = pc.divide(table.column("timestamp").cast(pa.int64()), DAY_US)
+    other = pc.index(pc.not_equal(days, days[0]), True).as_py()
+    if other < 0:
+        return table, end
+    return table.slice(0, other), table.column("offset")[other].as_py()
 
 
 def _unset(table: Table) -> bool:

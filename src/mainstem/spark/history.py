@@ -9,7 +9,10 @@ partition's data files and where they end (``end``: one past the highest offset 
 hold); the history is ``spark.read.parquet`` over those files and the offsets wanted below
 ``end``, the tail the source from ``end`` on. The two meet at ``end``: no offset twice, none
 missing. The Iceberg metadata may be a round behind the catalog's records; the tail then
-reads a little more through the broker, never less.
+reads a little more through the broker, never less. A table with a body schema
+(`x-table-schema`) has typed columns: the history reads them from the files, the tail has
+the source make them from its bodies (option ``bodySchema``), by the code the broker writes
+them with.
 
 A streaming read pins what it takes from the table in its checkpoint
 (``{checkpointLocation}/mainstem-history``, written at the first start): a restarted query
@@ -31,6 +34,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from mainstem.broker.table_schema import BodySchema, parse_schema
 from mainstem.client.stream import StreamClient
 from mainstem.spark.options import (
     EARLIEST,
@@ -105,9 +109,14 @@ def read_stream_table(spark: SparkSession, options: Mapping[str, str], *,
         parts = _pinned(spark, checkpoint_location, parsed)
     else:
         parts = batch_parts(parsed)
-    history = [_history(spark, part, parsed.include_headers, streaming)
+    declared = declared_schema(parsed, parts)
+    if parsed.body_schema is not None and parsed.body_schema != declared:
+        raise SourceError("option 'bodySchema' must be the tables' declared schema (or "
+                          "left out: they give it); read with table=false for another")
+    history = [_history(spark, part, parsed.include_headers, streaming, declared)
                for part in parts if part.history_end > part.start]
-    tail = reader.format("mainstem").options(**_tail_options(given, parts, streaming)).load()
+    tail = reader.format("mainstem").options(**_tail_options(given, parts, streaming, declared)
+                                             ).load()
     return reduce(DataFrame.unionByName, history, tail)
 
 
@@ -116,6 +125,20 @@ def batch_parts(options: SourceOptions) -> list[Part]:
         spans = batch_spans(client, options)
         tables = _tables(client, options, [tp for tp, _, _ in spans])
     return [_part(tp, start, end, tables.get(tp.physical)) for tp, start, end in spans]
+
+
+def declared_schema(options: SourceOptions, parts: list[Part]) -> BodySchema | None:
+    """The body schema the read streams' tables declare (`x-table-schema`): their rows have
+    its typed columns and `schema_error`, the tail's made from `value` as the broker makes
+    the table's. None when none declares one; streams declaring different ones are not
+    read together."""
+    physical = {part.tp.physical for part in parts}
+    found = {json.dumps(row["schema"]) for row in _table_rows(options)
+             if row["stream"] in physical and row.get("schema")}
+    if len(found) > 1:
+        raise SourceError("the streams' tables declare different body schemas "
+                          f"({'; '.join(sorted(found))}): read them one schema at a time")
+    return parse_schema(found.pop()) if found else None
 
 
 def _part(tp: TopicPartition, start: int, end: int, history: History | None) -> Part:
@@ -165,19 +188,25 @@ def _from_json(found: dict[str, Any]) -> Part:
                 found["end"], tuple(found["files"]))
 
 
-def _tables(client: StreamClient, options: SourceOptions, tps: list[TopicPartition]
-            ) -> dict[str, History]:
-    """Each read stream's table as its committed head version holds it, by stream."""
+def _table_rows(options: SourceOptions) -> list[dict[str, Any]]:
+    """The vhost's tables, as the management API shows them."""
     vhost = urllib.parse.quote(options.endpoint.vhost, safe="")
     try:
-        rows = options.admin().call("GET", f"/api/tiering/{vhost}")["tables"]
+        rows: list[dict[str, Any]] = options.admin().call(
+            "GET", f"/api/tiering/{vhost}")["tables"]
     except Exception as exc:
         raise SourceError(f"cannot ask the management API for the streams' tables: {exc}; "
                           "give its address with option 'adminUrl', or option table=false "
                           "to read through the broker") from None
+    return rows
+
+
+def _tables(client: StreamClient, options: SourceOptions, tps: list[TopicPartition]
+            ) -> dict[str, History]:
+    """Each read stream's table as its committed head version holds it, by stream."""
     physical = {tp.physical for tp in tps}
     found = {}
-    for row in rows:
+    for row in _table_rows(options):
         if row["stream"] in physical and row["metadata_location"]:
             history = _history_of(row["metadata_location"], _properties(client, options,
                                                                         row["stream"]))
@@ -234,11 +263,13 @@ def _spark_path(path: str) -> str:
     return "s3a://" + path.removeprefix("s3://") if path.startswith("s3://") else path
 
 
-def _history(spark: SparkSession, part: Part, include_headers: bool, streaming: bool
-             ) -> DataFrame:
+def _history(spark: SparkSession, part: Part, include_headers: bool, streaming: bool,
+             declared: BodySchema | None) -> DataFrame:
     """The part's rows from its table files, as the source names them (a super stream's
-    partition is its own stream's table, named here as the source names the partition)."""
-    ddl = schema_ddl(True)
+    partition is its own stream's table, named here as the source names the partition),
+    with the declared schema's columns (files written before a policy gave a field read
+    it as null)."""
+    ddl = schema_ddl(True) if declared is None else f"{schema_ddl(True)}, {declared.spark_ddl()}"
     if streaming:  # a fixed set of files: a glob of their names in their directory
         directory = part.files[0].rsplit("/", 1)[0]
         names = ",".join(path.rsplit("/", 1)[1] for path in part.files)
@@ -250,16 +281,20 @@ def _history(spark: SparkSession, part: Part, include_headers: bool, streaming: 
     frame = frame.where((offset >= part.start) & (offset < part.history_end))
     named: dict[str, Column] = {"stream": F.lit(part.tp.stream), "topic": F.lit(part.tp.stream),
                                 "partition": F.lit(part.tp.index).cast("int")}
+    typed = [] if declared is None else [F.col(field.name) for field in declared.arrow_fields()]
     return frame.select(*[named.get(field.name, F.col(field.name)).alias(field.name)
                           for field in ARROW_SCHEMA
-                          if include_headers or field.name != HEADERS_COLUMN])
+                          if include_headers or field.name != HEADERS_COLUMN], *typed)
 
 
-def _tail_options(given: Mapping[str, str], parts: list[Part], streaming: bool
-                  ) -> dict[str, str]:
+def _tail_options(given: Mapping[str, str], parts: list[Part], streaming: bool,
+                  declared: BodySchema | None) -> dict[str, str]:
     """The source's options for the tail: the same, with the streams and offsets of the
-    parts (a pattern resolved now, as the parts were)."""
+    parts (a pattern resolved now, as the parts were), and the tables' body schema (the
+    source makes the typed columns as the broker makes the table's)."""
     kept = {name: value for name, value in given.items() if name.lower() not in RANGE_OPTIONS}
+    if declared is not None:
+        kept["bodySchema"] = json.dumps(declared.as_json())
     kept["stream"] = ",".join(sorted({part.tp.stream for part in parts}))
     kept["startingOffsets"] = json.dumps(to_offset_map({part.tp: part.tail for part in parts}))
     if not streaming:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mainstem.broker.errors import InvalidArgument
+from mainstem.broker.table_schema import BodySchema, parse_schema
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
 from mainstem.spark.tiered import TierCredentials
 
@@ -40,9 +42,21 @@ READ_OPTIONS = (*CONNECTION_OPTIONS, "stream", "subscribe", "streamPattern", "su
                 "endingTimestamp", "minPartitions", "maxRecordsPerPartition",
                 "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
                 "failOnDataLoss", "includeHeaders", "tier.direct", "tier.accessKeyId",
-                "tier.secretAccessKey", "tier.instanceCredentials")
+                "tier.secretAccessKey", "tier.instanceCredentials", "bodySchema")
 WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation", "createStream",
                  "maxAge", "maxBytes")
+def _body_schema(get: Callable[[str], str | None]) -> BodySchema | None:
+    """Option bodySchema: the JSON bodies' fields as typed columns (the shape of a table
+    stream's x-table-schema, broker/table_schema.py)."""
+    value = get("bodySchema")
+    if value is None:
+        return None
+    try:
+        return parse_schema(value)
+    except InvalidArgument as error:
+        raise SourceError(f"option 'bodySchema': {error}") from None
+
+
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -106,6 +120,7 @@ class SourceOptions:
     tier_direct: bool = True  # tiered ranges read from the object store, not the broker
     tier_credentials: TierCredentials | None = field(default=None, repr=False)
     tier_instance_credentials: bool = False  # obstore may ask the cloud's instance metadata
+    body_schema: BodySchema | None = None  # typed columns from JSON bodies, as a table's
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -130,7 +145,8 @@ class SourceOptions:
             include_headers=_flag(get, "includeHeaders", True),
             starting=_start(get, "starting"), ending=_start(get, "ending"),
             tier_direct=_flag(get, "tier.direct", True), tier_credentials=_tier_keys(get),
-            tier_instance_credentials=_flag(get, "tier.instanceCredentials", False))
+            tier_instance_credentials=_flag(get, "tier.instanceCredentials", False),
+            body_schema=_body_schema(get))
 
     @classmethod
     def parse_write(cls, options: Mapping[str, str]) -> SourceOptions:

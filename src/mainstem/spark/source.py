@@ -97,7 +97,10 @@ class MainstemDataSource(DataSource):
 
     def schema(self) -> str:
         # Called by load(): the first moment options can be refused.
-        return schema_ddl(SourceOptions.parse(self.options).include_headers)
+        options = SourceOptions.parse(self.options)
+        typed = options.body_schema
+        ddl = schema_ddl(options.include_headers)
+        return ddl if typed is None else f"{ddl}, {typed.spark_ddl()}"
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(SourceOptions.parse(self.options))
@@ -249,8 +252,16 @@ def _read(part: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBat
         chunks = _closing(client, client.chunks(part.physical, part.start, part.end))
     else:
         return  # Spark's placeholder partition when there is nothing to read
-    yield from record_batches(chunks, part.stream, part.index, part.start, part.end,
-                              part.include_headers)
+    batches = record_batches(chunks, part.stream, part.index, part.start, part.end,
+                             part.include_headers)
+    typed = options.body_schema
+    if typed is None:
+        yield from batches
+        return
+    names = [field.name for field in typed.arrow_fields()]
+    for batch in batches:  # the typed columns made from the bodies, as a table's are
+        yield pa.RecordBatch.from_arrays([*batch.columns, *typed.columns(batch.column("value"))],
+                                         names=[*batch.schema.names, *names])
 
 
 def _closing(client: StreamClient, chunks: Iterator[Chunk]) -> Iterator[Chunk]:

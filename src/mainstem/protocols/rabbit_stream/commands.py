@@ -25,6 +25,7 @@ STREAM_ARGUMENTS = {
     "tier-local-max-bytes": "x-tier-local-max-bytes",
     "tier-local-max-age": "x-tier-local-max-age",
     "table": "x-table",
+    "table-schema": "x-table-schema",
 }
 INTEGER_ARGUMENTS = {"x-max-length-bytes", "x-stream-max-segment-size-bytes",
                      "x-tier-local-max-bytes"}
