@@ -16,12 +16,14 @@ stacks of its threads and tasks instead of holding the run until CI's limit.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.log.tiering import BUCKET, KEYS, moto_s3
 from tests.support.hang_guard import HangGuard
+from tests.support.plain_wheel import build_plain_wheel
 from tests.support.radosgw import RadosGateway
 from tests.support.s3_servers import SERVERS, S3Server
 
@@ -33,11 +35,13 @@ if TYPE_CHECKING:
 def _guarded(item: pytest.Item, phase: str) -> Generator[None, object, object]:
     with HangGuard(f"{item.nodeid} ({phase})") as guard:
         try:
-            return (yield)
+            result = yield
         except BaseException:
             if guard.report is None:
                 raise
-    pytest.fail(guard.report, pytrace=False)
+    if guard.report is not None:  # even if the phase then ended well: it needed the guard
+        pytest.fail(guard.report, pytrace=False)
+    return result
 
 
 @pytest.hookimpl(wrapper=True)
@@ -63,6 +67,12 @@ def broker(mainstem_broker: Broker) -> Broker:
 @pytest.fixture
 def server(mainstem_server: ThreadedBroker) -> ThreadedBroker:
     return mainstem_server
+
+
+@pytest.fixture(scope="session")
+def plain_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mainstem's wheel, uncompiled, built once for the test process."""
+    return build_plain_wheel(tmp_path_factory.mktemp("plain-wheel"))
 
 
 @pytest.fixture(scope="session")

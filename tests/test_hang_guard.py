@@ -19,7 +19,7 @@ async def test_an_async_test_waiting_forever_is_cancelled_with_its_tasks_stacks(
     with pytest.raises(asyncio.CancelledError), HangGuard("waiting", after=0.3) as guard:
         await asyncio.gather(never_answered(future))
     assert guard.report is not None
-    assert "waiting hung" in guard.report and "never_answered" in guard.report
+    assert "waiting hung" in guard.report and "in never_answered" in guard.report
     assert "0 scheduled" in guard.report  # nothing was due: the future was the wait
 
 

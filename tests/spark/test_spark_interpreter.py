@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,7 +24,6 @@ from tests.spark.test_spark import README, publish
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
 PTH_NAME = "mainstem-spark-python.pth"
 JOB = """
@@ -94,21 +92,8 @@ def test_a_job_finds_the_source_run_directly_and_under_spark_submit(broker, tmp_
     assert (COLUMNS in submitted.stdout and VALUES in submitted.stdout), submitted.stdout
 
 
-def _wheel(work: Path) -> Path:
-    """mainstem's wheel built from a copy of this checkout (building leaves files behind),
-    without compiling (minutes of mypyc; what ships to Spark is the same either way)."""
-    source = work / "source"
-    shutil.copytree(ROOT / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so",
-                                                  "compiled-sources.json"))
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-          "-w", work / "dist", source], work, {**os.environ, "MAINSTEM_COMPILE": "0"})
-    return next((work / "dist").glob("mainstem-*.whl"))
-
-
-def test_the_readme_cluster_block_ships_mainstem_to_executors(broker, tmp_path) -> None:
+def test_the_readme_cluster_block_ships_mainstem_to_executors(broker, tmp_path, plain_wheel
+                                                              ) -> None:
     """The block as written, on ``local-cluster[1,1,1024]`` (a master and a worker JVM, as
     a standalone cluster) instead of ``spark://host:7077``. The venv it packs gets the wheel
     without dependencies, the rest (pyspark, pyarrow...) from this venv's site-packages by
@@ -124,7 +109,7 @@ def test_the_readme_cluster_block_ships_mainstem_to_executors(broker, tmp_path) 
         "python3 -m venv env": f"{sys._base_executable} -m venv --without-pip env",
         "env/bin/pip install 'mainstem[spark]'":  # this venv's pip, into env
             f"{sys.executable} -m pip --python env/bin/python install -q --no-deps "
-            f"--no-index {_wheel(tmp_path)} "
+            f"--no-index {plain_wheel} "
             f"&& echo {deps} > {env_site}/shared-dependencies.pth",
         "spark-submit --master spark://host:7077":
             f"{SPARK_HOME}/bin/spark-submit --master 'local-cluster[1,1,1024]'",
@@ -158,7 +143,8 @@ def _fresh_shell(**extra: str | Path) -> dict[str, str]:
             "SPARK_LOCAL_IP": "127.0.0.1", **{key: str(value) for key, value in extra.items()}}
 
 
-def test_mainstem_spark_submit_runs_a_job_from_a_fresh_shell(broker, tmp_path) -> None:
+def test_mainstem_spark_submit_runs_a_job_from_a_fresh_shell(broker, tmp_path, plain_wheel
+                                                            ) -> None:
     """The README's command, in the dev venv and in a venv holding the wheel: before,
     PySpark's own `.venv/bin/spark-submit job.py` exited 127 from `env -i` ("Could not find
     valid SPARK_HOME": its lookup runs PATH's python3), and with SPARK_HOME given, the
@@ -177,7 +163,7 @@ def test_mainstem_spark_submit_runs_a_job_from_a_fresh_shell(broker, tmp_path) -
     venv = tmp_path / "wheel-venv"
     _run([sys._base_executable, "-m", "venv", "--without-pip", venv], tmp_path, {})
     _run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q",
-          "--no-deps", "--no-index", _wheel(tmp_path)], tmp_path, {**os.environ})
+          "--no-deps", "--no-index", plain_wheel], tmp_path, {**os.environ})
     (venv / env_site / "shared-dependencies.pth").write_text(f"{deps}\n")
     wheel = _run([venv / "bin" / "mainstem", "spark-submit", "--master", "local[1]", job],
                  tmp_path, {key: value for key, value in bare.items() if key != "PYTHONPATH"})

@@ -77,5 +77,18 @@ def _state() -> str:
             out.write(f"  at {handle.when():.1f}: {handle}\n")
         for task in asyncio.all_tasks(loop):
             out.write(f"\n* {task!r}\n")
-            task.print_stack(file=out)
+            _await_chain(task.get_coro(), out)
     return out.getvalue()
+
+
+def _await_chain(awaitable: object, out: io.StringIO) -> None:
+    """Where a coroutine waits, frame by frame down its awaits (a task's own stack shows
+    only its outermost frame), ending at the future it waits on."""
+    for _ in range(100):  # bounded: a chain is a few dozen deep at most
+        frame = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "gi_frame", None)
+        if frame is None:
+            out.write(f"  waits on {awaitable!r}\n")
+            return
+        out.write(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}\n")
+        awaitable = (getattr(awaitable, "cr_await", None)
+                     or getattr(awaitable, "gi_yieldfrom", None))
