@@ -497,7 +497,8 @@ class Broker:
         for server in self._servers:
             server.close()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), _CLOSE_TIMEOUT_S)
+                async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+                    await server.wait_closed()
         self._servers.clear()
         await self._stop_http()
         for task in self._background:
@@ -748,7 +749,8 @@ def _on_signal(signum: int, stop_requested: asyncio.Event) -> None:
 async def _close_writer(writer: asyncio.StreamWriter) -> None:
     writer.close()
     try:
-        await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
+        async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+            await writer.wait_closed()
     except TimeoutError:
         writer.transport.abort()
     except OSError:

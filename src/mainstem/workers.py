@@ -65,7 +65,8 @@ class Worker:
         """Wait for the worker's READY, then read its answers."""
         reader, self._writer = await asyncio.open_connection(sock=self._socket)
         try:
-            ready = await asyncio.wait_for(reader.readexactly(len(READY)), START_TIMEOUT_S)
+            async with asyncio.timeout(START_TIMEOUT_S):
+                ready = await reader.readexactly(len(READY))
         except (asyncio.IncompleteReadError, TimeoutError):
             ready = b""
         if ready != READY:

@@ -375,3 +375,21 @@ async def test_partitions_removed_from_a_stream_leave_the_tier_too(tmp_path: Pat
         await broker.core.streams.remove_partitions("/", "wide", 2)
         await wait_until(lambda: not objects(prefix / "2"), what="the removed partition's objects")
         assert objects(prefix / "1") == kept
+
+
+async def test_closing_ends_the_rounds_even_as_a_change_wakes_them(tmp_path: Path) -> None:
+    """Python 3.11's `asyncio.wait_for` drops a cancellation that meets the event it waits
+    on being set: the rounds' task, woken by a change as the broker closed, went on with a
+    round every interval and the close waited for it forever (seen as a rare hang of the
+    tests above)."""
+    config = tiered_config(tmp_path / "data", tmp_path / "tier")
+    assert config.tiering is not None
+    config = dataclasses.replace(config, tiering=dataclasses.replace(
+        config.tiering, check_interval_ms=60_000))
+    async with Broker(config=config) as broker:
+        tiering = broker.core.tiering
+        assert tiering is not None
+        await asyncio.sleep(0.5)  # the first round (nothing to do) is over: rounds wait
+        tiering.pending_changed()  # wakes them, and in the same turn:
+        async with asyncio.timeout(10):
+            await tiering.close()

@@ -561,7 +561,8 @@ class CatalogUnreadable(BrokerError):
 async def held_everywhere(shared: Awaitable[None]) -> None:
     """Wait for a change to reach the cluster's store, as a client's answer does."""
     try:
-        await asyncio.wait_for(asyncio.shield(shared), SHARE_WAIT_S)
+        async with asyncio.timeout(SHARE_WAIT_S):
+            await asyncio.shield(shared)
     except TimeoutError:
         raise PreconditionFailed("the cluster's metadata store did not answer: the change "
                                  "holds on this node and reaches the others once it does"

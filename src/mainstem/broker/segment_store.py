@@ -223,8 +223,8 @@ class SegmentStore(ChangeNotifier):
         service = self.service(name)
         if offset >= self.write_offset(name) and not self.is_sealed(name):
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(service.wait_for(service.committed_offset),
-                                       self.tail_wait_s)
+                async with asyncio.timeout(self.tail_wait_s):
+                    await service.wait_for(service.committed_offset)
 
     async def read(self, name: SegmentName, offset: int, max_bytes: int) -> Chunklet:
         """Event-frame bytes from `offset`, as far as they are written (tiered chunks

@@ -192,8 +192,11 @@ class Tiering:
             except Exception as error:  # whatever failed, the next round tries again
                 self._failed("tier.round_failed", error)
             self._wake.clear()
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation
+            # that meets the event being set, and close() then waited for this forever
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.check_interval_s)
+                async with asyncio.timeout(self.settings.check_interval_s):
+                    await self._wake.wait()
 
     async def round(self) -> int:
         """Delete what is due, then tier every candidate of the partitions this node

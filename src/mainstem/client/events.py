@@ -59,7 +59,8 @@ class Subscription:
         return self._taken(await self.events.get())
 
     async def next(self, timeout: float = 10.0) -> Received:
-        return self._taken(await asyncio.wait_for(self.events.get(), timeout))
+        async with asyncio.timeout(timeout):
+            return self._taken(await self.events.get())
 
     def _taken(self, item: Received | EventsError) -> Received:
         if isinstance(item, EventsError):

@@ -82,7 +82,8 @@ class SegmentClient:
                     await self.replies.put(message)
 
     async def expect(self, kind: type[_M], timeout: float = 10) -> _M:
-        reply = await asyncio.wait_for(self.replies.get(), timeout)
+        async with asyncio.timeout(timeout):
+            reply = await self.replies.get()
         if not isinstance(reply, kind):
             raise SegmentClientError(reply)
         return reply
@@ -189,7 +190,8 @@ class Appender:
             if self.client.ended is not None:
                 raise SegmentClientError(self.client.ended)
             self.client.ack_event.clear()
-            await asyncio.wait_for(self.client.ack_event.wait(), deadline - loop.time())
+            async with asyncio.timeout_at(deadline):
+                await self.client.ack_event.wait()
         level = self.client.acks[self.connection_id]
         self._forget(level)
         return level

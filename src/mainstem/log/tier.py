@@ -167,7 +167,8 @@ class Tier:
 
     async def _call(self, key: str, call: Awaitable[T]) -> T:
         try:
-            return await asyncio.wait_for(call, self.timeout)
+            async with asyncio.timeout(self.timeout):
+                return await call
         except TimeoutError:
             raise TierUnavailable(self.name, key, f"no answer in {self.timeout}s") from None
         except (obstore.exceptions.BaseError, OSError) as e:

@@ -133,7 +133,8 @@ class ConnectionRegistry:
         request = connection.ctx.on_close_request
         if request is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(request(reason), _POLITE_CLOSE_S)
+                async with asyncio.timeout(_POLITE_CLOSE_S):
+                    await request(reason)
             await asyncio.wait({connection.task}, timeout=_POLITE_CLOSE_S)
         if not connection.task.done():
             connection.task.cancel()

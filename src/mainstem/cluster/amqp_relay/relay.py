@@ -242,7 +242,8 @@ class RelayLink:
         self._send(rw.encode_json(FrameType.RELAY_CALL, {
             "id": request, "op": op, "vhost": vhost, "queue": queue, **arguments}))
         try:
-            reply = await asyncio.wait_for(answer, CALL_TIMEOUT_S)
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                reply = await answer
         except TimeoutError:
             raise self._gone(f"no answer in {CALL_TIMEOUT_S:.0f} s") from None
         finally:
@@ -285,8 +286,8 @@ class RelayLink:
         writer: asyncio.StreamWriter | None = None
         reason = "closed"
         try:
-            reader, connected = await asyncio.wait_for(
-                peers.dial(self.home, FrameType.RELAY_HELLO), CONNECT_TIMEOUT_S)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                reader, connected = await peers.dial(self.home, FrameType.RELAY_HELLO)
             writer = connected
             self._out = Outbox(connected)
             early, self._early = self._early, []

@@ -49,7 +49,8 @@ class ReplicaRepair:
             if node == self._peers.me:
                 continue
             try:
-                raw = await asyncio.wait_for(self._fetch(node, request), REPAIR_TIMEOUT_S)
+                async with asyncio.timeout(REPAIR_TIMEOUT_S):
+                    raw = await self._fetch(node, request)
                 service.replace_chunk(chunk_id, raw, node)
             except _FAILURES as error:
                 log.warning("chunk.repair_failed", extra={

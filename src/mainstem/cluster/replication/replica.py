@@ -139,7 +139,8 @@ class PartitionRole:
     async def leading(self, timeout: float) -> bool:
         """Whether this node leads the partition, waiting up to `timeout` for it to."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._leading.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._leading.wait()
         return self._leading.is_set()
 
     def _holds_lease(self) -> bool:
@@ -181,7 +182,8 @@ class PartitionRole:
 
     async def wait_changed(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.changed.wait()
 
     # -- leading --------------------------------------------------------------------------
 

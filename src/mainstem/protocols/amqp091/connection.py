@@ -424,14 +424,16 @@ class AmqpConnection:
         for channel in list(self.channels.values()):
             channel.flush_confirms()  # those of the read being handled
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(channel.confirms_sent(), CLOSE_OK_TIMEOUT_S)
+                async with asyncio.timeout(CLOSE_OK_TIMEOUT_S):
+                    await channel.confirms_sent()
 
     async def _drop_client_frames(self) -> None:
         """Read and drop the client's frames until it hangs up, or (after our close) until
         its close-ok, for at most 30 s (2 s once the broker is shutting down)."""
         timeout = CLOSE_OK_TIMEOUT_S if self.ctx.closing.is_set() else CLOSING_TIMEOUT_S
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._read_until_gone(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._read_until_gone()
 
     async def _read_until_gone(self) -> None:
         codec = self.codec

@@ -203,7 +203,8 @@ class StreamConnection:
         self.log.info("connection.closing", extra={"code": code, "reason": reason})
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self._perform(self.state.close(code, reason))
-            await asyncio.wait_for(self.output.drain(), 2)
+            async with asyncio.timeout(2):
+                await self.output.drain()
 
     async def _close_requested(self, reason: str) -> None:
         """An operator closed the connection (management API): say Close, hang up."""

@@ -158,7 +158,8 @@ class SegmentConnection:
             for task in list(self.tasks):
                 task.cancel()
             with contextlib.suppress(ConnectionError, OSError):
-                await asyncio.wait_for(self.ctx.writer.drain(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.ctx.writer.drain()
 
     async def _wait_out_alarm(self) -> None:
         """Hold an appending connection back as Pravega does under pressure: read nothing
