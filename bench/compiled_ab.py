@@ -11,7 +11,8 @@ BSON PUBLISH and delivery (`bench.events_bench`) and segment appends of 1 KiB ev
 between rounds; the table gives the medians over rounds of msgs/s and broker CPU per
 message, and their ratios compiled ÷ pure. Needs the compiled build (`scripts/build`);
 refuses to run without it. `--suites` keeps some rows (`stream,iggy`: the stream
-protocol's and Iggy's, about two minutes with `--quick`). Asserts nothing.
+protocol's and Iggy's). Asserts nothing. `bench/hot_loops.py` times the per-message loops
+alone, in-process, which a busy machine disturbs less.
 """
 
 from __future__ import annotations

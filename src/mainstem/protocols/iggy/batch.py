@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from mainstem.protocols.iggy.codec import (
     U32,
@@ -29,13 +30,13 @@ from mainstem.protocols.iggy.codec import (
 )
 from mainstem.protocols.iggy.records import Stored
 
-BATCH_HEADER = struct.Struct("<QQQQQQI")  # partition, base offset, base and origin
+BATCH_HEADER: Final = struct.Struct("<QQQQQQI")  # partition, base offset, base and origin
 #                                           timestamps, length, checksum, message count
-BATCH_HEADER_SIZE = 256
-FRAME_HEADER = struct.Struct("<Q16sIIIIQ")  # checksum, id, offset and timestamp deltas,
+BATCH_HEADER_SIZE: Final = 256
+FRAME_HEADER: Final = struct.Struct("<Q16sIIIIQ")  # checksum, id, offset and timestamp deltas,
 #                                             headers length, payload length, reserved
-_NO_RESERVED = bytes(8)
-STRING_KEY = 2
+_NO_RESERVED: Final[bytes] = bytes(8)
+STRING_KEY: Final = 2
 
 
 def read_batch(reader: Reader, make: Callable[[bytes, bytes, bytes], T]) -> list[T]:
@@ -48,10 +49,10 @@ def read_batch(reader: Reader, make: Callable[[bytes, bytes, bytes], T]) -> list
         raise IggyError(ErrorCode.INVALID_FORMAT, f"batch length {length}, body {body} bytes")
     reader.take(BATCH_HEADER_SIZE - BATCH_HEADER.size)
     data = bytes(reader.buf)
-    pos, end = reader.pos, len(data)
+    pos, end, frame_size = reader.pos, len(data), FRAME_HEADER.size
     made = []
     while pos < end:
-        if end - pos < FRAME_HEADER.size:
+        if end - pos < frame_size:
             raise IggyError(ErrorCode.INVALID_FORMAT, "truncated request")
         # FRAME_HEADER's fields, little-endian: the id at 8, the two lengths at 32 and 36.
         if data[pos + 40:pos + 48] != _NO_RESERVED:
@@ -61,7 +62,7 @@ def read_batch(reader: Reader, make: Callable[[bytes, bytes, bytes], T]) -> list
             data[pos + 35] << 24
         length = data[pos + 36] | data[pos + 37] << 8 | data[pos + 38] << 16 | \
             data[pos + 39] << 24
-        pos += FRAME_HEADER.size + length
+        pos += frame_size + length
         payload = data[pos - length:pos]
         headers = b""
         if headers_length:

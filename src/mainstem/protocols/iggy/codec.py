@@ -12,11 +12,11 @@ import struct
 from builtins import memoryview  # compiled dataclasses look their field types up here
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Final, TypeVar
 
-U8 = struct.Struct("<B")
-U32 = struct.Struct("<I")
-U64 = struct.Struct("<Q")
+U8: Final = struct.Struct("<B")
+U32: Final = struct.Struct("<I")
+U64: Final = struct.Struct("<Q")
 REQUEST_HEADER = struct.Struct("<II")  # length, code
 RESPONSE_HEADER = struct.Struct("<II")  # status, length
 MAX_IDENTIFIER = 255
@@ -256,9 +256,9 @@ def _fits(buf: memoryview, pos: int, tail: int) -> bool:
 
 # -- messages -----------------------------------------------------------------
 
-POLLED_HEADER = struct.Struct("<QBQ16sI")  # offset, state, timestamp, id, checksum
-POLL_REPLY_HEADER = struct.Struct("<IQI")  # partition id, current offset, count
-SEND_MESSAGE_HEADER = struct.Struct("<16sI")  # id, headers length
+POLLED_HEADER: Final = struct.Struct("<QBQ16sI")  # offset, state, timestamp, id, checksum
+POLL_REPLY_HEADER: Final = struct.Struct("<IQI")  # partition id, current offset, count
+SEND_MESSAGE_HEADER: Final = struct.Struct("<16sI")  # id, headers length
 
 
 def read_each(reader: Reader, make: Callable[[bytes, bytes, bytes], T]) -> list[T]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Self, TypeVar
+from typing import Final, Self, TypeVar
 
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy.codec import (
@@ -48,7 +48,7 @@ STATS_FIELDS = ("process_id", "cpu_usage", "total_cpu_usage", "memory_usage", "t
                 "segments_count", "messages_count", "clients_count", "consumer_groups_count")
 STATS_STRINGS = ("hostname", "os_name", "os_version", "kernel_version")
 BALANCED, PARTITION_ID, MESSAGES_KEY = 1, 2, 3  # partitioning kinds of SEND_MESSAGES
-POLLED_STATE = 1  # a polled message's state byte: available
+POLLED_STATE: Final = 1  # a polled message's state byte: available
 
 
 def decode_headers(raw: bytes) -> Headers:
@@ -377,7 +377,7 @@ def add_polled_message(out: list[bytes | memoryview], offset: int, timestamp_us:
                                    len(payload)), payload)
 
 
-_POLLED_PLAIN = struct.Struct(POLLED_HEADER.format + "II")  # and both lengths, no headers
+_POLLED_PLAIN: Final = struct.Struct(POLLED_HEADER.format + "II")  # and both lengths, no headers
 
 
 @dataclass(slots=True)

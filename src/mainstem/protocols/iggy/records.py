@@ -21,25 +21,27 @@ from __future__ import annotations
 import itertools
 import struct
 import time
+from typing import Final
 
 from mainstem.formats.amqp10 import Amqp10DecodeError, message_body
 from mainstem.formats.chunk import Chunk
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT
 
-_BE32 = struct.Struct(">I")
-_ID_KEY = b"\xa1\x07iggy-id\xa0\x10"
-_HEADERS_KEY = b"\xa1\x0ciggy-headers\xb0"
-_APP_PROPS = b"\x00\x53\x74\xd1"
-_DATA = b"\x00\x53\x75\xb0"
+# Final: compiled, these are C constants, not a lookup in the module's dict per message.
+_BE32: Final = struct.Struct(">I")
+_ID_KEY: Final[bytes] = b"\xa1\x07iggy-id\xa0\x10"
+_HEADERS_KEY: Final[bytes] = b"\xa1\x0ciggy-headers\xb0"
+_APP_PROPS: Final[bytes] = b"\x00\x53\x74\xd1"
+_DATA: Final[bytes] = b"\x00\x53\x75\xb0"
 # map32 size counts the 4-byte count field and the items.
-_PLAIN_PREFIX = _APP_PROPS + struct.pack(">II", 4 + len(_ID_KEY) + 16, 2) + _ID_KEY
-_ID_START = len(_PLAIN_PREFIX)
-_ID_END = _ID_START + 16
-_PAYLOAD_AT = _ID_END + len(_DATA) + 4  # of a record without headers
+_PLAIN_PREFIX: Final[bytes] = _APP_PROPS + struct.pack(">II", 4 + len(_ID_KEY) + 16, 2) + _ID_KEY
+_ID_START: Final = len(_PLAIN_PREFIX)
+_ID_END: Final = _ID_START + 16
+_PAYLOAD_AT: Final = _ID_END + len(_DATA) + 4  # of a record without headers
 # A record without headers as its Osiris entry, up to the payload: entry length, prefix,
 # id, data section code, payload length.
-_PLAIN_ENTRY = struct.Struct(f">I{len(_PLAIN_PREFIX)}s16s{len(_DATA)}sI")
-NO_ID = bytes(16)  # a message sent with id 0: the server gives it one
+_PLAIN_ENTRY: Final = struct.Struct(f">I{len(_PLAIN_PREFIX)}s16s{len(_DATA)}sI")
+NO_ID: Final[bytes] = bytes(16)  # a message sent with id 0: the server gives it one
 
 # A message polled back: offset, id as the wire carries it (u128 LE), the 2024 header
 # map, payload.
@@ -103,13 +105,14 @@ def read_chunk(chunk: Chunk, start: int, count: int, max_bytes: int) -> tuple[li
     data = bytes(chunk.data)
     out: list[Stored] = []
     offset, pos, size = chunk.chunk_id, 0, 0
+    sub_batch, length_size = SUB_BATCH_BIT, SIMPLE_ENTRY.size  # locals: no lookup per entry
     for _ in range(chunk.header.num_entries):
         if len(out) == count or size >= max_bytes:
             break
         length = data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
-        if length & SUB_BATCH_BIT:  # written by a stream publisher: the log's own walk
+        if length & sub_batch:  # written by a stream publisher: the log's own walk
             return _decoded(chunk, max(start, offset), count, max_bytes, out, size)
-        record, end = pos + SIMPLE_ENTRY.size, pos + SIMPLE_ENTRY.size + length
+        record, end = pos + length_size, pos + length_size + length
         if offset >= start:
             at = record + _PAYLOAD_AT - 4  # the payload's length
             if length >= _PAYLOAD_AT and data[record:record + _ID_START] == _PLAIN_PREFIX \

@@ -243,18 +243,18 @@ class PublishBlock(Frame):
         entries: list[bytes] = []
         batched: list[int] = []  # where sub-batch entries start
         filters: list[str | None] | None = [] if with_filter else None
-        pos = 0
-        for _ in range(count):
+        pos, sub_batch, length_size = 0, SUB_BATCH_BIT, SIMPLE_ENTRY.size  # locals: no
+        for _ in range(count):  # lookup in the module's dict per message
             ids.append(data[pos:pos + 8])
             pos += 8
             if filters is not None:  # v2: a filter value sits between the id and the entry
                 value, pos = _nullable_string(data, pos)
                 filters.append(value)
             head = data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
-            if head & SUB_BATCH_BIT:
+            if head & sub_batch:
                 batched.append(pos)
                 head = _sub_batch_size(data, pos)
-            end = pos + SIMPLE_ENTRY.size + head
+            end = pos + length_size + head
             entries.append(data[pos:end])
             pos = end
         if pos > len(data):  # a slice past the end is short, not an error
