@@ -2,6 +2,7 @@
 mypyc build and as Python (`MAINSTEM_PURE=1`), taking turns, in one run.
 
     .venv/bin/python -m bench.compiled_ab [--rounds 2] [--duration 8] [--quick]
+        [--suites amqp,stream,iggy,bson,segment]
 
 Rows: the shared harness's AMQP persistent publish with confirms, AMQP consume with acks,
 rstream publish and consume (`bench.amqp_bench`), Iggy SEND/POLL (`bench.iggy_bench`),
@@ -9,7 +10,9 @@ BSON PUBLISH and delivery (`bench.events_bench`) and segment appends of 1 KiB ev
 (`bench.segment_bench`). Each round runs every row in both modes, the order alternating
 between rounds; the table gives the medians over rounds of msgs/s and broker CPU per
 message, and their ratios compiled ÷ pure. Needs the compiled build (`scripts/build`);
-refuses to run without it. Asserts nothing.
+refuses to run without it. `--suites` keeps some rows (`stream,iggy`: the stream
+protocol's and Iggy's). Asserts nothing. `bench/hot_loops.py` times the per-message loops
+alone, in-process, which a busy machine disturbs less.
 """
 
 from __future__ import annotations
@@ -43,9 +46,13 @@ def mode(name: str) -> Iterator[None]:
             os.environ[compiled.PURE_ENV] = before
 
 
-def harness_rows(duration: float, consume_msgs: int) -> list[Row]:
-    rows = amqp_bench.run(("amqp_pub_confirm", "amqp_consume", "stream_pub", "stream_consume"),
-                          duration=duration, consume_msgs=consume_msgs)
+HARNESS_ROWS = {"amqp": ("amqp_pub_confirm", "amqp_consume"),
+                "stream": ("stream_pub", "stream_consume")}
+SUITES = ("amqp", "stream", "iggy", "bson", "segment")
+
+
+def harness_rows(scenarios: list[str], duration: float, consume_msgs: int) -> list[Row]:
+    rows = amqp_bench.run(scenarios, duration=duration, consume_msgs=consume_msgs)
     return [{"row": row["scenario"], "msgs_per_s": row["msgs_per_s"],
              "broker_us_per_msg": row["broker_us_per_msg"]} for row in rows]
 
@@ -110,16 +117,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--quick", action="store_true", help="smaller runs, for a check")
+    parser.add_argument("--suites", default=",".join(SUITES),
+                        help=f"comma-separated, of {', '.join(SUITES)}")
     args = parser.parse_args()
     if not compiled.COMPILED:
         raise SystemExit(f"no compiled build to compare: {compiled.REASON}")
+    chosen = args.suites.split(",")
+    if unknown := set(chosen) - set(SUITES):
+        raise SystemExit(f"unknown suites: {', '.join(sorted(unknown))}")
     scale = 0.25 if args.quick else 1.0
-    suites: list[Callable[[], list[Row]]] = [
-        lambda: harness_rows(args.duration * scale, int(200_000 * scale)),
-        lambda: iggy_rows(int(400_000 * scale)),
-        lambda: events_rows(int(50_000 * scale)),
-        lambda: segment_rows(int(128 * scale)),
-    ]
+    scenarios = [row for suite in ("amqp", "stream") if suite in chosen
+                 for row in HARNESS_ROWS[suite]]
+    suites: list[Callable[[], list[Row]]] = []
+    if scenarios:
+        suites.append(lambda: harness_rows(scenarios, args.duration * scale,
+                                           int(200_000 * scale)))
+    if "iggy" in chosen:
+        suites.append(lambda: iggy_rows(int(400_000 * scale)))
+    if "bson" in chosen:
+        suites.append(lambda: events_rows(int(50_000 * scale)))
+    if "segment" in chosen:
+        suites.append(lambda: segment_rows(int(128 * scale)))
     print(table(measure(args.rounds, suites)))
 
 

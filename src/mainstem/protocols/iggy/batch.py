@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from mainstem.protocols.iggy.codec import (
     U32,
@@ -29,39 +30,45 @@ from mainstem.protocols.iggy.codec import (
 )
 from mainstem.protocols.iggy.records import Stored
 
-BATCH_HEADER = struct.Struct("<QQQQQQI")  # partition, base offset, base and origin
+BATCH_HEADER: Final = struct.Struct("<QQQQQQI")  # partition, base offset, base and origin
 #                                           timestamps, length, checksum, message count
-BATCH_HEADER_SIZE = 256
-FRAME_HEADER = struct.Struct("<Q16sIIIIQ")  # checksum, id, offset and timestamp deltas,
+BATCH_HEADER_SIZE: Final = 256
+FRAME_HEADER: Final = struct.Struct("<Q16sIIIIQ")  # checksum, id, offset and timestamp deltas,
 #                                             headers length, payload length, reserved
-STRING_KEY = 2
+_NO_RESERVED: Final[bytes] = bytes(8)
+STRING_KEY: Final = 2
 
 
-def read_batch(reader: Reader, make: Callable[[bytes, bytes, memoryview], T]) -> list[T]:
+def read_batch(reader: Reader, make: Callable[[bytes, bytes, bytes], T]) -> list[T]:
     """`make(id as sent (u128 LE), headers as the 2024 map, payload)` of each message of
-    the batch that ends a SEND_MESSAGES body. One tight loop: this is the hot path."""
+    the batch that ends a SEND_MESSAGES body. One tight loop over `bytes` (indexed and
+    sliced natively when compiled): this is the hot path."""
     body = reader.remaining
     _, _, _, _, length, _, count = BATCH_HEADER.unpack(reader.take(BATCH_HEADER.size))
     if length != body:
         raise IggyError(ErrorCode.INVALID_FORMAT, f"batch length {length}, body {body} bytes")
     reader.take(BATCH_HEADER_SIZE - BATCH_HEADER.size)
-    buf, pos, end = reader.buf, reader.pos, len(reader.buf)
-    unpack = FRAME_HEADER.unpack_from
+    data = bytes(reader.buf)
+    pos, end, frame_size = reader.pos, len(data), FRAME_HEADER.size
     made = []
-    try:
-        while pos < end:
-            _, raw_id, _, _, headers_length, length, reserved = unpack(buf, pos)
-            if reserved:
-                raise IggyError(ErrorCode.INVALID_FORMAT, "message frame reserved bytes are set")
-            pos += FRAME_HEADER.size + length
-            payload = buf[pos - length:pos]
-            headers = b""
-            if headers_length:
-                headers = to_seed_headers(bytes(buf[pos:pos + headers_length]))
-                pos += headers_length
-            made.append(make(raw_id, headers, payload))
-    except struct.error:
-        raise IggyError(ErrorCode.INVALID_FORMAT, "truncated request") from None
+    while pos < end:
+        if end - pos < frame_size:
+            raise IggyError(ErrorCode.INVALID_FORMAT, "truncated request")
+        # FRAME_HEADER's fields, little-endian: the id at 8, the two lengths at 32 and 36.
+        if data[pos + 40:pos + 48] != _NO_RESERVED:
+            raise IggyError(ErrorCode.INVALID_FORMAT, "message frame reserved bytes are set")
+        raw_id = data[pos + 8:pos + 24]
+        headers_length = data[pos + 32] | data[pos + 33] << 8 | data[pos + 34] << 16 | \
+            data[pos + 35] << 24
+        length = data[pos + 36] | data[pos + 37] << 8 | data[pos + 38] << 16 | \
+            data[pos + 39] << 24
+        pos += frame_size + length
+        payload = data[pos - length:pos]
+        headers = b""
+        if headers_length:
+            headers = to_seed_headers(data[pos:pos + headers_length])
+            pos += headers_length
+        made.append(make(raw_id, headers, payload))
     if pos > end:
         raise IggyError(ErrorCode.INVALID_FORMAT, "truncated request")
     reader.pos = pos

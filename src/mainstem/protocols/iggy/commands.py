@@ -5,6 +5,9 @@ each reply the server encodes and a client decodes.
 a reply's payload (`codec.encode_response` adds status and length); a reply's
 `decode(reader)` reads one back. The server reads the requests with `requests.py` (through
 `layouts`), whose tests read what these encode; it reads LOGIN_USER with its `decode`.
+
+A request of one command code says it in a `code` property, not a class constant:
+compiled (mypyc), a dataclass takes every name in its body for a field.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Self, TypeVar
+from typing import Final, Self, TypeVar
 
 from mainstem.protocols.iggy import codec as c
 from mainstem.protocols.iggy.codec import (
@@ -45,7 +48,7 @@ STATS_FIELDS = ("process_id", "cpu_usage", "total_cpu_usage", "memory_usage", "t
                 "segments_count", "messages_count", "clients_count", "consumer_groups_count")
 STATS_STRINGS = ("hostname", "os_name", "os_version", "kernel_version")
 BALANCED, PARTITION_ID, MESSAGES_KEY = 1, 2, 3  # partitioning kinds of SEND_MESSAGES
-POLLED_STATE = 1  # a polled message's state byte: available
+POLLED_STATE: Final = 1  # a polled message's state byte: available
 
 
 def decode_headers(raw: bytes) -> Headers:
@@ -65,11 +68,14 @@ def _consumer(consumer: c.Consumer) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class LoginUser:
-    code: ClassVar[int] = Code.LOGIN_USER
     username: str
     password: str
     version: str = ""  # informative: the server reads and ignores these two
     context: str = ""
+
+    @property
+    def code(self) -> int:
+        return Code.LOGIN_USER
 
     def encode(self) -> bytes:
         return (c.encode_name(self.username) + c.encode_name(self.password)
@@ -85,8 +91,11 @@ class LoginUser:
 
 @dataclass(frozen=True, slots=True)
 class GetClient:
-    code: ClassVar[int] = Code.GET_CLIENT
     client_id: int
+
+    @property
+    def code(self) -> int:
+        return Code.GET_CLIENT
 
     def encode(self) -> bytes:
         return U32.pack(self.client_id)
@@ -94,9 +103,12 @@ class GetClient:
 
 @dataclass(frozen=True, slots=True)
 class CreateStream:
-    code: ClassVar[int] = Code.CREATE_STREAM
     stream_id: int  # 0: the next free one
     name: str
+
+    @property
+    def code(self) -> int:
+        return Code.CREATE_STREAM
 
     def encode(self) -> bytes:
         return U32.pack(self.stream_id) + c.encode_name(self.name)
@@ -127,7 +139,6 @@ class TopicCommand:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
-    code: ClassVar[int] = Code.CREATE_TOPIC
     stream: Ident
     topic_id: int  # 0: the next free one
     partitions: int
@@ -136,6 +147,10 @@ class CreateTopic:
     name: str
     compression: int = 1  # none
     replication_factor: int = 1
+
+    @property
+    def code(self) -> int:
+        return Code.CREATE_TOPIC
 
     def encode(self) -> bytes:
         return (c.encode_identifier(self.stream)
@@ -186,11 +201,14 @@ class Partitioning:
 
 @dataclass(slots=True)
 class SendMessages:
-    code: ClassVar[int] = Code.SEND_MESSAGES
     stream: Ident
     topic: Ident
     partitioning: Partitioning
     messages: list[Message]
+
+    @property
+    def code(self) -> int:
+        return Code.SEND_MESSAGES
 
     def encode(self) -> bytes:
         return b"".join([_pair(self.stream, self.topic), self.partitioning.encode(),
@@ -199,7 +217,6 @@ class SendMessages:
 
 @dataclass(frozen=True, slots=True)
 class PollMessages:
-    code: ClassVar[int] = Code.POLL_MESSAGES
     consumer: c.Consumer
     stream: Ident
     topic: Ident
@@ -209,6 +226,10 @@ class PollMessages:
     count: int
     auto_commit: bool
 
+    @property
+    def code(self) -> int:
+        return Code.POLL_MESSAGES
+
     def encode(self) -> bytes:
         return (_consumer(self.consumer) + _pair(self.stream, self.topic)
                 + POLL_TAIL.pack(self.partition_id, self.polling, self.value, self.count,
@@ -217,12 +238,15 @@ class PollMessages:
 
 @dataclass(frozen=True, slots=True)
 class StoreConsumerOffset:
-    code: ClassVar[int] = Code.STORE_CONSUMER_OFFSET
     consumer: c.Consumer
     stream: Ident
     topic: Ident
     partition_id: int
     offset: int
+
+    @property
+    def code(self) -> int:
+        return Code.STORE_CONSUMER_OFFSET
 
     def encode(self) -> bytes:
         return (_consumer(self.consumer) + _pair(self.stream, self.topic)
@@ -231,11 +255,14 @@ class StoreConsumerOffset:
 
 @dataclass(frozen=True, slots=True)
 class GetConsumerOffset:
-    code: ClassVar[int] = Code.GET_CONSUMER_OFFSET
     consumer: c.Consumer
     stream: Ident
     topic: Ident
     partition_id: int
+
+    @property
+    def code(self) -> int:
+        return Code.GET_CONSUMER_OFFSET
 
     def encode(self) -> bytes:
         return _consumer(self.consumer) + _pair(self.stream, self.topic) + \
@@ -244,11 +271,14 @@ class GetConsumerOffset:
 
 @dataclass(frozen=True, slots=True)
 class CreateConsumerGroup:
-    code: ClassVar[int] = Code.CREATE_CONSUMER_GROUP
     stream: Ident
     topic: Ident
     group_id: int
     name: str
+
+    @property
+    def code(self) -> int:
+        return Code.CREATE_CONSUMER_GROUP
 
     def encode(self) -> bytes:
         return _pair(self.stream, self.topic) + U32.pack(self.group_id) + \
@@ -347,7 +377,7 @@ def add_polled_message(out: list[bytes | memoryview], offset: int, timestamp_us:
                                    len(payload)), payload)
 
 
-_POLLED_PLAIN = struct.Struct(POLLED_HEADER.format + "II")  # and both lengths, no headers
+_POLLED_PLAIN: Final = struct.Struct(POLLED_HEADER.format + "II")  # and both lengths, no headers
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import ClassVar
 
 from isal.isal_zlib import crc32
 
@@ -44,10 +45,10 @@ class NewTopic:
 
 
 class SeedLayout:
-    name = "2024"
-    partition_base = 1
-    default_partition: int | None = None  # a consumer polling without a partition
-    unsupported: frozenset[int] = frozenset()
+    name: ClassVar[str] = "2024"
+    partition_base: ClassVar[int] = 1
+    default_partition: ClassVar[int | None] = None  # a consumer polling without a partition
+    unsupported: ClassVar[frozenset[int]] = frozenset()
 
     def new_stream(self, r: c.Reader) -> tuple[int, str]:
         return r.u32(), r.name("stream name")
@@ -115,20 +116,21 @@ class SeedLayout:
         """The reply to a poll of `count` messages, read as (store time in µs, messages)."""
         out: list[bytes | memoryview] = [
             c.POLL_REPLY_HEADER.pack(index + self.partition_base, current, count)]
-        add = commands.add_polled_message
         for timestamp_us, messages in chunks:
             for offset, raw_id, headers, payload in messages:
-                add(out, offset, timestamp_us, raw_id, crc32(payload), headers, payload)
+                commands.add_polled_message(out, offset, timestamp_us, raw_id, crc32(payload),
+                                            headers, payload)
         return b"".join(out)
 
 
 class VsrLayout(SeedLayout):
-    name = "replicated"
-    partition_base = 0
-    default_partition: int | None = 0
+    name: ClassVar[str] = "replicated"
+    partition_base: ClassVar[int] = 0
+    default_partition: ClassVar[int | None] = 0
     # Their replies changed shape in this generation and mainstem does not serve them.
-    unsupported = frozenset((Code.GET_STATS, Code.GET_ME, Code.GET_CLIENT, Code.GET_CLIENTS,
-                             Code.LOGIN_USER, Code.LOGOUT_USER))
+    unsupported: ClassVar[frozenset[int]] = frozenset((
+        Code.GET_STATS, Code.GET_ME, Code.GET_CLIENT, Code.GET_CLIENTS, Code.LOGIN_USER,
+        Code.LOGOUT_USER))
 
     def new_stream(self, r: c.Reader) -> tuple[int, str]:
         return 0, r.name("stream name")

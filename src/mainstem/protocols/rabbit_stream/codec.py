@@ -18,6 +18,7 @@ with `error.code`.
 from __future__ import annotations
 
 import struct
+from builtins import memoryview  # compiled dataclasses look their field types up here
 from dataclasses import dataclass
 
 from mainstem.formats.osiris import HEADER_SIZE as CHUNK_HEADER_SIZE
@@ -139,7 +140,7 @@ def _parse(body: memoryview, parsers: dict[tuple[int, int], Parser]) -> Frame:
         return UnknownCommand(key, version, correlation_id)
     try:
         frame = parser(reader)
-    except (struct.error, UnicodeDecodeError) as exc:
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:  # a field past the end
         raise MalformedFrame(f"malformed frame key=0x{key:04x} v{version}: {exc}") from None
     reader.expect_end()
     return frame

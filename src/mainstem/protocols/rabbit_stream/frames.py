@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import operator
 import struct
+from builtins import memoryview  # compiled dataclasses look their field types up here
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Self
+from typing import Self
 
 from mainstem.formats.osiris import SIMPLE_ENTRY, SUB_BATCH_BIT, SUB_BATCH_ENTRY
 from mainstem.protocols.rabbit_stream import wire
@@ -35,15 +36,24 @@ from mainstem.protocols.rabbit_stream.wire import (
 
 _COMMAND_VERSION = struct.Struct(">HHH")
 
-# Publish hot path: publishing id + first 4 bytes of the entry, read in one call.
-_ID_AND_ENTRY_HEAD = struct.Struct(">QI")
 PACKED_ID = U64  # a publishing id as Publish and PublishConfirm frames carry it
 
 
-def _sub_batch_size(data: memoryview, pos: int) -> int:
+def _sub_batch_size(data: bytes, pos: int) -> int:
     """A sub-batch entry's size past its first four bytes, as a simple entry's length."""
     length: int = SUB_BATCH_ENTRY.unpack_from(data, pos)[3]
     return SUB_BATCH_ENTRY.size - SIMPLE_ENTRY.size + length
+
+
+def _nullable_string(data: bytes, pos: int) -> tuple[str | None, int]:
+    """A nullable string at `pos` (i16 length, -1 for null, then UTF-8) and where it ends."""
+    length = data[pos] << 8 | data[pos + 1]
+    pos += 2
+    if length == 0xFFFF:
+        return None, pos
+    if length & 0x8000 or pos + length > len(data):
+        raise MalformedFrame("string runs past the end of the frame")
+    return data[pos:pos + length].decode(), pos + length
 
 
 def packed(ids: Sequence[int]) -> bytes:
@@ -57,13 +67,14 @@ def unpacked(ids: bytes) -> list[int]:
 
 
 class Frame:
-    """Base of all frames: the command key and version written in the header."""
+    """Base of all frames: the command key and version written in the header. Each frame
+    says its key in `wire_key`, not in a class constant: compiled (mypyc), a dataclass takes
+    every name in its body for a field."""
 
     __slots__ = ()
-    KEY: ClassVar[int]
 
     def wire_key(self) -> int:
-        return self.KEY
+        raise NotImplementedError
 
     def wire_version(self) -> int:
         return 1
@@ -129,11 +140,13 @@ def optional_properties(r: Reader) -> dict[str, str]:
 
 @dataclass(slots=True)
 class DeclarePublisher(Frame):
-    KEY = Key.DECLARE_PUBLISHER
     correlation_id: int
     publisher_id: int
     reference: str  # "" when the publisher does not deduplicate
     stream: str
+
+    def wire_key(self) -> int:
+        return Key.DECLARE_PUBLISHER
 
     @classmethod
     def parse(cls, r: Reader) -> DeclarePublisher:
@@ -157,13 +170,15 @@ class Publish(Frame):
     `filter_values` is None for version 1 frames, one value (or None) per entry for version 2.
     """
 
-    KEY = Key.PUBLISH
     publisher_id: int
     publishing_ids: list[int]
     entries: list[memoryview] | list[bytes]
     num_records: int
     payload_bytes: int  # sum of record body lengths (sub-batches: uncompressed, minus headers)
     filter_values: list[str | None] | None = None
+
+    def wire_key(self) -> int:
+        return Key.PUBLISH
 
     def wire_version(self) -> int:
         return 1 if self.filter_values is None else 2
@@ -195,7 +210,6 @@ class PublishBlock(Frame):
     entries joined (as a chunk stores them). Staging, handing over and confirming a batch
     this way costs the same whatever the number of messages in it."""
 
-    KEY = Key.PUBLISH
     publisher_id: int
     packed_ids: bytes
     entries: bytes
@@ -204,6 +218,9 @@ class PublishBlock(Frame):
     payload_bytes: int
     filter_values: list[str | None] | None
     rising: bool  # at least one id, each above the one before: dedup looks at the ends
+
+    def wire_key(self) -> int:
+        return Key.PUBLISH
 
     @classmethod
     def parse_v1(cls, r: Reader) -> PublishBlock:
@@ -216,46 +233,33 @@ class PublishBlock(Frame):
     @classmethod
     def _parse(cls, r: Reader, *, with_filter: bool) -> PublishBlock:
         """The hot loop of a stream publish: per message only what finds where its entry
-        ends (no object per message is kept). Records and payload bytes are counted from
-        the totals; the few sub-batch entries are looked at again afterwards."""
+        ends, on `bytes` (indexed and sliced natively when compiled). Records and payload
+        bytes are counted from the totals; the few sub-batch entries are looked at again
+        afterwards."""
         publisher_id = r.u8()
         count = r.count(14 if with_filter else 12)
-        data, pos = r.view, r.pos
-        ids: list[int] = []
-        entries: list[memoryview] = []
+        data = bytes(r.view[r.pos:])  # the rest of the frame: its messages
+        ids: list[bytes] = []  # packed as on the wire, as a PublishConfirm carries them
+        entries: list[bytes] = []
         batched: list[int] = []  # where sub-batch entries start
-        filters: list[str | None] | None = None
-        # Locals, not attribute lookups, in the loops (4: a simple entry's length field).
-        add_id, add_entry, sub_batch = ids.append, entries.append, SUB_BATCH_BIT
-        if with_filter:  # v2: a filter value sits between each id and its entry
-            filters = []
-            for _ in range(count):
-                add_id(U64.unpack_from(data, pos)[0])
-                r.pos = pos + 8
-                filters.append(r.nullable_string())
-                pos = r.pos
-                (head,) = U32.unpack_from(data, pos)
-                if head & sub_batch:
-                    batched.append(pos)
-                    head = _sub_batch_size(data, pos)
-                end = pos + 4 + head
-                add_entry(data[pos:end])
-                pos = end
-        else:
-            unpack = _ID_AND_ENTRY_HEAD.unpack_from
-            for _ in range(count):
-                publishing_id, head = unpack(data, pos)
-                pos += 8
-                if head & sub_batch:
-                    batched.append(pos)
-                    head = _sub_batch_size(data, pos)
-                end = pos + 4 + head
-                add_id(publishing_id)
-                add_entry(data[pos:end])
-                pos = end
+        filters: list[str | None] | None = [] if with_filter else None
+        pos, sub_batch, length_size = 0, SUB_BATCH_BIT, SIMPLE_ENTRY.size  # locals: no
+        for _ in range(count):  # lookup in the module's dict per message
+            ids.append(data[pos:pos + 8])
+            pos += 8
+            if filters is not None:  # v2: a filter value sits between the id and the entry
+                value, pos = _nullable_string(data, pos)
+                filters.append(value)
+            head = data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
+            if head & sub_batch:
+                batched.append(pos)
+                head = _sub_batch_size(data, pos)
+            end = pos + length_size + head
+            entries.append(data[pos:end])
+            pos = end
         if pos > len(data):  # a slice past the end is short, not an error
             raise MalformedFrame("published message runs past the end of the frame")
-        r.pos = pos
+        r.pos += pos
         joined = b"".join(entries)
         # Simple entries: one record, their bytes less the length. Sub-batches: theirs.
         records, payload = count, len(joined) - SIMPLE_ENTRY.size * count
@@ -264,8 +268,9 @@ class PublishBlock(Frame):
             records += n_records - 1
             payload += (max(uncompressed - SIMPLE_ENTRY.size * n_records, 0)
                         - (SUB_BATCH_ENTRY.size + size - SIMPLE_ENTRY.size))
+        # Big-endian ids of one width compare as bytes as they do as numbers.
         rising = bool(ids) and all(map(operator.lt, ids, ids[1:]))
-        return cls(publisher_id, packed(ids), joined, count, records, payload, filters,
+        return cls(publisher_id, b"".join(ids), joined, count, records, payload, filters,
                    rising)
 
     @property
@@ -280,13 +285,13 @@ class PublishBlock(Frame):
 
     def publish(self) -> Publish:
         """The same frame, one entry per message (for what cannot take the block whole)."""
-        view, pos = memoryview(self.entries), 0
-        entries: list[memoryview] = []
+        data, pos = self.entries, 0
+        entries: list[bytes] = []
         for _ in range(self.count):
-            (head,) = SIMPLE_ENTRY.unpack_from(view, pos)
+            head = data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
             if head & SUB_BATCH_BIT:
-                head = _sub_batch_size(view, pos)
-            entries.append(view[pos:pos + SIMPLE_ENTRY.size + head])
+                head = _sub_batch_size(data, pos)
+            entries.append(data[pos:pos + SIMPLE_ENTRY.size + head])
             pos += SIMPLE_ENTRY.size + head
         return Publish(self.publisher_id, unpacked(self.packed_ids), entries,
                        self.num_records, self.payload_bytes, self.filter_values)
@@ -313,14 +318,17 @@ class _ReferenceQuery(Frame):
 
 @dataclass(slots=True)
 class QueryPublisherSequence(_ReferenceQuery):
-    KEY = Key.QUERY_PUBLISHER_SEQUENCE
+    def wire_key(self) -> int:
+        return Key.QUERY_PUBLISHER_SEQUENCE
 
 
 @dataclass(slots=True)
 class DeletePublisher(Frame):
-    KEY = Key.DELETE_PUBLISHER
     correlation_id: int
     publisher_id: int
+
+    def wire_key(self) -> int:
+        return Key.DELETE_PUBLISHER
 
     @classmethod
     def parse(cls, r: Reader) -> DeletePublisher:
@@ -335,13 +343,15 @@ class Subscribe(Frame):
     """Properties used by clients: single-active-consumer ("true"), name, super-stream,
     filter.N, match-unfiltered."""
 
-    KEY = Key.SUBSCRIBE
     correlation_id: int
     subscription_id: int
     stream: str
     offset_spec: OffsetSpec
     credit: int
     properties: dict[str, str] = field(default_factory=dict)
+
+    def wire_key(self) -> int:
+        return Key.SUBSCRIBE
 
     @classmethod
     def parse(cls, r: Reader) -> Subscribe:
@@ -362,9 +372,11 @@ class Subscribe(Frame):
 
 @dataclass(slots=True)
 class Credit(Frame):
-    KEY = Key.CREDIT
     subscription_id: int
     credit: int  # in chunks
+
+    def wire_key(self) -> int:
+        return Key.CREDIT
 
     @classmethod
     def parse(cls, r: Reader) -> Credit:
@@ -376,10 +388,12 @@ class Credit(Frame):
 
 @dataclass(slots=True)
 class StoreOffset(Frame):
-    KEY = Key.STORE_OFFSET
     reference: str
     stream: str
     offset: int
+
+    def wire_key(self) -> int:
+        return Key.STORE_OFFSET
 
     @classmethod
     def parse(cls, r: Reader) -> StoreOffset:
@@ -391,14 +405,17 @@ class StoreOffset(Frame):
 
 @dataclass(slots=True)
 class QueryOffset(_ReferenceQuery):
-    KEY = Key.QUERY_OFFSET
+    def wire_key(self) -> int:
+        return Key.QUERY_OFFSET
 
 
 @dataclass(slots=True)
 class Unsubscribe(Frame):
-    KEY = Key.UNSUBSCRIBE
     correlation_id: int
     subscription_id: int
+
+    def wire_key(self) -> int:
+        return Key.UNSUBSCRIBE
 
     @classmethod
     def parse(cls, r: Reader) -> Unsubscribe:
@@ -410,10 +427,12 @@ class Unsubscribe(Frame):
 
 @dataclass(slots=True)
 class CreateStream(Frame):
-    KEY = Key.CREATE_STREAM
     correlation_id: int
     stream: str
     arguments: dict[str, str] = field(default_factory=dict)
+
+    def wire_key(self) -> int:
+        return Key.CREATE_STREAM
 
     @classmethod
     def parse(cls, r: Reader) -> CreateStream:
@@ -429,9 +448,11 @@ class CreateStream(Frame):
 
 @dataclass(slots=True)
 class DeleteStream(Frame):
-    KEY = Key.DELETE_STREAM
     correlation_id: int
     stream: str
+
+    def wire_key(self) -> int:
+        return Key.DELETE_STREAM
 
     @classmethod
     def parse(cls, r: Reader) -> DeleteStream:
@@ -443,9 +464,11 @@ class DeleteStream(Frame):
 
 @dataclass(slots=True)
 class Metadata(Frame):
-    KEY = Key.METADATA
     correlation_id: int
     streams: list[str]
+
+    def wire_key(self) -> int:
+        return Key.METADATA
 
     @classmethod
     def parse(cls, r: Reader) -> Metadata:
@@ -457,9 +480,11 @@ class Metadata(Frame):
 
 @dataclass(slots=True)
 class PeerProperties(Frame):
-    KEY = Key.PEER_PROPERTIES
     correlation_id: int
     properties: dict[str, str]
+
+    def wire_key(self) -> int:
+        return Key.PEER_PROPERTIES
 
     @classmethod
     def parse(cls, r: Reader) -> PeerProperties:
@@ -471,8 +496,10 @@ class PeerProperties(Frame):
 
 @dataclass(slots=True)
 class SaslHandshake(Frame):
-    KEY = Key.SASL_HANDSHAKE
     correlation_id: int
+
+    def wire_key(self) -> int:
+        return Key.SASL_HANDSHAKE
 
     @classmethod
     def parse(cls, r: Reader) -> SaslHandshake:
@@ -484,10 +511,12 @@ class SaslHandshake(Frame):
 
 @dataclass(slots=True)
 class SaslAuthenticate(Frame):
-    KEY = Key.SASL_AUTHENTICATE
     correlation_id: int
     mechanism: str
     data: bytes  # a null SASL payload (length -1) reads as b""
+
+    def wire_key(self) -> int:
+        return Key.SASL_AUTHENTICATE
 
     @classmethod
     def parse(cls, r: Reader) -> SaslAuthenticate:
@@ -506,9 +535,11 @@ class Tune(Frame):
     """Sent by the server first; the client answers with its own Tune, keyed 0x0014 by some
     clients (rstream) and 0x8014 by others (the Java client). Both parse to this frame."""
 
-    KEY = Key.TUNE
     frame_max: int  # 0 = no limit
     heartbeat: int  # seconds, 0 = none
+
+    def wire_key(self) -> int:
+        return Key.TUNE
 
     @classmethod
     def parse(cls, r: Reader) -> Tune:
@@ -520,9 +551,11 @@ class Tune(Frame):
 
 @dataclass(slots=True)
 class Open(Frame):
-    KEY = Key.OPEN
     correlation_id: int
     virtual_host: str
+
+    def wire_key(self) -> int:
+        return Key.OPEN
 
     @classmethod
     def parse(cls, r: Reader) -> Open:
@@ -538,10 +571,12 @@ class Close(Frame):
     has a reason string (at least its 2-byte length), so a body that ends after the code is
     a reply."""
 
-    KEY = Key.CLOSE
     correlation_id: int
     code: int
     reason: str
+
+    def wire_key(self) -> int:
+        return Key.CLOSE
 
     @classmethod
     def parse(cls, r: Reader) -> Close | Response:
@@ -558,7 +593,8 @@ class Close(Frame):
 
 @dataclass(slots=True)
 class Heartbeat(Frame):
-    KEY = Key.HEARTBEAT
+    def wire_key(self) -> int:
+        return Key.HEARTBEAT
 
     @classmethod
     def parse(cls, r: Reader) -> Heartbeat:
@@ -570,10 +606,12 @@ class Heartbeat(Frame):
 
 @dataclass(slots=True)
 class Route(Frame):
-    KEY = Key.ROUTE
     correlation_id: int
     routing_key: str
     super_stream: str
+
+    def wire_key(self) -> int:
+        return Key.ROUTE
 
     @classmethod
     def parse(cls, r: Reader) -> Route:
@@ -589,9 +627,11 @@ class Route(Frame):
 
 @dataclass(slots=True)
 class Partitions(Frame):
-    KEY = Key.PARTITIONS
     correlation_id: int
     super_stream: str
+
+    def wire_key(self) -> int:
+        return Key.PARTITIONS
 
     @classmethod
     def parse(cls, r: Reader) -> Partitions:
@@ -606,10 +646,12 @@ class ConsumerUpdateReply(Frame):
     """The client's answer (key 0x801a) to the server's ConsumerUpdate: where the newly active
     consumer starts; OffsetType.NONE keeps the subscription's own offset."""
 
-    KEY = Key.CONSUMER_UPDATE | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     offset_spec: OffsetSpec
+
+    def wire_key(self) -> int:
+        return Key.CONSUMER_UPDATE | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> ConsumerUpdateReply:
@@ -626,9 +668,11 @@ class ConsumerUpdateReply(Frame):
 
 @dataclass(slots=True)
 class ExchangeCommandVersions(Frame):
-    KEY = Key.EXCHANGE_COMMAND_VERSIONS
     correlation_id: int
     versions: list[CommandVersion]
+
+    def wire_key(self) -> int:
+        return Key.EXCHANGE_COMMAND_VERSIONS
 
     @classmethod
     def parse(cls, r: Reader) -> ExchangeCommandVersions:
@@ -640,9 +684,11 @@ class ExchangeCommandVersions(Frame):
 
 @dataclass(slots=True)
 class StreamStats(Frame):
-    KEY = Key.STREAM_STATS
     correlation_id: int
     stream: str
+
+    def wire_key(self) -> int:
+        return Key.STREAM_STATS
 
     @classmethod
     def parse(cls, r: Reader) -> StreamStats:
@@ -654,12 +700,14 @@ class StreamStats(Frame):
 
 @dataclass(slots=True)
 class CreateSuperStream(Frame):
-    KEY = Key.CREATE_SUPER_STREAM
     correlation_id: int
     name: str
     partitions: list[str]
     binding_keys: list[str]
     arguments: dict[str, str] = field(default_factory=dict)
+
+    def wire_key(self) -> int:
+        return Key.CREATE_SUPER_STREAM
 
     @classmethod
     def parse(cls, r: Reader) -> CreateSuperStream:
@@ -677,9 +725,11 @@ class CreateSuperStream(Frame):
 
 @dataclass(slots=True)
 class DeleteSuperStream(Frame):
-    KEY = Key.DELETE_SUPER_STREAM
     correlation_id: int
     name: str
+
+    def wire_key(self) -> int:
+        return Key.DELETE_SUPER_STREAM
 
     @classmethod
     def parse(cls, r: Reader) -> DeleteSuperStream:
@@ -693,11 +743,13 @@ class DeleteSuperStream(Frame):
 class ResolveOffsetSpec(Frame):
     """Added in 2026 (RabbitMQ 4.3); layout taken from client implementations."""
 
-    KEY = Key.RESOLVE_OFFSET_SPEC
     correlation_id: int
     stream: str
     offset_spec: OffsetSpec
     properties: dict[str, str] = field(default_factory=dict)
+
+    def wire_key(self) -> int:
+        return Key.RESOLVE_OFFSET_SPEC
 
     @classmethod
     def parse(cls, r: Reader) -> ResolveOffsetSpec:
@@ -718,9 +770,11 @@ class TieredSegments(Frame):
     stream's segments live only there, so that Spark's executors read them straight from the
     object store. Checked as a Subscribe: the user's read permission on the stream."""
 
-    KEY = MainstemKey.TIERED_SEGMENTS
     correlation_id: int
     stream: str
+
+    def wire_key(self) -> int:
+        return MainstemKey.TIERED_SEGMENTS
 
     @classmethod
     def parse(cls, r: Reader) -> TieredSegments:

@@ -7,6 +7,7 @@ header) and `parse(reader)` (what a client reads, see REPLY_PARSERS).
 from __future__ import annotations
 
 import struct
+from builtins import memoryview  # compiled dataclasses look their field types up here
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -50,9 +51,11 @@ _TIERED_SEGMENT = struct.Struct(">QQQQqqQIQII")
 
 @dataclass(slots=True)
 class PublishConfirm(Frame):
-    KEY = Key.PUBLISH_CONFIRM
     publisher_id: int
     publishing_ids: list[int] | bytes  # or packed as on the wire: big-endian u64 each
+
+    def wire_key(self) -> int:
+        return Key.PUBLISH_CONFIRM
 
     @classmethod
     def parse(cls, r: Reader) -> PublishConfirm:
@@ -68,9 +71,11 @@ class PublishConfirm(Frame):
 
 @dataclass(slots=True)
 class PublishError(Frame):
-    KEY = Key.PUBLISH_ERROR
     publisher_id: int
     errors: list[tuple[int, int]]  # (publishing id, response code)
+
+    def wire_key(self) -> int:
+        return Key.PUBLISH_ERROR
 
     @classmethod
     def parse(cls, r: Reader) -> PublishError:
@@ -87,10 +92,12 @@ class PublishError(Frame):
 
 @dataclass(slots=True)
 class QueryPublisherSequenceResponse(Frame):
-    KEY = Key.QUERY_PUBLISHER_SEQUENCE | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     sequence: int
+
+    def wire_key(self) -> int:
+        return Key.QUERY_PUBLISHER_SEQUENCE | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> QueryPublisherSequenceResponse:
@@ -104,9 +111,11 @@ class QueryPublisherSequenceResponse(Frame):
 class CreditResponse(Frame):
     """Sent only when a Credit fails (unknown subscription); it has no correlation id."""
 
-    KEY = Key.CREDIT | RESPONSE_FLAG
     response_code: int
     subscription_id: int
+
+    def wire_key(self) -> int:
+        return Key.CREDIT | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> CreditResponse:
@@ -118,10 +127,12 @@ class CreditResponse(Frame):
 
 @dataclass(slots=True)
 class QueryOffsetResponse(Frame):
-    KEY = Key.QUERY_OFFSET | RESPONSE_FLAG
     correlation_id: int
     response_code: int  # NO_OFFSET when the reference has never been stored
     offset: int
+
+    def wire_key(self) -> int:
+        return Key.QUERY_OFFSET | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> QueryOffsetResponse:
@@ -170,10 +181,12 @@ class StreamMetadata:
 class MetadataResponse(Frame):
     """No top-level response code: each stream carries its own."""
 
-    KEY = Key.METADATA | RESPONSE_FLAG
     correlation_id: int
     brokers: list[Broker]
     streams: list[StreamMetadata]
+
+    def wire_key(self) -> int:
+        return Key.METADATA | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> MetadataResponse:
@@ -195,9 +208,11 @@ class MetadataResponse(Frame):
 
 @dataclass(slots=True)
 class MetadataUpdate(Frame):
-    KEY = Key.METADATA_UPDATE
     code: int  # clients only understand STREAM_NOT_AVAILABLE
     stream: str
+
+    def wire_key(self) -> int:
+        return Key.METADATA_UPDATE
 
     @classmethod
     def parse(cls, r: Reader) -> MetadataUpdate:
@@ -209,10 +224,12 @@ class MetadataUpdate(Frame):
 
 @dataclass(slots=True)
 class PeerPropertiesResponse(Frame):
-    KEY = Key.PEER_PROPERTIES | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     properties: dict[str, str]
+
+    def wire_key(self) -> int:
+        return Key.PEER_PROPERTIES | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> PeerPropertiesResponse:
@@ -226,10 +243,12 @@ class PeerPropertiesResponse(Frame):
 
 @dataclass(slots=True)
 class SaslHandshakeResponse(Frame):
-    KEY = Key.SASL_HANDSHAKE | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     mechanisms: list[str]
+
+    def wire_key(self) -> int:
+        return Key.SASL_HANDSHAKE | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> SaslHandshakeResponse:
@@ -246,10 +265,12 @@ class SaslAuthenticateResponse(Frame):
     """The challenge is written only with SASL_CHALLENGE: clients (rstream, Java) read
     nothing after the code otherwise, and rstream rejects trailing bytes."""
 
-    KEY = Key.SASL_AUTHENTICATE | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     challenge: bytes = b""
+
+    def wire_key(self) -> int:
+        return Key.SASL_AUTHENTICATE | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> SaslAuthenticateResponse:
@@ -269,10 +290,12 @@ class SaslAuthenticateResponse(Frame):
 class OpenResponse(Frame):
     """The properties array is always written (count 0 if empty): rstream expects it."""
 
-    KEY = Key.OPEN | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     properties: dict[str, str] = field(default_factory=dict)
+
+    def wire_key(self) -> int:
+        return Key.OPEN | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> OpenResponse:
@@ -305,12 +328,14 @@ class _SuperStreamReply(Frame):
 class RouteResponse(_SuperStreamReply):
     """Today's layout is an array of streams (the seed shows a single string)."""
 
-    KEY = Key.ROUTE | RESPONSE_FLAG
+    def wire_key(self) -> int:
+        return Key.ROUTE | RESPONSE_FLAG
 
 
 @dataclass(slots=True)
 class PartitionsResponse(_SuperStreamReply):
-    KEY = Key.PARTITIONS | RESPONSE_FLAG
+    def wire_key(self) -> int:
+        return Key.PARTITIONS | RESPONSE_FLAG
 
 
 @dataclass(slots=True)
@@ -318,10 +343,12 @@ class ConsumerUpdate(Frame):
     """Server-initiated request (single active consumer): tells a subscription whether it is
     now the active one; the client answers with ConsumerUpdateReply."""
 
-    KEY = Key.CONSUMER_UPDATE
     correlation_id: int
     subscription_id: int
     active: bool
+
+    def wire_key(self) -> int:
+        return Key.CONSUMER_UPDATE
 
     @classmethod
     def parse(cls, r: Reader) -> ConsumerUpdate:
@@ -336,10 +363,12 @@ class ExchangeCommandVersionsResponse(Frame):
     """Normally answered with SERVER_COMMAND_VERSIONS, whatever the client listed (mind the
     ordering rule noted there)."""
 
-    KEY = Key.EXCHANGE_COMMAND_VERSIONS | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     versions: list[CommandVersion]
+
+    def wire_key(self) -> int:
+        return Key.EXCHANGE_COMMAND_VERSIONS | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> ExchangeCommandVersionsResponse:
@@ -355,10 +384,12 @@ class ExchangeCommandVersionsResponse(Frame):
 class StreamStatsResponse(Frame):
     """Stats: first_chunk_id, committed_chunk_id, last_chunk_id (string -> int64)."""
 
-    KEY = Key.STREAM_STATS | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     stats: dict[str, int]
+
+    def wire_key(self) -> int:
+        return Key.STREAM_STATS | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> StreamStatsResponse:
@@ -378,11 +409,13 @@ class StreamStatsResponse(Frame):
 
 @dataclass(slots=True)
 class ResolveOffsetSpecResponse(Frame):
-    KEY = Key.RESOLVE_OFFSET_SPEC | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     offset_type: OffsetType
     offset: int
+
+    def wire_key(self) -> int:
+        return Key.RESOLVE_OFFSET_SPEC | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> ResolveOffsetSpecResponse:
@@ -435,13 +468,15 @@ class TieredSegmentsResponse(Frame):
     Credentials are never sent. A code-only body (an error, or UNKNOWN_FRAME from a server
     without the command) reads as no tier."""
 
-    KEY = MainstemKey.TIERED_SEGMENTS | RESPONSE_FLAG
     correlation_id: int
     response_code: int
     url: str = ""
     endpoint: str | None = None
     region: str = ""
     segments: list[TieredSegment] = field(default_factory=list)
+
+    def wire_key(self) -> int:
+        return MainstemKey.TIERED_SEGMENTS | RESPONSE_FLAG
 
     @classmethod
     def parse(cls, r: Reader) -> TieredSegmentsResponse:
@@ -467,10 +502,12 @@ class Deliver(Frame):
     with `codec.encode_deliver_prefix` and the chunk straight from the log; a client reads
     it here, the chunk left undecoded (a memoryview into the received bytes)."""
 
-    KEY = Key.DELIVER
     subscription_id: int
     chunk: memoryview
     committed_chunk_id: int | None = None  # None: version 1
+
+    def wire_key(self) -> int:
+        return Key.DELIVER
 
     def wire_version(self) -> int:
         return 1 if self.committed_chunk_id is None else 2
