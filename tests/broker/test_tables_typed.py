@@ -22,8 +22,8 @@ from rstream import Producer
 from rstream.exceptions import ServerError
 
 from mainstem import Broker
-from mainstem.broker.table_schema import SOURCE_COLUMNS, parse_schema
 from mainstem.formats.amqp10 import Message, Properties, encode_message
+from mainstem.formats.table_schema import SOURCE_COLUMNS, parse_schema
 from mainstem.spark.records import ARROW_SCHEMA
 from tests.broker.test_tables import table_of, wait_until_in_table
 from tests.broker.test_tiering import connect, tiered_config

@@ -17,9 +17,9 @@ from mainstem.admin.tier_extents import partition_extent
 from mainstem.broker.errors import NotFound, PreconditionFailed
 
 if TYPE_CHECKING:
-    from mainstem.broker.table_schema import BodySchema
     from mainstem.broker.tables import Tables
     from mainstem.broker.tiering import Tiering
+    from mainstem.formats.table_schema import BodySchema
 
 routes = web.RouteTableDef()
 

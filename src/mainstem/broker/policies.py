@@ -21,7 +21,7 @@ from mainstem.broker.errors import InvalidArgument
 from mainstem.broker.patterns import NamePattern, name_pattern
 from mainstem.broker.retention import parse_age_ms
 from mainstem.broker.table_mode import TABLE_POLICY_KEY, is_table_format
-from mainstem.broker.table_schema import SCHEMA_POLICY_KEY, is_body_schema
+from mainstem.formats.table_schema import SCHEMA_POLICY_KEY, is_body_schema
 
 POLICY, OPERATOR_POLICY = "policy", "operator_policy"
 KINDS = (POLICY, OPERATOR_POLICY)

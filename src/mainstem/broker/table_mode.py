@@ -3,7 +3,7 @@ on the stream protocol and as a policy key), checked when the stream is declared
 
 The only format is "parquet": Parquet data files with Iceberg v2 metadata in the tier
 (`broker/tables.py`), optionally with typed columns from a declared schema of the JSON
-bodies (`x-table-schema`, `broker/table_schema.py`). A stream's own argument wins over a
+bodies (`x-table-schema`, `formats/table_schema.py`). A stream's own argument wins over a
 policy's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mainstem.broker.errors import InvalidArgument
-from mainstem.broker.table_schema import check_schema_argument
+from mainstem.formats.table_schema import SCHEMA_ARGUMENT, SchemaError, parse_schema
 
 TABLE_ARGUMENT = "x-table"
 TABLE_POLICY_KEY = "table"
@@ -26,8 +26,13 @@ def is_table_format(value: Any) -> bool:
 def check_table_argument(arguments: Mapping[str, Any], writes_tables: bool) -> None:
     """InvalidArgument unless the stream's `x-table`, if given, names a known format and
     the broker `writes_tables` (it has a tier to write them into), and its
-    `x-table-schema`, if given, is a schema (`broker/table_schema.py`)."""
-    check_schema_argument(arguments)
+    `x-table-schema`, if given, is a schema (`formats/table_schema.py`)."""
+    schema = arguments.get(SCHEMA_ARGUMENT)
+    if schema is not None:
+        try:
+            parse_schema(schema)
+        except SchemaError as error:
+            raise InvalidArgument(str(error)) from None
     value = arguments.get(TABLE_ARGUMENT)
     if value is None:
         return

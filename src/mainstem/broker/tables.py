@@ -50,9 +50,9 @@ from mainstem.broker.fence import FencedOut
 from mainstem.broker.stream_service import PartitionService
 from mainstem.broker.streams import Stream, StreamStore
 from mainstem.broker.table_mode import table_format
-from mainstem.broker.table_schema import BodySchema, body_schema
 from mainstem.broker.tiering import TIER_ERRORS, Tiering
 from mainstem.formats.chunk import Chunk
+from mainstem.formats.table_schema import BodySchema, body_schema
 
 if TYPE_CHECKING:  # pyiceberg's catalog takes half a second to import: on first use only
     from pyiceberg.catalog.sql import SqlCatalog

@@ -34,8 +34,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from mainstem.broker.table_schema import BodySchema, parse_schema
 from mainstem.client.stream import StreamClient
+from mainstem.formats.table_schema import BodySchema, parse_schema
 from mainstem.spark.options import (
     EARLIEST,
     LATEST,

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mainstem.broker.errors import InvalidArgument
-from mainstem.broker.table_schema import BodySchema, parse_schema
 from mainstem.client.stream import Endpoint, StreamClient, StreamClientError, Tls
+from mainstem.formats.table_schema import BodySchema, SchemaError, parse_schema
 from mainstem.spark.tiered import TierCredentials
 
 if TYPE_CHECKING:
@@ -47,13 +46,13 @@ WRITE_OPTIONS = (*CONNECTION_OPTIONS, "stream", "topic", "checkpointLocation", "
                  "maxAge", "maxBytes")
 def _body_schema(get: Callable[[str], str | None]) -> BodySchema | None:
     """Option bodySchema: the JSON bodies' fields as typed columns (the shape of a table
-    stream's x-table-schema, broker/table_schema.py)."""
+    stream's x-table-schema, formats/table_schema.py)."""
     value = get("bodySchema")
     if value is None:
         return None
     try:
         return parse_schema(value)
-    except InvalidArgument as error:
+    except SchemaError as error:
         raise SourceError(f"option 'bodySchema': {error}") from None
 
 

@@ -139,8 +139,7 @@ class PartitionRole:
     async def leading(self, timeout: float) -> bool:
         """Whether this node leads the partition, waiting up to `timeout` for it to."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._leading.wait()
+            await asyncio.wait_for(self._leading.wait(), timeout)
         return self._leading.is_set()
 
     def _holds_lease(self) -> bool:
@@ -182,8 +181,7 @@ class PartitionRole:
 
     async def wait_changed(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self.changed.wait()
+            await asyncio.wait_for(self.changed.wait(), timeout)
 
     # -- leading --------------------------------------------------------------------------
 

@@ -33,8 +33,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from mainstem.broker.errors import InvalidArgument
-
 SCHEMA_ARGUMENT = "x-table-schema"
 SCHEMA_POLICY_KEY = "table-schema"
 ERROR_COLUMN = "schema_error"
@@ -53,6 +51,10 @@ SOURCE_COLUMNS = ("key", "value", "stream", "topic", "partition", "offset", "tim
                   "timestampType", "headers", "properties")
 _NO_BODY = "no body"
 _IN_ROW = re.compile(r" in row \d+$")  # Arrow's, of the one line it was handed
+
+
+class SchemaError(ValueError):
+    """A declared schema that is not one; the message says what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,26 +108,26 @@ class BodySchema:
 
 
 def parse_schema(value: Any) -> BodySchema:
-    """The schema `value` declares (a JSON object or its text); InvalidArgument, saying
+    """The schema `value` declares (a JSON object or its text); SchemaError, saying
     what is wrong, for anything else."""
     if isinstance(value, str | bytes):
         try:
             value = json.loads(value)
         except ValueError as error:
-            raise InvalidArgument(f"{SCHEMA_ARGUMENT} is not JSON: {error}") from None
+            raise SchemaError(f"{SCHEMA_ARGUMENT} is not JSON: {error}") from None
     if not isinstance(value, Mapping) or not value:
-        raise InvalidArgument(f"{SCHEMA_ARGUMENT} must be a JSON object of field name to "
+        raise SchemaError(f"{SCHEMA_ARGUMENT} must be a JSON object of field name to "
                               f"type, as {{\"id\": \"long\", \"note\": \"string?\"}}")
     fields = []
     for name, kind in value.items():
         if not isinstance(name, str) or not name or name in SOURCE_COLUMNS \
                 or name == ERROR_COLUMN:
-            raise InvalidArgument(f"{SCHEMA_ARGUMENT}: field name {name!r} is empty or a "
+            raise SchemaError(f"{SCHEMA_ARGUMENT}: field name {name!r} is empty or a "
                                   "column the table has already")
         optional = isinstance(kind, str) and kind.endswith(OPTIONAL)
         base = kind.removesuffix(OPTIONAL) if isinstance(kind, str) else kind
         if base not in TYPES:
-            raise InvalidArgument(f"{SCHEMA_ARGUMENT}: field {name!r} has type {kind!r}, not "
+            raise SchemaError(f"{SCHEMA_ARGUMENT}: field {name!r} has type {kind!r}, not "
                                   f"one of {', '.join(TYPES)} (with '?' when optional)")
         fields.append(BodyField(name, base, optional))
     return BodySchema(tuple(fields))
@@ -134,16 +136,9 @@ def parse_schema(value: Any) -> BodySchema:
 def is_body_schema(value: Any) -> bool:
     try:
         parse_schema(value)
-    except InvalidArgument:
+    except SchemaError:
         return False
     return True
-
-
-def check_schema_argument(arguments: Mapping[str, Any]) -> None:
-    """InvalidArgument when the stream's `x-table-schema`, if given, is not a schema."""
-    value = arguments.get(SCHEMA_ARGUMENT)
-    if value is not None:
-        parse_schema(value)
 
 
 def body_schema(arguments: Mapping[str, Any], definition: Mapping[str, Any]
