@@ -151,14 +151,20 @@ async def test_any_other_table_value_is_refused(tmp_path: Path, value: object) -
             async with Producer(**connect(broker)) as producer:  # type: ignore[arg-type]
                 with pytest.raises(ServerError):
                     await producer.create_stream("bad", arguments={"table": value})
-        url = f"http://127.0.0.1:{broker.ports['admin']}/api/policies/%2F/tables"
-        policy = {"pattern": "^bad$", "apply-to": "streams", "definition": {"table": value}}
-        guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
-        async with aiohttp.ClientSession(headers=guest) as http, \
-                http.put(url, json=policy) as response:
-            assert response.status == 400
-            assert "a valid table format" in await response.text()
+        assert "a valid table format" in await refused_policy(broker, {"table": value})
         assert broker.core.streams.find("/", "bad") is None
+
+
+async def refused_policy(broker: Broker, definition: dict[str, object]) -> str:
+    """The management API's answer to a policy for the stream `bad` with `definition`,
+    which it must refuse (400)."""
+    url = f"http://127.0.0.1:{broker.ports['admin']}/api/policies/%2F/refused"
+    policy = {"pattern": "^bad$", "apply-to": "streams", "definition": definition}
+    guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+    async with aiohttp.ClientSession(headers=guest) as http, \
+            http.put(url, json=policy) as response:
+        assert response.status == 400
+        return await response.text()
 
 
 async def test_a_policy_makes_a_stream_a_table(tmp_path: Path) -> None:

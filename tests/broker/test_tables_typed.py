@@ -25,7 +25,7 @@ from mainstem import Broker
 from mainstem.formats.amqp10 import Message, Properties, encode_message
 from mainstem.formats.table_schema import SOURCE_COLUMNS, parse_schema
 from mainstem.spark.records import ARROW_SCHEMA
-from tests.broker.test_tables import table_of, wait_until_in_table
+from tests.broker.test_tables import refused_policy, table_of, wait_until_in_table
 from tests.broker.test_tiering import connect, tiered_config
 from tests.support.rstream_reads import read_with_rstream
 
@@ -175,15 +175,9 @@ async def test_a_schema_that_is_not_one_is_refused(tmp_path: Path, schema: str) 
             with pytest.raises(ServerError):
                 await producer.create_stream("bad", arguments={"table": "parquet",
                                                                "table-schema": schema})
-        url = f"http://127.0.0.1:{broker.ports['admin']}/api/policies/%2F/typed"
-        policy = {"pattern": "^bad$", "apply-to": "streams",
-                  "definition": {"table": "parquet", "table-schema": json.loads(schema)
-                                 if schema.startswith(("{", "[")) else schema}}
-        guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
-        async with aiohttp.ClientSession(headers=guest) as http, \
-                http.put(url, json=policy) as response:
-            assert response.status == 400
-            assert "a valid table schema" in await response.text()
+        declared = json.loads(schema) if schema.startswith(("{", "[")) else schema
+        answer = await refused_policy(broker, {"table": "parquet", "table-schema": declared})
+        assert "a valid table schema" in answer
         assert broker.core.streams.find("/", "bad") is None
 
 

@@ -48,14 +48,15 @@ def publish(broker: ThreadedBroker, first: int, count: int, **arguments: str) ->
     asyncio.run(run())
 
 
-def table_end(broker: ThreadedBroker, wanted: int) -> None:
-    """Wait until the table's committed Iceberg head holds `wanted` records."""
+def table_end(broker: ThreadedBroker, wanted: int, stream: str = "orders") -> None:
+    """Wait until the table's committed Iceberg head holds `wanted` records (the broker
+    holds this one table)."""
     url = f"http://127.0.0.1:{broker.ports['admin']}/api/tiering"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         rows = requests.get(url, auth=("guest", "guest"), timeout=10).json()["tables"]
         if rows and rows[0]["ends"] == [wanted] and rows[0]["metadata_location"]:
-            parts = batch_parts(SourceOptions.parse(options(broker)))
+            parts = batch_parts(SourceOptions.parse(options(broker, stream=stream)))
             if parts[0].history_end == wanted:
                 return
         time.sleep(0.1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 
 import duckdb
 import pytest
@@ -22,6 +21,8 @@ from mainstem.spark.options import SourceOptions
 from mainstem.testing import ThreadedBroker
 from tests.broker.test_tables_typed import SCHEMA, expected, record
 from tests.broker.test_tiering import tiered_config
+from tests.spark.test_spark_table import options as table_options
+from tests.spark.test_spark_table import table_end
 from tests.spark.test_spark_tier import delivered
 
 pytestmark = pytest.mark.spark
@@ -41,8 +42,7 @@ def publish(broker: ThreadedBroker, first: int, count: int) -> None:
 
 
 def options(broker: ThreadedBroker) -> dict[str, str]:
-    return {"url": broker.urls["stream"], "stream": "typed",
-            "adminUrl": f"http://127.0.0.1:{broker.ports['admin']}"}
+    return table_options(broker, stream="typed")
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +54,7 @@ def broker(tmp_path_factory):
                                                                      check_interval_ms=60_000))
     with ThreadedBroker(root / "data", config=config) as running:
         publish(running, 0, HISTORY)
-        deadline = time.monotonic() + 120
-        while batch_parts(SourceOptions.parse(options(running)))[0].history_end < HISTORY:
-            assert time.monotonic() < deadline, "the table never held the history"
-            time.sleep(0.2)
+        table_end(running, HISTORY, stream="typed")
         publish(running, HISTORY, TAIL)
         yield running
 
