@@ -111,8 +111,9 @@ class PartitionCounts:
             held, revision = await self.context.etcd.get_at(key)
             if held is None:
                 return 0
-            current: int = held.json()["partitions"]
-            if held.json() == record:
+            said = held.json()
+            current: int = said["partitions"]
+            if said == record:
                 return current  # written already (a try etcd answered too late)
             made = [[*self.replicated.made(storage, record["replicas"], index, revision),
                      *partition_records_deleted(stream.namespace, stream.name, index)]
@@ -131,14 +132,15 @@ class PartitionCounts:
             if held is None:
                 return  # the stream was deleted: every key of it went
             count: int = held.json()["partitions"]
+            gone = [index for index in removed if index >= count]
             dropped_keys = [[*dropped(storage, index),
                              *partition_records_deleted(stream.namespace, stream.name, index)]
-                            for index in removed if index >= count]
+                            for index in gone]
             if await in_batches(self.context.etcd, Compare(key, "MOD", held.mod_revision),
                                  dropped_keys):
                 # their keys and tiered segments' and table files' records are gone
                 log.info("cluster.partitions_removed",
-                         extra={"stream": storage, "partitions": list(removed)})
+                         extra={"stream": storage, "partitions": gone})
                 return
 
     def follow(self, storage: str, stream: Stream, record: dict[str, Any]) -> None:
